@@ -1,0 +1,206 @@
+"""The TOML configuration, as pydantic models. Every error names the key and the fix.
+
+Credentials never live here: the S3 side uses boto3's standard chain (environment, profile, role),
+Slack uses an environment variable or a Prefect Secret block named in `[notify]`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+FORMATS = ("auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo")
+ENV_VAR = "CKPTVAULT_CONFIG"
+
+
+class ConfigError(Exception):
+    """A configuration problem, phrased for the operator: what is wrong, where, and how to fix it."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StoreConfig(_Strict):
+    bucket: Annotated[str, Field(min_length=3, max_length=63)]
+    prefix: str = ""
+    endpoint_url: str | None = None
+    region: str = "us-east-1"
+    kind: Literal["auto", "aws", "ceph", "seaweedfs", "minio", "moto"] = "auto"
+    verify_tls: bool = True
+    ca_bundle: str | None = None
+    sse: Literal["none", "AES256", "aws:kms"] = "none"
+    sse_kms_key_id: str | None = None
+    part_size_mb: Annotated[int, Field(ge=5, le=5120)] = 32
+    max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+
+    @field_validator("prefix")
+    @classmethod
+    def _clean_prefix(cls, v: str) -> str:
+        return v.strip("/")
+
+
+class SourceConfig(_Strict):
+    run: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    path: Path
+    format: Literal["auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo"] = "auto"
+    settle_seconds: Annotated[float, Field(ge=0)] = 60
+    stale_after_hours: Annotated[float, Field(gt=0)] | None = None
+
+
+class KeepBest(_Strict):
+    metric: str
+    mode: Literal["min", "max"] = "min"
+    k: Annotated[int, Field(ge=1)] = 1
+
+
+class TierStep(_Strict):
+    after_days: Annotated[float, Field(ge=0)]
+    tier: Literal["warm", "cold", "archive"]
+
+
+class PolicyConfig(_Strict):
+    keep_hot: Annotated[int, Field(ge=1)] = 3
+    milestone_every_steps: Annotated[int, Field(ge=1)] | None = None
+    milestone_every_hours: Annotated[float, Field(gt=0)] | None = None
+    keep_best: KeepBest | None = None
+    tiers: list[TierStep] = Field(default_factory=list)
+    expire_after_days: Annotated[float, Field(gt=0)] | None = None
+    keep_local: Annotated[int, Field(ge=1)] | None = None
+    horizon_days: Annotated[float, Field(gt=0)] = 365
+    apply_mode: Literal["client", "server", "both"] = "client"
+    # tier -> storage class name on this store; defaults depend on the store kind (cost.py)
+    classes: dict[str, str] = Field(default_factory=dict)
+    hot_fs_usd_per_gb_month: Annotated[float, Field(ge=0)] = 0.10
+    # user price overrides, class name -> $/GB-month (Ceph users set their own)
+    prices: dict[str, float] = Field(default_factory=dict)
+
+
+class ValidationRules(_Strict):
+    enabled: bool = True
+    history: Annotated[int, Field(ge=1)] = 10
+    size_band: Annotated[float, Field(gt=0, lt=10)] = 0.20
+    size_severity: Literal["block", "warn"] = "block"
+    shape_severity: Literal["block", "warn"] = "warn"
+    missing_rank_severity: Literal["block", "warn"] = "block"
+    step_severity: Literal["block", "warn"] = "warn"
+    loss_jump_factor: Annotated[float, Field(gt=1)] = 3.0
+    loss_severity: Literal["block", "warn"] = "block"
+    interval_factor: Annotated[float, Field(gt=1)] = 3.0
+
+
+class NotifyConfig(_Strict):
+    # "console" always; "slack" when a token or webhook is found in the environment or a Prefect Secret
+    channel: str = "#ckptvault"
+    slack_token_env: str = "CKPTVAULT_SLACK_TOKEN"
+    slack_webhook_env: str = "CKPTVAULT_SLACK_WEBHOOK"
+    slack_secret_block: str | None = None
+    slack_base_url: str | None = None  # for a Slack-compatible endpoint; default Slack's
+    dedup_window_minutes: Annotated[float, Field(ge=0)] = 60
+    budget_usd_per_month: Annotated[float, Field(gt=0)] | None = None
+
+
+class DrillConfig(_Strict):
+    sample: Annotated[int, Field(ge=1)] = 2
+    scratch: Path = Path("/tmp/ckptvault-drill")
+    restore_tier: Literal["Expedited", "Standard", "Bulk"] = "Bulk"
+
+
+class Config(_Strict):
+    store: StoreConfig
+    sources: list[SourceConfig] = Field(default_factory=list)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    validation: ValidationRules = Field(default_factory=ValidationRules)
+    notify: NotifyConfig = Field(default_factory=NotifyConfig)
+    drill: DrillConfig = Field(default_factory=DrillConfig)
+    sha256: bool = False
+
+    @model_validator(mode="after")
+    def _unique_runs(self) -> Config:
+        seen: set[str] = set()
+        for s in self.sources:
+            if s.run in seen:
+                raise ValueError(f"run name {s.run!r} appears in two [[sources]]; each run needs its own name")
+            seen.add(s.run)
+        return self
+
+    def source(self, run: str) -> SourceConfig:
+        for s in self.sources:
+            if s.run == run:
+                return s
+        names = ", ".join(s.run for s in self.sources) or "none"
+        raise ConfigError(f"no [[sources]] entry has run = {run!r} (configured runs: {names})")
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _explain(err: ValidationError, origin: str) -> str:
+    lines = [f"{origin}: the configuration is not valid:"]
+    for e in err.errors():
+        where = _loc(tuple(e["loc"]))
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            lines.append(f"  - {where}: unknown key. Remove it, or check its spelling against README.md#configuration.")
+        elif kind == "missing":
+            lines.append(f"  - {where}: required key is missing. Add it.")
+        else:
+            got = e.get("input")
+            shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
+            lines.append(f"  - {where}: {e['msg']}{shown}.")
+    return "\n".join(lines)
+
+
+def parse_config(text: str, origin: str = "<config>") -> Config:
+    """Parse TOML text; raise ConfigError that names the key and the fix."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{origin}: not valid TOML: {e}. Fix the syntax at that line.") from None
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_explain(e, origin)) from None
+
+
+def resolve_config_path(cli_value: str | None) -> Path:
+    value = cli_value or os.environ.get(ENV_VAR)
+    if not value:
+        raise ConfigError(
+            f"no configuration given. Pass --config FILE or set {ENV_VAR}=FILE "
+            "(`make demo` writes an example to .demo/ckptvault.toml)."
+        )
+    return Path(value)
+
+
+def load_config(cli_value: str | None = None) -> Config:
+    path = resolve_config_path(cli_value)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist. Check the path given by --config or {ENV_VAR}.") from None
+    except (PermissionError, IsADirectoryError) as e:
+        raise ConfigError(f"config file {path} cannot be read ({e.strerror}). Fix its permissions or the path.") from None
+    return parse_config(text, str(path))
+
+
+def check_sources(cfg: Config) -> list[str]:
+    """Problems with the configured source paths, each naming the key and the fix (empty if fine)."""
+    problems = []
+    for i, s in enumerate(cfg.sources):
+        key = f"sources[{i}].path (run {s.run!r})"
+        if not s.path.exists():
+            problems.append(f"{key}: {s.path} does not exist. Create it or fix the path.")
+        elif not s.path.is_dir():
+            problems.append(f"{key}: {s.path} is not a directory. Point it at the run's checkpoint root.")
+        elif not os.access(s.path, os.R_OK | os.X_OK):
+            problems.append(f"{key}: {s.path} is not readable by this user. Fix its permissions.")
+    return problems

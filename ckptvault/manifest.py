@@ -1,0 +1,125 @@
+"""The per-checkpoint manifest: the unit of truth, and the commit marker of a checkpoint in the store.
+
+Object layout (docs/FORMAT.md): `<prefix>/<run>/step-<step:010d>/<relative path>`; the manifest is
+`.../step-<step:010d>/_MANIFEST.json`, written last. A checkpoint without it does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MANIFEST_NAME = "_MANIFEST.json"
+VALIDATION_NAME = "_VALIDATION.json"
+SCHEMA = "ckptvault.manifest/1"
+STEP_WIDTH = 10
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be trusted: unreadable, wrong schema, or an unsafe path."""
+
+
+def step_dir(step: int) -> str:
+    return f"step-{step:0{STEP_WIDTH}d}"
+
+
+def checkpoint_prefix(prefix: str, run: str, step: int) -> str:
+    parts = [p for p in (prefix.strip("/"), run, step_dir(step)) if p]
+    return "/".join(parts) + "/"
+
+
+def run_prefix(prefix: str, run: str) -> str:
+    return "/".join(p for p in (prefix.strip("/"), run) if p) + "/"
+
+
+def parse_step_dir(name: str) -> int | None:
+    if name.startswith("step-") and name[5:].isdigit():
+        return int(name[5:])
+    return None
+
+
+def safe_relpath(path: str) -> str:
+    """Reject absolute paths and anything that escapes the checkpoint root (restore writes these)."""
+    if not path or path.startswith("/") or "\\" in path or "\x00" in path:
+        raise ManifestError(f"unsafe path {path!r} in manifest: must be relative and use '/'")
+    norm = posixpath.normpath(path)
+    if norm != path or norm == "." or norm.startswith("../") or norm == "..":
+        raise ManifestError(f"unsafe path {path!r} in manifest: escapes the checkpoint directory")
+    if path in (MANIFEST_NAME, VALIDATION_NAME):
+        raise ManifestError(f"path {path!r} in manifest collides with a ckptvault control file")
+    return path
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str  # relative, '/'-separated
+    size: int
+    mtime: float
+    crc32c: str  # base64 of the big-endian CRC32C, as S3's x-amz-checksum-crc32c
+    sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    run: str
+    step: int
+    format: str
+    files: tuple[FileEntry, ...]
+    created_at: float  # the newest mtime among the files: when the checkpoint was written
+    uploaded_at: float
+    source: str  # where it came from on the hot tier
+    single_file: bool = False  # lightning: the checkpoint is one file, not a directory
+    tool_version: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)  # from trainer_state.json where present
+    schema: str = SCHEMA
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> bytes:
+        d: dict[str, Any] = asdict(self)
+        d["total_bytes"] = self.total_bytes
+        d["files"] = [asdict(f) for f in self.files]
+        return json.dumps(d, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, origin: str = "manifest") -> Manifest:
+        try:
+            d = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ManifestError(f"{origin}: not valid JSON ({e})") from None
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise ManifestError(f"{origin}: not a ckptvault manifest (schema {SCHEMA!r} expected)")
+        try:
+            files = tuple(
+                FileEntry(
+                    path=safe_relpath(str(f["path"])),
+                    size=int(f["size"]),
+                    mtime=float(f["mtime"]),
+                    crc32c=str(f["crc32c"]),
+                    sha256=f.get("sha256"),
+                )
+                for f in d["files"]
+            )
+            m = cls(
+                run=str(d["run"]),
+                step=int(d["step"]),
+                format=str(d["format"]),
+                files=files,
+                created_at=float(d["created_at"]),
+                uploaded_at=float(d["uploaded_at"]),
+                source=str(d.get("source", "")),
+                single_file=bool(d.get("single_file", False)),
+                tool_version=str(d.get("tool_version", "")),
+                metrics={str(k): float(v) for k, v in d.get("metrics", {}).items()},
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, ManifestError):
+                raise
+            raise ManifestError(f"{origin}: missing or malformed field ({e})") from None
+        if "total_bytes" in d and int(d["total_bytes"]) != m.total_bytes:
+            raise ManifestError(f"{origin}: total_bytes {d['total_bytes']} disagrees with its files ({m.total_bytes})")
+        return m
