@@ -1,0 +1,183 @@
+"""Ingest, one step at a time: each function here is one call a Prefect task wraps.
+
+The commit protocol (DESIGN.md section 4, docs/FORMAT.md): data objects first, each verified by the
+store adapter; the manifest last, with If-None-Match: * where the server honours it. A checkpoint
+whose manifest exists is done; a rerun after a crash re-lists the checkpoint's prefix and uploads
+only the files that are missing or differ.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckptvault import __version__
+from ckptvault.catalog import Catalog, CheckpointState, Event
+from ckptvault.checksum import crc32c_of_file
+from ckptvault.config import SourceConfig
+from ckptvault.discovery import DiscoveryResult, Found, LocalFile, discover
+from ckptvault.formats import read_metrics
+from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn
+from ckptvault.structure import check_structure
+
+# A catalog state that means "this checkpoint is safely in the store": no request needed to skip it.
+DONE_STATES = frozenset({"verified", "transitioned", "drilled", "restored", "restore_requested", "evicted_local"})
+
+
+@dataclass(frozen=True)
+class FileJob:
+    """One local file and where it goes; `upload` False when the store already holds the same bytes."""
+
+    file: LocalFile
+    key: str
+    upload: bool
+    known_crc32c: str | None = None  # when skipped: the CRC32C already verified for the stored object
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one checkpoint in one ingest pass (a row of the flow's table artifact)."""
+
+    run: str
+    step: int
+    format: str
+    result: str  # "uploaded" | "present" | "invalid" | "failed" | "waiting"
+    bytes: int = 0
+    files: int = 0
+    uploaded_files: int = 0
+    seconds: float = 0.0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result in ("uploaded", "present", "waiting")
+
+
+def find_checkpoints(source: SourceConfig, now: float | None = None) -> DiscoveryResult:
+    """Every checkpoint-shaped entry under the source's run root, with readiness judged."""
+    return discover(source.run, source.path, source.format, source.settle_seconds, time.time() if now is None else now)
+
+
+def known_states(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
+    return {s.step: s for s in catalog.current(run)}
+
+
+def is_committed(store: ObjectStore, prefix: str, found: Found) -> bool:
+    """O(1): one HEAD of the manifest, the commit marker."""
+    return store.head(checkpoint_prefix(prefix, found.run, found.step) + MANIFEST_NAME) is not None
+
+
+def validate_structure(found: Found) -> list[str]:
+    """Every structural problem of the checkpoint, each naming the file (empty when sound)."""
+    return check_structure(found.format, found.path, found.files)
+
+
+def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
+    """One LIST of the checkpoint's prefix decides what a rerun must (re)send.
+
+    An object of the right size whose stored CRC32C equals the local file's is kept: that costs one
+    local read pass instead of an upload. Anything else (absent, other size, unknown or different
+    CRC32C) is uploaded again, which overwrites whatever partial or wrong object is there.
+    """
+    base = checkpoint_prefix(prefix, found.run, found.step)
+    existing: dict[str, ObjectInfo] = {o.key: o for o in store.list(base)}
+    jobs = []
+    for f in found.files:
+        key = base + f.rel
+        obj = existing.get(key)
+        if obj is None or obj.size != f.size:
+            jobs.append(FileJob(f, key, upload=True))
+            continue
+        head = store.head(key)
+        stored = head.crc32c if head else None
+        if stored is not None and stored == crc32c_of_file(f.path):
+            jobs.append(FileJob(f, key, upload=False, known_crc32c=stored))
+        else:
+            jobs.append(FileJob(f, key, upload=True))
+    return jobs
+
+
+def upload_one(
+    store: ObjectStore, job: FileJob, found: Found, *, sha256: bool = False, progress: ProgressFn | None = None
+) -> FileEntry:
+    """Send one file (or accept the verified copy already there) and return its manifest entry."""
+    f = job.file
+    if not job.upload and job.known_crc32c is not None:
+        if progress:
+            progress(f.size)
+        return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c)
+    tags = {"run": found.run, "step": str(found.step), "format": found.format}
+    result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress)
+    return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, sha256=result.sha256)
+
+
+def commit_manifest(store: ObjectStore, prefix: str, found: Found, entries: Sequence[FileEntry]) -> Manifest:
+    """Write the manifest last. Losing the conditional write to another ingest is not an error:
+    the other writer committed the same checkpoint, and its manifest stands."""
+    by_path = {e.path: e for e in entries}
+    missing = [f.rel for f in found.files if f.rel not in by_path]
+    if missing:
+        raise ValueError(f"{found.run} step {found.step}: refusing to commit, files not uploaded: {missing[:5]}")
+    manifest = Manifest(
+        run=found.run,
+        step=found.step,
+        format=found.format,
+        files=tuple(by_path[f.rel] for f in found.files),
+        created_at=found.newest_mtime,
+        uploaded_at=time.time(),
+        source=str(found.path),
+        single_file=found.candidate.is_file,
+        tool_version=__version__,
+        metrics=read_metrics(found.format, found.path),
+    )
+    key = checkpoint_prefix(prefix, found.run, found.step) + MANIFEST_NAME
+    try:
+        store.put_bytes(key, manifest.to_json(), if_none_match=True, content_type="application/json")
+    except PreconditionFailedError:
+        return Manifest.from_json(store.get_bytes(key), key)
+    return manifest
+
+
+def verified_event(manifest: Manifest, flow_run: str = "", storage_class: str = "STANDARD") -> Event:
+    return Event(
+        run=manifest.run,
+        step=manifest.step,
+        event="verified",
+        at=time.time(),
+        format=manifest.format,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+        storage_class=storage_class,
+        created_at=manifest.created_at,
+        detail=json.dumps({"metrics": manifest.metrics, "uploaded_at": manifest.uploaded_at}),
+        flow_run=flow_run,
+    )
+
+
+def invalid_event(found: Found, problems: Sequence[str], flow_run: str = "") -> Event:
+    return Event(
+        run=found.run,
+        step=found.step,
+        event="invalid",
+        at=time.time(),
+        format=found.format,
+        bytes=found.total_bytes,
+        files=len(found.files),
+        created_at=found.newest_mtime,
+        detail=json.dumps({"reasons": list(problems)}),
+        flow_run=flow_run,
+    )
+
+
+def record(catalog: Catalog, events: Sequence[Event]) -> str | None:
+    return catalog.append(events)
+
+
+def source_path_problem(path: Path) -> str | None:
+    if not path.is_dir():
+        return f"source path {path} is not a directory (or vanished). Fix [[sources]].path."
+    return None

@@ -1,0 +1,20 @@
+"""How an ingest pass ended, in a form both the flow and the command line report."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ckptvault.ingest import Outcome
+
+
+class IngestIncomplete(Exception):
+    """Some finished checkpoint ended neither uploaded nor already present."""
+
+    def __init__(self, outcomes: Sequence[Outcome]) -> None:
+        self.outcomes = list(outcomes)
+        bad = [o for o in self.outcomes if not o.ok]
+        lines = [f"{len(bad)} checkpoint(s) not uploaded:"]
+        lines += [f"  {o.run} step {o.step} ({o.format}): {o.result}: {o.message}" for o in bad]
+        super().__init__("\n".join(lines))

@@ -1,0 +1,40 @@
+"""A terminal progress bar for long uploads and downloads; silent when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+
+class ProgressBar:
+    """Thread-safe: file transfers report bytes from several worker threads."""
+
+    def __init__(self, total: int, label: str, stream: TextIO | None = None, min_interval: float = 0.2) -> None:
+        self.total = max(total, 1)
+        self.label = label
+        self.done = 0
+        self._stream = stream if stream is not None else sys.stderr
+        self._enabled = self._stream.isatty()
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._last = 0.0
+        self._min_interval = min_interval
+
+    def __call__(self, nbytes: int) -> None:
+        with self._lock:
+            self.done += nbytes
+            now = time.monotonic()
+            if self._enabled and (now - self._last >= self._min_interval or self.done >= self.total):
+                self._last = now
+                self._render(now)
+
+    def _render(self, now: float) -> None:
+        frac = min(self.done / self.total, 1.0)
+        rate = self.done / max(now - self._start, 1e-6) / 2**20
+        bar = "#" * int(frac * 30)
+        self._stream.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} {rate:7.1f} MiB/s")
+        if self.done >= self.total:
+            self._stream.write("\n")
+        self._stream.flush()

@@ -1,0 +1,155 @@
+"""The `ckptvault` command line: an entry layer beside deployments. It may drive flows.
+
+Exit codes: 0 success; 1 the work ran but something did not end well (an invalid checkpoint, a
+failed upload, a failed drill); 2 bad input or an unusable environment (config, paths, store),
+reported before anything is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from ckptvault.config import Config, ConfigError, check_sources, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input or environment: exit 2 with the message."""
+
+
+def _quiet_prefect_env() -> None:
+    # Telemetry off, always: offline it fails noisily, and we promise users it is off.
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _preflight(args: argparse.Namespace, *, need_sources: bool) -> Config:
+    """Everything that can be checked before touching anything: config, source paths, the bucket."""
+    from ckptvault.store import StoreError, open_store
+
+    cfg = load_config(args.config)
+    if need_sources:
+        problems = check_sources(cfg)
+        if problems:
+            raise UsageError("\n".join(problems))
+        if not cfg.sources:
+            raise UsageError("no [[sources]] in the configuration: add one per training run to ingest.")
+    try:
+        open_store(cfg.store).check_bucket()
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    return cfg
+
+
+def _start_prefect_note() -> None:
+    _quiet_prefect_env()
+    if not os.environ.get("PREFECT_API_URL"):
+        _say(
+            "starting a temporary Prefect API for this command (10-30 s; "
+            "set PREFECT_API_URL to a running server, e.g. `make up`, to skip this)"
+        )
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    cfg_path = args.config
+    _preflight(args, need_sources=True)
+    _start_prefect_note()
+    from ckptvault.outcomes import IngestIncomplete
+    from flows.ingest import ingest
+
+    state = ingest(config_path=cfg_path, return_state=True)
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, IngestIncomplete):
+        _print_outcomes(result.outcomes)
+        _say(str(result))
+        return EXIT_FAILED
+    if isinstance(result, BaseException):
+        _say(f"ingest failed: {result}")
+        return EXIT_FAILED
+    _print_outcomes(result)
+    return EXIT_OK
+
+
+def _print_outcomes(outcomes: Sequence[object]) -> None:
+    from ckptvault.ingest import Outcome
+
+    for o in outcomes:
+        assert isinstance(o, Outcome)
+        extra = f"  {o.message}" if o.message else ""
+        print(f"{o.result:9} {o.run} step {o.step} ({o.format}, {o.bytes / 2**20:.1f} MiB, {o.files} files){extra}")
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from ckptvault.listing import render_json, render_table
+    from ckptvault.catalog import Catalog
+    from ckptvault.store import open_store
+
+    cfg = _preflight(args, need_sources=False)
+    states = Catalog(open_store(cfg.store), cfg.store.prefix).current(args.run)
+    if args.state:
+        states = [s for s in states if s.state == args.state]
+    print(render_json(states) if args.json else render_table(states))
+    return EXIT_OK
+
+
+def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
+    from ckptvault.catalog import Catalog
+    from ckptvault.store import open_store
+
+    cfg = _preflight(args, need_sources=False)
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    events = catalog.rebuild_from_manifests()
+    if args.write and events:
+        key = catalog.append(events)
+        print(f"appended {len(events)} events rebuilt from manifests to {key}")
+    else:
+        print(f"{len(events)} checkpoints found by their manifests (pass --write to append them to the catalog)")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
+    p.add_argument("--config", help="the TOML config (default: $CKPTVAULT_CONFIG)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("ingest", help="one ingest pass over every [[sources]] entry, as a Prefect flow")
+    s.set_defaults(fn=cmd_ingest)
+
+    s = sub.add_parser("ls", help="list checkpoints from the catalog")
+    s.add_argument("--run")
+    s.add_argument("--state", help="e.g. verified, invalid, transitioned")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_ls)
+
+    s = sub.add_parser("catalog", help="catalog maintenance")
+    csub = s.add_subparsers(dest="catalog_command", required=True)
+    r = csub.add_parser("rebuild", help="reconstruct catalog events from the manifests in the bucket")
+    r.add_argument("--write", action="store_true", help="append the rebuilt events to the catalog")
+    r.set_defaults(fn=cmd_catalog_rebuild)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    fn: Callable[[argparse.Namespace], int] = args.fn
+    try:
+        return fn(args)
+    except (ConfigError, UsageError) as e:
+        _say(f"ckptvault: {e}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _say("ckptvault: interrupted; rerun the same command to continue where it stopped")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

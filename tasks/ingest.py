@@ -1,0 +1,98 @@
+"""Prefect tasks of the ingest flow: each wraps one library call with retries and logging."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from ckptvault import ingest as lib
+from ckptvault.catalog import Catalog, CheckpointState, Event
+from ckptvault.config import Config, SourceConfig, load_config
+from ckptvault.discovery import DiscoveryResult, Found
+from ckptvault.manifest import FileEntry, Manifest
+from ckptvault.store import ObjectStore, ProgressFn, open_store
+from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, only_transient
+
+_io = dict(
+    retries=RETRIES,
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_jitter_factor=RETRY_JITTER,
+    retry_condition_fn=only_transient,
+    cache_policy=NO_CACHE,
+)
+
+
+@task(name="load-config", cache_policy=NO_CACHE)
+def load_config_task(config_path: str | None) -> Config:
+    return load_config(config_path)
+
+
+@task(name="open-store", **_io)  # type: ignore[call-overload]
+def open_store_task(cfg: Config) -> ObjectStore:
+    store = open_store(cfg.store)
+    store.check_bucket()
+    return store
+
+
+@task(name="catalog-state", **_io)  # type: ignore[call-overload]
+def known_states_task(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
+    return lib.known_states(catalog, run)
+
+
+@task(name="discover", task_run_name="discover-{source.run}", cache_policy=NO_CACHE)
+def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
+    return lib.find_checkpoints(source)
+
+
+@task(name="is-committed", **_io)  # type: ignore[call-overload]
+def is_committed_task(store: ObjectStore, prefix: str, found: Found) -> bool:
+    return lib.is_committed(store, prefix, found)
+
+
+@task(name="validate-structure", cache_policy=NO_CACHE)
+def validate_structure_task(found: Found) -> list[str]:
+    return lib.validate_structure(found)
+
+
+@task(name="plan-upload", **_io)  # type: ignore[call-overload]
+def plan_upload_task(store: ObjectStore, prefix: str, found: Found) -> list[lib.FileJob]:
+    return lib.plan_upload(store, prefix, found)
+
+
+@task(name="upload-file", task_run_name="upload-{job.file.rel}", **_io)  # type: ignore[call-overload]
+def upload_one_task(
+    store: ObjectStore, job: lib.FileJob, found: Found, sha256: bool = False, progress: ProgressFn | None = None
+) -> FileEntry:
+    return lib.upload_one(store, job, found, sha256=sha256, progress=progress)
+
+
+@task(name="commit-manifest", **_io)  # type: ignore[call-overload]
+def commit_manifest_task(store: ObjectStore, prefix: str, found: Found, entries: list[FileEntry]) -> Manifest:
+    return lib.commit_manifest(store, prefix, found, entries)
+
+
+@task(name="record-events", **_io)  # type: ignore[call-overload]
+def record_task(catalog: Catalog, events: Sequence[Event]) -> str | None:
+    return lib.record(catalog, events)
+
+
+@task(name="publish-outcomes", cache_policy=NO_CACHE)
+def publish_outcomes_task(outcomes: Sequence[lib.Outcome]) -> None:
+    rows = [
+        {
+            "run": o.run,
+            "step": o.step,
+            "format": o.format,
+            "result": o.result,
+            "GiB": round(o.bytes / 2**30, 3),
+            "files": o.files,
+            "uploaded files": o.uploaded_files,
+            "seconds": round(o.seconds, 1),
+            "message": o.message[:500],
+        }
+        for o in outcomes
+    ]
+    create_table_artifact(key="ingest-outcomes", table=rows, description="Each checkpoint seen by this ingest pass")
