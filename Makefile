@@ -1,0 +1,45 @@
+# Two commands do all the set-up: `make demo` and `make test`. Both build .venv from nothing.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-dev
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+
+.PHONY: venv demo test lint unit integration bench up down clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# The main job on its embedded default store (SeaweedFS on 127.0.0.1:8333, data in .demo/).
+demo: $(STAMP)
+	$(BIN)/python -m ckptvault_cli.demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q -rs
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
+	$(BIN)/python bench/run.py
+
+up: $(STAMP)
+	bash infra/local/up.sh
+
+down:
+	bash infra/local/down.sh
+
+clean: down
+	rm -rf .demo .state

@@ -1,0 +1,251 @@
+"""Storage class prices and billing rules, and the cost of a plan.
+
+Prices live in `ckptvault/data/prices.toml` (AWS list prices); `[policy.prices]` overrides $/GB-month
+per class, which is how Ceph users price their own class names. Billing follows AWS's rules because
+they are the strictest we know: minimum storage durations, minimum billable object sizes, per-object
+index overhead for the archival classes, and per-request fees. A store without those rules (Ceph)
+simply has zeros for them.
+
+Checkpoints are priced from their total bytes and object count only (that is what the catalog keeps),
+so the minimum billable size is applied as `max(bytes, objects * min_size)`: exact when all objects are
+on the same side of the minimum, a lower bound otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+GB = 2**30  # AWS bills GB-months in binary gigabytes
+DAYS_PER_MONTH = 30.0
+TIERS = ("hot", "warm", "cold", "archive")
+RESTORE_TIERS = ("Expedited", "Standard", "Bulk")
+
+# Tier -> storage class name, per store kind. A tier missing here must be set in `[policy.classes]`.
+DEFAULT_CLASSES: dict[str, dict[str, str]] = {
+    "aws": {"hot": "STANDARD", "warm": "STANDARD_IA", "cold": "GLACIER", "archive": "DEEP_ARCHIVE"},
+    # Ceph has no Glacier: its classes are placement targets the operator names; COLD is the usual one.
+    "ceph": {"hot": "STANDARD", "cold": "COLD"},
+    # MinIO keeps only STANDARD/REDUCED_REDUNDANCY labels; tiering goes through remote tiers it names.
+    "minio": {"hot": "STANDARD"},
+}
+# SeaweedFS keeps AWS storage-class labels; moto emulates AWS.
+DEFAULT_CLASSES["seaweedfs"] = DEFAULT_CLASSES["aws"]
+DEFAULT_CLASSES["moto"] = DEFAULT_CLASSES["aws"]
+
+
+class PriceError(ValueError):
+    """A price is missing or malformed; the message names the class and the fix."""
+
+
+@dataclass(frozen=True)
+class RestoreTier:
+    usd_per_gb: float
+    per_1000: float
+    seconds_min: float
+    seconds_max: float
+
+
+@dataclass(frozen=True)
+class ClassPrice:
+    name: str
+    usd_per_gb_month: float
+    min_days: float = 0.0
+    min_billable_bytes: int = 0
+    overhead_bytes: int = 0
+    overhead_standard_bytes: int = 0
+    put_per_1000: float = 0.0
+    transition_per_1000: float = 0.0
+    get_per_1000: float = 0.0
+    retrieval_per_gb: float = 0.0
+    restore: Mapping[str, RestoreTier] = field(default_factory=dict)
+
+    @property
+    def frozen(self) -> bool:
+        """Objects in this class must be restored before a GET (Glacier Flexible, Deep Archive)."""
+        return bool(self.restore)
+
+
+def class_map(store_kind: str, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Tier -> class name for a store kind, with the user's `[policy.classes]` on top."""
+    if store_kind not in DEFAULT_CLASSES:
+        known = ", ".join(sorted(DEFAULT_CLASSES))
+        raise PriceError(f"store kind {store_kind!r} has no storage-class defaults (known: {known}); "
+                         "resolve `auto` to the detected kind before planning")
+    out = dict(DEFAULT_CLASSES[store_kind])
+    for tier, name in (overrides or {}).items():
+        if tier not in TIERS:
+            raise PriceError(f"[policy.classes] {tier} = {name!r}: unknown tier; use one of {', '.join(TIERS)}")
+        out[tier] = name
+    return out
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    classes: Mapping[str, ClassPrice]
+
+    def get(self, name: str) -> ClassPrice:
+        try:
+            return self.classes[name]
+        except KeyError:
+            raise PriceError(
+                f"storage class {name!r} has no price. Add it to the config: "
+                f"[policy.prices] {name} = 0.01  (USD per GB-month)"
+            ) from None
+
+    def require(self, names: Iterable[str]) -> None:
+        """Fail early, before planning, for any class without a price."""
+        for n in names:
+            self.get(n)
+
+    def billable_bytes(self, nbytes: int, objects: int, name: str) -> float:
+        """Bytes billed at this class's own price (min size and per-object index overhead included)."""
+        c = self.get(name)
+        return max(nbytes, objects * c.min_billable_bytes) + objects * c.overhead_bytes
+
+    def monthly_cost(self, nbytes: int, name: str, objects: int = 1) -> float:
+        """USD per month to store `nbytes` in `objects` objects of class `name`."""
+        c = self.get(name)
+        usd = self.billable_bytes(nbytes, objects, name) / GB * c.usd_per_gb_month
+        if c.overhead_standard_bytes:
+            usd += objects * c.overhead_standard_bytes / GB * self.get("STANDARD").usd_per_gb_month
+        return usd
+
+    def early_deletion_fee(self, nbytes: int, objects: int, name: str, days_in_class: float) -> float:
+        """What leaving class `name` after `days_in_class` costs on top: the rest of its minimum."""
+        c = self.get(name)
+        remaining = max(0.0, c.min_days - max(days_in_class, 0.0))
+        return self.monthly_cost(nbytes, name, objects) * remaining / DAYS_PER_MONTH
+
+    def transition_cost(self, nbytes: int, objects: int, from_class: str, to_class: str, age_days: float) -> float:
+        """One-time USD to move a checkpoint between classes: the transition requests into `to_class`
+        plus the early-deletion charge of `from_class`, which it entered `age_days` ago."""
+        requests = objects * self.get(to_class).transition_per_1000 / 1000
+        return requests + self.early_deletion_fee(nbytes, objects, from_class, age_days)
+
+    def restore_estimate(self, objects_by_class: Mapping[str, tuple[int, int]], tier: str) -> tuple[float, float, float]:
+        """(USD, seconds_min, seconds_max) to make objects readable and GET them once.
+        `objects_by_class`: class -> (objects, bytes). Times are the thaw only, not the download."""
+        if tier not in RESTORE_TIERS:
+            raise PriceError(f"restore tier {tier!r} is unknown; use one of {', '.join(RESTORE_TIERS)}")
+        usd, smin, smax = 0.0, 0.0, 0.0
+        for name, (objects, nbytes) in objects_by_class.items():
+            c = self.get(name)
+            usd += objects * c.get_per_1000 / 1000
+            if not c.frozen:
+                usd += nbytes / GB * c.retrieval_per_gb
+                continue
+            if tier not in c.restore:
+                offered = ", ".join(sorted(c.restore))
+                raise PriceError(f"{name} has no {tier} restore; choose one of {offered}")
+            t = c.restore[tier]
+            usd += objects * t.per_1000 / 1000 + nbytes / GB * t.usd_per_gb
+            # Restores of different objects run in parallel: the slowest class sets the time.
+            smin, smax = max(smin, t.seconds_min), max(smax, t.seconds_max)
+        return usd, smin, smax
+
+
+def _float(d: Mapping[str, Any], key: str, where: str) -> float:
+    v = d.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or math.isnan(v):
+        raise PriceError(f"prices.toml: {where}.{key} must be a non-negative number, got {v!r}")
+    return float(v)
+
+
+def _parse_class(name: str, d: Mapping[str, Any]) -> ClassPrice:
+    where = f"classes.{name}"
+    if "usd_per_gb_month" not in d:
+        raise PriceError(f"prices.toml: {where}.usd_per_gb_month is missing")
+    restore = {
+        tier: RestoreTier(**{k: _float(t, k, f"{where}.restore.{tier}")
+                             for k in ("usd_per_gb", "per_1000", "seconds_min", "seconds_max")})
+        for tier, t in d.get("restore", {}).items()
+    }
+    return ClassPrice(
+        name=name,
+        usd_per_gb_month=_float(d, "usd_per_gb_month", where),
+        min_days=_float(d, "min_days", where),
+        min_billable_bytes=int(_float(d, "min_billable_bytes", where)),
+        overhead_bytes=int(_float(d, "overhead_bytes", where)),
+        overhead_standard_bytes=int(_float(d, "overhead_standard_bytes", where)),
+        put_per_1000=_float(d, "put_per_1000", where),
+        transition_per_1000=_float(d, "transition_per_1000", where),
+        get_per_1000=_float(d, "get_per_1000", where),
+        retrieval_per_gb=_float(d, "retrieval_per_gb", where),
+        restore=restore,
+    )
+
+
+def load_prices(overrides: Mapping[str, float] | None = None) -> PriceTable:
+    """The packaged price table with `[policy.prices]` (class -> $/GB-month) on top. An override of a
+    known class changes only its storage price; a new class (a Ceph placement target) gets that price
+    and no minimums or request fees, which is how on-prem stores bill."""
+    text = resources.files("ckptvault").joinpath("data/prices.toml").read_text(encoding="utf-8")
+    raw = tomllib.loads(text)
+    classes = {name: _parse_class(name, d) for name, d in raw.get("classes", {}).items()}
+    for name, usd in (overrides or {}).items():
+        if isinstance(usd, bool) or not isinstance(usd, int | float) or usd < 0 or math.isnan(usd):
+            raise PriceError(f"[policy.prices] {name} = {usd!r}: must be a non-negative USD per GB-month")
+        classes[name] = replace(classes[name], usd_per_gb_month=float(usd)) if name in classes else (
+            ClassPrice(name=name, usd_per_gb_month=float(usd)))
+    return PriceTable(classes=classes)
+
+
+# --- the cost of a plan -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holding:
+    """One checkpoint's place in the store before and after a plan (None: not in the store)."""
+
+    run: str
+    nbytes: int
+    objects: int
+    before: str | None
+    after: str | None
+    fee_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class CostSummary:
+    monthly_before: dict[str, dict[str, float]]  # run -> class -> USD/month
+    monthly_after: dict[str, dict[str, float]]
+    one_time_fees_usd: float  # requests and early-deletion charges of the plan's actions
+    hot_fs_monthly_usd: float  # keeping every checkpoint of `before` on the parallel file system
+
+    @property
+    def total_before(self) -> float:
+        return sum(sum(c.values()) for c in self.monthly_before.values())
+
+    @property
+    def total_after(self) -> float:
+        return sum(sum(c.values()) for c in self.monthly_after.values())
+
+    @property
+    def monthly_saving(self) -> float:
+        return self.total_before - self.total_after
+
+    @property
+    def saving_vs_hot_fs(self) -> float:
+        """USD/month saved by the store (after the plan) against keeping everything on the hot tier."""
+        return self.hot_fs_monthly_usd - self.total_after
+
+
+def summarize(holdings: Iterable[Holding], prices: PriceTable, hot_fs_usd_per_gb_month: float) -> CostSummary:
+    before: dict[str, dict[str, float]] = {}
+    after: dict[str, dict[str, float]] = {}
+    fees = hot = 0.0
+    for h in holdings:
+        fees += h.fee_usd
+        if h.before is not None:
+            by_class = before.setdefault(h.run, {})
+            by_class[h.before] = by_class.get(h.before, 0.0) + prices.monthly_cost(h.nbytes, h.before, h.objects)
+            hot += h.nbytes / GB * hot_fs_usd_per_gb_month
+        if h.after is not None:
+            by_class = after.setdefault(h.run, {})
+            by_class[h.after] = by_class.get(h.after, 0.0) + prices.monthly_cost(h.nbytes, h.after, h.objects)
+    return CostSummary(before, after, fees, hot)

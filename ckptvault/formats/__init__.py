@@ -1,0 +1,74 @@
+"""Checkpoint layouts: one module per training framework, each a stateless `Layout` object.
+
+`LAYOUTS` maps the config's `format` names to them; `detect_layout` implements `format = "auto"`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ckptvault.formats import dcp, deepspeed, hf, lightning, megatron, nemo, orbax
+from ckptvault.formats.base import Candidate, Layout
+
+__all__ = ["LAYOUTS", "Candidate", "FormatError", "Layout", "detect_layout", "get_layout", "read_metrics"]
+
+
+class FormatError(ValueError):
+    """The checkpoint format cannot be determined or is unknown; the message names the fix."""
+
+
+LAYOUTS: dict[str, Layout] = {
+    "hf": hf.LAYOUT,
+    "dcp": dcp.LAYOUT,
+    "megatron": megatron.LAYOUT,
+    "deepspeed": deepspeed.LAYOUT,
+    "orbax": orbax.LAYOUT,
+    "lightning": lightning.LAYOUT,
+    "nemo": nemo.LAYOUT,
+}
+
+# What `detect_layout` looks for, phrased for the error message.
+_SIGNS = {
+    "hf": "checkpoint-<N>/",
+    "dcp": "step-<N>/ with *.distcp",
+    "megatron": "iter_<NNNNNNN>/ or latest_checkpointed_iteration.txt",
+    "deepspeed": "global_step<N>/",
+    "orbax": "<N>/ with _CHECKPOINT_METADATA",
+    "lightning": "*step=<S>*.ckpt",
+    "nemo": "*step=<S>*/ with weights/ and context/",
+}
+
+
+def get_layout(name: str) -> Layout:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        known = ", ".join(sorted(LAYOUTS))
+        msg = f'unknown checkpoint format {name!r}; set format = one of {known} or "auto" in [[sources]]'
+        raise FormatError(msg) from None
+
+
+def detect_layout(root: Path) -> Layout:
+    """The one layout whose run-root signature `root` shows; FormatError if none or several do."""
+    hits = [layout for layout in LAYOUTS.values() if layout.matches(root)]
+    if len(hits) == 1:
+        return hits[0]
+    options = " | ".join(f'"{n}"' for n in LAYOUTS)
+    if not hits:
+        looked = "; ".join(f"{n}: {sign}" for n, sign in _SIGNS.items())
+        raise FormatError(
+            f'format = "auto" found no known checkpoint layout under {root} (looked for {looked}). '
+            f"If checkpoints are there, set format = {options} in [[sources]] for this path."
+        )
+    names = ", ".join(h.name for h in hits)
+    raise FormatError(
+        f'format = "auto" is ambiguous under {root}: it looks like {names}. '
+        f"Set format = {options} in [[sources]] for this path."
+    )
+
+
+def read_metrics(fmt: str, path: Path) -> dict[str, float]:
+    """Training metrics recorded inside a checkpoint (only HF records them); {} otherwise."""
+    if fmt == "hf":
+        return hf.read_metrics(path)
+    return {}

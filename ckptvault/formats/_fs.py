@@ -1,0 +1,81 @@
+"""Small file-system helpers shared by the layout modules (private to `ckptvault.formats`).
+
+Layouts look only at names and a few marker files, so one `scandir` of the run root (plus at most one
+per candidate) is all they cost; discovery walks the files afterwards, once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+# Writers save into a temporary name and rename when done; these decorations mark such names.
+_TEMP_PREFIX = re.compile(r"^(?:tmp[-_.]|\.tmp[-_.]?)", re.IGNORECASE)
+_TEMP_SUFFIX = re.compile(
+    r"(?:\.orbax-checkpoint-tmp.*|[-_.]tmp(?:[-_.].*)?|\.tmp\d+|-unfinished)$", re.IGNORECASE
+)
+
+
+def is_temp_name(name: str) -> bool:
+    """A temporary name (`.tmp`, `tmp`, `-unfinished` anywhere): never a finished checkpoint."""
+    lower = name.lower()
+    return "tmp" in lower or "-unfinished" in lower
+
+
+def strip_temp(name: str) -> str:
+    """The name a temporary entry will have once renamed, so its step can still be parsed."""
+    return _TEMP_SUFFIX.sub("", _TEMP_PREFIX.sub("", name))
+
+
+def entries(root: Path) -> list[os.DirEntry[str]]:
+    """The entries directly under `root`, sorted by name; [] if it cannot be read (discovery reports
+    unreadable roots itself, layouts only need to not crash)."""
+    try:
+        with os.scandir(root) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def names(path: Path) -> set[str]:
+    """Names directly inside `path` (empty if unreadable or not a directory)."""
+    try:
+        with os.scandir(path) as it:
+            return {e.name for e in it}
+    except OSError:
+        return set()
+
+
+def is_dir(entry: os.DirEntry[str]) -> bool:
+    # Symlinked checkpoint dirs are still reported as candidates so discovery can say it skips them.
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def read_small_text(path: Path, limit: int = 4096) -> str | None:
+    """A pointer file's stripped content, or None if absent/unreadable (pointer files are tiny)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def has_suffix_in(path: Path, suffix: str, limit: int = 64) -> bool:
+    """True if one of the first `limit` entries of `path` ends with `suffix` (cheap format sniffing)."""
+    try:
+        with os.scandir(path) as it:
+            for i, e in enumerate(it):
+                if e.name.endswith(suffix):
+                    return True
+                if i >= limit:
+                    break
+    except OSError:
+        pass
+    return False
+
+
+TEMP_REASON = "temporary name: the writer renames it when the save finishes"

@@ -1,0 +1,106 @@
+"""Hugging Face Trainer: `checkpoint-<N>/` directories.
+
+The Trainer writes `trainer_state.json` after the weights and optimizer, so its presence (plus every
+shard named by a weights index) means the save finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ckptvault.formats import _fs
+from ckptvault.formats.base import Candidate
+
+NAME = re.compile(r"^checkpoint-(\d+)$")
+STATE = "trainer_state.json"
+INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def index_shards(index_path: Path) -> set[str] | None:
+    """The shard file names an index's `weight_map` points to; None if unreadable/malformed."""
+    try:
+        doc = json.loads(index_path.read_bytes())
+        weight_map = doc["weight_map"]
+        return {str(v) for v in weight_map.values()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _judge(path: Path) -> tuple[bool, str]:
+    present = _fs.names(path)
+    if STATE not in present:
+        return False, f"no {STATE} yet (the Trainer writes it last)"
+    for index in INDEXES:
+        if index not in present:
+            continue
+        shards = index_shards(path / index)
+        if shards is None:
+            return False, f"{index} cannot be parsed (expected JSON with a weight_map)"
+        missing = sorted(shards - present)
+        if missing:
+            return False, f"{index} names {len(missing)} missing shard(s): {', '.join(missing[:3])}"
+    return True, ""
+
+
+class HFLayout:
+    name = "hf"
+
+    def candidates(self, root: Path) -> list[Candidate]:
+        out = []
+        for e in _fs.entries(root):
+            m = NAME.match(_fs.strip_temp(e.name))
+            if not m or not _fs.is_dir(e):
+                continue
+            path = Path(e.path)
+            if _fs.is_temp_name(e.name):
+                out.append(Candidate(self.name, int(m[1]), path, False, _fs.TEMP_REASON))
+                continue
+            complete, reason = _judge(path)
+            out.append(Candidate(self.name, int(m[1]), path, complete, reason))
+        return sorted(out, key=lambda c: (c.step, c.path.name))
+
+    def matches(self, root: Path) -> bool:
+        return any(NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e) for e in _fs.entries(root))
+
+    def pointer_file(self, step: int, ckpt_name: str) -> tuple[str, str] | None:
+        return None
+
+
+LAYOUT = HFLayout()
+
+
+def _numeric(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def read_metrics(ckpt_dir: Path) -> dict[str, float]:
+    """The last value of every numeric key in `trainer_state.json`'s `log_history` (loss, eval_loss,
+    learning_rate, grad_norm, ...), plus `global_step`. NaN/inf stay as they are: callers look for
+    them. Empty if the file is absent or unparsable."""
+    try:
+        doc = json.loads((ckpt_dir / STATE).read_bytes())  # json accepts NaN/Infinity, as HF writes them
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    metrics: dict[str, float] = {}
+    history = doc.get("log_history")
+    if isinstance(history, list):
+        for entry in history:
+            if not isinstance(entry, dict):
+                continue
+            for key, value in entry.items():
+                num = _numeric(value)
+                if num is not None:
+                    metrics[str(key)] = num
+    for key in ("global_step", "best_metric"):
+        num = _numeric(doc.get(key))
+        if num is not None and not (key == "best_metric" and math.isnan(num)):
+            metrics[key] = num
+    return metrics

@@ -1,0 +1,266 @@
+"""Restore: bring back run R at step S (or `latest`) to a directory the framework resumes from.
+
+Steps, each one call a task wraps: resolve the step; load its manifest (the commit marker: no
+manifest, no restore); estimate bytes, classes, time and cost; warm up archived objects
+(RestoreObject) as its own step; check which are still frozen; download every file into a temporary
+directory beside the destination with every CRC32C checked; write the format's pointer file; rename
+into place. Nothing at the destination is touched until every byte is verified.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ckptvault.catalog import CheckpointState
+from ckptvault.cost import PriceTable, restore_estimate
+from ckptvault.formats import get_layout
+from ckptvault.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix, safe_relpath
+from ckptvault.store import ObjectStore, ProgressFn
+
+ARCHIVAL = frozenset({"GLACIER", "DEEP_ARCHIVE"})  # must be thawed before a GET; GLACIER_IR need not
+_ONGOING = re.compile(r'ongoing-request\s*=\s*"(true|false)"')
+
+
+class RestoreError(Exception):
+    """A restore that cannot go on; the message says what and how to fix it. Nothing was changed."""
+
+
+@dataclass(frozen=True)
+class ObjectPlan:
+    key: str
+    path: str  # relative path in the checkpoint
+    size: int
+    crc32c: str
+    storage_class: str
+    thawed: bool  # readable now (not archival, or archival with a completed restore)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    run: str
+    step: int
+    bytes: int
+    objects: int
+    by_class: dict[str, tuple[int, int]]  # class -> (objects, bytes)
+    frozen: int  # objects that need RestoreObject before download
+    tier: str
+    usd: float
+    seconds_min: float
+    seconds_max: float
+    objects_plan: tuple[ObjectPlan, ...] = field(repr=False, default=())
+
+    def describe(self) -> str:
+        classes = ", ".join(f"{c}: {n} objects / {b / 2**30:.2f} GiB" for c, (n, b) in sorted(self.by_class.items()))
+        wait = (
+            "no thaw needed"
+            if self.frozen == 0
+            else f"{self.frozen} archived objects to thaw with the {self.tier} tier: "
+            f"{_dur(self.seconds_min)} to {_dur(self.seconds_max)}"
+        )
+        return (
+            f"restore {self.run} step {self.step}: {self.bytes / 2**30:.2f} GiB in {self.objects} objects ({classes}); "
+            f"{wait}; estimated retrieval cost ${self.usd:.2f}"
+        )
+
+
+def _dur(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def resolve_step(states: Sequence[CheckpointState], run: str, step: int | str) -> int:
+    """`latest` is the newest checkpoint of the run whose manifest verified (and not expired)."""
+    good = sorted(s.step for s in states if s.run == run and s.verified)
+    if step == "latest":
+        if not good:
+            raise RestoreError(
+                f"run {run!r} has no verified checkpoint in the catalog. "
+                "Check the run name with `ckptvault ls`, or rebuild the catalog with `ckptvault catalog rebuild --write`."
+            )
+        return good[-1]
+    n = int(step)
+    if n not in good:
+        shown = ", ".join(map(str, good[-10:])) or "none"
+        raise RestoreError(f"run {run!r} has no verified checkpoint at step {n} (verified steps: {shown}).")
+    return n
+
+
+def load_manifest(store: ObjectStore, prefix: str, run: str, step: int) -> Manifest:
+    key = checkpoint_prefix(prefix, run, step) + MANIFEST_NAME
+    try:
+        return Manifest.from_json(store.get_bytes(key), key)
+    except ManifestError as e:
+        raise RestoreError(f"{e}. The checkpoint cannot be restored safely; run `ckptvault drill` to inspect it.") from None
+
+
+def _is_thawed(storage_class: str, restore_header: str | None) -> bool:
+    if storage_class not in ARCHIVAL:
+        return True
+    if not restore_header:
+        return False
+    m = _ONGOING.search(restore_header)
+    return bool(m and m.group(1) == "false")
+
+
+def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[ObjectPlan]:
+    """One HEAD per object: its class and thaw state, and that it is still there at the right size."""
+    base = checkpoint_prefix(prefix, manifest.run, manifest.step)
+    plans, missing = [], []
+    for f in manifest.files:
+        rel = safe_relpath(f.path)
+        info = store.head(base + rel)
+        if info is None:
+            missing.append(rel)
+            continue
+        if info.size != f.size:
+            missing.append(f"{rel} (size {info.size} in the store, {f.size} in the manifest)")
+            continue
+        plans.append(ObjectPlan(base + rel, rel, f.size, f.crc32c, info.storage_class, _is_thawed(info.storage_class, info.restore)))
+    if missing:
+        raise RestoreError(
+            f"{manifest.run} step {manifest.step}: {len(missing)} objects named by the manifest are missing or wrong: "
+            + ", ".join(missing[:10])
+        )
+    return plans
+
+
+def estimate(manifest: Manifest, plans: Sequence[ObjectPlan], prices: PriceTable, tier: str) -> Estimate:
+    by_class: dict[str, tuple[int, int]] = {}
+    for p in plans:
+        n, b = by_class.get(p.storage_class, (0, 0))
+        by_class[p.storage_class] = (n + 1, b + p.size)
+    frozen_by_class: dict[str, tuple[int, int]] = {}
+    for p in plans:
+        if not p.thawed:
+            n, b = frozen_by_class.get(p.storage_class, (0, 0))
+            frozen_by_class[p.storage_class] = (n + 1, b + p.size)
+    usd, smin, smax = restore_estimate(by_class, tier, prices)
+    if not frozen_by_class:
+        smin = smax = 0.0
+    return Estimate(
+        run=manifest.run,
+        step=manifest.step,
+        bytes=manifest.total_bytes,
+        objects=len(plans),
+        by_class=by_class,
+        frozen=sum(n for n, _ in frozen_by_class.values()),
+        tier=tier,
+        usd=usd,
+        seconds_min=smin,
+        seconds_max=smax,
+        objects_plan=tuple(plans),
+    )
+
+
+def request_thaw(store: ObjectStore, plans: Sequence[ObjectPlan], tier: str, days: int = 3) -> dict[str, int]:
+    """Warm-up as its own step: RestoreObject for every frozen object. Idempotent: an object already
+    thawing or thawed is counted, not an error."""
+    counts: dict[str, int] = {}
+    for p in plans:
+        if p.thawed:
+            continue
+        status = store.restore_object(p.key, days, tier)
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def still_frozen(store: ObjectStore, plans: Sequence[ObjectPlan]) -> list[ObjectPlan]:
+    """HEAD the objects not yet readable; returns those still frozen."""
+    out = []
+    for p in plans:
+        if p.thawed:
+            continue
+        info = store.head(p.key)
+        if info is None or not _is_thawed(info.storage_class, info.restore):
+            out.append(p)
+    return out
+
+
+def wait_for_thaw(
+    store: ObjectStore, plans: Sequence[ObjectPlan], deadline_s: float, first_delay: float = 5.0, max_delay: float = 900.0
+) -> list[ObjectPlan]:
+    """Poll with exponential backoff until nothing is frozen or the deadline passes; returns what is
+    still frozen (empty when done)."""
+    end = time.monotonic() + deadline_s
+    delay = first_delay
+    frozen = still_frozen(store, plans)
+    while frozen and time.monotonic() + delay <= end:
+        time.sleep(delay)
+        delay = min(delay * 2, max_delay)
+        frozen = still_frozen(store, frozen)
+    return frozen
+
+
+def check_destination(dest: Path, force: bool) -> None:
+    if dest.exists() and not dest.is_dir():
+        raise RestoreError(f"destination {dest} exists and is not a directory. Choose another --dest.")
+    if dest.is_dir() and any(dest.iterdir()) and not force:
+        raise RestoreError(
+            f"destination {dest} is not empty. Choose an empty or new directory, or pass --force "
+            "(the existing directory is then kept, renamed aside, never deleted)."
+        )
+
+
+def staging_dir(dest: Path) -> Path:
+    """A temporary directory beside the destination: same file system, so the final rename is atomic."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.ckptvault-partial-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    return tmp
+
+
+def checkpoint_name(manifest: Manifest) -> str:
+    """The checkpoint's own directory (or file) name on the hot tier, which frameworks look for."""
+    name = Path(manifest.source).name if manifest.source else ""
+    return name if name not in ("", ".", "..") else f"step-{manifest.step}"
+
+
+def download_one(store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None) -> str:
+    """Fetch one object into the staging directory, CRC32C checked by the adapter."""
+    target = into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    store.download_file(plan.key, target, size=plan.size, crc32c=plan.crc32c, progress=progress)
+    os.utime(target, (time.time(), next(f.mtime for f in manifest.files if f.path == plan.path)))
+    return plan.path
+
+
+def write_pointer(staged: Path, manifest: Manifest) -> str | None:
+    """Recreate `latest` / `latest_checkpointed_iteration.txt` so the framework resumes from here."""
+    pointer = get_layout(manifest.format).pointer_file(manifest.step, checkpoint_name(manifest))
+    if pointer is None:
+        return None
+    name, content = pointer
+    (staged / name).write_text(content)
+    return name
+
+
+def finalize(staged: Path, dest: Path, force: bool) -> Path | None:
+    """Rename the verified staging directory into place. With --force an existing destination is
+    renamed aside (returned) rather than deleted: a restore never destroys data."""
+    aside = None
+    if dest.exists():
+        if dest.is_dir() and not any(dest.iterdir()):
+            dest.rmdir()
+        elif force:
+            aside = dest.with_name(f"{dest.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+            dest.rename(aside)
+        else:
+            raise RestoreError(f"destination {dest} appeared while restoring; the restored copy is kept at {staged}")
+    staged.rename(dest)
+    return aside
+
+
+def discard(staged: Path) -> None:
+    """Remove a staging directory after a failed restore: it holds only our partial copy."""
+    if staged.name.startswith(".") and ".ckptvault-partial-" in staged.name:
+        shutil.rmtree(staged, ignore_errors=True)

@@ -1,0 +1,115 @@
+"""The staleness and budget watch, and the alert state it shares with the notifier. Pure: no I/O, no clock.
+
+`AlertState` is the one small record the alerting keeps between runs (the caller stores it at
+`<prefix>/_state/alerts.json`):
+- `sent`: dedup key -> when it was last delivered. Written only by `DedupNotifier`, on success.
+- `stale`: run -> its open stale episode. Written only by `stale_runs`, which returns a new state.
+
+The watch learns that its stale/recovered alert was delivered by finding the alert's dedup key in
+`sent`. That is what makes a failed delivery (Slack down) come back at the next check instead of
+being lost, while a delivered one is never repeated for the same episode.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ckptvault.alerts import Alert, budget_exceeded, run_recovered, run_stale
+
+SCHEMA = "ckptvault.alerts/1"
+
+
+@dataclass(frozen=True)
+class Episode:
+    newest_at: float  # created_at of the newest checkpoint when the run went stale
+    opened_at: float
+    notified: bool = False  # the run_stale alert was delivered
+
+
+@dataclass
+class AlertState:
+    sent: dict[str, float] = field(default_factory=dict)
+    stale: dict[str, Episode] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        doc = {
+            "schema": SCHEMA,
+            "sent": self.sent,
+            "stale": {run: asdict(ep) for run, ep in self.stale.items()},
+        }
+        return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> AlertState:
+        try:
+            doc: Any = json.loads(data)
+            if doc.get("schema") != SCHEMA:
+                raise ValueError(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+            sent = {str(k): float(v) for k, v in doc["sent"].items()}
+            stale = {
+                str(run): Episode(float(e["newest_at"]), float(e["opened_at"]), bool(e["notified"]))
+                for run, e in doc["stale"].items()
+            }
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ValueError(
+                f"alert state is not readable ({e}); delete _state/alerts.json to start afresh "
+                "(at worst one repeated alert per open episode)"
+            ) from None
+        return cls(sent=sent, stale=stale)
+
+    def copy(self) -> AlertState:
+        return AlertState(sent=dict(self.sent), stale=dict(self.stale))
+
+
+def stale_runs(
+    latest_created_at: dict[str, float | None],
+    stale_after_hours: dict[str, float],
+    state: AlertState,
+    now: float,
+    latest_step: dict[str, int] | None = None,
+    flow_run_url: str | None = None,
+) -> tuple[list[Alert], AlertState]:
+    """Alerts for runs that stopped checkpointing and for runs that resumed; `state` is not modified.
+
+    `stale_after_hours` holds only the runs that are watched. A run with no checkpoint at all (None)
+    is never stale: without a first checkpoint there is nothing to measure a gap from.
+    Per episode: one run_stale (re-emitted until delivered), then one run_recovered (likewise).
+    """
+    steps = latest_step or {}
+    new = state.copy()
+    for gone in set(new.stale) - set(stale_after_hours):
+        del new.stale[gone]  # no longer watched: nobody would ever close the episode
+    alerts: list[Alert] = []
+    for run, hours in sorted(stale_after_hours.items()):
+        newest = latest_created_at.get(run)
+        step = steps.get(run)
+        ep = new.stale.get(run)
+        if ep is not None:
+            stale_alert = run_stale(run, ep.newest_at, hours, now, step, flow_run_url)
+            if not ep.notified and stale_alert.dedup_key() in new.sent:
+                ep = new.stale[run] = replace(ep, notified=True)
+            if newest is None or newest <= ep.newest_at:
+                if not ep.notified:
+                    alerts.append(stale_alert)
+                continue
+            recovered = run_recovered(run, ep.newest_at, newest, step, flow_run_url)
+            if ep.notified and recovered.dedup_key() not in new.sent:
+                alerts.append(recovered)
+                continue
+            # recovered and delivered, or nobody was ever told it was stale: the episode is over
+            del new.stale[run]
+        if newest is not None and now - newest > hours * 3600:
+            new.stale[run] = Episode(newest_at=newest, opened_at=now)
+            alerts.append(run_stale(run, newest, hours, now, step, flow_run_url))
+    return alerts, new
+
+
+def budget_alert(
+    monthly_usd: float, budget: float | None, run: str = "*", flow_run_url: str | None = None
+) -> Alert | None:
+    """The budget alert when spend is over the budget; it repeats once per dedup window while over."""
+    if budget is None or monthly_usd <= budget:
+        return None
+    return budget_exceeded(monthly_usd, budget, run, flow_run_url)
