@@ -74,12 +74,16 @@ def class_map(store_kind: str, overrides: Mapping[str, str] | None = None) -> di
     """Tier -> class name for a store kind, with the user's `[policy.classes]` on top."""
     if store_kind not in DEFAULT_CLASSES:
         known = ", ".join(sorted(DEFAULT_CLASSES))
-        raise PriceError(f"store kind {store_kind!r} has no storage-class defaults (known: {known}); "
-                         "resolve `auto` to the detected kind before planning")
+        raise PriceError(
+            f"store kind {store_kind!r} has no storage-class defaults (known: {known}); "
+            "resolve `auto` to the detected kind before planning"
+        )
     out = dict(DEFAULT_CLASSES[store_kind])
     for tier, name in (overrides or {}).items():
         if tier not in TIERS:
-            raise PriceError(f"[policy.classes] {tier} = {name!r}: unknown tier; use one of {', '.join(TIERS)}")
+            raise PriceError(
+                f"[policy.classes] {tier} = {name!r}: unknown tier; use one of {', '.join(TIERS)}"
+            )
         out[tier] = name
     return out
 
@@ -121,13 +125,17 @@ class PriceTable:
         remaining = max(0.0, c.min_days - max(days_in_class, 0.0))
         return self.monthly_cost(nbytes, name, objects) * remaining / DAYS_PER_MONTH
 
-    def transition_cost(self, nbytes: int, objects: int, from_class: str, to_class: str, age_days: float) -> float:
+    def transition_cost(
+        self, nbytes: int, objects: int, from_class: str, to_class: str, age_days: float
+    ) -> float:
         """One-time USD to move a checkpoint between classes: the transition requests into `to_class`
         plus the early-deletion charge of `from_class`, which it entered `age_days` ago."""
         requests = objects * self.get(to_class).transition_per_1000 / 1000
         return requests + self.early_deletion_fee(nbytes, objects, from_class, age_days)
 
-    def restore_estimate(self, objects_by_class: Mapping[str, tuple[int, int]], tier: str) -> tuple[float, float, float]:
+    def restore_estimate(
+        self, objects_by_class: Mapping[str, tuple[int, int]], tier: str
+    ) -> tuple[float, float, float]:
         """(USD, seconds_min, seconds_max) to make objects readable and GET them once.
         `objects_by_class`: class -> (objects, bytes). Times are the thaw only, not the download."""
         if tier not in RESTORE_TIERS:
@@ -161,8 +169,12 @@ def _parse_class(name: str, d: Mapping[str, Any]) -> ClassPrice:
     if "usd_per_gb_month" not in d:
         raise PriceError(f"prices.toml: {where}.usd_per_gb_month is missing")
     restore = {
-        tier: RestoreTier(**{k: _float(t, k, f"{where}.restore.{tier}")
-                             for k in ("usd_per_gb", "per_1000", "seconds_min", "seconds_max")})
+        tier: RestoreTier(
+            **{
+                k: _float(t, k, f"{where}.restore.{tier}")
+                for k in ("usd_per_gb", "per_1000", "seconds_min", "seconds_max")
+            }
+        )
         for tier, t in d.get("restore", {}).items()
     }
     return ClassPrice(
@@ -190,8 +202,11 @@ def load_prices(overrides: Mapping[str, float] | None = None) -> PriceTable:
     for name, usd in (overrides or {}).items():
         if isinstance(usd, bool) or not isinstance(usd, int | float) or usd < 0 or math.isnan(usd):
             raise PriceError(f"[policy.prices] {name} = {usd!r}: must be a non-negative USD per GB-month")
-        classes[name] = replace(classes[name], usd_per_gb_month=float(usd)) if name in classes else (
-            ClassPrice(name=name, usd_per_gb_month=float(usd)))
+        classes[name] = (
+            replace(classes[name], usd_per_gb_month=float(usd))
+            if name in classes
+            else (ClassPrice(name=name, usd_per_gb_month=float(usd)))
+        )
     return PriceTable(classes=classes)
 
 
@@ -243,7 +258,9 @@ def summarize(holdings: Iterable[Holding], prices: PriceTable, hot_fs_usd_per_gb
         fees += h.fee_usd
         if h.before is not None:
             by_class = before.setdefault(h.run, {})
-            by_class[h.before] = by_class.get(h.before, 0.0) + prices.monthly_cost(h.nbytes, h.before, h.objects)
+            by_class[h.before] = by_class.get(h.before, 0.0) + prices.monthly_cost(
+                h.nbytes, h.before, h.objects
+            )
             hot += h.nbytes / GB * hot_fs_usd_per_gb_month
         if h.after is not None:
             by_class = after.setdefault(h.run, {})

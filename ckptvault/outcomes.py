@@ -18,3 +18,14 @@ class IngestIncomplete(Exception):
         lines = [f"{len(bad)} checkpoint(s) not uploaded:"]
         lines += [f"  {o.run} step {o.step} ({o.format}): {o.result}: {o.message}" for o in bad]
         super().__init__("\n".join(lines))
+
+
+class DrillFailed(Exception):
+    """At least one drilled checkpoint did not restore intact or did not load."""
+
+    def __init__(self, rows: Sequence[dict[str, object]]) -> None:
+        self.rows = list(rows)
+        bad = [r for r in self.rows if not r["ok"]]
+        lines = [f"{len(bad)} of {len(self.rows)} drilled checkpoint(s) FAILED:"]
+        lines += [f"  {r['run']} step {r['step']}: {r['problems']}" for r in bad]
+        super().__init__("\n".join(lines))

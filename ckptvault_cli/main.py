@@ -115,6 +115,65 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_restore(args: argparse.Namespace) -> int:
+    _preflight(args, need_sources=False)
+    from ckptvault.restore import check_destination
+
+    check_destination_or_usage(check_destination, args)
+    _start_prefect_note()
+    from flows.restore import restore
+
+    state = restore(
+        run=args.run, dest=args.dest, step=args.step, tier=args.tier, wait=not args.no_wait,
+        force=args.force, wait_hours=args.wait_hours, config_path=args.config, return_state=True,
+    )
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, BaseException):
+        _say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
+        return EXIT_FAILED
+    if result["status"] == "restored":
+        print(f"restored {args.run} step {result['step']} to {result['dest']} (every CRC32C verified)")
+        if result.get("pointer"):
+            print(f"pointer file {result['pointer']} written: the framework resumes from this checkpoint")
+        if result.get("replaced"):
+            print(f"the previous contents of the destination were kept at {result['replaced']}")
+        return EXIT_OK
+    print(result.get("message", "still thawing"))
+    return EXIT_OK if args.no_wait else EXIT_FAILED
+
+
+def check_destination_or_usage(check: Callable[..., None], args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from ckptvault.restore import RestoreError
+
+    try:
+        check(Path(args.dest).expanduser().resolve(), args.force)
+    except RestoreError as e:
+        raise UsageError(str(e)) from None
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    _preflight(args, need_sources=False)
+    _start_prefect_note()
+    from ckptvault.outcomes import DrillFailed
+    from flows.drill import drill
+
+    state = drill(sample=args.sample, tier=args.tier, config_path=args.config, return_state=True)
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, DrillFailed):
+        _say(str(result))
+        return EXIT_FAILED
+    if isinstance(result, BaseException):
+        _say(f"drill failed: {result}")
+        return EXIT_FAILED
+    for r in result:
+        print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['run']} step {r['step']} restored and loaded in {r['seconds']} s")
+    if not result:
+        print("nothing to drill: no verified checkpoints in the catalog")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
     p.add_argument("--config", help="the TOML config (default: $CKPTVAULT_CONFIG)")
@@ -128,6 +187,22 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--state", help="e.g. verified, invalid, transitioned")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_ls)
+
+    s = sub.add_parser("restore", help="bring back a checkpoint to a directory the framework resumes from")
+    s.add_argument("run")
+    s.add_argument("--step", default="latest", help="a step number or 'latest' (newest verified)")
+    s.add_argument("--dest", required=True, help="an empty or new directory (the run root to resume from)")
+    s.add_argument("--tier", default="Standard", choices=["Expedited", "Standard", "Bulk"],
+                   help="thaw speed for archived objects (cost rises with speed)")
+    s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
+    s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")
+    s.add_argument("--force", action="store_true", help="restore into a non-empty destination (kept aside, not deleted)")
+    s.set_defaults(fn=cmd_restore)
+
+    s = sub.add_parser("drill", help="restore a rotating sample into scratch and prove it loads")
+    s.add_argument("--sample", type=int, help="how many checkpoints (default [drill].sample)")
+    s.add_argument("--tier", choices=["Expedited", "Standard", "Bulk"], help="thaw tier (default [drill].restore_tier)")
+    s.set_defaults(fn=cmd_drill)
 
     s = sub.add_parser("catalog", help="catalog maintenance")
     csub = s.add_subparsers(dest="catalog_command", required=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 # Called with the number of bytes just transferred; used for progress bars and artifacts.
 ProgressFn = Callable[[int], None]
@@ -40,6 +40,13 @@ class ObjectFrozenError(StoreError):
     """The object is in an archival class and must be restored before it can be read."""
 
 
+# Storage classes whose objects cannot be read until RestoreObject has completed.
+ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
+
+RestoreState = Literal["requested", "in_progress", "restored", "not_needed"]
+ABORT_MPU_RULE_ID = "ckptvault-abort-incomplete-mpu"
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a server supports, detected by probing (see `S3Store.capabilities`)."""
@@ -47,7 +54,13 @@ class Capabilities:
     checksums_validated: bool  # server rejects a wrong x-amz-checksum-crc32c (BadDigest)
     conditional_writes: bool  # server honours If-None-Match: * with 412
     restore_object: bool  # RestoreObject implemented (AWS, moto)
-    lifecycle_transitions: bool  # bucket lifecycle Transition rules accepted
+    # Transition rules accepted and executed. Not probed (that would mean writing the bucket's
+    # lifecycle configuration): taken from the server kind, aws/ceph/moto True, seaweedfs False.
+    lifecycle_transitions: bool
+    # multipart uploads with ChecksumType=FULL_OBJECT: the server checks the whole-object CRC32C
+    # at CompleteMultipartUpload and returns it on HEAD (AWS, SeaweedFS)
+    full_object_checksums: bool = False
+    kind: str = "unknown"  # aws | ceph | seaweedfs | minio | moto | unknown (configured or detected)
 
 
 @dataclass(frozen=True)
@@ -59,11 +72,30 @@ class ObjectInfo:
     last_modified: float  # unix seconds
     metadata: Mapping[str, str] = field(default_factory=dict)  # only filled by head()
     restore: str | None = None  # raw x-amz-restore header, only filled by head()
+    # the server's own whole-object CRC32C (x-amz-checksum-crc32c) when it is a whole-object value
+    # (single-part object, or multipart with ChecksumType FULL_OBJECT); only filled by head()
+    server_crc32c: str | None = None
+    archive_status: str | None = None  # Intelligent-Tiering ARCHIVE_ACCESS / DEEP_ARCHIVE_ACCESS
 
     @property
     def crc32c(self) -> str | None:
-        """The whole-object CRC32C (base64, as S3 spells it) that ckptvault stored as metadata."""
-        return self.metadata.get("crc32c")
+        """The whole-object CRC32C (base64, as S3 spells it) if the object carries one: metadata
+        `crc32c` (single PUTs) or the server's full-object checksum. None for multipart objects on
+        servers without full-object checksums (Ceph): the manifest is the record of their CRC32C."""
+        return self.metadata.get("crc32c") or self.server_crc32c
+
+    @property
+    def parts(self) -> int:
+        """Number of parts from the ETag's "-N" suffix; 0 for a single PUT (or an in-place copy)."""
+        tail = self.etag.strip('"').rpartition("-")[2]
+        return int(tail) if "-" in self.etag and tail.isdigit() else 0
+
+    @property
+    def frozen(self) -> bool:
+        """In an archival class (GLACIER, DEEP_ARCHIVE, Intelligent-Tiering archive tiers) and not
+        (yet) restored: a GET fails with InvalidObjectState."""
+        archived = self.storage_class in ARCHIVE_CLASSES or self.archive_status is not None
+        return archived and not (self.restore or "").replace(" ", "").startswith('ongoing-request="false"')
 
 
 @dataclass(frozen=True)
@@ -74,6 +106,9 @@ class UploadResult:
     sha256: str | None  # hex, only when asked for
     etag: str
     parts: int  # 0 for a single PUT
+    # True when the server itself checked the CRC32C of every byte (per part, and for the whole
+    # object where it supports full-object checksums); False where only sizes/part counts were checked
+    server_verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,8 +178,13 @@ class ObjectStore(Protocol):
         progress: ProgressFn | None = None,
     ) -> UploadResult:
         """Stream a file up (multipart above the threshold), computing CRC32C (and SHA-256 if asked) in
-        the same read pass, sending per-part checksums where the server validates them, storing the
-        whole-file CRC32C as metadata `crc32c`, then verifying size and metadata with a HEAD."""
+        the same read pass, sending per-part checksums where the server validates them (and the
+        whole-object CRC32C as a FULL_OBJECT checksum where supported). A single PUT also stores the
+        CRC32C as metadata `crc32c`; a multipart object cannot (metadata is fixed at
+        CreateMultipartUpload, before the CRC is known), so the caller's manifest is the record.
+        Then a HEAD verifies size, part count (ETag "-N") and any whole-object CRC32C the server
+        reports. On failure the multipart upload is aborted. `tags` go on the object.
+        `progress` is called once per part, possibly from worker threads."""
         ...
 
     def download_file(
@@ -157,11 +197,45 @@ class ObjectStore(Protocol):
         progress: ProgressFn | None = None,
     ) -> None:
         """Parallel ranged GETs into `dest` (created or truncated), CRC32C checked against `crc32c`:
-        ChecksumMismatchError naming the key if it differs. ObjectFrozenError if archived."""
+        ChecksumMismatchError naming the key if it (or the size) differs; `dest` is removed on any
+        failure. ObjectFrozenError if archived. `progress` is called per range, from worker threads."""
         ...
 
-    def delete(self, key: str) -> None: ...
+    def delete(self, key: str) -> None:
+        """Delete one object; absent is not an error."""
+        ...
 
     def abort_multipart_uploads(self, prefix: str, older_than: float | None = None) -> int:
         """Abort incomplete multipart uploads under prefix (initiated before `older_than`, unix s)."""
+        ...
+
+    def copy_storage_class(self, key: str, storage_class: str, size: int) -> None:
+        """Move an object to another storage class in place (server-side copy keeping metadata and
+        tags; multipart copy above 5 GiB). A no-op if it is already in that class. On a versioned
+        bucket the old version stays, billed in its old class, until a noncurrent-version rule."""
+        ...
+
+    def restore_object(self, key: str, days: int, tier: str) -> RestoreState:
+        """Ask for a readable copy of an archived object (tier: Expedited | Standard | Bulk).
+        "not_needed" if the object is readable as it is; StoreError if the server has no RestoreObject."""
+        ...
+
+    def put_tags(self, key: str, tags: Mapping[str, str]) -> None:
+        """Replace the object's tags."""
+        ...
+
+    def get_tags(self, key: str) -> dict[str, str]: ...
+
+    def put_lifecycle(self, rules: list[dict[str, Any]]) -> None:
+        """Replace the bucket lifecycle configuration (S3 rule dicts); an empty list deletes it."""
+        ...
+
+    def get_lifecycle(self) -> list[dict[str, Any]]:
+        """The bucket's lifecycle rules; [] if it has none."""
+        ...
+
+    def ensure_abort_incomplete_mpu_rule(self, days: int = 1) -> bool:
+        """Merge a rule (ID ABORT_MPU_RULE_ID) aborting incomplete multipart uploads under the store's
+        prefix after `days` into the existing lifecycle rules, keeping every other rule. Returns True
+        if it changed the configuration. Read-modify-write: not atomic against another writer."""
         ...

@@ -1,0 +1,354 @@
+"""The catalog: an append-only Parquet event log in the bucket, beside the data it describes.
+
+Layout: `<prefix>/_catalog/events/<time_ns:020d>-<uuid4hex>.parquet`, one object per `append` call,
+never rewritten. Two writers never lose each other's events because they never write the same key.
+
+Every event has an identity, (origin file key, row index), kept as hidden columns when `compact`
+merges files. Readers drop duplicate identities, so a reader that lists a merged file and its
+not-yet-deleted sources, a compaction that crashed between write and delete, or two compactions racing
+each other all read as if the merge were atomic. The identity also orders events: origin keys begin
+with a zero-padded nanosecond time, so (at, origin, row) is "by time, then by insertion".
+
+The catalog can always be rebuilt from the manifests in the bucket (`rebuild_from_manifests`).
+This is the only module that imports pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_step_dir
+from ckptvault.store.port import ObjectStore
+
+EVENT_KINDS = (
+    "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
+    "restore_requested", "restored", "drilled", "expired", "accepted", "warned",
+)  # fmt: skip
+CATALOG_DIR = "_catalog/events/"
+SCHEMA_TAG = b"ckptvault.catalog/1"
+_ORIGIN, _ROW = "_origin", "_row"
+
+
+class CatalogError(Exception):
+    """A catalog file cannot be read or an event is malformed; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Event:
+    run: str
+    step: int
+    event: str
+    at: float  # unix seconds
+    format: str = ""
+    bytes: int = 0
+    files: int = 0
+    storage_class: str = ""
+    created_at: float | None = None  # when the checkpoint was written (newest file mtime)
+    ok: bool | None = None  # drilled: passed or failed
+    detail: str = ""  # JSON text: reasons, metrics, who/why for accepted, timings
+    flow_run: str = ""  # Prefect flow run id; the library never imports prefect, callers pass it
+
+    def __post_init__(self) -> None:
+        if self.event not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {self.event!r}; one of {', '.join(EVENT_KINDS)}")
+        if not self.run:
+            raise ValueError("event run must not be empty")
+        if self.step < 0:
+            raise ValueError(f"event step must be >= 0, got {self.step}")
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """The fold of one checkpoint's events in time order."""
+
+    run: str
+    step: int
+    format: str
+    state: str  # the latest event kind
+    bytes: int
+    files: int
+    storage_class: str
+    created_at: float | None
+    uploaded_at: float | None
+    verified: bool  # ever verified, and not expired since
+    local_evicted: bool
+    last_drill_at: float | None
+    last_drill_ok: bool | None
+    metrics: dict[str, float]  # "metrics" in the detail of the uploaded/verified event
+    updated_at: float
+    detail: str  # detail of the latest event
+    # When the checkpoint entered its current storage class: minimum-duration charges count from here.
+    class_since: float | None = None
+
+
+_SCHEMA = pa.schema(
+    [
+        ("run", pa.string()),
+        ("step", pa.int64()),
+        ("event", pa.string()),
+        ("at", pa.float64()),
+        ("format", pa.string()),
+        ("bytes", pa.int64()),
+        ("files", pa.int64()),
+        ("storage_class", pa.string()),
+        ("created_at", pa.float64()),
+        ("ok", pa.bool_()),
+        ("detail", pa.string()),
+        ("flow_run", pa.string()),
+    ],
+    metadata={b"schema": SCHEMA_TAG},
+)
+_FIELDS = [f.name for f in fields(Event)]
+_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(Event) if f.name not in ("run", "step", "event", "at")
+}
+
+
+def _table(events: Sequence[Event], origins: Sequence[tuple[str, int]] | None = None) -> pa.Table:
+    cols = {name: [getattr(e, name) for e in events] for name in _FIELDS}
+    schema = _SCHEMA
+    if origins is not None:
+        cols[_ORIGIN] = [o for o, _ in origins]
+        cols[_ROW] = [r for _, r in origins]
+        schema = schema.append(pa.field(_ORIGIN, pa.string())).append(pa.field(_ROW, pa.int64()))
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+def _to_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def encode_events(events: Sequence[Event]) -> bytes:
+    """Events as one Parquet file."""
+    return _to_bytes(_table(events))
+
+
+def _decode(data: bytes, origin: str) -> list[tuple[Event, str, int]]:
+    """Events with their identity (origin key, row). Missing optional columns take their defaults,
+    so files written before a column was added still read."""
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CatalogError(f"{origin}: not a readable Parquet file ({e})") from None
+    names = set(table.column_names)
+    missing = {"run", "step", "event", "at"} - names
+    if missing:
+        raise CatalogError(f"{origin}: not a catalog file (missing columns {sorted(missing)})")
+    cols = table.to_pydict()
+    out = []
+    for i in range(table.num_rows):
+        kw = {n: (cols[n][i] if n in names else _DEFAULTS[n]) for n in _FIELDS}
+        for n in ("format", "storage_class", "detail", "flow_run"):
+            kw[n] = kw[n] or ""
+        for n in ("bytes", "files"):
+            kw[n] = kw[n] or 0
+        try:
+            ev = Event(**kw)
+        except (ValueError, TypeError) as e:
+            raise CatalogError(f"{origin}: row {i}: {e}") from None
+        if _ORIGIN in names:
+            out.append((ev, str(cols[_ORIGIN][i]), int(cols[_ROW][i])))
+        else:
+            out.append((ev, origin, i))
+    return out
+
+
+def decode_events(data: bytes) -> list[Event]:
+    """The events of one Parquet file, in file order."""
+    return [e for e, _, _ in _decode(data, "<bytes>")]
+
+
+def _dedup_sorted(rows: Iterable[tuple[Event, str, int]]) -> list[tuple[Event, str, int]]:
+    seen: dict[tuple[str, int], tuple[Event, str, int]] = {}
+    for r in rows:
+        seen.setdefault((r[1], r[2]), r)
+    return sorted(seen.values(), key=lambda r: (r[0].at, r[1], r[2]))
+
+
+def _metrics(detail: str) -> dict[str, float] | None:
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return None
+    m = d.get("metrics") if isinstance(d, dict) else None
+    if not isinstance(m, dict):
+        return None
+    return {str(k): float(v) for k, v in m.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _fold_one(events: Sequence[Event]) -> CheckpointState:
+    first = events[0]
+    s = dict(
+        run=first.run, step=first.step, format="", state="", bytes=0, files=0, storage_class="",
+        created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
+        last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
+    )  # fmt: skip
+    for e in events:
+        # Later events refine what is known; empty fields mean "not said", never "cleared".
+        if e.format:
+            s["format"] = e.format
+        if e.bytes:
+            s["bytes"] = e.bytes
+        if e.files:
+            s["files"] = e.files
+        if e.created_at is not None:
+            s["created_at"] = e.created_at
+        if e.storage_class and e.storage_class != s["storage_class"]:
+            s["storage_class"] = e.storage_class
+            s["class_since"] = e.at
+        if e.event in ("uploaded", "verified"):
+            if s["uploaded_at"] is None:
+                s["uploaded_at"] = e.at
+            if s["class_since"] is None:
+                s["class_since"] = e.at
+            m = _metrics(e.detail)
+            if m is not None:
+                s["metrics"] = m
+        if e.event == "verified":
+            s["verified"] = True
+        elif e.event == "expired":
+            s["verified"] = False
+        elif e.event == "evicted_local":
+            s["local_evicted"] = True
+        elif e.event == "drilled":
+            s["last_drill_at"], s["last_drill_ok"] = e.at, e.ok
+        s["state"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
+    return CheckpointState(**s)  # type: ignore[arg-type]
+
+
+def fold(events: Iterable[Event]) -> list[CheckpointState]:
+    """Current state of every checkpoint, sorted by (run, step). Events must be in time order (as
+    `Catalog.events` returns them); a stable sort by `at` here keeps that order for equal times."""
+    groups: dict[tuple[str, int], list[Event]] = {}
+    for e in sorted(events, key=lambda e: e.at):
+        groups.setdefault((e.run, e.step), []).append(e)
+    return [_fold_one(groups[k]) for k in sorted(groups)]
+
+
+class Catalog:
+    def __init__(self, store: ObjectStore, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.dir = f"{self.prefix}/{CATALOG_DIR}" if self.prefix else CATALOG_DIR
+
+    def _new_key(self, time_ns: int | None = None) -> str:
+        ns = time.time_ns() if time_ns is None else time_ns
+        return f"{self.dir}{ns:020d}-{uuid.uuid4().hex}.parquet"
+
+    def _keys(self) -> list[str]:
+        return [o.key for o in self.store.list(self.dir) if o.key.endswith(".parquet")]
+
+    def _rows(self, keys: Iterable[str]) -> list[tuple[Event, str, int]]:
+        rows: list[tuple[Event, str, int]] = []
+        for k in keys:
+            rows.extend(_decode(self.store.get_bytes(k), k))
+        return _dedup_sorted(rows)
+
+    def append(self, events: Sequence[Event]) -> str | None:
+        """Write `events` as one new object; returns its key (None when there is nothing to write)."""
+        if not events:
+            return None
+        key = self._new_key()
+        # The key is unique by construction; if_none_match makes a (practically impossible) collision
+        # an error instead of a silent overwrite of someone else's events.
+        self.store.put_bytes(
+            key, encode_events(events), if_none_match=True, content_type="application/vnd.apache.parquet"
+        )
+        return key
+
+    def events(self, run: str | None = None) -> list[Event]:
+        """All events (of `run`), sorted by time, then insertion."""
+        return [e for e, _, _ in self._rows(self._keys()) if run is None or e.run == run]
+
+    def current(self, run: str | None = None) -> list[CheckpointState]:
+        return fold(self.events(run))
+
+    def compact(self, older_than: float) -> int:
+        """Merge the event files written before `older_than` (unix s) into one; returns how many files
+        were merged (0 when fewer than two qualify). Only files listed before the merge are deleted,
+        and only after the merged file is written, so concurrent appends are never lost."""
+        cutoff = int(older_than * 1e9)
+        old = [k for k in self._keys() if _key_time_ns(k) < cutoff]
+        if len(old) < 2:
+            return 0
+        rows = self._rows(old)
+        if rows:
+            newest = max(_key_time_ns(r[1]) for r in rows)
+            table = _table([r[0] for r in rows], [(r[1], r[2]) for r in rows])
+            self.store.put_bytes(
+                self._new_key(newest),
+                _to_bytes(table),
+                if_none_match=True,
+                content_type="application/vnd.apache.parquet",
+            )
+        for k in old:
+            self.store.delete(k)
+        return len(old)
+
+    def rebuild_from_manifests(self) -> list[Event]:
+        """One "verified" event per checkpoint whose manifest is in the bucket, at its upload time. The
+        storage class is the most common among the checkpoint's data objects. Nothing is appended: the
+        caller decides (e.g. `cat.append(cat.rebuild_from_manifests())` into an empty catalog)."""
+        root = f"{self.prefix}/" if self.prefix else ""
+        classes: dict[str, Counter[str]] = {}
+        manifests: list[tuple[str, float]] = []
+        for o in self.store.list(root):
+            rel = o.key[len(root) :].split("/")
+            if len(rel) < 3 or rel[0] == "_catalog" or parse_step_dir(rel[1]) is None:
+                continue
+            ckpt = "/".join(rel[:2])
+            if len(rel) == 3 and rel[2] == MANIFEST_NAME:
+                manifests.append((o.key, o.last_modified))
+            elif not (len(rel) == 3 and rel[2] == VALIDATION_NAME):
+                classes.setdefault(ckpt, Counter())[o.storage_class] += 1
+        out = []
+        for key, modified in manifests:
+            run, sdir = key[len(root) :].split("/")[:2]
+            ckpt = f"{run}/{sdir}"
+            try:
+                m = Manifest.from_json(self.store.get_bytes(key), origin=key)
+            except ManifestError as e:
+                # Unreadable manifest: the checkpoint does not exist for readers, but say so.
+                step = parse_step_dir(sdir) or 0
+                out.append(
+                    Event(
+                        run=run,
+                        step=step,
+                        event="invalid",
+                        at=modified,
+                        detail=json.dumps({"source": "rebuild_from_manifests", "reason": str(e)}),
+                    )
+                )
+                continue
+            counts = classes.get(ckpt)
+            # Ties go to the alphabetically first class so a rebuild is deterministic.
+            cls = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counts else "STANDARD"
+            detail = json.dumps({"source": "rebuild_from_manifests", "manifest": key, "metrics": m.metrics})
+            out.append(Event(
+                run=m.run, step=m.step, event="verified", at=m.uploaded_at, format=m.format,
+                bytes=m.total_bytes, files=len(m.files), storage_class=cls, created_at=m.created_at,
+                detail=detail,
+            ))  # fmt: skip
+        return out
+
+
+def _key_time_ns(key: str) -> int:
+    name = key.rsplit("/", 1)[-1]
+    head = name.split("-", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+def event_dict(e: Event) -> dict[str, object]:
+    """An event as plain data (for artifacts and JSON output)."""
+    return asdict(e)

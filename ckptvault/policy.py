@@ -1,0 +1,246 @@
+"""Retention and tiering decisions: a pure planner over checkpoint states, the policy, prices and `now`.
+
+No I/O here: the `tier` flow reads the catalog, calls `plan`, shows the plan, and applies it.
+
+Safety rules hold before any cost rule: the newest `keep_hot` verified checkpoints of a run stay
+where they are, milestones are never expired, nothing unverified is touched, nothing moves up a tier.
+Then every move must pay for itself over `policy.horizon_days`: a transition or expiry whose one-time
+fees (requests, minimum-duration charges) exceed what it saves becomes a `skip` that says why, in
+dollars.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ckptvault.catalog import CheckpointState
+from ckptvault.config import PolicyConfig
+from ckptvault.cost import DAYS_PER_MONTH, GB, TIERS, CostSummary, Holding, PriceTable, class_map, summarize
+
+DAY = 86400.0
+ActionKind = Literal["keep", "transition", "expire", "evict_local", "skip"]
+
+# Tier rank of well-known class names, used when a class is not in the store's tier map (an object
+# put there by hand, or a map the user changed since). Unknown classes are never moved.
+_KNOWN_RANK = {"STANDARD": 0, "STANDARD_IA": 1, "GLACIER_IR": 1, "GLACIER": 2, "COLD": 2, "DEEP_ARCHIVE": 3}
+
+
+class PlanError(ValueError):
+    """The policy cannot be planned for this store; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Action:
+    run: str
+    step: int
+    kind: ActionKind
+    to_class: str | None  # transition target; for a skipped transition, the class it would have gone to
+    reason: str
+    saving_usd: float = 0.0  # over the policy horizon
+    fee_usd: float = 0.0  # one-time: requests and minimum-duration charges
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: list[Action]  # sorted by (run, step); a checkpoint's evict_local comes before its storage action
+    summary: CostSummary
+    store_kind: str
+    now: float
+
+    def of_kind(self, kind: ActionKind) -> list[Action]:
+        return [a for a in self.actions if a.kind == kind]
+
+
+def _usd(x: float) -> str:
+    return f"${x:.4f}" if abs(x) < 1 else f"${x:,.2f}"
+
+
+def _created(s: CheckpointState) -> float:
+    for t in (s.created_at, s.uploaded_at):
+        if t is not None:
+            return t
+    return s.updated_at
+
+
+def _live(states: Sequence[CheckpointState]) -> list[CheckpointState]:
+    return [s for s in states if s.state != "expired"]
+
+
+def _by_run(states: Sequence[CheckpointState]) -> dict[str, list[CheckpointState]]:
+    """Live, verified checkpoints per run, newest step first."""
+    out: dict[str, list[CheckpointState]] = {}
+    for s in _live(states):
+        if s.verified:
+            out.setdefault(s.run, []).append(s)
+    for ss in out.values():
+        ss.sort(key=lambda s: s.step, reverse=True)
+    return out
+
+
+def milestones(states: Sequence[CheckpointState], policy: PolicyConfig) -> set[tuple[str, int]]:
+    """Checkpoints kept forever, chosen among verified ones: every K steps; the first of each T-hour
+    window of creation time (windows aligned to the epoch, so a choice does not change as new
+    checkpoints arrive); the best k by a metric."""
+    out: set[tuple[str, int]] = set()
+    for run, ss in _by_run(states).items():
+        if policy.milestone_every_steps:
+            out.update((run, s.step) for s in ss if s.step % policy.milestone_every_steps == 0)
+        if policy.milestone_every_hours:
+            width = policy.milestone_every_hours * 3600
+            first: dict[int, CheckpointState] = {}
+            for s in ss:
+                w = math.floor(_created(s) / width)
+                if w not in first or (_created(s), s.step) < (_created(first[w]), first[w].step):
+                    first[w] = s
+            out.update((run, s.step) for s in first.values())
+        if policy.keep_best:
+            kb = policy.keep_best
+            scored = [
+                (s.metrics[kb.metric], s.step)
+                for s in ss
+                if not math.isnan(s.metrics.get(kb.metric, math.nan))
+            ]
+            sign = 1.0 if kb.mode == "min" else -1.0
+            scored.sort(key=lambda vs: (sign * vs[0], vs[1]))
+            out.update((run, step) for _, step in scored[: kb.k])
+    return out
+
+
+class _Planner:
+    def __init__(self, policy: PolicyConfig, prices: PriceTable, store_kind: str, now: float) -> None:
+        self.policy, self.prices, self.now = policy, prices, now
+        self.classes = class_map(store_kind, policy.classes)
+        self.hot = self.classes["hot"]
+        for t in policy.tiers:
+            if t.tier not in self.classes:
+                raise PlanError(
+                    f"[policy.tiers] uses tier {t.tier!r}, which a {store_kind} store has no storage class for. "
+                    f'Name one: [policy.classes] {t.tier} = "CLASS" (a class or placement target the store has), '
+                    f"or remove that tier."
+                )
+        self.tiers = sorted(policy.tiers, key=lambda t: t.after_days)
+        self.rank = dict(_KNOWN_RANK)
+        # The store's own map wins over the well-known ranks; the lowest tier wins if two share a class.
+        for tier in reversed(TIERS):
+            if tier in self.classes:
+                self.rank[self.classes[tier]] = TIERS.index(tier)
+        self.horizon = policy.horizon_days
+
+    def monthly(self, s: CheckpointState, cls: str) -> float:
+        return self.prices.monthly_cost(s.bytes, cls, max(s.files, 1))
+
+    def storage_action(self, s: CheckpointState, milestone: bool) -> Action:
+        p, now = self.policy, self.now
+        age = (now - _created(s)) / DAY
+        cur = s.storage_class or self.hot
+        since = s.class_since if s.class_since is not None else (s.uploaded_at or _created(s))
+        in_class = (now - since) / DAY
+        objects = max(s.files, 1)
+        tag = " (milestone: kept forever)" if milestone else ""
+        expires = not milestone and p.expire_after_days is not None
+        if expires and p.expire_after_days is not None and age >= p.expire_after_days:
+            fee = self.prices.early_deletion_fee(s.bytes, objects, cur, in_class)
+            saving = self.monthly(s, cur) * self.horizon / DAYS_PER_MONTH
+            if fee > saving:
+                return Action(
+                    s.run, s.step, "skip", None,
+                    f"expire skipped: saves {_usd(saving)} over {self.horizon:g} d, costs {_usd(fee)} "
+                    f"early-deletion fee ({cur} minimum {self.prices.get(cur).min_days:g} d, "
+                    f"{in_class:.0f} d so far)",
+                    saving, fee,
+                )  # fmt: skip
+            why = f"age {age:.0f} d >= expire_after_days {p.expire_after_days:g}, not a milestone"
+            if fee > 0:
+                why += (
+                    f"; early-deletion fee {_usd(fee)}: {cur} bills {self.prices.get(cur).min_days:g} d "
+                    f"minimum, {in_class:.0f} d so far"
+                )
+            return Action(s.run, s.step, "expire", None, why, saving, fee)
+        target = None
+        for t in self.tiers:
+            if age >= t.after_days:
+                target = t
+        if target is None:
+            return Action(s.run, s.step, "keep", None, f"age {age:.0f} d: no tier applies yet{tag}")
+        to = self.classes[target.tier]
+        if to == cur:
+            return Action(s.run, s.step, "keep", None, f"already in {cur} ({target.tier}){tag}")
+        if cur not in self.rank:
+            return Action(
+                s.run, s.step, "keep", None, f"current class {cur} has no known tier: not moved{tag}"
+            )
+        if self.rank[to] <= self.rank[cur]:
+            return Action(
+                s.run, s.step, "keep", None, f"in {cur}, at or below tier {target.tier} ({to}){tag}"
+            )
+        return self.transition(s, cur, to, age, in_class, expires, tag)
+
+    def transition(
+        self, s: CheckpointState, cur: str, to: str, age: float, in_class: float, expires: bool, tag: str
+    ) -> Action:
+        p = self.policy
+        objects = max(s.files, 1)
+        stay = self.horizon
+        if expires and p.expire_after_days is not None:
+            stay = min(stay, max(0.0, p.expire_after_days - age))  # it will be gone after that
+        saving = (self.monthly(s, cur) - self.monthly(s, to)) * stay / DAYS_PER_MONTH
+        requests = objects * self.prices.get(to).transition_per_1000 / 1000
+        early = self.prices.early_deletion_fee(s.bytes, objects, cur, in_class)
+        # Expiring before the target's own minimum duration bills the rest of it.
+        short = self.monthly(s, to) * max(0.0, self.prices.get(to).min_days - stay) / DAYS_PER_MONTH
+        fee = requests + early + short
+        if saving <= fee:
+            parts = [f"{_usd(requests)} in requests"]
+            if early > 0:
+                parts.append(f"{_usd(early)} early deletion from {cur}")
+            if short > 0:
+                parts.append(f"{_usd(short)} of {to} minimum duration before expiry")
+            return Action(
+                s.run, s.step, "skip", to,
+                f"transition to {to} skipped: saves {_usd(saving)} over {stay:g} d, costs {', '.join(parts)}{tag}",
+                saving, fee,
+            )  # fmt: skip
+        why = f"age {age:.0f} d: {cur} -> {to}, saves {_usd(saving)} over {stay:g} d for {_usd(fee)} in fees{tag}"
+        return Action(s.run, s.step, "transition", to, why, saving, fee)
+
+
+def plan(
+    states: Sequence[CheckpointState], policy: PolicyConfig, prices: PriceTable, store_kind: str, now: float
+) -> Plan:
+    """One storage action (keep/transition/expire/skip) per live checkpoint, plus evict_local actions."""
+    pl = _Planner(policy, prices, store_kind, now)
+    live = _live(states)
+    prices.require(
+        {pl.hot, *(pl.classes[t.tier] for t in pl.tiers), *(s.storage_class for s in live if s.storage_class)}
+    )
+    ms = milestones(live, policy)
+    newest = _by_run(live)
+    hot_keep = {(r, s.step) for r, ss in newest.items() for s in ss[: policy.keep_hot]}
+    local_keep = {(r, s.step) for r, ss in newest.items() for s in ss[: policy.keep_local or 0]}
+    actions: list[Action] = []
+    holdings: list[Holding] = []
+    for s in sorted(live, key=lambda s: (s.run, s.step)):
+        key = (s.run, s.step)
+        if not s.verified:
+            a = Action(
+                s.run, s.step, "keep", None, f"not verified in the store (state {s.state}): nothing moves"
+            )
+        elif key in hot_keep:
+            a = Action(s.run, s.step, "keep", None, f"among the newest {policy.keep_hot} verified: stays put")
+        else:
+            a = pl.storage_action(s, key in ms)
+        if policy.keep_local and s.verified and not s.local_evicted and key not in local_keep:
+            saving = s.bytes / GB * policy.hot_fs_usd_per_gb_month * pl.horizon / DAYS_PER_MONTH
+            why = f"older than the newest {policy.keep_local} verified; a verified copy is in the store"
+            actions.append(Action(s.run, s.step, "evict_local", None, why, saving))
+        actions.append(a)
+        if s.uploaded_at is not None or s.verified:
+            before = s.storage_class or pl.hot
+            after = None if a.kind == "expire" else (a.to_class if a.kind == "transition" else before)
+            fee = a.fee_usd if a.kind in ("transition", "expire") else 0.0  # a skip is not paid
+            holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee))
+    summary = summarize(holdings, prices, policy.hot_fs_usd_per_gb_month)
+    return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now)

@@ -1,0 +1,83 @@
+"""The drill flow: restore a rotating sample into scratch, prove it intact and loadable. Wiring only.
+
+Archived objects are thawed with the Bulk tier by default (cheapest). A drill does not wait for a
+thaw measured in hours: it requests it, records the checkpoint as pending, and the next drill (which
+selects the least recently drilled first) finds it thawed and completes it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, unmapped
+from prefect.runtime import flow_run
+
+from ckptvault.catalog import Catalog, Event
+from ckptvault.drill import DrillResult
+from ckptvault.outcomes import DrillFailed
+from tasks.ingest import load_config_task, open_store_task, record_task
+from tasks.restore import (
+    current_states_task,
+    discard_task,
+    download_one_task,
+    load_check_task,
+    load_manifest_task,
+    plan_objects_task,
+    publish_markdown_task,
+    request_thaw_task,
+    select_sample_task,
+    staging_dir_task,
+    wait_for_thaw_task,
+)
+
+
+@flow(name="drill", log_prints=True)
+def drill(sample: int | None = None, tier: str | None = None, thaw_wait_minutes: float = 5.0,
+          config_path: str | None = None) -> list[dict[str, Any]]:
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    catalog = Catalog(store, cfg.store.prefix)
+    prefix = cfg.store.prefix
+    tier = tier or cfg.drill.restore_tier
+    chosen = select_sample_task(current_states_task(catalog), sample or cfg.drill.sample)
+    results: list[DrillResult] = []
+    pending: list[str] = []
+    for s in chosen:
+        t0 = time.monotonic()
+        try:
+            manifest = load_manifest_task(store, prefix, s.run, s.step)
+            plans = plan_objects_task(store, prefix, manifest)
+            if any(not p.thawed for p in plans):
+                request_thaw_task(store, plans, tier)
+                if wait_for_thaw_task(store, plans, thaw_wait_minutes * 60):
+                    pending.append(f"{s.run} step {s.step}")
+                    continue
+            scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}"
+            staged = staging_dir_task(scratch)
+            try:
+                download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest)).result()
+                name = Path(manifest.source).name if not manifest.single_file else manifest.files[0].path
+                problems = load_check_task(staged / (name or f"step-{s.step}"))
+            finally:
+                discard_task(staged)
+            results.append(DrillResult(s.run, s.step, not problems, time.monotonic() - t0, manifest.total_bytes,
+                                       tuple(problems)))
+        except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
+            results.append(DrillResult(s.run, s.step, False, time.monotonic() - t0, s.bytes, (str(e),)))
+    record_task(catalog, [Event(run=r.run, step=r.step, event="drilled", at=time.time(), ok=r.ok,
+                                detail=r.detail(), flow_run=str(flow_run.id or "")) for r in results])
+    lines = ["| run | step | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.run} | {r.step} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
+              f"{'; '.join(r.problems)[:300]} |" for r in results]
+    if pending:
+        lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
+    publish_markdown_task("drill-report", "\n".join(lines), "restore drill: time to restore and load check")
+    rows = [{"run": r.run, "step": r.step, "ok": r.ok, "seconds": round(r.seconds, 2), "problems": list(r.problems)}
+            for r in results]
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise DrillFailed(rows)
+    return rows

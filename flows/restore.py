@@ -1,0 +1,108 @@
+"""The restore flow: bring back run R at step S (or latest) to a directory, ready to resume. Wiring only.
+
+Waiting for a Glacier thaw takes hours. Run from the command line, the flow polls with backoff up to
+`wait_hours` (the operator's terminal is what waits). Run as a deployment, it polls for a short while,
+then, if objects are still frozen, schedules a follow-up run of itself for later and ends: no worker
+is held for hours, and the follow-up run continues where this one stopped (thaw requests are
+idempotent, the destination is untouched until every byte is verified).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, unmapped
+from prefect.runtime import deployment, flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from ckptvault.catalog import Catalog, Event
+from ckptvault.cost import load_prices
+from ckptvault.progress import ProgressBar
+from tasks.ingest import load_config_task, open_store_task, record_task
+from tasks.restore import (
+    check_destination_task,
+    current_states_task,
+    discard_task,
+    download_one_task,
+    estimate_task,
+    finalize_task,
+    load_manifest_task,
+    plan_objects_task,
+    publish_markdown_task,
+    request_thaw_task,
+    resolve_step_task,
+    staging_dir_task,
+    wait_for_thaw_task,
+    write_pointer_task,
+)
+
+
+@flow(name="restore", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)  # type: ignore[arg-type]
+def restore(
+    run: str,
+    dest: str,
+    step: str = "latest",
+    tier: str = "Standard",
+    wait: bool = True,
+    force: bool = False,
+    wait_hours: float = 48.0,
+    reschedule: bool = False,
+    config_path: str | None = None,
+) -> dict[str, Any]:
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    catalog = Catalog(store, cfg.store.prefix)
+    prefix = cfg.store.prefix
+    target = Path(dest).expanduser().resolve()
+    check_destination_task(target, force)
+    states = current_states_task(catalog, run)
+    n = resolve_step_task(states, run, step)
+    manifest = load_manifest_task(store, prefix, run, n)
+    plans = plan_objects_task(store, prefix, manifest)
+    est = estimate_task(manifest, plans, load_prices(cfg.policy.prices), tier)
+    publish_markdown_task("restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost")
+    report: dict[str, Any] = {"run": run, "step": n, "dest": str(target), "estimate": est.describe()}
+    if est.frozen:
+        requested = request_thaw_task(store, plans, tier)
+        record_task(catalog, [Event(run=run, step=n, event="restore_requested", at=time.time(),
+                                    detail=json.dumps({"tier": tier, "requests": requested}),
+                                    flow_run=str(flow_run.id or ""))])
+        frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
+        if frozen:
+            report.update(status="thawing", frozen=len(frozen))
+            msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
+            if reschedule and deployment.name:
+                from prefect.deployments import run_deployment
+
+                later = datetime.now(UTC) + timedelta(seconds=max(est.seconds_min, 300))
+                run_deployment(name=f"{flow_run.flow_name}/{deployment.name}", parameters=flow_run.parameters,
+                               scheduled_time=later, timeout=0)
+                msg += f"; a follow-up run is scheduled for {later:%Y-%m-%d %H:%M} UTC"
+            print(msg)
+            report["message"] = msg
+            return report
+    staged = staging_dir_task(target)
+    try:
+        bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
+        download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar)).result()
+        pointer = write_pointer_task(staged, manifest)
+        aside = finalize_task(staged, target, force)
+    except BaseException:
+        discard_task(staged)
+        raise
+    record_task(catalog, [Event(run=run, step=n, event="restored", at=time.time(), format=manifest.format,
+                                bytes=manifest.total_bytes, files=len(manifest.files),
+                                detail=json.dumps({"dest": str(target)}), flow_run=str(flow_run.id or ""))])
+    report.update(status="restored", pointer=pointer, replaced=str(aside) if aside else None,
+                  bytes=manifest.total_bytes, files=len(manifest.files))
+    publish_markdown_task(
+        "restore-result",
+        f"### Restored {run} step {n}\n\n- destination: `{target}`\n- files: {len(manifest.files)}, "
+        f"{manifest.total_bytes / 2**30:.2f} GiB, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
+        "what was restored and where",
+    )
+    return report

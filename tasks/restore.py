@@ -1,0 +1,110 @@
+"""Prefect tasks of the restore and drill flows: one library call each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from ckptvault import drill as drill_lib
+from ckptvault import restore as lib
+from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.cost import PriceTable
+from ckptvault.manifest import Manifest
+from ckptvault.store import ObjectStore, ProgressFn
+from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, only_transient
+
+_io = dict(
+    retries=RETRIES,
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_jitter_factor=RETRY_JITTER,
+    retry_condition_fn=only_transient,
+    cache_policy=NO_CACHE,
+)
+
+
+@task(name="catalog-current", **_io)  # type: ignore[call-overload]
+def current_states_task(catalog: Catalog, run: str | None = None) -> list[CheckpointState]:
+    return catalog.current(run)
+
+
+@task(name="resolve-step", cache_policy=NO_CACHE)
+def resolve_step_task(states: Sequence[CheckpointState], run: str, step: str) -> int:
+    return lib.resolve_step(states, run, step if step == "latest" else int(step))
+
+
+@task(name="load-manifest", **_io)  # type: ignore[call-overload]
+def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int) -> Manifest:
+    return lib.load_manifest(store, prefix, run, step)
+
+
+@task(name="plan-objects", **_io)  # type: ignore[call-overload]
+def plan_objects_task(store: ObjectStore, prefix: str, manifest: Manifest) -> list[lib.ObjectPlan]:
+    return lib.plan_objects(store, prefix, manifest)
+
+
+@task(name="estimate", cache_policy=NO_CACHE)
+def estimate_task(manifest: Manifest, plans: Sequence[lib.ObjectPlan], prices: PriceTable, tier: str) -> lib.Estimate:
+    est = lib.estimate(manifest, plans, prices, tier)
+    print(est.describe())
+    return est
+
+
+@task(name="request-thaw", **_io)  # type: ignore[call-overload]
+def request_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], tier: str) -> dict[str, int]:
+    return lib.request_thaw(store, plans, tier)
+
+
+@task(name="wait-for-thaw", **_io)  # type: ignore[call-overload]
+def wait_for_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], deadline_s: float) -> list[lib.ObjectPlan]:
+    return lib.wait_for_thaw(store, plans, deadline_s)
+
+
+@task(name="check-destination", cache_policy=NO_CACHE)
+def check_destination_task(dest: Path, force: bool) -> None:
+    lib.check_destination(dest, force)
+
+
+@task(name="stage", cache_policy=NO_CACHE)
+def staging_dir_task(dest: Path) -> Path:
+    return lib.staging_dir(dest)
+
+
+@task(name="download-file", task_run_name="download-{plan.path}", **_io)  # type: ignore[call-overload]
+def download_one_task(
+    store: ObjectStore, plan: lib.ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None
+) -> str:
+    return lib.download_one(store, plan, into, manifest, progress)
+
+
+@task(name="write-pointer", cache_policy=NO_CACHE)
+def write_pointer_task(staged: Path, manifest: Manifest) -> str | None:
+    return lib.write_pointer(staged, manifest)
+
+
+@task(name="finalize", cache_policy=NO_CACHE)
+def finalize_task(staged: Path, dest: Path, force: bool) -> Path | None:
+    return lib.finalize(staged, dest, force)
+
+
+@task(name="discard-staging", cache_policy=NO_CACHE)
+def discard_task(staged: Path) -> None:
+    lib.discard(staged)
+
+
+@task(name="select-sample", cache_policy=NO_CACHE)
+def select_sample_task(states: Sequence[CheckpointState], n: int) -> list[CheckpointState]:
+    return drill_lib.select_sample(states, n)
+
+
+@task(name="load-check", cache_policy=NO_CACHE)
+def load_check_task(ckpt_path: Path) -> list[str]:
+    return drill_lib.load_check(ckpt_path)
+
+
+@task(name="publish-markdown", cache_policy=NO_CACHE)
+def publish_markdown_task(key: str, markdown: str, description: str) -> None:
+    create_markdown_artifact(key=key, markdown=markdown, description=description)

@@ -1,0 +1,146 @@
+"""A local stand-in for Slack: the Web API's chat.postMessage and an incoming webhook, on 127.0.0.1.
+
+Records every request (including the ones it refuses), so tests assert on exactly what slack-sdk
+sent. Faults: `rate_limit(k, retry_after)` answers 429 to the next k requests; `down()` closes the
+listening socket (clients get "connection refused"); `up()` reopens it on the same port.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+API_PATH = "/api/chat.postMessage"
+DEFAULT_WEBHOOK_PATH = "/services/T/B/X"
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int  # what the recorder answered
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The body as a dict: JSON, or a form whose `blocks` field holds JSON."""
+        if self.headers.get("content-type", "").startswith("application/json"):
+            return dict(json.loads(self.body))
+        form = {k: v[0] for k, v in parse_qs(self.body.decode()).items()}
+        out: dict[str, Any] = dict(form)
+        if "blocks" in form:
+            out["blocks"] = json.loads(form["blocks"])
+        return out
+
+
+@dataclass
+class SlackRecorder:
+    token: str = "xoxb-test-token"
+    webhook_path: str = DEFAULT_WEBHOOK_PATH
+    requests: list[Request] = field(default_factory=list)
+    port: int = 0
+    _limit_left: int = 0
+    _retry_after: int = 1
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> SlackRecorder:
+        self.up()
+        return self
+
+    def up(self) -> None:
+        assert self._server is None, "already up"
+        # port 0 the first time; the same port after down(), so clients built earlier still reach it
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler_class())
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="slack-recorder", daemon=True)
+        self._thread.start()
+
+    def down(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        assert self._thread is not None
+        self._thread.join(5)
+        self._server = None
+
+    stop = down
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    @property
+    def webhook_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self.webhook_path}"
+
+    # --- faults and inspection -----------------------------------------------------------------------
+
+    def rate_limit(self, count: int, retry_after: int = 1) -> None:
+        with self._lock:
+            self._limit_left = count
+            self._retry_after = retry_after
+
+    def delivered(self) -> list[Request]:
+        """Requests that were accepted (HTTP 200 and, for the API, a valid token)."""
+        with self._lock:
+            return [r for r in self.requests if r.status == 200 and self._authorized(r)]
+
+    def clear(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def _authorized(self, r: Request) -> bool:
+        return r.path != API_PATH or r.headers.get("authorization") == f"Bearer {self.token}"
+
+    def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        with self._lock:
+            if path not in (API_PATH, self.webhook_path) or method != "POST":
+                status, extra, out = 404, {}, b"no_service"
+            elif self._limit_left > 0:
+                self._limit_left -= 1
+                status, extra = 429, {"Retry-After": str(self._retry_after)}
+                out = b'{"ok":false,"error":"ratelimited"}' if path == API_PATH else b"rate_limited"
+            elif path == API_PATH:
+                status, extra = 200, {"Content-Type": "application/json; charset=utf-8"}
+                req = Request(method, path, headers, body, 200)
+                if not self._authorized(req):
+                    out = b'{"ok":false,"error":"invalid_auth"}'
+                else:
+                    channel = req.payload.get("channel")
+                    ts = f"{1700000000 + len(self.requests)}.000100"
+                    out = json.dumps({"ok": True, "channel": channel, "ts": ts}).encode()
+            else:
+                status, extra, out = 200, {"Content-Type": "text/plain"}, b"ok"
+            self.requests.append(Request(method, path, headers, body, status))
+        return status, extra, out
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, extra, out = recorder._answer("POST", self.path, headers, body)
+                self.send_response(status)
+                for k, v in extra.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # the recorder's own request log would drown pytest output
+
+        return Handler
