@@ -139,7 +139,7 @@ def ingest_failed(run: str, step: int, error: str, attempts: int, flow_run_url: 
         details=[f"Last error: {error}"],
         next_step=(
             "The local checkpoint is untouched; do not delete it. Fix the cause above (store reachable? "
-            "credentials? disk?) and re-run the ingest flow for this run; finished files are skipped."
+            "credentials? disk?), then run `ckptvault ingest` again: files already uploaded are skipped."
         ),
         severity="error",
         flow_run_url=flow_run_url,
@@ -158,7 +158,8 @@ def validation_blocked(
         details=list(problems),
         next_step=(
             "Look at the training job first: the failed checks above often mean a crash mid-save or a "
-            "diverging loss. If the checkpoint is fine, relax that rule in [validation] and re-run ingest."
+            "diverging loss. If the checkpoint is fine, relax that rule in [validation] and run "
+            "`ckptvault ingest` again."
         ),
         severity="error",
         flow_run_url=flow_run_url,
@@ -189,7 +190,7 @@ def drill_failed(run: str, step: int, problems: Sequence[str], flow_run_url: str
         details=list(problems),
         next_step=(
             "Treat this stored checkpoint as unusable. Keep the local copy if it still exists, and "
-            "re-run the drill for this step to tell a one-off from a damaged object before re-uploading."
+            "run `ckptvault drill` again to tell a one-off from a damaged object before re-uploading."
         ),
         severity="error",
         flow_run_url=flow_run_url,
@@ -271,8 +272,8 @@ def restore_failed(run: str, step: int, error: str, flow_run_url: str | None = N
         summary=f"Restore of {run} step {step} FAILED",
         details=[f"Error: {error}"],
         next_step=(
-            "If the error says the object is archived, the thaw is still running: retry later. Otherwise "
-            "restore the previous step of this run while you investigate."
+            "If the error says the object is archived, the thaw is still running: rerun the same "
+            f"`ckptvault restore` later. Otherwise restore an earlier step (`ckptvault ls --run {run}`)."
         ),
         severity="error",
         flow_run_url=flow_run_url,

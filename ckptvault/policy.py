@@ -117,9 +117,9 @@ class _Planner:
         for t in policy.tiers:
             if t.tier not in self.classes:
                 raise PlanError(
-                    f"[policy.tiers] uses tier {t.tier!r}, which a {store_kind} store has no storage class for. "
-                    f'Name one: [policy.classes] {t.tier} = "CLASS" (a class or placement target the store has), '
-                    f"or remove that tier."
+                    f"[policy.tiers] uses tier {t.tier!r}, which a {store_kind} store has no storage "
+                    f'class for. Name one: [policy.classes] {t.tier} = "CLASS" (a class or placement '
+                    f"target the store has), or remove that tier."
                 )
         self.tiers = sorted(policy.tiers, key=lambda t: t.after_days)
         self.rank = dict(_KNOWN_RANK)
@@ -200,10 +200,12 @@ class _Planner:
                 parts.append(f"{_usd(short)} of {to} minimum duration before expiry")
             return Action(
                 s.run, s.step, "skip", to,
-                f"transition to {to} skipped: saves {_usd(saving)} over {stay:g} d, costs {', '.join(parts)}{tag}",
+                f"transition to {to} skipped: saves {_usd(saving)} over {stay:g} d, "
+                f"costs {', '.join(parts)}{tag}",
                 saving, fee,
             )  # fmt: skip
-        why = f"age {age:.0f} d: {cur} -> {to}, saves {_usd(saving)} over {stay:g} d for {_usd(fee)} in fees{tag}"
+        why = f"age {age:.0f} d: {cur} -> {to}, saves {_usd(saving)} over {stay:g} d"
+        why += f" for {_usd(fee)} in fees{tag}"
         return Action(s.run, s.step, "transition", to, why, saving, fee)
 
 
