@@ -61,7 +61,7 @@ def _text(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _tensors(prefix: str, nbytes: int, count: int = 4) -> list[tuple[str, list[int]]]:
+def _tensors(prefix: str, nbytes: int, count: int = 4, first: int = 0) -> list[tuple[str, list[int]]]:
     """Names and float32 shapes of `count` tensors totalling ~nbytes (each at least one element)."""
     elems = max(nbytes // 4, count)
     kinds = (
@@ -74,7 +74,8 @@ def _tensors(prefix: str, nbytes: int, count: int = 4) -> list[tuple[str, list[i
     for i in range(count):
         n = elems // count + (elems % count if i == count - 1 else 0)
         shape = [n // 256, 256] if n % 256 == 0 else [n]
-        out.append((f"{prefix}.layers.{i // len(kinds)}.{kinds[i % len(kinds)]}", shape))
+        j = first + i
+        out.append((f"{prefix}.layers.{j // len(kinds)}.{kinds[j % len(kinds)]}", shape))
     return out
 
 
@@ -175,7 +176,7 @@ def _hf(root: Path, step: int, size: int, shards: int, seed: int, complete: bool
     total = 0
     for i, part in enumerate(_split(model, shards)):
         name = "model.safetensors" if shards == 1 else f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        tensors = _tensors(f"model.shard{i}", part)
+        tensors = _tensors("model", part, first=4 * i)
         total += write_safetensors(d / name, tensors, seed)
         weight_map.update({t: name for t, _ in tensors})
     if shards > 1:

@@ -103,7 +103,9 @@ class SlackRecorder:
     def _authorized(self, r: Request) -> bool:
         return r.path != API_PATH or r.headers.get("authorization") == f"Bearer {self.token}"
 
-    def _answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _answer(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
         with self._lock:
             if path not in (API_PATH, self.webhook_path) or method != "POST":
                 status, extra, out = 404, {}, b"no_service"

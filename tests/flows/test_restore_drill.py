@@ -1,0 +1,142 @@
+"""Restore and drill flows on a real Prefect API and real S3 servers (SeaweedFS, Ceph RGW, moto for Glacier)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.outcomes import DrillFailed
+from ckptvault.synthetic import write_checkpoint
+from tests.helpers import write_config
+
+MiB = 2**20
+
+
+def _env(monkeypatch: pytest.MonkeyPatch, endpoint: Any) -> None:
+    for k, v in endpoint.env().items():
+        monkeypatch.setenv(k, v)
+
+
+def _ingested(endpoint: Any, bucket: str, tmp_path: Path, fmt: str, steps: list[int], size: int = 3 * MiB) -> tuple[Path, Path]:
+    from flows.ingest import ingest
+
+    root = tmp_path / "hot"
+    root.mkdir()
+    for s in steps:
+        write_checkpoint(root, fmt, s, size, seed=s)
+    cfg = write_config(tmp_path / "c.toml", endpoint, bucket, [("r", root, fmt)],
+                       extra=f'[drill]\nscratch = "{tmp_path / "scratch"}"\nsample = 5\n')
+    ingest(config_path=str(cfg))
+    return root, cfg
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("fmt,pointer", [("deepspeed", "latest"), ("megatron", "latest_checkpointed_iteration.txt")])
+def test_restore_latest_recreates_pointer_and_bytes(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    fmt: str, pointer: str,
+) -> None:
+    from flows.restore import restore
+
+    _env(monkeypatch, seaweedfs)
+    root, cfg = _ingested(seaweedfs, bucket_factory(seaweedfs), tmp_path, fmt, [100, 200])
+    dest = tmp_path / "restored"
+    report = restore(run="r", dest=str(dest), config_path=str(cfg))
+    assert report["status"] == "restored" and report["step"] == 200
+    newest = max((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name)
+    assert _tree(dest / newest.name) == _tree(newest)
+    assert (dest / pointer).read_text().strip() == (root / pointer).read_text().strip()
+    assert not [p for p in tmp_path.iterdir() if "ckptvault-partial" in p.name], "staging dir left behind"
+
+
+def test_restore_refuses_non_empty_destination_and_force_keeps_old(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckptvault_cli.main import main
+
+    _env(monkeypatch, seaweedfs)
+    _, cfg = _ingested(seaweedfs, bucket_factory(seaweedfs), tmp_path, "hf", [10])
+    dest = tmp_path / "busy"
+    dest.mkdir()
+    (dest / "precious.txt").write_text("do not lose me")
+    assert main(["--config", str(cfg), "restore", "r", "--dest", str(dest)]) == 2
+    assert (dest / "precious.txt").read_text() == "do not lose me"
+    assert main(["--config", str(cfg), "restore", "r", "--dest", str(dest), "--force"]) == 0
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("busy.replaced-")]
+    assert len(kept) == 1 and (kept[0] / "precious.txt").read_text() == "do not lose me"
+    assert (dest / "checkpoint-10" / "trainer_state.json").exists()
+
+
+def test_restore_detects_corruption_and_leaves_destination_untouched(
+    prefect_api: None, pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.restore import restore
+
+    _env(monkeypatch, pipeline_s3)
+    bucket = bucket_factory(pipeline_s3)
+    _, cfg = _ingested(pipeline_s3, bucket, tmp_path, "hf", [10])
+    client = pipeline_s3.client()
+    key = checkpoint_prefix("t", "r", 10) + "optimizer.pt"
+    body = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 0x01  # one flipped bit
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(body))
+    dest = tmp_path / "out"
+    state = restore(run="r", dest=str(dest), config_path=str(cfg), return_state=True)
+    assert state.is_failed()
+    assert "optimizer.pt" in str(state.result(raise_on_failure=False))
+    assert not dest.exists()
+    assert not [p for p in tmp_path.iterdir() if "ckptvault-partial" in p.name]
+
+
+def test_restore_thaws_glacier_objects_on_moto(
+    prefect_api: None, moto_server: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.restore import restore
+
+    _env(monkeypatch, moto_server)
+    bucket = bucket_factory(moto_server)
+    root, cfg = _ingested(moto_server, bucket, tmp_path, "deepspeed", [100], size=1 * MiB)
+    client = moto_server.client()
+    base = checkpoint_prefix("t", "r", 100)
+    data_keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=base)["Contents"]
+                 if not o["Key"].endswith(MANIFEST_NAME)]
+    for k in data_keys:
+        client.copy_object(Bucket=bucket, Key=k, CopySource={"Bucket": bucket, "Key": k}, StorageClass="DEEP_ARCHIVE",
+                           MetadataDirective="COPY")
+    with pytest.raises(client.exceptions.InvalidObjectState):
+        client.get_object(Bucket=bucket, Key=data_keys[0])
+    report = restore(run="r", dest=str(tmp_path / "out"), tier="Bulk", config_path=str(cfg))
+    assert report["status"] == "restored"
+    assert "DEEP_ARCHIVE" in report["estimate"]
+    src = next(p for p in root.iterdir() if p.is_dir())
+    assert _tree(tmp_path / "out" / src.name) == _tree(src)
+
+
+def test_drill_passes_then_catches_a_bit_flip(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.drill import drill
+
+    _env(monkeypatch, seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    _, cfg = _ingested(seaweedfs, bucket, tmp_path, "hf", [10, 20])
+    rows = drill(config_path=str(cfg))
+    assert sorted((r["step"], r["ok"]) for r in rows) == [(10, True), (20, True)]
+    client = seaweedfs.client()
+    key = next(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=checkpoint_prefix("t", "r", 20))["Contents"]
+               if o["Key"].endswith(".safetensors"))
+    body = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[-1] ^= 0xFF
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(body))
+    state = drill(config_path=str(cfg), return_state=True)
+    err = state.result(raise_on_failure=False)
+    assert isinstance(err, DrillFailed)
+    assert os.path.basename(key) in str(err)
+    assert not list((tmp_path / "scratch").glob("*ckptvault-partial*")), "drill left scratch data behind"

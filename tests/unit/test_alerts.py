@@ -1,0 +1,128 @@
+"""Alert wording and Block Kit shape: every kind says what happened, where, what next, and links the flow run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptvault import alerts
+from ckptvault.alerts import BUILDERS, KINDS, Alert
+
+URL = "http://127.0.0.1:4200/runs/flow-run/0b6d5c1e"
+T0 = 1_790_000_000.0  # 2026-09-21
+
+
+def sample(kind: str, url: str | None = URL) -> Alert:
+    """One realistic alert of each kind, as the flows would build it."""
+    args: dict[str, tuple[object, ...]] = {
+        "ingest_failed": ("llama-7b", 12000, "TransientStoreError: timed out on PUT", 5),
+        "validation_blocked": ("llama-7b", 12000, ["size 12.1 GB is 40% below the median of the last 10"]),
+        "validation_warned": ("llama-7b", 12000, ["step 12000 skipped 2 expected intervals"]),
+        "drill_failed": ("llama-7b", 9000, ["model.safetensors: CRC32C mismatch"]),
+        "drill_digest": ([("llama-7b", 9000)], [("gpt-small", 300)]),
+        "tier_applied": ("llama-7b", {"cold": 3, "archive": 1}, 48_000_000_000, 12.5),
+        "restore_completed": ("llama-7b", 9000, "/scratch/llama-7b", 412.0),
+        "restore_failed": ("llama-7b", 9000, "ObjectFrozenError: thaw in progress"),
+        "run_stale": ("llama-7b", T0, 2.0, T0 + 5 * 3600, 12000),
+        "run_recovered": ("llama-7b", T0, T0 + 7 * 3600, 12500),
+        "budget_exceeded": (130.0, 100.0),
+        "flow_failed": ("ingest", "Crashed", "SIGTERM received"),
+    }
+    return BUILDERS[kind](*args[kind], flow_run_url=url)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_says_what_where_next_and_links(kind: str) -> None:
+    a = sample(kind)
+    assert a.kind == kind
+    text = a.text()
+    assert a.summary in text
+    assert f"Next: {a.next_step}" in text
+    assert f"Flow run: {URL}" in text
+    if a.run != alerts.ALL_RUNS:
+        assert f"run {a.run}" in text
+    if a.step is not None:
+        assert f"step {a.step}" in text
+    # the next step must be a real instruction, not a placeholder
+    assert len(a.next_step) > 20
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocks_are_valid_block_kit_and_carry_the_link(kind: str) -> None:
+    blocks = sample(kind).blocks()
+    json.dumps(blocks)  # goes over the wire as JSON
+    assert 1 <= len(blocks) <= 50
+    flat = json.dumps(blocks)
+    assert f"<{URL}|Open the flow run>" in flat
+    for b in blocks:
+        assert b["type"] in ("section", "context")
+        texts = [b["text"]] if b["type"] == "section" else b["elements"]
+        for t in texts:
+            assert t["type"] == "mrkdwn"
+            assert 0 < len(t["text"]) <= 3000
+
+
+def test_without_a_flow_run_there_is_no_dangling_link() -> None:
+    a = sample("ingest_failed", url=None)
+    assert "Flow run:" not in a.text()
+    assert "Open the flow run" not in json.dumps(a.blocks())
+
+
+def test_mrkdwn_control_characters_are_escaped_in_blocks() -> None:
+    a = alerts.restore_failed("r", 1, "expected <dict> & got <list>")
+    flat = json.dumps(a.blocks())
+    assert "&lt;dict&gt; &amp; got &lt;list&gt;" in flat
+    assert "<dict>" not in flat
+    assert "<dict>" in a.text()  # plain text stays readable on the console
+
+
+def test_long_details_are_cut_and_counted() -> None:
+    a = alerts.validation_blocked("r", 1, [f"problem {i} " + "x" * 1000 for i in range(25)])
+    shown = a.shown_details()
+    assert len(shown) == alerts.MAX_DETAILS + 1
+    assert shown[-1] == "... and 15 more"
+    assert all(len(d) <= alerts.MAX_DETAIL_CHARS for d in shown)
+
+
+def test_dedup_key_is_kind_run_reason() -> None:
+    a = alerts.ingest_failed("r", 10, "boom", 3)
+    assert a.dedup_key() == alerts.ingest_failed("r", 10, "other error", 5).dedup_key()
+    assert a.dedup_key() != alerts.ingest_failed("r", 11, "boom", 3).dedup_key()
+    assert a.dedup_key() != alerts.ingest_failed("q", 10, "boom", 3).dedup_key()
+    assert a.dedup_key() != alerts.restore_failed("r", 10, "boom").dedup_key()
+
+
+def test_flow_failures_with_different_errors_are_different_alerts() -> None:
+    a = alerts.flow_failed("ingest", "Failed", "KeyError: 'x'\ntraceback...")
+    b = alerts.flow_failed("ingest", "Failed", "TimeoutError\n...")
+    assert a.dedup_key() != b.dedup_key()
+    assert a.dedup_key() == alerts.flow_failed("ingest", "Failed", "KeyError: 'x'\nother tail").dedup_key()
+
+
+def test_unknown_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown alert kind 'ingest_fail'"):
+        Alert("ingest_fail", "r", 1, "s", [], "n", "error")
+
+
+def test_stale_message_names_the_gap_and_the_setting() -> None:
+    a = alerts.run_stale("llama-7b", T0, 2.0, T0 + 5 * 3600, 12000)
+    assert "no checkpoint for 5.0 h" in a.summary
+    assert any("step 12000" in d for d in a.details)
+    assert any("stale_after_hours" in d for d in a.details)
+    assert a.severity == "warning"
+
+
+def test_drill_digest_severity_follows_failures() -> None:
+    ok = alerts.drill_digest([("a", 1), ("b", 2)], [])
+    bad = alerts.drill_digest([("a", 1)], [("b", 2)])
+    assert (ok.severity, bad.severity) == ("info", "warning")
+    assert ok.summary == "Restore drills: 2 of 2 passed"
+    assert bad.summary == "Restore drills: 1 of 2 passed, 1 FAILED"
+    assert bad.details[0] == "FAILED: b step 2"
+
+
+def test_tier_digest_states_the_money_saved() -> None:
+    a = sample("tier_applied")
+    assert "4 checkpoints moved (48.0 GB)" in a.summary
+    assert "$12.50/month" in a.summary

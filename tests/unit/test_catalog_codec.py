@@ -1,0 +1,133 @@
+"""The catalog's pure parts: the Parquet codec of events and the fold into checkpoint states."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptvault.catalog import EVENT_KINDS, CatalogError, Event, decode_events, encode_events, fold
+
+texts = st.text(max_size=20)
+events_st = st.builds(
+    Event,
+    run=st.text(min_size=1, max_size=10),
+    step=st.integers(0, 2**62),
+    event=st.sampled_from(EVENT_KINDS),
+    at=st.floats(0, 4e9, allow_nan=False),
+    format=texts,
+    bytes=st.integers(0, 2**62),
+    files=st.integers(0, 2**31),
+    storage_class=texts,
+    created_at=st.none() | st.floats(0, 4e9, allow_nan=False),
+    ok=st.none() | st.booleans(),
+    detail=texts,
+    flow_run=texts,
+)
+
+
+@given(st.lists(events_st, max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_codec_round_trips(events: list[Event]) -> None:
+    assert decode_events(encode_events(events)) == events
+
+
+def test_old_files_without_optional_columns_read_with_defaults() -> None:
+    table = pa.table({"run": ["r"], "step": [7], "event": ["verified"], "at": [1.5]})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    assert decode_events(sink.getvalue().to_pybytes()) == [Event("r", 7, "verified", 1.5)]
+
+
+def test_garbage_and_foreign_files_are_named_errors() -> None:
+    with pytest.raises(CatalogError, match="not a readable Parquet file"):
+        decode_events(b"not parquet at all")
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"x": [1]}), sink)
+    with pytest.raises(CatalogError, match=r"missing columns \['at', 'event', 'run', 'step'\]"):
+        decode_events(sink.getvalue().to_pybytes())
+
+
+def test_unknown_event_kind_is_rejected_on_write_and_read() -> None:
+    with pytest.raises(ValueError, match="unknown event kind 'deleted'"):
+        Event("r", 1, "deleted", 0.0)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"run": ["r"], "step": [1], "event": ["deleted"], "at": [0.0]}), sink)
+    with pytest.raises(CatalogError, match="row 0: unknown event kind 'deleted'"):
+        decode_events(sink.getvalue().to_pybytes())
+
+
+def test_event_rejects_empty_run_and_negative_step() -> None:
+    with pytest.raises(ValueError, match="run must not be empty"):
+        Event("", 1, "verified", 0.0)
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        Event("r", -1, "verified", 0.0)
+
+
+def _life() -> list[Event]:
+    metrics = json.dumps({"metrics": {"loss": 1.25, "note": "x"}})
+    return [
+        Event("r", 10, "discovered", 100.0, format="hf", created_at=90.0),
+        Event("r", 10, "uploaded", 110.0, bytes=500, files=4, storage_class="STANDARD", detail=metrics),
+        Event("r", 10, "verified", 120.0),
+        Event("r", 10, "evicted_local", 130.0),
+        Event("r", 10, "transitioned", 140.0, storage_class="GLACIER"),
+        Event("r", 10, "drilled", 150.0, ok=False, detail='{"error": "crc"}'),
+    ]
+
+
+def test_fold_of_a_whole_life() -> None:
+    [s] = fold(_life())
+    assert (s.run, s.step, s.format, s.state) == ("r", 10, "hf", "drilled")
+    assert (s.bytes, s.files, s.storage_class, s.class_since) == (500, 4, "GLACIER", 140.0)
+    assert (s.created_at, s.uploaded_at, s.verified, s.local_evicted) == (90.0, 110.0, True, True)
+    assert (s.last_drill_at, s.last_drill_ok) == (150.0, False)
+    assert s.metrics == {"loss": 1.25}  # non-numeric metrics are dropped
+    assert (s.updated_at, s.detail) == (150.0, '{"error": "crc"}')
+
+
+def test_expired_clears_verified() -> None:
+    [s] = fold([*_life(), Event("r", 10, "expired", 200.0)])
+    assert (s.state, s.verified) == ("expired", False)
+
+
+def test_accepted_releases_an_invalid_checkpoint() -> None:
+    why = json.dumps({"who": "alice", "why": "loss spike is expected after LR warmup"})
+    [s] = fold([Event("r", 1, "invalid", 1.0, detail='{"reasons": ["size"]}'), Event("r", 1, "accepted", 2.0, detail=why)])
+    assert (s.state, s.detail, s.verified) == ("accepted", why, False)
+
+
+def test_fold_orders_by_time_and_keeps_input_order_for_ties() -> None:
+    a = Event("r", 1, "uploaded", 5.0, storage_class="STANDARD")
+    b = Event("r", 1, "transitioned", 5.0, storage_class="GLACIER")
+    c = Event("r", 1, "verified", 1.0)
+    [s] = fold([a, b, c])
+    assert (s.state, s.storage_class) == ("transitioned", "GLACIER")
+    [s] = fold([b, a, c])
+    assert (s.state, s.storage_class) == ("uploaded", "STANDARD")
+
+
+def test_fold_sorts_by_run_then_step() -> None:
+    evs = [Event(r, st_, "verified", float(i)) for i, (r, st_) in enumerate([("b", 1), ("a", 20), ("a", 3)])]
+    assert [(s.run, s.step) for s in fold(evs)] == [("a", 3), ("a", 20), ("b", 1)]
+
+
+def test_unparseable_detail_leaves_metrics_alone() -> None:
+    evs = [
+        Event("r", 1, "uploaded", 1.0, detail='{"metrics": {"loss": 2.0}}'),
+        Event("r", 1, "verified", 2.0, detail="not json"),
+    ]
+    assert fold(evs)[0].metrics == {"loss": 2.0}
+
+
+@given(st.lists(events_st, min_size=1, max_size=30, unique_by=lambda e: e.at), st.randoms())
+@settings(max_examples=200, deadline=None)
+def test_fold_does_not_depend_on_input_order_when_times_differ(events: list[Event], rnd: random.Random) -> None:
+    shuffled = list(events)
+    rnd.shuffle(shuffled)
+    assert fold(shuffled) == fold(events)

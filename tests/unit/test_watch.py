@@ -1,0 +1,173 @@
+"""The staleness watch over many checks: one stale alert per episode, one recovered, then silence."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptvault.alerts import Alert
+from ckptvault.notify import DedupNotifier
+from ckptvault.watch import AlertState, Episode, budget_alert, stale_runs
+
+H = 3600.0
+T0 = 1_790_000_000.0
+
+
+class Inbox:
+    """A notifier that keeps what it was given; `up=False` makes it fail like an unreachable Slack."""
+
+    def __init__(self) -> None:
+        self.got: list[Alert] = []
+        self.up = True
+
+    def send(self, alert: Alert) -> bool:
+        if not self.up:
+            return False
+        self.got.append(alert)
+        return True
+
+
+class Watch:
+    """Hourly checks as the watch flow does them: load state, compute, send through dedup, persist."""
+
+    def __init__(self, stale_after: float = 2.0) -> None:
+        self.inbox = Inbox()
+        self.blob = AlertState().to_json()
+        self.stale_after = stale_after
+        self.emitted: list[Alert] = []
+
+    def check(self, newest: float | None, now: float, step: int | None = None) -> list[Alert]:
+        state = AlertState.from_json(self.blob)
+        found, state = stale_runs(
+            {"r": newest}, {"r": self.stale_after}, state, now, latest_step={"r": step} if step else None
+        )
+        notifier = DedupNotifier(self.inbox, state, window_seconds=3600, now=lambda: now)
+        for a in found:
+            notifier.send(a)
+        self.blob = state.to_json()
+        self.emitted += found
+        return found
+
+
+def kinds(alerts: list[Alert]) -> list[str]:
+    return [a.kind for a in alerts]
+
+
+def test_a_run_that_stops_gives_one_stale_then_one_recovered_then_nothing() -> None:
+    w = Watch(stale_after=2.0)
+    assert w.check(T0, T0 + 1 * H, step=100) == []  # fresh
+    assert kinds(w.check(T0, T0 + 3 * H, step=100)) == ["run_stale"]
+    for hour in range(4, 40):  # a day and a half of hourly checks, well past the dedup window
+        assert w.check(T0, T0 + hour * H, step=100) == [], f"repeat at hour {hour}"
+    assert kinds(w.check(T0 + 40 * H, T0 + 40.5 * H, step=200)) == ["run_recovered"]
+    for hour in range(41, 43):  # still checkpointing
+        assert w.check(T0 + hour * H, T0 + hour * H + 60, step=300) == []
+    assert kinds(w.inbox.got) == ["run_stale", "run_recovered"]
+    stale, recovered = w.inbox.got
+    assert stale.run == recovered.run == "r"
+    assert stale.step == 100 and recovered.step == 200
+    assert AlertState.from_json(w.blob).stale == {}
+
+
+def test_an_undelivered_stale_alert_comes_back_until_delivered() -> None:
+    w = Watch()
+    w.inbox.up = False
+    assert kinds(w.check(T0, T0 + 3 * H)) == ["run_stale"]
+    assert kinds(w.check(T0, T0 + 4 * H)) == ["run_stale"]  # Slack was down: try again
+    w.inbox.up = True
+    assert kinds(w.check(T0, T0 + 5 * H)) == ["run_stale"]
+    assert w.check(T0, T0 + 6 * H) == []
+    assert kinds(w.inbox.got) == ["run_stale"]
+    assert AlertState.from_json(w.blob).stale["r"].notified
+
+
+def test_an_undelivered_recovered_alert_comes_back_until_delivered() -> None:
+    w = Watch()
+    w.check(T0, T0 + 3 * H)
+    w.inbox.up = False
+    assert kinds(w.check(T0 + 4 * H, T0 + 4 * H)) == ["run_recovered"]
+    w.inbox.up = True
+    assert kinds(w.check(T0 + 4 * H, T0 + 5 * H)) == ["run_recovered"]
+    assert w.check(T0 + 5.5 * H, T0 + 6 * H) == []
+    assert kinds(w.inbox.got) == ["run_stale", "run_recovered"]
+
+
+def test_recovery_before_anyone_was_told_is_silent() -> None:
+    w = Watch()
+    w.inbox.up = False
+    w.check(T0, T0 + 3 * H)
+    w.inbox.up = True
+    assert w.check(T0 + 3.5 * H, T0 + 4 * H) == []
+    assert w.inbox.got == []
+    assert AlertState.from_json(w.blob).stale == {}
+
+
+def test_a_second_stall_is_a_second_episode() -> None:
+    w = Watch()
+    w.check(T0, T0 + 3 * H)
+    w.check(T0 + 4 * H, T0 + 4 * H)  # recovered
+    w.check(T0 + 4 * H, T0 + 5 * H)  # episode closed
+    assert kinds(w.check(T0 + 4 * H, T0 + 7 * H)) == ["run_stale"]
+    assert kinds(w.inbox.got) == ["run_stale", "run_recovered", "run_stale"]
+
+
+def test_stale_at_the_very_check_that_closes_the_last_episode() -> None:
+    w = Watch()
+    w.check(T0, T0 + 3 * H)
+    w.check(T0 + 4 * H, T0 + 4 * H)  # recovered, delivered
+    # the next check comes late: the run already stalled again after its new checkpoint
+    assert kinds(w.check(T0 + 4 * H, T0 + 9 * H)) == ["run_stale"]
+
+
+def test_runs_without_checkpoints_or_without_a_threshold_are_not_stale() -> None:
+    state = AlertState()
+    found, new = stale_runs({"empty": None, "unwatched": T0}, {"empty": 1.0}, state, T0 + 100 * H)
+    assert found == []
+    assert new.stale == {}
+
+
+def test_an_episode_of_a_run_no_longer_watched_is_dropped() -> None:
+    state = AlertState(stale={"gone": Episode(newest_at=T0, opened_at=T0 + 3 * H, notified=True)})
+    found, new = stale_runs({"gone": T0}, {}, state, T0 + 4 * H)
+    assert found == []
+    assert new.stale == {}
+
+
+def test_stale_runs_does_not_modify_its_input() -> None:
+    state = AlertState()
+    before = state.to_json()
+    found, new = stale_runs({"r": T0}, {"r": 1.0}, state, T0 + 2 * H)
+    assert kinds(found) == ["run_stale"]
+    assert state.to_json() == before
+    assert "r" in new.stale
+
+
+def test_threshold_is_strict_and_per_run() -> None:
+    found, _ = stale_runs({"a": T0, "b": T0}, {"a": 2.0, "b": 3.0}, AlertState(), T0 + 2.5 * H)
+    assert [a.run for a in found] == ["a"]
+    found, _ = stale_runs({"a": T0}, {"a": 2.0}, AlertState(), T0 + 2 * H)
+    assert found == []
+
+
+def test_state_round_trips_through_json() -> None:
+    s = AlertState(
+        sent={"run_stale|r|since=1.000": T0},
+        stale={"r": Episode(newest_at=T0 - 5 * H, opened_at=T0, notified=True)},
+    )
+    assert AlertState.from_json(s.to_json()) == s
+
+
+@pytest.mark.parametrize("blob", [b"", b"[]", b'{"schema": "other/9"}', b'{"schema": "ckptvault.alerts/1"}'])
+def test_unreadable_state_says_how_to_recover(blob: bytes) -> None:
+    with pytest.raises(ValueError, match="delete _state/alerts.json"):
+        AlertState.from_json(blob)
+
+
+def test_budget_alert_only_when_over() -> None:
+    assert budget_alert(150.0, None) is None
+    assert budget_alert(99.0, 100.0) is None
+    assert budget_alert(100.0, 100.0) is None
+    a = budget_alert(130.0, 100.0)
+    assert a is not None
+    assert a.kind == "budget_exceeded" and a.run == "*"
+    assert "$130.00/month" in a.summary and "$100.00/month" in a.summary
+    assert a.details == ["Over by $30.00 (30%)"]
