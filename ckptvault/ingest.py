@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, Event
-from ckptvault.checksum import crc32c_of_file
+from ckptvault.checksum import file_crc32c
 from ckptvault.config import SourceConfig
 from ckptvault.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault.formats import read_metrics
@@ -94,7 +94,7 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
             continue
         head = store.head(key)
         stored = head.crc32c if head else None
-        if stored is not None and stored == crc32c_of_file(f.path):
+        if stored is not None and stored == file_crc32c(f.path):
             jobs.append(FileJob(f, key, upload=False, known_crc32c=stored))
         else:
             jobs.append(FileJob(f, key, upload=True))

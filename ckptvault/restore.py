@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.cost import PriceTable, restore_estimate
+from ckptvault.cost import PriceTable
 from ckptvault.formats import get_layout
 from ckptvault.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix, safe_relpath
 from ckptvault.store import ObjectStore, ProgressFn
@@ -144,7 +144,7 @@ def estimate(manifest: Manifest, plans: Sequence[ObjectPlan], prices: PriceTable
         if not p.thawed:
             n, b = frozen_by_class.get(p.storage_class, (0, 0))
             frozen_by_class[p.storage_class] = (n + 1, b + p.size)
-    usd, smin, smax = restore_estimate(by_class, tier, prices)
+    usd, smin, smax = prices.restore_estimate(by_class, tier)
     if not frozen_by_class:
         smin = smax = 0.0
     return Estimate(

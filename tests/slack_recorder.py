@@ -14,8 +14,34 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
+from ckptvault.alerts import BUILDERS, Alert
+
 API_PATH = "/api/chat.postMessage"
 DEFAULT_WEBHOOK_PATH = "/services/T/B/X"
+
+
+# Realistic alerts of every kind, for payload tests here and in the flow tests.
+URL = "http://127.0.0.1:4200/runs/flow-run/0b6d5c1e"
+T0 = 1_790_000_000.0  # 2026-09-21
+
+
+def sample_alert(kind: str, url: str | None = URL) -> Alert:
+    """One realistic alert of each kind, as the flows would build it."""
+    args: dict[str, tuple[object, ...]] = {
+        "ingest_failed": ("llama-7b", 12000, "TransientStoreError: timed out on PUT", 5),
+        "validation_blocked": ("llama-7b", 12000, ["size 12.1 GB is 40% below the median of the last 10"]),
+        "validation_warned": ("llama-7b", 12000, ["step 12000 skipped 2 expected intervals"]),
+        "drill_failed": ("llama-7b", 9000, ["model.safetensors: CRC32C mismatch"]),
+        "drill_digest": ([("llama-7b", 9000)], [("gpt-small", 300)]),
+        "tier_applied": ("llama-7b", {"cold": 3, "archive": 1}, 48_000_000_000, 12.5),
+        "restore_completed": ("llama-7b", 9000, "/scratch/llama-7b", 412.0),
+        "restore_failed": ("llama-7b", 9000, "ObjectFrozenError: thaw in progress"),
+        "run_stale": ("llama-7b", T0, 2.0, T0 + 5 * 3600, 12000),
+        "run_recovered": ("llama-7b", T0, T0 + 7 * 3600, 12500),
+        "budget_exceeded": (130.0, 100.0),
+        "flow_failed": ("ingest", "Crashed", "SIGTERM received"),
+    }
+    return BUILDERS[kind](*args[kind], flow_run_url=url)
 
 
 @dataclass

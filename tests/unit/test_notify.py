@@ -5,11 +5,12 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from test_alerts import sample
 
 from ckptvault.alerts import KINDS, Alert, escape, ingest_failed
 from ckptvault.config import NotifyConfig
@@ -22,7 +23,14 @@ from ckptvault.notify import (
     build_notifier,
 )
 from ckptvault.watch import AlertState
-from tests.slack_recorder import API_PATH, SlackRecorder
+
+try:
+    from tests.slack_recorder import API_PATH, SlackRecorder
+    from tests.slack_recorder import sample_alert as sample
+except ModuleNotFoundError:  # pytest started without the repo root on sys.path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests.slack_recorder import API_PATH, SlackRecorder
+    from tests.slack_recorder import sample_alert as sample
 
 TOKEN = "xoxb-1111-2222-SeCrEtToKeNvAlUe"
 HOOK_PATH = "/services/T0SECRET/B0SECRET/WebhookSecretPart"

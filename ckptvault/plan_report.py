@@ -1,0 +1,50 @@
+"""A tiering plan as text an operator reads before saying --apply: what moves, why, and the money."""
+
+from __future__ import annotations
+
+from ckptvault.policy import Plan
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}" if abs(x) >= 1 else f"${x:.4f}"
+
+
+def render_markdown(plan: Plan) -> str:
+    s = plan.summary
+    lines = [
+        "### Tiering plan",
+        "",
+        f"- monthly storage: {_usd(s.total_before)} now, {_usd(s.total_after)} after the plan "
+        f"(saves {_usd(s.monthly_saving)}/month)",
+        f"- one-time fees (requests, early deletion): {_usd(s.one_time_fees_usd)}",
+        f"- against keeping it all on the parallel file system: {_usd(s.hot_fs_monthly_usd)}/month "
+        f"(saves {_usd(s.saving_vs_hot_fs)}/month)",
+        "",
+        "| run | step | action | to | reason |",
+        "|---|---|---|---|---|",
+    ]
+    for a in plan.actions:
+        lines.append(f"| {a.run} | {a.step} | {a.kind} | {a.to_class or ''} | {a.reason} |")
+    lines += ["", "| run | class | $/month before | $/month after |", "|---|---|---|---|"]
+    for run in sorted(set(s.monthly_before) | set(s.monthly_after)):
+        before, after = s.monthly_before.get(run, {}), s.monthly_after.get(run, {})
+        for cls in sorted(set(before) | set(after)):
+            lines.append(f"| {run} | {cls} | {_usd(before.get(cls, 0.0))} | {_usd(after.get(cls, 0.0))} |")
+    return "\n".join(lines)
+
+
+def render_text(plan: Plan) -> str:
+    s = plan.summary
+    out = []
+    for a in plan.actions:
+        if a.kind == "keep":
+            continue
+        to = f" -> {a.to_class}" if a.to_class else ""
+        out.append(f"{a.kind:11} {a.run} step {a.step}{to}: {a.reason}")
+    kept = sum(1 for a in plan.actions if a.kind == "keep")
+    out.append(f"({kept} checkpoints kept as they are)")
+    out.append(
+        f"monthly: {_usd(s.total_before)} -> {_usd(s.total_after)}; one-time fees {_usd(s.one_time_fees_usd)}; "
+        f"vs parallel file system {_usd(s.hot_fs_monthly_usd)}/month"
+    )
+    return "\n".join(out)

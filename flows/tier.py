@@ -1,0 +1,76 @@
+"""The tier flow: the retention policy as a cost-aware plan, shown first, applied on request. Wiring only."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from ckptvault.catalog import Catalog, Event
+from ckptvault.cost import class_map, load_prices
+from ckptvault.plan_report import render_markdown, render_text
+from ckptvault.policy import milestones
+from ckptvault.tiering import lifecycle_rules
+from tasks.ingest import load_config_task, open_store_task, record_task
+from tasks.restore import current_states_task, load_manifest_task, publish_markdown_task
+from tasks.tier import (
+    evict_local_task,
+    expire_task,
+    install_lifecycle_task,
+    plan_task,
+    tag_for_server_task,
+    transition_task,
+)
+
+
+@flow(name="tier", log_prints=True)
+def tier(apply: bool = False, now: float | None = None, config_path: str | None = None) -> dict[str, Any]:
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    catalog = Catalog(store, cfg.store.prefix)
+    prefix = cfg.store.prefix
+    states = current_states_task(catalog)
+    kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind
+    plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, now if now is not None else time.time())
+    print(render_text(plan))
+    publish_markdown_task("tier-plan", render_markdown(plan), "what the policy would do, and what it costs")
+    report: dict[str, Any] = {"applied": False, "actions": [a.kind for a in plan.actions],
+                              "monthly_before": plan.summary.total_before, "monthly_after": plan.summary.total_after}
+    if not apply:
+        return report
+    mode = cfg.policy.apply_mode
+    classes = class_map(kind, cfg.policy.classes)
+    if mode in ("server", "both"):
+        install_lifecycle_task(store, lifecycle_rules(prefix, classes, [t.tier for t in cfg.policy.tiers]))
+    tier_of = {v: k for k, v in classes.items()}
+    ms = milestones(states, cfg.policy)
+    run_id = str(flow_run.id or "")
+    for a in plan.actions:
+        if a.kind in ("keep", "skip"):
+            continue
+        if a.kind == "expire":
+            r = expire_task(store, prefix, a.run, a.step)
+            record_task(catalog, [Event(run=a.run, step=a.step, event="expired", at=time.time(),
+                                        detail=json.dumps({"reason": a.reason, "objects": r.objects}), flow_run=run_id)])
+            continue
+        manifest = load_manifest_task(store, prefix, a.run, a.step)
+        if a.kind == "evict_local":
+            r = evict_local_task(manifest)
+            record_task(catalog, [Event(run=a.run, step=a.step, event="evicted_local", at=time.time(),
+                                        detail=json.dumps({"reason": a.reason, "path": r.detail}), flow_run=run_id)])
+        elif a.kind == "transition" and a.to_class:
+            milestone = (a.run, a.step) in ms
+            tier_name = tier_of.get(a.to_class, a.to_class)
+            if mode in ("client", "both"):
+                transition_task(store, prefix, manifest, a.to_class, tier_name, milestone)
+            else:
+                tag_for_server_task(store, prefix, manifest, tier_name, milestone)
+            record_task(catalog, [Event(run=a.run, step=a.step, event="transitioned", at=time.time(),
+                                        storage_class=a.to_class, bytes=manifest.total_bytes,
+                                        files=len(manifest.files), detail=json.dumps({"reason": a.reason, "mode": mode}),
+                                        flow_run=run_id)])
+    report["applied"] = True
+    return report

@@ -1,0 +1,61 @@
+"""Prefect tasks of the tier flow: one library call each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from ckptvault import policy, tiering
+from ckptvault.catalog import CheckpointState
+from ckptvault.config import PolicyConfig
+from ckptvault.cost import PriceTable
+from ckptvault.manifest import Manifest
+from ckptvault.store import ObjectStore
+from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, only_transient
+
+_io = dict(
+    retries=RETRIES,
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_jitter_factor=RETRY_JITTER,
+    retry_condition_fn=only_transient,
+    cache_policy=NO_CACHE,
+)
+
+
+@task(name="plan", cache_policy=NO_CACHE)
+def plan_task(
+    states: Sequence[CheckpointState], cfg: PolicyConfig, prices: PriceTable, store_kind: str, now: float
+) -> policy.Plan:
+    return policy.plan(states, cfg, prices, store_kind, now)
+
+
+@task(name="transition", task_run_name="transition-{manifest.run}-{manifest.step}", **_io)  # type: ignore[call-overload]
+def transition_task(
+    store: ObjectStore, prefix: str, manifest: Manifest, to_class: str, tier: str, milestone: bool
+) -> tiering.StepResult:
+    return tiering.transition(store, prefix, manifest, to_class, tier, milestone)
+
+
+@task(name="tag-for-lifecycle", **_io)  # type: ignore[call-overload]
+def tag_for_server_task(
+    store: ObjectStore, prefix: str, manifest: Manifest, tier: str, milestone: bool
+) -> tiering.StepResult:
+    return tiering.tag_for_server(store, prefix, manifest, tier, milestone)
+
+
+@task(name="expire", task_run_name="expire-{run}-{step}", **_io)  # type: ignore[call-overload]
+def expire_task(store: ObjectStore, prefix: str, run: str, step: int) -> tiering.StepResult:
+    return tiering.expire(store, prefix, run, step)
+
+
+@task(name="evict-local", task_run_name="evict-{manifest.run}-{manifest.step}", cache_policy=NO_CACHE)
+def evict_local_task(manifest: Manifest) -> tiering.StepResult:
+    return tiering.evict_local(manifest)
+
+
+@task(name="install-lifecycle", **_io)  # type: ignore[call-overload]
+def install_lifecycle_task(store: ObjectStore, rules: list[dict[str, Any]]) -> int:
+    return tiering.install_lifecycle(store, rules)
