@@ -186,9 +186,13 @@ def load_config(cli_value: str | None = None) -> Config:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist. Check the path given by --config or {ENV_VAR}.") from None
+        raise ConfigError(
+            f"config file {path} does not exist. Check the path given by --config or {ENV_VAR}."
+        ) from None
     except (PermissionError, IsADirectoryError) as e:
-        raise ConfigError(f"config file {path} cannot be read ({e.strerror}). Fix its permissions or the path.") from None
+        raise ConfigError(
+            f"config file {path} cannot be read ({e.strerror}). Fix its permissions or the path."
+        ) from None
     return parse_config(text, str(path))
 
 

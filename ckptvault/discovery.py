@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import os
 import stat
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 from ckptvault.formats import FormatError, detect_layout, get_layout
 from ckptvault.formats._fs import is_temp_name
 from ckptvault.formats.base import Candidate, Layout
 
 _set = object.__setattr__
-WALK_THREADS = 2
 
 
 class LocalFile:
@@ -127,21 +126,22 @@ def walk(top: Path, problems: list[str]) -> tuple[list[LocalFile], float, str]:
             error = error or f"cannot read {directory} ({e.strerror})"
             continue
         for entry in listing:
-            rel = prefix + entry.name
             try:
-                if entry.is_symlink():
-                    problems.append(_symlink_problem(entry.path, top_s))
-                    continue
-                st = entry.stat(follow_symlinks=False)
+                st = entry.stat(follow_symlinks=False)  # one lstat, cached by the DirEntry
             except OSError as e:
                 problems.append(f"{entry.path}: cannot stat ({e.strerror}); checkpoint not archived")
                 error = error or f"cannot stat {entry.path} ({e.strerror})"
                 continue
-            newest = max(newest, st.st_mtime)
-            if stat.S_ISDIR(st.st_mode):
-                stack.append((entry.path, rel + "/"))
-            elif stat.S_ISREG(st.st_mode):
-                files.append(LocalFile(rel, entry.path, st.st_size, st.st_mtime))
+            mode = st.st_mode
+            if S_ISLNK(mode):
+                problems.append(_symlink_problem(entry.path, top_s))
+                continue
+            if st.st_mtime > newest:
+                newest = st.st_mtime
+            if S_ISREG(mode):
+                files.append(LocalFile(prefix + entry.name, entry.path, st.st_size, st.st_mtime))
+            elif S_ISDIR(mode):
+                stack.append((entry.path, prefix + entry.name + "/"))
             else:
                 problems.append(f"{entry.path}: not a regular file (socket, fifo or device); skipped")
     files.sort(key=lambda f: f.rel)
@@ -151,13 +151,9 @@ def walk(top: Path, problems: list[str]) -> tuple[list[LocalFile], float, str]:
 def _quiet_reason(newest: float, settle_seconds: float, now: float) -> str:
     age = now - newest
     if age < 0:
-        return (
-            f"newest file has an mtime {-age:.1f} s in the future (clock skew?); waiting until it is settled"
-        )
+        return f"newest file has an mtime {-age:.1f} s in the future (clock skew?); waiting until it is settled"
     if age < settle_seconds:
-        return (
-            f"still being written: newest file changed {age:.1f} s ago, settle_seconds = {settle_seconds:g}"
-        )
+        return f"still being written: newest file changed {age:.1f} s ago, settle_seconds = {settle_seconds:g}"
     return ""
 
 
@@ -205,9 +201,7 @@ def _one_per_step(cands: list[Candidate], problems: list[str]) -> list[Candidate
                     "(probably from a crashed save); ignored, delete it to free space"
                 )
             for dup in final[1:]:
-                problems.append(
-                    f"{dup.path}: a second checkpoint for step {step}; using {final[0].path.name}"
-                )
+                problems.append(f"{dup.path}: a second checkpoint for step {step}; using {final[0].path.name}")
             out.append(final[0])
         else:
             out.append(temps[0])
@@ -234,25 +228,14 @@ def discover(run: str, root: Path, fmt: str, settle_seconds: float, now: float) 
         with os.scandir(root):
             pass
     except OSError as e:
-        problems.append(
-            f"run {run!r}: cannot read {root} ({e.strerror}); check [[sources]].path and permissions"
-        )
+        problems.append(f"run {run!r}: cannot read {root} ({e.strerror}); check [[sources]].path and permissions")
         return DiscoveryResult([], problems)
     layout = _layout(root, fmt, problems)
     if layout is None:
         return DiscoveryResult([], problems)
-    cands = _one_per_step(layout.candidates(root), problems)
-
-    def one(c: Candidate) -> tuple[Found | None, list[str]]:
-        own: list[str] = []
-        return _examine(run, c, settle_seconds, now, own), own
-
-    # lstat releases the GIL: a few threads overlap the syscalls with the Python bookkeeping.
-    with ThreadPoolExecutor(max_workers=WALK_THREADS) as pool:
-        results = list(pool.map(one, cands)) if len(cands) > 1 else [one(c) for c in cands]
     found = []
-    for f, own in results:
-        problems += own
+    for c in _one_per_step(layout.candidates(root), problems):
+        f = _examine(run, c, settle_seconds, now, problems)
         if f is not None:
             found.append(f)
     return DiscoveryResult(found, problems)

@@ -47,8 +47,16 @@ def render_table(states: Sequence[CheckpointState]) -> str:
         return "(no checkpoints in the catalog yet)"
     header = ("RUN", "STEP", "FORMAT", "STATE", "SIZE", "FILES", "CLASS", "UPLOADED")
     rows = [
-        (s.run, str(s.step), s.format, s.state, _size(s.bytes), str(s.files), s.storage_class or "-",
-         _iso(s.uploaded_at) or "-")
+        (
+            s.run,
+            str(s.step),
+            s.format,
+            s.state,
+            _size(s.bytes),
+            str(s.files),
+            s.storage_class or "-",
+            _iso(s.uploaded_at) or "-",
+        )
         for s in states
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

@@ -85,7 +85,8 @@ def resolve_step(states: Sequence[CheckpointState], run: str, step: int | str) -
         if not good:
             raise RestoreError(
                 f"run {run!r} has no verified checkpoint in the catalog. "
-                "Check the run name with `ckptvault ls`, or rebuild the catalog with `ckptvault catalog rebuild --write`."
+                "Check the run name with `ckptvault ls`, "
+                "or rebuild the catalog with `ckptvault catalog rebuild --write`."
             )
         return good[-1]
     n = int(step)
@@ -100,7 +101,9 @@ def load_manifest(store: ObjectStore, prefix: str, run: str, step: int) -> Manif
     try:
         return Manifest.from_json(store.get_bytes(key), key)
     except ManifestError as e:
-        raise RestoreError(f"{e}. The checkpoint cannot be restored safely; run `ckptvault drill` to inspect it.") from None
+        raise RestoreError(
+            f"{e}. The checkpoint cannot be restored safely; run `ckptvault drill` to inspect it."
+        ) from None
 
 
 def _is_thawed(storage_class: str, restore_header: str | None) -> bool:
@@ -125,7 +128,11 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
         if info.size != f.size:
             missing.append(f"{rel} (size {info.size} in the store, {f.size} in the manifest)")
             continue
-        plans.append(ObjectPlan(base + rel, rel, f.size, f.crc32c, info.storage_class, _is_thawed(info.storage_class, info.restore)))
+        plans.append(
+            ObjectPlan(
+                base + rel, rel, f.size, f.crc32c, info.storage_class, _is_thawed(info.storage_class, info.restore)
+            )
+        )
     if missing:
         raise RestoreError(
             f"{manifest.run} step {manifest.step}: {len(missing)} objects named by the manifest are missing or wrong: "
@@ -187,7 +194,11 @@ def still_frozen(store: ObjectStore, plans: Sequence[ObjectPlan]) -> list[Object
 
 
 def wait_for_thaw(
-    store: ObjectStore, plans: Sequence[ObjectPlan], deadline_s: float, first_delay: float = 5.0, max_delay: float = 900.0
+    store: ObjectStore,
+    plans: Sequence[ObjectPlan],
+    deadline_s: float,
+    first_delay: float = 5.0,
+    max_delay: float = 900.0,
 ) -> list[ObjectPlan]:
     """Poll with exponential backoff until nothing is frozen or the deadline passes; returns what is
     still frozen (empty when done)."""
@@ -225,7 +236,9 @@ def checkpoint_name(manifest: Manifest) -> str:
     return name if name not in ("", ".", "..") else f"step-{manifest.step}"
 
 
-def download_one(store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None) -> str:
+def download_one(
+    store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None
+) -> str:
     """Fetch one object into the staging directory, CRC32C checked by the adapter."""
     target = into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
     target.parent.mkdir(parents=True, exist_ok=True)

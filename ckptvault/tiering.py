@@ -9,6 +9,7 @@ entry that was verified in the store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -115,10 +116,8 @@ def _remove_empty_dirs(root: Path) -> None:
     if not root.is_dir():
         return
     for dirpath, _dirs, _files in sorted(os.walk(root), key=lambda t: -len(t[0])):
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(dirpath)
-        except OSError:
-            pass
 
 
 def lifecycle_rules(prefix: str, classes: Mapping[str, str], tiers: Sequence[str]) -> list[dict[str, Any]]:
@@ -136,8 +135,12 @@ def lifecycle_rules(prefix: str, classes: Mapping[str, str], tiers: Sequence[str
             {
                 "ID": f"ckptvault-tier-{tier}",
                 "Status": "Enabled",
-                "Filter": {"And": {"Prefix": prefix.strip("/") + "/" if prefix else "",
-                                   "Tags": [{"Key": TIER_TAG, "Value": tier}]}},
+                "Filter": {
+                    "And": {
+                        "Prefix": prefix.strip("/") + "/" if prefix else "",
+                        "Tags": [{"Key": TIER_TAG, "Value": tier}],
+                    }
+                },
                 "Transitions": [{"Days": 1, "StorageClass": classes[tier]}],
             }
         )
@@ -167,5 +170,3 @@ def install_lifecycle(store: ObjectStore, rules: Sequence[dict[str, Any]]) -> in
     store.put_lifecycle([*existing, *rules])
     store.ensure_abort_incomplete_mpu_rule(1)
     return len(rules)
-
-

@@ -68,7 +68,15 @@ def _write_config(endpoint: str) -> Path:
             "settle_seconds = 2",
             "",
         ]
-    lines += ["[policy]", "keep_hot = 2", "milestone_every_steps = 1000", "", "[drill]", f'scratch = "{DEMO / "drill"}"', ""]
+    lines += [
+        "[policy]",
+        "keep_hot = 2",
+        "milestone_every_steps = 1000",
+        "",
+        "[drill]",
+        f'scratch = "{DEMO / "drill"}"',
+        "",
+    ]
     path = DEMO / "ckptvault.toml"
     path.write_text("\n".join(lines))
     return path
@@ -143,9 +151,9 @@ def main() -> int:
       export CKPTVAULT_CONFIG={cfg_path}
       .venv/bin/ckptvault ls            # the catalog
       .venv/bin/ckptvault ingest        # another pass
-  the store keeps running (stop it: STATE_DIR={env['STATE_DIR']} bash infra/local/seaweedfs.sh down)
+  the store keeps running (stop it: STATE_DIR={env["STATE_DIR"]} bash infra/local/seaweedfs.sh down)
   the Prefect UI on these runs:
-      PREFECT_HOME={DEMO / 'prefect'} .venv/bin/prefect server start --host 127.0.0.1
+      PREFECT_HOME={DEMO / "prefect"} .venv/bin/prefect server start --host 127.0.0.1
       then open http://127.0.0.1:4200/runs
 """,
         flush=True,

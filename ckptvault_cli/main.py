@@ -88,8 +88,8 @@ def _print_outcomes(outcomes: Sequence[object]) -> None:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from ckptvault.listing import render_json, render_table
     from ckptvault.catalog import Catalog
+    from ckptvault.listing import render_json, render_table
     from ckptvault.store import open_store
 
     cfg = _preflight(args, need_sources=False)
@@ -124,8 +124,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from flows.restore import restore
 
     state = restore(
-        run=args.run, dest=args.dest, step=args.step, tier=args.tier, wait=not args.no_wait,
-        force=args.force, wait_hours=args.wait_hours, config_path=args.config, return_state=True,
+        run=args.run,
+        dest=args.dest,
+        step=args.step,
+        tier=args.tier,
+        wait=not args.no_wait,
+        force=args.force,
+        wait_hours=args.wait_hours,
+        config_path=args.config,
+        return_state=True,
     )
     result = state.result(raise_on_failure=False)
     if isinstance(result, BaseException):
@@ -192,11 +199,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run")
     s.add_argument("--step", default="latest", help="a step number or 'latest' (newest verified)")
     s.add_argument("--dest", required=True, help="an empty or new directory (the run root to resume from)")
-    s.add_argument("--tier", default="Standard", choices=["Expedited", "Standard", "Bulk"],
-                   help="thaw speed for archived objects (cost rises with speed)")
+    s.add_argument(
+        "--tier",
+        default="Standard",
+        choices=["Expedited", "Standard", "Bulk"],
+        help="thaw speed for archived objects (cost rises with speed)",
+    )
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
     s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")
-    s.add_argument("--force", action="store_true", help="restore into a non-empty destination (kept aside, not deleted)")
+    s.add_argument(
+        "--force", action="store_true", help="restore into a non-empty destination (kept aside, not deleted)"
+    )
     s.set_defaults(fn=cmd_restore)
 
     s = sub.add_parser("drill", help="restore a rotating sample into scratch and prove it loads")

@@ -3,13 +3,13 @@ Schedules and parameters only; the same ones as prefect.yaml."""
 
 from __future__ import annotations
 
+from flows.watch import watch
 from prefect import serve
 
 from flows.drill import drill
 from flows.ingest import ingest
 from flows.restore import restore
 from flows.tier import tier
-from flows.watch import watch
 
 
 def serve_all(config_path: str | None = None) -> None:

@@ -7,7 +7,6 @@ selects the least recently drilled first) finds it thawed and completes it.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,9 @@ from tasks.restore import (
 
 
 @flow(name="drill", log_prints=True)
-def drill(sample: int | None = None, tier: str | None = None, thaw_wait_minutes: float = 5.0,
-          config_path: str | None = None) -> list[dict[str, Any]]:
+def drill(
+    sample: int | None = None, tier: str | None = None, thaw_wait_minutes: float = 5.0, config_path: str | None = None
+) -> list[dict[str, Any]]:
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     catalog = Catalog(store, cfg.store.prefix)
@@ -63,20 +63,39 @@ def drill(sample: int | None = None, tier: str | None = None, thaw_wait_minutes:
                 problems = load_check_task(staged / (name or f"step-{s.step}"))
             finally:
                 discard_task(staged)
-            results.append(DrillResult(s.run, s.step, not problems, time.monotonic() - t0, manifest.total_bytes,
-                                       tuple(problems)))
+            results.append(
+                DrillResult(s.run, s.step, not problems, time.monotonic() - t0, manifest.total_bytes, tuple(problems))
+            )
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(DrillResult(s.run, s.step, False, time.monotonic() - t0, s.bytes, (str(e),)))
-    record_task(catalog, [Event(run=r.run, step=r.step, event="drilled", at=time.time(), ok=r.ok,
-                                detail=r.detail(), flow_run=str(flow_run.id or "")) for r in results])
+    record_task(
+        catalog,
+        [
+            Event(
+                run=r.run,
+                step=r.step,
+                event="drilled",
+                at=time.time(),
+                ok=r.ok,
+                detail=r.detail(),
+                flow_run=str(flow_run.id or ""),
+            )
+            for r in results
+        ],
+    )
     lines = ["| run | step | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r.run} | {r.step} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
-              f"{'; '.join(r.problems)[:300]} |" for r in results]
+    lines += [
+        f"| {r.run} | {r.step} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
+        f"{'; '.join(r.problems)[:300]} |"
+        for r in results
+    ]
     if pending:
         lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
     publish_markdown_task("drill-report", "\n".join(lines), "restore drill: time to restore and load check")
-    rows = [{"run": r.run, "step": r.step, "ok": r.ok, "seconds": round(r.seconds, 2), "problems": list(r.problems)}
-            for r in results]
+    rows = [
+        {"run": r.run, "step": r.step, "ok": r.ok, "seconds": round(r.seconds, 2), "problems": list(r.problems)}
+        for r in results
+    ]
     failed = [r for r in results if not r.ok]
     if failed:
         raise DrillFailed(rows)

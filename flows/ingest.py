@@ -44,7 +44,9 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
             print(f"{source.run}: {problem}")
         for found in result.found:
             t0 = time.monotonic()
-            base = dict(run=found.run, step=found.step, format=found.format, bytes=found.total_bytes, files=len(found.files))
+            base = dict(
+                run=found.run, step=found.step, format=found.format, bytes=found.total_bytes, files=len(found.files)
+            )
             if not found.ready:
                 outcomes.append(Outcome(**base, result="waiting", message=found.reason))  # type: ignore[arg-type]
                 continue

@@ -64,13 +64,25 @@ def restore(
     manifest = load_manifest_task(store, prefix, run, n)
     plans = plan_objects_task(store, prefix, manifest)
     est = estimate_task(manifest, plans, load_prices(cfg.policy.prices), tier)
-    publish_markdown_task("restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost")
+    publish_markdown_task(
+        "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
+    )
     report: dict[str, Any] = {"run": run, "step": n, "dest": str(target), "estimate": est.describe()}
     if est.frozen:
         requested = request_thaw_task(store, plans, tier)
-        record_task(catalog, [Event(run=run, step=n, event="restore_requested", at=time.time(),
-                                    detail=json.dumps({"tier": tier, "requests": requested}),
-                                    flow_run=str(flow_run.id or ""))])
+        record_task(
+            catalog,
+            [
+                Event(
+                    run=run,
+                    step=n,
+                    event="restore_requested",
+                    at=time.time(),
+                    detail=json.dumps({"tier": tier, "requests": requested}),
+                    flow_run=str(flow_run.id or ""),
+                )
+            ],
+        )
         frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
         if frozen:
             report.update(status="thawing", frozen=len(frozen))
@@ -79,8 +91,12 @@ def restore(
                 from prefect.deployments import run_deployment
 
                 later = datetime.now(UTC) + timedelta(seconds=max(est.seconds_min, 300))
-                run_deployment(name=f"{flow_run.flow_name}/{deployment.name}", parameters=flow_run.parameters,
-                               scheduled_time=later, timeout=0)
+                run_deployment(
+                    name=f"{flow_run.flow_name}/{deployment.name}",
+                    parameters=flow_run.parameters,
+                    scheduled_time=later,
+                    timeout=0,
+                )
                 msg += f"; a follow-up run is scheduled for {later:%Y-%m-%d %H:%M} UTC"
             print(msg)
             report["message"] = msg
@@ -94,11 +110,29 @@ def restore(
     except BaseException:
         discard_task(staged)
         raise
-    record_task(catalog, [Event(run=run, step=n, event="restored", at=time.time(), format=manifest.format,
-                                bytes=manifest.total_bytes, files=len(manifest.files),
-                                detail=json.dumps({"dest": str(target)}), flow_run=str(flow_run.id or ""))])
-    report.update(status="restored", pointer=pointer, replaced=str(aside) if aside else None,
-                  bytes=manifest.total_bytes, files=len(manifest.files))
+    record_task(
+        catalog,
+        [
+            Event(
+                run=run,
+                step=n,
+                event="restored",
+                at=time.time(),
+                format=manifest.format,
+                bytes=manifest.total_bytes,
+                files=len(manifest.files),
+                detail=json.dumps({"dest": str(target)}),
+                flow_run=str(flow_run.id or ""),
+            )
+        ],
+    )
+    report.update(
+        status="restored",
+        pointer=pointer,
+        replaced=str(aside) if aside else None,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+    )
     publish_markdown_task(
         "restore-result",
         f"### Restored {run} step {n}\n\n- destination: `{target}`\n- files: {len(manifest.files)}, "

@@ -37,8 +37,12 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, now if now is not None else time.time())
     print(render_text(plan))
     publish_markdown_task("tier-plan", render_markdown(plan), "what the policy would do, and what it costs")
-    report: dict[str, Any] = {"applied": False, "actions": [a.kind for a in plan.actions],
-                              "monthly_before": plan.summary.total_before, "monthly_after": plan.summary.total_after}
+    report: dict[str, Any] = {
+        "applied": False,
+        "actions": [a.kind for a in plan.actions],
+        "monthly_before": plan.summary.total_before,
+        "monthly_after": plan.summary.total_after,
+    }
     if not apply:
         return report
     mode = cfg.policy.apply_mode
@@ -53,14 +57,36 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             continue
         if a.kind == "expire":
             r = expire_task(store, prefix, a.run, a.step)
-            record_task(catalog, [Event(run=a.run, step=a.step, event="expired", at=time.time(),
-                                        detail=json.dumps({"reason": a.reason, "objects": r.objects}), flow_run=run_id)])
+            record_task(
+                catalog,
+                [
+                    Event(
+                        run=a.run,
+                        step=a.step,
+                        event="expired",
+                        at=time.time(),
+                        detail=json.dumps({"reason": a.reason, "objects": r.objects}),
+                        flow_run=run_id,
+                    )
+                ],
+            )
             continue
         manifest = load_manifest_task(store, prefix, a.run, a.step)
         if a.kind == "evict_local":
             r = evict_local_task(manifest)
-            record_task(catalog, [Event(run=a.run, step=a.step, event="evicted_local", at=time.time(),
-                                        detail=json.dumps({"reason": a.reason, "path": r.detail}), flow_run=run_id)])
+            record_task(
+                catalog,
+                [
+                    Event(
+                        run=a.run,
+                        step=a.step,
+                        event="evicted_local",
+                        at=time.time(),
+                        detail=json.dumps({"reason": a.reason, "path": r.detail}),
+                        flow_run=run_id,
+                    )
+                ],
+            )
         elif a.kind == "transition" and a.to_class:
             milestone = (a.run, a.step) in ms
             tier_name = tier_of.get(a.to_class, a.to_class)
@@ -68,9 +94,21 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
                 transition_task(store, prefix, manifest, a.to_class, tier_name, milestone)
             else:
                 tag_for_server_task(store, prefix, manifest, tier_name, milestone)
-            record_task(catalog, [Event(run=a.run, step=a.step, event="transitioned", at=time.time(),
-                                        storage_class=a.to_class, bytes=manifest.total_bytes,
-                                        files=len(manifest.files), detail=json.dumps({"reason": a.reason, "mode": mode}),
-                                        flow_run=run_id)])
+            record_task(
+                catalog,
+                [
+                    Event(
+                        run=a.run,
+                        step=a.step,
+                        event="transitioned",
+                        at=time.time(),
+                        storage_class=a.to_class,
+                        bytes=manifest.total_bytes,
+                        files=len(manifest.files),
+                        detail=json.dumps({"reason": a.reason, "mode": mode}),
+                        flow_run=run_id,
+                    )
+                ],
+            )
     report["applied"] = True
     return report

@@ -30,7 +30,14 @@ def write_config(
         "",
     ]
     for run, root, fmt in sources:
-        lines += ["[[sources]]", f'run = "{run}"', f'path = "{root}"', f'format = "{fmt}"', f"settle_seconds = {settle}", ""]
+        lines += [
+            "[[sources]]",
+            f'run = "{run}"',
+            f'path = "{root}"',
+            f'format = "{fmt}"',
+            f"settle_seconds = {settle}",
+            "",
+        ]
     path.write_text("\n".join(lines) + "\n" + extra)
     return path
 

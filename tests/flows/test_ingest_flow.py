@@ -50,7 +50,9 @@ def test_ingest_uploads_finished_checkpoints_and_skips_in_progress(
     write_checkpoint(hf, "hf", 200, 3 * MiB, shards=2, complete=False)  # no trainer_state.json yet
     write_checkpoint(ds, "deepspeed", 10, 12 * MiB)  # a file above the 5 MiB part size: multipart
     write_checkpoint(lt, "lightning", 7, 2 * MiB)
-    cfg_path = write_config(tmp_path / "c.toml", creds, bucket, [("hf", hf, "auto"), ("ds", ds, "deepspeed"), ("lt", lt, "lightning")])
+    cfg_path = write_config(
+        tmp_path / "c.toml", creds, bucket, [("hf", hf, "auto"), ("ds", ds, "deepspeed"), ("lt", lt, "lightning")]
+    )
 
     outcomes = ingest(config_path=str(cfg_path))
     results = {(o.run, o.step): o.result for o in outcomes}
@@ -64,7 +66,9 @@ def test_ingest_uploads_finished_checkpoints_and_skips_in_progress(
         checkpoint_prefix("t", "lt", 7) + MANIFEST_NAME,
     }
     # bytes in the bucket equal the source; each manifest CRC32C equals an independent computation
-    m = Manifest.from_json(client.get_object(Bucket=bucket, Key=checkpoint_prefix("t", "ds", 10) + MANIFEST_NAME)["Body"].read())
+    m = Manifest.from_json(
+        client.get_object(Bucket=bucket, Key=checkpoint_prefix("t", "ds", 10) + MANIFEST_NAME)["Body"].read()
+    )
     src = next(p for p in ds.iterdir() if p.is_dir())
     for f in m.files:
         assert f.crc32c == crc32c_b64(src / f.path), f.path
@@ -97,7 +101,7 @@ def test_invalid_checkpoints_are_named_recorded_and_not_uploaded(
     bucket = bucket_factory(creds)
     root = tmp_path / "run"
     root.mkdir()
-    good = write_checkpoint(root, "hf", 100, 2 * MiB, shards=2)
+    write_checkpoint(root, "hf", 100, 2 * MiB, shards=2)
     trunc = write_checkpoint(root, "hf", 200, 2 * MiB, shards=2)
     empty = write_checkpoint(root, "hf", 300, 2 * MiB, shards=2)
     missing = write_checkpoint(root, "hf", 400, 2 * MiB, shards=2)
@@ -139,8 +143,7 @@ def test_kill9_during_multipart_then_rerun_completes(
     root = tmp_path / "run"
     root.mkdir()
     ckpt = write_checkpoint(root, "deepspeed", 5, 160 * MiB, seed=3)
-    cfg_path = write_config(tmp_path / "c.toml", creds, bucket, [("big", root, "deepspeed")],
-                            extra="")
+    cfg_path = write_config(tmp_path / "c.toml", creds, bucket, [("big", root, "deepspeed")], extra="")
     text = cfg_path.read_text().replace("part_size_mb = 5", "part_size_mb = 5\nmax_concurrency = 1")
     cfg_path.write_text(text)
     env = {**os.environ, **creds.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
@@ -152,7 +155,9 @@ def test_kill9_during_multipart_then_rerun_completes(
         while time.monotonic() < deadline:
             ups = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
             if ups:
-                parts = client.list_parts(Bucket=bucket, Key=ups[0]["Key"], UploadId=ups[0]["UploadId"]).get("Parts", [])
+                parts = client.list_parts(Bucket=bucket, Key=ups[0]["Key"], UploadId=ups[0]["UploadId"]).get(
+                    "Parts", []
+                )
                 if parts:
                     break
             if proc.poll() is not None:

@@ -21,15 +21,22 @@ def _env(monkeypatch: pytest.MonkeyPatch, endpoint: Any) -> None:
         monkeypatch.setenv(k, v)
 
 
-def _ingested(endpoint: Any, bucket: str, tmp_path: Path, fmt: str, steps: list[int], size: int = 3 * MiB) -> tuple[Path, Path]:
+def _ingested(
+    endpoint: Any, bucket: str, tmp_path: Path, fmt: str, steps: list[int], size: int = 3 * MiB
+) -> tuple[Path, Path]:
     from flows.ingest import ingest
 
     root = tmp_path / "hot"
     root.mkdir()
     for s in steps:
         write_checkpoint(root, fmt, s, size, seed=s)
-    cfg = write_config(tmp_path / "c.toml", endpoint, bucket, [("r", root, fmt)],
-                       extra=f'[drill]\nscratch = "{tmp_path / "scratch"}"\nsample = 5\n')
+    cfg = write_config(
+        tmp_path / "c.toml",
+        endpoint,
+        bucket,
+        [("r", root, fmt)],
+        extra=f'[drill]\nscratch = "{tmp_path / "scratch"}"\nsample = 5\n',
+    )
     ingest(config_path=str(cfg))
     return root, cfg
 
@@ -40,8 +47,13 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("fmt,pointer", [("deepspeed", "latest"), ("megatron", "latest_checkpointed_iteration.txt")])
 def test_restore_latest_recreates_pointer_and_bytes(
-    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    fmt: str, pointer: str,
+    prefect_api: None,
+    seaweedfs: Any,
+    bucket_factory: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fmt: str,
+    pointer: str,
 ) -> None:
     from flows.restore import restore
 
@@ -105,11 +117,19 @@ def test_restore_thaws_glacier_objects_on_moto(
     root, cfg = _ingested(moto_server, bucket, tmp_path, "deepspeed", [100], size=1 * MiB)
     client = moto_server.client()
     base = checkpoint_prefix("t", "r", 100)
-    data_keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=base)["Contents"]
-                 if not o["Key"].endswith(MANIFEST_NAME)]
+    data_keys = [
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=bucket, Prefix=base)["Contents"]
+        if not o["Key"].endswith(MANIFEST_NAME)
+    ]
     for k in data_keys:
-        client.copy_object(Bucket=bucket, Key=k, CopySource={"Bucket": bucket, "Key": k}, StorageClass="DEEP_ARCHIVE",
-                           MetadataDirective="COPY")
+        client.copy_object(
+            Bucket=bucket,
+            Key=k,
+            CopySource={"Bucket": bucket, "Key": k},
+            StorageClass="DEEP_ARCHIVE",
+            MetadataDirective="COPY",
+        )
     with pytest.raises(client.exceptions.InvalidObjectState):
         client.get_object(Bucket=bucket, Key=data_keys[0])
     report = restore(run="r", dest=str(tmp_path / "out"), tier="Bulk", config_path=str(cfg))
@@ -130,8 +150,11 @@ def test_drill_passes_then_catches_a_bit_flip(
     rows = drill(config_path=str(cfg))
     assert sorted((r["step"], r["ok"]) for r in rows) == [(10, True), (20, True)]
     client = seaweedfs.client()
-    key = next(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=checkpoint_prefix("t", "r", 20))["Contents"]
-               if o["Key"].endswith(".safetensors"))
+    key = next(
+        o["Key"]
+        for o in client.list_objects_v2(Bucket=bucket, Prefix=checkpoint_prefix("t", "r", 20))["Contents"]
+        if o["Key"].endswith(".safetensors")
+    )
     body = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
     body[-1] ^= 0xFF
     client.put_object(Bucket=bucket, Key=key, Body=bytes(body))
