@@ -147,9 +147,7 @@ def ingest_failed(run: str, step: int, error: str, attempts: int, flow_run_url: 
     )
 
 
-def validation_blocked(
-    run: str, step: int, problems: Sequence[str], flow_run_url: str | None = None
-) -> Alert:
+def validation_blocked(run: str, step: int, problems: Sequence[str], flow_run_url: str | None = None) -> Alert:
     return Alert(
         kind="validation_blocked",
         run=run,
@@ -248,9 +246,7 @@ def tier_applied(
     )
 
 
-def restore_completed(
-    run: str, step: int, destination: str, seconds: float, flow_run_url: str | None = None
-) -> Alert:
+def restore_completed(run: str, step: int, destination: str, seconds: float, flow_run_url: str | None = None) -> Alert:
     return Alert(
         kind="restore_completed",
         run=run,
@@ -329,9 +325,7 @@ def run_recovered(
     )
 
 
-def budget_exceeded(
-    monthly_usd: float, budget: float, run: str = ALL_RUNS, flow_run_url: str | None = None
-) -> Alert:
+def budget_exceeded(monthly_usd: float, budget: float, run: str = ALL_RUNS, flow_run_url: str | None = None) -> Alert:
     return Alert(
         kind="budget_exceeded",
         run=run,
@@ -348,9 +342,7 @@ def budget_exceeded(
     )
 
 
-def flow_failed(
-    flow: str, state: str, message: str, run: str = ALL_RUNS, flow_run_url: str | None = None
-) -> Alert:
+def flow_failed(flow: str, state: str, message: str, run: str = ALL_RUNS, flow_run_url: str | None = None) -> Alert:
     """From a Prefect on_failure/on_crashed hook; `state` is the state name (Failed, Crashed)."""
     return Alert(
         kind="flow_failed",
@@ -358,9 +350,7 @@ def flow_failed(
         step=None,
         summary=f"Flow {flow} ended {state}",
         details=[message] if message else [],
-        next_step=(
-            "Open the flow run for the traceback. Flows are safe to re-run: finished work is skipped."
-        ),
+        next_step="Open the flow run for the traceback. Flows are safe to re-run: finished work is skipped.",
         severity="error",
         flow_run_url=flow_run_url,
         # a different error in the same flow is news; the same one again within the window is not

@@ -17,6 +17,7 @@ import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from importlib import resources
 from typing import Any
 
@@ -106,18 +107,27 @@ class PriceTable:
         for n in names:
             self.get(n)
 
-    def billable_bytes(self, nbytes: int, objects: int, name: str) -> float:
-        """Bytes billed at this class's own price (min size and per-object index overhead included)."""
-        c = self.get(name)
-        return max(nbytes, objects * c.min_billable_bytes) + objects * c.overhead_bytes
+    @cached_property
+    def _monthly_terms(self) -> dict[str, tuple[float, int, float]]:
+        """class -> ($ per byte-month, min billable bytes, $ per object-month of overhead). The planner
+        prices every checkpoint several times; this keeps that to a multiply and an add."""
+        out = {}
+        for name, c in self.classes.items():
+            per_object = c.overhead_bytes / GB * c.usd_per_gb_month
+            if c.overhead_standard_bytes:
+                per_object += c.overhead_standard_bytes / GB * self.get("STANDARD").usd_per_gb_month
+            out[name] = (c.usd_per_gb_month / GB, c.min_billable_bytes, per_object)
+        return out
 
     def monthly_cost(self, nbytes: int, name: str, objects: int = 1) -> float:
-        """USD per month to store `nbytes` in `objects` objects of class `name`."""
-        c = self.get(name)
-        usd = self.billable_bytes(nbytes, objects, name) / GB * c.usd_per_gb_month
-        if c.overhead_standard_bytes:
-            usd += objects * c.overhead_standard_bytes / GB * self.get("STANDARD").usd_per_gb_month
-        return usd
+        """USD per month to store `nbytes` in `objects` objects of class `name`: minimum billable size
+        and per-object index overhead included."""
+        try:
+            per_byte, min_size, per_object = self._monthly_terms[name]
+        except KeyError:
+            self.get(name)  # raises the error that names the fix
+            raise
+        return max(nbytes, objects * min_size) * per_byte + objects * per_object
 
     def early_deletion_fee(self, nbytes: int, objects: int, name: str, days_in_class: float) -> float:
         """What leaving class `name` after `days_in_class` costs on top: the rest of its minimum."""
@@ -213,7 +223,7 @@ def load_prices(overrides: Mapping[str, float] | None = None) -> PriceTable:
 # --- the cost of a plan -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Holding:
     """One checkpoint's place in the store before and after a plan (None: not in the store)."""
 

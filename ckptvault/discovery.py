@@ -15,18 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 
-from ckptvault.formats import FormatError, detect_layout, get_layout
-from ckptvault.formats._fs import is_temp_name
+from ckptvault.formats import LAYOUTS, FormatError, detect_layout, get_layout, is_temp_name
 from ckptvault.formats.base import Candidate, Layout
 
 _set = object.__setattr__
 
 
 class LocalFile:
-    """One regular file of a checkpoint: an immutable value like a frozen dataclass.
+    """One regular file of a checkpoint: an immutable value, used like a frozen dataclass
+    (`LocalFile(rel, path, size, mtime)`, ==, hash, pickle) but not one: `dataclasses.asdict/replace`
+    do not apply.
 
-    `path` is built lazily: constructing a `Path` per file was 60% of the time of a million-file walk,
-    and most callers only need `rel`, `size` and `mtime`.
+    Why: `path` is built lazily. A `Path` per file was over half the time of a million-file walk, and
+    most callers only need `rel`, `size` and `mtime`.
     """
 
     __slots__ = ("_path", "mtime", "rel", "size")
@@ -47,6 +48,10 @@ class LocalFile:
             _set(self, "_path", Path(self._path))
         assert isinstance(self._path, Path)
         return self._path
+
+    def __reduce__(self) -> tuple[type[LocalFile], tuple[str, str | Path, int, float]]:
+        # pickle/copy (Prefect task results) rebuild through __init__, not slot-by-slot setattr
+        return (LocalFile, (self.rel, self._path, self.size, self.mtime))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"LocalFile is immutable; cannot set {name}")
@@ -165,7 +170,7 @@ def _examine(run: str, c: Candidate, settle_seconds: float, now: float, problems
         return None
     if stat.S_ISLNK(st.st_mode):
         problems.append(
-            f"{c.path}: the checkpoint itself is a symlink ({os.readlink(c.path)}); not followed. "
+            f"{c.path}: the checkpoint itself is a symlink; not followed. "
             "Point [[sources]].path at the directory that holds the real checkpoints."
         )
         return None
@@ -192,7 +197,10 @@ def _one_per_step(cands: list[Candidate], problems: list[str]) -> list[Candidate
         by_step.setdefault(c.step, []).append(c)
     out = []
     for step, group in sorted(by_step.items()):
-        final = sorted((c for c in group if not is_temp_name(c.path.name)), key=lambda c: c.path.name)
+        # shortest name first: the original, not its `-v1` / `-copy` style duplicates
+        final = sorted(
+            (c for c in group if not is_temp_name(c.path.name)), key=lambda c: (len(c.path.name), c.path.name)
+        )
         temps = sorted((c for c in group if is_temp_name(c.path.name)), key=lambda c: c.path.name)
         if final:
             for t in temps:
@@ -214,8 +222,8 @@ def _layout(root: Path, fmt: str, problems: list[str]) -> Layout | None:
     try:
         return detect_layout(root)
     except FormatError as e:
-        if "ambiguous" in str(e):
-            raise  # a configuration error: it will not fix itself, so fail loudly
+        if any(layout.matches(root) for layout in LAYOUTS.values()):
+            raise  # several layouts match: a configuration error that will not fix itself, so fail loudly
         problems.append(str(e))  # nothing checkpoint-like yet: normal for a run that just started
         return None
 

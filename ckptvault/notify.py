@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 from slack_sdk.http_retry import (
     ConnectionErrorRetryHandler,
+    Jitter,
     RateLimitErrorRetryHandler,
     RetryHandler,
 )
@@ -120,7 +122,18 @@ class _RedactingLogger(logging.Logger):
         # a traceback could quote the URL; keep only the redacted message
         record.exc_info = None
         record.exc_text = None
+        if record.levelno > logging.WARNING:
+            # slack-sdk logs every failed attempt as ERROR; for us it is a warning (the alert is
+            # retried), and SlackNotifier.send logs the one line that matters
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
         return record
+
+
+class _ScaledJitter(Jitter):
+    """slack-sdk's default jitter adds up to a whole second, whatever the backoff; scale it instead."""
+
+    def recalculate(self, duration: float) -> float:
+        return duration * (1 + random.random())
 
 
 class SlackNotifier:
@@ -155,7 +168,7 @@ class SlackNotifier:
             RateLimitErrorRetryHandler(max_retry_count=3),
             ConnectionErrorRetryHandler(
                 max_retry_count=connect_retries,
-                interval_calculator=BackoffRetryIntervalCalculator(backoff_factor=backoff_seconds),
+                interval_calculator=BackoffRetryIntervalCalculator(backoff_seconds, _ScaledJitter()),
             ),
         ]
         sdk_log = _RedactingLogger(self._redact)

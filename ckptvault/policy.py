@@ -11,8 +11,10 @@ dollars.
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -32,7 +34,7 @@ class PlanError(ValueError):
     """The policy cannot be planned for this store; the message names the key and the fix."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Action:
     run: str
     step: int
@@ -59,10 +61,9 @@ def _usd(x: float) -> str:
 
 
 def _created(s: CheckpointState) -> float:
-    for t in (s.created_at, s.uploaded_at):
-        if t is not None:
-            return t
-    return s.updated_at
+    if s.created_at is not None:
+        return s.created_at
+    return s.uploaded_at if s.uploaded_at is not None else s.updated_at
 
 
 def _live(states: Sequence[CheckpointState]) -> list[CheckpointState]:
@@ -84,8 +85,12 @@ def milestones(states: Sequence[CheckpointState], policy: PolicyConfig) -> set[t
     """Checkpoints kept forever, chosen among verified ones: every K steps; the first of each T-hour
     window of creation time (windows aligned to the epoch, so a choice does not change as new
     checkpoints arrive); the best k by a metric."""
+    return _milestones(_by_run(states), policy)
+
+
+def _milestones(by_run: dict[str, list[CheckpointState]], policy: PolicyConfig) -> set[tuple[str, int]]:
     out: set[tuple[str, int]] = set()
-    for run, ss in _by_run(states).items():
+    for run, ss in by_run.items():
         if policy.milestone_every_steps:
             out.update((run, s.step) for s in ss if s.step % policy.milestone_every_steps == 0)
         if policy.milestone_every_hours:
@@ -98,11 +103,7 @@ def milestones(states: Sequence[CheckpointState], policy: PolicyConfig) -> set[t
             out.update((run, s.step) for s in first.values())
         if policy.keep_best:
             kb = policy.keep_best
-            scored = [
-                (s.metrics[kb.metric], s.step)
-                for s in ss
-                if not math.isnan(s.metrics.get(kb.metric, math.nan))
-            ]
+            scored = [(s.metrics[kb.metric], s.step) for s in ss if not math.isnan(s.metrics.get(kb.metric, math.nan))]
             sign = 1.0 if kb.mode == "min" else -1.0
             scored.sort(key=lambda vs: (sign * vs[0], vs[1]))
             out.update((run, step) for _, step in scored[: kb.k])
@@ -169,13 +170,9 @@ class _Planner:
         if to == cur:
             return Action(s.run, s.step, "keep", None, f"already in {cur} ({target.tier}){tag}")
         if cur not in self.rank:
-            return Action(
-                s.run, s.step, "keep", None, f"current class {cur} has no known tier: not moved{tag}"
-            )
+            return Action(s.run, s.step, "keep", None, f"current class {cur} has no known tier: not moved{tag}")
         if self.rank[to] <= self.rank[cur]:
-            return Action(
-                s.run, s.step, "keep", None, f"in {cur}, at or below tier {target.tier} ({to}){tag}"
-            )
+            return Action(s.run, s.step, "keep", None, f"in {cur}, at or below tier {target.tier} ({to}){tag}")
         return self.transition(s, cur, to, age, in_class, expires, tag)
 
     def transition(
@@ -209,35 +206,55 @@ class _Planner:
         return Action(s.run, s.step, "transition", to, why, saving, fee)
 
 
+@contextmanager
+def _no_gc_pauses() -> Iterator[None]:
+    """Everything the planner allocates survives into the plan, so the cyclic collector's passes over
+    it (and over the caller's states) are pure overhead: a third of the time at 100,000 checkpoints.
+    Reference counting still frees everything that is not cyclic."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def plan(
     states: Sequence[CheckpointState], policy: PolicyConfig, prices: PriceTable, store_kind: str, now: float
 ) -> Plan:
     """One storage action (keep/transition/expire/skip) per live checkpoint, plus evict_local actions."""
+    with _no_gc_pauses():
+        return _plan(states, policy, prices, store_kind, now)
+
+
+def _plan(
+    states: Sequence[CheckpointState], policy: PolicyConfig, prices: PriceTable, store_kind: str, now: float
+) -> Plan:
     pl = _Planner(policy, prices, store_kind, now)
     live = _live(states)
     prices.require(
         {pl.hot, *(pl.classes[t.tier] for t in pl.tiers), *(s.storage_class for s in live if s.storage_class)}
     )
-    ms = milestones(live, policy)
     newest = _by_run(live)
+    ms = _milestones(newest, policy)
     hot_keep = {(r, s.step) for r, ss in newest.items() for s in ss[: policy.keep_hot]}
     local_keep = {(r, s.step) for r, ss in newest.items() for s in ss[: policy.keep_local or 0]}
     actions: list[Action] = []
     holdings: list[Holding] = []
+    hot_why = f"among the newest {policy.keep_hot} verified: stays put"
+    evict_why = f"older than the newest {policy.keep_local} verified; a verified copy is in the store"
+    evict_usd_per_byte = policy.hot_fs_usd_per_gb_month / GB * pl.horizon / DAYS_PER_MONTH
     for s in sorted(live, key=lambda s: (s.run, s.step)):
         key = (s.run, s.step)
         if not s.verified:
-            a = Action(
-                s.run, s.step, "keep", None, f"not verified in the store (state {s.state}): nothing moves"
-            )
+            a = Action(s.run, s.step, "keep", None, f"not verified in the store (state {s.state}): nothing moves")
         elif key in hot_keep:
-            a = Action(s.run, s.step, "keep", None, f"among the newest {policy.keep_hot} verified: stays put")
+            a = Action(s.run, s.step, "keep", None, hot_why)
         else:
             a = pl.storage_action(s, key in ms)
         if policy.keep_local and s.verified and not s.local_evicted and key not in local_keep:
-            saving = s.bytes / GB * policy.hot_fs_usd_per_gb_month * pl.horizon / DAYS_PER_MONTH
-            why = f"older than the newest {policy.keep_local} verified; a verified copy is in the store"
-            actions.append(Action(s.run, s.step, "evict_local", None, why, saving))
+            actions.append(Action(s.run, s.step, "evict_local", None, evict_why, s.bytes * evict_usd_per_byte))
         actions.append(a)
         if s.uploaded_at is not None or s.verified:
             before = s.storage_class or pl.hot

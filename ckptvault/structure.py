@@ -32,17 +32,11 @@ PICKLE_MAGIC = b"\x80"  # legacy (non-zip) torch.save files start with a pickle 
 
 def _safetensors_tensor(rel: str, name: str, info: Any) -> tuple[list[str], int]:
     """Problems with one header entry and the end of its data."""
-    if (
-        not isinstance(info, dict)
-        or not isinstance(info.get("data_offsets"), list)
-        or len(info["data_offsets"]) != 2
-    ):
+    if not isinstance(info, dict) or not isinstance(info.get("data_offsets"), list) or len(info["data_offsets"]) != 2:
         return [f"{rel}: tensor {name!r} has no valid data_offsets [begin, end] in the header"], 0
     begin, end = info["data_offsets"]
     if not (isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end):
-        return [
-            f"{rel}: tensor {name!r} has data_offsets {info['data_offsets']}; expected 0 <= begin <= end"
-        ], 0
+        return [f"{rel}: tensor {name!r} has data_offsets {info['data_offsets']}; expected 0 <= begin <= end"], 0
     width = DTYPE_BYTES.get(str(info.get("dtype")))
     shape = info.get("shape")
     if width is not None and isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape):
@@ -89,9 +83,7 @@ def check_safetensors(path: Path, rel: str, size: int) -> list[str]:
             f"({expected - size} bytes missing)"
         )
     elif expected < size:
-        problems.append(
-            f"{rel}: {size - expected} extra bytes after the last tensor (expected size {expected})"
-        )
+        problems.append(f"{rel}: {size - expected} extra bytes after the last tensor (expected size {expected})")
     return problems
 
 
@@ -124,9 +116,7 @@ def check_index(path: Path, rel: str, present: set[str]) -> list[str]:
         weight_map = doc["weight_map"]
         shards = sorted({str(v) for v in weight_map.values()})
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        return [
-            f"{rel}: cannot read its weight_map ({type(e).__name__}: {e}); expected JSON with a weight_map"
-        ]
+        return [f"{rel}: cannot read its weight_map ({type(e).__name__}: {e}); expected JSON with a weight_map"]
     base = posixpath.dirname(rel)
     return [
         f"{rel}: names shard {shard}, which is missing from the checkpoint"

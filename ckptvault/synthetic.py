@@ -182,9 +182,7 @@ def _hf(root: Path, step: int, size: int, shards: int, seed: int, complete: bool
     if shards > 1:
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         _text(d / "model.safetensors.index.json", json.dumps(index, indent=2))
-    _text(
-        d / "config.json", json.dumps({"model_type": "llama", "hidden_size": 256, "torch_dtype": "float32"})
-    )
+    _text(d / "config.json", json.dumps({"model_type": "llama", "hidden_size": 256, "torch_dtype": "float32"}))
     write_torch_zip(d / "optimizer.pt", size - model, seed)
     write_torch_zip(d / "scheduler.pt", 1024, seed, storages=1)
     write_torch_zip(d / "rng_state.pth", 4096, seed, storages=1)
@@ -194,9 +192,7 @@ def _hf(root: Path, step: int, size: int, shards: int, seed: int, complete: bool
     return d
 
 
-def _dcp(
-    root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None
-) -> Path:
+def _dcp(root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None) -> Path:
     d = root / f"step-{step}"
     for rank, part in enumerate(_split(size, shards)):
         _raw(d / f"__{rank}_0.distcp", part, seed)
@@ -204,9 +200,7 @@ def _dcp(
     return d
 
 
-def _megatron(
-    root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None
-) -> Path:
+def _megatron(root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None) -> Path:
     d = root / f"iter_{step:07d}"
     for rank, part in enumerate(_split(size, shards)):
         write_torch_zip(d / f"mp_rank_{rank:02d}" / "model_optim_rng.pt", part, seed)
@@ -215,9 +209,7 @@ def _megatron(
     return d
 
 
-def _deepspeed(
-    root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None
-) -> Path:
+def _deepspeed(root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None) -> Path:
     d = root / f"global_step{step}"
     write_torch_zip(d / "mp_rank_00_model_states.pt", size // 3, seed)
     for rank, part in enumerate(_split(size - size // 3, shards)):
@@ -240,21 +232,15 @@ def _orbax_commit(d: Path, step: int) -> None:
         "commit_timestamp_nsecs": step + 1,
     }
     _text(d / "_CHECKPOINT_METADATA", json.dumps(meta))
-    _text(d / "commit_success.txt", f"Checkpoint commit was successful to {d}")
+    _text(d / "commit_success.txt", f"Checkpoint commit was successful for step {step}")
 
 
-def _orbax(
-    root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None
-) -> Path:
+def _orbax(root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None) -> Path:
     d = root / str(step) if complete else _orbax_tmp(root, step)
     item = d / "default"
     for proc, part in enumerate(_split(size, shards)):
-        _raw(
-            item / f"ocdbt.process_{proc}" / "d" / f"{zlib.crc32(f'{step}/{proc}'.encode()):08x}", part, seed
-        )
-    _text(
-        item / "_METADATA", json.dumps({"tree_metadata": {"params": {"kernel": {"value_type": "jax.Array"}}}})
-    )
+        _raw(item / f"ocdbt.process_{proc}" / "d" / f"{zlib.crc32(f'{step}/{proc}'.encode()):08x}", part, seed)
+    _text(item / "_METADATA", json.dumps({"tree_metadata": {"params": {"kernel": {"value_type": "jax.Array"}}}}))
     _text(item / "manifest.ocdbt", f"ocdbt manifest for {shards} process(es)\n")
     _text(item / "_sharding", json.dumps({"params.kernel": {"sharding_type": "NamedSharding"}}))
     if complete:
@@ -266,9 +252,7 @@ def _lightning_name(step: int) -> str:
     return f"epoch={step // 1000}-step={step}.ckpt"
 
 
-def _lightning(
-    root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None
-) -> Path:
+def _lightning(root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None) -> Path:
     path = root / (_lightning_name(step) + ("" if complete else ".tmp"))
     write_torch_zip(path, size, seed, storages=max(shards, 1))
     return path
@@ -278,9 +262,7 @@ def _nemo_name(step: int) -> str:
     return f"model--step={step}-consumed_samples={step * 8}.0"
 
 
-def _nemo(
-    root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None
-) -> Path:
+def _nemo(root: Path, step: int, size: int, shards: int, seed: int, complete: bool, loss: float | None) -> Path:
     d = root / _nemo_name(step)
     marker = root / (d.name + "-unfinished")
     root.mkdir(parents=True, exist_ok=True)

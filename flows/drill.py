@@ -14,10 +14,13 @@ from typing import Any
 from prefect import flow, unmapped
 from prefect.runtime import flow_run
 
+from ckptvault import alerts
 from ckptvault.catalog import Catalog, Event
 from ckptvault.drill import DrillResult
 from ckptvault.outcomes import DrillFailed
+from flows.hooks import HOOKS
 from tasks.ingest import load_config_task, open_store_task, record_task
+from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
     current_states_task,
     discard_task,
@@ -33,7 +36,7 @@ from tasks.restore import (
 )
 
 
-@flow(name="drill", log_prints=True)
+@flow(name="drill", log_prints=True, **HOOKS)
 def drill(
     sample: int | None = None, tier: str | None = None, thaw_wait_minutes: float = 5.0, config_path: str | None = None
 ) -> list[dict[str, Any]]:
@@ -97,6 +100,13 @@ def drill(
         for r in results
     ]
     failed = [r for r in results if not r.ok]
+    url = flow_run_url()
+    notify_task(
+        cfg,
+        store,
+        [alerts.drill_failed(r.run, r.step, r.problems, url) for r in failed]
+        + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)],
+    )
     if failed:
         raise DrillFailed(rows)
     return rows

@@ -8,12 +8,15 @@ from prefect import flow, unmapped
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from ckptvault import alerts
 from ckptvault.catalog import Catalog
 from ckptvault.ingest import DONE_STATES, Outcome, invalid_event, verified_event
 from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
+from flows.hooks import HOOKS
 from tasks.ingest import (
     commit_manifest_task,
+    ensure_bucket_rules_task,
     find_checkpoints_task,
     is_committed_task,
     known_states_task,
@@ -25,14 +28,17 @@ from tasks.ingest import (
     upload_one_task,
     validate_structure_task,
 )
+from tasks.notify import flow_run_url, notify_task
+from tasks.retry import RETRIES
 
 
-@flow(name="ingest", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True)  # type: ignore[arg-type]
+@flow(name="ingest", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True, **HOOKS)  # type: ignore[arg-type]
 def ingest(config_path: str | None = None) -> list[Outcome]:
     """One pass over every configured source. Fails (after recording everything) if any finished
     checkpoint ended neither uploaded nor already present."""
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
+    ensure_bucket_rules_task(store)
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
     run_id = str(flow_run.id or "")
@@ -78,6 +84,17 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
             except Exception as e:  # one broken checkpoint must not stop the others
                 outcomes.append(Outcome(**base, result="failed", message=str(e), seconds=time.monotonic() - t0))  # type: ignore[arg-type]
     publish_outcomes_task(outcomes)
+    url = flow_run_url()
+    notify_task(
+        cfg,
+        store,
+        [
+            alerts.validation_blocked(o.run, o.step, o.message.split("; "), url)
+            for o in outcomes
+            if o.result == "invalid"
+        ]
+        + [alerts.ingest_failed(o.run, o.step, o.message, 1 + RETRIES, url) for o in outcomes if o.result == "failed"],
+    )
     if not all(o.ok for o in outcomes):
         raise IngestIncomplete(outcomes)
     return outcomes

@@ -19,10 +19,13 @@ from prefect import flow, unmapped
 from prefect.runtime import deployment, flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from ckptvault import alerts
 from ckptvault.catalog import Catalog, Event
 from ckptvault.cost import load_prices
 from ckptvault.progress import ProgressBar
+from flows.hooks import HOOKS
 from tasks.ingest import load_config_task, open_store_task, record_task
+from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
     check_destination_task,
     current_states_task,
@@ -41,7 +44,7 @@ from tasks.restore import (
 )
 
 
-@flow(name="restore", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True)  # type: ignore[arg-type]
+@flow(name="restore", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True, **HOOKS)  # type: ignore[arg-type]
 def restore(
     run: str,
     dest: str,
@@ -53,6 +56,7 @@ def restore(
     reschedule: bool = False,
     config_path: str | None = None,
 ) -> dict[str, Any]:
+    t0 = time.monotonic()
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     catalog = Catalog(store, cfg.store.prefix)
@@ -126,6 +130,7 @@ def restore(
             )
         ],
     )
+    notify_task(cfg, store, [alerts.restore_completed(run, n, str(target), time.monotonic() - t0, flow_run_url())])
     report.update(
         status="restored",
         pointer=pointer,

@@ -9,12 +9,15 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
+from ckptvault import alerts
 from ckptvault.catalog import Catalog, Event
 from ckptvault.cost import class_map, load_prices
 from ckptvault.plan_report import render_markdown, render_text
 from ckptvault.policy import milestones
 from ckptvault.tiering import lifecycle_rules
+from flows.hooks import HOOKS
 from tasks.ingest import load_config_task, open_store_task, record_task
+from tasks.notify import flow_run_url, notify_task
 from tasks.restore import current_states_task, load_manifest_task, publish_markdown_task
 from tasks.tier import (
     evict_local_task,
@@ -26,7 +29,7 @@ from tasks.tier import (
 )
 
 
-@flow(name="tier", log_prints=True)
+@flow(name="tier", log_prints=True, **HOOKS)
 def tier(apply: bool = False, now: float | None = None, config_path: str | None = None) -> dict[str, Any]:
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
@@ -111,4 +114,20 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
                 ],
             )
     report["applied"] = True
+    moved: dict[str, dict[str, int]] = {}
+    moved_bytes: dict[str, int] = {}
+    by_key = {(s.run, s.step): s for s in states}
+    for a in plan.actions:
+        if a.kind in ("transition", "expire", "evict_local"):
+            label = tier_of.get(a.to_class or "", a.to_class or "") if a.kind == "transition" else a.kind
+            moved.setdefault(a.run, {})[label] = moved.setdefault(a.run, {}).get(label, 0) + 1
+            moved_bytes[a.run] = moved_bytes.get(a.run, 0) + by_key[(a.run, a.step)].bytes
+    saved = {
+        r: sum(plan.summary.monthly_before.get(r, {}).values()) - sum(plan.summary.monthly_after.get(r, {}).values())
+        for r in moved
+    }
+    url = flow_run_url()
+    notify_task(
+        cfg, store, [alerts.tier_applied(r, m, moved_bytes[r], saved[r], url) for r, m in sorted(moved.items())]
+    )
     return report

@@ -37,6 +37,12 @@ def open_store_task(cfg: Config) -> ObjectStore:
     return store
 
 
+@task(name="ensure-bucket-rules", **_io)  # type: ignore[call-overload]
+def ensure_bucket_rules_task(store: ObjectStore) -> bool:
+    """Every bucket we write to aborts incomplete multipart uploads after a day (crashed uploads)."""
+    return store.ensure_abort_incomplete_mpu_rule(1)
+
+
 @task(name="catalog-state", **_io)  # type: ignore[call-overload]
 def known_states_task(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
     return lib.known_states(catalog, run)

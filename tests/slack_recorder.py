@@ -88,7 +88,9 @@ class SlackRecorder:
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler_class())
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="slack-recorder", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.02,), name="slack-recorder", daemon=True
+        )
         self._thread.start()
 
     def down(self) -> None:

@@ -8,9 +8,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptvault.formats import dcp, deepspeed, hf, lightning, megatron, nemo, orbax
+from ckptvault.formats._fs import is_temp_name
 from ckptvault.formats.base import Candidate, Layout
 
-__all__ = ["LAYOUTS", "Candidate", "FormatError", "Layout", "detect_layout", "get_layout", "read_metrics"]
+__all__ = [
+    "LAYOUTS",
+    "Candidate",
+    "FormatError",
+    "Layout",
+    "detect_layout",
+    "get_layout",
+    "is_temp_name",
+    "read_metrics",
+]
 
 
 class FormatError(ValueError):
@@ -57,13 +67,15 @@ def detect_layout(root: Path) -> Layout:
     if not hits:
         looked = "; ".join(f"{n}: {sign}" for n, sign in _SIGNS.items())
         raise FormatError(
-            f'format = "auto" found no known checkpoint layout under {root} (looked for {looked}). '
-            f"If checkpoints are there, set format = {options} in [[sources]] for this path."
+            f'format = "auto" found no known checkpoint layout under {root} (looked for {looked}); '
+            f"if checkpoints are there, set format = {options} in [[sources]] for this path."
         )
     names = ", ".join(h.name for h in hits)
+    choices = " or ".join(f'"{h.name}"' for h in hits)
     raise FormatError(
-        f'format = "auto" is ambiguous under {root}: it looks like {names}. '
-        f"Set format = {options} in [[sources]] for this path."
+        f'format = "auto" is ambiguous under {root}: it looks like {names} '
+        f"(looked for {'; '.join(f'{h.name}: {_SIGNS[h.name]}' for h in hits)}); "
+        f"set format = {choices} in [[sources]] for this path."
     )
 
 

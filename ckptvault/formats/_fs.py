@@ -12,9 +12,7 @@ from pathlib import Path
 
 # Writers save into a temporary name and rename when done; these decorations mark such names.
 _TEMP_PREFIX = re.compile(r"^(?:tmp[-_.]|\.tmp[-_.]?)", re.IGNORECASE)
-_TEMP_SUFFIX = re.compile(
-    r"(?:\.orbax-checkpoint-tmp.*|[-_.]tmp(?:[-_.].*)?|\.tmp\d+|-unfinished)$", re.IGNORECASE
-)
+_TEMP_SUFFIX = re.compile(r"(?:\.orbax-checkpoint-tmp.*|[-_.]tmp(?:[-_.].*)?|\.tmp\d+|-unfinished)$", re.IGNORECASE)
 
 
 def is_temp_name(name: str) -> bool:

@@ -7,6 +7,7 @@ finished on every rank, so an iteration is complete once the tracker names it or
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -32,6 +33,10 @@ def _judge(step: int, is_release: bool, tracker: str | None) -> tuple[bool, str]
     return False, f"{TRACKER} names iteration {int(tracker)}; {step} is still being saved"
 
 
+def _is_iter_dir(e: os.DirEntry[str]) -> bool:
+    return NAME.match(_fs.strip_temp(e.name)) is not None and _fs.is_dir(e)
+
+
 class MegatronLayout:
     name = "megatron"
 
@@ -53,10 +58,7 @@ class MegatronLayout:
         return sorted(out, key=lambda c: (c.step, c.path.name))
 
     def matches(self, root: Path) -> bool:
-        for e in _fs.entries(root):
-            if e.name == TRACKER or (NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e)):
-                return True
-        return False
+        return any(e.name == TRACKER or _is_iter_dir(e) for e in _fs.entries(root))
 
     def pointer_file(self, step: int, ckpt_name: str) -> tuple[str, str] | None:
         return TRACKER, RELEASE if ckpt_name == RELEASE else str(step)

@@ -77,10 +77,10 @@ def http_status(exc: BaseException) -> int:
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a raw botocore/network exception is worth retrying."""
-    if isinstance(exc, _NETWORK_ERRORS) or isinstance(exc, ConnectionError | TimeoutError):
+    if isinstance(exc, (*_NETWORK_ERRORS, ConnectionError, TimeoutError)):
         return True
     if isinstance(exc, ClientError):
-        return error_code(exc) in _TRANSIENT_CODES or http_status(exc) >= 500 and not _not_implemented(exc)
+        return error_code(exc) in _TRANSIENT_CODES or (http_status(exc) >= 500 and not _not_implemented(exc))
     return False
 
 
@@ -110,7 +110,7 @@ def translate(
             f"{op} {target}: cannot reach the object store at {at} ({_reason(exc)}). "
             "Is the server running? Check [store].endpoint_url"
         )
-    if isinstance(exc, _NETWORK_ERRORS) or isinstance(exc, ConnectionError | TimeoutError):
+    if isinstance(exc, (*_NETWORK_ERRORS, ConnectionError, TimeoutError)):
         return TransientStoreError(f"{op} {target}: network error talking to {at}: {exc}")
     if isinstance(exc, ClientError):
         return _client_error(exc, op=op, target=target, at=at, bucket=bucket, key=key)
@@ -120,7 +120,8 @@ def translate(
 
 
 def _reason(exc: BaseException) -> str:
-    text = str(exc).lower()
+    # EndpointConnectionError's own text hides the cause; urllib3's error in kwargs names it.
+    text = f"{exc} {getattr(exc, 'kwargs', {}).get('error', '')}".lower()
     if "refused" in text:
         return "connection refused"
     if "timed out" in text or isinstance(exc, ConnectTimeoutError):
@@ -130,23 +131,20 @@ def _reason(exc: BaseException) -> str:
     return str(exc)
 
 
-def _client_error(
-    exc: ClientError, *, op: str, target: str, at: str, bucket: str, key: str | None
-) -> StoreError:
+def _client_error(exc: ClientError, *, op: str, target: str, at: str, bucket: str, key: str | None) -> StoreError:
     code = error_code(exc)
     status = http_status(exc)
     server_msg = exc.response.get("Error", {}).get("Message") or code or f"HTTP {status}"
     detail = f"{code or status}: {server_msg}" if code and server_msg != code else str(server_msg)
     if code == "NoSuchBucket" or (status == 404 and key is None):
         return NotFoundError(
-            f"{op}: bucket {bucket} does not exist at {at}. "
-            f"Create it (aws s3 mb s3://{bucket}) or fix [store].bucket"
+            f"{op}: bucket {bucket} does not exist at {at}. Create it (aws s3 mb s3://{bucket}) or fix [store].bucket"
         )
     if code in _NOT_FOUND_CODES or status == 404:
         return NotFoundError(f"{op} {target}: not found ({detail})")
     if code == "PreconditionFailed" or status == 412:
         return PreconditionFailedError(f"{op} {target}: the object already exists (If-None-Match: *)")
-    if code == "InvalidObjectState":
+    if code in ("InvalidObjectState", "ObjectNotInActiveTierError"):
         return ObjectFrozenError(
             f"{op} {target}: the object is in an archival storage class and cannot be read until it "
             "is restored; issue RestoreObject (ckptvault restore does) and wait for it to complete"

@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol
 
 # Called with the number of bytes just transferred; used for progress bars and artifacts.
 ProgressFn = Callable[[int], None]
+# S3 lifecycle rules as boto3 spells them (dicts with ID, Status, Filter, Transitions, ...)
+LifecycleRules = list[dict[str, Any]]
 
 
 class StoreError(Exception):
@@ -226,11 +228,11 @@ class ObjectStore(Protocol):
 
     def get_tags(self, key: str) -> dict[str, str]: ...
 
-    def put_lifecycle(self, rules: list[dict[str, Any]]) -> None:
+    def put_lifecycle(self, rules: LifecycleRules) -> None:
         """Replace the bucket lifecycle configuration (S3 rule dicts); an empty list deletes it."""
         ...
 
-    def get_lifecycle(self) -> list[dict[str, Any]]:
+    def get_lifecycle(self) -> LifecycleRules:
         """The bucket's lifecycle rules; [] if it has none."""
         ...
 

@@ -19,6 +19,7 @@ The server kind comes from the configuration, or from response headers when it i
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -123,10 +124,8 @@ def _full_object_checksums(client: S3Client, bucket: str, key: str, data: bytes,
     except ClientError as e:
         return error_code(e) in _REJECTED_CHECKSUM
     finally:
-        try:
+        with contextlib.suppress(ClientError):  # already completed or gone: nothing to abort
             client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
-        except ClientError:
-            pass  # already completed or gone: nothing to abort
     return False  # accepted a wrong whole-object checksum
 
 
@@ -158,7 +157,5 @@ def _restore_implemented(client: S3Client, bucket: str, key: str) -> bool:
 
 def _cleanup(client: S3Client, bucket: str, keys: tuple[str, ...]) -> None:
     for k in keys:
-        try:
+        with contextlib.suppress(ClientError):  # best effort: a leftover probe object is tiny
             client.delete_object(Bucket=bucket, Key=k)
-        except ClientError:
-            pass  # best effort: a leftover probe object is harmless and tiny

@@ -23,6 +23,7 @@ CRCs are sent with each UploadPart where the server validates them, so a corrupt
 
 from __future__ import annotations
 
+import contextlib
 import io
 import mmap
 import os
@@ -33,10 +34,12 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
+
+from botocore.exceptions import ClientError
 
 from ckptvault.checksum import StreamHasher, crc32c_update, from_b64, to_b64
-from ckptvault.store.errors import translate
+from ckptvault.store.errors import error_code, translate
 from ckptvault.store.port import (
     Capabilities,
     ChecksumMismatchError,
@@ -101,7 +104,7 @@ class UploadRequest:
     path: Path
     transfer: TransferConfig
     caps: Capabilities
-    put_args: Mapping[str, str]  # SSE and ContentType, passed to PutObject / CreateMultipartUpload
+    put_args: Mapping[str, Any]  # SSE and ContentType, passed to PutObject / CreateMultipartUpload
     tags: Mapping[str, str] | None
     sha256: bool
     progress: ProgressFn | None
@@ -128,8 +131,9 @@ def upload_file(req: UploadRequest) -> UploadResult:
         return _multipart(req, f, before)
 
 
-def _tagging(tags: Mapping[str, str] | None) -> dict[str, str]:
-    return {"Tagging": urllib.parse.urlencode(dict(tags))} if tags else {}
+def _tagging(tags: Mapping[str, str] | None) -> dict[str, Any]:
+    # %20, not "+", for spaces: Ceph RGW takes "+" literally.
+    return {"Tagging": urllib.parse.urlencode(dict(tags), quote_via=urllib.parse.quote)} if tags else {}
 
 
 def _read_exactly(f: io.FileIO, view: memoryview, path: Path) -> None:
@@ -162,11 +166,11 @@ def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadR
             req.client.put_object(
                 Bucket=req.bucket,
                 Key=req.key,
-                Body=BufferReader(view),
+                Body=cast(IO[bytes], BufferReader(view)),
                 ContentLength=size,
                 Metadata={"crc32c": crc},
                 **_tagging(req.tags),
-                **req.put_args,  # type: ignore[arg-type]
+                **req.put_args,
                 **extra,
             )
         except Exception as e:
@@ -204,10 +208,8 @@ class _Parts:
 
     def close(self) -> None:
         for b in self.all:
-            try:
+            with contextlib.suppress(BufferError):  # a view still held by a dying worker: GC frees it
                 b.close()
-            except BufferError:
-                pass  # a view still exported by a worker being torn down; the GC frees it later
 
 
 def _multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadResult:
@@ -253,6 +255,8 @@ def _multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> Uplo
     finally:
         pool.shutdown(wait=True)
         st.close()
+    if req.tags:
+        _retag(req)
     etag = _verify(req, size=size, parts=nparts, crc=whole, composite=composite)
     return UploadResult(req.key, size, whole, hasher.sha256_hex, etag, nparts, caps.checksums_validated)
 
@@ -270,7 +274,7 @@ def _upload_part(
                 Key=req.key,
                 UploadId=upload_id,
                 PartNumber=number,
-                Body=BufferReader(view),
+                Body=cast(IO[bytes], BufferReader(view)),
                 ContentLength=len(view),
                 **extra,
             )
@@ -297,7 +301,7 @@ def _upload_part(
 
 
 def _complete(req: UploadRequest, upload_id: str, st: _Parts, nparts: int, whole: str) -> str | None:
-    parts = [st.done[n] for n in range(1, nparts + 1)]
+    parts: Any = [st.done[n] for n in range(1, nparts + 1)]
     extra: dict[str, Any] = {}
     composite = None
     if req.caps.checksums_validated:
@@ -316,11 +320,19 @@ def _complete(req: UploadRequest, upload_id: str, st: _Parts, nparts: int, whole
     return composite
 
 
-def _abort(req: UploadRequest, upload_id: str) -> None:
+def _retag(req: UploadRequest) -> None:
+    # Ceph RGW 16.2 drops the Tagging header of CreateMultipartUpload; one PutObjectTagging per
+    # multipart object (each is >= one part, tens of MB) is cheap and makes tags uniform everywhere.
+    tagset: Any = [{"Key": k, "Value": v} for k, v in (req.tags or {}).items()]
     try:
+        req.client.put_object_tagging(Bucket=req.bucket, Key=req.key, Tagging={"TagSet": tagset})
+    except Exception as e:
+        raise translate(e, op="tagging", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+
+
+def _abort(req: UploadRequest, upload_id: str) -> None:
+    with contextlib.suppress(Exception):  # best effort: the abort-incomplete-MPU lifecycle rule is the backstop
         req.client.abort_multipart_upload(Bucket=req.bucket, Key=req.key, UploadId=upload_id)
-    except Exception:
-        pass  # best effort: the bucket's abort-incomplete-multipart rule is the backstop
 
 
 def _verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: str | None) -> str:
@@ -347,3 +359,92 @@ def _verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: s
     if problems:
         raise ChecksumMismatchError(f"{where}: the uploaded object does not match {req.path}: " + "; ".join(problems))
     return etag
+
+
+COPY_LIMIT = 5 * 1024**3  # largest object a single CopyObject may copy
+COPY_PART = 512 * MIB
+
+
+def copy_in_place(
+    client: S3Client,
+    bucket: str,
+    key: str,
+    storage_class: str,
+    sse_args: Mapping[str, Any],
+    transfer: TransferConfig,
+    *,
+    single_limit: int = COPY_LIMIT,
+) -> bool:
+    """Rewrite an object onto itself in another storage class, server side, keeping metadata and tags.
+    Returns False (and does nothing) if it is already in that class. Raises botocore errors untranslated.
+
+    Up to 5 GiB one CopyObject does it (MetadataDirective/TaggingDirective COPY). Above, S3 needs a
+    multipart copy (UploadPartCopy), which cannot COPY metadata or tags: we read them first and pass
+    them on. Every copy is pinned to the ETag we saw (CopySourceIfMatch), so a concurrent overwrite
+    fails the copy instead of mixing two versions.
+    """
+    head = client.head_object(Bucket=bucket, Key=key)
+    if (head.get("StorageClass") or "STANDARD") == storage_class:
+        return False
+    args: dict[str, Any] = {k: v for k, v in sse_args.items() if k != "ContentType"}
+    common: dict[str, Any] = {
+        "Bucket": bucket,
+        "Key": key,
+        "CopySource": {"Bucket": bucket, "Key": key},
+        "CopySourceIfMatch": head["ETag"],
+    }
+    if head["ContentLength"] <= single_limit:
+        try:
+            client.copy_object(
+                **common,
+                StorageClass=cast(Any, storage_class),  # custom classes too (Ceph COLD), not just AWS's
+                MetadataDirective="COPY",
+                TaggingDirective="COPY",
+                **args,
+            )
+        except ClientError as e:
+            if error_code(e) != "InvalidRequest":
+                raise
+            # SeaweedFS refuses a same-key copy that changes only the storage class; restating the
+            # same metadata (REPLACE) counts as a change there and means the same thing everywhere.
+            client.copy_object(
+                **common,
+                StorageClass=cast(Any, storage_class),
+                MetadataDirective="REPLACE",
+                Metadata=head.get("Metadata", {}),
+                ContentType=head.get("ContentType", "application/octet-stream"),
+                TaggingDirective="COPY",
+                **args,
+            )
+        return True
+    tags = {t["Key"]: t["Value"] for t in client.get_object_tagging(Bucket=bucket, Key=key).get("TagSet", [])}
+    create: dict[str, Any] = {
+        **args,
+        "StorageClass": storage_class,
+        "Metadata": head.get("Metadata", {}),
+        "ContentType": head.get("ContentType", "application/octet-stream"),
+        **_tagging(tags),
+    }
+    upload_id = client.create_multipart_upload(Bucket=bucket, Key=key, **create)["UploadId"]
+    size = head["ContentLength"]
+    part = part_size_for(size, max(COPY_PART, transfer.part_size))
+    ranges = [(i + 1, s, min(size, s + part) - 1) for i, s in enumerate(range(0, size, part))]
+
+    def copy_part(n: int, first: int, last: int) -> dict[str, Any]:
+        resp = client.upload_part_copy(
+            **common, UploadId=upload_id, PartNumber=n, CopySourceRange=f"bytes={first}-{last}"
+        )
+        return {"PartNumber": n, "ETag": resp["CopyPartResult"]["ETag"]}
+
+    try:
+        with ThreadPoolExecutor(transfer.max_concurrency, thread_name_prefix="ckptvault-copy") as pool:
+            parts: Any = list(pool.map(lambda r: copy_part(*r), ranges))
+        client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
+    except BaseException:
+        with contextlib.suppress(Exception):  # best effort: the lifecycle rule is the backstop
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        raise
+    if tags:  # Ceph drops CreateMultipartUpload's Tagging header (see _retag)
+        tagset: Any = [{"Key": k, "Value": v} for k, v in tags.items()]
+        client.put_object_tagging(Bucket=bucket, Key=key, Tagging={"TagSet": tagset})
+    return True

@@ -191,7 +191,7 @@ restart() {
 up_failed() {
   local rc=$?
   ((rc == 0)) && return 0
-  log_tail "$BASE"/log/{rgw.a.out,client.rgw.a.log,osd.0.out,osd.0.log,mon.a.out,mon.a.log}
+  LOG_TAIL_LINES=${LOG_TAIL_LINES:-25} log_tail "$BASE"/log/{rgw.a.out,client.rgw.a.log,osd.0.out,osd.0.log,mon.a.out,mon.a.log}
   say "up failed (exit $rc); stopping the daemons it started"
   stop_all
   exit "$rc"

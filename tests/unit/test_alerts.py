@@ -1,23 +1,15 @@
-"""Alert wording and Block Kit shape: every kind says what happened, where, what next, and links the flow run."""
+"""Alert wording and Block Kit: every kind says what happened, where, what next, and links the flow run."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from ckptvault import alerts
 from ckptvault.alerts import KINDS, Alert
-
-try:
-    from tests.slack_recorder import URL
-    from tests.slack_recorder import sample_alert as sample
-except ModuleNotFoundError:  # pytest started without the repo root on sys.path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.slack_recorder import URL
-    from tests.slack_recorder import sample_alert as sample
+from tests.slack_recorder import URL
+from tests.slack_recorder import sample_alert as sample
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -98,7 +98,9 @@ def test_expired_clears_verified() -> None:
 
 def test_accepted_releases_an_invalid_checkpoint() -> None:
     why = json.dumps({"who": "alice", "why": "loss spike is expected after LR warmup"})
-    [s] = fold([Event("r", 1, "invalid", 1.0, detail='{"reasons": ["size"]}'), Event("r", 1, "accepted", 2.0, detail=why)])
+    [s] = fold(
+        [Event("r", 1, "invalid", 1.0, detail='{"reasons": ["size"]}'), Event("r", 1, "accepted", 2.0, detail=why)]
+    )
     assert (s.state, s.detail, s.verified) == ("accepted", why, False)
 
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from ckptvault.cost import GB, Holding, PriceError, class_map, load_prices, summarize
+from ckptvault.cost import GB, Holding, PriceError, PriceTable, class_map, load_prices, summarize
 
 KB = 1024
 TB = 1024 * GB
 
 
 @pytest.fixture(scope="module")
-def prices():
+def prices() -> PriceTable:
     return load_prices({})
 
 
-def test_packaged_prices_match_the_design_table(prices) -> None:
+def test_packaged_prices_match_the_design_table(prices: PriceTable) -> None:
     table = {
         "STANDARD": (0.023, 0),
         "STANDARD_IA": (0.0125, 30),
@@ -32,26 +32,26 @@ def test_packaged_prices_match_the_design_table(prices) -> None:
     assert not prices.get("GLACIER_IR").frozen
 
 
-def test_monthly_cost_of_a_terabyte(prices) -> None:
+def test_monthly_cost_of_a_terabyte(prices: PriceTable) -> None:
     assert prices.monthly_cost(TB, "STANDARD") == pytest.approx(1024 * 0.023)
     assert prices.monthly_cost(TB, "DEEP_ARCHIVE", objects=0) == pytest.approx(1024 * 0.00099)
 
 
-def test_glacier_bills_40kb_per_object_overhead(prices) -> None:
+def test_glacier_bills_40kb_per_object_overhead(prices: PriceTable) -> None:
     # 1,000,000 empty objects: 32 KB each at the GLACIER price, 8 KB each at the STANDARD price.
     n = 1_000_000
     expected = n * 32 * KB / GB * 0.0036 + n * 8 * KB / GB * 0.023
     assert prices.monthly_cost(0, "GLACIER", objects=n) == pytest.approx(expected)
 
 
-def test_small_objects_bill_the_minimum_size_in_ia(prices) -> None:
+def test_small_objects_bill_the_minimum_size_in_ia(prices: PriceTable) -> None:
     # 10 objects of 1 KB are billed as 10 x 128 KB.
     assert prices.monthly_cost(10 * KB, "STANDARD_IA", objects=10) == pytest.approx(10 * 128 * KB / GB * 0.0125)
     # Large objects are billed by size.
     assert prices.monthly_cost(GB, "STANDARD_IA", objects=2) == pytest.approx(0.0125)
 
 
-def test_transition_cost_is_requests_plus_early_deletion(prices) -> None:
+def test_transition_cost_is_requests_plus_early_deletion(prices: PriceTable) -> None:
     # 100 objects, 100 GB, from STANDARD_IA after 10 of its 30 days, to GLACIER.
     requests = 100 * 0.03 / 1000
     early = 100 * 0.0125 * 20 / 30
@@ -60,7 +60,7 @@ def test_transition_cost_is_requests_plus_early_deletion(prices) -> None:
     assert prices.transition_cost(100 * GB, 100, "STANDARD_IA", "GLACIER", 31) == pytest.approx(requests)
 
 
-def test_restore_estimate_glacier_and_deep_archive(prices) -> None:
+def test_restore_estimate_glacier_and_deep_archive(prices: PriceTable) -> None:
     usd, smin, smax = prices.restore_estimate({"GLACIER": (10, 100 * GB), "DEEP_ARCHIVE": (5, 50 * GB)}, "Standard")
     expected = (
         10 * 0.0004 / 1000 + 10 * 0.05 / 1000 + 100 * 0.01  # GLACIER: GET + restore requests + retrieval
@@ -70,20 +70,20 @@ def test_restore_estimate_glacier_and_deep_archive(prices) -> None:
     assert (smin, smax) == (3 * 3600, 12 * 3600)  # the slowest class sets the time
 
 
-def test_restore_of_readable_classes_costs_retrieval_and_no_wait(prices) -> None:
+def test_restore_of_readable_classes_costs_retrieval_and_no_wait(prices: PriceTable) -> None:
     usd, smin, smax = prices.restore_estimate({"GLACIER_IR": (1, 10 * GB)}, "Bulk")
     assert usd == pytest.approx(0.01 / 1000 + 10 * 0.03)
     assert (smin, smax) == (0, 0)
 
 
-def test_deep_archive_has_no_expedited_restore(prices) -> None:
+def test_deep_archive_has_no_expedited_restore(prices: PriceTable) -> None:
     with pytest.raises(PriceError, match="DEEP_ARCHIVE has no Expedited restore; choose one of Bulk, Standard"):
         prices.restore_estimate({"DEEP_ARCHIVE": (1, GB)}, "Expedited")
     with pytest.raises(PriceError, match="restore tier 'Fast'"):
         prices.restore_estimate({"GLACIER": (1, GB)}, "Fast")
 
 
-def test_unpriced_class_names_the_fix(prices) -> None:
+def test_unpriced_class_names_the_fix(prices: PriceTable) -> None:
     with pytest.raises(PriceError, match=r"'COLD' has no price.*\[policy\.prices\] COLD = 0\.01"):
         prices.monthly_cost(GB, "COLD")
 
@@ -115,7 +115,7 @@ def test_class_map_defaults_and_overrides() -> None:
         class_map("auto")
 
 
-def test_summary_matches_hand_computation(prices) -> None:
+def test_summary_matches_hand_computation(prices: PriceTable) -> None:
     holdings = [
         Holding("r1", 100 * GB, 10, "STANDARD", "GLACIER", fee_usd=0.5),
         Holding("r1", 50 * GB, 10, "STANDARD", "STANDARD"),

@@ -158,7 +158,7 @@ def test_state_round_trips_through_json() -> None:
 
 @pytest.mark.parametrize("blob", [b"", b"[]", b'{"schema": "other/9"}', b'{"schema": "ckptvault.alerts/1"}'])
 def test_unreadable_state_says_how_to_recover(blob: bytes) -> None:
-    with pytest.raises(ValueError, match="delete _state/alerts.json"):
+    with pytest.raises(ValueError, match=r"delete _state/alerts\.json"):
         AlertState.from_json(blob)
 
 

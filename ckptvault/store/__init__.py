@@ -1,0 +1,44 @@
+"""The object store: the port (what ckptvault needs from S3) and its boto3 adapter.
+
+Only this package imports boto3/botocore.
+"""
+
+from ckptvault.store.port import (
+    ABORT_MPU_RULE_ID,
+    ARCHIVE_CLASSES,
+    Capabilities,
+    ChecksumMismatchError,
+    NotFoundError,
+    ObjectFrozenError,
+    ObjectInfo,
+    ObjectStore,
+    PreconditionFailedError,
+    ProgressFn,
+    RestoreState,
+    StoreError,
+    TransferConfig,
+    TransientStoreError,
+    UploadResult,
+)
+from ckptvault.store.s3 import S3Store, open_store, transfer_config
+
+__all__ = [
+    "ABORT_MPU_RULE_ID",
+    "ARCHIVE_CLASSES",
+    "Capabilities",
+    "ChecksumMismatchError",
+    "NotFoundError",
+    "ObjectFrozenError",
+    "ObjectInfo",
+    "ObjectStore",
+    "PreconditionFailedError",
+    "ProgressFn",
+    "RestoreState",
+    "S3Store",
+    "StoreError",
+    "TransferConfig",
+    "TransientStoreError",
+    "UploadResult",
+    "open_store",
+    "transfer_config",
+]

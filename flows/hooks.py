@@ -1,0 +1,29 @@
+"""Flow state hooks: a failed or crashed flow run becomes one alert (deduplicated like the rest)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ckptvault import alerts
+from ckptvault.alerting import send_alerts
+from ckptvault.config import load_config
+from ckptvault.store import open_store
+from tasks.notify import load_secret
+
+log = logging.getLogger("ckptvault.alerts")
+
+
+def alert_on_failure(flow: Any, flow_run: Any, state: Any) -> None:
+    """Never raises: a hook that fails would hide the failure it reports."""
+    try:
+        cfg = load_config((flow_run.parameters or {}).get("config_path"))
+        url = getattr(flow_run, "ui_url", None)
+        message = str(state.message or state.name)
+        alert = alerts.flow_failed(flow.name, state.name, message, flow_run_url=url)
+        send_alerts(cfg, open_store(cfg.store), [alert], load_secret)
+    except Exception as e:  # the config itself may be what failed: say so on the console at least
+        log.error("flow %s ended %s; the failure alert could not be sent (%s)", flow.name, state.name, e)
+
+
+HOOKS: dict[str, Any] = {"on_failure": [alert_on_failure], "on_crashed": [alert_on_failure]}

@@ -1,0 +1,32 @@
+"""Prefect side of alerting: the Secret-block loader, the flow-run link, and the send task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+
+from ckptvault.alerting import send_alerts
+from ckptvault.alerts import Alert
+from ckptvault.config import Config
+from ckptvault.store import ObjectStore
+from ckptvault.watch import AlertState
+
+
+def load_secret(name: str) -> str | None:
+    from prefect.blocks.system import Secret
+
+    value = Secret.load(name).get()
+    return str(value) if value is not None else None
+
+
+def flow_run_url() -> str | None:
+    url = flow_run.ui_url
+    return str(url) if url else None
+
+
+@task(name="notify", cache_policy=NO_CACHE)
+def notify_task(cfg: Config, store: ObjectStore, alerts: Sequence[Alert], state: AlertState | None = None) -> int:
+    return send_alerts(cfg, store, alerts, load_secret, state)

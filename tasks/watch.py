@@ -1,0 +1,39 @@
+"""Prefect tasks of the watch flow: one library call each."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from ckptvault import alerting, watch
+from ckptvault.alerts import Alert
+from ckptvault.store import ObjectStore
+from tasks.retry import RETRIES, RETRY_DELAYS, only_transient
+
+
+@task(
+    name="load-alert-state",
+    retries=RETRIES,
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_condition_fn=only_transient,
+    cache_policy=NO_CACHE,
+)
+def load_alert_state_task(store: ObjectStore, prefix: str) -> watch.AlertState:
+    return alerting.load_alert_state(store, prefix)
+
+
+@task(name="stale-runs", cache_policy=NO_CACHE)
+def stale_runs_task(
+    latest_at: dict[str, float | None],
+    watched: dict[str, float],
+    state: watch.AlertState,
+    now: float,
+    latest_step: dict[str, int],
+    url: str | None,
+) -> tuple[list[Alert], watch.AlertState]:
+    return watch.stale_runs(latest_at, watched, state, now, latest_step, url)
+
+
+@task(name="budget", cache_policy=NO_CACHE)
+def budget_task(monthly_usd: float, budget: float | None, url: str | None) -> Alert | None:
+    return watch.budget_alert(monthly_usd, budget, flow_run_url=url)

@@ -1,0 +1,192 @@
+"""Session-wide test set-up: telemetry off, a private PREFECT_HOME, and real local S3 servers.
+
+Fixtures (see infra/local/README.md for the servers themselves):
+  seaweedfs, ceph, moto_server  session-scoped S3Endpoint; each server starts lazily, on first use, on
+                                free ports with its own state dir, and stops at session end.
+  any_s3                        parametrized over all three (ids seaweedfs, ceph, moto).
+  pipeline_s3                   parametrized over seaweedfs and ceph (the stores the pipeline targets).
+  bucket_factory                bucket_factory(endpoint) -> a fresh bucket, emptied and deleted afterwards.
+  prefect_api                   a throwaway Prefect API (prefect_test_harness), for flow tests.
+
+A server that fails to start fails the tests that need it (with the log tail), never skips them. The one
+exception, outside CI (CI=true) only: Ceph is skipped when radosgw is not installed or we are not root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+# Before anything imports prefect: its settings are read from the environment at import time.
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# A private PREFECT_HOME (database, results, profiles) for the session: tests neither see nor touch the
+# developer's ~/.prefect. And no PREFECT_API_URL from the developer's shell: tests must not write flow
+# runs into their real server; flow tests use the prefect_api fixture.
+_PREFECT_HOME = tempfile.mkdtemp(prefix="ckptvault-prefect-")
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
+os.environ.pop("PREFECT_API_URL", None)
+
+from tests import servers  # noqa: E402  (after the environment above is set)
+from tests.servers import S3Endpoint  # noqa: E402
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def ceph_unavailable_reason() -> str | None:
+    if shutil.which("radosgw") is None:
+        return "ceph: radosgw not installed; run infra/local/install-ceph.sh as root"
+    if os.geteuid() != 0:
+        return "ceph: the single-node cluster runs as root here; run the tests as root (CI does)"
+    return None
+
+
+class _TestServers:
+    """This session's lazily started servers, one per kind."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, servers.RunningServer] = {}
+        self.notes: list[str] = []
+        self._reaped = False
+
+    def require(self, kind: str) -> S3Endpoint:
+        if kind in self.running:
+            return self.running[kind].endpoint
+        if kind == "ceph" and (reason := ceph_unavailable_reason()):
+            if in_ci():
+                self.notes.append(f"{reason} (CI=true: failing, not skipping)")
+                pytest.fail(f"{reason}\n(CI=true: a missing server fails the tests that need it)", pytrace=False)
+            self.notes.append(f"skipped: {reason}")
+            pytest.skip(reason)
+        if not self._reaped:
+            self._reaped = True
+            for d in servers.reap_stale_test_state():
+                self.notes.append(f"stopped and removed the leftover of a dead test session: {d}")
+        state_dir = servers.session_state_dir(kind)
+        try:
+            server = servers.start(kind, state_dir)
+        except servers.ServerStartError as e:
+            self.notes.append(f"{kind}: FAILED to start, see the failing tests (state kept in {state_dir})")
+            pytest.fail(f"{kind} test server failed to start:\n{e}", pytrace=False)
+        self.running[kind] = server
+        self.notes.append(
+            f"{kind}: ready in {server.startup_seconds:.1f} s at {server.endpoint.url} (state {state_dir})"
+        )
+        return server.endpoint
+
+    def stop_all(self) -> None:
+        keep = os.environ.get("CKPTVAULT_KEEP_TEST_STATE") == "1"
+
+        def stop_one(kind: str, server: servers.RunningServer) -> str:
+            t0 = time.monotonic()
+            out = servers.stop(kind, server.state_dir)
+            note = f"{kind}: stopped in {time.monotonic() - t0:.1f} s"
+            if out:
+                note += f" ({out.splitlines()[-1]})"
+            if not keep:
+                shutil.rmtree(server.state_dir, ignore_errors=True)
+            return note
+
+        # In parallel: each clean stop takes seconds (SeaweedFS ~4 s, Ceph up to 3 daemons x STOP_TIMEOUT).
+        with ThreadPoolExecutor(max_workers=len(self.running) or 1) as pool:
+            self.notes.extend(pool.map(stop_one, self.running.keys(), self.running.values()))
+        self.running.clear()
+
+
+_SERVERS = _TestServers()
+
+
+@pytest.fixture(scope="session")
+def _test_servers() -> Iterator[_TestServers]:
+    yield _SERVERS
+    _SERVERS.stop_all()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(_test_servers: _TestServers) -> S3Endpoint:
+    return _test_servers.require("seaweedfs")
+
+
+@pytest.fixture(scope="session")
+def ceph(_test_servers: _TestServers) -> S3Endpoint:
+    return _test_servers.require("ceph")
+
+
+@pytest.fixture(scope="session")
+def moto_server(_test_servers: _TestServers) -> S3Endpoint:
+    return _test_servers.require("moto")
+
+
+_FIXTURE_FOR_KIND = {"seaweedfs": "seaweedfs", "ceph": "ceph", "moto": "moto_server"}
+
+
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param("seaweedfs", id="seaweedfs"),
+        pytest.param("ceph", id="ceph", marks=pytest.mark.ceph),
+        pytest.param("moto", id="moto"),
+    ],
+)
+def any_s3(request: pytest.FixtureRequest) -> S3Endpoint:
+    """Each of our three S3 servers in turn (conformance tests: what holds everywhere)."""
+    endpoint: S3Endpoint = request.getfixturevalue(_FIXTURE_FOR_KIND[request.param])
+    return endpoint
+
+
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param("seaweedfs", id="seaweedfs"),
+        pytest.param("ceph", id="ceph", marks=pytest.mark.ceph),
+    ],
+)
+def pipeline_s3(request: pytest.FixtureRequest) -> S3Endpoint:
+    """The stores the pipeline runs against for real: SeaweedFS (embedded default) and Ceph (on-prem)."""
+    endpoint: S3Endpoint = request.getfixturevalue(_FIXTURE_FOR_KIND[request.param])
+    return endpoint
+
+
+@pytest.fixture
+def bucket_factory() -> Iterator[Callable[[S3Endpoint], str]]:
+    """bucket_factory(endpoint) creates a fresh, uniquely named bucket on that endpoint. At teardown every
+    bucket it made is emptied (all versions, delete markers, incomplete multipart uploads) and deleted,
+    best effort: a failure there is a warning, not a test error."""
+    created: list[tuple[S3Endpoint, str]] = []
+
+    def make(endpoint: S3Endpoint) -> str:
+        name = servers.unique_bucket_name()
+        endpoint.client().create_bucket(Bucket=name)
+        created.append((endpoint, name))
+        return name
+
+    yield make
+    servers.cleanup_buckets(created)
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> Iterator[None]:
+    """A temporary Prefect API server (SQLite in this session's PREFECT_HOME) for flow tests."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SERVERS.notes:
+        terminalreporter.section("ckptvault test servers")
+        for note in _SERVERS.notes:
+            terminalreporter.write_line(note)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
