@@ -20,7 +20,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ EVENT_KINDS = (
 CATALOG_DIR = "_catalog/events/"
 SCHEMA_TAG = b"ckptvault.catalog/1"
 _ORIGIN, _ROW = "_origin", "_row"
+_READERS = 8
 
 
 class CatalogError(Exception):
@@ -108,9 +110,7 @@ _SCHEMA = pa.schema(
     metadata={b"schema": SCHEMA_TAG},
 )
 _FIELDS = [f.name for f in fields(Event)]
-_DEFAULTS: dict[str, Any] = {
-    f.name: f.default for f in fields(Event) if f.name not in ("run", "step", "event", "at")
-}
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Event) if f.name not in ("run", "step", "event", "at")}
 
 
 def _table(events: Sequence[Event], origins: Sequence[tuple[str, int]] | None = None) -> pa.Table:
@@ -126,7 +126,8 @@ def _table(events: Sequence[Event], origins: Sequence[tuple[str, int]] | None = 
 def _to_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
-    return bytes(sink.getvalue().to_pybytes())
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def encode_events(events: Sequence[Event]) -> bytes:
@@ -189,7 +190,7 @@ def _metrics(detail: str) -> dict[str, float] | None:
 
 def _fold_one(events: Sequence[Event]) -> CheckpointState:
     first = events[0]
-    s = dict(
+    s: dict[str, Any] = dict(
         run=first.run, step=first.step, format="", state="", bytes=0, files=0, storage_class="",
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
@@ -224,7 +225,7 @@ def _fold_one(events: Sequence[Event]) -> CheckpointState:
         elif e.event == "drilled":
             s["last_drill_at"], s["last_drill_ok"] = e.at, e.ok
         s["state"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
-    return CheckpointState(**s)  # type: ignore[arg-type]
+    return CheckpointState(**s)
 
 
 def fold(events: Iterable[Event]) -> list[CheckpointState]:
@@ -249,11 +250,15 @@ class Catalog:
     def _keys(self) -> list[str]:
         return [o.key for o in self.store.list(self.dir) if o.key.endswith(".parquet")]
 
-    def _rows(self, keys: Iterable[str]) -> list[tuple[Event, str, int]]:
-        rows: list[tuple[Event, str, int]] = []
-        for k in keys:
-            rows.extend(_decode(self.store.get_bytes(k), k))
-        return _dedup_sorted(rows)
+    def _rows(self, keys: Sequence[str]) -> list[tuple[Event, str, int]]:
+        def read(k: str) -> list[tuple[Event, str, int]]:
+            return _decode(self.store.get_bytes(k), k)
+
+        # Until a compaction runs there is one small file per flow run: fetch them concurrently, since
+        # each GET is mostly round-trip latency.
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            parts = list(pool.map(read, keys)) if len(keys) > 1 else [read(k) for k in keys]
+        return _dedup_sorted(r for part in parts for r in part)
 
     def append(self, events: Sequence[Event]) -> str | None:
         """Write `events` as one new object; returns its key (None when there is nothing to write)."""
@@ -347,8 +352,3 @@ def _key_time_ns(key: str) -> int:
     name = key.rsplit("/", 1)[-1]
     head = name.split("-", 1)[0]
     return int(head) if head.isdigit() else 0
-
-
-def event_dict(e: Event) -> dict[str, object]:
-    """An event as plain data (for artifacts and JSON output)."""
-    return asdict(e)

@@ -91,6 +91,12 @@ class ValidationRules(_Strict):
     loss_jump_factor: Annotated[float, Field(gt=1)] = 3.0
     loss_severity: Literal["block", "warn"] = "block"
     interval_factor: Annotated[float, Field(gt=1)] = 3.0
+    loss_jump_severity: Literal["block", "warn"] = "warn"
+    interval_severity: Literal["block", "warn"] = "warn"
+    # A shard present in both checkpoints may change size by this fraction before it counts as a change.
+    shard_size_tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.10
+    # Statistical rules (size band, loss jump, interval) need this many points; fewer gives a note.
+    min_history: Annotated[int, Field(ge=1)] = 3
 
 
 class NotifyConfig(_Strict):

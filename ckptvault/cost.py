@@ -82,9 +82,7 @@ def class_map(store_kind: str, overrides: Mapping[str, str] | None = None) -> di
     out = dict(DEFAULT_CLASSES[store_kind])
     for tier, name in (overrides or {}).items():
         if tier not in TIERS:
-            raise PriceError(
-                f"[policy.classes] {tier} = {name!r}: unknown tier; use one of {', '.join(TIERS)}"
-            )
+            raise PriceError(f"[policy.classes] {tier} = {name!r}: unknown tier; use one of {', '.join(TIERS)}")
         out[tier] = name
     return out
 
@@ -135,9 +133,7 @@ class PriceTable:
         remaining = max(0.0, c.min_days - max(days_in_class, 0.0))
         return self.monthly_cost(nbytes, name, objects) * remaining / DAYS_PER_MONTH
 
-    def transition_cost(
-        self, nbytes: int, objects: int, from_class: str, to_class: str, age_days: float
-    ) -> float:
+    def transition_cost(self, nbytes: int, objects: int, from_class: str, to_class: str, age_days: float) -> float:
         """One-time USD to move a checkpoint between classes: the transition requests into `to_class`
         plus the early-deletion charge of `from_class`, which it entered `age_days` ago."""
         requests = objects * self.get(to_class).transition_per_1000 / 1000
@@ -268,9 +264,7 @@ def summarize(holdings: Iterable[Holding], prices: PriceTable, hot_fs_usd_per_gb
         fees += h.fee_usd
         if h.before is not None:
             by_class = before.setdefault(h.run, {})
-            by_class[h.before] = by_class.get(h.before, 0.0) + prices.monthly_cost(
-                h.nbytes, h.before, h.objects
-            )
+            by_class[h.before] = by_class.get(h.before, 0.0) + prices.monthly_cost(h.nbytes, h.before, h.objects)
             hot += h.nbytes / GB * hot_fs_usd_per_gb_month
         if h.after is not None:
             by_class = after.setdefault(h.run, {})

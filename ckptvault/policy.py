@@ -137,7 +137,9 @@ class _Planner:
         p, now = self.policy, self.now
         age = (now - _created(s)) / DAY
         cur = s.storage_class or self.hot
-        since = s.class_since if s.class_since is not None else (s.uploaded_at or _created(s))
+        since = s.class_since
+        if since is None:  # catalogued before class_since existed: it has been there since upload
+            since = s.uploaded_at if s.uploaded_at is not None else _created(s)
         in_class = (now - since) / DAY
         objects = max(s.files, 1)
         tag = " (milestone: kept forever)" if milestone else ""

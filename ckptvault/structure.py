@@ -91,8 +91,8 @@ def check_torch_file(path: Path, rel: str, size: int) -> list[str]:
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic != ZIP_MAGIC:
-        if magic.startswith(PICKLE_MAGIC):
-            return []  # legacy torch.save format: a bare pickle, nothing cheap to check
+        if magic.startswith(PICKLE_MAGIC) or rel.endswith(".bin"):
+            return []  # a legacy torch.save pickle (nothing cheap to check), or a `.bin` of another kind
         return [f"{rel}: neither a torch.save zip (PK\\x03\\x04) nor a legacy pickle (starts with {magic!r})"]
     try:
         with zipfile.ZipFile(path) as zf:  # reads only the end record and central directory

@@ -20,6 +20,7 @@ from tasks.ingest import load_config_task, open_store_task, record_task
 from tasks.notify import flow_run_url, notify_task
 from tasks.restore import current_states_task, load_manifest_task, publish_markdown_task
 from tasks.tier import (
+    compact_catalog_task,
     evict_local_task,
     expire_task,
     install_lifecycle_task,
@@ -114,6 +115,8 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
                 ],
             )
     report["applied"] = True
+    # one file per flow run adds up; the daily tier run folds yesterday's into one
+    report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time() - 86400)
     moved: dict[str, dict[str, int]] = {}
     moved_bytes: dict[str, int] = {}
     by_key = {(s.run, s.step): s for s in states}

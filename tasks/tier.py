@@ -9,7 +9,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from ckptvault import policy, tiering
-from ckptvault.catalog import CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import PolicyConfig
 from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
@@ -54,6 +54,11 @@ def expire_task(store: ObjectStore, prefix: str, run: str, step: int) -> tiering
 @task(name="evict-local", task_run_name="evict-{manifest.run}-{manifest.step}", cache_policy=NO_CACHE)
 def evict_local_task(manifest: Manifest) -> tiering.StepResult:
     return tiering.evict_local(manifest)
+
+
+@task(name="compact-catalog", **_io)  # type: ignore[call-overload]
+def compact_catalog_task(catalog: Catalog, older_than: float) -> int:
+    return catalog.compact(older_than)
 
 
 @task(name="install-lifecycle", **_io)  # type: ignore[call-overload]

@@ -181,6 +181,14 @@ def prefect_api() -> Iterator[None]:
         yield
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Tests that ask for Ceph directly get the `ceph` marker, like the ceph params of any_s3/pipeline_s3,
+    # so `-m "not ceph"` runs everything else without starting the cluster.
+    for item in items:
+        if "ceph" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ceph)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _SERVERS.notes:
         terminalreporter.section("ckptvault test servers")

@@ -79,10 +79,15 @@ class ServerSpec:
 
 
 SPECS: dict[str, ServerSpec] = {
+    # Test data is thrown away after the session: no need to wait long for a clean stop (STOP_TIMEOUT).
     "seaweedfs": ServerSpec(
-        "seaweedfs", "seaweedfs.sh", 30, "us-east-1", (0, 1, 2, 3, 4, 10000, 10001, 10002, 10003, 10004)
+        "seaweedfs",
+        "seaweedfs.sh",
+        30,
+        "us-east-1",
+        (0, 1, 2, 3, 4, 10000, 10001, 10002, 10003, 10004),
+        (("STOP_TIMEOUT", "3"),),
     ),
-    # Test data is thrown away after the session: no need to wait 5 s per daemon for a clean stop.
     "ceph": ServerSpec("ceph", "ceph.sh", 180, "default", (0, 1, 2), (("STOP_TIMEOUT", "2"),)),
     "moto": ServerSpec("moto", "moto.sh", 30, "us-east-1", (0,)),
 }

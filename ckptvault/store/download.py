@@ -1,6 +1,6 @@
 """Parallel ranged download with an end-to-end CRC32C check.
 
-The object is fetched as part-sized ranges by a thread pool; each worker streams its range in 1 MiB
+The object is fetched as part-sized ranges by a thread pool; each worker streams its range in 4 MiB
 chunks straight to its offset in `dest` (os.pwrite), hashing as it goes, so memory is bounded by
 concurrency * chunk regardless of object size. The per-range CRCs are combined in order
 (ckptvault.checksum.crc32c_combine) into the whole-object CRC32C, compared with the expected value
@@ -28,7 +28,7 @@ from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-CHUNK = 1024 * 1024
+CHUNK = 4 * 1024 * 1024  # 1 MiB measured ~30% slower on localhost; memory is concurrency * CHUNK
 BODY_ATTEMPTS = 3
 
 

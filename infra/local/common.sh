@@ -71,7 +71,7 @@ stop_pid() {
   deadline=$((SECONDS + timeout))
   while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
   if kill -0 "$pid" 2>/dev/null; then
-    say "pid $pid ($pattern) ignored SIGTERM for ${timeout}s; sending SIGKILL"
+    say "pid $pid ($pattern) did not exit within ${timeout}s of SIGTERM; sending SIGKILL"
     kill -KILL "$pid" 2>/dev/null || true
     # SIGKILL cannot be ignored, but the kernel may take a moment to reap a process in D state.
     deadline=$((SECONDS + 10))

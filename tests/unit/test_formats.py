@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 
 import pytest
 
 from ckptvault import synthetic
+from ckptvault.discovery import discover
 from ckptvault.formats import LAYOUTS, FormatError, detect_layout, get_layout, read_metrics
 from ckptvault.formats import hf as hf_mod
+from ckptvault.structure import check_structure
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 64 << 10
@@ -85,11 +88,16 @@ def test_pointer_files() -> None:
 # --- format-specific rules ---
 
 
-def test_hf_missing_index_shard_is_incomplete(tmp_path: Path) -> None:
+def test_hf_missing_index_shard_is_complete_but_invalid(tmp_path: Path) -> None:
+    """trainer_state.json is written last: a shard missing after it is corruption, not a save in progress,
+    so it must surface as a structural problem rather than wait forever."""
     d = synthetic.write_checkpoint(tmp_path, "hf", 5, SIZE, shards=3)
     (d / "model-00002-of-00003.safetensors").unlink()
     (c,) = get_layout("hf").candidates(tmp_path)
-    assert not c.complete and "model-00002-of-00003.safetensors" in c.reason
+    assert c.complete
+    (found,) = discover("r", tmp_path, "hf", 0, time.time() + 10).found
+    (msg,) = check_structure("hf", d, found.files)
+    assert "model-00002-of-00003.safetensors" in msg and "missing" in msg
 
 
 def test_hf_temporary_dir_is_incomplete(tmp_path: Path) -> None:

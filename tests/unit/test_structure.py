@@ -174,3 +174,12 @@ def test_only_headers_are_read(tmp_path: Path) -> None:
     start = time.perf_counter()
     assert check_structure("hf", tmp_path, files_of(tmp_path)) == []
     assert time.perf_counter() - start < 0.5
+
+
+def test_non_zip_bin_is_not_judged_but_corrupt_zip_bin_is(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer.bin").write_bytes(b"\x00\x01spm")
+    synthetic.write_torch_zip(tmp_path / "pytorch_model.bin", 4096)
+    assert check_structure("hf", tmp_path, files_of(tmp_path)) == []
+    truncate(tmp_path / "pytorch_model.bin", 22)
+    (msg,) = check_structure("hf", tmp_path, files_of(tmp_path))
+    assert msg.startswith("pytorch_model.bin: torch.save zip central directory cannot be read")
