@@ -11,19 +11,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, Event
 from ckptvault.checksum import file_crc32c
-from ckptvault.config import SourceConfig
+from ckptvault.config import SourceConfig, ValidationRules
 from ckptvault.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault.formats import read_metrics
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.gates import Candidate, ValidationReport
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn
 from ckptvault.structure import check_structure
 
+CRC_TAG = "crc32c"
 # A catalog state that means "this checkpoint is safely in the store": no request needed to skip it.
 DONE_STATES = frozenset({"verified", "transitioned", "drilled", "restored", "restore_requested", "evicted_local"})
 
@@ -45,7 +47,7 @@ class Outcome:
     run: str
     step: int
     format: str
-    result: str  # "uploaded" | "present" | "invalid" | "failed" | "waiting"
+    result: str  # "uploaded" | "warned" (uploaded, with gate warnings) | "present" | "invalid" | "failed" | "waiting"
     bytes: int = 0
     files: int = 0
     uploaded_files: int = 0
@@ -54,7 +56,13 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.result in ("uploaded", "present", "waiting")
+        return self.result in ("uploaded", "warned", "present", "waiting")
+
+    def with_result(self, result: str, message: str = "", seconds: float = 0.0) -> Outcome:
+        return replace(self, result=result, message=message, seconds=seconds)
+
+    def with_uploaded(self, files: int) -> Outcome:
+        return replace(self, uploaded_files=files)
 
 
 def find_checkpoints(source: SourceConfig, now: float | None = None) -> DiscoveryResult:
@@ -76,6 +84,29 @@ def validate_structure(found: Found) -> list[str]:
     return check_structure(found.format, found.path, found.files)
 
 
+def previous_verified_step(known: dict[int, CheckpointState], step: int) -> int | None:
+    """The run's newest verified checkpoint below `step`: the baseline a new one is compared with."""
+    below = [n for n, s in known.items() if n < step and s.verified]
+    return max(below) if below else None
+
+
+def quality_gate(
+    found: Found, known: dict[int, CheckpointState], previous: Manifest | None, rules: ValidationRules
+) -> ValidationReport:
+    """The statistical gates over the run's own history (Great Expectations is imported only here)."""
+    from ckptvault.quality import validate_candidate
+
+    candidate = Candidate.from_found(found, read_metrics(found.format, found.path))
+    return validate_candidate(candidate, list(known.values()), previous, rules)
+
+
+def write_validation(store: ObjectStore, prefix: str, found: Found, report: ValidationReport) -> str:
+    """`_VALIDATION.json` beside where the manifest goes; it never makes a checkpoint exist."""
+    key = checkpoint_prefix(prefix, found.run, found.step) + VALIDATION_NAME
+    store.put_bytes(key, report.to_json(), content_type="application/json")
+    return key
+
+
 def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
     """One LIST of the checkpoint's prefix decides what a rerun must (re)send.
 
@@ -94,6 +125,10 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
             continue
         head = store.head(key)
         stored = head.crc32c if head else None
+        if stored is None and head is not None and head.parts:
+            # multipart on a server that keeps no whole-object checksum (Ceph): our tag, set after
+            # the upload verified, records the CRC32C of the bytes we sent
+            stored = store.get_tags(key).get(CRC_TAG)
         if stored is not None and stored == file_crc32c(f.path):
             jobs.append(FileJob(f, key, upload=False, known_crc32c=stored))
         else:
@@ -112,6 +147,8 @@ def upload_one(
         return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c)
     tags = {"run": found.run, "step": str(found.step), "format": found.format}
     result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress)
+    if result.parts and not result.server_verified:
+        store.put_tags(job.key, {**tags, CRC_TAG: result.crc32c})
     return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, sha256=result.sha256)
 
 
@@ -158,11 +195,11 @@ def verified_event(manifest: Manifest, flow_run: str = "", storage_class: str = 
     )
 
 
-def invalid_event(found: Found, problems: Sequence[str], flow_run: str = "") -> Event:
+def invalid_event(found: Found, problems: Sequence[str], flow_run: str = "", kind: str = "invalid") -> Event:
     return Event(
         run=found.run,
         step=found.step,
-        event="invalid",
+        event=kind,
         at=time.time(),
         format=found.format,
         bytes=found.total_bytes,

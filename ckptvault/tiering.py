@@ -50,11 +50,12 @@ def transition(
         info = store.head(key)
         if info is None:
             raise TieringError(f"{key}: named by the manifest but missing from the store; run `ckptvault drill`")
+        # read tags before the move: some servers (moto) refuse GetObjectTagging on archived objects
+        tags = store.get_tags(key)
         if info.storage_class != to_class:
             store.copy_storage_class(key, to_class, f.size)
             moved += 1
             moved_bytes += f.size
-        tags = store.get_tags(key)
         tags[TIER_TAG] = tier
         if milestone:
             tags[MILESTONE_TAG] = "true"

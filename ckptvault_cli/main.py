@@ -181,6 +181,90 @@ def cmd_drill(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """The tiering plan without Prefect: fast, read-only, what `tier --apply` would do."""
+    import time
+
+    from ckptvault.catalog import Catalog
+    from ckptvault.cost import load_prices
+    from ckptvault.plan_report import render_text
+    from ckptvault.policy import plan
+    from ckptvault.store import open_store
+
+    cfg = _preflight(args, need_sources=False)
+    store = open_store(cfg.store)
+    kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
+    states = Catalog(store, cfg.store.prefix).current()
+    print(render_text(plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time())))
+    return EXIT_OK
+
+
+def cmd_tier(args: argparse.Namespace) -> int:
+    _preflight(args, need_sources=False)
+    _start_prefect_note()
+    from flows.tier import tier
+
+    state = tier(apply=args.apply, config_path=args.config, return_state=True)
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, BaseException):
+        _say(f"tier failed: {result}")
+        return EXIT_FAILED
+    if not args.apply:
+        _say("dry run: nothing was changed. Pass --apply to carry out this plan.")
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    _preflight(args, need_sources=False)
+    _start_prefect_note()
+    from flows.watch import watch
+
+    state = watch(config_path=args.config, return_state=True)
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, BaseException):
+        _say(f"watch failed: {result}")
+        return EXIT_FAILED
+    print(f"{len(result['alerts'])} alert(s); storage ${result['monthly_usd']:.2f}/month")
+    return EXIT_OK
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    """Release a quarantined checkpoint after human review; the next ingest uploads it."""
+    import getpass
+    import json
+    import time
+
+    from ckptvault.catalog import Catalog, Event
+    from ckptvault.store import open_store
+
+    cfg = _preflight(args, need_sources=False)
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    current = {s.step: s for s in catalog.current(args.run)}
+    s = current.get(args.step)
+    if s is None or s.state != "invalid":
+        shown = "not in the catalog" if s is None else f"in state {s.state!r}"
+        raise UsageError(
+            f"{args.run} step {args.step} is {shown}; only an invalid (quarantined) checkpoint can be accepted. "
+            f"See `ckptvault ls --run {args.run} --state invalid`."
+        )
+    detail = json.dumps({"who": getpass.getuser(), "why": args.reason})
+    catalog.append(
+        [Event(run=args.run, step=args.step, event="accepted", at=time.time(), format=s.format, detail=detail)]
+    )
+    print(f"accepted {args.run} step {args.step}; the next ingest pass uploads it")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    cfg_path = args.config or os.environ.get("CKPTVAULT_CONFIG")
+    _preflight(args, need_sources=False)
+    _quiet_prefect_env()
+    from deployments.serve import serve_all
+
+    serve_all(cfg_path)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
     p.add_argument("--config", help="the TOML config (default: $CKPTVAULT_CONFIG)")
@@ -216,6 +300,25 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sample", type=int, help="how many checkpoints (default [drill].sample)")
     s.add_argument("--tier", choices=["Expedited", "Standard", "Bulk"], help="thaw tier (default [drill].restore_tier)")
     s.set_defaults(fn=cmd_drill)
+
+    s = sub.add_parser("plan", help="show the tiering plan and its cost (read-only, no Prefect)")
+    s.set_defaults(fn=cmd_plan)
+
+    s = sub.add_parser("tier", help="run the tier flow: the plan, and with --apply, carry it out")
+    s.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
+    s.set_defaults(fn=cmd_tier)
+
+    s = sub.add_parser("watch", help="stale runs and storage budget; alerts")
+    s.set_defaults(fn=cmd_watch)
+
+    s = sub.add_parser("accept", help="release a quarantined (invalid) checkpoint after review")
+    s.add_argument("run")
+    s.add_argument("step", type=int)
+    s.add_argument("--reason", required=True, help="why it is fine: recorded in the catalog with your user name")
+    s.set_defaults(fn=cmd_accept)
+
+    s = sub.add_parser("serve", help="serve all five deployments from this process (one machine, no work pool)")
+    s.set_defaults(fn=cmd_serve)
 
     s = sub.add_parser("catalog", help="catalog maintenance")
     csub = s.add_subparsers(dest="catalog_command", required=True)

@@ -3,18 +3,20 @@ Schedules and parameters only; the same ones as prefect.yaml."""
 
 from __future__ import annotations
 
-from flows.watch import watch
+from typing import Any
+
 from prefect import serve
 
 from flows.drill import drill
 from flows.ingest import ingest
 from flows.restore import restore
 from flows.tier import tier
+from flows.watch import watch
 
 
 def serve_all(config_path: str | None = None) -> None:
     params = {"config_path": config_path} if config_path else {}
-    serve(
+    deployments: list[Any] = [
         ingest.to_deployment(name="ingest", interval=600, parameters=params, concurrency_limit=1),
         tier.to_deployment(name="tier", cron="30 3 * * *", parameters={**params, "apply": True}, concurrency_limit=1),
         drill.to_deployment(name="drill", cron="0 5 * * 0", parameters=params, concurrency_limit=1),
@@ -23,4 +25,5 @@ def serve_all(config_path: str | None = None) -> None:
             name="restore",
             parameters={**params, "step": "latest", "tier": "Standard", "wait_hours": 0.25, "reschedule": True},
         ),
-    )
+    ]
+    serve(*deployments)

@@ -18,7 +18,9 @@ from ckptvault import alerts
 from ckptvault.catalog import Catalog, Event
 from ckptvault.drill import DrillResult
 from ckptvault.outcomes import DrillFailed
+from ckptvault.restore import checkpoint_name
 from flows.hooks import HOOKS
+from tasks.futures import settle
 from tasks.ingest import load_config_task, open_store_task, record_task
 from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
@@ -61,9 +63,9 @@ def drill(
             scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}"
             staged = staging_dir_task(scratch)
             try:
-                download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest)).result()
-                name = Path(manifest.source).name if not manifest.single_file else manifest.files[0].path
-                problems = load_check_task(staged / (name or f"step-{s.step}"))
+                problems = settle(download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest)))
+                if not problems:
+                    problems = load_check_task(staged / checkpoint_name(manifest))
             finally:
                 discard_task(staged)
             results.append(

@@ -1,4 +1,4 @@
-"""The ingest flow: discover, validate, upload, commit, record. Wiring only; the work is in tasks."""
+"""The ingest flow: discover, validate, gate, upload, commit, record. Wiring only; the work is in tasks."""
 
 from __future__ import annotations
 
@@ -9,11 +9,16 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from ckptvault import alerts
-from ckptvault.catalog import Catalog
-from ckptvault.ingest import DONE_STATES, Outcome, invalid_event, verified_event
+from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.config import Config
+from ckptvault.discovery import Found
+from ckptvault.gates import ValidationReport
+from ckptvault.ingest import DONE_STATES, Outcome, invalid_event, previous_verified_step, verified_event
 from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
+from ckptvault.store import ObjectStore
 from flows.hooks import HOOKS
+from tasks.futures import settle
 from tasks.ingest import (
     commit_manifest_task,
     ensure_bucket_rules_task,
@@ -24,12 +29,64 @@ from tasks.ingest import (
     open_store_task,
     plan_upload_task,
     publish_outcomes_task,
+    quality_gate_task,
     record_task,
     upload_one_task,
     validate_structure_task,
+    write_validation_task,
 )
 from tasks.notify import flow_run_url, notify_task
+from tasks.restore import load_manifest_task, publish_markdown_task
 from tasks.retry import RETRIES
+
+
+def _gate(cfg: Config, store: ObjectStore, found: Found, known: dict[int, CheckpointState]) -> ValidationReport:
+    prev_step = previous_verified_step(known, found.step)
+    previous = load_manifest_task(store, cfg.store.prefix, found.run, prev_step) if prev_step is not None else None
+    report = quality_gate_task(found, known, previous, cfg.validation)
+    write_validation_task(store, cfg.store.prefix, found, report)
+    return report
+
+
+def _ingest_one(
+    cfg: Config, store: ObjectStore, catalog: Catalog, found: Found, state: CheckpointState | None,
+    known: dict[int, CheckpointState], reports: list[ValidationReport], run_id: str,
+) -> Outcome:  # fmt: skip
+    t0 = time.monotonic()
+    base = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
+    if not found.ready:
+        return base.with_result("waiting", found.reason)
+    if state is not None and state.state in DONE_STATES:
+        return base.with_result("present")
+    prefix = cfg.store.prefix
+    if is_committed_task(store, prefix, found):
+        return base.with_result("present", "manifest already in the store")
+    accepted = state is not None and state.state == "accepted"  # a human reviewed it: no gates
+    problems = [] if accepted else validate_structure_task(found)
+    warnings: list[str] = []
+    if not problems and not accepted and cfg.validation.enabled:
+        report = _gate(cfg, store, found, known)
+        reports.append(report)
+        if report.blocked:
+            problems = report.reasons()
+        elif report.warned:
+            warnings = report.reasons()
+    if problems:
+        if state is None or state.state != "invalid":
+            record_task(catalog, [invalid_event(found, problems, run_id)])
+        return base.with_result("invalid", "; ".join(problems))
+    jobs = plan_upload_task(store, prefix, found)
+    bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
+    futures = upload_one_task.map(unmapped(store), jobs, unmapped(found), unmapped(cfg.sha256), unmapped(bar))
+    errors = settle(futures)
+    if errors:
+        return base.with_result("failed", "; ".join(errors), time.monotonic() - t0)
+    manifest = commit_manifest_task(store, prefix, found, [f.result() for f in futures])
+    events = [invalid_event(found, warnings, run_id, kind="warned")] if warnings else []
+    record_task(catalog, [*events, verified_event(manifest, run_id)])
+    sent = sum(1 for j in jobs if j.upload)
+    outcome = base.with_result("warned" if warnings else "uploaded", "; ".join(warnings), time.monotonic() - t0)
+    return outcome.with_uploaded(sent)
 
 
 @flow(name="ingest", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True, **HOOKS)  # type: ignore[arg-type]
@@ -40,50 +97,23 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
     store = open_store_task(cfg)
     ensure_bucket_rules_task(store)
     catalog = Catalog(store, cfg.store.prefix)
-    prefix = cfg.store.prefix
     run_id = str(flow_run.id or "")
     outcomes: list[Outcome] = []
+    reports: list[ValidationReport] = []
     for source in cfg.sources:
         known = known_states_task(catalog, source.run)
         result = find_checkpoints_task(source)
         for problem in result.problems:
             print(f"{source.run}: {problem}")
         for found in result.found:
-            t0 = time.monotonic()
-            base = dict(
-                run=found.run, step=found.step, format=found.format, bytes=found.total_bytes, files=len(found.files)
-            )
-            if not found.ready:
-                outcomes.append(Outcome(**base, result="waiting", message=found.reason))  # type: ignore[arg-type]
-                continue
-            state = known.get(found.step)
-            if state is not None and state.state in DONE_STATES:
-                outcomes.append(Outcome(**base, result="present"))  # type: ignore[arg-type]
-                continue
             try:
-                if is_committed_task(store, prefix, found):
-                    outcomes.append(Outcome(**base, result="present", message="manifest already in the store"))  # type: ignore[arg-type]
-                    continue
-                problems = validate_structure_task(found)
-                if problems:
-                    if state is None or state.state != "invalid":
-                        record_task(catalog, [invalid_event(found, problems, run_id)])
-                    outcomes.append(Outcome(**base, result="invalid", message="; ".join(problems)))  # type: ignore[arg-type]
-                    continue
-                jobs = plan_upload_task(store, prefix, found)
-                bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
-                entries = upload_one_task.map(
-                    unmapped(store), jobs, unmapped(found), unmapped(cfg.sha256), unmapped(bar)
-                ).result()
-                manifest = commit_manifest_task(store, prefix, found, list(entries))
-                record_task(catalog, [verified_event(manifest, run_id)])
-                sent = sum(1 for j in jobs if j.upload)
-                outcomes.append(
-                    Outcome(**base, result="uploaded", uploaded_files=sent, seconds=time.monotonic() - t0)  # type: ignore[arg-type]
-                )
+                outcomes.append(_ingest_one(cfg, store, catalog, found, known.get(found.step), known, reports, run_id))
             except Exception as e:  # one broken checkpoint must not stop the others
-                outcomes.append(Outcome(**base, result="failed", message=str(e), seconds=time.monotonic() - t0))  # type: ignore[arg-type]
+                outcomes.append(Outcome(found.run, found.step, found.format, "failed", found.total_bytes,
+                                        len(found.files), message=str(e)))  # fmt: skip
     publish_outcomes_task(outcomes)
+    if reports:
+        publish_markdown_task("ingest-validation", "\n\n".join(r.to_markdown() for r in reports), "quality gates")
     url = flow_run_url()
     notify_task(
         cfg,
@@ -92,6 +122,11 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
             alerts.validation_blocked(o.run, o.step, o.message.split("; "), url)
             for o in outcomes
             if o.result == "invalid"
+        ]
+        + [
+            alerts.validation_warned(o.run, o.step, o.message.split("; "), url)
+            for o in outcomes
+            if o.result == "warned"
         ]
         + [alerts.ingest_failed(o.run, o.step, o.message, 1 + RETRIES, url) for o in outcomes if o.result == "failed"],
     )

@@ -23,7 +23,9 @@ from ckptvault import alerts
 from ckptvault.catalog import Catalog, Event
 from ckptvault.cost import load_prices
 from ckptvault.progress import ProgressBar
+from ckptvault.restore import RestoreError
 from flows.hooks import HOOKS
+from tasks.futures import settle
 from tasks.ingest import load_config_task, open_store_task, record_task
 from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
@@ -108,7 +110,13 @@ def restore(
     staged = staging_dir_task(target)
     try:
         bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
-        download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar)).result()
+        errors = settle(
+            download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
+        )
+        if errors:
+            raise RestoreError(
+                f"{len(errors)} of {len(plans)} files failed; nothing was changed at {target}:\n" + "\n".join(errors)
+            )
         pointer = write_pointer_task(staged, manifest)
         aside = finalize_task(staged, target, force)
     except BaseException:

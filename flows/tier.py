@@ -37,7 +37,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
     states = current_states_task(catalog)
-    kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind
+    kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, now if now is not None else time.time())
     print(render_text(plan))
     publish_markdown_task("tier-plan", render_markdown(plan), "what the policy would do, and what it costs")

@@ -10,19 +10,12 @@ from prefect.cache_policies import NO_CACHE
 
 from ckptvault import ingest as lib
 from ckptvault.catalog import Catalog, CheckpointState, Event
-from ckptvault.config import Config, SourceConfig, load_config
+from ckptvault.config import Config, SourceConfig, ValidationRules, load_config
 from ckptvault.discovery import DiscoveryResult, Found
+from ckptvault.gates import ValidationReport
 from ckptvault.manifest import FileEntry, Manifest
 from ckptvault.store import ObjectStore, ProgressFn, open_store
-from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, only_transient
-
-_io = dict(
-    retries=RETRIES,
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=only_transient,
-    cache_policy=NO_CACHE,
-)
+from tasks.retry import io_task
 
 
 @task(name="load-config", cache_policy=NO_CACHE)
@@ -30,20 +23,20 @@ def load_config_task(config_path: str | None) -> Config:
     return load_config(config_path)
 
 
-@task(name="open-store", **_io)  # type: ignore[call-overload]
+@io_task("open-store")
 def open_store_task(cfg: Config) -> ObjectStore:
     store = open_store(cfg.store)
     store.check_bucket()
     return store
 
 
-@task(name="ensure-bucket-rules", **_io)  # type: ignore[call-overload]
+@io_task("ensure-bucket-rules")
 def ensure_bucket_rules_task(store: ObjectStore) -> bool:
     """Every bucket we write to aborts incomplete multipart uploads after a day (crashed uploads)."""
     return store.ensure_abort_incomplete_mpu_rule(1)
 
 
-@task(name="catalog-state", **_io)  # type: ignore[call-overload]
+@io_task("catalog-state")
 def known_states_task(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
     return lib.known_states(catalog, run)
 
@@ -53,7 +46,7 @@ def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
     return lib.find_checkpoints(source)
 
 
-@task(name="is-committed", **_io)  # type: ignore[call-overload]
+@io_task("is-committed")
 def is_committed_task(store: ObjectStore, prefix: str, found: Found) -> bool:
     return lib.is_committed(store, prefix, found)
 
@@ -63,24 +56,36 @@ def validate_structure_task(found: Found) -> list[str]:
     return lib.validate_structure(found)
 
 
-@task(name="plan-upload", **_io)  # type: ignore[call-overload]
+@task(name="quality-gate", cache_policy=NO_CACHE)
+def quality_gate_task(
+    found: Found, known: dict[int, CheckpointState], previous: Manifest | None, rules: ValidationRules
+) -> ValidationReport:
+    return lib.quality_gate(found, known, previous, rules)
+
+
+@io_task("write-validation")
+def write_validation_task(store: ObjectStore, prefix: str, found: Found, report: ValidationReport) -> str:
+    return lib.write_validation(store, prefix, found, report)
+
+
+@io_task("plan-upload")
 def plan_upload_task(store: ObjectStore, prefix: str, found: Found) -> list[lib.FileJob]:
     return lib.plan_upload(store, prefix, found)
 
 
-@task(name="upload-file", task_run_name="upload-{job.file.rel}", **_io)  # type: ignore[call-overload]
+@io_task("upload-file", task_run_name="upload-{job.file.rel}")
 def upload_one_task(
     store: ObjectStore, job: lib.FileJob, found: Found, sha256: bool = False, progress: ProgressFn | None = None
 ) -> FileEntry:
     return lib.upload_one(store, job, found, sha256=sha256, progress=progress)
 
 
-@task(name="commit-manifest", **_io)  # type: ignore[call-overload]
+@io_task("commit-manifest")
 def commit_manifest_task(store: ObjectStore, prefix: str, found: Found, entries: list[FileEntry]) -> Manifest:
     return lib.commit_manifest(store, prefix, found, entries)
 
 
-@task(name="record-events", **_io)  # type: ignore[call-overload]
+@io_task("record-events")
 def record_task(catalog: Catalog, events: Sequence[Event]) -> str | None:
     return lib.record(catalog, events)
 

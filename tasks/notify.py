@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -18,7 +19,8 @@ from ckptvault.watch import AlertState
 def load_secret(name: str) -> str | None:
     from prefect.blocks.system import Secret
 
-    value = Secret.load(name).get()
+    block: Any = Secret.load(name)  # sync here: we are not in an event loop
+    value = block.get()
     return str(value) if value is not None else None
 
 

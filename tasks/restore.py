@@ -15,18 +15,10 @@ from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore, ProgressFn
-from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, only_transient
-
-_io = dict(
-    retries=RETRIES,
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=only_transient,
-    cache_policy=NO_CACHE,
-)
+from tasks.retry import io_task
 
 
-@task(name="catalog-current", **_io)  # type: ignore[call-overload]
+@io_task("catalog-current")
 def current_states_task(catalog: Catalog, run: str | None = None) -> list[CheckpointState]:
     return catalog.current(run)
 
@@ -36,12 +28,12 @@ def resolve_step_task(states: Sequence[CheckpointState], run: str, step: str) ->
     return lib.resolve_step(states, run, step if step == "latest" else int(step))
 
 
-@task(name="load-manifest", **_io)  # type: ignore[call-overload]
+@io_task("load-manifest")
 def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int) -> Manifest:
     return lib.load_manifest(store, prefix, run, step)
 
 
-@task(name="plan-objects", **_io)  # type: ignore[call-overload]
+@io_task("plan-objects")
 def plan_objects_task(store: ObjectStore, prefix: str, manifest: Manifest) -> list[lib.ObjectPlan]:
     return lib.plan_objects(store, prefix, manifest)
 
@@ -53,12 +45,12 @@ def estimate_task(manifest: Manifest, plans: Sequence[lib.ObjectPlan], prices: P
     return est
 
 
-@task(name="request-thaw", **_io)  # type: ignore[call-overload]
+@io_task("request-thaw")
 def request_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], tier: str) -> dict[str, int]:
     return lib.request_thaw(store, plans, tier)
 
 
-@task(name="wait-for-thaw", **_io)  # type: ignore[call-overload]
+@io_task("wait-for-thaw")
 def wait_for_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], deadline_s: float) -> list[lib.ObjectPlan]:
     return lib.wait_for_thaw(store, plans, deadline_s)
 
@@ -73,7 +65,7 @@ def staging_dir_task(dest: Path) -> Path:
     return lib.staging_dir(dest)
 
 
-@task(name="download-file", task_run_name="download-{plan.path}", **_io)  # type: ignore[call-overload]
+@io_task("download-file", task_run_name="download-{plan.path}")
 def download_one_task(
     store: ObjectStore, plan: lib.ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None
 ) -> str:

@@ -6,8 +6,11 @@ retrying it wastes time and hides the problem, so those fail at once.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
+from prefect import Task, task
+from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from ckptvault.store import TransientStoreError
@@ -15,6 +18,9 @@ from ckptvault.store import TransientStoreError
 RETRIES = 3
 RETRY_DELAYS = exponential_backoff(backoff_factor=2)
 RETRY_JITTER = 0.5
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def only_transient(task: Any, task_run: Any, state: Any) -> bool:
@@ -25,3 +31,17 @@ def only_transient(task: Any, task_run: Any, state: Any) -> bool:
     except Exception:
         return False
     return False
+
+
+def io_task(name: str, task_run_name: str | None = None) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """A task that talks to the store: retried with backoff on transient errors only, never cached
+    (our idempotency lives in the store: a manifest present means done)."""
+    return task(
+        name=name,
+        task_run_name=task_run_name,
+        retries=RETRIES,
+        retry_delay_seconds=RETRY_DELAYS,
+        retry_jitter_factor=RETRY_JITTER,
+        retry_condition_fn=only_transient,
+        cache_policy=NO_CACHE,
+    )

@@ -14,15 +14,7 @@ from ckptvault.config import PolicyConfig
 from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore
-from tasks.retry import RETRIES, RETRY_DELAYS, RETRY_JITTER, only_transient
-
-_io = dict(
-    retries=RETRIES,
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_jitter_factor=RETRY_JITTER,
-    retry_condition_fn=only_transient,
-    cache_policy=NO_CACHE,
-)
+from tasks.retry import io_task
 
 
 @task(name="plan", cache_policy=NO_CACHE)
@@ -32,21 +24,21 @@ def plan_task(
     return policy.plan(states, cfg, prices, store_kind, now)
 
 
-@task(name="transition", task_run_name="transition-{manifest.run}-{manifest.step}", **_io)  # type: ignore[call-overload]
+@io_task("transition", task_run_name="transition-{manifest.run}-{manifest.step}")
 def transition_task(
     store: ObjectStore, prefix: str, manifest: Manifest, to_class: str, tier: str, milestone: bool
 ) -> tiering.StepResult:
     return tiering.transition(store, prefix, manifest, to_class, tier, milestone)
 
 
-@task(name="tag-for-lifecycle", **_io)  # type: ignore[call-overload]
+@io_task("tag-for-lifecycle")
 def tag_for_server_task(
     store: ObjectStore, prefix: str, manifest: Manifest, tier: str, milestone: bool
 ) -> tiering.StepResult:
     return tiering.tag_for_server(store, prefix, manifest, tier, milestone)
 
 
-@task(name="expire", task_run_name="expire-{run}-{step}", **_io)  # type: ignore[call-overload]
+@io_task("expire", task_run_name="expire-{run}-{step}")
 def expire_task(store: ObjectStore, prefix: str, run: str, step: int) -> tiering.StepResult:
     return tiering.expire(store, prefix, run, step)
 
@@ -56,11 +48,11 @@ def evict_local_task(manifest: Manifest) -> tiering.StepResult:
     return tiering.evict_local(manifest)
 
 
-@task(name="compact-catalog", **_io)  # type: ignore[call-overload]
+@io_task("compact-catalog")
 def compact_catalog_task(catalog: Catalog, older_than: float) -> int:
     return catalog.compact(older_than)
 
 
-@task(name="install-lifecycle", **_io)  # type: ignore[call-overload]
+@io_task("install-lifecycle")
 def install_lifecycle_task(store: ObjectStore, rules: list[dict[str, Any]]) -> int:
     return tiering.install_lifecycle(store, rules)

@@ -8,16 +8,10 @@ from prefect.cache_policies import NO_CACHE
 from ckptvault import alerting, watch
 from ckptvault.alerts import Alert
 from ckptvault.store import ObjectStore
-from tasks.retry import RETRIES, RETRY_DELAYS, only_transient
+from tasks.retry import io_task
 
 
-@task(
-    name="load-alert-state",
-    retries=RETRIES,
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=only_transient,
-    cache_policy=NO_CACHE,
-)
+@io_task("load-alert-state")
 def load_alert_state_task(store: ObjectStore, prefix: str) -> watch.AlertState:
     return alerting.load_alert_state(store, prefix)
 

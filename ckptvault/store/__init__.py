@@ -20,7 +20,7 @@ from ckptvault.store.port import (
     TransientStoreError,
     UploadResult,
 )
-from ckptvault.store.s3 import S3Store, open_store, transfer_config
+from ckptvault.store.s3 import S3Store, ensure_bucket, open_store, transfer_config
 
 __all__ = [
     "ABORT_MPU_RULE_ID",
@@ -39,6 +39,7 @@ __all__ = [
     "TransferConfig",
     "TransientStoreError",
     "UploadResult",
+    "ensure_bucket",
     "open_store",
     "transfer_config",
 ]

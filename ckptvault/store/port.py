@@ -137,6 +137,10 @@ class ObjectStore(Protocol):
 
     bucket: str
 
+    def kind(self) -> str:
+        """The server kind ("aws", "ceph", "seaweedfs", "minio", "moto"): configured, or guessed once."""
+        ...
+
     def capabilities(self) -> Capabilities:
         """Probe once (cached): a few requests under `_ckptvault_probe/`, cleaned up after."""
         ...

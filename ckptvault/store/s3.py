@@ -408,3 +408,22 @@ def _credentials_source() -> str:
 
 def open_store(cfg: StoreConfig) -> S3Store:
     return S3Store(cfg)
+
+
+def ensure_bucket(cfg: StoreConfig) -> S3Store:
+    """Create the bucket if it does not exist (the demo's and a first user's convenience); an existing
+    bucket is left exactly as it is."""
+    store = S3Store(cfg)
+    try:
+        store.check_bucket()
+        return store
+    except NotFoundError:
+        pass
+    try:
+        if cfg.region and cfg.region != "us-east-1":
+            store.client.create_bucket(Bucket=cfg.bucket, CreateBucketConfiguration={"LocationConstraint": cfg.region})  # type: ignore[typeddict-item]
+        else:
+            store.client.create_bucket(Bucket=cfg.bucket)
+    except Exception as e:
+        raise translate(e, op="creating", bucket=cfg.bucket, key=None, endpoint=store.endpoint) from e
+    return store

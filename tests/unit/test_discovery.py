@@ -209,7 +209,7 @@ def test_local_file_is_an_immutable_value(tmp_path: Path) -> None:
     b = LocalFile("x/y", tmp_path / "x" / "y", 3, 1.0)
     assert a == b and hash(a) == hash(b) and isinstance(a.path, Path)
     with pytest.raises(AttributeError):
-        a.size = 4  # type: ignore[misc]
+        a.size = 4
 
 
 def test_unreadable_dir_simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,6 +81,8 @@ def test_format_error_is_a_value_error() -> None:
 def test_pointer_files() -> None:
     assert get_layout("deepspeed").pointer_file(100, "global_step100") == ("latest", "global_step100")
     assert get_layout("megatron").pointer_file(100, "iter_0000100") == ("latest_checkpointed_iteration.txt", "100")
+    assert get_layout("deepspeed").pointer_file(7, "my_tag") == ("latest", "my_tag")  # custom save tags
+    assert get_layout("megatron").pointer_file(0, "release") == ("latest_checkpointed_iteration.txt", "release")
     for fmt in ("hf", "dcp", "orbax", "lightning", "nemo"):
         assert get_layout(fmt).pointer_file(100, "x") is None
 
