@@ -9,9 +9,9 @@ to look next.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -50,11 +50,13 @@ def _store_env() -> tuple[str, dict[str, str]]:
 
 
 def _write_config(endpoint: str) -> Path:
+    # a fresh prefix per demo: the store persists across demos, each demo tells its own story
+    prefix = time.strftime("demo-%Y%m%d-%H%M%S")
     lines = [
         "# Written by `make demo`. Credentials come from the environment (see the demo's last lines).",
         "[store]",
         'bucket = "ckpts"',
-        'prefix = "demo"',
+        f'prefix = "{prefix}"',
         f'endpoint_url = "{endpoint}"',
         'region = "us-east-1"',
         "",
@@ -82,23 +84,19 @@ def _write_config(endpoint: str) -> Path:
     return path
 
 
-def _simulate(stop: threading.Event) -> None:
-    """Each run writes its checkpoints one after another: unfinished first, finished a moment later."""
+def _write_round(i: int, complete: bool) -> None:
     from ckptvault.synthetic import finish_checkpoint, write_checkpoint
 
-    longest = max(len(steps) for _, _, steps, _ in RUNS)
-    for i in range(longest):
-        for run, fmt, steps, size in RUNS:
-            if i < len(steps) and not stop.is_set():
-                root = DEMO / "hot" / run
-                root.mkdir(parents=True, exist_ok=True)
-                write_checkpoint(root, fmt, steps[i], size, shards=2, seed=i, complete=False, loss=2.5 / (i + 1))
-                print(f"[demo] {run}: writing step {steps[i]} ({fmt})", flush=True)
-        time.sleep(3)
-        for run, fmt, steps, _ in RUNS:
-            if i < len(steps):
-                finish_checkpoint(DEMO / "hot" / run, fmt, steps[i])
-        time.sleep(2)
+    for run, fmt, steps, size in RUNS:
+        if i >= len(steps):
+            continue
+        root = DEMO / "hot" / run
+        if complete:
+            finish_checkpoint(root, fmt, steps[i], loss=2.5 / (i + 1))
+            print(f"[demo] {run}: step {steps[i]} finished", flush=True)
+        else:
+            write_checkpoint(root, fmt, steps[i], size, shards=2, seed=i, complete=False, loss=2.5 / (i + 1))
+            print(f"[demo] {run}: training is writing step {steps[i]} ({fmt})", flush=True)
 
 
 def main() -> int:
@@ -113,6 +111,9 @@ def main() -> int:
             "PREFECT_HOME": str(DEMO / "prefect"),
             "DO_NOT_TRACK": "1",
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            # the demo's own lines are the story; Prefect's per-task lines stay in the UI
+            "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+            "PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL": "WARNING",
         }
     )
     cfg_path = _write_config(endpoint)
@@ -124,22 +125,21 @@ def main() -> int:
     print("[demo] starting Prefect (a temporary local API; first start runs migrations, up to ~30 s)", flush=True)
     from ckptvault_cli.main import main as cli
 
-    stop = threading.Event()
-    writer = threading.Thread(target=_simulate, args=(stop,), daemon=True)
-    writer.start()
-    passes = 0
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline:
-        passes += 1
-        print(f"[demo] ingest pass {passes}", flush=True)
+    # the simulated hot tier is the demo's own scratch data: start it afresh
+    shutil.rmtree(DEMO / "hot", ignore_errors=True)
+    for run, *_ in RUNS:
+        (DEMO / "hot" / run).mkdir(parents=True, exist_ok=True)
+    # Training and ingest interleaved: each round, every run starts writing a checkpoint (an ingest
+    # pass sees it unfinished and leaves it alone), then finishes it; the next pass uploads it.
+    rounds = max(len(steps) for _, _, steps, _ in RUNS)
+    for i in range(rounds + 1):
+        if i < rounds:
+            _write_round(i, complete=False)
+        print(f"[demo] ingest pass {i + 1}", flush=True)
         cli(["--config", str(cfg_path), "ingest"])
-        if not writer.is_alive():
-            time.sleep(2.5)  # let the last checkpoints settle, then one final pass
-            print(f"[demo] ingest pass {passes + 1} (final)", flush=True)
-            cli(["--config", str(cfg_path), "ingest"])
-            break
-        time.sleep(3)
-    stop.set()
+        if i < rounds:
+            _write_round(i, complete=True)
+            time.sleep(2.5)  # settle_seconds = 2: a finished checkpoint must be quiet before it is taken
     print("\n[demo] the catalog now holds:\n", flush=True)
     cli(["--config", str(cfg_path), "ls"])
     print(

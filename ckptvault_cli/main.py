@@ -49,9 +49,13 @@ def _preflight(args: argparse.Namespace, *, need_sources: bool) -> Config:
     return cfg
 
 
+_noted: list[bool] = []
+
+
 def _start_prefect_note() -> None:
     _quiet_prefect_env()
-    if not os.environ.get("PREFECT_API_URL"):
+    if not os.environ.get("PREFECT_API_URL") and not _noted:
+        _noted.append(True)  # the temporary API lives as long as this process: say it once
         _say(
             "starting a temporary Prefect API for this command (10-30 s; "
             "set PREFECT_API_URL to a running server, e.g. `make up`, to skip this)"
