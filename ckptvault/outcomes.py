@@ -9,7 +9,12 @@ if TYPE_CHECKING:
     from ckptvault.ingest import Outcome
 
 
-class IngestIncomplete(Exception):
+class AlreadyAlerted(Exception):
+    """A failure whose every part was alerted on by the flow itself: the failure hook stays quiet
+    rather than saying the same thing twice."""
+
+
+class IngestIncomplete(AlreadyAlerted):
     """Some finished checkpoint ended neither uploaded nor already present."""
 
     def __init__(self, outcomes: Sequence[Outcome]) -> None:
@@ -20,7 +25,7 @@ class IngestIncomplete(Exception):
         super().__init__("\n".join(lines))
 
 
-class DrillFailed(Exception):
+class DrillFailed(AlreadyAlerted):
     """At least one drilled checkpoint did not restore intact or did not load."""
 
     def __init__(self, rows: Sequence[dict[str, object]]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from ckptvault import alerts
 from ckptvault.alerting import send_alerts
 from ckptvault.config import load_config
+from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.store import open_store
 from tasks.notify import load_secret
 
@@ -17,6 +18,8 @@ log = logging.getLogger("ckptvault.alerts")
 def alert_on_failure(flow: Any, flow_run: Any, state: Any) -> None:
     """Never raises: a hook that fails would hide the failure it reports."""
     try:
+        if isinstance(state.result(raise_on_failure=False), AlreadyAlerted):
+            return
         cfg = load_config((flow_run.parameters or {}).get("config_path"))
         url = getattr(flow_run, "ui_url", None)
         message = str(state.message or state.name)

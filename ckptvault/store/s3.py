@@ -88,6 +88,22 @@ class S3Store:
         self._caps_lock = threading.Lock()
         self._kind: str | None = None if cfg.kind == "auto" else cfg.kind
 
+    # -- pickling: a store crosses process boundaries (Dask worker processes) as its configuration --
+    # A boto3 client cannot be pickled (SSLContext, dynamically created classes), nor can a lock. We
+    # send the configuration and what was already learnt (capabilities, server kind) so the receiving
+    # process neither re-probes the server nor shares a connection pool; it builds its own client.
+    # A client injected into __init__ (tests) is not carried over: the copy uses make_client(cfg).
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["client"], state["_caps_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._caps_lock = threading.Lock()
+        self.client = make_client(self.cfg, self.transfer.max_concurrency + 2)
+
     @property
     def _at(self) -> str:
         return self.endpoint or "AWS S3"

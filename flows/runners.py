@@ -1,0 +1,117 @@
+"""Task runners for scaling one flow run beyond one process: prefect-dask on a Dask cluster.
+
+The default runner of `ingest` is a thread pool in the flow's process. When one host's cores are not
+enough for the per-file upload tasks, run the same flow with a Dask task runner:
+
+    from flows.ingest import ingest
+    from flows.runners import dask_task_runner
+
+    ingest.with_options(task_runner=dask_task_runner(4, processes=True))(config_path="ckptvault.toml")
+
+Only the tasks a flow submits or maps (`upload_one_task.map(...)` in ingest) go to Dask; the rest of
+the flow runs in the flow's own process.
+
+Two things to know (docs in infra/k8s/README.md, "Scale-out"):
+- `processes=True` starts one worker process per worker. Each worker process runs Prefect task runs
+  itself and so must reach a real Prefect API: PREFECT_API_URL must be set (in the environment, a
+  profile, or a temporary setting) when the flow starts. Without one, every worker process would start
+  its own ephemeral API server and time out. We refuse that early with a clear error.
+- Task arguments are pickled to reach worker processes. S3Store pickles as its configuration and
+  rebuilds its boto3 client on the other side (ckptvault.store.s3.S3Store.__getstate__). The
+  terminal ProgressBar handed to every upload task holds a lock and a stream: importing this module
+  registers a reducer that sends it as a silent bar of the same size (a worker process cannot draw
+  on the flow's terminal; progress is in the Prefect UI as task states).
+
+The Dask dashboard is off (no listener on :8787) and the workers' scratch space is a directory of
+ours under the system temp dir (not the shared `dask-scratch-space`); each worker removes its own
+sub-directory when it stops.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import os
+import tempfile
+from typing import Any
+
+from prefect.settings import PREFECT_API_URL
+from prefect_dask import DaskTaskRunner
+
+from ckptvault.progress import ProgressBar
+
+SCRATCH_NAME = "ckptvault-dask"
+
+
+def scratch_dir() -> str:
+    """The workers' local directory: `<system temp>/ckptvault-dask` (created if missing)."""
+    path = os.path.join(tempfile.gettempdir(), SCRATCH_NAME)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _silent_bar(total: int, label: str) -> ProgressBar:
+    return ProgressBar(total, label, stream=io.StringIO())  # not a terminal: draws nothing
+
+
+def _reduce_bar(bar: ProgressBar) -> tuple[Any, tuple[int, str]]:
+    return _silent_bar, (bar.total, bar.label)
+
+
+# TODO(lead): a ProgressBar.__reduce__ in ckptvault/progress.py would make this registration unneeded.
+copyreg.pickle(ProgressBar, _reduce_bar)
+
+
+class NoPrefectApiError(RuntimeError):
+    """Dask worker processes need a running Prefect server to report their task runs to."""
+
+
+class CkptvaultDaskTaskRunner(DaskTaskRunner):
+    """DaskTaskRunner that, with worker processes, checks that a Prefect API is configured and hands
+    its URL to the worker processes (a temporary setting in the parent is invisible to them)."""
+
+    def __enter__(self) -> CkptvaultDaskTaskRunner:
+        if self.cluster_kwargs.get("processes", True) and not self.address:
+            url = PREFECT_API_URL.value()
+            if not url:
+                raise NoPrefectApiError(
+                    "a Dask task runner with worker processes needs a running Prefect server: set "
+                    "PREFECT_API_URL (e.g. `make up`, then PREFECT_API_URL=http://127.0.0.1:4200/api), "
+                    "or use processes=False"
+                )
+            env = dict(self.cluster_kwargs.get("env") or {})
+            env.setdefault("PREFECT_API_URL", str(url))
+            self.cluster_kwargs["env"] = env
+        super().__enter__()
+        return self
+
+
+def dask_task_runner(
+    n_workers: int,
+    processes: bool,
+    *,
+    threads_per_worker: int = 1,
+    local_directory: str | None = None,
+    **cluster_kwargs: Any,
+) -> DaskTaskRunner:
+    """A DaskTaskRunner on a new local Dask cluster (`distributed.LocalCluster`) of `n_workers`.
+
+    processes: True for one OS process per worker (real parallelism for CPU-bound hashing; needs
+    PREFECT_API_URL), False for worker threads inside the flow's process (no server needed, no
+    pickling; uploads are I/O-bound and hashing releases the GIL, so threads scale too).
+    threads_per_worker: tasks run at once per worker; each upload task has its own part thread pool
+    ([store] max_concurrency), so 1 is the sensible default.
+    Extra keyword arguments go to LocalCluster (e.g. memory_limit).
+    """
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be at least 1, got {n_workers}")
+    kwargs: dict[str, Any] = {
+        "n_workers": n_workers,
+        "processes": processes,
+        "threads_per_worker": threads_per_worker,
+        "dashboard_address": None,  # no web dashboard, no listener on :8787
+        "worker_dashboard_address": None,
+        "local_directory": local_directory or scratch_dir(),
+        **cluster_kwargs,
+    }
+    return CkptvaultDaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# A Prefect process worker for the `ckptvault` work pool, on this machine, against a running Prefect API.
+# `up` creates the work pool if it is missing, deploys the five deployments of deployments/prefect.yaml
+# (`cd deployments && prefect --no-prompt deploy --all`), then starts `prefect worker start --pool POOL`
+# in the background and waits until the worker has registered with the API.
+#
+#   infra/local/worker.sh up|down|status|clean
+#
+# env: PREFECT_API_URL (default http://127.0.0.1:${PREFECT_PORT:-4200}/api; the server must be up: see
+#      prefect.sh), STATE_DIR (default .state/worker: PID, log, the worker's PREFECT_HOME), POOL (ckptvault),
+#      DEPLOY (1: deploy on `up`; 0 to only start the worker), CKPTVAULT_HOME (default: this checkout; the
+#      deployments' pull step changes into it before each flow run), CKPTVAULT_CONFIG (the config file the
+#      flow runs read when a run's config_path parameter is empty; passed to the worker as is),
+#      READY_TIMEOUT (60 s), STOP_TIMEOUT (5 s; the 3.9.1 worker rarely exits by itself on SIGTERM, SIGKILL follows), PREFECT_BIN.
+# Flow runs are child processes of the worker and inherit its environment (AWS_* credentials included).
+set -euo pipefail
+SERVER=worker
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+STATE_DIR=${STATE_DIR:-$REPO_ROOT/.state/worker}
+config_load POOL
+POOL=${POOL:-ckptvault}
+PREFECT_API_URL=${PREFECT_API_URL:-http://127.0.0.1:${PREFECT_PORT:-4200}/api}
+PREFECT_API_URL=${PREFECT_API_URL%/}
+DEPLOY=${DEPLOY:-1}
+CKPTVAULT_HOME=${CKPTVAULT_HOME:-$REPO_ROOT}
+READY_TIMEOUT=${READY_TIMEOUT:-60}
+STOP_TIMEOUT=${STOP_TIMEOUT:-5}
+
+PIDFILE=$STATE_DIR/worker.pid
+LOG=$STATE_DIR/worker.log
+NAMEFILE=$STATE_DIR/worker.name
+PATTERN="worker start --pool $POOL"
+
+export DO_NOT_TRACK=1
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_API_URL CKPTVAULT_HOME
+# The CLI and the worker keep their own profile and local results here, not in ~/.prefect.
+export PREFECT_HOME=$STATE_DIR/home
+
+running() { pid_alive "$PIDFILE" "$PATTERN"; }
+api_ok() { [[ $(curl -s --max-time 2 "$PREFECT_API_URL/health" 2>/dev/null) == true ]]; }
+# The API knows a worker of this name in the pool: it has started and sent its first heartbeat.
+registered() {
+  local name
+  name=$(<"$NAMEFILE")
+  curl -sf --max-time 2 -X POST -H 'content-type: application/json' -d '{}' \
+    "$PREFECT_API_URL/work_pools/$POOL/workers/filter" 2>/dev/null | grep -q "\"name\":\"$name\""
+}
+healthy() { running && registered; }
+pool_exists() { curl -sf --max-time 5 -o /dev/null "$PREFECT_API_URL/work_pools/$POOL"; }
+
+# Flow runs are the worker's child processes, in its process group (start_bg gave it its own session):
+# SIGTERM goes to the whole group, so no flow run outlives `down`; the API marks them Crashed.
+# stop_group PIDFILE PATTERN TIMEOUT: SIGTERM to the group, SIGKILL after TIMEOUT s.
+stop_group() {
+  local pidfile=$1 pattern=$2 timeout=$3 pid deadline
+  if ! pid_alive "$pidfile" "$pattern"; then
+    rm -f "$pidfile"
+    return 0
+  fi
+  pid=$(<"$pidfile")
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + timeout))
+  while kill -0 -- "-$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  if kill -0 -- "-$pid" 2>/dev/null; then
+    say "process group $pid did not exit within ${timeout}s of SIGTERM; sending SIGKILL"
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    deadline=$((SECONDS + 10))
+    while kill -0 -- "-$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  fi
+  rm -f "$pidfile"
+}
+
+ensure_pool() {
+  if pool_exists; then return 0; fi
+  say "creating process work pool '$POOL'"
+  # The server fetches a collection registry from the internet here; offline it falls back to bundled data.
+  timeout 60 "$PREFECT" --no-prompt work-pool create "$POOL" --type process >>"$LOG" 2>&1 ||
+    pool_exists || {
+    log_tail "$LOG"
+    die "could not create work pool '$POOL'"
+  }
+}
+
+deploy() {
+  say "deploying deployments/prefect.yaml to $PREFECT_API_URL"
+  local t0=$SECONDS
+  if ! (cd "$REPO_ROOT/deployments" && timeout 300 "$PREFECT" --no-prompt deploy --all) >>"$LOG" 2>&1; then
+    log_tail "$LOG"
+    die "prefect deploy --all failed (log $LOG)"
+  fi
+  say "deployed in $((SECONDS - t0)) s"
+}
+
+up() {
+  PREFECT=$(find_bin prefect) || die "prefect not found: pip install -e . (make venv)"
+  command -v curl >/dev/null 2>&1 || die "curl not found (apt-get install curl)"
+  mkdir -p "$STATE_DIR/home"
+  chmod 700 "$STATE_DIR"
+  echo "$SERVER" >"$STATE_DIR/server"
+  config_save POOL
+  echo "=== $(date -u +%FT%TZ) up (API $PREFECT_API_URL)" >>"$LOG"
+  api_ok || die "no Prefect API answers at $PREFECT_API_URL/health (start one: infra/local/prefect.sh up)"
+  ensure_pool
+  if [[ $DEPLOY == 1 ]]; then deploy; fi
+  if [[ -s $NAMEFILE ]] && healthy; then
+    say "worker $(<"$NAMEFILE") already running (pid $(<"$PIDFILE"))"
+    return 0
+  fi
+  if running; then
+    say "pid $(<"$PIDFILE") is running but not registered with $PREFECT_API_URL; restarting it"
+    stop_group "$PIDFILE" "$PATTERN" "$STOP_TIMEOUT"
+  fi
+  # A name per start: readiness is "the API has heard from THIS worker", not from an earlier one.
+  echo "ckptvault-$(hostname -s 2>/dev/null || echo local)-$(date +%s)" >"$NAMEFILE"
+  [[ -n ${CKPTVAULT_CONFIG:-} ]] && say "flow runs without a config_path read CKPTVAULT_CONFIG=$CKPTVAULT_CONFIG"
+  start_bg "$PIDFILE" "$LOG" "$PREFECT" worker start --pool "$POOL" --name "$(<"$NAMEFILE")" --type process
+  if ! wait_until $((SECONDS + READY_TIMEOUT)) "worker for pool $POOL (${READY_TIMEOUT}s limit)" registered running; then
+    log_tail "$LOG"
+    stop_group "$PIDFILE" "$PATTERN" 3 || true
+    exit 1
+  fi
+  echo "worker $(<"$NAMEFILE") polling pool $POOL at $PREFECT_API_URL"
+}
+
+status() {
+  if running && { [[ ! -s $NAMEFILE ]] || ! api_ok || registered; }; then
+    echo "$SERVER: running (pid $(<"$PIDFILE")), pool $POOL, API $PREFECT_API_URL, state $STATE_DIR"
+  elif running; then
+    echo "$SERVER: pid $(<"$PIDFILE") running but not registered with $PREFECT_API_URL"
+    return 1
+  else
+    echo "$SERVER: not running (state $STATE_DIR)"
+    return 3
+  fi
+}
+
+case ${1:-} in
+  up) up ;;
+  down) stop_group "$PIDFILE" "$PATTERN" "$STOP_TIMEOUT" ;;
+  status) status ;;
+  clean) stop_group "$PIDFILE" "$PATTERN" "$STOP_TIMEOUT" && rm -rf "$STATE_DIR" ;;
+  *) usage_exit ;;
+esac

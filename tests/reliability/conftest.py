@@ -1,0 +1,93 @@
+"""Shared pieces of the reliability suite: credentials in the environment, CLI subprocesses, checks
+that read the bucket directly (never through the code under test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault.manifest import MANIFEST_NAME
+from tests.helpers import crc32c_b64
+
+MiB = 2**20
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def s3_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """s3_env(endpoint): put the endpoint's credentials into this process's environment."""
+
+    def set_env(endpoint: Any) -> Any:
+        for k, v in endpoint.env().items():
+            monkeypatch.setenv(k, v)
+        return endpoint
+
+    yield set_env
+
+
+def cli_cmd(cfg: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "ckptvault_cli.main", "--config", str(cfg), *args]
+
+
+def cli_env(endpoint: Any, **extra: str) -> dict[str, str]:
+    """Environment of a CLI subprocess: the endpoint's credentials and this session's Prefect API."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, **endpoint.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def run_cli(cfg: Path, *args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cli_cmd(cfg, *args), env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def all_keys(client: Any, bucket: str, prefix: str = "") -> dict[str, int]:
+    out: dict[str, int] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        out.update({o["Key"]: o["Size"] for o in page.get("Contents", [])})
+    return out
+
+
+def manifest_keys(client: Any, bucket: str, prefix: str = "") -> list[str]:
+    return sorted(k for k in all_keys(client, bucket, prefix) if k.endswith("/" + MANIFEST_NAME))
+
+
+def incomplete_uploads(client: Any, bucket: str, prefix: str = "") -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
+        out.extend(page.get("Uploads", []))
+    return out
+
+
+def check_committed(client: Any, bucket: str, manifest_key: str, source: Path, *, read_bytes: bool = True) -> dict[str, Any]:
+    """A committed checkpoint is whole: every file of the source is in the manifest and in the bucket,
+    sizes and an independent CRC32C of the source agree with the manifest, and (read_bytes) the stored
+    bytes equal the source's. Returns the manifest as JSON."""
+    m = json.loads(client.get_object(Bucket=bucket, Key=manifest_key)["Body"].read())
+    base = manifest_key[: -len(MANIFEST_NAME)]
+    local = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file() and not p.is_symlink())
+    assert sorted(f["path"] for f in m["files"]) == local, f"{manifest_key}: manifest files differ from {source}"
+    for f in m["files"]:
+        path = source / f["path"]
+        assert f["size"] == path.stat().st_size, f"{base}{f['path']}: size"
+        assert f["crc32c"] == crc32c_b64(path), f"{base}{f['path']}: manifest CRC32C != independent CRC32C"
+        if read_bytes:
+            body = client.get_object(Bucket=bucket, Key=base + f["path"])["Body"].read()
+            assert body == path.read_bytes(), f"{base}{f['path']}: stored bytes differ from the source"
+        else:
+            head = client.head_object(Bucket=bucket, Key=base + f["path"])
+            assert head["ContentLength"] == f["size"], f"{base}{f['path']}: stored size"
+    return dict(m)
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
