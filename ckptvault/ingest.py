@@ -28,6 +28,12 @@ from ckptvault.structure import check_structure
 CRC_TAG = "crc32c"
 # A catalog state that means "this checkpoint is safely in the store": no request needed to skip it.
 DONE_STATES = frozenset({"verified", "transitioned", "drilled", "restored", "restore_requested", "evicted_local"})
+# Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
+# this, are leftovers of a crashed ingest: plan_upload aborts them instead of paying for their parts
+# until the bucket's abort-incomplete-MPU rule (1 day) runs. Six hours is far longer than any one
+# file takes to upload (a 500 GB file at 50 MB/s: under 3 h), so a live upload of a concurrent ingest
+# is never aborted, and it is well clear of clock skew between us and the server.
+STALE_UPLOAD_SECONDS = 6 * 3600
 
 
 @dataclass(frozen=True)
@@ -112,7 +118,9 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
 
     An object of the right size whose stored CRC32C equals the local file's is kept: that costs one
     local read pass instead of an upload. Anything else (absent, other size, unknown or different
-    CRC32C) is uploaded again, which overwrites whatever partial or wrong object is there.
+    CRC32C) is uploaded again, which overwrites whatever partial or wrong object is there. When
+    anything is to be sent, stale incomplete multipart uploads under the checkpoint (a crashed run's,
+    older than STALE_UPLOAD_SECONDS) are aborted first.
     """
     base = checkpoint_prefix(prefix, found.run, found.step)
     existing: dict[str, ObjectInfo] = {o.key: o for o in store.list(base)}
@@ -133,6 +141,8 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
             jobs.append(FileJob(f, key, upload=False, known_crc32c=stored))
         else:
             jobs.append(FileJob(f, key, upload=True))
+    if any(j.upload for j in jobs):
+        store.abort_multipart_uploads(base, older_than=time.time() - STALE_UPLOAD_SECONDS)
     return jobs
 
 

@@ -60,6 +60,10 @@ def _ingest_one(
         return base.with_result("present")
     prefix = cfg.store.prefix
     if is_committed_task(store, prefix, found):
+        if state is None or not state.verified:
+            # committed by a run that died before recording it: the manifest is the truth, record it
+            manifest = load_manifest_task(store, prefix, found.run, found.step)
+            record_task(catalog, [verified_event(manifest, run_id)])
         return base.with_result("present", "manifest already in the store")
     accepted = state is not None and state.state == "accepted"  # a human reviewed it: no gates
     problems = [] if accepted else validate_structure_task(found)

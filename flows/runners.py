@@ -109,7 +109,10 @@ def dask_task_runner(
         "n_workers": n_workers,
         "processes": processes,
         "threads_per_worker": threads_per_worker,
-        "dashboard_address": None,  # no web dashboard, no listener on :8787
+        # No dashboard, and the scheduler's small HTTP server (health, metrics) on a free loopback port
+        # instead of :8787 (where it would otherwise go even with the dashboard off).
+        "dashboard_address": None,
+        "scheduler_kwargs": {"dashboard": False, "dashboard_address": "127.0.0.1:0"},
         "worker_dashboard_address": None,
         "local_directory": local_directory or scratch_dir(),
         **cluster_kwargs,

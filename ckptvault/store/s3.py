@@ -230,7 +230,16 @@ class S3Store:
         try:
             self.client.put_object(Bucket=self.bucket, Key=key, Body=data, **args)
         except Exception as e:
-            raise self._err(e, "writing", key) from e
+            err = self._err(e, "writing", key)
+            if isinstance(err, PreconditionFailedError) and self._is_our_write(key, len(data), crc):
+                # botocore retried a conditional PUT whose first attempt the server applied but whose
+                # response was lost (connection reset): the object there is ours, byte for byte.
+                return
+            raise err from e
+
+    def _is_our_write(self, key: str, size: int, crc: str) -> bool:
+        info = self.head(key)
+        return info is not None and info.size == size and info.metadata.get("crc32c") == crc
 
     def get_bytes(self, key: str) -> bytes:
         try:

@@ -27,7 +27,9 @@ from tests.helpers import crc32c_b64, write_config
 MiB = 2**20
 
 # (run, format, step, bytes): single PUTs and one multipart file (> 5 MiB part size) per checkpoint set
-CHECKPOINTS = [("hf", "hf", 100, 3 * MiB), ("hf", "hf", 200, 3 * MiB), ("ds", "deepspeed", 10, 12 * MiB)]
+CHECKPOINTS = [("hf", "hf", 100, 3 * MiB), ("ds", "deepspeed", 10, 12 * MiB), ("lt", "lightning", 7, 2 * MiB)]
+# per-pass metadata objects (timestamps, flow run ids inside): compared by content, not bytes
+PASS_METADATA = ("_MANIFEST.json", "_VALIDATION.json")
 
 
 @pytest.fixture
@@ -55,11 +57,17 @@ def worker_stats(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any
     original_exit = CkptvaultDaskTaskRunner.__exit__
 
     def stats(dask_worker: Any) -> dict[str, Any]:
-        return {"pid": os.getpid(), "executed": dask_worker.state.executed_count}
+        return {
+            "pid": os.getpid(),
+            "executed": dask_worker.state.executed_count,
+            "local_directory": dask_worker.local_directory,
+        }
 
     def exit_and_record(self: CkptvaultDaskTaskRunner, *args: Any) -> None:
         if self._client is not None:
-            seen.append(self._client.run(stats))
+            http = self._client.cluster.scheduler.http_server
+            ports = [sock.getsockname()[1] for sock in http._sockets.values()]
+            seen.append({"workers": self._client.run(stats), "scheduler_http_ports": ports})
         original_exit(self, *args)
 
     monkeypatch.setattr(CkptvaultDaskTaskRunner, "__exit__", exit_and_record)
@@ -70,7 +78,7 @@ def _objects(client: Any, bucket: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="t/"):
         for o in page.get("Contents", []):
-            if "/_catalog/" not in o["Key"] and "/_ckptvault" not in o["Key"]:
+            if "/_catalog/" not in o["Key"] and not o["Key"].endswith(PASS_METADATA):
                 out[o["Key"]] = o["Size"]
     return out
 
@@ -103,7 +111,7 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
     processes: bool,
 ) -> None:
     from flows.ingest import ingest
-    from flows.runners import dask_task_runner
+    from flows.runners import dask_task_runner, scratch_dir
 
     roots = [("hf", tmp_path / "hf", "hf"), ("ds", tmp_path / "ds", "deepspeed")]
     dask_bucket, plain_bucket = bucket_factory(creds), bucket_factory(creds)
@@ -118,8 +126,10 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
 
     # the uploads ran on the two Dask workers, in their own processes when processes=True
     assert len(worker_stats) == 1, "the Dask task runner was not used"
-    workers = worker_stats[0]
+    workers = worker_stats[0]["workers"]
     assert len(workers) == 2
+    assert all(w["local_directory"].startswith(scratch_dir()) for w in workers.values())
+    assert 8787 not in worker_stats[0]["scheduler_http_ports"]  # no dashboard port
     assert sum(w["executed"] for w in workers.values()) == files
     pids = {w["pid"] for w in workers.values()}
     if processes:
@@ -128,6 +138,8 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
         assert pids == {os.getpid()}
 
     client = creds.client()
+    manifests = {o["Key"] for o in client.list_objects_v2(Bucket=dask_bucket, Prefix="t/")["Contents"]}
+    assert {checkpoint_prefix("t", r, s) + MANIFEST_NAME for r, _, s, _ in CHECKPOINTS} <= manifests
     dask_objects = _objects(client, dask_bucket)
     for run, _fmt, step, _size in CHECKPOINTS:
         m = _manifest(client, dask_bucket, run, step)

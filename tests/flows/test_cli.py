@@ -1,0 +1,92 @@
+"""The `ckptvault` command line on a real store: ls, quarantine and accept, and what it imports."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.main import main
+from tests.helpers import write_config
+
+MiB = 2**20
+
+
+def test_quarantine_then_accept_then_upload(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    bucket = bucket_factory(seaweedfs)
+    root = tmp_path / "hot"
+    root.mkdir()
+    for step in (100, 200, 300, 400):
+        write_checkpoint(root, "deepspeed", step, 4 * MiB, seed=step)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")])
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    # a checkpoint half the size of its history: the size gate blocks it
+    write_checkpoint(root, "deepspeed", 500, 2 * MiB, seed=5)
+    assert main(["--config", str(cfg), "ingest"]) == 1
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ls", "--state", "invalid", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["run"], r["step"], r["state"]) for r in rows] == [("r", 500, "invalid")]
+    assert {"run", "step", "format", "state", "bytes", "files", "storage_class", "uploaded_at"} <= set(rows[0])
+    client = seaweedfs.client()
+    validation = json.loads(client.get_object(Bucket=bucket, Key="t/r/step-0000000500/_VALIDATION.json")["Body"].read())
+    assert "size_band" in json.dumps(validation)
+    assert "Contents" not in client.list_objects_v2(Bucket=bucket, Prefix="t/r/step-0000000500/_MANIFEST")
+    # accepting something that is not quarantined is refused, naming the state
+    assert main(["--config", str(cfg), "accept", "r", "400", "--reason", "x"]) == 2
+    assert main(["--config", str(cfg), "accept", "r", "500", "--reason", "reviewed: smaller optimizer"]) == 0
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ls", "--run", "r", "--json"]) == 0
+    states = {r["step"]: r["state"] for r in json.loads(capsys.readouterr().out)}
+    assert states == {100: "verified", 200: "verified", 300: "verified", 400: "verified", 500: "verified"}
+
+
+def test_ls_and_plan_do_not_import_great_expectations_or_prefect(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path
+) -> None:
+    bucket = bucket_factory(seaweedfs)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [])
+    code = (
+        "import sys\nfrom ckptvault_cli.main import main\n"
+        f"assert main(['--config', {str(cfg)!r}, 'ls']) == 0\n"
+        f"assert main(['--config', {str(cfg)!r}, 'plan']) == 0\n"
+        "heavy = [m for m in ('great_expectations', 'prefect') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **seaweedfs.env()},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no checkpoints in the catalog" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("[store]\nbucket = 'ckpts'\nbukcet = 'x'\n", "store.bukcet: unknown key"),
+        ("[store]\nbucket = 'ckpts'\npart_size_mb = 'big'\n", "store.part_size_mb"),
+        (
+            "[store]\nbucket = 'ckpts'\n[[sources]]\nrun = 'r'\npath = '/nonexistent/run'\n",
+            "/nonexistent/run does not exist",
+        ),
+        ("[store\nbucket = 'ckpts'\n", "not valid TOML"),
+    ],
+)
+def test_config_errors_exit_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, needle: str
+) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    assert main(["--config", str(cfg), "ingest"]) == 2
+    assert needle in capsys.readouterr().err
