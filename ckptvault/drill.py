@@ -29,7 +29,15 @@ class DrillResult:
     problems: tuple[str, ...] = ()
 
     def detail(self) -> str:
-        return json.dumps({"seconds": round(self.seconds, 3), "bytes": self.bytes, "problems": list(self.problems)})
+        mib_s = self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0
+        return json.dumps(
+            {
+                "seconds": round(self.seconds, 3),
+                "bytes": self.bytes,
+                "mib_per_s": round(mib_s, 1),
+                "problems": list(self.problems),
+            }
+        )
 
 
 def select_sample(states: Sequence[CheckpointState], n: int) -> list[CheckpointState]:

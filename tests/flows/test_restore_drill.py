@@ -107,9 +107,11 @@ def test_restore_detects_corruption_and_leaves_destination_untouched(
     assert not [p for p in tmp_path.iterdir() if "ckptvault-partial" in p.name]
 
 
+@pytest.mark.parametrize("archive_class", ["GLACIER", "DEEP_ARCHIVE"])
 def test_restore_thaws_glacier_objects_on_moto(
-    prefect_api: None, moto_server: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    prefect_api: None, moto_server: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    archive_class: str,
+) -> None:  # fmt: skip
     from flows.restore import restore
 
     _env(monkeypatch, moto_server)
@@ -127,14 +129,14 @@ def test_restore_thaws_glacier_objects_on_moto(
             Bucket=bucket,
             Key=k,
             CopySource={"Bucket": bucket, "Key": k},
-            StorageClass="DEEP_ARCHIVE",
+            StorageClass=archive_class,
             MetadataDirective="COPY",
         )
     with pytest.raises(client.exceptions.InvalidObjectState):
         client.get_object(Bucket=bucket, Key=data_keys[0])
     report = restore(run="r", dest=str(tmp_path / "out"), tier="Bulk", config_path=str(cfg))
     assert report["status"] == "restored"
-    assert "DEEP_ARCHIVE" in report["estimate"]
+    assert archive_class in report["estimate"]
     src = next(p for p in root.iterdir() if p.is_dir())
     assert _tree(tmp_path / "out" / src.name) == _tree(src)
 
@@ -163,3 +165,59 @@ def test_drill_passes_then_catches_a_bit_flip(
     assert isinstance(err, DrillFailed)
     assert os.path.basename(key) in str(err)
     assert not list((tmp_path / "scratch").glob("*ckptvault-partial*")), "drill left scratch data behind"
+
+
+def _resume_deepspeed(run_root: Path) -> dict[str, int]:
+    """A checkpoint loader as DeepSpeed's resume does it: read `latest`, open that tag's files."""
+    import zipfile
+
+    tag = (run_root / "latest").read_text().strip()
+    ckpt = run_root / tag
+    opened = {}
+    for pt in sorted(ckpt.glob("*.pt")):
+        with zipfile.ZipFile(pt) as z:
+            assert z.testzip() is None
+            opened[pt.name] = len(z.namelist())
+    assert opened, f"no model/optimizer states under {ckpt}"
+    return opened
+
+
+def test_restored_run_root_resumes_through_its_pointer_file(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.restore import restore
+
+    _env(monkeypatch, seaweedfs)
+    root, cfg = _ingested(seaweedfs, bucket_factory(seaweedfs), tmp_path, "deepspeed", [100, 200, 300])
+    dest = tmp_path / "resume-here"
+    restore(run="r", step="200", dest=str(dest), config_path=str(cfg))
+    assert (dest / "latest").read_text().strip() == "global_step200"
+    assert _resume_deepspeed(dest) == _resume_deepspeed_from(root, "global_step200")
+
+
+def _resume_deepspeed_from(root: Path, tag: str) -> dict[str, int]:
+    import zipfile
+
+    return {pt.name: len(zipfile.ZipFile(pt).namelist()) for pt in sorted((root / tag).glob("*.pt"))}
+
+
+def test_manifest_escaping_the_destination_is_refused(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from flows.restore import restore
+
+    _env(monkeypatch, seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    _, cfg = _ingested(seaweedfs, bucket, tmp_path, "hf", [10])
+    client = seaweedfs.client()
+    key = checkpoint_prefix("t", "r", 10) + MANIFEST_NAME
+    doc = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    doc["files"][0]["path"] = "../../escaped.txt"
+    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(doc).encode())
+    dest = tmp_path / "deep" / "out"
+    state = restore(run="r", dest=str(dest), config_path=str(cfg), return_state=True)
+    assert state.is_failed()
+    assert "escapes" in str(state.result(raise_on_failure=False))
+    assert not list(tmp_path.rglob("escaped.txt")) and not dest.exists()

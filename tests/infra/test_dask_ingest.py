@@ -113,7 +113,7 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
     from flows.ingest import ingest
     from flows.runners import dask_task_runner, scratch_dir
 
-    roots = [("hf", tmp_path / "hf", "hf"), ("ds", tmp_path / "ds", "deepspeed")]
+    roots = [(run, tmp_path / run, fmt) for run, fmt, _, _ in CHECKPOINTS]  # one checkpoint per run
     dask_bucket, plain_bucket = bucket_factory(creds), bucket_factory(creds)
     dask_cfg = write_config(tmp_path / "dask.toml", creds, dask_bucket, roots)
     plain_cfg = write_config(tmp_path / "plain.toml", creds, plain_bucket, roots)
