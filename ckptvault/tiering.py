@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix, safe_relpath
-from ckptvault.store import ObjectStore, StoreError
+from ckptvault.store import ObjectFrozenError, ObjectStore, StoreError
 
 TIER_TAG = "ckptvault-tier"
 MILESTONE_TAG = "ckptvault-milestone"
@@ -51,7 +51,7 @@ def transition(
         if info is None:
             raise TieringError(f"{key}: named by the manifest but missing from the store; run `ckptvault drill`")
         # read tags before the move: some servers (moto) refuse GetObjectTagging on archived objects
-        tags = store.get_tags(key)
+        tags = _tags_of(store, key, manifest)
         if info.storage_class != to_class:
             store.copy_storage_class(key, to_class, f.size)
             moved += 1
@@ -66,6 +66,15 @@ def transition(
     if wrong:
         raise TieringError(f"{len(wrong)} objects did not reach {to_class} intact: {', '.join(wrong[:5])}")
     return StepResult(manifest.run, manifest.step, "transition", moved, moved_bytes, f"-> {to_class}")
+
+
+def _tags_of(store: ObjectStore, key: str, manifest: Manifest) -> dict[str, str]:
+    """The object's tags; for an archived object some servers refuse to say (moto), so rebuild the
+    ones ingest set from the manifest rather than lose them."""
+    try:
+        return store.get_tags(key)
+    except ObjectFrozenError:
+        return {"run": manifest.run, "step": str(manifest.step), "format": manifest.format}
 
 
 def expire(store: ObjectStore, prefix: str, run: str, step: int) -> StepResult:
@@ -153,7 +162,7 @@ def tag_for_server(store: ObjectStore, prefix: str, manifest: Manifest, tier: st
     base = checkpoint_prefix(prefix, manifest.run, manifest.step)
     for f in manifest.files:
         key = base + safe_relpath(f.path)
-        tags = store.get_tags(key)
+        tags = _tags_of(store, key, manifest)
         tags[TIER_TAG] = tier
         if milestone:
             tags[MILESTONE_TAG] = "true"

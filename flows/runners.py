@@ -36,7 +36,11 @@ import tempfile
 from typing import Any
 
 from prefect.settings import PREFECT_API_URL
-from prefect_dask import DaskTaskRunner
+
+try:
+    from prefect_dask.task_runners import DaskTaskRunner
+except ImportError as e:  # pragma: no cover - depends on the install
+    raise ImportError("the Dask task runner needs prefect-dask: pip install 'ckptvault[dask]'") from e
 
 from ckptvault.progress import ProgressBar
 
@@ -82,7 +86,7 @@ class CkptvaultDaskTaskRunner(DaskTaskRunner):
             env = dict(self.cluster_kwargs.get("env") or {})
             env.setdefault("PREFECT_API_URL", str(url))
             self.cluster_kwargs["env"] = env
-        super().__enter__()
+        super().__enter__()  # type: ignore[no-untyped-call]
         return self
 
 

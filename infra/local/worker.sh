@@ -87,7 +87,9 @@ ensure_pool() {
 deploy() {
   say "deploying deployments/prefect.yaml to $PREFECT_API_URL"
   local t0=$SECONDS
-  if ! (cd "$REPO_ROOT/deployments" && timeout 300 "$PREFECT" --no-prompt deploy --all) >>"$LOG" 2>&1; then
+  # Without CKPTVAULT_HOME: `deploy` would resolve the pull step's {{ $CKPTVAULT_HOME }} now, baking this
+  # machine's path into the deployments; unset, the template is stored and each worker resolves it at run time.
+  if ! (cd "$REPO_ROOT/deployments" && env -u CKPTVAULT_HOME timeout 300 "$PREFECT" --no-prompt deploy --all) >>"$LOG" 2>&1; then
     log_tail "$LOG"
     die "prefect deploy --all failed (log $LOG)"
   fi

@@ -59,6 +59,7 @@ UI_SCHEDULES: dict[str, str | None] = {
     "watch": "Hourly",
     "restore": None,
 }
+PREFECT_CLI = str(Path(sys.executable).parent / "prefect")
 SCREENSHOTS_KEEP = Path(
     os.environ.get("CKPTVAULT_SCREENSHOTS_DIR") or servers.REPO_ROOT / "artifacts" / "ui-screenshots"
 )
@@ -125,8 +126,7 @@ def stack(seaweedfs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         # ingest, the way an operator would: the CLI, watched to its end.
         t0 = time.monotonic()
         p = subprocess.run(
-            [str(Path(sys.executable).parent / "prefect"), "deployment", "run", "ingest/ingest",
-             "--watch", "--watch-timeout", "300"],  # fmt: skip
+            [PREFECT_CLI, "deployment", "run", "ingest/ingest", "--watch", "--watch-timeout", "300"],
             env=server.cli_env(),
             cwd=tmp,
             stdin=subprocess.DEVNULL,
@@ -140,13 +140,14 @@ def stack(seaweedfs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         assert p.returncode == 0 and "Completed" in p.stdout, f"ingest run failed:\n{p.stdout[-3000:]}\n{p.stderr}"
 
         # restore, on demand with parameters, through the API (run_deployment waits for a final state).
+        from prefect.client.schemas.objects import FlowRun
         from prefect.deployments import run_deployment
         from prefect.settings import PREFECT_API_URL, temporary_settings
 
         dest = tmp / "restored"
         t0 = time.monotonic()
         with temporary_settings({PREFECT_API_URL: server.api_url}):
-            run = run_deployment(
+            run: FlowRun = run_deployment(  # type: ignore[assignment]  # sync call: a FlowRun, not a coroutine
                 "restore/restore",
                 parameters={"run": "r", "step": "latest", "dest": str(dest)},
                 timeout=300,
@@ -154,9 +155,7 @@ def stack(seaweedfs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             )
         restore_seconds = time.monotonic() - t0
         timings["restore deployment run"] = restore_seconds
-        yield Stack(
-            server, bucket, hot, dest, ingest_seconds, str(run.id), run.name, restore_seconds, timings
-        )
+        yield Stack(server, bucket, hot, dest, ingest_seconds, str(run.id), run.name, restore_seconds, timings)
     finally:
         if worker_state is not None:
             local_prefect.stop("worker", worker_state)
@@ -243,9 +242,7 @@ def _body(driver: Any) -> str:
     return text
 
 
-def test_ui_lists_the_deployments_and_shows_the_finished_restore(
-    stack: Stack, browser: Any, tmp_path: Path
-) -> None:
+def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     shots = tmp_path / "screenshots"
@@ -285,15 +282,23 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(
 
     assert wait_for("the restore run's state badge", badge, 60) == "Completed"
     shot("02-restore-run.png")
-    tabs = [t for t in browser.find_elements(By.CSS_SELECTOR, ".p-tab") if t.text.strip() == "Artifacts"]
-    assert tabs, "no Artifacts tab on the flow run page"
-    tabs[0].click()
+
+    def open_tab(name: str) -> None:
+        tabs = [t for t in browser.find_elements(By.CSS_SELECTOR, ".p-tab") if t.text.strip() == name]
+        assert tabs, f"no {name} tab on the flow run page"
+        tabs[0].click()
+
+    # The parameters the run was launched with through the API.
+    open_tab("Parameters")
+    wait_for("the restore run's parameters", lambda: str(stack.dest) in _body(browser), 60)
+    shot("03-restore-parameters.png")
+    open_tab("Artifacts")
     wait_for(
         "the restore run's artifacts",
         lambda: "restore-estimate" in _body(browser) and "restore-result" in _body(browser),
         60,
     )
-    shot("03-restore-artifacts.png")
+    shot("04-restore-artifacts.png")
 
     # 3. The result artifact itself: the markdown the flow wrote.
     cards = browser.find_elements(By.XPATH, "//*[contains(text(), 'restore-result')]")
@@ -301,7 +306,7 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(
     cards[0].click()
     wait_for("the restore-result artifact page", lambda: "Restored r step 200" in _body(browser), 60)
     assert "every CRC32C verified" in _body(browser)
-    shot("04-restore-result.png")
+    shot("05-restore-result.png")
 
     SCREENSHOTS_KEEP.mkdir(parents=True, exist_ok=True)
     for png in sorted(shots.glob("*.png")):

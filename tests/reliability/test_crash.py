@@ -82,8 +82,9 @@ def _config(tmp_path: Path, endpoint: Any, bucket: str, prefix: str, root: Path,
 
 @pytest.mark.slow
 def test_ingest_killed_at_20_random_points_then_rerun(
-    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
 ) -> None:
+    s3_env(seaweedfs)
     bucket = bucket_factory(seaweedfs)
     client = seaweedfs.client()
     client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})

@@ -1,0 +1,133 @@
+# The checkpoint bucket of ckptvault and the least-privilege policy of its Prefect worker.
+# The storage format and what the flows do with the bucket: docs/FORMAT.md; see README.md here.
+
+locals {
+  bucket_arn = "arn:${var.partition}:s3:::${var.bucket_name}"
+  # Keys of ckptvault: "<prefix>/<run>/step-<n>/...", "<prefix>/_catalog/...", "<prefix>/_ckptvault_probe/..."
+  key_prefix = var.prefix == "" ? "" : "${var.prefix}/"
+  kms        = var.sse_kms_key_arn != null
+
+  # ABORT_MPU_RULE_ID and the tier rule IDs of ckptvault (ckptvault/store/port.py, ckptvault/tiering.py)
+  abort_mpu_rule_id = "ckptvault-abort-incomplete-mpu"
+}
+
+resource "aws_s3_bucket" "checkpoints" {
+  bucket        = var.bucket_name
+  force_destroy = var.force_destroy
+  tags          = var.tags
+}
+
+resource "aws_s3_bucket_ownership_controls" "checkpoints" {
+  bucket = aws_s3_bucket.checkpoints.id
+  rule {
+    object_ownership = "BucketOwnerEnforced" # ACLs off: access is IAM and bucket policy only
+  }
+}
+
+resource "aws_s3_bucket_public_access_block" "checkpoints" {
+  bucket                  = aws_s3_bucket.checkpoints.id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_versioning" "checkpoints" {
+  bucket = aws_s3_bucket.checkpoints.id
+  versioning_configuration {
+    status = "Enabled"
+  }
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "checkpoints" {
+  bucket = aws_s3_bucket.checkpoints.id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm     = local.kms ? "aws:kms" : "AES256"
+      kms_master_key_id = var.sse_kms_key_arn
+    }
+    # One KMS data key per bucket, not per object: far fewer KMS requests for multipart uploads.
+    bucket_key_enabled = local.kms
+  }
+}
+
+# Refuse plain HTTP.
+data "aws_iam_policy_document" "tls_only" {
+  statement {
+    sid     = "DenyInsecureTransport"
+    effect  = "Deny"
+    actions = ["s3:*"]
+    principals {
+      type        = "*"
+      identifiers = ["*"]
+    }
+    resources = [local.bucket_arn, "${local.bucket_arn}/*"]
+    condition {
+      test     = "Bool"
+      variable = "aws:SecureTransport"
+      values   = ["false"]
+    }
+  }
+}
+
+resource "aws_s3_bucket_policy" "checkpoints" {
+  bucket     = aws_s3_bucket.checkpoints.id
+  policy     = data.aws_iam_policy_document.tls_only.json
+  depends_on = [aws_s3_bucket_public_access_block.checkpoints]
+}
+
+# The whole lifecycle configuration of the bucket is owned here (S3 stores it as one document). The
+# abort rule matches, ID and content, the one the ingest flow ensures, so the flow leaves it alone.
+# `tier` in server mode merges its own ckptvault-tier-* rules into the configuration: with Terraform in
+# charge, set enable_tier_lifecycle = true so they are declared here too (or the next apply drops them).
+resource "aws_s3_bucket_lifecycle_configuration" "checkpoints" {
+  bucket = aws_s3_bucket.checkpoints.id
+
+  rule {
+    id     = local.abort_mpu_rule_id
+    status = "Enabled"
+    filter {
+      prefix = local.key_prefix
+    }
+    abort_incomplete_multipart_upload {
+      days_after_initiation = var.abort_incomplete_multipart_days
+    }
+  }
+
+  dynamic "rule" {
+    for_each = var.noncurrent_version_expiration_days == null ? [] : [var.noncurrent_version_expiration_days]
+    content {
+      id     = "ckptvault-noncurrent-versions"
+      status = "Enabled"
+      filter {
+        prefix = local.key_prefix
+      }
+      noncurrent_version_expiration {
+        noncurrent_days = rule.value
+      }
+      expiration {
+        expired_object_delete_marker = true
+      }
+    }
+  }
+
+  dynamic "rule" {
+    for_each = var.enable_tier_lifecycle ? var.tier_transitions : {}
+    content {
+      id     = "ckptvault-tier-${rule.key}"
+      status = "Enabled"
+      filter {
+        and {
+          prefix = local.key_prefix
+          tags   = { "ckptvault-tier" = rule.key }
+        }
+      }
+      transition {
+        days          = rule.value.days
+        storage_class = rule.value.storage_class
+      }
+    }
+  }
+
+  depends_on = [aws_s3_bucket_versioning.checkpoints]
+}

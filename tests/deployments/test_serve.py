@@ -1,0 +1,136 @@
+"""`ckptvault serve`: the five deployments served from one process, checked against a real Prefect server.
+
+Also: the served deployments and deployments/prefect.yaml cannot drift apart (serve.py reads the yaml).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.synthetic import write_checkpoint
+from tests.deployments import local_prefect
+from tests.deployments.local_prefect import PrefectServer, wait_for
+from tests.helpers import write_config
+
+pytestmark = pytest.mark.timeout(600)
+
+PREFECT_YAML = local_prefect.REPO_ROOT / "deployments" / "prefect.yaml"
+NAMES = {"ingest", "tier", "drill", "watch", "restore"}
+
+
+def test_served_deployments_match_prefect_yaml() -> None:
+    from deployments.serve import build_deployments
+
+    spec = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    assert set(spec) == NAMES
+    assert {d["work_pool"]["name"] for d in spec.values()} == {"ckptvault"}
+    built = {d.name: d for d in build_deployments("/etc/ckptvault.toml")}
+    assert set(built) == NAMES
+    for name, d in built.items():
+        want = spec[name]
+        module, func = want["entrypoint"].rsplit(".", 1)
+        assert d.entrypoint and d.entrypoint.endswith(f"{module.replace('.', '/')}.py:{func}"), d.entrypoint
+        got = [s.schedule for s in d.schedules or []]
+        assert [getattr(s, "interval", None) and s.interval.total_seconds() for s in got] == [
+            s.get("interval") for s in want["schedules"]
+        ]
+        assert [getattr(s, "cron", None) for s in got] == [s.get("cron") for s in want["schedules"]]
+        assert d.parameters == {**want["parameters"], "config_path": "/etc/ckptvault.toml"}
+    # The yaml's schedules, as operators read them.
+    assert spec["ingest"]["schedules"] == [{"interval": 600}]
+    assert spec["watch"]["schedules"] == [{"interval": 3600}]
+    assert spec["tier"]["schedules"][0]["cron"] == "30 3 * * *"
+    assert spec["drill"]["schedules"][0]["cron"] == "0 5 * * 0"
+    assert spec["restore"]["schedules"] == []
+
+
+@pytest.fixture
+def prefect_server() -> Iterator[PrefectServer]:
+    local_prefect.reap_stale()
+    server = local_prefect.start_prefect_server()
+    try:
+        yield server
+    finally:
+        local_prefect.stop("prefect", server.state_dir)
+
+
+def _stop_group(proc: subprocess.Popen[str], timeout: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_ckptvault_serve_registers_and_runs_the_five_deployments(
+    prefect_server: PrefectServer, seaweedfs: Any, bucket_factory: Any, tmp_path: Path
+) -> None:
+    bucket = bucket_factory(seaweedfs)
+    hot = tmp_path / "hot"
+    hot.mkdir()
+    write_checkpoint(hot, "hf", 10, 1 << 20)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")])
+    log = tmp_path / "serve.log"
+    env = prefect_server.cli_env(**seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"))
+    t0 = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "ckptvault"), "--config", str(cfg), "serve"],
+            env=env,
+            cwd=tmp_path,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group: flow-run children are stopped with it
+        )
+    try:
+
+        def registered() -> dict[str, dict[str, Any]] | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"ckptvault serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+            ds = {d["name"]: d for d in prefect_server.deployments()}
+            ok = set(ds) == NAMES and all(
+                not d["paused"] and d["parameters"].get("config_path") == str(cfg) for d in ds.values()
+            )
+            return ds if ok else None
+
+        deployments = wait_for("ckptvault serve registers five deployments", registered, 120)
+        print(f"\nserve: five deployments registered after {time.monotonic() - t0:.1f} s")
+        scheds = {n: [s["schedule"] for s in d["schedules"]] for n, d in deployments.items()}
+        assert scheds["ingest"][0]["interval"] == 600 and scheds["watch"][0]["interval"] == 3600
+        assert scheds["tier"][0]["cron"] == "30 3 * * *" and scheds["drill"][0]["cron"] == "0 5 * * 0"
+        assert scheds["restore"] == []
+
+        # A run of the served ingest deployment executes in the serve process (no worker, no pool).
+        t1 = time.monotonic()
+        run = prefect_server.post(f"/deployments/{deployments['ingest']['id']}/create_flow_run", {})
+        state = wait_for(
+            "the served ingest run ends",
+            lambda: (
+                (s := prefect_server.flow_run(run["id"])["state"])["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s
+            ),
+            240,
+        )
+        assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
+        print(f"serve: ingest run completed in {time.monotonic() - t1:.1f} s")
+        seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+    finally:
+        _stop_group(proc, 60)
+    # On SIGTERM serve pauses its schedules: nothing piles up as Late while no process serves them.
+    assert all(d["paused"] for d in prefect_server.deployments())
