@@ -178,8 +178,8 @@ class _Planner:
         if self.prices.get(cur).frozen and p.apply_mode == "client":
             # S3 refuses to copy an archived object until it is restored; its lifecycle engine can move it
             return Action(
-                s.run, s.step, "skip", to,
-                f"{cur} -> {to} skipped: a client-side copy of an archived object needs a restore first; "
+                s.run, s.step, "keep", None,
+                f"stays in {cur} (due for {to}): a client-side copy of an archived object needs a restore first; "
                 f'set [policy] apply_mode = "both" to let the bucket lifecycle move it{tag}',
             )  # fmt: skip
         return self.transition(s, cur, to, age, in_class, expires, tag)

@@ -154,7 +154,7 @@ def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
         write_checkpoint(tmp_path / "hot", "hf", step, 1 * MiB, shards=1, seed=step)
     ingest(config_path=str(cfg))
     later = tier(apply=True, config_path=str(cfg), now=time.time() + 100 * DAY)
-    assert later["actions"].count("skip") == 3
+    assert later["actions"].count("transition") == 2
     assert [data_classes(s) for s in (10, 20, 30, 40, 50, 60)] == [{"GLACIER"}] * 3 + [{"DEEP_ARCHIVE"}] * 2 + [
         {"STANDARD"}
     ]

@@ -1,0 +1,376 @@
+"""The worker's IAM policy (infra/terraform) grants exactly the S3 actions the code calls, on the right
+resources, and nothing more.
+
+The S3 calls are found statically: every `<client>.<method>(...)` and `<client>.get_paginator("<op>")` in
+ckptvault/store/*.py (the only package that imports boto3, checked below), where <client> is `client`,
+`x.client`, a parameter annotated S3Client or a name bound to make_client(...)/session.client(...); any
+call whose method name is an S3 operation of botocore's service model counts too, whatever it is called
+on. Each method maps to its IAM actions through METHOD_ACTIONS, an explicit table: a method missing there
+fails the test by name, so a new S3 call cannot land without a decision about its permission.
+
+The policy is infra/terraform/worker-policy.json.tftpl, rendered here as Terraform's templatefile would
+(and, where terraform is installed, compared with Terraform's own rendering of the module's policy).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STORE = ROOT / "ckptvault" / "store"
+TERRAFORM = ROOT / "infra" / "terraform"
+TEMPLATE = TERRAFORM / "worker-policy.json.tftpl"
+
+# boto3 S3 client method -> the IAM actions it needs (AWS "Actions, resources, and condition keys for
+# Amazon S3" and each API's "Permissions" section).
+METHOD_ACTIONS: dict[str, frozenset[str]] = {
+    "head_bucket": frozenset({"s3:ListBucket"}),
+    "list_objects_v2": frozenset({"s3:ListBucket"}),
+    "head_object": frozenset({"s3:GetObject"}),
+    "get_object": frozenset({"s3:GetObject"}),
+    # with the x-amz-tagging header (ingest tags every object it uploads) PutObjectTagging is needed too
+    "put_object": frozenset({"s3:PutObject", "s3:PutObjectTagging"}),
+    "create_multipart_upload": frozenset({"s3:PutObject", "s3:PutObjectTagging"}),
+    "upload_part": frozenset({"s3:PutObject"}),
+    "complete_multipart_upload": frozenset({"s3:PutObject"}),
+    "abort_multipart_upload": frozenset({"s3:AbortMultipartUpload"}),
+    "list_multipart_uploads": frozenset({"s3:ListBucketMultipartUploads"}),
+    # a same-key copy to change the storage class: read the source, write the copy; TaggingDirective=COPY
+    # reads the source's tags and writes them on the copy
+    "copy_object": frozenset({"s3:GetObject", "s3:PutObject", "s3:GetObjectTagging", "s3:PutObjectTagging"}),
+    "upload_part_copy": frozenset({"s3:GetObject", "s3:PutObject"}),
+    "delete_object": frozenset({"s3:DeleteObject"}),
+    "restore_object": frozenset({"s3:RestoreObject"}),
+    "put_object_tagging": frozenset({"s3:PutObjectTagging"}),
+    "get_object_tagging": frozenset({"s3:GetObjectTagging"}),
+    "get_bucket_lifecycle_configuration": frozenset({"s3:GetLifecycleConfiguration"}),
+    "put_bucket_lifecycle_configuration": frozenset({"s3:PutLifecycleConfiguration"}),
+    "delete_bucket_lifecycle": frozenset({"s3:PutLifecycleConfiguration"}),  # there is no Delete action
+    "create_bucket": frozenset({"s3:CreateBucket"}),
+}
+
+# Calls the worker never makes, so its policy must not allow them: method -> (the only functions that may
+# call it, why). In AWS the bucket is Terraform's; ensure_bucket is the demo's and a first user's convenience.
+NOT_FOR_THE_WORKER: dict[str, tuple[frozenset[str], str]] = {
+    "create_bucket": (frozenset({"ensure_bucket"}), "the bucket is created by Terraform, not by the worker"),
+}
+
+BUCKET_ACTIONS = frozenset(
+    {"s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration"}
+)
+
+CLIENT_FACTORIES = frozenset({"make_client", "client"})  # make_client(cfg, ...), boto3 session.client("s3")
+
+
+@dataclass(frozen=True)
+class S3Call:
+    where: str  # path:line
+    function: str  # the innermost enclosing function ("<module>" at top level)
+    method: str  # the client method; for a paginator, the paginated operation
+
+
+def s3_operations() -> frozenset[str]:
+    """The snake_case names of every S3 operation botocore knows (its bundled service model, offline)."""
+    import botocore.session
+    from botocore import xform_name
+
+    model = botocore.session.get_session().get_service_model("s3")
+    return frozenset(xform_name(op) for op in model.operation_names)
+
+
+def _callee(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+class _Scanner(ast.NodeVisitor):
+    def __init__(self, where: str, operations: frozenset[str]) -> None:
+        self.where = where
+        self.operations = operations
+        self.calls: list[S3Call] = []
+        self.functions: list[str] = ["<module>"]
+        self.clients: list[set[str]] = [set()]  # names bound to an S3 client, per function scope
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+        typed = {a.arg for a in args if a.annotation is not None and "S3Client" in ast.unparse(a.annotation)}
+        self.functions.append(node.name)
+        self.clients.append(typed)
+        self.generic_visit(node)
+        self.clients.pop()
+        self.functions.pop()
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if isinstance(node.value, ast.Call) and _callee(node.value.func) in CLIENT_FACTORIES:
+            self.clients[-1].update(t.id for t in node.targets if isinstance(t, ast.Name))
+        self.generic_visit(node)
+
+    def _is_client(self, expr: ast.expr) -> bool:
+        if isinstance(expr, ast.Attribute):
+            return expr.attr == "client"  # self.client, req.client, store.client
+        if isinstance(expr, ast.Name):
+            return expr.id == "client" or expr.id.endswith("_client") or any(expr.id in s for s in self.clients)
+        return False
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            at = f"{self.where}:{node.lineno}"
+            if func.attr == "get_paginator" and self._is_client(func.value):
+                arg = node.args[0] if node.args else None
+                op = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else "<dynamic>"
+                self.calls.append(S3Call(at, self.functions[-1], op))
+            elif self._is_client(func.value) or func.attr in self.operations:
+                self.calls.append(S3Call(at, self.functions[-1], func.attr))
+        self.generic_visit(node)
+
+
+def scan_source(source: str, where: str, operations: frozenset[str] | None = None) -> list[S3Call]:
+    scanner = _Scanner(where, operations if operations is not None else s3_operations())
+    scanner.visit(ast.parse(source, filename=where))
+    return scanner.calls
+
+
+def scan_store() -> list[S3Call]:
+    ops = s3_operations()
+    calls: list[S3Call] = []
+    for path in sorted(STORE.glob("*.py")):
+        calls += scan_source(path.read_text(), str(path.relative_to(ROOT)), ops)
+    return calls
+
+
+def worker_calls() -> list[S3Call]:
+    return [c for c in scan_store() if c.method not in NOT_FOR_THE_WORKER]
+
+
+def needed_actions(calls: Iterable[S3Call]) -> set[str]:
+    return {action for c in calls for action in METHOD_ACTIONS[c.method]}
+
+
+def render_policy(bucket: str, prefix: str, partition: str = "aws") -> dict[str, Any]:
+    """worker-policy.json.tftpl as Terraform renders it (iam.tf: templatefile with these three values)."""
+    bucket_arn = f"arn:{partition}:s3:::{bucket}"
+    key_prefix = f"{prefix}/" if prefix else ""
+    values = {"bucket_arn": bucket_arn, "objects_arn": f"{bucket_arn}/{key_prefix}*", "list_prefix": f"{key_prefix}*"}
+    text = TEMPLATE.read_text()
+    assert "%{" not in text, "the policy template must stay plain JSON with ${name} values (no directives)"
+    rendered = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
+    assert "${" not in rendered, "an interpolation that is not a plain variable name"
+    doc: dict[str, Any] = json.loads(rendered)
+    return doc
+
+
+def _as_list(v: str | list[str]) -> list[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def granted(policy: dict[str, Any]) -> dict[str, set[str]]:
+    """action -> resources it is allowed on."""
+    out: dict[str, set[str]] = {}
+    for st in policy["Statement"]:
+        assert st["Effect"] == "Allow", st
+        assert "NotAction" not in st and "NotResource" not in st and "NotPrincipal" not in st, st
+        for action in _as_list(st["Action"]):
+            out.setdefault(action, set()).update(_as_list(st["Resource"]))
+    return out
+
+
+# -- the scan itself ------------------------------------------------------------------------------------
+
+
+def test_every_s3_call_in_the_store_is_mapped_to_iam_actions() -> None:
+    calls = scan_store()
+    assert len(calls) > 20, "the scan found almost nothing: has the store moved?"
+    unmapped = sorted({f"{c.method} ({c.where})" for c in calls if c.method not in METHOD_ACTIONS})
+    assert not unmapped, (
+        "S3 calls with no IAM mapping: add each to METHOD_ACTIONS in tests/infra/test_iam_policy.py and the "
+        f"action to infra/terraform/worker-policy.json.tftpl: {', '.join(unmapped)}"
+    )
+
+
+def test_calls_the_worker_must_not_make_stay_where_they_are() -> None:
+    for c in scan_store():
+        if c.method in NOT_FOR_THE_WORKER:
+            allowed, why = NOT_FOR_THE_WORKER[c.method]
+            assert c.function in allowed, f"{c.method} called from {c.function} ({c.where}): {why}"
+
+
+def test_the_scan_sees_the_calls_we_know_of() -> None:
+    methods = {c.method for c in scan_store()}
+    # one of each way of calling: self.client.x, req.client.x, client.x (parameter), a local client
+    # (quick.head_bucket in check_bucket), and both paginators
+    assert {"head_object", "upload_part", "copy_object", "head_bucket", "list_objects_v2"} <= methods
+    assert {"list_multipart_uploads", "restore_object", "put_bucket_lifecycle_configuration"} <= methods
+
+
+def test_the_scanner_catches_a_new_call_however_it_is_written() -> None:
+    source = '''
+def a(self):
+    self.client.delete_objects(Bucket="b", Delete={})
+def b(req):
+    req.client.get_object_attributes(Bucket="b", Key="k", ObjectAttributes=[])
+def c(client: "S3Client"):
+    client.get_paginator("list_object_versions").paginate(Bucket="b")
+def d(cfg):
+    c = make_client(cfg, 2)
+    c.put_bucket_policy(Bucket="b", Policy="{}")
+def e(anything):
+    anything.select_object_content(Bucket="b")
+def not_s3(req):
+    upload.upload_file(req)
+    store.head("k")
+'''
+    found = {c.method: c.function for c in scan_source(source, "example.py")}
+    assert found == {
+        "delete_objects": "a",
+        "get_object_attributes": "b",
+        "list_object_versions": "c",
+        "put_bucket_policy": "d",
+        "select_object_content": "e",
+    }
+    assert not set(found) & set(METHOD_ACTIONS), "these must be unmapped, so that adding one fails the test"
+
+
+_S3_CLIENT_USE = re.compile(r"^\s*(import boto3|from boto3|import botocore|from botocore)|S3FileSystem|s3fs", re.M)
+
+
+def test_only_the_store_package_talks_to_s3() -> None:
+    """The scan covers ckptvault/store only: nothing else may reach S3 by another route."""
+    offenders = []
+    for package in ("ckptvault", "ckptvault_cli", "tasks", "flows", "deployments"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if STORE in path.parents:
+                continue
+            if _S3_CLIENT_USE.search(path.read_text()):
+                offenders.append(str(path.relative_to(ROOT)))
+    assert not offenders, f"S3 access outside ckptvault/store (not covered by the IAM scan): {offenders}"
+
+
+# -- the policy -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["prod", "", "teams/llm"])
+def test_the_policy_grants_exactly_the_called_actions_on_the_right_resources(prefix: str) -> None:
+    bucket = "acme-ckpts"
+    policy = render_policy(bucket, prefix)
+    assert policy["Version"] == "2012-10-17"
+    grants = granted(policy)
+    need = needed_actions(worker_calls())
+
+    missing, extra = need - set(grants), set(grants) - need
+    assert not missing, f"the code calls S3 APIs the policy does not allow: {sorted(missing)}"
+    assert not extra, f"the policy grants actions the code never uses: {sorted(extra)}"
+    assert not [a for a in grants if "*" in a or "?" in a], "no wildcard actions"
+
+    bucket_arn = f"arn:aws:s3:::{bucket}"
+    objects = f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
+    for action, resources in grants.items():
+        want = bucket_arn if action in BUCKET_ACTIONS else objects
+        assert resources == {want}, f"{action} on {sorted(resources)}, expected {want}"
+
+
+def test_list_bucket_is_limited_to_the_prefix() -> None:
+    policy = render_policy("acme-ckpts", "prod")
+    (listing,) = [st for st in policy["Statement"] if "s3:ListBucket" in _as_list(st["Action"])]
+    assert _as_list(listing["Action"]) == ["s3:ListBucket"]
+    # IfExists: HeadBucket (check_bucket, kind detection) is authorised by s3:ListBucket and has no prefix
+    assert listing["Condition"] == {"StringLikeIfExists": {"s3:prefix": ["prod/*"]}}
+    keys = ["prod/_catalog/events/", "prod/llama/", "prod/"]
+    assert all(re.fullmatch("prod/.*", k) for k in keys)
+
+
+def test_the_bucket_lifecycle_rules_match_the_code() -> None:
+    """Terraform owns the lifecycle configuration; its rules must be the ones the flows look for, or the
+    ingest flow rewrites the configuration on every pass (and Terraform reverts it)."""
+    from ckptvault.store import ABORT_MPU_RULE_ID
+    from ckptvault.tiering import TIER_TAG, lifecycle_rules
+
+    main = (TERRAFORM / "main.tf").read_text()
+    assert f'abort_mpu_rule_id = "{ABORT_MPU_RULE_ID}"' in main
+    assert '"ckptvault-tier-${rule.key}"' in main and f'"{TIER_TAG}" = rule.key' in main
+    (rule,) = lifecycle_rules("prod", {"cold": "GLACIER"}, ["cold"])
+    assert rule["ID"] == "ckptvault-tier-cold"
+    assert rule["Filter"]["And"]["Tags"] == [{"Key": TIER_TAG, "Value": "cold"}]
+    assert rule["Filter"]["And"]["Prefix"] == "prod/"
+    for setting in ("versioning_configuration", "block_public_acls", "restrict_public_buckets", "aws:kms"):
+        assert setting in main, setting
+    assert "days_after_initiation = var.abort_incomplete_multipart_days" in main
+
+
+# -- Terraform itself, where it is installed ---------------------------------------------------------------
+
+PLUGIN_DIRS = [os.environ.get("CKPTVAULT_TF_PLUGIN_DIR", ""), "/opt/tf-plugins"]
+
+
+@pytest.fixture(scope="module")
+def terraform_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of infra/terraform, initialised from a local provider mirror (no registry download)."""
+    exe = shutil.which("terraform")
+    if exe is None:
+        pytest.skip("terraform is not installed (see infra/terraform/README.md)")
+    plugins = next((d for d in PLUGIN_DIRS if d and (Path(d) / "registry.terraform.io/hashicorp/aws").is_dir()), None)
+    if plugins is None:
+        pytest.skip("no local mirror of the hashicorp/aws provider (set CKPTVAULT_TF_PLUGIN_DIR)")
+    work = tmp_path_factory.mktemp("terraform")
+    for f in TERRAFORM.iterdir():
+        if f.suffix in (".tf", ".tftpl"):
+            shutil.copy(f, work / f.name)
+    _terraform(work, "init", "-backend=false", "-input=false", f"-plugin-dir={plugins}")
+    return work
+
+
+def _terraform(cwd: Path, *args: str, stdin: str | None = None) -> str:
+    env = {
+        **os.environ,
+        "TF_IN_AUTOMATION": "1",
+        "CHECKPOINT_DISABLE": "1",  # no version check over the network
+        "TF_CLI_CONFIG_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",  # never look for instance credentials
+    }
+    proc = subprocess.run(
+        ["terraform", *args], cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=180
+    )
+    assert proc.returncode == 0, f"terraform {' '.join(args)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_terraform_validate_and_fmt(terraform_dir: Path) -> None:
+    assert "The configuration is valid" in _terraform(terraform_dir, "validate", "-no-color")
+    _terraform(terraform_dir, "fmt", "-check", "-diff", "-no-color")
+
+
+@pytest.mark.parametrize("kms", [None, "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"])
+def test_terraform_renders_the_policy_the_test_checks(terraform_dir: Path, kms: str | None) -> None:
+    args = ["console", "-no-color", "-var", "bucket_name=acme-ckpts", "-var", "prefix=prod"]
+    if kms:
+        args += ["-var", f"sse_kms_key_arn={kms}"]
+    out = _terraform(terraform_dir, *args, stdin="local.worker_policy\n")
+    policy = json.loads(json.loads(out.strip()))  # console prints the JSON string as an HCL string literal
+    statements = policy["Statement"]
+    kms_statements = [st for st in statements if any(a.startswith("kms:") for a in _as_list(st["Action"]))]
+    s3_only = {**policy, "Statement": [st for st in statements if st not in kms_statements]}
+    assert s3_only == render_policy("acme-ckpts", "prod")
+    if kms:
+        assert kms_statements == [
+            {"Sid": "UseTheBucketKmsKey", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+             "Resource": kms}
+        ]  # fmt: skip
+    else:
+        assert kms_statements == []
