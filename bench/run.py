@@ -263,13 +263,14 @@ def write_source(root: Path, size: int, step: int) -> Path:
     return ck
 
 
-def write_config(path: Path, server: Server, prefix: str, source_root: Path) -> Path:
+def write_config(path: Path, server: Server, prefix: str, source_root: Path, extra: str = "") -> Path:
     path.write_text(
         f"""[store]
 bucket = "{BUCKET}"
 prefix = "{prefix}"
 endpoint_url = "{server.url}"
 region = "{server.region}"
+{extra}
 
 [[sources]]
 run = "{RUN}"
@@ -292,6 +293,14 @@ class Bench:
         self.results: dict[str, Any] = {"transfers": [], "notes": []}
         self.env: dict[str, str] = {}
         self.s5cmd = str(_s5cmd_binary())
+        self.tuned_toml = ""
+        self.upload_tools: tuple[str, ...] = UPLOAD_TOOLS
+        self.download_tools: tuple[str, ...] = DOWNLOAD_TOOLS
+        if args.tuned:
+            part, conc = (int(x) for x in args.tuned.split(","))
+            self.tuned_toml = f"part_size_mb = {part}\nmax_concurrency = {conc}\n"
+            self.upload_tools = (*UPLOAD_TOOLS[:2], "ckptvault-lib-tuned", *UPLOAD_TOOLS[2:])
+            self.download_tools = (*DOWNLOAD_TOOLS[:2], "ckptvault-lib-tuned", *DOWNLOAD_TOOLS[2:])
 
     def child_env(self, server: Server | None, prefect_url: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -319,8 +328,9 @@ class Bench:
         env = self.env_for[server.kind]
         prefix = f"up-{tool}-{rep}"
         py = sys.executable
-        if tool in ("ckptvault", "ckptvault-lib"):
-            cfg = write_config(self.scratch / f"cfg-{server.kind}-{prefix}.toml", server, prefix, src_root)
+        if tool in ("ckptvault", "ckptvault-lib", "ckptvault-lib-tuned"):
+            extra = self.tuned_toml if tool == "ckptvault-lib-tuned" else ""
+            cfg = write_config(self.scratch / f"cfg-{server.kind}-{prefix}.toml", server, prefix, src_root, extra)
             if tool == "ckptvault":
                 cmd = [str(VENV_BIN / "ckptvault"), "--config", str(cfg), "ingest"]
             else:
@@ -361,6 +371,9 @@ class Bench:
             cmd = [str(VENV_BIN / "ckptvault"), "--config", cfg, "restore", RUN, "--step", str(STEP), "--dest", str(dest)]
         elif tool == "ckptvault-lib":
             cmd = [py, str(BENCH / "lib_child.py"), "download", cfg, RUN, str(STEP), str(dest)]
+        elif tool == "ckptvault-lib-tuned":
+            cmd = [py, str(BENCH / "lib_child.py"), "download", str(self.restore_tuned_cfg[server.kind]), RUN,
+                   str(STEP), str(dest)]  # fmt: skip
         elif tool == "awscli":
             cmd = [str(VENV_BIN / "aws"), "--endpoint-url", server.url, "--region", server.region, "s3", "cp",
                    "--recursive", "--only-show-errors", "--no-progress", f"s3://{BUCKET}/{key_prefix}", str(dest)]  # fmt: skip
@@ -399,7 +412,8 @@ class Bench:
         delete_prefix(client, server, "warm/")
         log(f"{server.kind}: upload, {reps} reps interleaved")
         for rep in range(reps):
-            order = UPLOAD_TOOLS[rep % len(UPLOAD_TOOLS) :] + UPLOAD_TOOLS[: rep % len(UPLOAD_TOOLS)]
+            tools = self.upload_tools
+            order = tools[rep % len(tools) :] + tools[: rep % len(tools)]
             for tool in order:
                 self.record(server.kind, "upload", tool, rep, self.upload(tool, server, client, src_root, ck, rep),
                             self.src_bytes)  # fmt: skip
@@ -407,11 +421,15 @@ class Bench:
         self.restore_cfg[server.kind] = write_config(
             self.scratch / f"cfg-{server.kind}-restore.toml", server, "restore", src_root
         )
+        self.restore_tuned_cfg[server.kind] = write_config(
+            self.scratch / f"cfg-{server.kind}-restore-tuned.toml", server, "restore", src_root, self.tuned_toml
+        )
         run_quiet([sys.executable, str(BENCH / "lib_child.py"), "upload", str(self.restore_cfg[server.kind]),
                    str(STEP), "--record"], env=self.env_for[server.kind])  # fmt: skip
         log(f"{server.kind}: download, {reps} reps interleaved")
         for rep in range(reps):
-            order = DOWNLOAD_TOOLS[rep % len(DOWNLOAD_TOOLS) :] + DOWNLOAD_TOOLS[: rep % len(DOWNLOAD_TOOLS)]
+            tools = self.download_tools
+            order = tools[rep % len(tools) :] + tools[: rep % len(tools)]
             for tool in order:
                 self.record(server.kind, "download", tool, rep, self.download(tool, server, rep), self.src_bytes)
         delete_prefix(client, server, "restore/")
@@ -517,6 +535,7 @@ class Bench:
         self.results["meta"] = machine_info()
         self.results["meta"].update(started=started.isoformat(), args={k: str(v) for k, v in vars(a).items()})
         self.restore_cfg: dict[str, Path] = {}
+        self.restore_tuned_cfg: dict[str, Path] = {}
 
         log(f"scratch {self.scratch}; writing a {a.size_gib:g} GiB HF checkpoint (8 shards + optimizer)")
         t0 = time.perf_counter()
@@ -616,7 +635,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
         def g(op: str, tool: str, field: str, s: str = s) -> float:
             return table.get(f"{s}/{op}/{tool}", {}).get(field, float("nan"))
 
-        for tool in ("ckptvault", "ckptvault-lib"):
+        for tool in ("ckptvault", "ckptvault-lib", "ckptvault-lib-tuned"):
             for op in ("upload", "download"):
                 base = f"{s}/{op}/{tool}"
                 if base not in table:
@@ -657,7 +676,8 @@ def render(res: dict[str, Any]) -> str:
     for key, r in summ["table"].items():
         s, op, tool = key.split("/")
         name = {"ckptvault": "ckptvault ingest" if op == "upload" else "ckptvault restore",
-                "ckptvault-lib": "ckptvault data path (library)"}.get(tool, tool)  # fmt: skip
+                "ckptvault-lib": "ckptvault data path (library)",
+                "ckptvault-lib-tuned": f"ckptvault data path, {meta['args'].get('tuned')} (MiB,conc)"}.get(tool, tool)  # fmt: skip
 
         def f(v: Any, fmt: str) -> str:
             return "" if v is None or v != v else format(v, fmt)
@@ -757,6 +777,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--files-per-dir", type=int, default=100, help="files per checkpoint dir")
     p.add_argument("--plan-checkpoints", type=int, default=100_000, help="checkpoints for the planner (0 skips)")
     p.add_argument("--skip-validation", action="store_true")
+    p.add_argument("--tuned", default="", metavar="PART_MB,CONC",
+                   help="also measure the library data path with [store] part_size_mb,max_concurrency (e.g. 16,8)")  # fmt: skip
     p.add_argument("--quick", action="store_true", help="smoke run: 512 MiB, 1 GiB big, 1,000 dirs, 1 rep")
     p.add_argument("--scratch", type=Path, default=BENCH / ".scratch", help="bench data (deleted at the end)")
     p.add_argument("--keep-scratch", action="store_true", help="do not delete the scratch dir (debugging)")

@@ -221,7 +221,7 @@ def test_the_scan_sees_the_calls_we_know_of() -> None:
 
 
 def test_the_scanner_catches_a_new_call_however_it_is_written() -> None:
-    source = '''
+    source = """
 def a(self):
     self.client.delete_objects(Bucket="b", Delete={})
 def b(req):
@@ -236,7 +236,7 @@ def e(anything):
 def not_s3(req):
     upload.upload_file(req)
     store.head("k")
-'''
+"""
     found = {c.method: c.function for c in scan_source(source, "example.py")}
     assert found == {
         "delete_objects": "a",
@@ -292,8 +292,6 @@ def test_list_bucket_is_limited_to_the_prefix() -> None:
     assert _as_list(listing["Action"]) == ["s3:ListBucket"]
     # IfExists: HeadBucket (check_bucket, kind detection) is authorised by s3:ListBucket and has no prefix
     assert listing["Condition"] == {"StringLikeIfExists": {"s3:prefix": ["prod/*"]}}
-    keys = ["prod/_catalog/events/", "prod/llama/", "prod/"]
-    assert all(re.fullmatch("prod/.*", k) for k in keys)
 
 
 def test_the_bucket_lifecycle_rules_match_the_code() -> None:
