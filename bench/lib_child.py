@@ -14,7 +14,8 @@ from pathlib import Path
 
 from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
-from ckptvault.ingest import commit_manifest, find_checkpoints, plan_upload, upload_one, verified_event
+from ckptvault.events import verified as verified_event
+from ckptvault.ingest import commit_manifest, find_checkpoints, plan_upload, upload_one
 from ckptvault.restore import download_one, load_manifest, plan_objects
 from ckptvault.store import open_store
 

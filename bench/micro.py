@@ -61,11 +61,24 @@ def plan_bench(n: int, reps: int) -> dict[str, float]:
             created = now - (per_run - i) * 3600.0 * 4  # every 4 hours
             states.append(
                 CheckpointState(
-                    run=f"run-{r:03d}", step=(i + 1) * 500, format="hf", state="verified", bytes=50 * 10**9,
-                    files=12, storage_class="STANDARD", created_at=created, uploaded_at=created, verified=True,
-                    local_evicted=False, last_drill_at=None, last_drill_ok=None, metrics={"loss": 2.0 - i / per_run},
-                    updated_at=created, detail="", class_since=created,
-                )  # fmt: skip
+                    run=f"run-{r:03d}",
+                    step=(i + 1) * 500,
+                    format="hf",
+                    state="verified",
+                    bytes=50 * 10**9,
+                    files=12,
+                    storage_class="STANDARD",
+                    created_at=created,
+                    uploaded_at=created,
+                    verified=True,
+                    local_evicted=False,
+                    last_drill_at=None,
+                    last_drill_ok=None,
+                    metrics={"loss": 2.0 - i / per_run},
+                    updated_at=created,
+                    detail="",
+                    class_since=created,
+                )
             )
     build = time.perf_counter() - t0
     policy = PolicyConfig(
@@ -82,8 +95,13 @@ def plan_bench(n: int, reps: int) -> dict[str, float]:
         p = plan(states, policy, prices, "aws", now)
         times.append(time.perf_counter() - t0)
         actions = len(p.actions)
-    return {"seconds": statistics.median(times), "all_seconds": times, "checkpoints": len(states),
-            "actions": actions, "build_states_seconds": build}  # fmt: skip
+    return {
+        "seconds": statistics.median(times),
+        "all_seconds": times,
+        "checkpoints": len(states),
+        "actions": actions,
+        "build_states_seconds": build,
+    }
 
 
 def validate_bench(reps: int) -> dict[str, float]:
@@ -105,10 +123,23 @@ def validate_bench(reps: int) -> dict[str, float]:
         at = 1_900_000_000.0 + k * 3600
         history.append(
             CheckpointState(
-                run="r", step=(k + 1) * 100, format="hf", state="verified", bytes=total, files=len(files),
-                storage_class="STANDARD", created_at=at, uploaded_at=at, verified=True, local_evicted=False,
-                last_drill_at=None, last_drill_ok=None, metrics={"loss": 2.0 - k * 0.01}, updated_at=at, detail="",
-            )  # fmt: skip
+                run="r",
+                step=(k + 1) * 100,
+                format="hf",
+                state="verified",
+                bytes=total,
+                files=len(files),
+                storage_class="STANDARD",
+                created_at=at,
+                uploaded_at=at,
+                verified=True,
+                local_evicted=False,
+                last_drill_at=None,
+                last_drill_ok=None,
+                metrics={"loss": 2.0 - k * 0.01},
+                updated_at=at,
+                detail="",
+            )
         )
     cand = Candidate("r", 1100, total, files, 1_900_000_000.0 + 10 * 3600, {"loss": 1.89})
     validate_candidate(cand, history, None, rules)

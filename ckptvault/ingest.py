@@ -8,7 +8,6 @@ only the files that are missing or differ.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -187,37 +186,6 @@ def commit_manifest(store: ObjectStore, prefix: str, found: Found, entries: Sequ
     except PreconditionFailedError:
         return Manifest.from_json(store.get_bytes(key), key)
     return manifest
-
-
-def verified_event(manifest: Manifest, flow_run: str = "", storage_class: str = "STANDARD") -> Event:
-    return Event(
-        run=manifest.run,
-        step=manifest.step,
-        event="verified",
-        at=time.time(),
-        format=manifest.format,
-        bytes=manifest.total_bytes,
-        files=len(manifest.files),
-        storage_class=storage_class,
-        created_at=manifest.created_at,
-        detail=json.dumps({"metrics": manifest.metrics, "uploaded_at": manifest.uploaded_at}),
-        flow_run=flow_run,
-    )
-
-
-def invalid_event(found: Found, problems: Sequence[str], flow_run: str = "", kind: str = "invalid") -> Event:
-    return Event(
-        run=found.run,
-        step=found.step,
-        event=kind,
-        at=time.time(),
-        format=found.format,
-        bytes=found.total_bytes,
-        files=len(found.files),
-        created_at=found.newest_mtime,
-        detail=json.dumps({"reasons": list(problems)}),
-        flow_run=flow_run,
-    )
 
 
 def record(catalog: Catalog, events: Sequence[Event]) -> str | None:

@@ -235,10 +235,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
 def cmd_accept(args: argparse.Namespace) -> int:
     """Release a quarantined checkpoint after human review; the next ingest uploads it."""
     import getpass
-    import json
-    import time
 
-    from ckptvault.catalog import Catalog, Event
+    from ckptvault import events
+    from ckptvault.catalog import Catalog
     from ckptvault.store import open_store
 
     cfg = _preflight(args, need_sources=False)
@@ -251,10 +250,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
             f"{args.run} step {args.step} is {shown}; only an invalid (quarantined) checkpoint can be accepted. "
             f"See `ckptvault ls --run {args.run} --state invalid`."
         )
-    detail = json.dumps({"who": getpass.getuser(), "why": args.reason})
-    catalog.append(
-        [Event(run=args.run, step=args.step, event="accepted", at=time.time(), format=s.format, detail=detail)]
-    )
+    catalog.append([events.accepted(args.run, args.step, s.format, getpass.getuser(), args.reason)])
     print(f"accepted {args.run} step {args.step}; the next ingest pass uploads it")
     return EXIT_OK
 

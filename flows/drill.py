@@ -14,8 +14,8 @@ from typing import Any
 from prefect import flow, unmapped
 from prefect.runtime import flow_run
 
-from ckptvault import alerts
-from ckptvault.catalog import Catalog, Event
+from ckptvault import alerts, events
+from ckptvault.catalog import Catalog
 from ckptvault.drill import DrillResult
 from ckptvault.outcomes import DrillFailed
 from ckptvault.restore import checkpoint_name
@@ -73,21 +73,7 @@ def drill(
             )
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(DrillResult(s.run, s.step, False, time.monotonic() - t0, s.bytes, (str(e),)))
-    record_task(
-        catalog,
-        [
-            Event(
-                run=r.run,
-                step=r.step,
-                event="drilled",
-                at=time.time(),
-                ok=r.ok,
-                detail=r.detail(),
-                flow_run=str(flow_run.id or ""),
-            )
-            for r in results
-        ],
-    )
+    record_task(catalog, events.drilled(results, str(flow_run.id or "")))
     lines = ["| run | step | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|"]
     lines += [
         f"| {r.run} | {r.step} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "

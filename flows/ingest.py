@@ -8,12 +8,12 @@ from prefect import flow, unmapped
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import alerts
+from ckptvault import alerts, events
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import Config
 from ckptvault.discovery import Found
 from ckptvault.gates import ValidationReport
-from ckptvault.ingest import DONE_STATES, Outcome, invalid_event, previous_verified_step, verified_event
+from ckptvault.ingest import DONE_STATES, Outcome, previous_verified_step
 from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
 from ckptvault.store import ObjectStore
@@ -63,7 +63,7 @@ def _ingest_one(
         if state is None or not state.verified:
             # committed by a run that died before recording it: the manifest is the truth, record it
             manifest = load_manifest_task(store, prefix, found.run, found.step)
-            record_task(catalog, [verified_event(manifest, run_id)])
+            record_task(catalog, [events.verified(manifest, run_id)])
         return base.with_result("present", "manifest already in the store")
     accepted = state is not None and state.state == "accepted"  # a human reviewed it: no gates
     problems = [] if accepted else validate_structure_task(found)
@@ -77,7 +77,7 @@ def _ingest_one(
             warnings = report.reasons()
     if problems:
         if state is None or state.state != "invalid":
-            record_task(catalog, [invalid_event(found, problems, run_id)])
+            record_task(catalog, [events.rejected(found, problems, run_id)])
         return base.with_result("invalid", "; ".join(problems))
     jobs = plan_upload_task(store, prefix, found)
     bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
@@ -86,8 +86,8 @@ def _ingest_one(
     if errors:
         return base.with_result("failed", "; ".join(errors), time.monotonic() - t0)
     manifest = commit_manifest_task(store, prefix, found, [f.result() for f in futures])
-    events = [invalid_event(found, warnings, run_id, kind="warned")] if warnings else []
-    record_task(catalog, [*events, verified_event(manifest, run_id)])
+    flagged = [events.rejected(found, warnings, run_id, kind="warned")] if warnings else []
+    record_task(catalog, [*flagged, events.verified(manifest, run_id)])
     sent = sum(1 for j in jobs if j.upload)
     outcome = base.with_result("warned" if warnings else "uploaded", "; ".join(warnings), time.monotonic() - t0)
     return outcome.with_uploaded(sent)

@@ -9,7 +9,6 @@ idempotent, the destination is untouched until every byte is verified).
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,8 +18,8 @@ from prefect import flow, unmapped
 from prefect.runtime import deployment, flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import alerts
-from ckptvault.catalog import Catalog, Event
+from ckptvault import alerts, events
+from ckptvault.catalog import Catalog
 from ckptvault.cost import load_prices
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import RestoreError
@@ -76,19 +75,7 @@ def restore(
     report: dict[str, Any] = {"run": run, "step": n, "dest": str(target), "estimate": est.describe()}
     if est.frozen:
         requested = request_thaw_task(store, plans, tier)
-        record_task(
-            catalog,
-            [
-                Event(
-                    run=run,
-                    step=n,
-                    event="restore_requested",
-                    at=time.time(),
-                    detail=json.dumps({"tier": tier, "requests": requested}),
-                    flow_run=str(flow_run.id or ""),
-                )
-            ],
-        )
+        record_task(catalog, [events.restore_requested(run, n, tier, requested, str(flow_run.id or ""))])
         frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
         if frozen:
             report.update(status="thawing", frozen=len(frozen))
@@ -122,22 +109,7 @@ def restore(
     except BaseException:
         discard_task(staged)
         raise
-    record_task(
-        catalog,
-        [
-            Event(
-                run=run,
-                step=n,
-                event="restored",
-                at=time.time(),
-                format=manifest.format,
-                bytes=manifest.total_bytes,
-                files=len(manifest.files),
-                detail=json.dumps({"dest": str(target)}),
-                flow_run=str(flow_run.id or ""),
-            )
-        ],
-    )
+    record_task(catalog, [events.restored(manifest, str(target), str(flow_run.id or ""))])
     notify_task(cfg, store, [alerts.restore_completed(run, n, str(target), time.monotonic() - t0, flow_run_url())])
     report.update(
         status="restored",

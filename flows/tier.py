@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from prefect import flow
 from prefect.runtime import flow_run
 
-from ckptvault import alerts
-from ckptvault.catalog import Catalog, Event
+from ckptvault import alerts, events
+from ckptvault.catalog import Catalog
 from ckptvault.cost import class_map, load_prices
 from ckptvault.plan_report import render_markdown, render_text
 from ckptvault.policy import milestones
@@ -61,36 +60,12 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             continue
         if a.kind == "expire":
             r = expire_task(store, prefix, a.run, a.step)
-            record_task(
-                catalog,
-                [
-                    Event(
-                        run=a.run,
-                        step=a.step,
-                        event="expired",
-                        at=time.time(),
-                        detail=json.dumps({"reason": a.reason, "objects": r.objects}),
-                        flow_run=run_id,
-                    )
-                ],
-            )
+            record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id)])
             continue
         manifest = load_manifest_task(store, prefix, a.run, a.step)
         if a.kind == "evict_local":
             r = evict_local_task(manifest)
-            record_task(
-                catalog,
-                [
-                    Event(
-                        run=a.run,
-                        step=a.step,
-                        event="evicted_local",
-                        at=time.time(),
-                        detail=json.dumps({"reason": a.reason, "path": r.detail}),
-                        flow_run=run_id,
-                    )
-                ],
-            )
+            record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, r.detail, run_id)])
         elif a.kind == "transition" and a.to_class:
             milestone = (a.run, a.step) in ms
             tier_name = tier_of.get(a.to_class, a.to_class)
@@ -98,22 +73,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
                 transition_task(store, prefix, manifest, a.to_class, tier_name, milestone)
             else:
                 tag_for_server_task(store, prefix, manifest, tier_name, milestone)
-            record_task(
-                catalog,
-                [
-                    Event(
-                        run=a.run,
-                        step=a.step,
-                        event="transitioned",
-                        at=time.time(),
-                        storage_class=a.to_class,
-                        bytes=manifest.total_bytes,
-                        files=len(manifest.files),
-                        detail=json.dumps({"reason": a.reason, "mode": mode}),
-                        flow_run=run_id,
-                    )
-                ],
-            )
+            record_task(catalog, [events.transitioned(manifest, a.to_class, a.reason, mode, run_id)])
     report["applied"] = True
     # one file per flow run adds up; the daily tier run folds yesterday's into one
     report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time() - 86400)

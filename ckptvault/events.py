@@ -1,0 +1,105 @@
+"""Catalog events, one builder per thing that happens to a checkpoint: the flows record these."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ckptvault.catalog import Event
+from ckptvault.discovery import Found
+from ckptvault.drill import DrillResult
+from ckptvault.manifest import Manifest
+
+
+def _detail(**fields: Any) -> str:
+    return json.dumps(fields)
+
+
+def verified(manifest: Manifest, flow_run: str = "", storage_class: str = "STANDARD") -> Event:
+    return Event(
+        run=manifest.run,
+        step=manifest.step,
+        event="verified",
+        at=time.time(),
+        format=manifest.format,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+        storage_class=storage_class,
+        created_at=manifest.created_at,
+        detail=_detail(metrics=manifest.metrics, uploaded_at=manifest.uploaded_at),
+        flow_run=flow_run,
+    )
+
+
+def rejected(found: Found, problems: Sequence[str], flow_run: str = "", kind: str = "invalid") -> Event:
+    """`invalid` (quarantined: not uploaded) or `warned` (uploaded, flagged), with every reason."""
+    return Event(
+        run=found.run,
+        step=found.step,
+        event=kind,
+        at=time.time(),
+        format=found.format,
+        bytes=found.total_bytes,
+        files=len(found.files),
+        created_at=found.newest_mtime,
+        detail=_detail(reasons=list(problems)),
+        flow_run=flow_run,
+    )
+
+
+def accepted(run: str, step: int, fmt: str, who: str, why: str) -> Event:
+    return Event(run=run, step=step, event="accepted", at=time.time(), format=fmt, detail=_detail(who=who, why=why))
+
+
+def expired(run: str, step: int, reason: str, objects: int, flow_run: str = "") -> Event:
+    return Event(run=run, step=step, event="expired", at=time.time(), detail=_detail(reason=reason, objects=objects),
+                 flow_run=flow_run)  # fmt: skip
+
+
+def evicted_local(run: str, step: int, reason: str, path: str, flow_run: str = "") -> Event:
+    return Event(run=run, step=step, event="evicted_local", at=time.time(), detail=_detail(reason=reason, path=path),
+                 flow_run=flow_run)  # fmt: skip
+
+
+def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow_run: str = "") -> Event:
+    """In server mode the bucket lifecycle moves the objects within a day; the catalog records the
+    decision at once, so the next plan does not make it again (restores HEAD the real class)."""
+    return Event(
+        run=manifest.run,
+        step=manifest.step,
+        event="transitioned",
+        at=time.time(),
+        storage_class=to_class,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+        detail=_detail(reason=reason, mode=mode),
+        flow_run=flow_run,
+    )
+
+
+def drilled(results: Sequence[DrillResult], flow_run: str = "") -> list[Event]:
+    return [
+        Event(run=r.run, step=r.step, event="drilled", at=time.time(), ok=r.ok, detail=r.detail(), flow_run=flow_run)
+        for r in results
+    ]
+
+
+def restore_requested(run: str, step: int, tier: str, requests: Mapping[str, int], flow_run: str = "") -> Event:
+    return Event(run=run, step=step, event="restore_requested", at=time.time(),
+                 detail=_detail(tier=tier, requests=dict(requests)), flow_run=flow_run)  # fmt: skip
+
+
+def restored(manifest: Manifest, dest: str, flow_run: str = "") -> Event:
+    return Event(
+        run=manifest.run,
+        step=manifest.step,
+        event="restored",
+        at=time.time(),
+        format=manifest.format,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+        detail=_detail(dest=dest),
+        flow_run=flow_run,
+    )
