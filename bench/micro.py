@@ -30,7 +30,7 @@ def make_tree(root: Path, dirs: int, files_per_dir: int) -> dict[str, float]:
         base = os.fspath(ck)
         for i in range(files_per_dir - 1):
             os.close(os.open(f"{base}/shard-{i:05d}.bin", os.O_WRONLY | os.O_CREAT, 0o644))
-        (ck / "trainer_state.json").write_text('{"global_step": %d, "log_history": []}' % ((d + 1) * 10))
+        (ck / "trainer_state.json").write_text(json.dumps({"global_step": (d + 1) * 10, "log_history": []}))
         os.utime(ck, (old, old))
     return {"seconds": time.perf_counter() - t0, "dirs": dirs, "files": dirs * files_per_dir}
 
@@ -113,10 +113,8 @@ def validate_bench(reps: int) -> dict[str, float]:
     from ckptvault.quality import validate_candidate
 
     rules = ValidationRules()
-    files = tuple((f"model-{i + 1:05d}-of-00008.safetensors", 500_000_000) for i in range(8)) + (
-        ("optimizer.pt", 8_000_000_000),
-        ("trainer_state.json", 4000),
-    )
+    shards = [(f"model-{i + 1:05d}-of-00008.safetensors", 500_000_000) for i in range(8)]
+    files = (*shards, ("optimizer.pt", 8_000_000_000), ("trainer_state.json", 4000))
     total = sum(s for _, s in files)
     history = []
     for k in range(10):

@@ -622,7 +622,8 @@ class Bench:
             )
             v = out["validation"]
             log(
-                f"  validate_candidate: cold {v['cold_seconds']:.1f} s (import + context), warm {v['seconds'] * 1000:.0f} ms"
+                f"  validate_candidate: cold {v['cold_seconds']:.1f} s (import + context), "
+                f"warm {v['seconds'] * 1000:.0f} ms"
             )
         self.results.update(out)
 
@@ -790,7 +791,8 @@ def render(res: dict[str, Any]) -> str:
     summ = res["summary"]
     lines = [
         f"ckptvault bench, {meta['started'][:16]}Z, {meta['machine']}; checkpoint "
-        f"{res['checkpoint']['bytes'] / GiB:.2f} GiB in {res['checkpoint']['files']} files; median of {meta['args']['reps']}",
+        f"{res['checkpoint']['bytes'] / GiB:.2f} GiB in {res['checkpoint']['files']} files; "
+        f"median of {meta['args']['reps']}",
         "",
         "| server | op | tool | MB/s | CPU s/GB | peak RSS MiB | x s5cmd | x awscli | CPU vs awscli |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",

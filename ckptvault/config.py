@@ -207,7 +207,12 @@ def check_sources(cfg: Config) -> list[str]:
     problems = []
     for i, s in enumerate(cfg.sources):
         key = f"sources[{i}].path (run {s.run!r})"
-        if not s.path.exists():
+        if not s.path.exists() and s.path.is_symlink():
+            problems.append(
+                f"{key}: {s.path} is a symbolic link that does not resolve (dangling, or a loop). "
+                "Point the path at the real directory."
+            )
+        elif not s.path.exists():
             problems.append(f"{key}: {s.path} does not exist. Create it or fix the path.")
         elif not s.path.is_dir():
             problems.append(f"{key}: {s.path} is not a directory. Point it at the run's checkpoint root.")

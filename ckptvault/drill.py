@@ -28,6 +28,10 @@ class DrillResult:
     bytes: int
     problems: tuple[str, ...] = ()
 
+    def row(self) -> dict[str, object]:
+        return {"run": self.run, "step": self.step, "ok": self.ok, "seconds": round(self.seconds, 2),
+                "problems": list(self.problems)}  # fmt: skip
+
     def detail(self) -> str:
         mib_s = self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0
         return json.dumps(
@@ -38,6 +42,18 @@ class DrillResult:
                 "problems": list(self.problems),
             }
         )
+
+
+def render_markdown(results: Sequence[DrillResult], pending: Sequence[str]) -> str:
+    lines = ["| run | step | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| {r.run} | {r.step} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
+        f"{'; '.join(r.problems)[:300]} |"
+        for r in results
+    ]
+    if pending:
+        lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
+    return "\n".join(lines)
 
 
 def select_sample(states: Sequence[CheckpointState], n: int) -> list[CheckpointState]:

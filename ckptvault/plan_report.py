@@ -2,7 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ckptvault.catalog import CheckpointState
 from ckptvault.policy import Plan
+
+
+@dataclass(frozen=True)
+class RunDigest:
+    """What an applied plan did to one run: for the tier-applied alert."""
+
+    run: str
+    moved: dict[str, int]  # tier (or "expire", "evict_local") -> checkpoints
+    bytes: int
+    saved_per_month: float
+
+
+def applied_by_run(plan: Plan, states: Sequence[CheckpointState], tier_of: Mapping[str, str]) -> list[RunDigest]:
+    size = {(s.run, s.step): s.bytes for s in states}
+    moved: dict[str, dict[str, int]] = {}
+    nbytes: dict[str, int] = {}
+    for a in plan.actions:
+        if a.kind not in ("transition", "expire", "evict_local"):
+            continue
+        label = tier_of.get(a.to_class or "", a.to_class or "") if a.kind == "transition" else a.kind
+        per_run = moved.setdefault(a.run, {})
+        per_run[label] = per_run.get(label, 0) + 1
+        nbytes[a.run] = nbytes.get(a.run, 0) + size.get((a.run, a.step), 0)
+    s = plan.summary
+    return [
+        RunDigest(r, m, nbytes[r], sum(s.monthly_before.get(r, {}).values()) - sum(s.monthly_after.get(r, {}).values()))
+        for r, m in sorted(moved.items())
+    ]
 
 
 def _usd(x: float) -> str:

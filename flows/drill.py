@@ -16,7 +16,7 @@ from prefect.runtime import flow_run
 
 from ckptvault import alerts, events
 from ckptvault.catalog import Catalog
-from ckptvault.drill import DrillResult
+from ckptvault.drill import DrillResult, render_markdown
 from ckptvault.outcomes import DrillFailed
 from ckptvault.restore import checkpoint_name
 from flows.hooks import HOOKS
@@ -74,19 +74,8 @@ def drill(
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(DrillResult(s.run, s.step, False, time.monotonic() - t0, s.bytes, (str(e),)))
     record_task(catalog, events.drilled(results, str(flow_run.id or "")))
-    lines = ["| run | step | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|"]
-    lines += [
-        f"| {r.run} | {r.step} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
-        f"{'; '.join(r.problems)[:300]} |"
-        for r in results
-    ]
-    if pending:
-        lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
-    publish_markdown_task("drill-report", "\n".join(lines), "restore drill: time to restore and load check")
-    rows = [
-        {"run": r.run, "step": r.step, "ok": r.ok, "seconds": round(r.seconds, 2), "problems": list(r.problems)}
-        for r in results
-    ]
+    publish_markdown_task("drill-report", render_markdown(results, pending), "restore drill: time and load check")
+    rows = [r.row() for r in results]
     failed = [r for r in results if not r.ok]
     url = flow_run_url()
     notify_task(

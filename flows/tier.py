@@ -11,7 +11,7 @@ from prefect.runtime import flow_run
 from ckptvault import alerts, events
 from ckptvault.catalog import Catalog
 from ckptvault.cost import class_map, load_prices
-from ckptvault.plan_report import render_markdown, render_text
+from ckptvault.plan_report import applied_by_run, render_markdown, render_text
 from ckptvault.policy import milestones
 from ckptvault.tiering import lifecycle_rules
 from flows.hooks import HOOKS
@@ -77,20 +77,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     report["applied"] = True
     # one file per flow run adds up; the daily tier run folds yesterday's into one
     report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time() - 86400)
-    moved: dict[str, dict[str, int]] = {}
-    moved_bytes: dict[str, int] = {}
-    by_key = {(s.run, s.step): s for s in states}
-    for a in plan.actions:
-        if a.kind in ("transition", "expire", "evict_local"):
-            label = tier_of.get(a.to_class or "", a.to_class or "") if a.kind == "transition" else a.kind
-            moved.setdefault(a.run, {})[label] = moved.setdefault(a.run, {}).get(label, 0) + 1
-            moved_bytes[a.run] = moved_bytes.get(a.run, 0) + by_key[(a.run, a.step)].bytes
-    saved = {
-        r: sum(plan.summary.monthly_before.get(r, {}).values()) - sum(plan.summary.monthly_after.get(r, {}).values())
-        for r in moved
-    }
     url = flow_run_url()
-    notify_task(
-        cfg, store, [alerts.tier_applied(r, m, moved_bytes[r], saved[r], url) for r, m in sorted(moved.items())]
-    )
+    digest = applied_by_run(plan, states, tier_of)
+    notify_task(cfg, store, [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url) for d in digest])
     return report

@@ -51,26 +51,36 @@ registered() {
 healthy() { running && registered; }
 pool_exists() { curl -sf --max-time 5 -o /dev/null "$PREFECT_API_URL/work_pools/$POOL"; }
 
-# Flow runs are the worker's child processes, in its process group (start_bg gave it its own session):
-# SIGTERM goes to the whole group, so no flow run outlives `down`; the API marks them Crashed.
-# stop_group PIDFILE PATTERN TIMEOUT: SIGTERM to the group, SIGKILL after TIMEOUT s.
-stop_group() {
-  local pidfile=$1 pattern=$2 timeout=$3 pid deadline
-  if ! pid_alive "$pidfile" "$pattern"; then
-    rm -f "$pidfile"
+# Flow runs are child processes of the worker, each started in a session of its own (Prefect isolates them):
+# a SIGTERM to the worker's group alone would leave them running as orphans. And the 3.9.1 worker, on
+# SIGTERM, stops polling and waits for its flow runs to finish. So `down` signals both: the worker's group
+# and each flow run's group (SIGTERM: the runs end Crashed, their on_crashed alert fires; an interrupted
+# ingest resumes on its next run), then SIGKILL whatever is left after TIMEOUT s.
+# stop_worker TIMEOUT
+stop_worker() {
+  local timeout=$1 pid deadline groups=() g
+  if ! running; then
+    rm -f "$PIDFILE"
     return 0
   fi
-  pid=$(<"$pidfile")
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+  pid=$(<"$PIDFILE")
+  mapfile -t groups < <(pgrep -P "$pid" 2>/dev/null || true)
+  groups=("$pid" "${groups[@]}")
+  _groups_alive() {
+    local x
+    for x in "${groups[@]}"; do kill -0 -- "-$x" 2>/dev/null && return 0; done
+    return 1
+  }
+  for g in "${groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null || kill -TERM "$g" 2>/dev/null || true; done
   deadline=$((SECONDS + timeout))
-  while kill -0 -- "-$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-  if kill -0 -- "-$pid" 2>/dev/null; then
-    say "process group $pid did not exit within ${timeout}s of SIGTERM; sending SIGKILL"
-    kill -KILL -- "-$pid" 2>/dev/null || true
+  while _groups_alive && ((SECONDS < deadline)); do sleep 0.1; done
+  if _groups_alive; then
+    say "worker $pid (${#groups[@]} process groups with its flow runs) not gone ${timeout}s after SIGTERM; sending SIGKILL"
+    for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
     deadline=$((SECONDS + 10))
-    while kill -0 -- "-$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+    while _groups_alive && ((SECONDS < deadline)); do sleep 0.1; done
   fi
-  rm -f "$pidfile"
+  rm -f "$PIDFILE"
 }
 
 ensure_pool() {
@@ -113,7 +123,7 @@ up() {
   fi
   if running; then
     say "pid $(<"$PIDFILE") is running but not registered with $PREFECT_API_URL; restarting it"
-    stop_group "$PIDFILE" "$PATTERN" "$STOP_TIMEOUT"
+    stop_worker "$STOP_TIMEOUT"
   fi
   # A name per start: readiness is "the API has heard from THIS worker", not from an earlier one.
   echo "ckptvault-$(hostname -s 2>/dev/null || echo local)-$(date +%s)" >"$NAMEFILE"
@@ -121,7 +131,7 @@ up() {
   start_bg "$PIDFILE" "$LOG" "$PREFECT" worker start --pool "$POOL" --name "$(<"$NAMEFILE")" --type process
   if ! wait_until $((SECONDS + READY_TIMEOUT)) "worker for pool $POOL (${READY_TIMEOUT}s limit)" registered running; then
     log_tail "$LOG"
-    stop_group "$PIDFILE" "$PATTERN" 3 || true
+    stop_worker 3 || true
     exit 1
   fi
   echo "worker $(<"$NAMEFILE") polling pool $POOL at $PREFECT_API_URL"
@@ -141,8 +151,8 @@ status() {
 
 case ${1:-} in
   up) up ;;
-  down) stop_group "$PIDFILE" "$PATTERN" "$STOP_TIMEOUT" ;;
+  down) stop_worker "$STOP_TIMEOUT" ;;
   status) status ;;
-  clean) stop_group "$PIDFILE" "$PATTERN" "$STOP_TIMEOUT" && rm -rf "$STATE_DIR" ;;
+  clean) stop_worker "$STOP_TIMEOUT" && rm -rf "$STATE_DIR" ;;
   *) usage_exit ;;
 esac
