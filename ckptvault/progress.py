@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class ProgressBar:
@@ -21,6 +22,10 @@ class ProgressBar:
         self._start = time.monotonic()
         self._last = 0.0
         self._min_interval = min_interval
+
+    def __reduce__(self) -> tuple[Any, tuple[int, str, TextIO]]:
+        # sent to another process (a Dask worker): it has no terminal of ours to draw on
+        return ProgressBar, (self.total, self.label, io.StringIO())
 
     def __call__(self, nbytes: int) -> None:
         with self._lock:

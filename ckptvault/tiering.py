@@ -151,10 +151,15 @@ def lifecycle_rules(prefix: str, classes: Mapping[str, str], tiers: Sequence[str
                         "Tags": [{"Key": TIER_TAG, "Value": tier}],
                     }
                 },
-                "Transitions": [{"Days": 1, "StorageClass": classes[tier]}],
+                "Transitions": [{"Days": _min_days(classes[tier]), "StorageClass": classes[tier]}],
             }
         )
     return rules
+
+
+def _min_days(storage_class: str) -> int:
+    """AWS refuses a lifecycle transition into an infrequent-access class before 30 days."""
+    return 30 if storage_class in ("STANDARD_IA", "ONEZONE_IA") else 1
 
 
 def tag_for_server(store: ObjectStore, prefix: str, manifest: Manifest, tier: str, milestone: bool) -> StepResult:

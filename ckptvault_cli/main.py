@@ -69,6 +69,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ckptvault.outcomes import IngestIncomplete
     from flows.ingest import ingest
 
+    if args.dask_workers:
+        from flows.runners import dask_task_runner
+
+        # worker processes report to a Prefect server; without one, threads in this process
+        runner = dask_task_runner(args.dask_workers, processes=bool(os.environ.get("PREFECT_API_URL")))
+        ingest = ingest.with_options(task_runner=runner)
     state = ingest(config_path=cfg_path, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, IngestIncomplete):
@@ -271,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("ingest", help="one ingest pass over every [[sources]] entry, as a Prefect flow")
+    s.add_argument("--dask-workers", type=int, metavar="N", help="fan file uploads out over a local Dask cluster")
     s.set_defaults(fn=cmd_ingest)
 
     s = sub.add_parser("ls", help="list checkpoints from the catalog")

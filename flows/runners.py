@@ -29,8 +29,6 @@ sub-directory when it stops.
 
 from __future__ import annotations
 
-import copyreg
-import io
 import os
 import tempfile
 from typing import Any
@@ -42,8 +40,6 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the install
     raise ImportError("the Dask task runner needs prefect-dask: pip install 'ckptvault[dask]'") from e
 
-from ckptvault.progress import ProgressBar
-
 SCRATCH_NAME = "ckptvault-dask"
 
 
@@ -52,18 +48,6 @@ def scratch_dir() -> str:
     path = os.path.join(tempfile.gettempdir(), SCRATCH_NAME)
     os.makedirs(path, exist_ok=True)
     return path
-
-
-def _silent_bar(total: int, label: str) -> ProgressBar:
-    return ProgressBar(total, label, stream=io.StringIO())  # not a terminal: draws nothing
-
-
-def _reduce_bar(bar: ProgressBar) -> tuple[Any, tuple[int, str]]:
-    return _silent_bar, (bar.total, bar.label)
-
-
-# TODO(lead): a ProgressBar.__reduce__ in ckptvault/progress.py would make this registration unneeded.
-copyreg.pickle(ProgressBar, _reduce_bar)
 
 
 class NoPrefectApiError(RuntimeError):
@@ -97,12 +81,12 @@ def dask_task_runner(
     threads_per_worker: int = 1,
     local_directory: str | None = None,
     **cluster_kwargs: Any,
-) -> DaskTaskRunner:
+) -> CkptvaultDaskTaskRunner:
     """A DaskTaskRunner on a new local Dask cluster (`distributed.LocalCluster`) of `n_workers`.
 
-    processes: True for one OS process per worker (real parallelism for CPU-bound hashing; needs
-    PREFECT_API_URL), False for worker threads inside the flow's process (no server needed, no
-    pickling; uploads are I/O-bound and hashing releases the GIL, so threads scale too).
+    processes: True for one OS process per worker (no shared GIL; needs a Prefect server,
+    PREFECT_API_URL), False for worker threads inside the flow's process (no server needed; fine for
+    I/O-bound uploads, but the workers share the flow process's GIL).
     threads_per_worker: tasks run at once per worker; each upload task has its own part thread pool
     ([store] max_concurrency), so 1 is the sensible default.
     Extra keyword arguments go to LocalCluster (e.g. memory_limit).

@@ -22,9 +22,11 @@ The same seed gives the same sequence of decisions (thread timing decides which 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import random
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -88,9 +90,7 @@ def s3_operation(method: str, path: str) -> str:
         return "DeleteObjects"
     if not on_object:
         return {"GET": "ListObjects", "HEAD": "HeadBucket", "PUT": "CreateBucket"}.get(method, f"{method} bucket")
-    return {"GET": "GetObject", "HEAD": "HeadObject", "PUT": "PutObject", "DELETE": "DeleteObject"}.get(
-        method, method
-    )
+    return {"GET": "GetObject", "HEAD": "HeadObject", "PUT": "PutObject", "DELETE": "DeleteObject"}.get(method, method)
 
 
 @dataclass
@@ -100,6 +100,7 @@ class FaultProxy:
     seed: int = 0
     counts: Counter[str] = field(default_factory=Counter)
     requests: Counter[str] = field(default_factory=Counter)  # every request, per S3 operation
+    tls: tuple[str, str] | None = None  # (certfile, keyfile): serve HTTPS (a TLS front for the server)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -116,7 +117,7 @@ class FaultProxy:
     def url(self) -> str:
         assert self._server is not None, "proxy not started"
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def start(self) -> FaultProxy:
         proxy = self
@@ -126,6 +127,10 @@ class FaultProxy:
 
         server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         server.daemon_threads = True
+        if self.tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*self.tls)
+            server.socket = ctx.wrap_socket(server.socket, server_side=True)
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, name="faultproxy", daemon=True)
         self._thread.start()
@@ -199,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     _upstream: http.client.HTTPConnection | None = None
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _read_body(self, limit: int | None = None) -> bytes:
@@ -278,7 +283,9 @@ class _Handler(BaseHTTPRequestHandler):
         for attempt in range(2):  # a pooled upstream connection may have been closed by the server
             conn = self._upstream
             if conn is None:
-                conn = self._upstream = http.client.HTTPConnection(self.owner._up_host, self.owner._up_port, timeout=120)
+                conn = self._upstream = http.client.HTTPConnection(
+                    self.owner._up_host, self.owner._up_port, timeout=120
+                )
             try:
                 conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
                 for k, v in self.headers.items():
@@ -312,9 +319,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_PUT = do_POST = do_DELETE = do_HEAD = do_GET
 
     def finish(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             super().finish()
-        except OSError:
-            pass
         if self._upstream is not None:
             self._upstream.close()

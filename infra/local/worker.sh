@@ -75,7 +75,7 @@ stop_worker() {
   deadline=$((SECONDS + timeout))
   while _groups_alive && ((SECONDS < deadline)); do sleep 0.1; done
   if _groups_alive; then
-    say "worker $pid (${#groups[@]} process groups with its flow runs) not gone ${timeout}s after SIGTERM; sending SIGKILL"
+    say "worker $pid (and $((${#groups[@]} - 1)) flow runs) still there ${timeout}s after SIGTERM; sending SIGKILL"
     for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null || true; done
     deadline=$((SECONDS + 10))
     while _groups_alive && ((SECONDS < deadline)); do sleep 0.1; done

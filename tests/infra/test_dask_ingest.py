@@ -162,3 +162,17 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
     for run, _fmt, step, _size in CHECKPOINTS:
         a, b = _manifest(client, dask_bucket, run, step), _manifest(client, plain_bucket, run, step)
         assert {(f.path, f.size, f.crc32c) for f in a.files} == {(f.path, f.size, f.crc32c) for f in b.files}
+
+
+def test_worker_processes_without_a_prefect_server_are_refused_early() -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.runners import NoPrefectApiError, dask_task_runner
+
+    runner = dask_task_runner(2, processes=True)
+    with (
+        temporary_settings(restore_defaults={PREFECT_API_URL}),
+        pytest.raises(NoPrefectApiError, match="PREFECT_API_URL"),
+    ):
+        runner.__enter__()
+    assert runner._cluster is None  # refused before any cluster was started

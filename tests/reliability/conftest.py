@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -68,7 +70,9 @@ def incomplete_uploads(client: Any, bucket: str, prefix: str = "") -> list[dict[
     return out
 
 
-def check_committed(client: Any, bucket: str, manifest_key: str, source: Path, *, read_bytes: bool = True) -> dict[str, Any]:
+def check_committed(
+    client: Any, bucket: str, manifest_key: str, source: Path, *, read_bytes: bool = True
+) -> dict[str, Any]:
     """A committed checkpoint is whole: every file of the source is in the manifest and in the bucket,
     sizes and an independent CRC32C of the source agree with the manifest, and (read_bytes) the stored
     bytes equal the source's. Returns the manifest as JSON."""
@@ -91,3 +95,43 @@ def check_committed(client: Any, bucket: str, manifest_key: str, source: Path, *
 
 def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# A CLI process with its imports done, waiting for "go" on stdin, then exactly `ckptvault ARGS`: kill
+# offsets then fall in the command's own work, not in interpreter start-up (seconds on a loaded box).
+_PREWARMED = (
+    "import os, sys; import ckptvault_cli.main as cli; import flows.ingest, flows.tier; "
+    "print('ready', flush=True); os.dup2(os.open(os.devnull, os.O_WRONLY), 1); "
+    "sys.stdin.readline(); sys.exit(cli.main(sys.argv[1:]))"
+)
+
+
+def prewarmed(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    args = cmd[cmd.index("ckptvault_cli.main") + 1 :]
+    return subprocess.Popen(
+        [sys.executable, "-c", _PREWARMED, *args],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def go_and_kill(proc: subprocess.Popen[bytes], offset: float | None) -> tuple[bool, float]:
+    """Let the prewarmed process run; SIGKILL it after `offset` s (None: let it finish). Returns
+    (killed while running, seconds it ran)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n", "the prewarmed CLI did not start"
+    t0 = time.monotonic()
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    try:
+        try:
+            rc = proc.wait(timeout=offset if offset is not None else 300)
+            assert offset is not None or rc == 0, f"exit {rc}"
+            return False, time.monotonic() - t0
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return True, time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

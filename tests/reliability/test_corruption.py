@@ -104,4 +104,3 @@ def test_drill_and_restore_detect_every_kind_of_damage_naming_the_file(
     assert not [p for p in tmp_path.iterdir() if "ckptvault-partial" in p.name], "restore left staging behind"
     print("\n[corruption] detected by drill and restore, each naming the file: " + "; ".join(
         f"{w} ({n})" for w, n in DAMAGE.values()))  # fmt: skip
-
