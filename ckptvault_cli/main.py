@@ -74,7 +74,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         # worker processes report to a Prefect server; without one, threads in this process
         runner = dask_task_runner(args.dask_workers, processes=bool(os.environ.get("PREFECT_API_URL")))
-        ingest = ingest.with_options(task_runner=runner)
+        ingest = ingest.with_options(task_runner=runner)  # type: ignore[arg-type]
     state = ingest(config_path=cfg_path, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, IngestIncomplete):
