@@ -34,7 +34,7 @@ def render_json(states: Sequence[CheckpointState]) -> str:
     return json.dumps([as_record(s) for s in states], indent=1)
 
 
-def _size(n: int) -> str:
+def human_size(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -52,7 +52,7 @@ def render_table(states: Sequence[CheckpointState]) -> str:
             str(s.step),
             s.format,
             s.state,
-            _size(s.bytes),
+            human_size(s.bytes),
             str(s.files),
             s.storage_class or "-",
             _iso(s.uploaded_at) or "-",

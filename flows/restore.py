@@ -21,6 +21,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from ckptvault import alerts, events
 from ckptvault.catalog import Catalog
 from ckptvault.cost import load_prices
+from ckptvault.listing import human_size
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import RestoreError
 from flows.hooks import HOOKS
@@ -121,7 +122,7 @@ def restore(
     publish_markdown_task(
         "restore-result",
         f"### Restored {run} step {n}\n\n- destination: `{target}`\n- files: {len(manifest.files)}, "
-        f"{manifest.total_bytes / 2**30:.2f} GiB, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
+        f"{human_size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
         "what was restored and where",
     )
     return report

@@ -49,7 +49,7 @@ CHROME_FLAGS = (
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--window-size=1600,1000",
+    "--window-size=1600,1100",
 )
 # What the Prefect 3.9 UI prints for each schedule of deployments/prefect.yaml (None: no schedule).
 UI_SCHEDULES: dict[str, str | None] = {
@@ -298,11 +298,12 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
         lambda: "restore-estimate" in _body(browser) and "restore-result" in _body(browser),
         60,
     )
+    cards = browser.find_elements(By.XPATH, "//*[contains(text(), 'restore-result')]")
+    assert cards, "no restore-result card"
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cards[0])
     shot("04-restore-artifacts.png")
 
     # 3. The result artifact itself: the markdown the flow wrote.
-    cards = browser.find_elements(By.XPATH, "//*[contains(text(), 'restore-result')]")
-    assert cards, "no restore-result card"
     cards[0].click()
     wait_for("the restore-result artifact page", lambda: "Restored r step 200" in _body(browser), 60)
     assert "every CRC32C verified" in _body(browser)

@@ -13,6 +13,7 @@ moments, then run again. What must hold after every crash and rerun:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -30,6 +31,7 @@ from ckptvault.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.store import ABORT_MPU_RULE_ID, open_store
 from ckptvault.synthetic import write_checkpoint
+from tests.faultproxy import FaultProxy, FaultRates
 from tests.helpers import write_config
 from tests.reliability.conftest import (
     MiB,
@@ -37,9 +39,9 @@ from tests.reliability.conftest import (
     check_committed,
     cli_cmd,
     cli_env,
+    go_and_kill,
     incomplete_uploads,
     manifest_keys,
-    go_and_kill,
     prewarmed,
     run_cli,
 )
@@ -59,9 +61,29 @@ def _versions(client: Any, bucket: str, prefix: str) -> Counter[str]:
 
 def _config(tmp_path: Path, endpoint: Any, bucket: str, prefix: str, root: Path, extra: str = "") -> Path:
     cfg = write_config(tmp_path / f"{prefix}.toml", endpoint, bucket, [("r", root, "deepspeed")], prefix=prefix)
-    text = cfg.read_text().replace("part_size_mb = 5", "part_size_mb = 5\nmax_concurrency = 2")
+    text = cfg.read_text().replace("part_size_mb = 5", "part_size_mb = 5\nmax_concurrency = 1")
     cfg.write_text(text + extra)
     return cfg
+
+
+def _upload_window(proc: Any, client: Any, bucket: str, prefix: str) -> tuple[float, float, float]:
+    """Run a prewarmed ingest to the end, polling the bucket: seconds after "go" when the first data
+    object or multipart upload appeared, when the last manifest appeared, and when it exited."""
+    assert proc.stdout.readline() == b"ready\n"
+    t0 = time.monotonic()
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    first = last = None
+    while proc.poll() is None:
+        now = time.monotonic() - t0
+        if first is None and (incomplete_uploads(client, bucket, prefix) or all_keys(client, bucket, prefix + "r/")):
+            first = now
+        if last is None and len(manifest_keys(client, bucket, prefix)) == len(STEPS):
+            last = now
+        time.sleep(0.05)
+    assert proc.returncode == 0
+    end = time.monotonic() - t0
+    return first or 0.0, last or end, end
 
 
 @pytest.mark.slow
@@ -79,15 +101,20 @@ def test_ingest_killed_at_20_random_points_then_rerun(
     sources = {s: write_checkpoint(root, "deepspeed", s, 18 * MiB, seed=s) for s in STEPS}
     env = cli_env(seaweedfs)
 
-    # Calibrate: how long one whole ingest takes here (process start included).
-    calib = _config(tmp_path, seaweedfs, bucket, "calib", root)
-    _, duration = go_and_kill(prewarmed(cli_cmd(calib, "ingest"), env), None)
+    # The store is reached through the proxy with 50 ms added to every request and one request at a
+    # time per file: a slow network, so that the upload phase is long enough for kills to land in it.
+    proxy = FaultProxy(seaweedfs.url, FaultRates(latency=1.0, latency_s=0.05)).start()
+    slow = dataclasses.replace(seaweedfs, url=proxy.url)
+
+    # Calibrate: when, after "go", the first object appears and the last manifest is committed.
+    calib = _config(tmp_path, slow, bucket, "calib", root)
+    first, last, duration = _upload_window(prewarmed(cli_cmd(calib, "ingest"), env), client, bucket, "calib/")
 
     rng = random.Random(SEED)
-    offsets = sorted(round(rng.uniform(0.0, duration), 2) for _ in range(KILL_POINTS))
+    offsets = sorted(round(rng.uniform(max(0.0, first - 0.5), last + 0.5), 2) for _ in range(KILL_POINTS))
     seen = Counter[str]()
     leftovers = 0
-    cfgs = [_config(tmp_path, seaweedfs, bucket, f"k{i:02d}", root) for i in range(KILL_POINTS)]
+    cfgs = [_config(tmp_path, slow, bucket, f"k{i:02d}", root) for i in range(KILL_POINTS)]
     warm = prewarmed(cli_cmd(cfgs[0], "ingest"), env)
     for i, offset in enumerate(offsets):
         prefix, cfg = f"k{i:02d}", cfgs[i]
@@ -143,11 +170,13 @@ def test_ingest_killed_at_20_random_points_then_rerun(
                 client, bucket, checkpoint_prefix(prefix, "r", s) + MANIFEST_NAME, sources[s], read_bytes=False
             )
 
+    proxy.stop()
     rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     assert any(r["ID"] == ABORT_MPU_RULE_ID and r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
                for r in rules)  # fmt: skip
     print(
-        f"\n[crash ingest] one ingest takes {duration:.1f} s; {KILL_POINTS} SIGKILLs at offsets {offsets}; "
+        f"\n[crash ingest] one ingest takes {duration:.1f} s, objects written from {first:.1f} s to {last:.1f} s; "
+        f"{KILL_POINTS} SIGKILLs at offsets {offsets}; "
         f"{json.dumps(dict(seen), sort_keys=True)}; {leftovers} incomplete multipart uploads left by kills, "
         "all aborted by the cleanup"
     )

@@ -91,3 +91,39 @@ def test_ingest_tier_restore_complete_under_injected_faults(
     print(f"[faults {pipeline_s3.kind}] by operation: {json.dumps(counts, sort_keys=True)}")
     assert proxy.injected > 0, "the proxy injected nothing: the test proved nothing"
     RESULTS[pipeline_s3.kind] = counts
+
+
+@pytest.mark.slow
+def test_lost_responses_of_applied_writes_at_30_percent_faults(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+) -> None:
+    """The hard case at a high rate: the server applies a conditional PUT (manifest, catalog event) or
+    a CompleteMultipartUpload, the response is lost, and botocore's retry meets "already exists"
+    (412) or "no such upload". Ingest and tier must still complete, nothing written twice."""
+    from flows.ingest import ingest
+    from flows.tier import tier
+
+    s3_env(seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    root = tmp_path / "hot"
+    sources = {s: write_checkpoint(root, "deepspeed", s, 24 * MiB, seed=s) for s in STEPS}
+    rates = FaultRates(reset_response=0.15, reset_request=0.05, error_500=0.05, slowdown_503=0.05)
+    with FaultProxy(seaweedfs.url, rates, seed=4) as proxy:
+        via_proxy = dataclasses.replace(seaweedfs, url=proxy.url)
+        extra = f'[policy]\nkeep_hot = 1\napply_mode = "client"\n{POLICY["seaweedfs"][0]}'
+        cfg = write_config(tmp_path / "c.toml", via_proxy, bucket, [("r", root, "deepspeed")], extra=extra)
+        outcomes = ingest(config_path=str(cfg))
+        assert sorted((o.step, o.result) for o in outcomes) == [(s, "uploaded") for s in STEPS]
+        report = tier(apply=True, config_path=str(cfg))
+        assert report["applied"] and report["actions"].count("transition") == 2, report
+        summary, counts = proxy.summary(), dict(proxy.counts)
+    client = seaweedfs.client()
+    for s in STEPS:
+        check_committed(client, bucket, checkpoint_prefix("t", "r", s) + "_MANIFEST.json", sources[s])
+    real = load_config(str(cfg)).store.model_copy(update={"endpoint_url": seaweedfs.url})
+    states = Catalog(open_store(real), "t").current("r")
+    assert [(c.step, c.verified, c.storage_class) for c in states] == [
+        (100, True, "STANDARD_IA"), (200, True, "STANDARD_IA"), (300, True, "STANDARD")
+    ]  # fmt: skip
+    print(f"\n[faults 30%] {summary}\n[faults 30%] by operation: {json.dumps(counts, sort_keys=True)}")
+    assert counts.get("reset_response PutObject", 0) > 0, "no lost PUT response was injected"
