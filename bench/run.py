@@ -772,6 +772,15 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
             <= g("upload", "awscli", "cpu_s_per_gb"),
             "restore CPU s/GB <= awscli": g("download", "ckptvault", "cpu_s_per_gb")
             <= g("download", "awscli", "cpu_s_per_gb"),
+            # the same, for the data path without the one-shot CLI's fixed costs (see README)
+            "data path: upload >= 1.0x s5cmd": g("upload", "ckptvault-lib", "mb_s") >= g("upload", "s5cmd", "mb_s"),
+            "data path: upload >= 1.3x awscli": g("upload", "ckptvault-lib", "mb_s")
+            >= 1.3 * g("upload", "awscli", "mb_s"),
+            "data path: download >= 1.0x s5cmd": g("download", "ckptvault-lib", "mb_s")
+            >= g("download", "s5cmd", "mb_s"),
+            "data path: upload peak RSS < 400 MiB": g("upload", "ckptvault-lib", "max_rss_mib") < 400,
+            "data path: upload CPU s/GB <= awscli": g("upload", "ckptvault-lib", "cpu_s_per_gb")
+            <= g("upload", "awscli", "cpu_s_per_gb"),
         }
     if "big_ingest" in res:
         targets["big"] = {

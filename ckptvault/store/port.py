@@ -167,7 +167,9 @@ class ObjectStore(Protocol):
         content_type: str = "application/octet-stream",
     ) -> None:
         """Write a small object with its CRC32C. if_none_match: raise PreconditionFailedError if the key
-        exists (on servers without conditional writes, a HEAD first; racy, and documented as such)."""
+        exists (on servers without conditional writes, a HEAD first; racy, and documented as such),
+        unless what exists is byte-identical (same size and CRC32C): that is this very write, applied
+        by the server on an attempt whose response was lost and then retried."""
         ...
 
     def get_bytes(self, key: str) -> bytes:

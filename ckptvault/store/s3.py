@@ -83,7 +83,9 @@ class S3Store:
         self.bucket = cfg.bucket
         self.transfer = transfer or transfer_config(cfg)
         self.endpoint = cfg.endpoint_url
-        self.client: S3Client = client or make_client(cfg, self.transfer.max_concurrency + 2)
+        # flows move up to 4 files at once, each with max_concurrency part requests: a smaller pool
+        # would drop and reopen connections under load
+        self.client: S3Client = client or make_client(cfg, 4 * self.transfer.max_concurrency + 2)
         self._caps: Capabilities | None = None
         self._caps_lock = threading.Lock()
         self._kind: str | None = None if cfg.kind == "auto" else cfg.kind

@@ -60,6 +60,7 @@ def _versions(client: Any, bucket: str, prefix: str) -> Counter[str]:
 
 
 def _config(tmp_path: Path, endpoint: Any, bucket: str, prefix: str, root: Path, extra: str = "") -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = write_config(tmp_path / f"{prefix}.toml", endpoint, bucket, [("r", root, "deepspeed")], prefix=prefix)
     text = cfg.read_text().replace("part_size_mb = 5", "part_size_mb = 5\nmax_concurrency = 1")
     cfg.write_text(text + extra)
@@ -87,6 +88,7 @@ def _upload_window(proc: Any, client: Any, bucket: str, prefix: str) -> tuple[fl
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)
 def test_ingest_killed_at_20_random_points_then_rerun(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
 ) -> None:
@@ -107,14 +109,16 @@ def test_ingest_killed_at_20_random_points_then_rerun(
     slow = dataclasses.replace(seaweedfs, url=proxy.url)
 
     # Calibrate: when, after "go", the first object appears and the last manifest is committed.
-    calib = _config(tmp_path, slow, bucket, "calib", root)
+    # The quality gates (Great Expectations) are not what is tested here, and cost seconds per run.
+    no_gates = "[validation]\nenabled = false\n"
+    calib = _config(tmp_path, slow, bucket, "calib", root, no_gates)
     first, last, duration = _upload_window(prewarmed(cli_cmd(calib, "ingest"), env), client, bucket, "calib/")
 
     rng = random.Random(SEED)
     offsets = sorted(round(rng.uniform(max(0.0, first - 0.5), last + 0.5), 2) for _ in range(KILL_POINTS))
     seen = Counter[str]()
     leftovers = 0
-    cfgs = [_config(tmp_path, slow, bucket, f"k{i:02d}", root) for i in range(KILL_POINTS)]
+    cfgs = [_config(tmp_path, slow, bucket, f"k{i:02d}", root, no_gates) for i in range(KILL_POINTS)]
     warm = prewarmed(cli_cmd(cfgs[0], "ingest"), env)
     for i, offset in enumerate(offsets):
         prefix, cfg = f"k{i:02d}", cfgs[i]
@@ -210,11 +214,12 @@ def test_ingest_aborts_its_own_stale_multipart_uploads(
     assert [u["Key"] for u in left] == [other + "x.pt"], "only the re-sent checkpoint's uploads are aborted"
 
 
-TIER_STEPS = (10, 20, 30, 40, 50, 60)
+TIER_STEPS = tuple(range(10, 130, 10))  # 12 checkpoints, 11 to move
 TIER_KILLS = 6
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_tier_apply_killed_mid_way_then_rerun_converges(
     prefect_api: None, pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
 ) -> None:
@@ -224,14 +229,17 @@ def test_tier_apply_killed_mid_way_then_rerun_converges(
     bucket = bucket_factory(pipeline_s3)
     client = pipeline_s3.client()
     root = tmp_path / "hot"
-    sources = {s: write_checkpoint(root, "deepspeed", s, 12 * MiB, seed=s) for s in TIER_STEPS}
+    sources = {s: write_checkpoint(root, "deepspeed", s, 3 * MiB, seed=s) for s in TIER_STEPS}
     if pipeline_s3.kind == "ceph":
         policy, cold = 'tiers = [{ after_days = 0, tier = "cold" }]\n[policy.prices]\nCOLD = 0.004\n', "COLD"
     else:
         policy, cold = 'tiers = [{ after_days = 0, tier = "warm" }]\n', "STANDARD_IA"
     extra = f'[policy]\nkeep_hot = 1\napply_mode = "client"\n{policy}'
-    cfg = _config(tmp_path, pipeline_s3, bucket, "t", root, extra)
-    ingest(config_path=str(cfg))
+    direct = _config(tmp_path, pipeline_s3, bucket, "t", root, extra)
+    ingest(config_path=str(direct))
+    # tier runs reach the store with 50 ms added per request, so its work spans seconds to kill into
+    proxy = FaultProxy(pipeline_s3.url, FaultRates(latency=1.0, latency_s=0.05)).start()
+    cfg = _config(tmp_path / "slow", dataclasses.replace(pipeline_s3, url=proxy.url), bucket, "t", root, extra)
     env = cli_env(pipeline_s3)
     rng = random.Random(SEED)
     _, dry = go_and_kill(prewarmed(cli_cmd(cfg, "tier"), env), None)  # a dry run: the plan, no moves
@@ -248,33 +256,36 @@ def test_tier_apply_killed_mid_way_then_rerun_converges(
         return out
 
     offsets = []
-    partial = 0
+    progress = []
     warm = prewarmed(cli_cmd(cfg, "tier", "--apply"), env)
     for k in range(TIER_KILLS):
-        offset = round(rng.uniform(0.5 * dry, 2.5 * dry), 2)
+        offset = round(rng.uniform(0.9 * dry, 0.9 * dry + 8.0), 2)
         offsets.append(offset)
         go_and_kill(warm, offset)
         if k + 1 < TIER_KILLS:
             warm = prewarmed(cli_cmd(cfg, "tier", "--apply"), env)
         now = classes()
-        partial += any(len(c) > 1 for c in now.values()) or len({frozenset(c) for c in now.values()}) > 2
+        moved = sum(1 for c in now.values() if c == {cold})
+        mixed = sum(1 for c in now.values() if len(c) > 1)
+        progress.append(f"{moved} moved" + (f" + {mixed} part-moved" if mixed else ""))
         for s in TIER_STEPS:  # nothing lost at any kill point
             check_committed(
                 client, bucket, checkpoint_prefix("t", "r", s) + MANIFEST_NAME, sources[s], read_bytes=False
             )
     rerun = run_cli(cfg, "tier", "--apply", env=env)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    proxy.stop()
 
     final = classes()
     assert final == {s: ({"STANDARD"} if s == TIER_STEPS[-1] else {cold}) for s in TIER_STEPS}, final
     for s in TIER_STEPS:
         check_committed(client, bucket, checkpoint_prefix("t", "r", s) + MANIFEST_NAME, sources[s])
-    store = open_store(load_config(str(cfg)).store)
+    store = open_store(load_config(str(direct)).store)
     states = Catalog(store, "t").current("r")
     assert [(c.step, c.verified) for c in states] == [(s, True) for s in TIER_STEPS]
     assert {c.step: c.storage_class for c in states if c.step != TIER_STEPS[-1]} == dict.fromkeys(TIER_STEPS[:-1], cold)
     print(
         f"\n[crash tier {pipeline_s3.kind}] dry run {dry:.1f} s; "
         f"\n[crash tier {pipeline_s3.kind}] {TIER_KILLS} SIGKILLs of `tier --apply` at {offsets} s; "
-        f"{partial} left a checkpoint part-moved; rerun converged, every object intact"
+        f"after each kill: {progress}; rerun converged, every object intact"
     )
