@@ -26,7 +26,9 @@ from ckptvault.structure import check_structure
 
 CRC_TAG = "crc32c"
 # A catalog state that means "this checkpoint is safely in the store": no request needed to skip it.
-DONE_STATES = frozenset({"verified", "transitioned", "drilled", "restored", "restore_requested", "evicted_local"})
+DONE_STATES = frozenset(
+    {"verified", "transitioned", "drilled", "restored", "restore_requested", "evicted_local", "expired", "warned"}
+)
 # Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
 # this, are leftovers of a crashed ingest: plan_upload aborts them instead of paying for their parts
 # until the bucket's abort-incomplete-MPU rule (1 day) runs. Six hours is far longer than any one
