@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+
+from ckptvault.formats.base import Candidate
 
 # Writers save into a temporary name and rename when done; these decorations mark such names.
 _TEMP_PREFIX = re.compile(r"^(?:tmp[-_.]|\.tmp[-_.]?)", re.IGNORECASE)
@@ -77,3 +80,22 @@ def has_suffix_in(path: Path, suffix: str, limit: int = 64) -> bool:
 
 
 TEMP_REASON = "temporary name: the writer renames it when the save finishes"
+
+
+def step_dirs(
+    fmt: str, root: Path, name: re.Pattern[str], judge: Callable[[os.DirEntry[str], int], tuple[bool, str]]
+) -> list[Candidate]:
+    """The usual shape of a layout: directories whose name (temp decoration aside) matches `name`,
+    group 1 the step; temporary ones are never complete, the rest are judged by the layout's rule."""
+    out = []
+    for e in entries(root):
+        m = name.match(strip_temp(e.name))
+        if not m or not is_dir(e):
+            continue
+        step, path = int(m[1]), Path(e.path)
+        if is_temp_name(e.name):
+            out.append(Candidate(fmt, step, path, False, TEMP_REASON))
+            continue
+        complete, reason = judge(e, step)
+        out.append(Candidate(fmt, step, path, complete, reason))
+    return sorted(out, key=lambda c: (c.step, c.path.name))

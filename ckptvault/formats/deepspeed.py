@@ -34,18 +34,7 @@ class DeepSpeedLayout:
 
     def candidates(self, root: Path) -> list[Candidate]:
         latest = _fs.read_small_text(root / POINTER)
-        out = []
-        for e in _fs.entries(root):
-            m = NAME.match(_fs.strip_temp(e.name))
-            if not m or not _fs.is_dir(e):
-                continue
-            path = Path(e.path)
-            if _fs.is_temp_name(e.name):
-                out.append(Candidate(self.name, int(m[1]), path, False, _fs.TEMP_REASON))
-                continue
-            complete, reason = _judge(e.name, int(m[1]), latest)
-            out.append(Candidate(self.name, int(m[1]), path, complete, reason))
-        return sorted(out, key=lambda c: (c.step, c.path.name))
+        return _fs.step_dirs(self.name, root, NAME, lambda e, step: _judge(e.name, step, latest))
 
     def matches(self, root: Path) -> bool:
         return any(NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e) for e in _fs.entries(root))

@@ -31,18 +31,7 @@ class HFLayout:
     name = "hf"
 
     def candidates(self, root: Path) -> list[Candidate]:
-        out = []
-        for e in _fs.entries(root):
-            m = NAME.match(_fs.strip_temp(e.name))
-            if not m or not _fs.is_dir(e):
-                continue
-            path = Path(e.path)
-            if _fs.is_temp_name(e.name):
-                out.append(Candidate(self.name, int(m[1]), path, False, _fs.TEMP_REASON))
-                continue
-            complete, reason = _judge(path)
-            out.append(Candidate(self.name, int(m[1]), path, complete, reason))
-        return sorted(out, key=lambda c: (c.step, c.path.name))
+        return _fs.step_dirs(self.name, root, NAME, lambda e, _step: _judge(Path(e.path)))
 
     def matches(self, root: Path) -> bool:
         return any(NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e) for e in _fs.entries(root))
