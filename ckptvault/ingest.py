@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from ckptvault import __version__
-from ckptvault.catalog import Catalog, CheckpointState, Event
+from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.checksum import file_crc32c
 from ckptvault.config import SourceConfig, ValidationRules
 from ckptvault.discovery import DiscoveryResult, Found, LocalFile, discover
@@ -188,13 +187,3 @@ def commit_manifest(store: ObjectStore, prefix: str, found: Found, entries: Sequ
     except PreconditionFailedError:
         return Manifest.from_json(store.get_bytes(key), key)
     return manifest
-
-
-def record(catalog: Catalog, events: Sequence[Event]) -> str | None:
-    return catalog.append(events)
-
-
-def source_path_problem(path: Path) -> str | None:
-    if not path.is_dir():
-        return f"source path {path} is not a directory (or vanished). Fix [[sources]].path."
-    return None

@@ -38,6 +38,7 @@ class ObjectPlan:
     path: str  # relative path in the checkpoint
     size: int
     crc32c: str
+    mtime: float  # set on the restored file, as training wrote it
     storage_class: str
     thawed: bool  # readable now (not archival, or archival with a completed restore)
 
@@ -130,7 +131,13 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
             continue
         plans.append(
             ObjectPlan(
-                base + rel, rel, f.size, f.crc32c, info.storage_class, _is_thawed(info.storage_class, info.restore)
+                base + rel,
+                rel,
+                f.size,
+                f.crc32c,
+                f.mtime,
+                info.storage_class,
+                _is_thawed(info.storage_class, info.restore),
             )
         )
     if missing:
@@ -243,7 +250,7 @@ def download_one(
     target = into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
     target.parent.mkdir(parents=True, exist_ok=True)
     store.download_file(plan.key, target, size=plan.size, crc32c=plan.crc32c, progress=progress)
-    os.utime(target, (time.time(), next(f.mtime for f in manifest.files if f.path == plan.path)))
+    os.utime(target, (time.time(), plan.mtime))
     return plan.path
 
 

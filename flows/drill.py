@@ -20,17 +20,21 @@ from ckptvault.drill import DrillResult, render_markdown
 from ckptvault.outcomes import DrillFailed
 from ckptvault.restore import checkpoint_name
 from flows.hooks import HOOKS
+from tasks.common import (
+    current_states_task,
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
 from tasks.futures import settle
-from tasks.ingest import load_config_task, open_store_task, record_task
 from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
-    current_states_task,
     discard_task,
     download_one_task,
     load_check_task,
-    load_manifest_task,
     plan_objects_task,
-    publish_markdown_task,
     request_thaw_task,
     select_sample_task,
     staging_dir_task,

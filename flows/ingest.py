@@ -18,6 +18,7 @@ from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
 from ckptvault.store import ObjectStore
 from flows.hooks import HOOKS
+from tasks.common import load_config_task, load_manifest_task, open_store_task, publish_markdown_task, record_task
 from tasks.futures import settle
 from tasks.ingest import (
     commit_manifest_task,
@@ -25,18 +26,14 @@ from tasks.ingest import (
     find_checkpoints_task,
     is_committed_task,
     known_states_task,
-    load_config_task,
-    open_store_task,
     plan_upload_task,
     publish_outcomes_task,
     quality_gate_task,
-    record_task,
     upload_one_task,
     validate_structure_task,
     write_validation_task,
 )
 from tasks.notify import flow_run_url, notify_task
-from tasks.restore import load_manifest_task, publish_markdown_task
 from tasks.retry import RETRIES
 
 

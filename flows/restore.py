@@ -25,19 +25,23 @@ from ckptvault.listing import human_size
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import RestoreError
 from flows.hooks import HOOKS
+from tasks.common import (
+    current_states_task,
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
 from tasks.futures import settle
-from tasks.ingest import load_config_task, open_store_task, record_task
 from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
     check_destination_task,
-    current_states_task,
     discard_task,
     download_one_task,
     estimate_task,
     finalize_task,
-    load_manifest_task,
     plan_objects_task,
-    publish_markdown_task,
     request_thaw_task,
     resolve_step_task,
     staging_dir_task,

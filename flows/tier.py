@@ -15,9 +15,15 @@ from ckptvault.plan_report import applied_by_run, render_markdown, render_text
 from ckptvault.policy import milestones
 from ckptvault.tiering import lifecycle_rules
 from flows.hooks import HOOKS
-from tasks.ingest import load_config_task, open_store_task, record_task
+from tasks.common import (
+    current_states_task,
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
 from tasks.notify import flow_run_url, notify_task
-from tasks.restore import current_states_task, load_manifest_task, publish_markdown_task
 from tasks.tier import (
     compact_catalog_task,
     evict_local_task,

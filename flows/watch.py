@@ -11,9 +11,8 @@ from ckptvault.catalog import Catalog
 from ckptvault.cost import load_prices
 from ckptvault.watch_inputs import latest_by_run, monthly_spend
 from flows.hooks import HOOKS
-from tasks.ingest import load_config_task, open_store_task
+from tasks.common import current_states_task, load_config_task, open_store_task
 from tasks.notify import flow_run_url, notify_task
-from tasks.restore import current_states_task
 from tasks.watch import budget_task, load_alert_state_task, stale_runs_task
 
 

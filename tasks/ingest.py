@@ -9,25 +9,13 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from ckptvault import ingest as lib
-from ckptvault.catalog import Catalog, CheckpointState, Event
-from ckptvault.config import Config, SourceConfig, ValidationRules, load_config
+from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.config import SourceConfig, ValidationRules
 from ckptvault.discovery import DiscoveryResult, Found
 from ckptvault.gates import ValidationReport
 from ckptvault.manifest import FileEntry, Manifest
-from ckptvault.store import ObjectStore, ProgressFn, open_store
+from ckptvault.store import ObjectStore, ProgressFn
 from tasks.retry import io_task
-
-
-@task(name="load-config", cache_policy=NO_CACHE)
-def load_config_task(config_path: str | None) -> Config:
-    return load_config(config_path)
-
-
-@io_task("open-store")
-def open_store_task(cfg: Config) -> ObjectStore:
-    store = open_store(cfg.store)
-    store.check_bucket()
-    return store
 
 
 @io_task("ensure-bucket-rules")
@@ -83,11 +71,6 @@ def upload_one_task(
 @io_task("commit-manifest")
 def commit_manifest_task(store: ObjectStore, prefix: str, found: Found, entries: list[FileEntry]) -> Manifest:
     return lib.commit_manifest(store, prefix, found, entries)
-
-
-@io_task("record-events")
-def record_task(catalog: Catalog, events: Sequence[Event]) -> str | None:
-    return lib.record(catalog, events)
 
 
 @task(name="publish-outcomes", cache_policy=NO_CACHE)

@@ -6,31 +6,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from prefect import task
-from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from ckptvault import drill as drill_lib
 from ckptvault import restore as lib
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import CheckpointState
 from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore, ProgressFn
 from tasks.retry import io_task
 
 
-@io_task("catalog-current")
-def current_states_task(catalog: Catalog, run: str | None = None) -> list[CheckpointState]:
-    return catalog.current(run)
-
-
 @task(name="resolve-step", cache_policy=NO_CACHE)
 def resolve_step_task(states: Sequence[CheckpointState], run: str, step: str) -> int:
     return lib.resolve_step(states, run, step if step == "latest" else int(step))
-
-
-@io_task("load-manifest")
-def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int) -> Manifest:
-    return lib.load_manifest(store, prefix, run, step)
 
 
 @io_task("plan-objects")
@@ -95,8 +84,3 @@ def select_sample_task(states: Sequence[CheckpointState], n: int) -> list[Checkp
 @task(name="load-check", cache_policy=NO_CACHE)
 def load_check_task(ckpt_path: Path) -> list[str]:
     return drill_lib.load_check(ckpt_path)
-
-
-@task(name="publish-markdown", cache_policy=NO_CACHE)
-def publish_markdown_task(key: str, markdown: str, description: str) -> None:
-    create_markdown_artifact(key=key, markdown=markdown, description=description)

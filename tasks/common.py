@@ -1,0 +1,48 @@
+"""Prefect tasks every flow uses: configuration, the store, the catalog, manifests, artifacts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from ckptvault import restore as restore_lib
+from ckptvault.catalog import Catalog, CheckpointState, Event
+from ckptvault.config import Config, load_config
+from ckptvault.manifest import Manifest
+from ckptvault.store import ObjectStore, open_store
+from tasks.retry import io_task
+
+
+@task(name="load-config", cache_policy=NO_CACHE)
+def load_config_task(config_path: str | None) -> Config:
+    return load_config(config_path)
+
+
+@io_task("open-store")
+def open_store_task(cfg: Config) -> ObjectStore:
+    store = open_store(cfg.store)
+    store.check_bucket()
+    return store
+
+
+@io_task("record-events")
+def record_task(catalog: Catalog, events: Sequence[Event]) -> str | None:
+    return catalog.append(events)
+
+
+@io_task("catalog-current")
+def current_states_task(catalog: Catalog, run: str | None = None) -> list[CheckpointState]:
+    return catalog.current(run)
+
+
+@io_task("load-manifest")
+def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int) -> Manifest:
+    return restore_lib.load_manifest(store, prefix, run, step)
+
+
+@task(name="publish-markdown", cache_policy=NO_CACHE)
+def publish_markdown_task(key: str, markdown: str, description: str) -> None:
+    create_markdown_artifact(key=key, markdown=markdown, description=description)
