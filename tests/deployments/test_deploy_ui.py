@@ -242,6 +242,19 @@ def _body(driver: Any) -> str:
     return text
 
 
+def ui_wait(what: str, check: Any, timeout: float) -> Any:
+    """wait_for, where an element the Vue UI re-rendered under us counts as "not yet", not as a failure."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def tolerant() -> Any:
+        try:
+            return check()
+        except StaleElementReferenceException:
+            return None
+
+    return wait_for(what, tolerant, timeout)
+
+
 def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
@@ -257,14 +270,12 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
     browser.get(f"{ui}/deployments")
 
     def rows() -> dict[str, str] | None:
-        found = {}
-        for tr in browser.find_elements(By.CSS_SELECTOR, "tbody tr"):
-            lines = tr.text.splitlines()
-            if lines:
-                found[lines[0]] = tr.text
+        # A row the UI re-renders while we read it raises StaleElementReference: ui_wait retries the read.
+        texts = [tr.text for tr in browser.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        found = {t.splitlines()[0]: t for t in texts if t.strip()}
         return found if set(UI_SCHEDULES) <= set(found) else None
 
-    table = wait_for("the deployments page lists all five deployments", rows, 60)
+    table = ui_wait("the deployments page lists all five deployments", rows, 60)
     shot("01-deployments.png")
     for name, schedule in UI_SCHEDULES.items():
         row_lines = table[name].splitlines()
@@ -280,32 +291,48 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
         badges = browser.find_elements(By.CSS_SELECTOR, "span.state-badge")
         return badges[0].text if badges and stack.restore_run_name in _body(browser) else None
 
-    assert wait_for("the restore run's state badge", badge, 60) == "Completed"
+    assert ui_wait("the restore run's state badge", badge, 60) == "Completed"
     shot("02-restore-run.png")
 
     def open_tab(name: str) -> None:
-        tabs = [t for t in browser.find_elements(By.CSS_SELECTOR, ".p-tab") if t.text.strip() == name]
-        assert tabs, f"no {name} tab on the flow run page"
-        tabs[0].click()
+        def click() -> bool:
+            tabs = [t for t in browser.find_elements(By.CSS_SELECTOR, ".p-tab") if t.text.strip() == name]
+            if not tabs:
+                return False
+            tabs[0].click()
+            return True
+
+        ui_wait(f"the {name} tab on the flow run page", click, 30)
 
     # The parameters the run was launched with through the API.
     open_tab("Parameters")
-    wait_for("the restore run's parameters", lambda: str(stack.dest) in _body(browser), 60)
+    ui_wait("the restore run's parameters", lambda: str(stack.dest) in _body(browser), 60)
     shot("03-restore-parameters.png")
     open_tab("Artifacts")
-    wait_for(
+    ui_wait(
         "the restore run's artifacts",
         lambda: "restore-estimate" in _body(browser) and "restore-result" in _body(browser),
         60,
     )
-    cards = browser.find_elements(By.XPATH, "//*[contains(text(), 'restore-result')]")
-    assert cards, "no restore-result card"
-    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cards[0])
+
+    def scroll_to_result() -> bool:
+        cards = browser.find_elements(By.XPATH, "//*[contains(text(), 'restore-result')]")
+        if cards:
+            browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cards[0])
+        return bool(cards)
+
+    ui_wait("the restore-result card", scroll_to_result, 30)
     shot("04-restore-artifacts.png")
 
     # 3. The result artifact itself: the markdown the flow wrote.
-    cards[0].click()
-    wait_for("the restore-result artifact page", lambda: "Restored r step 200" in _body(browser), 60)
+    def open_result() -> bool:
+        cards = browser.find_elements(By.XPATH, "//*[contains(text(), 'restore-result')]")
+        if cards:
+            cards[0].click()
+        return bool(cards)
+
+    ui_wait("the restore-result card", open_result, 30)
+    ui_wait("the restore-result artifact page", lambda: "Restored r step 200" in _body(browser), 60)
     assert "every CRC32C verified" in _body(browser)
     shot("05-restore-result.png")
 
