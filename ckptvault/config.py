@@ -37,6 +37,17 @@ class StoreConfig(_Strict):
     sse_kms_key_id: str | None = None
     part_size_mb: Annotated[int, Field(ge=5, le=5120)] = 32
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
+    # Upload part buffers for the whole process; default part_size_mb * (max_concurrency + 2).
+    buffer_mb: Annotated[int, Field(ge=5)] | None = None
+
+    @model_validator(mode="after")
+    def _budget_holds_a_part(self) -> StoreConfig:
+        if self.buffer_mb is not None and self.buffer_mb < self.part_size_mb:
+            raise ValueError(
+                f"buffer_mb = {self.buffer_mb} cannot hold one part of part_size_mb = {self.part_size_mb}; "
+                f"set buffer_mb to at least {self.part_size_mb} or remove it"
+            )
+        return self
 
     @field_validator("prefix")
     @classmethod

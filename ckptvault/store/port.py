@@ -115,11 +115,17 @@ class UploadResult:
 
 @dataclass(frozen=True)
 class TransferConfig:
-    """Validated transfer tuning. Memory bound: part_size * (max_concurrency + 1)."""
+    """Validated transfer tuning. Upload memory is bounded by `buffer_budget` for the whole process
+    (store/buffers.py); 0 means part_size * (max_concurrency + 2)."""
 
     part_size: int = 32 * 1024 * 1024
     multipart_threshold: int = 64 * 1024 * 1024
     max_concurrency: int = 4
+    buffer_budget: int = 0
+
+    @property
+    def budget(self) -> int:
+        return self.buffer_budget or self.part_size * (self.max_concurrency + 2)
 
     def __post_init__(self) -> None:
         if self.part_size < 5 * 1024 * 1024:
@@ -130,6 +136,8 @@ class TransferConfig:
             raise ValueError("multipart_threshold must be >= part_size")
         if not 1 <= self.max_concurrency <= 64:
             raise ValueError(f"max_concurrency must be between 1 and 64, got {self.max_concurrency}")
+        if self.buffer_budget and self.buffer_budget < self.part_size:
+            raise ValueError(f"buffer_budget ({self.buffer_budget}) must hold at least one part ({self.part_size})")
 
 
 class ObjectStore(Protocol):

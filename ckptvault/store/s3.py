@@ -54,7 +54,10 @@ PROBE_DIR = "_ckptvault_probe/"
 def transfer_config(cfg: StoreConfig) -> TransferConfig:
     part = cfg.part_size_mb * MIB
     # Single PUT up to one part; anything bigger streams as multipart.
-    return TransferConfig(part_size=part, multipart_threshold=part, max_concurrency=cfg.max_concurrency)
+    budget = cfg.buffer_mb * MIB if cfg.buffer_mb else 0
+    return TransferConfig(
+        part_size=part, multipart_threshold=part, max_concurrency=cfg.max_concurrency, buffer_budget=budget
+    )
 
 
 def make_client(cfg: StoreConfig, max_pool: int, *, attempts: int = 5, connect_timeout: float = 10) -> S3Client:

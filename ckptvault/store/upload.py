@@ -1,9 +1,10 @@
 """Streamed upload with same-pass hashing: every byte is read from the file exactly once.
 
-The reading thread fills preallocated mmap buffers (page-aligned: reading into them is ~5x faster
-than into a bytearray), hashes each part (CRC32C, SHA-256 if asked) in file order, and hands it to
-a thread pool for UploadPart. At most `max_concurrency + 1` part buffers exist; the reader blocks
-when all are in flight, so memory is bounded by part_size * (max_concurrency + 1).
+The reading thread fills mmap part buffers (page-aligned: reading into them is ~5x faster than into
+a bytearray), hashes each part (CRC32C, SHA-256 if asked) in file order, and hands it to a thread
+pool for UploadPart. Buffers come from one budget for the whole process (store/buffers.py) and at
+most `max_concurrency + 1` per file; the reader blocks when they are all in flight, so memory stays
+flat whatever the file sizes and however many files are sent at once.
 
 Where the whole-file CRC32C lives (decided deliberately):
 - Single PUT: as user metadata `crc32c` (x-amz-meta-crc32c) and, where the server validates
@@ -27,7 +28,6 @@ import contextlib
 import io
 import mmap
 import os
-import queue
 import threading
 import urllib.parse
 from collections.abc import Mapping
@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from botocore.exceptions import ClientError
 
 from ckptvault.checksum import StreamHasher, crc32c_update, from_b64, to_b64
+from ckptvault.store.buffers import PartBuffers, shared
 from ckptvault.store.errors import error_code, translate
 from ckptvault.store.port import (
     Capabilities,
@@ -154,7 +155,10 @@ def _check_unchanged(f: io.FileIO, before: os.stat_result, path: Path) -> None:
 def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadResult:
     size = before.st_size
     hasher = StreamHasher(sha256=req.sha256)
-    buf = mmap.mmap(-1, max(size, 1))
+    pool = shared(req.transfer.budget)
+    # Files up to the threshold: one buffer of the part size, so small and big files share one
+    # kind of buffer in the pool.
+    buf = pool.take(max(req.transfer.multipart_threshold, size, 1))
     view = memoryview(buf)[:size]
     try:
         _read_exactly(f, view, req.path)
@@ -177,7 +181,7 @@ def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadR
             raise translate(e, op="uploading to", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
     finally:
         view.release()
-        buf.close()
+        pool.give(buf)
     if req.progress:
         req.progress(size)
     etag = _verify(req, size=size, parts=0, crc=crc, composite=None)
@@ -185,31 +189,29 @@ def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadR
 
 
 class _Parts:
-    """Bookkeeping shared by the reader and the part workers."""
+    """Bookkeeping shared by the reader and the part workers of one file. Buffers come from the
+    process-wide pool (store/buffers.py); at most `limit` of them per file, so one big file cannot
+    starve the others of the budget."""
 
-    def __init__(self, limit: int, part_size: int) -> None:
-        self.limit = limit
+    def __init__(self, limit: int, part_size: int, pool: PartBuffers) -> None:
         self.part_size = part_size
-        self.made = 0
-        self.free: queue.SimpleQueue[mmap.mmap] = queue.SimpleQueue()
-        self.all: list[mmap.mmap] = []
+        self.pool = pool
+        self.slots = threading.Semaphore(limit)
         self.failed = threading.Event()
         self.done: dict[int, dict[str, Any]] = {}
         self.lock = threading.Lock()
 
     def take(self) -> mmap.mmap:
-        # Allocate lazily (small files need fewer buffers); then recycle: blocks while all are in flight.
-        if self.made < self.limit:
-            self.made += 1
-            buf = mmap.mmap(-1, self.part_size)
-            self.all.append(buf)
-            return buf
-        return self.free.get()
+        self.slots.acquire()  # blocks while this file has `limit` parts in flight
+        try:
+            return self.pool.take(self.part_size)
+        except BaseException:
+            self.slots.release()
+            raise
 
-    def close(self) -> None:
-        for b in self.all:
-            with contextlib.suppress(BufferError):  # a view still held by a dying worker: GC frees it
-                b.close()
+    def give(self, buf: mmap.mmap) -> None:
+        self.pool.give(buf)
+        self.slots.release()
 
 
 def _multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadResult:
@@ -228,14 +230,14 @@ def _multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> Uplo
         raise translate(e, op="starting the upload of", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
 
     hasher = StreamHasher(sha256=req.sha256)
-    st = _Parts(min(nparts, req.transfer.max_concurrency + 1), part_size)
+    st = _Parts(min(nparts, req.transfer.max_concurrency + 1), part_size, shared(req.transfer.budget))
     futures: list[Future[None]] = []
     pool = ThreadPoolExecutor(req.transfer.max_concurrency, thread_name_prefix="ckptvault-upload")
     try:
         for i in range(nparts):
             buf = st.take()
             if st.failed.is_set():
-                st.free.put(buf)
+                st.give(buf)
                 break
             want = min(part_size, size - i * part_size)
             view = memoryview(buf)[:want]
@@ -254,7 +256,6 @@ def _multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> Uplo
         raise
     finally:
         pool.shutdown(wait=True)
-        st.close()
     if req.tags:
         _retag(req)
     etag = _verify(req, size=size, parts=nparts, crc=whole, composite=composite)
@@ -297,7 +298,7 @@ def _upload_part(
         raise
     finally:
         view.release()
-        st.free.put(buf)
+        st.give(buf)
 
 
 def _complete(req: UploadRequest, upload_id: str, st: _Parts, nparts: int, whole: str) -> str | None:

@@ -334,3 +334,28 @@ def test_store_module_boundaries() -> None:
         and any(w in p.read_text() for w in ("import boto3", "import botocore", "from botocore", "from boto3"))
     ]
     assert offenders == []
+
+
+def test_concurrent_uploads_share_one_buffer_budget(
+    any_s3: Any, bucket_factory: Callable[[Any], str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Four multipart files at once, 2 parts each in flight, under a budget of 3 parts: the process
+    never holds more than the budget, and every file still arrives whole."""
+    from ckptvault.store.buffers import shared
+
+    budget_mb = 15
+    store = _store(any_s3, bucket_factory(any_s3), monkeypatch, buffer_mb=budget_mb)
+    pool = shared(budget_mb * MIB)
+    srcs = [_file(tmp_path, 11 * MIB + i * 977, name=f"f{i}.bin", seed=i) for i in range(4)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(lambda p: store.upload_file(p, f"budget/{p.name}"), srcs))
+    assert pool.peak <= budget_mb * MIB, f"part buffers peaked at {pool.peak / MIB:.0f} MiB"
+    assert pool.peak >= 2 * 5 * MIB, "the uploads never overlapped; the test proves nothing"
+    assert pool.in_use == 0
+    for src, res in zip(srcs, results, strict=True):
+        assert res.crc32c == crc32c_b64(src) and res.parts == 3
+        dest = tmp_path / f"back-{src.name}"
+        store.download_file(res.key, dest, size=res.size, crc32c=res.crc32c)
+        assert dest.read_bytes() == src.read_bytes()
