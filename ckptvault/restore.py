@@ -117,12 +117,16 @@ def _is_thawed(storage_class: str, restore_header: str | None) -> bool:
 
 
 def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[ObjectPlan]:
-    """One HEAD per object: its class and thaw state, and that it is still there at the right size."""
+    """One LIST for every object's size and class (a checkpoint can hold thousands of files), then a
+    HEAD only for archived objects, the one thing a listing cannot say: whether they are thawed."""
     base = checkpoint_prefix(prefix, manifest.run, manifest.step)
+    listed = {info.key: info for info in store.list(base)}
     plans, missing = [], []
     for f in manifest.files:
         rel = safe_relpath(f.path)
-        info = store.head(base + rel)
+        info = listed.get(base + rel)
+        if info is not None and info.storage_class in ARCHIVAL:
+            info = store.head(base + rel)
         if info is None:
             missing.append(rel)
             continue

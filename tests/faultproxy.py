@@ -16,7 +16,8 @@ Faults, each at its own seeded rate (a fraction of requests), decided per reques
                    retry repeats something that already happened (a conditional PUT, a
                    CompleteMultipartUpload)
   latency          the request is delayed by `latency_s` seconds, then forwarded normally
-`counts` says what was injected (per kind and per kind/S3 operation); `requests` counts every request.
+`counts` says what was injected (per kind and per kind/S3 operation); `requests` counts every request;
+`peak_in_flight` is the most requests of each S3 operation the proxy was handling at the same moment.
 The same seed gives the same sequence of decisions (thread timing decides which request gets which).
 """
 
@@ -110,6 +111,8 @@ class FaultProxy:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.enabled = True
+        self.in_flight: Counter[str] = Counter()
+        self.peak_in_flight: Counter[str] = Counter()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -174,6 +177,15 @@ class FaultProxy:
                     return kind
         return None
 
+    def enter(self, op: str) -> None:
+        with self._lock:
+            self.in_flight[op] += 1
+            self.peak_in_flight[op] = max(self.peak_in_flight[op], self.in_flight[op])
+
+    def leave(self, op: str) -> None:
+        with self._lock:
+            self.in_flight[op] -= 1
+
     @property
     def injected(self) -> int:
         """Faults that make a request fail (latency excluded: it only slows one down)."""
@@ -230,6 +242,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         op = s3_operation(self.command, self.path)
+        self.owner.enter(op)
+        try:
+            self._handle_op(op)
+        finally:
+            self.owner.leave(op)
+
+    def _handle_op(self, op: str) -> None:
         fault = self.owner.decide(op)
         if fault == "reset_request":
             n = int(self.headers.get("Content-Length") or 0)

@@ -86,9 +86,10 @@ class S3Store:
         self.bucket = cfg.bucket
         self.transfer = transfer or transfer_config(cfg)
         self.endpoint = cfg.endpoint_url
-        # flows move up to 4 files at once, each with max_concurrency part requests: a smaller pool
-        # would drop and reopen connections under load
-        self.client: S3Client = client or make_client(cfg, 4 * self.transfer.max_concurrency + 2)
+        # Flows move up to 4 files at once, each with max_concurrency part requests, and downloads pool
+        # their ranges (download_connections): a smaller connection pool would drop and reopen
+        # connections under load.
+        self.client: S3Client = client or make_client(cfg, self.download_connections + 2)
         self._caps: Capabilities | None = None
         self._caps_lock = threading.Lock()
         self._kind: str | None = None if cfg.kind == "auto" else cfg.kind
@@ -107,7 +108,12 @@ class S3Store:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._caps_lock = threading.Lock()
-        self.client = make_client(self.cfg, self.transfer.max_concurrency + 2)
+        self.client = make_client(self.cfg, self.download_connections + 2)
+
+    @property
+    def download_connections(self) -> int:
+        """Range GETs in flight for the whole process, shared by every file being downloaded."""
+        return 4 * self.transfer.max_concurrency
 
     @property
     def _at(self) -> str:
@@ -295,7 +301,7 @@ class S3Store:
             size=size,
             crc32c=crc32c,
             part_size=self.transfer.part_size,
-            concurrency=self.transfer.max_concurrency,
+            connections=self.download_connections,
             progress=progress,
             endpoint=self.endpoint,
         )
