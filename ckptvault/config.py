@@ -37,7 +37,7 @@ class StoreConfig(_Strict):
     sse_kms_key_id: str | None = None
     part_size_mb: Annotated[int, Field(ge=5, le=5120)] = 32
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
-    # Upload part buffers for the whole process; default part_size_mb * (max_concurrency + 2).
+    # Upload part buffers for the whole process; default part_size_mb * (max_concurrency + 1).
     buffer_mb: Annotated[int, Field(ge=5)] | None = None
 
     @model_validator(mode="after")
@@ -93,6 +93,8 @@ class PolicyConfig(_Strict):
 
 class ValidationRules(_Strict):
     enabled: bool = True
+    # Evaluate Great Expectations in a short-lived child process (see ckptvault/quality.py).
+    isolate: bool = True
     history: Annotated[int, Field(ge=1)] = 10
     size_band: Annotated[float, Field(gt=0, lt=10)] = 0.20
     size_severity: Literal["block", "warn"] = "block"

@@ -6,6 +6,15 @@ pay. `gates.py` computes the thresholds from history (pure Python); here the can
 values become three small dataframes checked by three cached, parameterized expectation suites, and
 each expectation's result becomes part of a `RuleResult` (gates.judge).
 
+Where it runs: by default (`[validation] isolate = true`) in a short-lived child process,
+`python -m ckptvault.quality`, one per validation, fed the pickled GatePlan on stdin and answering
+the outcomes on stdout. GX with pandas, scipy and altair adds ~250 MiB to a process and Python never
+gives imported modules back: in the worker that would stay for its whole life and sit on top of the
+upload buffers. The child exits before the upload starts (ingest validates, then uploads), so the
+two never add up. It costs the cold start (~3 s of CPU) per validated checkpoint, which arrive hours
+apart. `isolate = false` evaluates in-process with the engine cached (~0.1 s warm): for tests and
+for validating many checkpoints in one go.
+
 Why parameterized suites: the thresholds change per candidate, but building a context, data source,
 suites and validation definitions is the slow part after the import. They are built once per process
 and the thresholds travel as `expectation_parameters` to each run (~0.1 s warm).
@@ -18,6 +27,9 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import os
+import pickle
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -283,6 +295,54 @@ def validate_candidate(
         )  # fmt: skip
         return ValidationReport(candidate.run, candidate.step, (off,))
     plan = plan_gates(candidate, history, previous, rules)
-    with _lock:
-        outcomes = _evaluate(plan)
+    with _lock:  # one evaluation at a time per process: also bounds the children's memory
+        outcomes = _evaluate_in_child(plan) if rules.isolate else _evaluate(plan)
     return judge(plan, outcomes)
+
+
+CHILD_TIMEOUT = 300.0  # seconds; a cold GX start takes 3-9 s
+
+
+def _evaluate_in_child(plan: GatePlan) -> dict[str, Outcome]:
+    # The package's parent directory goes first on the child's path, so the child runs this very
+    # code even where ckptvault is not installed (a checkout on PYTHONPATH, a Prefect worker's cwd).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    what = f"{plan.candidate.run} step {plan.candidate.step}"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ckptvault.quality"],
+            input=pickle.dumps(plan),
+            capture_output=True,
+            env=env,
+            timeout=CHILD_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise QualityError(
+            f"validating {what}: Great Expectations did not finish within {CHILD_TIMEOUT:.0f} s in its child "
+            "process; the machine may be overloaded. Retry, or set [validation] isolate = false"
+        ) from None
+    if proc.returncode != 0:
+        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise QualityError(
+            f"validating {what}: the Great Expectations child process exited with {proc.returncode}: "
+            + " | ".join(tail)
+        )
+    outcomes: dict[str, Outcome] = pickle.loads(proc.stdout)  # our own child's answer
+    return outcomes
+
+
+def _child_main() -> int:
+    """`python -m ckptvault.quality`: evaluate one pickled GatePlan from stdin, answer on stdout."""
+    plan = pickle.load(sys.stdin.buffer)  # our own parent's request
+    answer = sys.stdout.buffer
+    sys.stdout = sys.stderr  # anything GX prints must not corrupt the answer
+    outcomes = _evaluate(plan)
+    answer.write(pickle.dumps(outcomes))
+    answer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main())

@@ -116,7 +116,7 @@ class UploadResult:
 @dataclass(frozen=True)
 class TransferConfig:
     """Validated transfer tuning. Upload memory is bounded by `buffer_budget` for the whole process
-    (store/buffers.py); 0 means part_size * (max_concurrency + 2)."""
+    (store/buffers.py); 0 means part_size * (max_concurrency + 1): one file's full pipeline."""
 
     part_size: int = 32 * 1024 * 1024
     multipart_threshold: int = 64 * 1024 * 1024
@@ -125,7 +125,7 @@ class TransferConfig:
 
     @property
     def budget(self) -> int:
-        return self.buffer_budget or self.part_size * (self.max_concurrency + 2)
+        return self.buffer_budget or self.part_size * (self.max_concurrency + 1)
 
     def __post_init__(self) -> None:
         if self.part_size < 5 * 1024 * 1024:

@@ -76,7 +76,7 @@ def test_idle_buffers_of_another_size_make_room() -> None:
 
 def test_shared_pool_is_one_per_budget_and_default_budget() -> None:
     assert shared(7 * MIB) is shared(7 * MIB)
-    assert TransferConfig(part_size=8 * MIB, multipart_threshold=8 * MIB, max_concurrency=3).budget == 40 * MIB
+    assert TransferConfig(part_size=8 * MIB, multipart_threshold=8 * MIB, max_concurrency=3).budget == 32 * MIB
     with pytest.raises(ValueError, match="must hold at least one part"):
         TransferConfig(part_size=8 * MIB, multipart_threshold=8 * MIB, buffer_budget=MIB)
     with pytest.raises(ValueError, match="positive"):

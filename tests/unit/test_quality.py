@@ -53,7 +53,9 @@ from tests.unit.test_gates import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-RULES_DEFAULT = ValidationRules()
+# In-process with the engine cached, so the corpus runs in seconds; the default, isolated path (one
+# child process per validation) has its own tests at the end and runs in every flow test.
+RULES_DEFAULT = ValidationRules(isolate=False)
 
 
 def check(run: Run, c: Candidate, rules: ValidationRules = RULES_DEFAULT) -> ValidationReport:
@@ -253,7 +255,7 @@ def test_nan_eval_loss_alone_blocks() -> None:
 
 def test_severities_follow_the_configuration() -> None:
     run = Run()
-    rules = ValidationRules(size_severity="warn", loss_severity="warn", size_band=0.05)
+    rules = ValidationRules(size_severity="warn", loss_severity="warn", size_band=0.05, isolate=False)
     report = check(run, run.next(hf_files(optimizer=13_475_000_000), metrics=hf_metrics(run.next_step, math.nan)))
     assert report.blocked
     report = check(
@@ -321,3 +323,55 @@ def test_thousand_files_against_ten_thousand_checkpoints_under_five_seconds() ->
     print(f"\nvalidation of 1,000 files against 10,000 checkpoints: {elapsed:.3f} s per ingest pass")
     assert not report.blocked and not report.warned, report.reasons()
     assert elapsed < 5.0
+
+
+# --- isolation: Great Expectations in a child process (the default) -------------------------------
+
+
+def test_isolated_validation_agrees_and_leaves_gx_out_of_the_parent() -> None:
+    """In a fresh interpreter: the default rules validate a bad and a good checkpoint in child
+    processes; the verdicts match the in-process engine's, and the parent never imported GX or pandas."""
+    code = """
+import math, sys
+from tests.unit.test_gates import Run, hf_metrics
+from ckptvault.config import ValidationRules
+from ckptvault.quality import validate_candidate
+run = Run()
+bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
+good = run.next()
+assert ValidationRules().isolate
+for c in (bad, good):
+    r = validate_candidate(c, run.history, run.previous, ValidationRules())
+    print(",".join(f"{x.rule}={x.verdict}" for x in r.results))
+assert "great_expectations" not in sys.modules, "GX imported in the parent"
+assert "pandas" not in sys.modules, "pandas imported in the parent"
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = Run()
+    bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
+    good = run.next()
+    here = [",".join(f"{x.rule}={x.verdict}" for x in check(run, c).results) for c in (bad, good)]
+    assert proc.stdout.splitlines() == here
+    assert "loss_finite=block" in here[0] and "block" not in here[1]
+
+
+def test_a_child_that_does_not_finish_is_an_error_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptvault import quality
+
+    monkeypatch.setattr(quality, "CHILD_TIMEOUT", 0.05)
+    run = Run()
+    with pytest.raises(quality.QualityError, match=r"did not finish within 0 s.*isolate = false"):
+        validate_candidate(run.next(), run.history, run.previous, ValidationRules())
+
+
+def test_a_child_that_fails_is_an_error_naming_its_exit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from ckptvault import quality
+
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'ImportError: no module named great_expectations' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(broken))  # a broken install, as seen by the child
+    run = Run()
+    with pytest.raises(quality.QualityError, match=r"child process exited with 3: ImportError: no module named"):
+        validate_candidate(run.next(), run.history, run.previous, ValidationRules())
