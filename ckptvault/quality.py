@@ -328,6 +328,8 @@ def _evaluate_in_child(plan: GatePlan) -> dict[str, Outcome]:
         raise QualityError(
             f"validating {what}: the Great Expectations child process exited with {proc.returncode}: "
             + " | ".join(tail)
+            + f". The gates did not run, so the checkpoint is not uploaded. Check that {sys.executable} can "
+            "`import great_expectations` (the project's install), or set [validation] isolate = false"
         )
     outcomes: dict[str, Outcome] = pickle.loads(proc.stdout)  # our own child's answer
     return outcomes
