@@ -75,8 +75,7 @@ class PrefectServer:
         return f"http://127.0.0.1:{self.port}"
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.api_url + path, timeout=10) as r:
-            return json.load(r)
+        return _send(urllib.request.Request(self.api_url + path))
 
     def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
         req = urllib.request.Request(
@@ -85,8 +84,7 @@ class PrefectServer:
             headers={"content-type": "application/json"},
             method="POST",
         )
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return json.load(r)
+        return _send(req)
 
     def deployments(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self.post("/deployments/filter")
@@ -161,6 +159,21 @@ def reap_stale() -> list[str]:
         stop(m[1], d)
         reaped.append(str(d))
     return reaped
+
+
+def _send(req: urllib.request.Request, attempts: int = 5) -> Any:
+    """One API call. The SQLite-backed server answers 503 when its database is busy (seen in CI while a
+    served flow run was writing): the request was not applied, so it is sent again after a pause, as
+    Prefect's own client does. Any other error, or a 503 that persists, fails the test."""
+    for attempt in range(attempts):
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or attempt == attempts - 1:
+                raise
+        time.sleep(2**attempt)
+    raise AssertionError("unreachable")
 
 
 def wait_for(what: str, check: Any, timeout: float, interval: float = 1.0) -> Any:
