@@ -213,17 +213,17 @@ def test_local_file_is_an_immutable_value(tmp_path: Path) -> None:
 
 
 def test_unreadable_dir_simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The same as above, for runs as root: scandir of one subdirectory fails with EACCES."""
+    """The same as above, for runs as root: opening one subdirectory fails with EACCES."""
     d = synthetic.write_checkpoint(tmp_path, "megatron", 100, SIZE)
     blocked = os.fspath(d / "mp_rank_01")
-    real_scandir = os.scandir
+    real_open = os.open
 
-    def scandir(path: str) -> object:
+    def open_(path: str, flags: int, *args: object, **kw: object) -> int:
         if os.fspath(path) == blocked:
             raise PermissionError(13, "Permission denied", blocked)
-        return real_scandir(path)
+        return real_open(path, flags, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "open", open_)
     res = discover("r", tmp_path, "megatron", SETTLE, later())
     (f,) = res.found
     assert not f.ready and "mp_rank_01" in f.reason and "Permission denied" in f.reason
