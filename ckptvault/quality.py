@@ -15,6 +15,10 @@ two never add up. It costs the cold start (~3 s of CPU) per validated checkpoint
 apart. `isolate = false` evaluates in-process with the engine cached (~0.1 s warm): for tests and
 for validating many checkpoints in one go.
 
+The child builds its engine before it reads the plan, so a caller can start it ahead (`prewarm`: the
+CLI does, beside Prefect's start-up) and the import is paid while the parent works. It imports lean:
+GX's and pandas' optional pyarrow, sqlalchemy and boto3 are blocked (LEAN_BLOCKED, ~60 MiB less).
+
 Why parameterized suites: the thresholds change per candidate, but building a context, data source,
 suites and validation definitions is the slow part after the import. They are built once per process
 and the thresholds travel as `expectation_parameters` to each run (~0.1 s warm).
@@ -24,6 +28,7 @@ column-map expectations skip nulls; gates.judge then reports a note.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import numbers
@@ -34,7 +39,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ckptvault.gates import (
     INTERVAL,
@@ -59,8 +64,9 @@ if TYPE_CHECKING:
     from ckptvault.config import ValidationRules
     from ckptvault.manifest import Manifest
 
-__all__ = ["QualityError", "validate_candidate", "warm_up"]
+__all__ = ["QualityError", "discard_prewarmed", "prewarm", "validate_candidate", "warm_up"]
 
+log = logging.getLogger(__name__)
 _FLOAT_MAX = sys.float_info.max  # a finite bound: +-inf fall outside it, which is the point
 
 
@@ -302,46 +308,137 @@ def validate_candidate(
 
 CHILD_TIMEOUT = 300.0  # seconds; a cold GX start takes 3-9 s
 
+# Optional dependencies of Great Expectations and pandas that the gates never touch (they evaluate small
+# in-memory pandas frames): the child treats them as not installed. A None entry in sys.modules is
+# Python's documented way to block an import, and GX's and pandas' own compatibility layers take the
+# ImportError as "extra not installed". It saves ~60 MiB of the child's ~270 MiB, which the flow
+# process (~175 MiB) pays on top while the gates run: the CLI's peak. If a future GX or pandas needs
+# one of them after all, the child starts over with the full import (LEAN_ENV = "0"), slower but right.
+LEAN_BLOCKED = ("pyarrow", "sqlalchemy", "boto3", "botocore")
+# Unset or "1": block LEAN_BLOCKED; "0": block nothing; otherwise a comma-separated list to block instead.
+LEAN_ENV = "CKPTVAULT_GATES_LEAN"
 
-def _evaluate_in_child(plan: GatePlan) -> dict[str, Outcome]:
+
+def _lean_blocked(value: str | None) -> tuple[str, ...]:
+    if value is None or value.strip() in ("", "1"):
+        return LEAN_BLOCKED
+    if value.strip() == "0":
+        return ()
+    return tuple(m.strip() for m in value.split(",") if m.strip())
+
+
+_warm: list[subprocess.Popen[bytes]] = []  # at most one started child waiting for its plan
+_warm_lock = threading.Lock()
+# The newest child's report on itself: {'lean': bool, 'blocked_loaded': [LEAN_BLOCKED modules imported
+# anyway], 'peak_rss_mib': float}. A plain dict: the child is `__main__`, its classes do not unpickle here.
+last_child: dict[str, Any] = {}
+
+
+def _spawn() -> subprocess.Popen[bytes]:
     # The package's parent directory goes first on the child's path, so the child runs this very
     # code even where ckptvault is not installed (a checkout on PYTHONPATH, a Prefect worker's cwd).
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ckptvault.quality"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+def prewarm() -> None:
+    """Start the child now, so its Great Expectations import (~3 s) overlaps whatever the caller does
+    before the first validation (the CLI: Prefect's start-up, discovery). The next isolated validation
+    in this process uses it; an unused one is stopped at exit. Idempotent."""
+    with _warm_lock:
+        if not _warm:
+            _warm.append(_spawn())
+
+
+def discard_prewarmed() -> None:
+    """Stop a prewarmed child that no validation used (closing its stdin ends it)."""
+    with _warm_lock:
+        procs = list(_warm)
+        _warm.clear()
+    for proc in procs:
+        proc.kill()
+        proc.communicate()
+
+
+atexit.register(discard_prewarmed)
+
+
+def _take_child() -> subprocess.Popen[bytes]:
+    with _warm_lock:
+        if _warm:
+            return _warm.pop()
+    return _spawn()
+
+
+def _evaluate_in_child(plan: GatePlan) -> dict[str, Outcome]:
     what = f"{plan.candidate.run} step {plan.candidate.step}"
+    proc = _take_child()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "ckptvault.quality"],
-            input=pickle.dumps(plan),
-            capture_output=True,
-            env=env,
-            timeout=CHILD_TIMEOUT,
-            check=False,
-        )
+        stdout, stderr = proc.communicate(pickle.dumps(plan), timeout=CHILD_TIMEOUT)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
         raise QualityError(
             f"validating {what}: Great Expectations did not finish within {CHILD_TIMEOUT:.0f} s in its child "
             "process; the machine may be overloaded. Retry, or set [validation] isolate = false"
         ) from None
     if proc.returncode != 0:
-        tail = proc.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        tail = stderr.decode(errors="replace").strip().splitlines()[-5:]
         raise QualityError(
             f"validating {what}: the Great Expectations child process exited with {proc.returncode}: "
             + " | ".join(tail)
             + f". The gates did not run, so the checkpoint is not uploaded. Check that {sys.executable} can "
             "`import great_expectations` (the project's install), or set [validation] isolate = false"
         )
-    outcomes: dict[str, Outcome] = pickle.loads(proc.stdout)  # our own child's answer
-    return outcomes
+    outcomes, info = pickle.loads(stdout)  # our own child's answer
+    last_child.clear()
+    last_child.update(info)
+    log.debug("gate child for %s: %s", what, info)
+    return cast("dict[str, Outcome]", outcomes)
+
+
+def _peak_rss_mib() -> float:
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def _child_main() -> int:
-    """`python -m ckptvault.quality`: evaluate one pickled GatePlan from stdin, answer on stdout."""
-    plan = pickle.load(sys.stdin.buffer)  # our own parent's request
+    """`python -m ckptvault.quality`: build the engine (the slow part, done before the plan arrives so
+    a prewarmed child is ready), evaluate one pickled GatePlan from stdin, answer on stdout."""
+    blocked = _lean_blocked(os.environ.get(LEAN_ENV))
+    for name in blocked:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    try:
+        _get_engine()
+    except ImportError as e:
+        if not blocked:
+            raise
+        print(f"gate child: the lean import failed ({e}); starting over with every dependency", file=sys.stderr)
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "ckptvault.quality"], {**os.environ, LEAN_ENV: "0"})
+    data = sys.stdin.buffer.read()
+    if not data:
+        return 0  # a prewarmed child nobody needed
+    plan = pickle.loads(data)  # our own parent's request
     answer = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything GX prints must not corrupt the answer
     outcomes = _evaluate(plan)
-    answer.write(pickle.dumps(outcomes))
+    loaded = tuple(m for m in LEAN_BLOCKED if sys.modules.get(m) is not None)
+    info = {"lean": bool(blocked), "blocked_loaded": loaded, "peak_rss_mib": _peak_rss_mib()}
+    answer.write(pickle.dumps((outcomes, info)))
     answer.flush()
     return 0
 

@@ -64,7 +64,13 @@ def _start_prefect_note() -> None:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
-    _preflight(args, need_sources=True)
+    cfg = _preflight(args, need_sources=True)
+    if cfg.validation.enabled and cfg.validation.isolate and not args.dask_workers:
+        from ckptvault import quality
+
+        # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
+        # instead of after them; with nothing new to validate it is stopped unused at exit.
+        quality.prewarm()
     _start_prefect_note()
     from ckptvault.outcomes import IngestIncomplete
     from flows.ingest import ingest

@@ -29,6 +29,7 @@ from tasks.ingest import (
     plan_upload_task,
     publish_outcomes_task,
     quality_gate_task,
+    release_gate_child_task,
     upload_one_task,
     validate_structure_task,
     write_validation_task,
@@ -112,6 +113,7 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
             except Exception as e:  # one broken checkpoint must not stop the others
                 outcomes.append(Outcome(found.run, found.step, found.format, "failed", found.total_bytes,
                                         len(found.files), message=str(e)))  # fmt: skip
+    release_gate_child_task()
     publish_outcomes_task(outcomes)
     if reports:
         publish_markdown_task("ingest-validation", "\n\n".join(r.to_markdown() for r in reports), "quality gates")

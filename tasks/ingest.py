@@ -9,6 +9,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from ckptvault import ingest as lib
+from ckptvault import quality
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import SourceConfig, ValidationRules
 from ckptvault.discovery import DiscoveryResult, Found
@@ -49,6 +50,12 @@ def quality_gate_task(
     found: Found, known: dict[int, CheckpointState], previous: Manifest | None, rules: ValidationRules
 ) -> ValidationReport:
     return lib.quality_gate(found, known, previous, rules)
+
+
+@task(name="release-gate-child", cache_policy=NO_CACHE)
+def release_gate_child_task() -> None:
+    """A gate child the CLI started ahead (quality.prewarm) and no checkpoint needed: stop it now, not at exit."""
+    quality.discard_prewarmed()
 
 
 @io_task("write-validation")

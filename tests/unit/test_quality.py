@@ -376,3 +376,47 @@ def test_a_child_that_fails_is_an_error_naming_its_exit(monkeypatch: pytest.Monk
     said = r"child process exited with 3: ImportError: no module named.*can `import great_expectations`"
     with pytest.raises(quality.QualityError, match=said):
         validate_candidate(run.next(), run.history, run.previous, ValidationRules())
+
+
+def test_the_child_leaves_the_optional_dependencies_out_and_agrees() -> None:
+    """The gate child blocks pyarrow, sqlalchemy and boto3 (~60 MiB it never needs): it says it ran lean,
+    none of them got imported, and its verdicts are the in-process engine's."""
+    from ckptvault import quality
+
+    run = Run()
+    bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
+    isolated = validate_candidate(bad, run.history, run.previous, ValidationRules())
+    assert quality.last_child["lean"] is True
+    assert quality.last_child["blocked_loaded"] == ()
+    here = check(run, bad)
+    assert [(x.rule, x.verdict) for x in isolated.results] == [(x.rule, x.verdict) for x in here.results]
+
+
+def test_a_lean_import_that_fails_starts_over_with_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If a future GX needed a blocked module, the child must start over with the full import, not fail:
+    blocking numpy (which GX needs) forces that path."""
+    from ckptvault import quality
+
+    monkeypatch.setenv(quality.LEAN_ENV, "numpy")
+    run = Run()
+    bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
+    isolated = validate_candidate(bad, run.history, run.previous, ValidationRules())
+    assert quality.last_child["lean"] is False
+    assert any(x.rule == "loss_finite" and x.verdict == "block" for x in isolated.results)
+
+
+def test_a_prewarmed_child_is_used_once_and_an_unused_one_is_stopped() -> None:
+    from ckptvault import quality
+
+    quality.prewarm()
+    quality.prewarm()  # idempotent: still one child
+    assert len(quality._warm) == 1
+    warm = quality._warm[0]
+    run = Run()
+    report = validate_candidate(run.next(), run.history, run.previous, ValidationRules())
+    assert quality._warm == [] and warm.returncode == 0  # the validation took it and it answered
+    assert not report.blocked
+    quality.prewarm()
+    unused = quality._warm[0]
+    quality.discard_prewarmed()
+    assert quality._warm == [] and unused.returncode is not None
