@@ -58,23 +58,6 @@ def test_a_lone_big_file_gets_every_connection(slow_store: tuple[S3Store, FaultP
     assert proxy.peak_in_flight["GetObject"] == 4, proxy.peak_in_flight
 
 
-def test_one_file_never_has_more_than_its_ranges_per_file(
-    slow_store: tuple[S3Store, FaultProxy], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """More writers into one file only contend on its inode lock: a lone file is capped at RANGES_PER_FILE
-    even when the shared budget has more (here 2 of 4)."""
-    from ckptvault.store import download
-
-    store, proxy = slow_store
-    monkeypatch.setattr(download, "RANGES_PER_FILE", 2)
-    [(src, key, crc)] = _upload(store, proxy, tmp_path, [8 * 5 * MIB])  # 8 ranges
-    proxy.peak_in_flight.clear()
-    dest = tmp_path / "back.bin"
-    store.download_file(key, dest, size=src.stat().st_size, crc32c=crc)
-    assert dest.read_bytes() == src.read_bytes()
-    assert proxy.peak_in_flight["GetObject"] == 2, proxy.peak_in_flight
-
-
 def test_files_downloaded_at_once_share_the_budget(slow_store: tuple[S3Store, FaultProxy], tmp_path: Path) -> None:
     store, proxy = slow_store
     files = _upload(store, proxy, tmp_path, [3 * 5 * MIB + 17 * i for i in range(4)])  # 4 files x 3 ranges
