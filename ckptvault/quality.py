@@ -358,7 +358,7 @@ def prewarm() -> None:
 
 
 def discard_prewarmed() -> None:
-    """Stop a prewarmed child that no validation used (closing its stdin ends it)."""
+    """Stop (kill) a prewarmed child that no validation used; it holds no state worth a clean exit."""
     with _warm_lock:
         procs = list(_warm)
         _warm.clear()
