@@ -69,7 +69,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         from ckptvault import quality
 
         # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
-        # instead of after them; with nothing new to validate it is stopped unused at exit.
+        # instead of after them; with nothing new to validate the flow stops it after discovery.
         quality.prewarm()
     _start_prefect_note()
     from ckptvault.outcomes import IngestIncomplete
