@@ -39,6 +39,9 @@ class StoreConfig(_Strict):
     max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
     # Upload part buffers for the whole process; default part_size_mb * (max_concurrency + 1).
     buffer_mb: Annotated[int, Field(ge=5)] | None = None
+    # Restores write around the page cache (O_DIRECT) where the filesystem allows it: less CPU, and a
+    # restore does not push out pages other jobs are using. Off: every write goes through the cache.
+    direct_io: bool = True
 
     @model_validator(mode="after")
     def _budget_holds_a_part(self) -> StoreConfig:

@@ -304,6 +304,7 @@ class S3Store:
             connections=self.download_connections,
             progress=progress,
             endpoint=self.endpoint,
+            direct_io=self.cfg.direct_io,
         )
         download.download_file(req)
 
