@@ -206,6 +206,10 @@ class Server:
         if self.kind == "ceph":
             env["STORE_BYTES"] = str(self.size_bytes)
             env["READY_TIMEOUT"] = "240"
+            # Real lifecycle days (Ceph's default), not the test suite's 10-second ones: under those,
+            # the abort-incomplete-multipart rule ingest sets (1 day) aborted the optimizer's upload
+            # still in flight after ~10 s (NoSuchUpload, run 20261201T011614Z).
+            env["LC_DEBUG_INTERVAL"] = "-1"
         return env
 
     def up(self) -> None:
@@ -1022,7 +1026,12 @@ def machine_info() -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size-gib", type=float, default=4, help="checkpoint size for the comparisons (default 4)")
-    p.add_argument("--big-gib", type=float, default=16, help="the big run: ingest for peak RSS, then restore against s5cmd (default 16; 0 skips)")
+    p.add_argument(
+        "--big-gib",
+        type=float,
+        default=16,
+        help="the big run: ingest for peak RSS, then restore against s5cmd (default 16; 0 skips)",
+    )
     p.add_argument("--reps", type=int, default=3, help="repetitions, interleaved; medians are reported")
     p.add_argument("--servers", default="seaweedfs,ceph", help="comma-separated: seaweedfs,ceph")
     p.add_argument("--discovery-dirs", type=int, default=10_000, help="checkpoint dirs in the discovery tree (0 skips)")

@@ -1,8 +1,9 @@
 """Restores write around the page cache (O_DIRECT) where the filesystem allows it, and fall back to
 buffered writes where it does not (ckptvault/store/download.py). Against the real SeaweedFS.
 
-The filesystem under pytest's tmp_path must support O_DIRECT (ext4, xfs, btrfs do; tmpfs does not):
-the direct path is the default restore path, so a run that cannot exercise it fails, it is not skipped."""
+The direct-path tests need a filesystem with O_DIRECT (ext4, xfs, btrfs; not tmpfs): tmp_path, or the
+checkout's .state if TMPDIR is a tmpfs. The direct path is the default restore path, so a run that
+cannot exercise it fails, it is not skipped."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import errno
 import fcntl
 import os
 import random
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,14 +42,32 @@ def store(seaweedfs: Any, bucket_factory: Callable[[Any], str], monkeypatch: pyt
     yield S3Store(cfg)
 
 
-def _require_o_direct(where: Path) -> None:
+def _has_o_direct(where: Path) -> bool:
     probe = where / ".o_direct_probe"
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o644))
-    except OSError as e:
-        pytest.fail(f"{where} does not support O_DIRECT ({e}); run the tests with TMPDIR on ext4, xfs or btrfs")
+        return True
+    except OSError:
+        return False
     finally:
         probe.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def direct_dir(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a filesystem with O_DIRECT: tmp_path, or (if TMPDIR is a tmpfs) one in the
+    checkout's .state, where the test servers keep their data. Neither: the test fails, naming why."""
+    if _has_o_direct(tmp_path):
+        yield tmp_path
+        return
+    alt = Path(__file__).resolve().parents[2] / ".state" / f"direct-io-{os.getpid()}"
+    alt.mkdir(parents=True, exist_ok=True)
+    try:
+        if not _has_o_direct(alt):
+            pytest.fail(f"neither {tmp_path} nor {alt} supports O_DIRECT: run the tests on ext4, xfs or btrfs")
+        yield alt
+    finally:
+        shutil.rmtree(alt, ignore_errors=True)
 
 
 def _uploaded(store: S3Store, tmp_path: Path, size: int = SIZE) -> tuple[Path, str, str]:
@@ -75,10 +95,9 @@ def _download(store: S3Store, key: str, dest: Path, size: int, crc: str, direct_
     )
 
 
-def test_whole_blocks_are_written_direct_and_the_tail_through_the_cache(store: S3Store, tmp_path: Path) -> None:
-    _require_o_direct(tmp_path)
-    src, key, crc = _uploaded(store, tmp_path)
-    dest = tmp_path / "back.bin"
+def test_whole_blocks_are_written_direct_and_the_tail_through_the_cache(store: S3Store, direct_dir: Path) -> None:
+    src, key, crc = _uploaded(store, direct_dir)
+    dest = direct_dir / "back.bin"
     written = _download(store, key, dest, SIZE, crc)
     assert dest.read_bytes() == src.read_bytes()
     assert written.direct == SIZE - SIZE % download.DIRECT_ALIGN
@@ -112,12 +131,11 @@ def test_a_filesystem_without_o_direct_gets_buffered_writes(
 
 
 def test_a_refused_direct_write_falls_back_to_the_cache(
-    store: S3Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: S3Store, direct_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A filesystem that opens O_DIRECT but wants a bigger alignment than 4 KiB refuses the write
     itself with EINVAL: the restore goes on buffered instead of failing."""
-    _require_o_direct(tmp_path)
-    src, key, crc = _uploaded(store, tmp_path)
+    src, key, crc = _uploaded(store, direct_dir)
     real_pwrite = os.pwrite
     refused: list[int] = []
 
@@ -128,7 +146,7 @@ def test_a_refused_direct_write_falls_back_to_the_cache(
         return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(download.os, "pwrite", pwrite_wanting_bigger_blocks)
-    dest = tmp_path / "back.bin"
+    dest = direct_dir / "back.bin"
     written = _download(store, key, dest, SIZE, crc)
     assert dest.read_bytes() == src.read_bytes()
     assert refused, "the direct descriptor was never tried"
