@@ -149,9 +149,10 @@ class _Target:
             os.close(self.fd)
             raise
 
-    def write(self, view: memoryview, off: int) -> None:
-        """Write all of `view` at `off`: the block-aligned part directly, the rest through the cache.
-        `view` must lie in a page-aligned buffer (the direct path DMAs from it)."""
+    def write(self, view: memoryview, off: int) -> int:
+        """Write all of `view` at `off`: the block-aligned part directly, the rest through the cache;
+        return the bytes that went through the cache. `view` must lie in a page-aligned buffer (the
+        direct path DMAs from it)."""
         n = len(view)
         aligned = n - n % DIRECT_ALIGN if self.direct and off % DIRECT_ALIGN == 0 else 0
         pos = 0
@@ -169,6 +170,7 @@ class _Target:
         with self._lock:
             self.written.direct += direct
             self.written.buffered += n - direct
+        return n - direct
 
     def close(self) -> None:
         if self.dfd >= 0:
@@ -298,7 +300,7 @@ def _fetch_once(req: DownloadRequest, target: _Target, buf: memoryview, r: _Rang
     read_into, finish = _body_reader(body)
     crc = 0
     off = r.start
-    buffered_before = target.written.buffered
+    buffered = 0
     try:
         while off < r.end:
             # Fill the whole chunk before writing it: a direct write wants whole blocks, and the
@@ -311,7 +313,7 @@ def _fetch_once(req: DownloadRequest, target: _Target, buf: memoryview, r: _Rang
                 break
             view = buf[:got]
             crc = crc32c_update(view, crc)
-            target.write(view, off)
+            buffered += target.write(view, off)
             off += got
             if got < want:
                 break
@@ -323,7 +325,7 @@ def _fetch_once(req: DownloadRequest, target: _Target, buf: memoryview, r: _Rang
         raise TransientStoreError(
             f"downloading s3://{req.bucket}/{req.key}: range {r.start}-{r.end - 1} ended early at byte {off}"
         )
-    if target.written.buffered != buffered_before:  # approximate under concurrency: it only saves a call
+    if buffered:  # direct writes left nothing for the kernel to write back
         _start_writeback(target.fd, r.start, r.end - r.start)
     if req.progress and r.end > r.start:
         req.progress(r.end - r.start)

@@ -313,7 +313,14 @@ class S3Store:
     def download_file(
         self, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None = None
     ) -> None:
-        req = download.DownloadRequest(
+        download.download_file(self.download_request(key, dest, size=size, crc32c=crc32c, progress=progress))
+
+    def download_request(
+        self, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None = None
+    ) -> download.DownloadRequest:
+        """What download_file hands to ckptvault.store.download: this store's client, part size,
+        shared connection budget and direct-I/O setting."""
+        return download.DownloadRequest(
             client=self.client,
             bucket=self.bucket,
             key=key,
@@ -326,7 +333,6 @@ class S3Store:
             endpoint=self.endpoint,
             direct_io=self.cfg.direct_io,
         )
-        download.download_file(req)
 
     def delete(self, key: str) -> None:
         try:

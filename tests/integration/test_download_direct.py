@@ -7,6 +7,7 @@ cannot exercise it fails, it is not skipped."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import os
@@ -78,21 +79,8 @@ def _uploaded(store: S3Store, tmp_path: Path, size: int = SIZE) -> tuple[Path, s
 
 
 def _download(store: S3Store, key: str, dest: Path, size: int, crc: str, direct_io: bool = True) -> download.Written:
-    return download.download_file(
-        download.DownloadRequest(
-            client=store.client,
-            bucket=store.bucket,
-            key=key,
-            dest=dest,
-            size=size,
-            crc32c=crc,
-            part_size=store.transfer.part_size,
-            connections=store.download_connections,
-            progress=None,
-            endpoint=store.endpoint,
-            direct_io=direct_io,
-        )
-    )
+    req = store.download_request(key, dest, size=size, crc32c=crc)
+    return download.download_file(dataclasses.replace(req, direct_io=direct_io))
 
 
 def test_whole_blocks_are_written_direct_and_the_tail_through_the_cache(store: S3Store, direct_dir: Path) -> None:
