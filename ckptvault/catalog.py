@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_step_dir
@@ -113,14 +114,30 @@ _FIELDS = [f.name for f in fields(Event)]
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Event) if f.name not in ("run", "step", "event", "at")}
 
 
+# Up to this many rows a table is built by pyarrow's JSON reader; more go through Python lists.
+_JSON_ROWS = 10_000
+
+
 def _table(events: Sequence[Event], origins: Sequence[tuple[str, int]] | None = None) -> pa.Table:
-    cols = {name: [getattr(e, name) for e in events] for name in _FIELDS}
     schema = _SCHEMA
+    rows: list[dict[str, Any]] = [{name: getattr(e, name) for name in _FIELDS} for e in events]
     if origins is not None:
-        cols[_ORIGIN] = [o for o, _ in origins]
-        cols[_ROW] = [r for _, r in origins]
         schema = schema.append(pa.field(_ORIGIN, pa.string())).append(pa.field(_ROW, pa.int64()))
-    return pa.Table.from_pydict(cols, schema=schema)
+        for row, (origin, i) in zip(rows, origins, strict=True):
+            row[_ORIGIN], row[_ROW] = origin, i
+    if not rows:
+        return schema.empty_table()
+    if len(rows) > _JSON_ROWS:
+        return pa.Table.from_pylist(rows, schema=schema)
+    # The few events a flow records are parsed by pyarrow's JSON reader against the fixed schema:
+    # converting Python lists (from_pylist, pa.array) makes pyarrow import pandas (~0.2 s) to ask
+    # whether they are pandas objects, in every process that records an event. For a compaction's
+    # many rows that import is small against the conversion, which JSON makes ~8x slower.
+    # allow_nan=False: a NaN timestamp fails here, by name, not in a file other readers choke on.
+    text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows).encode()
+    parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+    read = pa_json.ReadOptions(block_size=max(1 << 20, len(text)))  # one block: no row straddles two
+    return pa_json.read_json(pa.BufferReader(text), read_options=read, parse_options=parse).cast(schema)
 
 
 def _to_bytes(table: pa.Table) -> bytes:

@@ -11,8 +11,10 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from ckptvault.config import Config, ConfigError, check_sources, load_config
+from ckptvault_cli import process
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -75,13 +77,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ckptvault.outcomes import IngestIncomplete
     from flows.ingest import ingest
 
+    process.imports_done()
     if args.dask_workers:
         from flows.runners import dask_task_runner
 
         # worker processes report to a Prefect server; without one, threads in this process
         runner = dask_task_runner(args.dask_workers, processes=bool(os.environ.get("PREFECT_API_URL")))
         ingest = ingest.with_options(task_runner=runner)  # type: ignore[arg-type]
-    state = ingest(config_path=cfg_path, return_state=True)
+    with process.flow_settings():
+        state = ingest(config_path=cfg_path, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, IngestIncomplete):
         _print_outcomes(result.outcomes)
@@ -139,17 +143,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
     _start_prefect_note()
     from flows.restore import restore
 
-    state = restore(
-        run=args.run,
-        dest=args.dest,
-        step=args.step,
-        tier=args.tier,
-        wait=not args.no_wait,
-        force=args.force,
-        wait_hours=args.wait_hours,
-        config_path=args.config,
-        return_state=True,
-    )
+    process.imports_done()
+    with process.flow_settings():
+        state = restore(
+            run=args.run,
+            dest=args.dest,
+            step=args.step,
+            tier=args.tier,
+            wait=not args.no_wait,
+            force=args.force,
+            wait_hours=args.wait_hours,
+            config_path=args.config,
+            return_state=True,
+        )
     result = state.result(raise_on_failure=False)
     if isinstance(result, BaseException):
         _say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
@@ -182,7 +188,9 @@ def cmd_drill(args: argparse.Namespace) -> int:
     from ckptvault.outcomes import DrillFailed
     from flows.drill import drill
 
-    state = drill(sample=args.sample, tier=args.tier, config_path=args.config, return_state=True)
+    process.imports_done()
+    with process.flow_settings():
+        state = drill(sample=args.sample, tier=args.tier, config_path=args.config, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, DrillFailed):
         _say(str(result))
@@ -220,7 +228,9 @@ def cmd_tier(args: argparse.Namespace) -> int:
     _start_prefect_note()
     from flows.tier import tier
 
-    state = tier(apply=args.apply, config_path=args.config, return_state=True)
+    process.imports_done()
+    with process.flow_settings():
+        state = tier(apply=args.apply, config_path=args.config, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, BaseException):
         _say(f"tier failed: {result}")
@@ -235,7 +245,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     _start_prefect_note()
     from flows.watch import watch
 
-    state = watch(config_path=args.config, return_state=True)
+    process.imports_done()
+    with process.flow_settings():
+        state = watch(config_path=args.config, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, BaseException):
         _say(f"watch failed: {result}")
@@ -273,6 +285,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _quiet_prefect_env()
     from deployments.serve import serve_all
 
+    process.imports_done()  # a long-lived process from here on: collection back on
     serve_all(cfg_path)
     return EXIT_OK
 
@@ -355,5 +368,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> NoReturn:
+    """The console-script entry (`ckptvault`): `main` in a process that ends with it."""
+    process.begin_one_shot()
+    rc = main()
+    process.end_one_shot()
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -1,0 +1,79 @@
+"""The one-shot process settings of the `ckptvault` command line (ckptvault_cli/process.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from prefect.settings import get_current_settings
+
+from ckptvault_cli import process
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_flow_settings_turn_heartbeats_off_and_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in process.HEARTBEAT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    before = get_current_settings().flows.heartbeat_frequency
+    assert before is not None, "Prefect's default emits heartbeats; this test needs that default"
+    with process.flow_settings():
+        assert get_current_settings().flows.heartbeat_frequency is None
+    assert get_current_settings().flows.heartbeat_frequency == before
+
+
+@pytest.mark.parametrize("name", process.HEARTBEAT_VARS)
+def test_flow_settings_keep_heartbeats_the_operator_asked_for(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "60")
+    before = get_current_settings().flows.heartbeat_frequency
+    with process.flow_settings():
+        assert get_current_settings().flows.heartbeat_frequency == before
+        assert before is not None
+
+
+def _child(code: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_one_shot_collects_nothing_during_imports_then_freezes_them() -> None:
+    got = _child(
+        "import gc\n"
+        "from ckptvault_cli import process\n"
+        "process.begin_one_shot()\n"
+        "off = not gc.isenabled()\n"
+        "import flows.restore\n"
+        "process.imports_done()\n"
+        "print(off, gc.isenabled(), gc.get_freeze_count() > 100_000)\n"
+    )
+    assert got == "True True True"
+
+
+def test_in_process_callers_keep_their_collector() -> None:
+    # Tests and other long-lived callers run `main` without `run`: imports_done changes nothing.
+    got = _child(
+        "import gc\n"
+        "from ckptvault_cli import process\n"
+        "process.imports_done(); process.end_one_shot()\n"
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    assert got == "True 0"
+
+
+def test_console_entry_exits_with_the_command_code(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    out = subprocess.run(
+        [sys.executable, "-c", "from ckptvault_cli.main import run; run()", "--config", str(missing), "ls"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 2, out.stderr
+    assert str(missing) in out.stderr
