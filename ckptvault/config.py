@@ -42,6 +42,10 @@ class StoreConfig(_Strict):
     # Restores write around the page cache (O_DIRECT) where the filesystem allows it: less CPU, and a
     # restore does not push out pages other jobs are using. Off: every write goes through the cache.
     direct_io: bool = True
+    # SHA-256 of every request body in its SigV4 signature: "auto" only over plain HTTP, where it is
+    # the sole guard against a body changed on the way (TLS guards it otherwise, and CRC32C checks
+    # every byte against corruption either way); "always" also over TLS; "never" not even over HTTP.
+    sign_payload: Literal["auto", "always", "never"] = "auto"
 
     @model_validator(mode="after")
     def _budget_holds_a_part(self) -> StoreConfig:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,3 +50,14 @@ def crc32c_b64(path: Path) -> str:
         while chunk := f.read(8 << 20):
             value = crc32c.crc32c(chunk, value)
     return base64.b64encode(value.to_bytes(4, "big")).decode()
+
+
+def self_signed_cert(tmp_path: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key (for a TLS front on loopback), as file paths."""
+    cert, key = tmp_path / "ca.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return str(cert), str(key)

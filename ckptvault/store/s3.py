@@ -6,6 +6,8 @@ Client settings and why:
   otherwise sends aws-chunked CRC trailers that several servers reject (Ceph Pacific over HTTPS).
   We send our own precomputed x-amz-checksum-crc32c where the server validates it (no awscrt needed).
 - standard retry mode, 5 attempts: botocore retries throttling, 5xx and connection errors itself.
+- payload signing per [store] sign_payload (signs_payload): by default bodies are hashed into the
+  signature over plain HTTP only, as the AWS SDKs do.
 - path-style addressing with a custom endpoint: local and on-prem servers rarely have wildcard DNS.
 - credentials from boto3's standard chain only (environment, profile, role); never from our config.
 """
@@ -61,7 +63,16 @@ def transfer_config(cfg: StoreConfig) -> TransferConfig:
     )
 
 
-def make_client(cfg: StoreConfig, max_pool: int, *, attempts: int = 5, connect_timeout: float = 10) -> S3Client:
+def make_client(
+    cfg: StoreConfig,
+    max_pool: int,
+    *,
+    attempts: int = 5,
+    connect_timeout: float = 10,
+    sign_payload: bool | None = None,
+) -> S3Client:
+    """A client for `cfg`; `sign_payload` None follows [store] sign_payload (signs_payload)."""
+    signed = signs_payload(cfg) if sign_payload is None else sign_payload
     botocfg = BotoConfig(
         region_name=cfg.region,
         request_checksum_calculation="when_required",
@@ -70,7 +81,10 @@ def make_client(cfg: StoreConfig, max_pool: int, *, attempts: int = 5, connect_t
         max_pool_connections=max_pool,
         connect_timeout=connect_timeout,
         read_timeout=120,
-        s3={"addressing_style": "path"} if cfg.endpoint_url else {},
+        s3={
+            "payload_signing_enabled": signed,
+            **({"addressing_style": "path"} if cfg.endpoint_url else {}),
+        },
     )
     verify: bool | str = cfg.ca_bundle if cfg.ca_bundle else cfg.verify_tls
     # A fresh session per client, so each resolves credentials anew (tests and long-lived workers
@@ -82,6 +96,18 @@ def make_client(cfg: StoreConfig, max_pool: int, *, attempts: int = 5, connect_t
     session.register_component("data_loader", _shared_loader())
     client = session.create_client("s3", endpoint_url=cfg.endpoint_url, verify=verify, config=botocfg)
     return cast("S3Client", client)  # the same class boto3.client("s3") builds, minus boto3's add-ons
+
+
+def signs_payload(cfg: StoreConfig) -> bool:
+    """Whether request bodies are SHA-256 hashed into their signatures ([store] sign_payload).
+
+    botocore decides this itself only when a Content-MD5 or a checksum it computed is present, and
+    we send our own precomputed CRC32C: left alone, it would hash every byte even over TLS (~0.5 CPU
+    s/GB, one more pass over each part). "auto" follows the AWS SDKs' rule: unsigned over HTTPS,
+    signed over plain HTTP. No endpoint means AWS, over HTTPS."""
+    if cfg.sign_payload != "auto":
+        return cfg.sign_payload == "always"
+    return urllib.parse.urlsplit(cfg.endpoint_url or "https://s3.amazonaws.com").scheme != "https"
 
 
 _loader: Any = None
@@ -110,6 +136,7 @@ class S3Store:
         # their ranges (download_connections): a smaller connection pool would drop and reopen
         # connections under load.
         self.client: S3Client = client or make_client(cfg, self.download_connections + 2)
+        self._signing: S3Client | None = None
         self._caps: Capabilities | None = None
         self._caps_lock = threading.Lock()
         self._kind: str | None = None if cfg.kind == "auto" else cfg.kind
@@ -122,13 +149,14 @@ class S3Store:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        del state["client"], state["_caps_lock"]
+        del state["client"], state["_caps_lock"], state["_signing"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._caps_lock = threading.Lock()
         self.client = make_client(self.cfg, self.download_connections + 2)
+        self._signing = None
 
     @property
     def download_connections(self) -> int:
@@ -154,14 +182,28 @@ class S3Store:
             self._kind = kind_from_headers(resp["ResponseMetadata"].get("HTTPHeaders", {}), self.endpoint)
         return self._kind
 
-    def capabilities(self) -> Capabilities:
+    def _signing_client(self) -> S3Client:
+        """For the requests whose (small) bodies stay signed whatever [store] sign_payload says: Ceph
+        RGW 16 refuses an unsigned RestoreObject as a malformed browser upload (InvalidArgument,
+        "Request Content-Type is not multipart/form-data"). Every other request, data or control,
+        takes an unsigned payload on every server we test."""
+        if signs_payload(self.cfg):
+            return self.client
         with self._caps_lock:
-            if self._caps is None:
-                prefix = f"{self.cfg.prefix}/{PROBE_DIR}" if self.cfg.prefix else PROBE_DIR
-                self._caps = detect_capabilities(
-                    self.client, self.bucket, prefix, kind=self.kind(), endpoint=self.endpoint
-                )
-            return self._caps
+            if self._signing is None:
+                self._signing = make_client(self.cfg, 2, sign_payload=True)
+            return self._signing
+
+    def capabilities(self) -> Capabilities:
+        if self._caps is None:
+            signing = self._signing_client()  # the probe asks RestoreObject too
+            with self._caps_lock:
+                if self._caps is None:
+                    prefix = f"{self.cfg.prefix}/{PROBE_DIR}" if self.cfg.prefix else PROBE_DIR
+                    self._caps = detect_capabilities(
+                        signing, self.bucket, prefix, kind=self.kind(), endpoint=self.endpoint
+                    )
+        return self._caps
 
     def check_bucket(self) -> None:
         # A client that fails fast: an operator running `ckptvault check` against a dead endpoint
@@ -384,7 +426,7 @@ class S3Store:
         if info.archive_status is None:
             request["Days"] = days  # Intelligent-Tiering archive tiers refuse Days
         try:
-            resp = self.client.restore_object(Bucket=self.bucket, Key=key, RestoreRequest=request)
+            resp = self._signing_client().restore_object(Bucket=self.bucket, Key=key, RestoreRequest=request)
         except ClientError as e:
             if error_code(e) == "RestoreAlreadyInProgress":
                 return "in_progress"

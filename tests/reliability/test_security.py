@@ -5,7 +5,6 @@ the catalog can be rebuilt from the manifests alone."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ckptvault.store.s3 import S3Store, make_client
 from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
 from tests.faultproxy import FaultProxy
-from tests.helpers import write_config
+from tests.helpers import self_signed_cert, write_config
 from tests.reliability.conftest import MiB, all_keys, cli_env, run_cli
 
 SLACK_TOKEN = "xoxb-424242424242-1313131313131-ckvSecretSlackTokenDoNotLeak"
@@ -91,16 +90,6 @@ def test_tls_verification_is_on_by_default_with_a_ca_bundle_option(tmp_path: Pat
     assert verify(verify_tls=False) is False
 
 
-def _self_signed(tmp_path: Path) -> tuple[str, str]:
-    cert, key = tmp_path / "ca.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return str(cert), str(key)
-
-
 def test_tls_endpoint_with_an_unknown_ca_is_refused_and_the_ca_bundle_fixes_it(
     seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -110,7 +99,7 @@ def test_tls_endpoint_with_an_unknown_ca_is_refused_and_the_ca_bundle_fixes_it(
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)
     bucket = bucket_factory(seaweedfs)
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     with FaultProxy(seaweedfs.url, tls=(cert, key)) as front:
         base = f'[store]\nbucket = "{bucket}"\nendpoint_url = "{front.url}"\n'
         cfg = tmp_path / "c.toml"
