@@ -372,8 +372,7 @@ class Bench:
         self.upload_tools: tuple[str, ...] = UPLOAD_TOOLS
         self.download_tools: tuple[str, ...] = DOWNLOAD_TOOLS
         if args.tuned:
-            part, conc = (int(x) for x in args.tuned.split(","))
-            self.tuned_toml = f"part_size_mb = {part}\nmax_concurrency = {conc}\n"
+            self.tuned_toml = tuned_toml(args.tuned)
             self.upload_tools = (*UPLOAD_TOOLS[:2], "ckptvault-lib-tuned", *UPLOAD_TOOLS[2:])
             self.download_tools = (*DOWNLOAD_TOOLS[:2], "ckptvault-lib-tuned", *DOWNLOAD_TOOLS[2:])
 
@@ -899,7 +898,7 @@ def render(res: dict[str, Any]) -> str:
         name = {
             "ckptvault": "ckptvault ingest" if op == "upload" else "ckptvault restore",
             "ckptvault-lib": "ckptvault data path (library)",
-            "ckptvault-lib-tuned": f"ckptvault data path, {meta['args'].get('tuned')} (MiB,conc)",
+            "ckptvault-lib-tuned": f"ckptvault data path, {_tuned_label(meta['args'].get('tuned', ''))}",
         }.get(tool, tool)
 
         def f(v: Any, fmt: str) -> str:
@@ -962,6 +961,18 @@ def render(res: dict[str, Any]) -> str:
     for n in res.get("notes", []):
         lines.append(f"- note: {n}")
     return "\n".join(lines)
+
+
+def _tuned_label(spec: str) -> str:
+    return f"{spec} (MiB,conc)" if "=" not in spec else f"`{spec}`"
+
+
+def tuned_toml(spec: str) -> str:
+    """`--tuned`: "PART_MB,CONC" (the old short form) or [store] TOML lines separated by ';'."""
+    if "=" not in spec:
+        part, conc = (int(x) for x in spec.split(","))
+        return f"part_size_mb = {part}\nmax_concurrency = {conc}\n"
+    return "".join(line.strip() + "\n" for line in spec.split(";") if line.strip())
 
 
 def _version(cmd: Sequence[str]) -> str:
@@ -1041,8 +1052,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--tuned",
         default="",
-        metavar="PART_MB,CONC",
-        help="also measure the library data path with [store] part_size_mb,max_concurrency (e.g. 16,8)",
+        metavar="SPEC",
+        help="also measure the library data path with other [store] settings: PART_MB,CONC (e.g. 16,8) "
+        "or TOML lines separated by ';' (e.g. 'sign_payload = \"never\"')",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: 512 MiB, 1 GiB big, 1,000 dirs, 1 rep")
     p.add_argument("--scratch", type=Path, default=BENCH / ".scratch", help="bench data (deleted at the end)")
