@@ -25,7 +25,9 @@ _one_shot: list[bool] = []
 
 def begin_one_shot() -> None:
     """Called once by the console-script entry, never by code that calls `main` in a longer-lived
-    process (tests): collection stays off until the flow's modules are imported."""
+    process (tests): collection stays off until the flow's modules are imported, and for the whole of
+    a command that runs no flow (ls, plan, accept, catalog: short, and they build no reference cycles
+    worth collecting)."""
     _one_shot.append(True)
     gc.disable()
 

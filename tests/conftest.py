@@ -33,6 +33,12 @@ _PREFECT_HOME = tempfile.mkdtemp(prefix="ckptvault-prefect-")
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ.pop("PREFECT_API_URL", None)
 
+# Prefect sets up its logging the first time `prefect.flow` is imported, and its console handler keeps the
+# sys.stderr of that moment. Imported first inside a test that uses capsys (tests/flows/test_cli.py run
+# on its own), the handler keeps that test's capture stream, which is closed when the test ends, and
+# every later test's flow logs fail on it. Here, sys.stderr is pytest's session-wide capture.
+import prefect.main  # noqa: E402, F401
+
 from tests import servers  # noqa: E402  (after the environment above is set)
 from tests.servers import S3Endpoint  # noqa: E402
 
