@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix, safe_relpath
-from ckptvault.store import ObjectFrozenError, ObjectStore, StoreError
+from ckptvault.store import ObjectFrozenError, ObjectStore, StoreError, lifecycle
 
 TIER_TAG = "ckptvault-tier"
 MILESTONE_TAG = "ckptvault-milestone"
@@ -143,7 +143,7 @@ def lifecycle_rules(prefix: str, classes: Mapping[str, str], tiers: Sequence[str
             continue
         rules.append(
             {
-                "ID": f"ckptvault-tier-{tier}",
+                "ID": lifecycle.rule_id(f"tier-{tier}", prefix),
                 "Status": "Enabled",
                 "Filter": {
                     "And": {
@@ -176,10 +176,11 @@ def tag_for_server(store: ObjectStore, prefix: str, manifest: Manifest, tier: st
 
 
 def install_lifecycle(store: ObjectStore, rules: Sequence[dict[str, Any]]) -> int:
-    """Merge our rules into the bucket's lifecycle configuration; rules of others are kept."""
-    ours = {r["ID"] for r in rules}
+    """Merge our rules into the bucket's lifecycle configuration; rules of others (other prefixes'
+    included) are kept, and a rule an older version wrote for this prefix under the plain ID is
+    replaced."""
     try:
-        existing = [r for r in store.get_lifecycle() if r.get("ID") not in ours]
+        existing = [have for have in store.get_lifecycle() if not any(lifecycle.replaced_by(have, r) for r in rules)]
     except StoreError as e:
         raise TieringError(f"cannot read the bucket lifecycle configuration: {e}") from None
     store.put_lifecycle([*existing, *rules])

@@ -4,7 +4,7 @@ Only this package imports boto3/botocore.
 """
 
 from ckptvault.store.port import (
-    ABORT_MPU_RULE_ID,
+    ABORT_MPU_RULE_NAME,
     ARCHIVE_CLASSES,
     Capabilities,
     ChecksumMismatchError,
@@ -23,7 +23,7 @@ from ckptvault.store.port import (
 from ckptvault.store.s3 import S3Store, ensure_bucket, open_store, transfer_config
 
 __all__ = [
-    "ABORT_MPU_RULE_ID",
+    "ABORT_MPU_RULE_NAME",
     "ARCHIVE_CLASSES",
     "Capabilities",
     "ChecksumMismatchError",

@@ -46,7 +46,9 @@ class ObjectFrozenError(StoreError):
 ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})
 
 RestoreState = Literal["requested", "in_progress", "restored", "not_needed"]
-ABORT_MPU_RULE_ID = "ckptvault-abort-incomplete-mpu"
+# The bucket lifecycle rule aborting incomplete multipart uploads; its ID under a store prefix is
+# lifecycle.rule_id(ABORT_MPU_RULE_NAME, prefix).
+ABORT_MPU_RULE_NAME = "abort-incomplete-mpu"
 
 
 @dataclass(frozen=True)
@@ -251,7 +253,9 @@ class ObjectStore(Protocol):
         ...
 
     def ensure_abort_incomplete_mpu_rule(self, days: int = 1) -> bool:
-        """Merge a rule (ID ABORT_MPU_RULE_ID) aborting incomplete multipart uploads under the store's
-        prefix after `days` into the existing lifecycle rules, keeping every other rule. Returns True
-        if it changed the configuration. Read-modify-write: not atomic against another writer."""
+        """Merge a rule aborting incomplete multipart uploads under the store's prefix after `days` into
+        the existing lifecycle rules, keeping every other rule, other prefixes' included (its ID is
+        lifecycle.rule_id(ABORT_MPU_RULE_NAME, prefix); the plain ID an older version wrote for this
+        prefix is replaced). Returns True if it changed the configuration. Read-modify-write: not
+        atomic against another writer."""
         ...

@@ -28,10 +28,10 @@ from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
-from ckptvault.store import download, upload
+from ckptvault.store import download, lifecycle, upload
 from ckptvault.store.errors import error_code, http_status, translate
 from ckptvault.store.port import (
-    ABORT_MPU_RULE_ID,
+    ABORT_MPU_RULE_NAME,
     ARCHIVE_CLASSES,
     Capabilities,
     ChecksumMismatchError,
@@ -483,23 +483,22 @@ class S3Store:
         # legacy top-level Prefix (which Ceph returns) with Filter.
         legacy = any("Prefix" in r and "Filter" not in r for r in rules)
         rule: dict[str, Any] = {
-            "ID": ABORT_MPU_RULE_ID,
+            "ID": lifecycle.rule_id(ABORT_MPU_RULE_NAME, self.cfg.prefix),
             "Status": "Enabled",
             **({"Prefix": prefix} if legacy else {"Filter": {"Prefix": prefix}}),
             "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": days},
         }
-        mine = [r for r in rules if r.get("ID") == ABORT_MPU_RULE_ID]
-        if mine and _same_rule(mine[0], rule):  # already in place: do not rewrite the bucket config
-            return False
-        self.put_lifecycle([r for r in rules if r.get("ID") != ABORT_MPU_RULE_ID] + [rule])
+        mine = [r for r in rules if lifecycle.replaced_by(r, rule)]
+        if len(mine) == 1 and mine[0].get("ID") == rule["ID"] and _same_rule(mine[0], rule):
+            return False  # already in place: do not rewrite the bucket config
+        self.put_lifecycle([r for r in rules if r not in mine] + [rule])
         return True
 
 
 def _same_rule(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
-    prefix = have.get("Filter", {}).get("Prefix", have.get("Prefix", ""))
     return bool(
         have.get("Status") == want["Status"]
-        and prefix == want.get("Filter", want).get("Prefix")
+        and lifecycle.rule_prefix(have) == lifecycle.rule_prefix(want)
         and have.get("AbortIncompleteMultipartUpload") == want["AbortIncompleteMultipartUpload"]
     )
 

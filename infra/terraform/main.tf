@@ -7,8 +7,10 @@ locals {
   key_prefix = var.prefix == "" ? "" : "${var.prefix}/"
   kms        = var.sse_kms_key_arn != null
 
-  # ABORT_MPU_RULE_ID and the tier rule IDs of ckptvault (ckptvault/store/port.py, ckptvault/tiering.py)
-  abort_mpu_rule_id = "ckptvault-abort-incomplete-mpu"
+  # The lifecycle rule IDs of ckptvault carry the prefix they cover (ckptvault/store/lifecycle.py rule_id),
+  # so that stores under different prefixes of one bucket keep their own rules.
+  rule_suffix       = var.prefix == "" ? "" : "-${var.prefix}"
+  abort_mpu_rule_id = "ckptvault-abort-incomplete-mpu${local.rule_suffix}"
 }
 
 resource "aws_s3_bucket" "checkpoints" {
@@ -114,7 +116,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "checkpoints" {
   dynamic "rule" {
     for_each = var.enable_tier_lifecycle ? var.tier_transitions : {}
     content {
-      id     = "ckptvault-tier-${rule.key}"
+      id     = "ckptvault-tier-${rule.key}${local.rule_suffix}"
       status = "Enabled"
       filter {
         and {

@@ -30,7 +30,7 @@ variable "sse_kms_key_arn" {
 }
 
 variable "abort_incomplete_multipart_days" {
-  description = "Abort multipart uploads left incomplete (a crashed ingest) after this many days. The rule has the ID ckptvault-abort-incomplete-mpu, the one the ingest flow checks for, so the flow finds it in place and does not rewrite the lifecycle configuration."
+  description = "Abort multipart uploads left incomplete (a crashed ingest) after this many days. The rule has the ID ckptvault-abort-incomplete-mpu-<prefix> (without a prefix: ckptvault-abort-incomplete-mpu), the one the ingest flow checks for, so the flow finds it in place and does not rewrite the lifecycle configuration."
   type        = number
   default     = 1
 }
@@ -42,7 +42,7 @@ variable "noncurrent_version_expiration_days" {
 }
 
 variable "enable_tier_lifecycle" {
-  description = "Declare the tier transition rules (objects tagged ckptvault-tier=<tier> move to that tier's class) here rather than letting `tier` install them ([policy] apply_mode = \"server\" or \"both\"). Same rule IDs as the flow's (ckptvault-tier-<tier>)."
+  description = "Declare the tier transition rules (objects tagged ckptvault-tier=<tier> move to that tier's class) here rather than letting `tier` install them ([policy] apply_mode = \"server\" or \"both\"). Same rule IDs as the flow's (ckptvault-tier-<tier>-<prefix>)."
   type        = bool
   default     = false
 }

@@ -99,7 +99,7 @@ def test_server_mode_lets_cephs_lifecycle_engine_move_tagged_objects(
     client = ceph.client()
     rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     ids = {r["ID"] for r in rules}
-    assert "ckptvault-tier-cold" in ids and "ckptvault-abort-incomplete-mpu" in ids
+    assert "ckptvault-tier-cold-t" in ids and "ckptvault-abort-incomplete-mpu-t" in ids
     old = checkpoint_prefix("t", "r", 10)
     key = next(k for k in _classes(client, bucket, old) if k.endswith(".safetensors"))
     tags = {t["Key"]: t["Value"] for t in client.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]}

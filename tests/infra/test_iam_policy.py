@@ -297,14 +297,18 @@ def test_list_bucket_is_limited_to_the_prefix() -> None:
 def test_the_bucket_lifecycle_rules_match_the_code() -> None:
     """Terraform owns the lifecycle configuration; its rules must be the ones the flows look for, or the
     ingest flow rewrites the configuration on every pass (and Terraform reverts it)."""
-    from ckptvault.store import ABORT_MPU_RULE_ID
+    from ckptvault.store import ABORT_MPU_RULE_NAME
+    from ckptvault.store.lifecycle import rule_id
     from ckptvault.tiering import TIER_TAG, lifecycle_rules
 
     main = (TERRAFORM / "main.tf").read_text()
-    assert f'abort_mpu_rule_id = "{ABORT_MPU_RULE_ID}"' in main
-    assert '"ckptvault-tier-${rule.key}"' in main and f'"{TIER_TAG}" = rule.key' in main
+    # Terraform's IDs are rule_id's: "ckptvault-<name>" plus "-<prefix>" when there is a prefix
+    assert 'rule_suffix       = var.prefix == "" ? "" : "-${var.prefix}"' in main
+    assert f'abort_mpu_rule_id = "{rule_id(ABORT_MPU_RULE_NAME, "")}${{local.rule_suffix}}"' in main
+    assert rule_id(ABORT_MPU_RULE_NAME, "prod") == rule_id(ABORT_MPU_RULE_NAME, "") + "-prod"
+    assert '"ckptvault-tier-${rule.key}${local.rule_suffix}"' in main and f'"{TIER_TAG}" = rule.key' in main
     (rule,) = lifecycle_rules("prod", {"cold": "GLACIER"}, ["cold"])
-    assert rule["ID"] == "ckptvault-tier-cold"
+    assert rule["ID"] == "ckptvault-tier-cold-prod"
     assert rule["Filter"]["And"]["Tags"] == [{"Key": TIER_TAG, "Value": "cold"}]
     assert rule["Filter"]["And"]["Prefix"] == "prod/"
     for setting in ("versioning_configuration", "block_public_acls", "restrict_public_buckets", "aws:kms"):

@@ -28,7 +28,7 @@ from ckptvault.checksum import (
 )
 from ckptvault.config import StoreConfig
 from ckptvault.store import (
-    ABORT_MPU_RULE_ID,
+    ABORT_MPU_RULE_NAME,
     ChecksumMismatchError,
     NotFoundError,
     ObjectFrozenError,
@@ -36,7 +36,9 @@ from ckptvault.store import (
     S3Store,
     StoreError,
 )
+from ckptvault.store.lifecycle import rule_id, rule_prefix
 from ckptvault.store.upload import copy_in_place
+from ckptvault.tiering import install_lifecycle, lifecycle_rules
 from tests.helpers import crc32c_b64
 
 MIB = 1024 * 1024
@@ -224,10 +226,36 @@ def test_abort_stale_uploads_and_lifecycle_rule_merge(store: S3Store, any_s3: An
     assert store.ensure_abort_incomplete_mpu_rule(days=1) is True
     assert store.ensure_abort_incomplete_mpu_rule(days=1) is False  # idempotent
     rules = {r["ID"]: r for r in store.get_lifecycle()}
-    assert set(rules) == {"users-own", ABORT_MPU_RULE_ID}  # merged, not overwritten
-    assert rules[ABORT_MPU_RULE_ID]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    ours = rule_id(ABORT_MPU_RULE_NAME, "")
+    assert set(rules) == {"users-own", ours}  # merged, not overwritten
+    assert rules[ours]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
     store.put_lifecycle([])
     assert store.get_lifecycle() == []
+
+
+def test_stores_under_different_prefixes_of_one_bucket_keep_their_own_rules(
+    any_s3: Any, bucket_factory: Callable[[Any], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = bucket_factory(any_s3)
+    prod, dev = (_store(any_s3, bucket, monkeypatch, prefix=p) for p in ("prod", "dev"))
+    # A rule an older version wrote for prod under the plain ID, and one it wrote for another prefix.
+    plain = rule_id(ABORT_MPU_RULE_NAME, "")
+    old = {"Status": "Enabled", "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 3}}
+    prod.put_lifecycle([{"ID": plain, "Filter": {"Prefix": "prod/"}, **old}])
+    assert prod.ensure_abort_incomplete_mpu_rule(days=1) is True
+    assert dev.ensure_abort_incomplete_mpu_rule(days=1) is True
+    assert prod.ensure_abort_incomplete_mpu_rule(days=1) is False  # dev's rule did not displace prod's
+    assert dev.ensure_abort_incomplete_mpu_rule(days=1) is False
+    covered = {r["ID"]: rule_prefix(r) for r in prod.get_lifecycle()}
+    assert covered == {rule_id(ABORT_MPU_RULE_NAME, "prod"): "prod/", rule_id(ABORT_MPU_RULE_NAME, "dev"): "dev/"}
+    if any_s3.kind == "seaweedfs":
+        return  # no transition rules there (PutBucketLifecycleConfiguration with tags: NotImplemented)
+    # tier rules too: dev's server-mode rules leave prod's in place
+    install_lifecycle(prod, lifecycle_rules("prod", {"cold": "GLACIER"}, ["cold"]))
+    install_lifecycle(dev, lifecycle_rules("dev", {"cold": "GLACIER"}, ["cold"]))
+    ids = {r["ID"] for r in dev.get_lifecycle()}
+    assert {"ckptvault-tier-cold-prod", "ckptvault-tier-cold-dev"} <= ids, ids
+    assert len(ids) == 4, ids
 
 
 def test_copy_storage_class_and_restore(store: S3Store, any_s3: Any, tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
 from ckptvault.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
-from ckptvault.store import ABORT_MPU_RULE_ID, open_store
+from ckptvault.store import ABORT_MPU_RULE_NAME, open_store
+from ckptvault.store.lifecycle import rule_id, rule_prefix
 from ckptvault.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy, FaultRates
 from tests.helpers import write_config
@@ -176,8 +177,11 @@ def test_ingest_killed_at_20_random_points_then_rerun(
 
     proxy.stop()
     rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    assert any(r["ID"] == ABORT_MPU_RULE_ID and r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"] == 1
-               for r in rules)  # fmt: skip
+    abort_rules = {r["ID"]: (rule_prefix(r), r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
+                   for r in rules if "AbortIncompleteMultipartUpload" in r}  # fmt: skip
+    # every prefix of the shared bucket keeps its own rule (one ID for all would cover only the last)
+    want = {rule_id(ABORT_MPU_RULE_NAME, f"k{i:02d}"): (f"k{i:02d}/", 1) for i in range(KILL_POINTS)}
+    assert want.items() <= abort_rules.items(), abort_rules
     print(
         f"\n[crash ingest] one ingest takes {duration:.1f} s, objects written from {first:.1f} s to {last:.1f} s; "
         f"{KILL_POINTS} SIGKILLs at offsets {offsets}; "
