@@ -133,7 +133,8 @@ def _table(events: Sequence[Event], origins: Sequence[tuple[str, int]] | None = 
     # converting Python lists (from_pylist, pa.array) makes pyarrow import pandas (~0.2 s) to ask
     # whether they are pandas objects, in every process that records an event. For a compaction's
     # many rows that import is small against the conversion, which JSON makes ~8x slower.
-    # allow_nan=False: a NaN timestamp fails here, by name, not in a file other readers choke on.
+    # Timestamps are never NaN (time.time(), file mtimes); allow_nan=False turns one into a ValueError
+    # here rather than a token the JSON reader would reject with a vaguer message.
     text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows).encode()
     parse = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
     read = pa_json.ReadOptions(block_size=max(1 << 20, len(text)))  # one block: no row straddles two

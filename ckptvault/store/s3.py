@@ -102,8 +102,8 @@ def signs_payload(cfg: StoreConfig) -> bool:
     """Whether request bodies are SHA-256 hashed into their signatures ([store] sign_payload).
 
     botocore decides this itself only when a Content-MD5 or a checksum it computed is present, and
-    we send our own precomputed CRC32C: left alone, it would hash every byte even over TLS (~0.5 CPU
-    s/GB, one more pass over each part). "auto" follows the AWS SDKs' rule: unsigned over HTTPS,
+    we send our own precomputed CRC32C: left alone, it would hash every byte even over TLS (~0.7 CPU
+    s/GB in `make bench`, one more pass over each part). "auto" follows the AWS SDKs' rule: unsigned over HTTPS,
     signed over plain HTTP. No endpoint means AWS, over HTTPS."""
     if cfg.sign_payload != "auto":
         return cfg.sign_payload == "always"
