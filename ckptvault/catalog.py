@@ -28,13 +28,16 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_step_dir
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
 from ckptvault.store.port import ObjectStore
 
 EVENT_KINDS = (
     "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
     "restore_requested", "restored", "drilled", "expired", "accepted", "warned",
+    "superseded", "transition_scheduled", "evict_skipped",
 )  # fmt: skip
+# A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
+LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
 CATALOG_DIR = "_catalog/events/"
 SCHEMA_TAG = b"ckptvault.catalog/1"
 _ORIGIN, _ROW = "_origin", "_row"
@@ -59,6 +62,7 @@ class Event:
     ok: bool | None = None  # drilled: passed or failed
     detail: str = ""  # JSON text: reasons, metrics, who/why for accepted, timings
     flow_run: str = ""  # Prefect flow run id; the library never imports prefect, callers pass it
+    save: int = 1  # which save of the step (1 in files written before saves existed)
 
     def __post_init__(self) -> None:
         if self.event not in EVENT_KINDS:
@@ -67,16 +71,18 @@ class Event:
             raise ValueError("event run must not be empty")
         if self.step < 0:
             raise ValueError(f"event step must be >= 0, got {self.step}")
+        if self.save < 1:
+            raise ValueError(f"event save must be >= 1, got {self.save}")
 
 
 @dataclass(frozen=True)
 class CheckpointState:
-    """The fold of one checkpoint's events in time order."""
+    """The fold of one checkpoint's (run, step, save) events in time order."""
 
     run: str
     step: int
     format: str
-    state: str  # the latest event kind
+    last_event: str  # the latest event kind; `state` is the lifecycle state derived from all of them
     bytes: int
     files: int
     storage_class: str
@@ -91,6 +97,43 @@ class CheckpointState:
     detail: str  # detail of the latest event
     # When the checkpoint entered its current storage class: minimum-duration charges count from here.
     class_since: float | None = None
+    save: int = 1
+    superseded: bool = False  # a later save of this step, or a restart before it, replaced this save
+    superseded_reason: str = ""
+    # Server apply mode: a lifecycle rule will move the objects; the class changes when observed.
+    scheduled_class: str = ""
+    scheduled_at: float | None = None  # when the rule takes effect (unix s)
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.run, self.step, self.save)
+
+    @property
+    def expired(self) -> bool:
+        return self.last_event == "expired"
+
+    @property
+    def suspect(self) -> bool:
+        """Verified, but its last drill failed: not trusted until a later drill passes."""
+        return self.verified and self.last_drill_ok is False
+
+    @property
+    def good(self) -> bool:
+        """What `restore latest` may pick: verified, not superseded, its last drill did not fail."""
+        return self.verified and not self.superseded and not self.suspect
+
+    @property
+    def state(self) -> str:
+        """The lifecycle state, one of LIFECYCLE_STATES: what the checkpoint *is*, not what last happened."""
+        if self.expired:
+            return "expired"
+        if self.verified:
+            if self.superseded:
+                return "superseded"
+            return "suspect" if self.suspect else "verified"
+        if self.last_event in ("invalid", "accepted"):
+            return self.last_event
+        return "pending"
 
 
 _SCHEMA = pa.schema(
@@ -107,6 +150,7 @@ _SCHEMA = pa.schema(
         ("ok", pa.bool_()),
         ("detail", pa.string()),
         ("flow_run", pa.string()),
+        ("save", pa.int64()),
     ],
     metadata={b"schema": SCHEMA_TAG},
 )
@@ -174,6 +218,7 @@ def _decode(data: bytes, origin: str) -> list[tuple[Event, str, int]]:
             kw[n] = kw[n] or ""
         for n in ("bytes", "files"):
             kw[n] = kw[n] or 0
+        kw["save"] = kw["save"] or 1
         try:
             ev = Event(**kw)
         except (ValueError, TypeError) as e:
@@ -211,9 +256,10 @@ def _metrics(detail: str) -> dict[str, float] | None:
 def _fold_one(events: Sequence[Event]) -> CheckpointState:
     first = events[0]
     s: dict[str, Any] = dict(
-        run=first.run, step=first.step, format="", state="", bytes=0, files=0, storage_class="",
+        run=first.run, step=first.step, format="", last_event="", bytes=0, files=0, storage_class="",
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
+        save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
     )  # fmt: skip
     for e in events:
         # Later events refine what is known; empty fields mean "not said", never "cleared".
@@ -244,17 +290,37 @@ def _fold_one(events: Sequence[Event]) -> CheckpointState:
             s["local_evicted"] = True
         elif e.event == "drilled":
             s["last_drill_at"], s["last_drill_ok"] = e.at, e.ok
-        s["state"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
+        elif e.event == "superseded":
+            s["superseded"], s["superseded_reason"] = True, _reason(e.detail)
+        s["last_event"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
     return CheckpointState(**s)
 
 
+def _reason(detail: str) -> str:
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return ""
+    return str(d.get("reason", "")) if isinstance(d, dict) else ""
+
+
 def fold(events: Iterable[Event]) -> list[CheckpointState]:
-    """Current state of every checkpoint, sorted by (run, step). Events must be in time order (as
-    `Catalog.events` returns them); a stable sort by `at` here keeps that order for equal times."""
-    groups: dict[tuple[str, int], list[Event]] = {}
+    """Current state of every checkpoint save, sorted by (run, step, save). Events must be in time
+    order (as `Catalog.events` returns them); a stable sort by `at` here keeps that order for equal times."""
+    groups: dict[tuple[str, int, int], list[Event]] = {}
     for e in sorted(events, key=lambda e: e.at):
-        groups.setdefault((e.run, e.step), []).append(e)
+        groups.setdefault((e.run, e.step, e.save), []).append(e)
     return [_fold_one(groups[k]) for k in sorted(groups)]
+
+
+def newest_saves(states: Iterable[CheckpointState]) -> dict[tuple[str, int], CheckpointState]:
+    """The newest save of each (run, step): what a step means when no save is named."""
+    out: dict[tuple[str, int], CheckpointState] = {}
+    for s in states:
+        cur = out.get((s.run, s.step))
+        if cur is None or s.save > cur.save:
+            out[(s.run, s.step)] = s
+    return out
 
 
 class Catalog:
@@ -330,7 +396,7 @@ class Catalog:
         manifests: list[tuple[str, float]] = []
         for o in self.store.list(root):
             rel = o.key[len(root) :].split("/")
-            if len(rel) < 3 or rel[0] == "_catalog" or parse_step_dir(rel[1]) is None:
+            if len(rel) < 3 or rel[0] == "_catalog" or parse_save_dir(rel[1]) is None:
                 continue
             ckpt = "/".join(rel[:2])
             if len(rel) == 3 and rel[2] == MANIFEST_NAME:
@@ -345,11 +411,12 @@ class Catalog:
                 m = Manifest.from_json(self.store.get_bytes(key), origin=key)
             except ManifestError as e:
                 # Unreadable manifest: the checkpoint does not exist for readers, but say so.
-                step = parse_step_dir(sdir) or 0
+                step, save = parse_save_dir(sdir) or (0, 1)
                 out.append(
                     Event(
                         run=run,
                         step=step,
+                        save=save,
                         event="invalid",
                         at=modified,
                         detail=json.dumps({"source": "rebuild_from_manifests", "reason": str(e)}),
@@ -361,7 +428,7 @@ class Catalog:
             cls = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counts else "STANDARD"
             detail = json.dumps({"source": "rebuild_from_manifests", "manifest": key, "metrics": m.metrics})
             out.append(Event(
-                run=m.run, step=m.step, event="verified", at=m.uploaded_at, format=m.format,
+                run=m.run, step=m.step, save=m.save, event="verified", at=m.uploaded_at, format=m.format,
                 bytes=m.total_bytes, files=len(m.files), storage_class=cls, created_at=m.created_at,
                 detail=detail,
             ))  # fmt: skip

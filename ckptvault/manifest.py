@@ -1,13 +1,18 @@
 """The per-checkpoint manifest: the unit of truth, and the commit marker of a checkpoint in the store.
 
-Object layout (docs/FORMAT.md): `<prefix>/<run>/step-<step:010d>/<relative path>`; the manifest is
-`.../step-<step:010d>/_MANIFEST.json`, written last. A checkpoint without it does not exist.
+Object layout (docs/FORMAT.md): a checkpoint is (run, step, save). Save 1 of a step lives at
+`<prefix>/<run>/step-<step:010d>/<relative path>` (the only layout before saves existed, so old
+buckets read as they are); save K >= 2, a re-save of the same step after a restart, at
+`<prefix>/<run>/step-<step:010d>.save-<K>/...`, a sibling prefix that never overlaps save 1's. The
+manifest is `_MANIFEST.json` under the save's prefix, written last. A checkpoint without it does not exist.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,12 +26,18 @@ class ManifestError(ValueError):
     """A manifest that cannot be trusted: unreadable, wrong schema, or an unsafe path."""
 
 
-def step_dir(step: int) -> str:
-    return f"step-{step:0{STEP_WIDTH}d}"
+FIRST_SAVE = 1
+_SAVE_SEP = ".save-"
 
 
-def checkpoint_prefix(prefix: str, run: str, step: int) -> str:
-    parts = [p for p in (prefix.strip("/"), run, step_dir(step)) if p]
+def step_dir(step: int, save: int = FIRST_SAVE) -> str:
+    """`step-0000000300` for save 1; `step-0000000300.save-2` for a re-save of the same step."""
+    base = f"step-{step:0{STEP_WIDTH}d}"
+    return base if save == FIRST_SAVE else f"{base}{_SAVE_SEP}{save}"
+
+
+def checkpoint_prefix(prefix: str, run: str, step: int, save: int = FIRST_SAVE) -> str:
+    parts = [p for p in (prefix.strip("/"), run, step_dir(step, save)) if p]
     return "/".join(parts) + "/"
 
 
@@ -34,10 +45,23 @@ def run_prefix(prefix: str, run: str) -> str:
     return "/".join(p for p in (prefix.strip("/"), run) if p) + "/"
 
 
+def parse_save_dir(name: str) -> tuple[int, int] | None:
+    """(step, save) of a checkpoint directory name, or None when it is not one."""
+    if not name.startswith("step-"):
+        return None
+    digits, sep, save = name[5:].partition(_SAVE_SEP)
+    if not digits.isdigit():
+        return None
+    if not sep:
+        return int(digits), FIRST_SAVE
+    if not save.isdigit() or int(save) <= FIRST_SAVE or str(int(save)) != save:
+        return None
+    return int(digits), int(save)
+
+
 def parse_step_dir(name: str) -> int | None:
-    if name.startswith("step-") and name[5:].isdigit():
-        return int(name[5:])
-    return None
+    parsed = parse_save_dir(name)
+    return parsed[0] if parsed else None
 
 
 def safe_relpath(path: str) -> str:
@@ -50,6 +74,15 @@ def safe_relpath(path: str) -> str:
     if path in (MANIFEST_NAME, VALIDATION_NAME):
         raise ManifestError(f"path {path!r} in manifest collides with a ckptvault control file")
     return path
+
+
+def fingerprint(files: Iterable[tuple[str, int, float]]) -> str:
+    """A short digest of (path, size, mtime) for every file, order-free: equal exactly when a local
+    checkpoint looks, to a stat, like the one a manifest describes (the cheap change test of ingest)."""
+    h = hashlib.sha256()
+    for path, size, mtime in sorted(files):
+        h.update(f"{path}\0{size}\0{mtime!r}\n".encode())
+    return h.hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -73,7 +106,13 @@ class Manifest:
     single_file: bool = False  # lightning: the checkpoint is one file, not a directory
     tool_version: str = ""
     metrics: dict[str, float] = field(default_factory=dict)  # from trainer_state.json where present
+    save: int = FIRST_SAVE  # which save of this step (a restart re-saves steps); absent in old manifests: 1
     schema: str = SCHEMA
+
+    @property
+    def fingerprint(self) -> str:
+        """What a local copy must still match to be this save: every path, size and mtime."""
+        return fingerprint((f.path, f.size, f.mtime) for f in self.files)
 
     @property
     def total_bytes(self) -> int:
@@ -115,6 +154,7 @@ class Manifest:
                 single_file=bool(d.get("single_file", False)),
                 tool_version=str(d.get("tool_version", "")),
                 metrics={str(k): float(v) for k, v in d.get("metrics", {}).items()},
+                save=int(d.get("save", FIRST_SAVE)),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ManifestError):

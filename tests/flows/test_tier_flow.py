@@ -71,7 +71,7 @@ def test_client_mode_moves_all_but_the_newest_to_cold_on_ceph(
         assert data and set(data.values()) == {want}, (step, classes)
         assert classes[checkpoint_prefix("t", "r", step) + MANIFEST_NAME] == "STANDARD"  # readable without a thaw
     states = {s.step: s for s in Catalog(open_store(load_config(str(cfg)).store), "t").current("r")}
-    assert (states[10].state, states[10].storage_class) == ("transitioned", "COLD")
+    assert (states[10].last_event, states[10].storage_class) == ("transitioned", "COLD")
     assert states[30].storage_class == "STANDARD"
     # a second apply converges: nothing more to move
     again = tier(apply=True, config_path=str(cfg), now=time.time() + 30 * DAY)

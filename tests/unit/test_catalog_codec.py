@@ -83,7 +83,8 @@ def _life() -> list[Event]:
 
 def test_fold_of_a_whole_life() -> None:
     [s] = fold(_life())
-    assert (s.run, s.step, s.format, s.state) == ("r", 10, "hf", "drilled")
+    # the last drill failed: the lifecycle state is suspect, the last event beside it
+    assert (s.run, s.step, s.save, s.format, s.state, s.last_event) == ("r", 10, 1, "hf", "suspect", "drilled")
     assert (s.bytes, s.files, s.storage_class, s.class_since) == (500, 4, "GLACIER", 140.0)
     assert (s.created_at, s.uploaded_at, s.verified, s.local_evicted) == (90.0, 110.0, True, True)
     assert (s.last_drill_at, s.last_drill_ok) == (150.0, False)
@@ -109,9 +110,9 @@ def test_fold_orders_by_time_and_keeps_input_order_for_ties() -> None:
     b = Event("r", 1, "transitioned", 5.0, storage_class="GLACIER")
     c = Event("r", 1, "verified", 1.0)
     [s] = fold([a, b, c])
-    assert (s.state, s.storage_class) == ("transitioned", "GLACIER")
+    assert (s.last_event, s.storage_class) == ("transitioned", "GLACIER")
     [s] = fold([b, a, c])
-    assert (s.state, s.storage_class) == ("uploaded", "STANDARD")
+    assert (s.last_event, s.storage_class) == ("uploaded", "STANDARD")
 
 
 def test_fold_sorts_by_run_then_step() -> None:

@@ -83,7 +83,7 @@ def state(
     run: str = RUN, state_name: str = "verified",
 ) -> CheckpointState:  # fmt: skip
     return CheckpointState(
-        run=run, step=step, format="hf", state=state_name, bytes=sum(s for _, s in files), files=len(files),
+        run=run, step=step, format="hf", last_event=state_name, bytes=sum(s for _, s in files), files=len(files),
         storage_class="STANDARD", created_at=created_at, uploaded_at=created_at + 300 if verified else None,
         verified=verified, local_evicted=False, last_drill_at=None, last_drill_ok=None, metrics=metrics or {},
         updated_at=created_at + 310,detail="",

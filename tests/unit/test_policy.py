@@ -22,7 +22,7 @@ PRICES = load_prices({"COLD": 0.002})
 def ck(step: int, age_days: float, *, run: str = "r", **kw: Any) -> CheckpointState:
     created = NOW - age_days * DAY
     d: dict[str, Any] = dict(
-        run=run, step=step, format="hf", state="verified", bytes=100 * GB, files=10, storage_class="STANDARD",
+        run=run, step=step, format="hf", last_event="verified", bytes=100 * GB, files=10, storage_class="STANDARD",
         created_at=created, uploaded_at=created, verified=True, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=created, detail="", class_since=created,
     )  # fmt: skip
@@ -138,7 +138,7 @@ def test_milestones_every_steps_hours_and_best() -> None:
     assert milestones(hours, best_min) == {("r", 48), ("r", 47)}
     best_max = PolicyConfig(keep_best=KeepBest(metric="loss", mode="max", k=1))
     assert milestones(hours, best_max) == {("r", 1)}
-    unverified = [ck(20, 1, verified=False, state="uploaded")]
+    unverified = [ck(20, 1, verified=False, last_event="uploaded")]
     assert milestones(unverified, PolicyConfig(milestone_every_steps=20)) == set()
 
 
@@ -155,7 +155,7 @@ def test_keep_local_evicts_older_verified_copies_only() -> None:
     states = [
         ck(1, 5),
         ck(2, 4, local_evicted=True),
-        ck(3, 3, verified=False, state="uploaded"),
+        ck(3, 3, verified=False, last_event="uploaded"),
         ck(4, 2),
         ck(5, 1),
     ]
@@ -167,7 +167,7 @@ def test_keep_local_evicts_older_verified_copies_only() -> None:
 
 
 def test_expired_checkpoints_get_no_action() -> None:
-    gone = ck(1, 100, state="expired", verified=False)
+    gone = ck(1, 100, last_event="expired", verified=False)
     p = plan([gone, ck(2, 0)], PolicyConfig(), PRICES, "aws", NOW)
     assert [a.step for a in p.actions] == [2]
     assert p.summary.monthly_before == {"r": {"STANDARD": pytest.approx(100 * 0.023)}}
@@ -190,7 +190,7 @@ def histories(draw: st.DrawFn) -> list[CheckpointState]:
             verified = state != "expired" and draw(st.booleans())
             metrics = draw(st.fixed_dictionaries({}, optional={"loss": st.floats(0, 10)}))
             out.append(ck(
-                step, age, run=run, state=state, verified=verified,
+                step, age, run=run, last_event=state, verified=verified,
                 bytes=draw(st.integers(0, 2 * 10**12)), files=draw(st.integers(0, 5000)),
                 storage_class=draw(st.sampled_from(CLASSES)),
                 class_since=NOW - draw(st.floats(0, age)) * DAY,
