@@ -20,7 +20,7 @@ class RunDigest:
 
 
 def applied_by_run(plan: Plan, states: Sequence[CheckpointState], tier_of: Mapping[str, str]) -> list[RunDigest]:
-    size = {(s.run, s.step): s.bytes for s in states}
+    size = {s.key: s.bytes for s in states}
     moved: dict[str, dict[str, int]] = {}
     nbytes: dict[str, int] = {}
     for a in plan.actions:
@@ -29,7 +29,7 @@ def applied_by_run(plan: Plan, states: Sequence[CheckpointState], tier_of: Mappi
         label = tier_of.get(a.to_class or "", a.to_class or "") if a.kind == "transition" else a.kind
         per_run = moved.setdefault(a.run, {})
         per_run[label] = per_run.get(label, 0) + 1
-        nbytes[a.run] = nbytes.get(a.run, 0) + size.get((a.run, a.step), 0)
+        nbytes[a.run] = nbytes.get(a.run, 0) + size.get((a.run, a.step, a.save), 0)
     s = plan.summary
     return [
         RunDigest(r, m, nbytes[r], sum(s.monthly_before.get(r, {}).values()) - sum(s.monthly_after.get(r, {}).values()))

@@ -15,7 +15,7 @@ import gc
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ckptvault.catalog import CheckpointState
@@ -43,11 +43,12 @@ class Action:
     reason: str
     saving_usd: float = 0.0  # over the policy horizon
     fee_usd: float = 0.0  # one-time: requests and minimum-duration charges
+    save: int = 1  # which save of the step (a restart re-saves steps)
 
 
 @dataclass(frozen=True)
 class Plan:
-    actions: list[Action]  # sorted by (run, step); a checkpoint's evict_local comes before its storage action
+    actions: list[Action]  # sorted by (run, step, save); a checkpoint's evict_local comes before its storage action
     summary: CostSummary
     store_kind: str
     now: float
@@ -70,11 +71,12 @@ def _live(states: Sequence[CheckpointState]) -> list[CheckpointState]:
     return [s for s in states if s.state != "expired"]
 
 
-def _by_run(states: Sequence[CheckpointState]) -> dict[str, list[CheckpointState]]:
-    """Live, verified checkpoints per run, newest step first."""
+def _by_run(states: Sequence[CheckpointState], *, superseded: bool = True) -> dict[str, list[CheckpointState]]:
+    """Live, verified checkpoints per run, newest step first (without superseded saves when asked:
+    an abandoned branch's save is never among a run's newest)."""
     out: dict[str, list[CheckpointState]] = {}
     for s in _live(states):
-        if s.verified:
+        if s.verified and (superseded or not s.superseded):
             out.setdefault(s.run, []).append(s)
     for ss in out.values():
         ss.sort(key=lambda s: s.step, reverse=True)
@@ -245,25 +247,28 @@ def _plan(
     prices.require(
         {pl.hot, *(pl.classes[t.tier] for t in pl.tiers), *(s.storage_class for s in live if s.storage_class)}
     )
-    newest = _by_run(live)
-    ms = _milestones(newest, policy)
-    hot_keep = {(r, s.step) for r, ss in newest.items() for s in ss[: policy.keep_hot]}
-    local_keep = {(r, s.step) for r, ss in newest.items() for s in ss[: policy.keep_local or 0]}
+    # A milestone step stays a milestone whichever save holds it; "the newest N" counts current saves only.
+    ms = _milestones(_by_run(live), policy)
+    newest = _by_run(live, superseded=False)
+    hot_keep = {s.key for ss in newest.values() for s in ss[: policy.keep_hot]}
+    local_keep = {s.key for ss in newest.values() for s in ss[: policy.keep_local or 0]}
     actions: list[Action] = []
     holdings: list[Holding] = []
     hot_why = f"among the newest {policy.keep_hot} verified: stays put"
     evict_why = f"older than the newest {policy.keep_local} verified; a verified copy is in the store"
     evict_usd_per_byte = policy.hot_fs_usd_per_gb_month / GB * pl.horizon / DAYS_PER_MONTH
-    for s in sorted(live, key=lambda s: (s.run, s.step)):
-        key = (s.run, s.step)
+    for s in sorted(live, key=lambda s: s.key):
         if not s.verified:
             a = Action(s.run, s.step, "keep", None, f"not verified in the store (state {s.state}): nothing moves")
-        elif key in hot_keep:
+        elif s.key in hot_keep:
             a = Action(s.run, s.step, "keep", None, hot_why)
         else:
-            a = pl.storage_action(s, key in ms)
-        if policy.keep_local and s.verified and not s.local_evicted and key not in local_keep:
-            actions.append(Action(s.run, s.step, "evict_local", None, evict_why, s.bytes * evict_usd_per_byte))
+            a = pl.storage_action(s, (s.run, s.step) in ms)
+        if s.save != 1:
+            a = replace(a, save=s.save)
+        if policy.keep_local and s.verified and not s.local_evicted and s.key not in local_keep:
+            evict = Action(s.run, s.step, "evict_local", None, evict_why, s.bytes * evict_usd_per_byte, save=s.save)
+            actions.append(evict)
         actions.append(a)
         if s.uploaded_at is not None or s.verified:
             before = s.storage_class or pl.hot

@@ -97,8 +97,8 @@ def resolve_step(states: Sequence[CheckpointState], run: str, step: int | str) -
     return n
 
 
-def load_manifest(store: ObjectStore, prefix: str, run: str, step: int) -> Manifest:
-    key = checkpoint_prefix(prefix, run, step) + MANIFEST_NAME
+def load_manifest(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> Manifest:
+    key = checkpoint_prefix(prefix, run, step, save) + MANIFEST_NAME
     try:
         return Manifest.from_json(store.get_bytes(key), key)
     except ManifestError as e:
@@ -119,7 +119,7 @@ def _is_thawed(storage_class: str, restore_header: str | None) -> bool:
 def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[ObjectPlan]:
     """One LIST for every object's size and class (a checkpoint can hold thousands of files), then a
     HEAD only for archived objects, the one thing a listing cannot say: whether they are thawed."""
-    base = checkpoint_prefix(prefix, manifest.run, manifest.step)
+    base = checkpoint_prefix(prefix, manifest.run, manifest.step, manifest.save)
     listed = {info.key: info for info in store.list(base)}
     plans, missing = [], []
     for f in manifest.files:

@@ -42,7 +42,7 @@ def transition(
 ) -> StepResult:
     """CopyObject in place into `to_class` for every data object (the manifest stays in the hot class,
     so planning a restore never needs a thaw), then HEAD each to verify the class took."""
-    base = checkpoint_prefix(prefix, manifest.run, manifest.step)
+    base = checkpoint_prefix(prefix, manifest.run, manifest.step, manifest.save)
     moved = moved_bytes = 0
     wrong = []
     for f in manifest.files:
@@ -77,9 +77,9 @@ def _tags_of(store: ObjectStore, key: str, manifest: Manifest) -> dict[str, str]
         return {"run": manifest.run, "step": str(manifest.step), "format": manifest.format}
 
 
-def expire(store: ObjectStore, prefix: str, run: str, step: int) -> StepResult:
+def expire(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> StepResult:
     """Manifest first (the checkpoint ceases to exist at once), then every remaining object under it."""
-    base = checkpoint_prefix(prefix, run, step)
+    base = checkpoint_prefix(prefix, run, step, save)
     if store.head(base + MANIFEST_NAME) is not None:
         store.delete(base + MANIFEST_NAME)
     n = total = 0
@@ -164,7 +164,7 @@ def _min_days(storage_class: str) -> int:
 
 def tag_for_server(store: ObjectStore, prefix: str, manifest: Manifest, tier: str, milestone: bool) -> StepResult:
     """Server mode: tag every data object with its due tier; the bucket's lifecycle rule moves it."""
-    base = checkpoint_prefix(prefix, manifest.run, manifest.step)
+    base = checkpoint_prefix(prefix, manifest.run, manifest.step, manifest.save)
     for f in manifest.files:
         key = base + safe_relpath(f.path)
         tags = _tags_of(store, key, manifest)

@@ -57,7 +57,7 @@ def drill(
     for s in chosen:
         t0 = time.monotonic()
         try:
-            manifest = load_manifest_task(store, prefix, s.run, s.step)
+            manifest = load_manifest_task(store, prefix, s.run, s.step, s.save)
             plans = plan_objects_task(store, prefix, manifest)
             if any(not p.thawed for p in plans):
                 request_thaw_task(store, plans, tier)

@@ -65,10 +65,10 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
         if a.kind in ("keep", "skip"):
             continue
         if a.kind == "expire":
-            r = expire_task(store, prefix, a.run, a.step)
+            r = expire_task(store, prefix, a.run, a.step, a.save)
             record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id)])
             continue
-        manifest = load_manifest_task(store, prefix, a.run, a.step)
+        manifest = load_manifest_task(store, prefix, a.run, a.step, a.save)
         if a.kind == "evict_local":
             r = evict_local_task(manifest)
             record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, r.detail, run_id)])

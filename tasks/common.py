@@ -39,8 +39,8 @@ def current_states_task(catalog: Catalog, run: str | None = None) -> list[Checkp
 
 
 @io_task("load-manifest")
-def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int) -> Manifest:
-    return restore_lib.load_manifest(store, prefix, run, step)
+def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> Manifest:
+    return restore_lib.load_manifest(store, prefix, run, step, save)
 
 
 @task(name="publish-markdown", cache_policy=NO_CACHE)

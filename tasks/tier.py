@@ -39,8 +39,8 @@ def tag_for_server_task(
 
 
 @io_task("expire", task_run_name="expire-{run}-{step}")
-def expire_task(store: ObjectStore, prefix: str, run: str, step: int) -> tiering.StepResult:
-    return tiering.expire(store, prefix, run, step)
+def expire_task(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> tiering.StepResult:
+    return tiering.expire(store, prefix, run, step, save)
 
 
 @task(name="evict-local", task_run_name="evict-{manifest.run}-{manifest.step}", cache_policy=NO_CACHE)
