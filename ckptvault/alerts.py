@@ -25,6 +25,7 @@ KINDS = (
     "run_recovered",
     "budget_exceeded",
     "flow_failed",
+    "run_restarted",
 )
 
 Severity = Literal["info", "warning", "error"]
@@ -374,3 +375,28 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "flow_failed": flow_failed,
 }
 assert tuple(BUILDERS) == KINDS
+
+
+def run_restarted(
+    run: str, restart_step: int | None, resaved: Sequence[str], flow_run_url: str | None = None
+) -> Alert:
+    """A training job went back and saved steps again: the old saves are kept, never `latest` again."""
+    where = f"step {restart_step}" if restart_step is not None else "an earlier step"
+    return Alert(
+        kind="run_restarted",
+        run=run,
+        step=restart_step,
+        summary=(
+            f"Run {run} restarted from {where}; steps were saved again. "
+            "The old saves are kept as superseded"
+        ),
+        details=list(resaved),
+        next_step=(
+            "Nothing to do if the job was restarted on purpose: `restore --step latest` now means the new "
+            f"branch. The old saves stay restorable: `ckptvault ls --run {run} --state superseded`, then "
+            "`ckptvault restore RUN --step N --save K`."
+        ),
+        severity="warning",
+        flow_run_url=flow_run_url,
+        reason="resaved=" + ",".join(resaved),
+    )

@@ -103,6 +103,7 @@ class CheckpointState:
     # Server apply mode: a lifecycle rule will move the objects; the class changes when observed.
     scheduled_class: str = ""
     scheduled_at: float | None = None  # when the rule takes effect (unix s)
+    fingerprint: str = ""  # (path, size, mtime) digest of the verified save, when its event recorded one
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -260,6 +261,7 @@ def _fold_one(events: Sequence[Event]) -> CheckpointState:
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
+        fingerprint="",
     )  # fmt: skip
     for e in events:
         # Later events refine what is known; empty fields mean "not said", never "cleared".
@@ -282,6 +284,9 @@ def _fold_one(events: Sequence[Event]) -> CheckpointState:
             m = _metrics(e.detail)
             if m is not None:
                 s["metrics"] = m
+            fp = _field(e.detail, "fingerprint")
+            if fp:
+                s["fingerprint"] = fp
         if e.event == "verified":
             s["verified"] = True
         elif e.event == "expired":
@@ -296,12 +301,16 @@ def _fold_one(events: Sequence[Event]) -> CheckpointState:
     return CheckpointState(**s)
 
 
-def _reason(detail: str) -> str:
+def _field(detail: str, name: str) -> str:
     try:
         d = json.loads(detail) if detail else None
     except json.JSONDecodeError:
         return ""
-    return str(d.get("reason", "")) if isinstance(d, dict) else ""
+    return str(d.get(name) or "") if isinstance(d, dict) else ""
+
+
+def _reason(detail: str) -> str:
+    return _field(detail, "reason")
 
 
 def fold(events: Iterable[Event]) -> list[CheckpointState]:

@@ -28,14 +28,23 @@ def verified(manifest: Manifest, flow_run: str = "", storage_class: str = "STAND
         files=len(manifest.files),
         storage_class=storage_class,
         created_at=manifest.created_at,
-        detail=_detail(metrics=manifest.metrics, uploaded_at=manifest.uploaded_at),
+        # the fingerprint lets the next ingest tell "unchanged" from "saved again" without a GET
+        detail=_detail(metrics=manifest.metrics, uploaded_at=manifest.uploaded_at, fingerprint=manifest.fingerprint),
         flow_run=flow_run,
+        save=manifest.save,
     )
 
 
-def rejected(found: Found, problems: Sequence[str], flow_run: str = "", kind: str = "invalid") -> Event:
+def superseded(run: str, step: int, save: int, reason: str, by_step: int, by_save: int, flow_run: str = "") -> Event:
+    """A later save of the step, or a restart before it, replaced this save; its objects stay."""
+    return Event(run=run, step=step, save=save, event="superseded", at=time.time(),
+                 detail=_detail(reason=reason, by_step=by_step, by_save=by_save), flow_run=flow_run)  # fmt: skip
+
+
+def rejected(found: Found, problems: Sequence[str], flow_run: str = "", kind: str = "invalid", save: int = 1) -> Event:
     """`invalid` (quarantined: not uploaded) or `warned` (uploaded, flagged), with every reason."""
     return Event(
+        save=save,
         run=found.run,
         step=found.step,
         event=kind,
@@ -49,18 +58,19 @@ def rejected(found: Found, problems: Sequence[str], flow_run: str = "", kind: st
     )
 
 
-def accepted(run: str, step: int, fmt: str, who: str, why: str) -> Event:
-    return Event(run=run, step=step, event="accepted", at=time.time(), format=fmt, detail=_detail(who=who, why=why))
+def accepted(run: str, step: int, fmt: str, who: str, why: str, save: int = 1) -> Event:
+    return Event(run=run, step=step, save=save, event="accepted", at=time.time(), format=fmt,
+                 detail=_detail(who=who, why=why))  # fmt: skip
 
 
-def expired(run: str, step: int, reason: str, objects: int, flow_run: str = "") -> Event:
-    return Event(run=run, step=step, event="expired", at=time.time(), detail=_detail(reason=reason, objects=objects),
-                 flow_run=flow_run)  # fmt: skip
+def expired(run: str, step: int, reason: str, objects: int, flow_run: str = "", save: int = 1) -> Event:
+    return Event(run=run, step=step, save=save, event="expired", at=time.time(),
+                 detail=_detail(reason=reason, objects=objects), flow_run=flow_run)  # fmt: skip
 
 
-def evicted_local(run: str, step: int, reason: str, path: str, flow_run: str = "") -> Event:
-    return Event(run=run, step=step, event="evicted_local", at=time.time(), detail=_detail(reason=reason, path=path),
-                 flow_run=flow_run)  # fmt: skip
+def evicted_local(run: str, step: int, reason: str, path: str, flow_run: str = "", save: int = 1) -> Event:
+    return Event(run=run, step=step, save=save, event="evicted_local", at=time.time(),
+                 detail=_detail(reason=reason, path=path), flow_run=flow_run)  # fmt: skip
 
 
 def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow_run: str = "") -> Event:
@@ -69,6 +79,7 @@ def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow
     return Event(
         run=manifest.run,
         step=manifest.step,
+        save=manifest.save,
         event="transitioned",
         at=time.time(),
         storage_class=to_class,
@@ -81,13 +92,24 @@ def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow
 
 def drilled(results: Sequence[DrillResult], flow_run: str = "") -> list[Event]:
     return [
-        Event(run=r.run, step=r.step, event="drilled", at=time.time(), ok=r.ok, detail=r.detail(), flow_run=flow_run)
+        Event(
+            run=r.run,
+            step=r.step,
+            save=r.save,
+            event="drilled",
+            at=time.time(),
+            ok=r.ok,
+            detail=r.detail(),
+            flow_run=flow_run,
+        )
         for r in results
     ]
 
 
-def restore_requested(run: str, step: int, tier: str, requests: Mapping[str, int], flow_run: str = "") -> Event:
-    return Event(run=run, step=step, event="restore_requested", at=time.time(),
+def restore_requested(
+    run: str, step: int, tier: str, requests: Mapping[str, int], flow_run: str = "", save: int = 1
+) -> Event:
+    return Event(run=run, step=step, save=save, event="restore_requested", at=time.time(),
                  detail=_detail(tier=tier, requests=dict(requests)), flow_run=flow_run)  # fmt: skip
 
 
@@ -95,6 +117,7 @@ def restored(manifest: Manifest, dest: str, flow_run: str = "") -> Event:
     return Event(
         run=manifest.run,
         step=manifest.step,
+        save=manifest.save,
         event="restored",
         at=time.time(),
         format=manifest.format,

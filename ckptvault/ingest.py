@@ -1,9 +1,9 @@
 """Ingest, one step at a time: each function here is one call a Prefect task wraps.
 
-The commit protocol (DESIGN.md section 4, docs/FORMAT.md): data objects first, each verified by the
-store adapter; the manifest last, with If-None-Match: * where the server honours it. A checkpoint
-whose manifest exists is done; a rerun after a crash re-lists the checkpoint's prefix and uploads
-only the files that are missing or differ.
+The commit protocol (docs/FORMAT.md): data objects first, each verified by the store adapter; the
+manifest last, with If-None-Match: * where the server honours it. A checkpoint save whose manifest
+exists is done; a rerun after a crash re-lists the save's prefix and uploads only the files that are
+missing or differ. What to do with each discovered checkpoint is decided in `ingest_decision`.
 """
 
 from __future__ import annotations
@@ -13,21 +13,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ckptvault import __version__
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState, newest_saves
 from ckptvault.checksum import file_crc32c
 from ckptvault.config import SourceConfig, ValidationRules
 from ckptvault.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault.formats import read_metrics
 from ckptvault.gates import Candidate, ValidationReport
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.manifest import (
+    FIRST_SAVE,
+    MANIFEST_NAME,
+    VALIDATION_NAME,
+    FileEntry,
+    Manifest,
+    checkpoint_prefix,
+    fingerprint,
+)
 from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn
 from ckptvault.structure import check_structure
 
 CRC_TAG = "crc32c"
-# A catalog state that means "this checkpoint is safely in the store": no request needed to skip it.
-DONE_STATES = frozenset(
-    {"verified", "transitioned", "drilled", "restored", "restore_requested", "evicted_local", "expired", "warned"}
-)
 # Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
 # this, are leftovers of a crashed ingest: plan_upload aborts them instead of paying for their parts
 # until the bucket's abort-incomplete-MPU rule (1 day) runs. Six hours is far longer than any one
@@ -59,6 +63,7 @@ class Outcome:
     uploaded_files: int = 0
     seconds: float = 0.0
     message: str = ""
+    save: int = FIRST_SAVE
 
     @property
     def ok(self) -> bool:
@@ -70,6 +75,9 @@ class Outcome:
     def with_uploaded(self, files: int) -> Outcome:
         return replace(self, uploaded_files=files)
 
+    def with_save(self, save: int) -> Outcome:
+        return replace(self, save=save)
+
 
 def find_checkpoints(source: SourceConfig, now: float | None = None) -> DiscoveryResult:
     """Every checkpoint-shaped entry under the source's run root, with readiness judged."""
@@ -77,12 +85,18 @@ def find_checkpoints(source: SourceConfig, now: float | None = None) -> Discover
 
 
 def known_states(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
-    return {s.step: s for s in catalog.current(run)}
+    """The newest save of each step of the run: what a step means to ingest and to the gates."""
+    return {step: s for (_, step), s in newest_saves(catalog.current(run)).items()}
 
 
-def is_committed(store: ObjectStore, prefix: str, found: Found) -> bool:
-    """O(1): one HEAD of the manifest, the commit marker."""
-    return store.head(checkpoint_prefix(prefix, found.run, found.step) + MANIFEST_NAME) is not None
+def local_fingerprint(found: Found) -> str:
+    """The (path, size, mtime) digest of the local checkpoint, comparable with `Manifest.fingerprint`."""
+    return fingerprint((f.rel, f.size, f.mtime) for f in found.files)
+
+
+def is_committed(store: ObjectStore, prefix: str, found: Found, save: int = FIRST_SAVE) -> bool:
+    """O(1): one HEAD of the save's manifest, the commit marker."""
+    return store.head(checkpoint_prefix(prefix, found.run, found.step, save) + MANIFEST_NAME) is not None
 
 
 def validate_structure(found: Found) -> list[str]:
@@ -90,10 +104,11 @@ def validate_structure(found: Found) -> list[str]:
     return check_structure(found.format, found.path, found.files)
 
 
-def previous_verified_step(known: dict[int, CheckpointState], step: int) -> int | None:
-    """The run's newest verified checkpoint below `step`: the baseline a new one is compared with."""
-    below = [n for n, s in known.items() if n < step and s.verified]
-    return max(below) if below else None
+def previous_verified(known: dict[int, CheckpointState], step: int) -> CheckpointState | None:
+    """The run's newest current (verified, not superseded) checkpoint below `step`: the baseline a new
+    one is compared with."""
+    below = [s for n, s in known.items() if n < step and s.verified and not s.superseded]
+    return max(below, key=lambda s: s.step) if below else None
 
 
 def quality_gate(
@@ -106,14 +121,16 @@ def quality_gate(
     return validate_candidate(candidate, list(known.values()), previous, rules)
 
 
-def write_validation(store: ObjectStore, prefix: str, found: Found, report: ValidationReport) -> str:
+def write_validation(
+    store: ObjectStore, prefix: str, found: Found, report: ValidationReport, save: int = FIRST_SAVE
+) -> str:
     """`_VALIDATION.json` beside where the manifest goes; it never makes a checkpoint exist."""
-    key = checkpoint_prefix(prefix, found.run, found.step) + VALIDATION_NAME
+    key = checkpoint_prefix(prefix, found.run, found.step, save) + VALIDATION_NAME
     store.put_bytes(key, report.to_json(), content_type="application/json")
     return key
 
 
-def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
+def plan_upload(store: ObjectStore, prefix: str, found: Found, save: int = FIRST_SAVE) -> list[FileJob]:
     """One LIST of the checkpoint's prefix decides what a rerun must (re)send.
 
     An object of the right size whose stored CRC32C equals the local file's is kept: that costs one
@@ -122,7 +139,7 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
     anything is to be sent, stale incomplete multipart uploads under the checkpoint (a crashed run's,
     older than STALE_UPLOAD_SECONDS) are aborted first.
     """
-    base = checkpoint_prefix(prefix, found.run, found.step)
+    base = checkpoint_prefix(prefix, found.run, found.step, save)
     existing: dict[str, ObjectInfo] = {o.key: o for o in store.list(base)}
     jobs = []
     for f in found.files:
@@ -147,7 +164,13 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found) -> list[FileJob]:
 
 
 def upload_one(
-    store: ObjectStore, job: FileJob, found: Found, *, sha256: bool = False, progress: ProgressFn | None = None
+    store: ObjectStore,
+    job: FileJob,
+    found: Found,
+    *,
+    sha256: bool = False,
+    progress: ProgressFn | None = None,
+    save: int = FIRST_SAVE,
 ) -> FileEntry:
     """Send one file (or accept the verified copy already there) and return its manifest entry."""
     f = job.file
@@ -156,13 +179,17 @@ def upload_one(
             progress(f.size)
         return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c)
     tags = {"run": found.run, "step": str(found.step), "format": found.format}
+    if save != FIRST_SAVE:
+        tags["save"] = str(save)
     result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress)
     if result.parts and not result.server_verified:
         store.put_tags(job.key, {**tags, CRC_TAG: result.crc32c})
     return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, sha256=result.sha256)
 
 
-def commit_manifest(store: ObjectStore, prefix: str, found: Found, entries: Sequence[FileEntry]) -> Manifest:
+def commit_manifest(
+    store: ObjectStore, prefix: str, found: Found, entries: Sequence[FileEntry], save: int = FIRST_SAVE
+) -> Manifest:
     """Write the manifest last. Losing the conditional write to another ingest is not an error:
     the other writer committed the same checkpoint, and its manifest stands."""
     by_path = {e.path: e for e in entries}
@@ -180,8 +207,9 @@ def commit_manifest(store: ObjectStore, prefix: str, found: Found, entries: Sequ
         single_file=found.candidate.is_file,
         tool_version=__version__,
         metrics=read_metrics(found.format, found.path),
+        save=save,
     )
-    key = checkpoint_prefix(prefix, found.run, found.step) + MANIFEST_NAME
+    key = checkpoint_prefix(prefix, found.run, found.step, save) + MANIFEST_NAME
     try:
         store.put_bytes(key, manifest.to_json(), if_none_match=True, content_type="application/json")
     except PreconditionFailedError:

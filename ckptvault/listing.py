@@ -18,8 +18,10 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
     return {
         "run": s.run,
         "step": s.step,
+        "save": s.save,
         "format": s.format,
         "state": s.state,
+        "last_event": s.last_event,
         "bytes": s.bytes,
         "files": s.files,
         "storage_class": s.storage_class,
@@ -27,6 +29,8 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
         "uploaded_at": _iso(s.uploaded_at),
         "verified": s.verified,
         "last_drill_ok": s.last_drill_ok,
+        "last_drill_at": _iso(s.last_drill_at),
+        "superseded_reason": s.superseded_reason or None,
     }
 
 
@@ -45,13 +49,15 @@ def human_size(n: int) -> str:
 def render_table(states: Sequence[CheckpointState]) -> str:
     if not states:
         return "(no checkpoints in the catalog yet)"
-    header = ("RUN", "STEP", "FORMAT", "STATE", "SIZE", "FILES", "CLASS", "UPLOADED")
+    header = ("RUN", "STEP", "SAVE", "FORMAT", "STATE", "LAST EVENT", "SIZE", "FILES", "CLASS", "UPLOADED")
     rows = [
         (
             s.run,
             str(s.step),
+            str(s.save),
             s.format,
             s.state,
+            s.last_event,
             human_size(s.bytes),
             str(s.files),
             s.storage_class or "-",

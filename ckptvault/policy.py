@@ -266,7 +266,10 @@ def _plan(
             a = pl.storage_action(s, (s.run, s.step) in ms)
         if s.save != 1:
             a = replace(a, save=s.save)
-        if policy.keep_local and s.verified and not s.local_evicted and s.key not in local_keep:
+        # A superseded save's local directory now holds the save that replaced it (or the abandoned
+        # branch's leftovers): it is not this save's copy to evict.
+        evictable = s.verified and not s.local_evicted and not s.superseded
+        if policy.keep_local and evictable and s.key not in local_keep:
             evict = Action(s.run, s.step, "evict_local", None, evict_why, s.bytes * evict_usd_per_byte, save=s.save)
             actions.append(evict)
         actions.append(a)

@@ -104,15 +104,19 @@ def _print_outcomes(outcomes: Sequence[object]) -> None:
     for o in outcomes:
         assert isinstance(o, Outcome)
         extra = f"  {o.message}" if o.message else ""
-        print(f"{o.result:9} {o.run} step {o.step} ({o.format}, {o.bytes / 2**20:.1f} MiB, {o.files} files){extra}")
+        save = f" save {o.save}" if o.save != 1 else ""
+        size = f"{o.bytes / 2**20:.1f} MiB"
+        print(f"{o.result:9} {o.run} step {o.step}{save} ({o.format}, {size}, {o.files} files){extra}")
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from ckptvault.catalog import Catalog
+    from ckptvault.catalog import LIFECYCLE_STATES, Catalog
     from ckptvault.listing import render_json, render_table
     from ckptvault.store import open_store
 
     cfg = _preflight(args, need_sources=False)
+    if args.state and args.state not in LIFECYCLE_STATES:
+        raise UsageError(f"--state {args.state!r} is not a state; one of: {', '.join(LIFECYCLE_STATES)}")
     states = Catalog(open_store(cfg.store), cfg.store.prefix).current(args.run)
     if args.state:
         states = [s for s in states if s.state == args.state]
@@ -136,9 +140,20 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    _preflight(args, need_sources=False)
-    from ckptvault.restore import check_destination
+    cfg = _preflight(args, need_sources=False)
+    from ckptvault.catalog import Catalog
+    from ckptvault.restore import RestoreError, check_destination, parse_step, resolve
+    from ckptvault.store import open_store
 
+    try:
+        # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
+        # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
+        states = Catalog(open_store(cfg.store), cfg.store.prefix).current(args.run)
+        chosen = resolve(states, args.run, parse_step(args.step), args.save, args.force)
+    except RestoreError as e:
+        raise UsageError(str(e)) from None
+    for note in chosen.notes:
+        print(note, flush=True)
     check_destination_or_usage(check_destination, args)
     _start_prefect_note()
     from flows.restore import restore
@@ -148,7 +163,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         state = restore(
             run=args.run,
             dest=args.dest,
-            step=args.step,
+            step=str(chosen.step),
+            save=chosen.save,
             tier=args.tier,
             wait=not args.no_wait,
             force=args.force,
@@ -161,7 +177,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         _say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
         return EXIT_FAILED
     if result["status"] == "restored":
-        print(f"restored {args.run} step {result['step']} to {result['dest']} (every CRC32C verified)")
+        print(f"restored {chosen.label} to {result['dest']} (every CRC32C verified)")
         if result.get("pointer"):
             print(f"pointer file {result['pointer']} written: the framework resumes from this checkpoint")
         if result.get("replaced"):
@@ -266,7 +282,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
     cfg = _preflight(args, need_sources=False)
     catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
-    current = {s.step: s for s in catalog.current(args.run)}
+    from ckptvault.catalog import newest_saves
+
+    current = {step: s for (_, step), s in newest_saves(catalog.current(args.run)).items()}
     s = current.get(args.step)
     if s is None or s.state != "invalid":
         shown = "not in the catalog" if s is None else f"in state {s.state!r}"
@@ -274,7 +292,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
             f"{args.run} step {args.step} is {shown}; only an invalid (quarantined) checkpoint can be accepted. "
             f"See `ckptvault ls --run {args.run} --state invalid`."
         )
-    catalog.append([events.accepted(args.run, args.step, s.format, getpass.getuser(), args.reason)])
+    catalog.append([events.accepted(args.run, args.step, s.format, getpass.getuser(), args.reason, save=s.save)])
     print(f"accepted {args.run} step {args.step}; the next ingest pass uploads it")
     return EXIT_OK
 
@@ -300,14 +318,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_ingest)
 
     s = sub.add_parser("ls", help="list checkpoints from the catalog")
-    s.add_argument("--run")
-    s.add_argument("--state", help="e.g. verified, invalid, transitioned")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--run", help="only this run")
+    s.add_argument(
+        "--state",
+        metavar="STATE",
+        help="only this lifecycle state: pending, invalid, accepted, verified, suspect, superseded, expired",
+    )
+    s.add_argument("--json", action="store_true", help="one JSON object per checkpoint save (schema in the README)")
     s.set_defaults(fn=cmd_ls)
 
     s = sub.add_parser("restore", help="bring back a checkpoint to a directory the framework resumes from")
     s.add_argument("run")
-    s.add_argument("--step", default="latest", help="a step number or 'latest' (newest verified)")
+    s.add_argument(
+        "--step", default="latest", help="a step number or 'latest' (newest good: verified, not superseded or suspect)"
+    )
+    s.add_argument(
+        "--save", type=int, metavar="K", help="which save of --step N (default: its newest; see `ls --run R`)"
+    )
     s.add_argument("--dest", required=True, help="an empty or new directory (the run root to resume from)")
     s.add_argument(
         "--tier",
@@ -318,7 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
     s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")
     s.add_argument(
-        "--force", action="store_true", help="restore into a non-empty destination (kept aside, not deleted)"
+        "--force",
+        action="store_true",
+        help="restore into a non-empty destination (kept aside, not deleted), or restore a suspect checkpoint",
     )
     s.set_defaults(fn=cmd_restore)
 

@@ -43,7 +43,7 @@ from tasks.restore import (
     finalize_task,
     plan_objects_task,
     request_thaw_task,
-    resolve_step_task,
+    resolve_task,
     staging_dir_task,
     wait_for_thaw_task,
     write_pointer_task,
@@ -55,6 +55,7 @@ def restore(
     run: str,
     dest: str,
     step: str = "latest",
+    save: int | None = None,
     tier: str = "Standard",
     wait: bool = True,
     force: bool = False,
@@ -70,17 +71,25 @@ def restore(
     target = Path(dest).expanduser().resolve()
     check_destination_task(target, force)
     states = current_states_task(catalog, run)
-    n = resolve_step_task(states, run, step)
-    manifest = load_manifest_task(store, prefix, run, n)
+    chosen = resolve_task(states, run, step, save, force)
+    for note in chosen.notes:
+        print(note)
+    n = chosen.step
+    manifest = load_manifest_task(store, prefix, run, n, chosen.save)
     plans = plan_objects_task(store, prefix, manifest)
     est = estimate_task(manifest, plans, load_prices(cfg.policy.prices), tier)
     publish_markdown_task(
         "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
     )
-    report: dict[str, Any] = {"run": run, "step": n, "dest": str(target), "estimate": est.describe()}
+    report: dict[str, Any] = {
+        "run": run, "step": n, "save": chosen.save, "notes": list(chosen.notes), "dest": str(target),
+        "estimate": est.describe(),
+    }  # fmt: skip
     if est.frozen:
         requested = request_thaw_task(store, plans, tier)
-        record_task(catalog, [events.restore_requested(run, n, tier, requested, str(flow_run.id or ""))])
+        record_task(
+            catalog, [events.restore_requested(run, n, tier, requested, str(flow_run.id or ""), save=chosen.save)]
+        )
         frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
         if frozen:
             report.update(status="thawing", frozen=len(frozen))

@@ -36,8 +36,8 @@ def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
 
 
 @io_task("is-committed")
-def is_committed_task(store: ObjectStore, prefix: str, found: Found) -> bool:
-    return lib.is_committed(store, prefix, found)
+def is_committed_task(store: ObjectStore, prefix: str, found: Found, save: int = 1) -> bool:
+    return lib.is_committed(store, prefix, found, save)
 
 
 @task(name="validate-structure", cache_policy=NO_CACHE)
@@ -59,25 +59,34 @@ def release_gate_child_task() -> None:
 
 
 @io_task("write-validation")
-def write_validation_task(store: ObjectStore, prefix: str, found: Found, report: ValidationReport) -> str:
-    return lib.write_validation(store, prefix, found, report)
+def write_validation_task(
+    store: ObjectStore, prefix: str, found: Found, report: ValidationReport, save: int = 1
+) -> str:
+    return lib.write_validation(store, prefix, found, report, save)
 
 
 @io_task("plan-upload")
-def plan_upload_task(store: ObjectStore, prefix: str, found: Found) -> list[lib.FileJob]:
-    return lib.plan_upload(store, prefix, found)
+def plan_upload_task(store: ObjectStore, prefix: str, found: Found, save: int = 1) -> list[lib.FileJob]:
+    return lib.plan_upload(store, prefix, found, save)
 
 
 @io_task("upload-file", task_run_name="upload-{job.file.rel}")
 def upload_one_task(
-    store: ObjectStore, job: lib.FileJob, found: Found, sha256: bool = False, progress: ProgressFn | None = None
+    store: ObjectStore,
+    job: lib.FileJob,
+    found: Found,
+    sha256: bool = False,
+    progress: ProgressFn | None = None,
+    save: int = 1,
 ) -> FileEntry:
-    return lib.upload_one(store, job, found, sha256=sha256, progress=progress)
+    return lib.upload_one(store, job, found, sha256=sha256, progress=progress, save=save)
 
 
 @io_task("commit-manifest")
-def commit_manifest_task(store: ObjectStore, prefix: str, found: Found, entries: list[FileEntry]) -> Manifest:
-    return lib.commit_manifest(store, prefix, found, entries)
+def commit_manifest_task(
+    store: ObjectStore, prefix: str, found: Found, entries: list[FileEntry], save: int = 1
+) -> Manifest:
+    return lib.commit_manifest(store, prefix, found, entries, save)
 
 
 @task(name="publish-outcomes", cache_policy=NO_CACHE)
@@ -86,6 +95,7 @@ def publish_outcomes_task(outcomes: Sequence[lib.Outcome]) -> None:
         {
             "run": o.run,
             "step": o.step,
+            "save": o.save,
             "format": o.format,
             "result": o.result,
             "GiB": round(o.bytes / 2**30, 3),

@@ -18,8 +18,10 @@ from tasks.retry import io_task
 
 
 @task(name="resolve-step", cache_policy=NO_CACHE)
-def resolve_step_task(states: Sequence[CheckpointState], run: str, step: str) -> int:
-    return lib.resolve_step(states, run, step if step == "latest" else int(step))
+def resolve_task(
+    states: Sequence[CheckpointState], run: str, step: str, save: int | None, force: bool
+) -> lib.Resolution:
+    return lib.resolve(states, run, lib.parse_step(step), save, force)
 
 
 @io_task("plan-objects")

@@ -1,0 +1,84 @@
+"""Which save a restore brings back: `latest` is the newest good; suspects need --force."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ckptvault.catalog import CheckpointState, Event, fold
+from ckptvault.restore import RestoreError, parse_step, resolve
+
+
+def life(*events: Event) -> list[CheckpointState]:
+    return fold(list(events))
+
+
+def v(step: int, save: int = 1, at: float = 1.0) -> Event:
+    return Event("r", step, "verified", at, save=save, created_at=at)
+
+
+def drilled(step: int, ok: bool, at: float = 50.0, save: int = 1) -> Event:
+    return Event(
+        "r", step, "drilled", at, save=save, ok=ok, detail=json.dumps({"problems": ["w.bin: CRC32C mismatch"]})
+    )
+
+
+def test_latest_is_the_newest_verified() -> None:
+    r = resolve(life(v(100), v(200), v(300)), "r", "latest")
+    assert (r.step, r.save, r.notes) == (300, 1, ())
+
+
+def test_latest_skips_a_suspect_and_says_why() -> None:
+    r = resolve(life(v(100), v(200), drilled(200, ok=False)), "r", "latest")
+    assert (r.step, r.save) == (100, 1)
+    assert len(r.notes) == 1 and "skipped step 200: suspect" in r.notes[0] and "CRC32C mismatch" in r.notes[0]
+
+
+def test_a_later_passing_drill_clears_the_suspicion() -> None:
+    r = resolve(life(v(100), v(200), drilled(200, False, 50.0), drilled(200, True, 60.0)), "r", "latest")
+    assert (r.step, r.notes) == (200, ())
+
+
+def test_latest_never_picks_a_superseded_save() -> None:
+    states = life(v(300, 1, 1.0), v(300, 2, 5.0), v(400, 1, 2.0), Event("r", 300, "superseded", 6.0, save=1),
+                  Event("r", 400, "superseded", 6.0))  # fmt: skip
+    r = resolve(states, "r", "latest")
+    assert (r.step, r.save) == (300, 2)
+    # a step number means its newest save; --save names an older one
+    assert resolve(states, "r", 300).save == 2
+    old = resolve(states, "r", 300, save=1)
+    assert old.save == 1 and "superseded" in old.notes[0]
+
+
+def test_a_suspect_step_needs_force_and_says_why_first() -> None:
+    states = life(v(100), v(200), drilled(200, ok=False))
+    with pytest.raises(RestoreError, match=r"step 200 is suspect: its last drill failed .*Pass --force"):
+        resolve(states, "r", 200)
+    r = resolve(states, "r", 200, force=True)
+    assert r.step == 200 and "anyway (--force)" in r.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("run", "step", "save", "message"),
+    [
+        ("nosuchrun", "latest", None, "'nosuchrun' is not in the catalog"),
+        ("r", 999, None, "no verified checkpoint at step 999 .verified steps: 100, 200."),
+        ("r", 200, 7, "step 200 has no verified save 7 .verified saves: 1."),
+        ("r", "latest", 2, "--save names a save of one step"),
+    ],
+)
+def test_bad_choices_name_what_exists(run: str, step: int | str, save: int | None, message: str) -> None:
+    with pytest.raises(RestoreError, match=message):
+        resolve(life(v(100), v(200)), run, step, save)
+
+
+def test_no_good_checkpoint_at_all() -> None:
+    with pytest.raises(RestoreError, match="no good checkpoint"):
+        resolve(life(v(100), drilled(100, ok=False)), "r", "latest")
+
+
+def test_parse_step() -> None:
+    assert parse_step("latest") == "latest" and parse_step("300") == 300
+    with pytest.raises(RestoreError, match="'abc' is neither a step number nor 'latest'"):
+        parse_step("abc")
