@@ -2,41 +2,141 @@
 
 Sending never raises: an unreachable Slack is logged and counted, and because an undelivered alert
 is not recorded as sent, the next flow run sends it again.
+
+The state is stored one object per save, `<prefix>/_state/alerts/<time_ns:020d>-<uuid4hex>.json`,
+never rewritten, and read as the `watch.merge_states` of every such object plus the single
+`<prefix>/_state/alerts.json` that older versions rewrote in place. A save re-reads and merges what is
+stored, writes the result as a new object, and only then deletes the objects it merged (as
+`catalog.compact` does). A record is therefore always in at least one object: two flows saving at once
+each write their own object, and the next save folds both into one.
+
+Why not one object updated with conditional writes (If-Match on its ETag, read-merge-retry): tried on
+our servers, SeaweedFS and moto honour If-Match on PUT, but Ceph RGW 16.2 answers 412 to the quoted
+ETag that S3 returns and boto3 sends back (it matches only the bare hex), and a server that ignores the
+header (rclone serve s3 ignores even If-None-Match) would silently turn the loop back into the lost
+update it is meant to prevent. One key per writer needs only PUT, LIST, GET and DELETE, which every
+server implements the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import time
+import uuid
 from collections.abc import Callable, Sequence
 
 from ckptvault.alerts import Alert
 from ckptvault.config import Config
-from ckptvault.notify import build_notifier
-from ckptvault.store import NotFoundError, ObjectStore, StoreError
-from ckptvault.watch import AlertState
+from ckptvault.notify import SENT_RETENTION_SECONDS, build_notifier
+from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, StoreError
+from ckptvault.watch import AlertState, forget_sent_before, merge_states
 
 log = logging.getLogger("ckptvault.alerts")
-STATE_NAME = "_state/alerts.json"
+STATE_DIR = "_state/alerts/"
+LEGACY_NAME = "_state/alerts.json"
+_FILE_RE = re.compile(r"\d{20}-[0-9a-f]{32}\.json")
+# A listing can name an object that a concurrent save folds and deletes before we GET it; its records
+# are then in a newer object, which the next listing shows. Rounds, not time, bound the retrying.
+_READ_ROUNDS = 5
 
 
-def state_key(prefix: str) -> str:
-    return "/".join(p for p in (prefix.strip("/"), STATE_NAME) if p)
+def _join(prefix: str, name: str) -> str:
+    return "/".join(p for p in (prefix.strip("/"), name) if p)
+
+
+def state_dir(prefix: str) -> str:
+    return _join(prefix, STATE_DIR)
+
+
+def legacy_key(prefix: str) -> str:
+    return _join(prefix, LEGACY_NAME)
+
+
+def new_state_key(prefix: str) -> str:
+    return f"{state_dir(prefix)}{time.time_ns():020d}-{uuid.uuid4().hex}.json"
+
+
+def stored_state_keys(store: ObjectStore, prefix: str) -> list[str]:
+    """The objects that make up the stored state: the per-save objects and the legacy one, if present."""
+    folder, legacy = state_dir(prefix), legacy_key(prefix)
+    # One listing finds both: "_state/alerts" is a prefix of "_state/alerts.json" and "_state/alerts/".
+    return [
+        o.key
+        for o in store.list(folder.removesuffix("/"))
+        if o.key == legacy or (o.key.startswith(folder) and _FILE_RE.fullmatch(o.key[len(folder) :]))
+    ]
+
+
+def read_stored_states(store: ObjectStore, prefix: str) -> list[tuple[str, AlertState]]:
+    """Each readable stored object with its state. Unreadable ones (bad JSON or schema, CRC32C
+    mismatch) are logged and left out: neither merged nor ever deleted, so nothing a newer version
+    wrote is destroyed, and one corrupt object does not cost every flow its dedup."""
+    legacy = legacy_key(prefix)
+    # Per-save objects are never rewritten, so one read is enough; the legacy one may be rewritten
+    # by an older version still running.
+    known: dict[str, AlertState | None] = {}
+    keys: list[str] = []
+    for _ in range(_READ_ROUNDS):
+        keys = stored_state_keys(store, prefix)
+        vanished = False
+        for k in keys:
+            if k in known and k != legacy:
+                continue
+            try:
+                data = store.get_bytes(k)
+            except NotFoundError:
+                vanished = True
+                continue
+            except ChecksumMismatchError as e:
+                log.warning("skipping alert state %s: %s", k, e)
+                known[k] = None
+                continue
+            try:
+                known[k] = AlertState.from_json(data, origin=k)
+            except ValueError as e:
+                log.warning("skipping alert state %s: %s", k, e)
+                known[k] = None
+        if not vanished:
+            break
+    else:
+        log.warning("alert state under %s kept changing while read; using what could be read", state_dir(prefix))
+    return [(k, s) for k in keys if (s := known.get(k)) is not None]
 
 
 def load_alert_state(store: ObjectStore, prefix: str) -> AlertState:
+    return merge_states(s for _, s in read_stored_states(store, prefix))
+
+
+def save_alert_state(
+    store: ObjectStore, prefix: str, state: AlertState, *, forget_before: float | None = None
+) -> str | None:
+    """Merge `state` into the stored state: write the merge as a new object, then delete the objects
+    merged into it. Dedup records older than `forget_before` (unix s) are dropped from the
+    merge. Returns the new key, or None when nothing needed writing (the store held exactly this).
+    Raises StoreError only if the new object could not be written; then nothing was deleted."""
     try:
-        return AlertState.from_json(store.get_bytes(state_key(prefix)))
-    except NotFoundError:
-        return AlertState(sent={}, stale={})
-    except ValueError as e:
-        log.warning(
-            "alert state %s unreadable (%s); starting afresh (some alerts may repeat once)", state_key(prefix), e
-        )
-        return AlertState(sent={}, stale={})
-
-
-def save_alert_state(store: ObjectStore, prefix: str, state: AlertState) -> None:
-    store.put_bytes(state_key(prefix), state.to_json(), content_type="application/json")
+        parts = read_stored_states(store, prefix)
+    except StoreError as e:
+        # Writing ours unmerged loses nothing: the next save merges it with what we could not read.
+        log.warning("cannot read the stored alert state (%s); writing this run's beside it", e)
+        parts = []
+    merged = merge_states([state, *(s for _, s in parts)])
+    if forget_before is not None:
+        merged = forget_sent_before(merged, forget_before)
+    if not parts and merged == AlertState():
+        return None
+    # The hourly watch usually changes nothing: rewriting the one object then is churn, not safety.
+    if len(parts) == 1 and parts[0][0] != legacy_key(prefix) and parts[0][1] == merged:
+        return None
+    key = new_state_key(prefix)
+    store.put_bytes(key, merged.to_json(), if_none_match=True, content_type="application/json")
+    for k, _ in parts:
+        try:
+            store.delete(k)
+        except StoreError as e:
+            log.info("could not delete folded alert state %s (%s); the next save folds it again", k, e)
+    return key
 
 
 def send_alerts(
@@ -46,18 +146,22 @@ def send_alerts(
     secret_loader: Callable[[str], str | None] | None = None,
     state: AlertState | None = None,
 ) -> int:
-    """Send through the configured channels with dedup; returns how many were delivered."""
+    """Send through the configured channels with dedup; returns how many were delivered. The state
+    (loaded here unless given) is merged into the stored one afterwards, never written over it."""
     if not alerts and state is None:
         return 0
     try:
         current = state if state is not None else load_alert_state(store, cfg.store.prefix)
     except StoreError as e:
         log.warning("cannot read alert state (%s); sending without dedup", e)
-        current = AlertState(sent={}, stale={})
+        current = AlertState()
     notifier = build_notifier(cfg.notify, current, secret_loader)
     delivered = sum(1 for a in alerts if notifier.send(a))
+    # The same retention DedupNotifier prunes with: without it here, other writers' copies would bring
+    # every pruned record back.
+    keep = max(cfg.notify.dedup_window_minutes * 60, SENT_RETENTION_SECONDS)
     try:
-        save_alert_state(store, cfg.store.prefix, current)
+        save_alert_state(store, cfg.store.prefix, current, forget_before=time.time() - keep)
     except StoreError as e:
         log.warning("cannot save alert state (%s); some alerts may repeat", e)
     return delivered

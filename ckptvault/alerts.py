@@ -359,24 +359,6 @@ def flow_failed(flow: str, state: str, message: str, run: str = ALL_RUNS, flow_r
     )
 
 
-# keep the builder list next to KINDS so a new kind cannot be added without its wording
-BUILDERS: dict[str, Callable[..., Alert]] = {
-    "ingest_failed": ingest_failed,
-    "validation_blocked": validation_blocked,
-    "validation_warned": validation_warned,
-    "drill_failed": drill_failed,
-    "drill_digest": drill_digest,
-    "tier_applied": tier_applied,
-    "restore_completed": restore_completed,
-    "restore_failed": restore_failed,
-    "run_stale": run_stale,
-    "run_recovered": run_recovered,
-    "budget_exceeded": budget_exceeded,
-    "flow_failed": flow_failed,
-}
-assert tuple(BUILDERS) == KINDS
-
-
 def run_restarted(
     run: str, restart_step: int | None, resaved: Sequence[str], flow_run_url: str | None = None
 ) -> Alert:
@@ -400,3 +382,22 @@ def run_restarted(
         flow_run_url=flow_run_url,
         reason="resaved=" + ",".join(resaved),
     )
+
+
+# keep the builder list next to KINDS so a new kind cannot be added without its wording
+BUILDERS: dict[str, Callable[..., Alert]] = {
+    "ingest_failed": ingest_failed,
+    "validation_blocked": validation_blocked,
+    "validation_warned": validation_warned,
+    "drill_failed": drill_failed,
+    "drill_digest": drill_digest,
+    "tier_applied": tier_applied,
+    "restore_completed": restore_completed,
+    "restore_failed": restore_failed,
+    "run_stale": run_stale,
+    "run_recovered": run_recovered,
+    "budget_exceeded": budget_exceeded,
+    "flow_failed": flow_failed,
+    "run_restarted": run_restarted,
+}
+assert tuple(BUILDERS) == KINDS

@@ -131,7 +131,11 @@ class NotifyConfig(_Strict):
 
 
 class DrillConfig(_Strict):
+    # How many checkpoints each drill takes from the rotation, on top of each run's newest and any suspect.
     sample: Annotated[int, Field(ge=1)] = 2
+    # Grow the sample so that every drillable checkpoint is drilled within this many days at the drill
+    # deployment's interval (see ckptvault/drill.py); none: the sample stays as set.
+    cover_days: Annotated[float, Field(gt=0)] | None = None
     scratch: Path = Path("/tmp/ckptvault-drill")
     restore_tier: Literal["Expedited", "Standard", "Bulk"] = "Bulk"
 

@@ -1,36 +1,72 @@
 """Restore drills: prove that what sits in the store (archived or not) restores and loads.
 
-Selection rotates like restic's `check --read-data-subset=n/t`, in spirit: every verified checkpoint
-is drilled over time (least recently drilled first), and each drill always includes every run's
-newest checkpoint and one of its oldest archived ones, the two a disaster would reach for.
+Which checkpoints a drill restores (`select`) is a deterministic rotation in the spirit of restic's
+`check --read-data-subset=n/t`, a pure function of the catalog states, so it works the same whether
+drills run on schedule, late, twice, or by hand:
+
+- Drillable: verified, not expired, not superseded. A superseded save belongs to a training branch the
+  job abandoned (a later save of its step, or a restart from before it, replaced it): nothing resumes
+  from it, so proving it restores proves nothing anyone needs.
+- Every drill restores each run's newest drillable checkpoint (the one a crash reaches for) and every
+  suspect one (its last drill failed; it stays out of `restore latest` until a drill passes, so it is
+  re-drilled at once rather than waiting its turn). Both come *on top of* the sample.
+- Then `sample` more from the rest, the queue: never drilled first (oldest upload first), then least
+  recently drilled, ties by (run, step, save).
+
+Guarantee: with M drillable checkpoints that are not their run's newest and a rotating share of s,
+every drillable checkpoint is drilled at least once in every ceil(M/s) consecutive drills (1 when
+M = 0), and each run's newest in every drill. Since M <= N - runs, that is within ceil(N/s) drills for
+N drillable checkpoints, however many runs there are. Why: a drilled checkpoint goes to the back of
+the queue; one not drilled keeps its place, so each drill that passes over it takes s of those ahead
+of it, and at most M - 1 are. The bound is for a fixed set of checkpoints, counting the drills in
+which every selected checkpoint finished: a thaw still pending when a drill ends keeps that checkpoint
+at the front (the next drill completes it), and a checkpoint that arrives between drills without
+being its run's newest joins the queue ahead of the drilled ones.
+
+`[drill] cover_days` sizes s for time instead of drill count: with drills every `interval_days`,
+s = max(sample, ceil(M / floor(cover_days / interval_days))), so ceil(M/s) drills fit in cover_days
+(every drillable checkpoint each drill when cover_days is shorter than one interval).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ckptvault.catalog import CheckpointState
 
-COLD_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE", "GLACIER_IR", "STANDARD_IA", "COLD"})
+DAY = 86400.0
+Key = tuple[str, int, int]
+
+
+def label(run: str, step: int, save: int) -> str:
+    """How a checkpoint save is named to people: the save only when there is more than one."""
+    return f"{run} step {step}" + (f" save {save}" if save > 1 else "")
 
 
 @dataclass(frozen=True)
 class DrillResult:
     run: str
     step: int
+    save: int
     ok: bool
     seconds: float
     bytes: int
     problems: tuple[str, ...] = ()
 
-    def row(self) -> dict[str, object]:
-        return {"run": self.run, "step": self.step, "ok": self.ok, "seconds": round(self.seconds, 2),
-                "problems": list(self.problems)}  # fmt: skip
+    @property
+    def key(self) -> Key:
+        return (self.run, self.step, self.save)
+
+    def row(self) -> dict[str, Any]:
+        return {"run": self.run, "step": self.step, "save": self.save, "ok": self.ok,
+                "seconds": round(self.seconds, 2), "problems": list(self.problems)}  # fmt: skip
 
     def detail(self) -> str:
         mib_s = self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0
@@ -44,40 +80,170 @@ class DrillResult:
         )
 
 
-def render_markdown(results: Sequence[DrillResult], pending: Sequence[str]) -> str:
-    lines = ["| run | step | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|"]
+def render_markdown(results: Sequence[DrillResult], pending: Sequence[str], coverage: Coverage | None = None) -> str:
+    lines = ["| run | step | save | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|---|"]
     lines += [
-        f"| {r.run} | {r.step} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
+        f"| {r.run} | {r.step} | {r.save} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
         f"{'; '.join(r.problems)[:300]} |"
         for r in results
     ]
     if pending:
         lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
+    if coverage is not None:
+        lines.append(f"\n{coverage.describe()}")
     return "\n".join(lines)
 
 
-def select_sample(states: Sequence[CheckpointState], n: int) -> list[CheckpointState]:
-    """Each run's newest verified, one of its oldest archived, then least recently drilled up to n."""
-    verified = [s for s in states if s.verified]
-    chosen: dict[tuple[str, int], CheckpointState] = {}
-    runs = sorted({s.run for s in verified})
-    for run in runs:
-        mine = sorted((s for s in verified if s.run == run), key=lambda s: s.step)
-        chosen[(run, mine[-1].step)] = mine[-1]
-        archived = [s for s in mine if s.storage_class in COLD_CLASSES]
-        if archived:
-            # among the oldest archived, the least recently drilled, so repeated drills walk them
-            oldest = sorted(archived[: max(1, len(archived) // 4)], key=lambda s: (s.last_drill_at or 0.0, s.step))
-            chosen.setdefault((run, oldest[0].step), oldest[0])
-    rest = sorted(
-        (s for s in verified if (s.run, s.step) not in chosen),
-        key=lambda s: (s.last_drill_at is not None, s.last_drill_at or 0.0, s.run, s.step),
+def is_drillable(s: CheckpointState) -> bool:
+    return s.verified and not s.expired and not s.superseded
+
+
+def newest_by_run(states: Iterable[CheckpointState]) -> dict[str, CheckpointState]:
+    """Each run's newest drillable checkpoint, by (step, save)."""
+    out: dict[str, CheckpointState] = {}
+    for s in states:
+        if is_drillable(s):
+            cur = out.get(s.run)
+            if cur is None or s.step > cur.step:
+                out[s.run] = s
+    return out
+
+
+def _queue_order(s: CheckpointState) -> tuple[bool, float, str, int, int]:
+    # Never drilled first, and among those the longest waiting (uploaded first); a drill always stamps a
+    # time later than any upload or earlier drill, which is what sends a drilled checkpoint to the back.
+    since = s.last_drill_at if s.last_drill_at is not None else (s.uploaded_at or 0.0)
+    return (s.last_drill_at is not None, since, s.run, s.step, s.save)
+
+
+def rotating_share(sample: int, rotating: int, cover_days: float | None, interval_days: float | None) -> int:
+    """How many queued checkpoints each drill takes: `sample`, grown so that ceil(rotating / share) drills,
+    one every `interval_days`, fit in `cover_days`."""
+    if sample < 1:
+        raise ValueError(f"sample must be >= 1, got {sample}")
+    if cover_days is None:
+        return sample
+    if interval_days is None or not interval_days > 0:
+        raise ValueError(f"cover_days needs the drill interval in days (> 0), got {interval_days!r}")
+    drills = math.floor(cover_days / interval_days)
+    if drills < 1:
+        return max(sample, rotating)
+    return max(sample, math.ceil(rotating / drills))
+
+
+def _window(rotating: int, share: int) -> int:
+    return max(1, math.ceil(rotating / share))
+
+
+@dataclass(frozen=True)
+class Selection:
+    chosen: tuple[CheckpointState, ...]  # what this drill restores, sorted by key
+    newest: frozenset[Key]  # each run's newest: drilled every time
+    suspect: frozenset[Key]  # suspect and not a newest: drilled every time until a drill passes
+    queued: tuple[Key, ...]  # the rotating share, in queue order
+    drillable: int
+    rotating: int  # M: drillable checkpoints that are not their run's newest
+    sample: int  # s: the rotating share, after cover_days
+    window: int  # every drillable checkpoint is drilled at least once in every `window` consecutive drills
+
+
+def select(
+    states: Sequence[CheckpointState],
+    sample: int,
+    *,
+    cover_days: float | None = None,
+    interval_days: float | None = None,
+) -> Selection:
+    """This drill's checkpoints: each run's newest, every suspect, then the `sample` (grown by
+    `cover_days`) first in the queue. Deterministic, and independent of the order of `states`."""
+    able = sorted((s for s in states if is_drillable(s)), key=lambda s: s.key)
+    newest = {s.key for s in newest_by_run(able).values()}
+    rotating = len(able) - len(newest)
+    share = rotating_share(sample, rotating, cover_days, interval_days)
+    suspect = {s.key for s in able if s.suspect and s.key not in newest}
+    queue = sorted((s for s in able if s.key not in newest and s.key not in suspect), key=_queue_order)
+    queued = [s.key for s in queue[:share]]
+    picked = newest | suspect | set(queued)
+    return Selection(
+        chosen=tuple(s for s in able if s.key in picked),
+        newest=frozenset(newest),
+        suspect=frozenset(suspect),
+        queued=tuple(queued),
+        drillable=len(able),
+        rotating=rotating,
+        sample=share,
+        window=_window(rotating, share),
     )
-    for s in rest:
-        if len(chosen) >= max(n, len(runs)):
-            break
-        chosen[(s.run, s.step)] = s
-    return sorted(chosen.values(), key=lambda s: (s.run, s.step))
+
+
+def select_sample(
+    states: Sequence[CheckpointState],
+    n: int,
+    *,
+    cover_days: float | None = None,
+    interval_days: float | None = None,
+) -> list[CheckpointState]:
+    """The checkpoints `select` picks, sorted by (run, step, save)."""
+    return list(select(states, n, cover_days=cover_days, interval_days=interval_days).chosen)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How far the rotation has got, from the catalog states at `now`."""
+
+    drillable: int
+    never_drilled: int
+    suspect: int  # drillable whose last drill failed
+    oldest_drill_age_days: float | None  # the longest since a drilled checkpoint's last drill; None if none was
+    sample: int
+    window: int
+    cover_days: float | None
+    interval_days: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        age = self.oldest_drill_age_days
+        return {
+            "drillable": self.drillable,
+            "never_drilled": self.never_drilled,
+            "suspect": self.suspect,
+            "oldest_drill_age_days": None if age is None else round(age, 2),
+            "sample": self.sample,
+            "window": self.window,
+            "cover_days": self.cover_days,
+            "interval_days": self.interval_days,
+        }
+
+    def describe(self) -> str:
+        age = "none drilled yet" if self.oldest_drill_age_days is None else f"{self.oldest_drill_age_days:.1f} d"
+        return (
+            f"Coverage: {self.drillable} drillable, {self.never_drilled} never drilled, {self.suspect} suspect; "
+            f"oldest last drill {age}; every checkpoint drilled within {self.window} drill(s) "
+            f"of {self.sample} plus each run's newest"
+        )
+
+
+def coverage(
+    states: Sequence[CheckpointState],
+    now: float,
+    sample: int,
+    *,
+    cover_days: float | None = None,
+    interval_days: float | None = None,
+) -> Coverage:
+    able = [s for s in states if is_drillable(s)]
+    rotating = len(able) - len(newest_by_run(able))
+    share = rotating_share(sample, rotating, cover_days, interval_days)
+    ages = [(now - s.last_drill_at) / DAY for s in able if s.last_drill_at is not None]
+    return Coverage(
+        drillable=len(able),
+        never_drilled=sum(1 for s in able if s.last_drill_at is None),
+        suspect=sum(1 for s in able if s.suspect),
+        oldest_drill_age_days=max(ages) if ages else None,
+        sample=share,
+        window=_window(rotating, share),
+        cover_days=cover_days,
+        interval_days=interval_days,
+    )
 
 
 def _check_safetensors(path: Path, rel: str) -> list[str]:

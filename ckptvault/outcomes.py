@@ -28,9 +28,12 @@ class IngestIncomplete(AlreadyAlerted):
 class DrillFailed(AlreadyAlerted):
     """At least one drilled checkpoint did not restore intact or did not load."""
 
-    def __init__(self, rows: Sequence[dict[str, object]]) -> None:
+    def __init__(self, rows: Sequence[dict[str, object]], report: dict[str, object] | None = None) -> None:
         self.rows = list(rows)
+        # the whole drill report (README "Restore drills"), so `drill --json` prints it for a failed drill too
+        self.report = report if report is not None else {"drilled": self.rows}
         bad = [r for r in self.rows if not r["ok"]]
         lines = [f"{len(bad)} of {len(self.rows)} drilled checkpoint(s) FAILED:"]
-        lines += [f"  {r['run']} step {r['step']}: {r['problems']}" for r in bad]
+        lines += [f"  {r['run']} step {r['step']}" + (f" save {r['save']}" if r.get("save", 1) != 1 else "")
+                  + f": {r['problems']}" for r in bad]  # fmt: skip
         super().__init__("\n".join(lines))

@@ -201,6 +201,8 @@ def check_destination_or_usage(check: Callable[..., None], args: argparse.Namesp
 def cmd_drill(args: argparse.Namespace) -> int:
     _preflight(args, need_sources=False)
     _start_prefect_note()
+    import json
+
     from ckptvault.outcomes import DrillFailed
     from flows.drill import drill
 
@@ -209,14 +211,19 @@ def cmd_drill(args: argparse.Namespace) -> int:
         state = drill(sample=args.sample, tier=args.tier, config_path=args.config, return_state=True)
     result = state.result(raise_on_failure=False)
     if isinstance(result, DrillFailed):
+        if args.json:
+            print(json.dumps(result.report, indent=1))
         _say(str(result))
         return EXIT_FAILED
     if isinstance(result, BaseException):
         _say(f"drill failed: {result}")
         return EXIT_FAILED
-    for r in result:
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return EXIT_OK
+    for r in result["drilled"]:
         print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['run']} step {r['step']} restored and loaded in {r['seconds']} s")
-    if not result:
+    if not result["drilled"]:
         print("nothing to drill: no verified checkpoints in the catalog")
     return EXIT_OK
 
@@ -354,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("drill", help="restore a rotating sample into scratch and prove it loads")
     s.add_argument("--sample", type=int, help="how many checkpoints (default [drill].sample)")
     s.add_argument("--tier", choices=["Expedited", "Standard", "Bulk"], help="thaw tier (default [drill].restore_tier)")
+    s.add_argument("--json", action="store_true", help="the drill report as JSON (README, Restore drills)")
     s.set_defaults(fn=cmd_drill)
 
     s = sub.add_parser("plan", help="show the tiering plan and its cost (read-only, no Prefect)")

@@ -1,8 +1,9 @@
 """The drill flow: restore a rotating sample into scratch, prove it intact and loadable. Wiring only.
 
-Archived objects are thawed with the Bulk tier by default (cheapest). A drill does not wait for a
-thaw measured in hours: it requests it, records the checkpoint as pending, and the next drill (which
-selects the least recently drilled first) finds it thawed and completes it.
+Which checkpoints, and the coverage guarantee, are in ckptvault/drill.py (`select`). Archived objects
+are thawed with the Bulk tier by default (cheapest). A drill does not wait for a thaw measured in
+hours: it requests it, reports the checkpoint as pending, and the next drill selects it again (nothing
+was recorded, so it keeps its place at the front of the queue) and completes it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from prefect.runtime import flow_run
 
 from ckptvault import alerts, events
 from ckptvault.catalog import Catalog
-from ckptvault.drill import DrillResult, render_markdown
+from ckptvault.drill import DrillResult, label, render_markdown
 from ckptvault.outcomes import DrillFailed
 from ckptvault.restore import checkpoint_name
 from flows.hooks import HOOKS
@@ -28,6 +29,7 @@ from tasks.common import (
     publish_markdown_task,
     record_task,
 )
+from tasks.drill import coverage_task, select_task
 from tasks.futures import settle
 from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
@@ -36,24 +38,34 @@ from tasks.restore import (
     load_check_task,
     plan_objects_task,
     request_thaw_task,
-    select_sample_task,
     staging_dir_task,
     wait_for_thaw_task,
 )
 
+# The drill deployment's schedule (deployments/prefect.yaml: Sundays) in days; `[drill] cover_days`
+# counts drills at this spacing. The deployment passes it explicitly, a test keeps the two equal.
+INTERVAL_DAYS = 7.0
+
 
 @flow(name="drill", log_prints=True, **HOOKS)
 def drill(
-    sample: int | None = None, tier: str | None = None, thaw_wait_minutes: float = 5.0, config_path: str | None = None
-) -> list[dict[str, Any]]:
+    sample: int | None = None,
+    tier: str | None = None,
+    thaw_wait_minutes: float = 5.0,
+    config_path: str | None = None,
+    interval_days: float = INTERVAL_DAYS,
+) -> dict[str, Any]:
+    """Returns the drill report: {"drilled": [...], "pending": [...], "coverage": {...}} (README, "Restore drills")."""
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
     tier = tier or cfg.drill.restore_tier
-    chosen = select_sample_task(current_states_task(catalog), sample or cfg.drill.sample)
+    n = sample or cfg.drill.sample
+    cover_days = cfg.drill.cover_days
+    chosen = select_task(current_states_task(catalog), n, cover_days, interval_days).chosen
     results: list[DrillResult] = []
-    pending: list[str] = []
+    pending: list[dict[str, Any]] = []
     for s in chosen:
         t0 = time.monotonic()
         try:
@@ -62,9 +74,9 @@ def drill(
             if any(not p.thawed for p in plans):
                 request_thaw_task(store, plans, tier)
                 if wait_for_thaw_task(store, plans, thaw_wait_minutes * 60):
-                    pending.append(f"{s.run} step {s.step}")
+                    pending.append({"run": s.run, "step": s.step, "save": s.save})
                     continue
-            scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}"
+            scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}-{s.save}"
             staged = staging_dir_task(scratch)
             try:
                 problems = settle(download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest)))
@@ -73,13 +85,20 @@ def drill(
             finally:
                 discard_task(staged)
             results.append(
-                DrillResult(s.run, s.step, not problems, time.monotonic() - t0, manifest.total_bytes, tuple(problems))
-            )
+                DrillResult(s.run, s.step, s.save, not problems, time.monotonic() - t0, manifest.total_bytes,
+                            tuple(problems))
+            )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
-            results.append(DrillResult(s.run, s.step, False, time.monotonic() - t0, s.bytes, (str(e),)))
+            results.append(DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),)))
     record_task(catalog, events.drilled(results, str(flow_run.id or "")))
-    publish_markdown_task("drill-report", render_markdown(results, pending), "restore drill: time and load check")
+    # Coverage after this drill's events: what the next drill starts from.
+    cov = coverage_task(current_states_task(catalog), time.time(), n, cover_days, interval_days)
+    pending_names = [label(p["run"], p["step"], p["save"]) for p in pending]
+    publish_markdown_task(
+        "drill-report", render_markdown(results, pending_names, cov), "restore drill: time and load check"
+    )
     rows = [r.row() for r in results]
+    report: dict[str, Any] = {"drilled": rows, "pending": pending, "coverage": cov.as_dict()}
     failed = [r for r in results if not r.ok]
     url = flow_run_url()
     notify_task(
@@ -89,5 +108,5 @@ def drill(
         + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)],
     )
     if failed:
-        raise DrillFailed(rows)
-    return rows
+        raise DrillFailed(rows, report)
+    return report
