@@ -293,3 +293,106 @@ def test_tier_apply_killed_mid_way_then_rerun_converges(
         f"\n[crash tier {pipeline_s3.kind}] {TIER_KILLS} SIGKILLs of `tier --apply` at {offsets} s; "
         f"after each kill: {progress}; rerun converged, every object intact"
     )
+
+
+SAVE_KILLS = 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ingest_killed_during_the_upload_of_a_second_save_then_rerun(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+) -> None:
+    """A restart re-saved step 300; the ingest sending it as save 2 is killed. After the rerun: exactly
+    one save 2, whole, committed once; save 1 of every step intact and superseded only for step 300."""
+    import shutil
+
+    from flows.ingest import ingest
+
+    s3_env(seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    client = seaweedfs.client()
+    client.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    old, new = tmp_path / "old", tmp_path / "new"
+    old_sources = {s: write_checkpoint(old, "deepspeed", s, 18 * MiB, seed=s) for s in STEPS}
+    t = time.time() - 3600  # written an hour before the restart
+    for p in old.rglob("*"):
+        os.utime(p, (t, t))
+    shutil.copytree(old, new, copy_function=shutil.copy2)  # copy2 keeps the mtimes: the same saves
+    shutil.rmtree(new / "global_step300")
+    new_300 = write_checkpoint(new, "deepspeed", 300, 18 * MiB, seed=3000)
+    env = cli_env(seaweedfs)
+    proxy = FaultProxy(seaweedfs.url, FaultRates(latency=1.0, latency_s=0.05)).start()
+    slow = dataclasses.replace(seaweedfs, url=proxy.url)
+    no_gates = "[validation]\nenabled = false\n"
+
+    def prepared(prefix: str) -> Path:
+        """Save 1 of every step in `prefix`; returns the config that sends the re-saved step 300, slowly."""
+        ingest(config_path=str(_config(tmp_path / "old-cfg", seaweedfs, bucket, prefix, old, no_gates)))
+        return _config(tmp_path / "new-cfg", slow, bucket, prefix, new, no_gates)
+
+    save2 = {p: checkpoint_prefix(p, "r", 300, 2) + MANIFEST_NAME for p in ["calib"] + [f"s{i}" for i in range(9)]}
+    calib = prepared("calib")
+    proc = prewarmed(cli_cmd(calib, "ingest"), env)
+    assert proc.stdout is not None and proc.stdin is not None and proc.stdout.readline() == b"ready\n"
+    t0 = time.monotonic()
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    first = last = None
+    while proc.poll() is None:
+        now = time.monotonic() - t0
+        if first is None and (
+            incomplete_uploads(client, bucket, "calib/") or all_keys(client, bucket, "calib/r/step-0000000300.save-2/")
+        ):
+            first = now
+        if last is None and save2["calib"] in all_keys(client, bucket, "calib/r/"):
+            last = now
+        time.sleep(0.05)
+    assert proc.returncode == 0 and first is not None and last is not None, (proc.returncode, first, last)
+
+    rng = random.Random(SEED + 2)
+    offsets = sorted(round(rng.uniform(max(0.0, first - 0.3), last + 0.3), 2) for _ in range(SAVE_KILLS))
+    at_kill = Counter[str]()
+    for i, offset in enumerate(offsets):
+        prefix = f"s{i}"
+        cfg = prepared(prefix)
+        killed, _ = go_and_kill(prewarmed(cli_cmd(cfg, "ingest"), env), offset)
+        committed = save2[prefix] in all_keys(client, bucket, f"{prefix}/r/")
+        at_kill[f"killed={killed} save 2 committed={committed}"] += 1
+        if committed:  # a manifest only for a whole save
+            check_committed(client, bucket, save2[prefix], new_300, read_bytes=False)
+        direct = _config(tmp_path / "direct", seaweedfs, bucket, prefix, new, no_gates)
+        rerun = ingest(config_path=str(direct))
+        assert sorted((o.step, o.save, o.ok) for o in rerun) == [(100, 1, True), (200, 1, True), (300, 2, True)]
+
+        # exactly one new save, whole and committed once; every save 1 intact
+        assert manifest_keys(client, bucket, f"{prefix}/") == sorted(
+            [checkpoint_prefix(prefix, "r", s) + MANIFEST_NAME for s in STEPS] + [save2[prefix]]
+        )
+        check_committed(client, bucket, save2[prefix], new_300)
+        for s in STEPS:
+            check_committed(client, bucket, checkpoint_prefix(prefix, "r", s) + MANIFEST_NAME, old_sources[s])
+        versions = _versions(client, bucket, f"{prefix}/r/")
+        twice = {k: n for k, n in versions.items() if n != 1 and not k.endswith(VALIDATION_NAME)}
+        assert not twice, f"kill at {offset} s: written more than once: {twice}"
+        catalog = Catalog(open_store(load_config(str(direct)).store), prefix)
+        assert [(c.step, c.save, c.state) for c in catalog.current("r")] == [
+            (100, 1, "verified"), (200, 1, "verified"), (300, 1, "superseded"), (300, 2, "verified"),
+        ]  # fmt: skip
+        verified = Counter((e.step, e.save) for e in catalog.events("r") if e.event == "verified")
+        assert verified == {(100, 1): 1, (200, 1): 1, (300, 1): 1, (300, 2): 1}, dict(verified)
+        assert store_abort(client, bucket, prefix) >= 0
+    proxy.stop()
+    print(
+        f"\n[crash second save] upload window {first:.1f}-{last:.1f} s; SIGKILLs at {offsets}; "
+        f"{json.dumps(dict(at_kill), sort_keys=True)}; every rerun converged"
+    )
+
+
+def store_abort(client: Any, bucket: str, prefix: str) -> int:
+    """Abort what the kill left in flight (the bucket rule's job after a day) and check it is gone."""
+    left = incomplete_uploads(client, bucket, prefix + "/")
+    for u in left:
+        client.abort_multipart_upload(Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+    assert incomplete_uploads(client, bucket, prefix + "/") == []
+    return len(left)
