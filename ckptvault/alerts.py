@@ -19,6 +19,7 @@ KINDS = (
     "drill_failed",
     "drill_digest",
     "tier_applied",
+    "evict_skipped",
     "restore_completed",
     "restore_failed",
     "run_stale",
@@ -247,6 +248,44 @@ def tier_applied(
     )
 
 
+def evict_skipped(
+    run: str,
+    step: int,
+    save: int,
+    local: Sequence[str],
+    store: Sequence[str],
+    flow_run_url: str | None = None,
+) -> Alert:
+    """The tier run did not delete a local copy: re-checked before deleting, it (`local`) or the stored
+    copy (`store`) no longer matched the manifest. Each item names a file and what differs."""
+    broken_store = bool(store)
+    why = "the stored copy is incomplete or changed" if broken_store else "the local files changed after upload"
+    if broken_store:
+        next_step = (
+            "Keep the local copy: it may now be the only intact one. Find out who deleted or overwrote the "
+            f"objects above behind ckptvault (versioning, another tool); `ckptvault restore {run} --step "
+            f"{step} --save {save} --dest /scratch/check` shows whether the stored copy still restores. "
+            "Every tier run checks again and evicts nothing until the store holds it all."
+        )
+    else:
+        next_step = (
+            "Nothing was deleted. Check what rewrote these files (a restarted job saving this step again?); "
+            "the next `ckptvault ingest` uploads a rewritten step as a new save, and this save's local copy "
+            "is then no longer its to evict. Every tier run checks again; nothing is lost meanwhile."
+        )
+    return Alert(
+        kind="evict_skipped",
+        run=run,
+        step=step,
+        summary=f"Local copy of {run} step {step} save {save} was NOT evicted: {why}",
+        details=[f"store: {m}" for m in store] + [f"local: {m}" for m in local],
+        next_step=next_step,
+        severity="error" if broken_store else "warning",
+        flow_run_url=flow_run_url,
+        reason=f"step={step},save={save},{'store' if broken_store else 'local'}",
+    )
+
+
 def restore_completed(run: str, step: int, destination: str, seconds: float, flow_run_url: str | None = None) -> Alert:
     return Alert(
         kind="restore_completed",
@@ -359,19 +398,14 @@ def flow_failed(flow: str, state: str, message: str, run: str = ALL_RUNS, flow_r
     )
 
 
-def run_restarted(
-    run: str, restart_step: int | None, resaved: Sequence[str], flow_run_url: str | None = None
-) -> Alert:
+def run_restarted(run: str, restart_step: int | None, resaved: Sequence[str], flow_run_url: str | None = None) -> Alert:
     """A training job went back and saved steps again: the old saves are kept, never `latest` again."""
     where = f"step {restart_step}" if restart_step is not None else "an earlier step"
     return Alert(
         kind="run_restarted",
         run=run,
         step=restart_step,
-        summary=(
-            f"Run {run} restarted from {where}; steps were saved again. "
-            "The old saves are kept as superseded"
-        ),
+        summary=f"Run {run} restarted from {where}; steps were saved again. The old saves are kept as superseded",
         details=list(resaved),
         next_step=(
             "Nothing to do if the job was restarted on purpose: `restore --step latest` now means the new "
@@ -392,6 +426,7 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "drill_failed": drill_failed,
     "drill_digest": drill_digest,
     "tier_applied": tier_applied,
+    "evict_skipped": evict_skipped,
     "restore_completed": restore_completed,
     "restore_failed": restore_failed,
     "run_stale": run_stale,

@@ -11,6 +11,7 @@ from ckptvault.catalog import Event
 from ckptvault.discovery import Found
 from ckptvault.drill import DrillResult
 from ckptvault.manifest import Manifest
+from ckptvault.tiering import EvictionCheck
 
 
 def _detail(**fields: Any) -> str:
@@ -71,6 +72,33 @@ def expired(run: str, step: int, reason: str, objects: int, flow_run: str = "", 
 def evicted_local(run: str, step: int, reason: str, path: str, flow_run: str = "", save: int = 1) -> Event:
     return Event(run=run, step=step, save=save, event="evicted_local", at=time.time(),
                  detail=_detail(reason=reason, path=path), flow_run=flow_run)  # fmt: skip
+
+
+# A daily tier run re-records a skipped eviction until it is resolved: keep each event small even when a
+# whole sharded checkpoint was rewritten. The counts say how many were left out.
+MAX_EVENT_FILES = 100
+
+
+def evict_skipped(check: EvictionCheck, reason: str, flow_run: str = "") -> Event:
+    """The re-check before an eviction found the local copy or the store differing from the manifest:
+    nothing was deleted. `reason` is the plan's (why it was due); `skipped` says why it was not done."""
+    return Event(
+        run=check.run,
+        step=check.step,
+        save=check.save,
+        event="evict_skipped",
+        at=time.time(),
+        detail=_detail(
+            reason=reason,
+            skipped=check.reason,
+            path=check.root,
+            local=[str(m) for m in check.local[:MAX_EVENT_FILES]],
+            store=[str(m) for m in check.store[:MAX_EVENT_FILES]],
+            local_count=len(check.local),
+            store_count=len(check.store),
+        ),
+        flow_run=flow_run,
+    )
 
 
 def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow_run: str = "") -> Event:

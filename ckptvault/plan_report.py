@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.policy import Plan
+from ckptvault.policy import Action, Plan
+from ckptvault.tiering import EvictionCheck
+
+# files named per skipped checkpoint in the artifact; the flow's report and the catalog event have more
+MAX_FILES_SHOWN = 10
 
 
 @dataclass(frozen=True)
@@ -19,11 +24,17 @@ class RunDigest:
     saved_per_month: float
 
 
-def applied_by_run(plan: Plan, states: Sequence[CheckpointState], tier_of: Mapping[str, str]) -> list[RunDigest]:
+def applied_by_run(
+    plan: Plan,
+    states: Sequence[CheckpointState],
+    tier_of: Mapping[str, str],
+    done: Sequence[Action] | None = None,
+) -> list[RunDigest]:
+    """`done`: the actions carried out (default: all of the plan's); a skipped eviction is not one."""
     size = {s.key: s.bytes for s in states}
     moved: dict[str, dict[str, int]] = {}
     nbytes: dict[str, int] = {}
-    for a in plan.actions:
+    for a in plan.actions if done is None else done:
         if a.kind not in ("transition", "expire", "evict_local"):
             continue
         label = tier_of.get(a.to_class or "", a.to_class or "") if a.kind == "transition" else a.kind
@@ -80,3 +91,41 @@ def render_text(plan: Plan) -> str:
         f"vs parallel file system {_usd(s.hot_fs_monthly_usd)}/month"
     )
     return "\n".join(out)
+
+
+def skipped_record(c: EvictionCheck) -> dict[str, Any]:
+    """A skipped eviction as the tier flow's report lists it."""
+    return {
+        "run": c.run,
+        "step": c.step,
+        "save": c.save,
+        "path": c.root,
+        "reason": c.reason,
+        "local": [str(m) for m in c.local],
+        "store": [str(m) for m in c.store],
+    }
+
+
+def render_applied(skipped: Sequence[EvictionCheck]) -> str:
+    """What an apply left undone and why: the checkpoints whose eviction the re-check stopped."""
+    lines = ["### Tiering applied", ""]
+    if not skipped:
+        return "\n".join([*lines, "Every action of the plan was carried out."])
+    lines += [
+        f"{len(skipped)} local copies were NOT evicted: re-checked before deleting, they or the store no "
+        "longer match the manifest. Nothing of theirs was deleted.",
+        "",
+        "| run | step | save | local copy | why | files |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in skipped:
+        files = [*(f"store {m}" for m in c.store), *(f"local {m}" for m in c.local)]
+        shown = "; ".join(files[:MAX_FILES_SHOWN]) + (
+            f"; ... {len(files) - MAX_FILES_SHOWN} more" if len(files) > MAX_FILES_SHOWN else ""
+        )
+        lines.append(f"| {c.run} | {c.step} | {c.save} | {c.root} | {c.reason} | {_cell(shown)} |")
+    return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

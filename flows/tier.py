@@ -11,9 +11,9 @@ from prefect.runtime import flow_run
 from ckptvault import alerts, events
 from ckptvault.catalog import Catalog
 from ckptvault.cost import class_map, load_prices
-from ckptvault.plan_report import applied_by_run, render_markdown, render_text
-from ckptvault.policy import milestones
-from ckptvault.tiering import lifecycle_rules
+from ckptvault.plan_report import applied_by_run, render_applied, render_markdown, render_text, skipped_record
+from ckptvault.policy import Action, milestones
+from ckptvault.tiering import EvictionCheck, lifecycle_rules
 from flows.hooks import HOOKS
 from tasks.common import (
     current_states_task,
@@ -61,17 +61,30 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     tier_of = {v: k for k, v in classes.items()}
     ms = milestones(states, cfg.policy)
     run_id = str(flow_run.id or "")
+    skipped: list[EvictionCheck] = []
+    done: list[Action] = []
     for a in plan.actions:
         if a.kind in ("keep", "skip"):
             continue
         if a.kind == "expire":
             r = expire_task(store, prefix, a.run, a.step, a.save)
-            record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id)])
+            record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id, save=a.save)])
+            done.append(a)
+            continue
+        # the store re-check of this checkpoint's eviction found objects missing: moving them would fail
+        if any(c.store and c.key == (a.run, a.step, a.save) for c in skipped):
             continue
         manifest = load_manifest_task(store, prefix, a.run, a.step, a.save)
         if a.kind == "evict_local":
-            r = evict_local_task(manifest)
-            record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, r.detail, run_id)])
+            ev = evict_local_task(store, prefix, manifest)
+            if ev.evicted:
+                record_task(
+                    catalog, [events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)]
+                )
+                done.append(a)
+            else:
+                skipped.append(ev.check)
+                record_task(catalog, [events.evict_skipped(ev.check, a.reason, run_id)])
         elif a.kind == "transition" and a.to_class:
             milestone = (a.run, a.step) in ms
             tier_name = tier_of.get(a.to_class, a.to_class)
@@ -80,10 +93,18 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             else:
                 tag_for_server_task(store, prefix, manifest, tier_name, milestone)
             record_task(catalog, [events.transitioned(manifest, a.to_class, a.reason, mode, run_id)])
+            done.append(a)
     report["applied"] = True
+    report["evict_skipped"] = [skipped_record(c) for c in skipped]
+    publish_markdown_task("tier-applied", render_applied(skipped), "what the apply did not do, and why")
     # one file per flow run adds up; the daily tier run folds yesterday's into one
     report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time() - 86400)
+    digest = applied_by_run(plan, states, tier_of, done)
     url = flow_run_url()
-    digest = applied_by_run(plan, states, tier_of)
-    notify_task(cfg, store, [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url) for d in digest])
+    sent = [
+        alerts.evict_skipped(c.run, c.step, c.save, list(map(str, c.local)), list(map(str, c.store)), url)
+        for c in skipped
+    ]
+    sent += [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url) for d in digest]
+    notify_task(cfg, store, sent)
     return report

@@ -43,9 +43,9 @@ def expire_task(store: ObjectStore, prefix: str, run: str, step: int, save: int 
     return tiering.expire(store, prefix, run, step, save)
 
 
-@task(name="evict-local", task_run_name="evict-{manifest.run}-{manifest.step}", cache_policy=NO_CACHE)
-def evict_local_task(manifest: Manifest) -> tiering.StepResult:
-    return tiering.evict_local(manifest)
+@io_task("evict-local", task_run_name="evict-{manifest.run}-{manifest.step}-{manifest.save}")
+def evict_local_task(store: ObjectStore, prefix: str, manifest: Manifest) -> tiering.Eviction:
+    return tiering.evict_local(store, prefix, manifest)
 
 
 @io_task("compact-catalog")

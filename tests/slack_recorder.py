@@ -34,6 +34,13 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
         "drill_failed": ("llama-7b", 9000, ["model.safetensors: CRC32C mismatch"]),
         "drill_digest": ([("llama-7b", 9000)], [("gpt-small", 300)]),
         "tier_applied": ("llama-7b", {"cold": 3, "archive": 1}, 48_000_000_000, 12.5),
+        "evict_skipped": (
+            "llama-7b",
+            9000,
+            1,
+            ["/lustre/llama-7b/checkpoint-9000/model.safetensors: size 12 locally, 10 in the manifest"],
+            [],
+        ),
         "restore_completed": ("llama-7b", 9000, "/scratch/llama-7b", 412.0),
         "restore_failed": ("llama-7b", 9000, "ObjectFrozenError: thaw in progress"),
         "run_stale": ("llama-7b", T0, 2.0, T0 + 5 * 3600, 12000),

@@ -1,23 +1,28 @@
-"""The tier flow on real stores: Ceph's COLD class (client copies and its own lifecycle engine) and
-AWS archival classes on moto."""
+"""The tier flow on real stores: Ceph's COLD class (client copies and its own lifecycle engine), AWS
+archival classes on moto, and local eviction re-checked against the disk and the store on SeaweedFS."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault.synthetic import write_checkpoint
 from tests.helpers import write_config
+from tests.slack_recorder import SlackRecorder
 
 MiB = 2**20
 DAY = 86400.0
+TOKEN = "xoxb-ckptvault-test-tier-0123456789"
 
 
 def _env(monkeypatch: pytest.MonkeyPatch, endpoint: Any) -> None:
@@ -166,3 +171,129 @@ def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
         src = tmp_path / "hot" / f"checkpoint-{step}"
         got = tmp_path / f"out{step}" / f"checkpoint-{step}"
         assert {p.name: p.read_bytes() for p in src.iterdir()} == {p.name: p.read_bytes() for p in got.iterdir()}
+
+
+@pytest.fixture
+def slack(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlackRecorder]:
+    rec = SlackRecorder(token=TOKEN)
+    rec.start()
+    monkeypatch.setenv("CKPTVAULT_SLACK_TOKEN", TOKEN)
+    try:
+        yield rec
+    finally:
+        rec.down()
+
+
+def _notify(rec: SlackRecorder) -> str:
+    return f'[notify]\nslack_base_url = "{rec.base_url}"\nchannel = "#ckpt-test"\n'
+
+
+def _states(cfg: Path) -> dict[int, CheckpointState]:
+    return {s.step: s for s in Catalog(open_store(load_config(str(cfg)).store), "t").current("r")}
+
+
+def _data_classes(client: Any, bucket: str, prefix: str) -> set[str]:
+    classes = _classes(client, bucket, prefix)
+    return {c for k, c in classes.items() if not k.endswith(MANIFEST_NAME) and "_VALIDATION" not in k}
+
+
+def _local_files(d: Path) -> set[str]:
+    return {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()} if d.exists() else set()
+
+
+def _artifact(key: str) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    newest = max(found, key=lambda a: a.created or 0)
+    return str(newest.data)
+
+
+def test_eviction_skips_a_local_copy_rewritten_after_upload_and_evicts_the_others(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    slack: SlackRecorder,
+) -> None:  # fmt: skip
+    from flows.tier import tier
+
+    _env(monkeypatch, seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    cfg = _ingest(
+        seaweedfs, bucket, tmp_path, [10, 20, 30], "[policy]\nkeep_hot = 1\nkeep_local = 1\n" + _notify(slack)
+    )
+    hot = tmp_path / "hot"
+    before = {s: _local_files(hot / f"checkpoint-{s}") for s in (10, 20, 30)}
+    # the training job writes step 10 again in place: same size, other bytes, a later mtime
+    victim = hot / "checkpoint-10" / "model.safetensors"
+    data = bytearray(victim.read_bytes())
+    data[0] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    st = victim.stat()
+    os.utime(victim, (st.st_atime, st.st_mtime + 60))
+
+    state = tier(apply=True, config_path=str(cfg), return_state=True)
+    assert state.is_completed(), state
+    report = state.result()
+    assert [(s["run"], s["step"], s["save"]) for s in report["evict_skipped"]] == [("r", 10, 1)]
+    (skip,) = report["evict_skipped"]
+    assert skip["store"] == [] and len(skip["local"]) == 1 and str(victim) in skip["local"][0]
+    # nothing of step 10 was deleted; step 20 was evicted; the newest stays
+    assert _local_files(hot / "checkpoint-10") == before[10] and victim.read_bytes() == bytes(data)
+    assert _local_files(hot / "checkpoint-20") == set()
+    assert _local_files(hot / "checkpoint-30") == before[30]
+
+    states = _states(cfg)
+    assert (states[10].last_event, states[10].local_evicted) == ("evict_skipped", False)
+    assert states[10].state == "verified"  # the stored copy is still good: only the local one changed
+    detail = json.loads(states[10].detail)
+    assert detail["local"] == skip["local"] and "local files differ" in detail["skipped"]
+    assert states[20].local_evicted and not states[30].local_evicted
+    posts = [p["text"] for p in (r.payload for r in slack.delivered()) if "NOT evicted" in p["text"]]
+    assert len(posts) == 1 and "r step 10 save 1" in posts[0]
+    assert "| r | 10 | 1 |" in _artifact("tier-applied")
+
+    # every tier run checks again, and still deletes nothing of the rewritten copy
+    again = tier(apply=True, config_path=str(cfg), return_state=True)
+    assert again.is_completed() and [s["step"] for s in again.result()["evict_skipped"]] == [10]
+    assert _local_files(hot / "checkpoint-10") == before[10]
+
+
+def test_eviction_skips_a_checkpoint_whose_object_vanished_from_the_store_and_the_run_goes_on(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    slack: SlackRecorder,
+) -> None:  # fmt: skip
+    from flows.tier import tier
+
+    _env(monkeypatch, seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    # prices at which a move to STANDARD_IA pays for 1 MiB, so the checkpoints also have transitions due
+    policy = (
+        '[policy]\nkeep_hot = 1\nkeep_local = 1\ntiers = [{ after_days = 7, tier = "warm" }]\n'
+        "[policy.prices]\nSTANDARD = 40.0\nSTANDARD_IA = 20.0\n" + _notify(slack)
+    )
+    cfg = _ingest(seaweedfs, bucket, tmp_path, [10, 20, 30], policy)
+    hot = tmp_path / "hot"
+    before = {s: _local_files(hot / f"checkpoint-{s}") for s in (10, 20, 30)}
+    client = seaweedfs.client()
+    base20 = checkpoint_prefix("t", "r", 20)
+    gone = next(k for k in _classes(client, bucket, base20) if k.endswith(".safetensors"))
+    client.delete_object(Bucket=bucket, Key=gone)  # behind ckptvault's back
+
+    state = tier(apply=True, config_path=str(cfg), now=time.time() + 40 * DAY, return_state=True)
+    assert state.is_completed(), state
+    (skip,) = state.result()["evict_skipped"]
+    assert (skip["step"], skip["local"]) == (20, []) and skip["store"] == [f"{gone}: missing from the store"]
+    assert _local_files(hot / "checkpoint-20") == before[20], "the only complete copy was deleted"
+    assert _local_files(hot / "checkpoint-10") == set()
+    # the rest of the plan was carried out: step 10 moved; step 20, incomplete in the store, was left alone
+    assert _data_classes(client, bucket, checkpoint_prefix("t", "r", 10)) == {"STANDARD_IA"}
+    assert set(_classes(client, bucket, base20).values()) == {"STANDARD"}
+    states = _states(cfg)
+    assert (states[10].storage_class, states[10].local_evicted) == ("STANDARD_IA", True)
+    assert (states[20].last_event, states[20].storage_class, states[20].local_evicted) == (
+        "evict_skipped", "STANDARD", False,
+    )  # fmt: skip
+    assert gone in json.loads(states[20].detail)["store"][0]
+    posts = [p["text"] for p in (r.payload for r in slack.delivered()) if "NOT evicted" in p["text"]]
+    assert len(posts) == 1 and "r step 20 save 1" in posts[0] and "stored copy" in posts[0]
