@@ -9,7 +9,7 @@ manifest say, so the rules are unit-tested without a server.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.discovery import LocalFile
@@ -70,6 +70,7 @@ class Supersede:
 
     state: CheckpointState
     reason: str
+    by: tuple[int, int] = (0, 0)  # (step, save) of the save that replaced it
 
 
 def superseded_by(
@@ -93,7 +94,7 @@ def superseded_by(
             why = f"step {step} was saved again as save {save}" + (f": {changes}" if changes else "")
         else:
             why = f"run restarted from before step {step} (saved again as save {save}): a save of the abandoned branch"
-        out.append(Supersede(s, why))
+        out.append(Supersede(s, why, (step, save)))
     return sorted(out, key=lambda x: x.state.key)
 
 
@@ -102,3 +103,18 @@ def restart_point(run_states: Sequence[CheckpointState], step: int) -> int | Non
     `step` (None when there is none)."""
     below = [s.step for s in run_states if s.verified and not s.superseded and not s.expired and s.step < step]
     return max(below) if below else None
+
+
+def replay_supersedes(states: Sequence[CheckpointState]) -> list[Supersede]:
+    """The supersedes that committing these saves one by one, in the order they were written, would
+    have recorded: what a catalog rebuilt from manifests alone must add to know which saves are current."""
+    current: dict[tuple[str, int, int], CheckpointState] = {s.key: s for s in states if s.verified}
+    out: list[Supersede] = []
+    for s in sorted(current.values(), key=lambda s: (s.created_at or 0.0, s.step, s.save)):
+        if s.created_at is None:
+            continue
+        seen = [c for c in current.values() if c.run == s.run]
+        for x in superseded_by(seen, s.step, s.save, s.created_at):
+            out.append(x)
+            current[x.state.key] = replace(x.state, superseded=True, superseded_reason=x.reason)
+    return out

@@ -129,13 +129,27 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     from ckptvault.store import open_store
 
     cfg = _preflight(args, need_sources=False)
+    from ckptvault import events as event_builders
+    from ckptvault.catalog import fold
+    from ckptvault.saves import replay_supersedes
+
     catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
     events = catalog.rebuild_from_manifests()
+    found = len(events)
+    # Manifests say which saves exist, not which are current: replay the commits in the order written.
+    replaced = [
+        event_builders.superseded(x.state.run, x.state.step, x.state.save, x.reason, *x.by)
+        for x in replay_supersedes(fold(events))
+    ]
+    events += replaced
     if args.write and events:
         key = catalog.append(events)
         print(f"appended {len(events)} events rebuilt from manifests to {key}")
     else:
-        print(f"{len(events)} checkpoints found by their manifests (pass --write to append them to the catalog)")
+        print(
+            f"{found} checkpoint saves found by their manifests, {len(replaced)} of them superseded "
+            "(pass --write to append them to the catalog)"
+        )
     return EXIT_OK
 
 

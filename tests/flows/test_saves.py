@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 
+from ckptvault.catalog import Catalog, fold
+from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.saves import replay_supersedes
+from ckptvault.store import open_store
 from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
 from tests.helpers import write_config
@@ -104,6 +108,14 @@ def test_restart_resaves_a_step_as_a_new_save_and_latest_follows_the_new_branch(
     old = tmp_path / "old300"
     assert main(["--config", str(cfg), "restore", "r", "--step", "300", "--save", "1", "--dest", str(old)]) == 0
     assert _tree(old / "checkpoint-300") == old_300
+
+    # a catalog rebuilt from the manifests alone knows the same saves and which one is current
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "catalog", "rebuild"]) == 0
+    assert "5 checkpoint saves found by their manifests, 1 of them superseded" in capsys.readouterr().out
+    rebuilt = fold(Catalog(open_store(load_config(str(cfg)).store), "t").rebuild_from_manifests())
+    assert sorted((s.step, s.save) for s in rebuilt) == sorted(by_key)
+    assert [(x.state.step, x.state.save) for x in replay_supersedes(rebuilt)] == [(300, 1)]
 
     # an unchanged rerun is quiet: nothing new, no second alert
     assert main(["--config", str(cfg), "ingest"]) == 0

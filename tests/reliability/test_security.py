@@ -163,7 +163,7 @@ def test_catalog_rebuild_from_manifests_matches_the_event_log(
     logged = {(e.run, e.step) for e in catalog.events() if e.event == "verified"}
 
     assert main(["--config", str(cfg), "catalog", "rebuild"]) == 0
-    assert "3 checkpoints found by their manifests" in capsys.readouterr().out
+    assert "3 checkpoint saves found by their manifests, 0 of them superseded" in capsys.readouterr().out
     rebuilt = catalog.rebuild_from_manifests()
     assert {(e.run, e.step) for e in rebuilt if e.event == "verified"} == logged == {("r", 10), ("r", 20), ("r", 30)}
 

@@ -189,3 +189,19 @@ def test_superseded_by_a_resave_and_by_a_restart() -> None:
     # the normal course: a new step above everything supersedes nothing
     assert superseded_by(run[:4], 500, 1, 800.0) == []
     assert restart_point(run, 300) == 200 and restart_point(run, 100) is None
+
+
+def test_replay_supersedes_finds_what_the_commits_recorded() -> None:
+    """A catalog rebuilt from manifests alone learns again which saves are current."""
+    from ckptvault.saves import replay_supersedes
+
+    history = [
+        state(100, created=100.0),
+        state(200, created=200.0),
+        state(300, 1, created=300.0),
+        state(400, created=400.0),
+        state(300, 2, created=800.0),  # the restart re-saved 300
+        state(400, 2, created=900.0),  # and then 400
+    ]
+    out = replay_supersedes(history)
+    assert sorted((x.state.step, x.state.save, x.by) for x in out) == [(300, 1, (300, 2)), (400, 1, (300, 2))]
