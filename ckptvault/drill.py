@@ -104,7 +104,7 @@ def newest_by_run(states: Iterable[CheckpointState]) -> dict[str, CheckpointStat
     for s in states:
         if is_drillable(s):
             cur = out.get(s.run)
-            if cur is None or s.step > cur.step:
+            if cur is None or (s.step, s.save) > (cur.step, cur.save):
                 out[s.run] = s
     return out
 

@@ -78,11 +78,6 @@ def discard_task(staged: Path) -> None:
     lib.discard(staged)
 
 
-@task(name="select-sample", cache_policy=NO_CACHE)
-def select_sample_task(states: Sequence[CheckpointState], n: int) -> list[CheckpointState]:
-    return drill_lib.select_sample(states, n)
-
-
 @task(name="load-check", cache_policy=NO_CACHE)
 def load_check_task(ckpt_path: Path) -> list[str]:
     return drill_lib.load_check(ckpt_path)

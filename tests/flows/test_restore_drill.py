@@ -149,7 +149,7 @@ def test_drill_passes_then_catches_a_bit_flip(
     _env(monkeypatch, seaweedfs)
     bucket = bucket_factory(seaweedfs)
     _, cfg = _ingested(seaweedfs, bucket, tmp_path, "hf", [10, 20])
-    rows = drill(config_path=str(cfg))
+    rows = drill(config_path=str(cfg))["drilled"]
     assert sorted((r["step"], r["ok"]) for r in rows) == [(10, True), (20, True)]
     client = seaweedfs.client()
     key = next(

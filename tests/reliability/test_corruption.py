@@ -77,7 +77,7 @@ def test_drill_and_restore_detect_every_kind_of_damage_naming_the_file(
     extra = f'[drill]\nscratch = "{scratch}"\nsample = {len(DAMAGE)}\n'
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")], extra=extra)
     assert sorted(o.result for o in ingest(config_path=str(cfg))) == ["uploaded"] * len(DAMAGE)
-    assert all(r["ok"] for r in drill(config_path=str(cfg))), "the undamaged checkpoints must drill clean"
+    assert all(r["ok"] for r in drill(config_path=str(cfg))["drilled"]), "the undamaged checkpoints must drill clean"
 
     client = seaweedfs.client()
     for step in DAMAGE:
