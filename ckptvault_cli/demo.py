@@ -122,7 +122,7 @@ def main() -> int:
 
     ensure_bucket(load_config(str(cfg_path)).store)
     print(f"[demo] config written to {cfg_path}", flush=True)
-    print("[demo] starting Prefect (a temporary local API; first start runs migrations, up to ~30 s)", flush=True)
+    # No PREFECT_API_URL: every pass runs in direct mode (ckptvault_cli/running.py), no server to wait for.
     from ckptvault_cli.main import main as cli
 
     # the simulated hot tier is the demo's own scratch data: start it afresh
@@ -152,9 +152,8 @@ def main() -> int:
       .venv/bin/ckptvault ls            # the catalog
       .venv/bin/ckptvault ingest        # another pass
   the store keeps running (stop it: STATE_DIR={env["STATE_DIR"]} bash infra/local/seaweedfs.sh down)
-  the Prefect UI on these runs:
-      PREFECT_HOME={DEMO / "prefect"} .venv/bin/prefect server start --host 127.0.0.1
-      then open http://127.0.0.1:4200/runs
+  these passes ran in this process, without a Prefect server (none is configured); for the Prefect UI,
+  scheduled deployments and a worker: `make up`, then `export PREFECT_API_URL=...` as it prints
 """,
         flush=True,
     )

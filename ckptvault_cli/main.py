@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from ckptvault.config import Config, ConfigError, check_sources, load_config
-from ckptvault_cli import process
+from ckptvault_cli import process, running
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -54,9 +54,9 @@ def _preflight(args: argparse.Namespace, *, need_sources: bool) -> Config:
 _noted: list[bool] = []
 
 
-def _start_prefect_note() -> None:
+def _start_prefect_note(force_prefect: bool = False) -> None:
     _quiet_prefect_env()
-    if not os.environ.get("PREFECT_API_URL") and not _noted:
+    if (force_prefect or not running.direct()) and not os.environ.get("PREFECT_API_URL") and not _noted:
         _noted.append(True)  # the temporary API lives as long as this process: say it once
         _say(
             "starting a temporary Prefect API for this command (10-30 s; "
@@ -73,7 +73,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
         # instead of after them; with nothing new to validate the flow stops it after discovery.
         quality.prewarm()
-    _start_prefect_note()
+    _start_prefect_note(force_prefect=bool(args.dask_workers))
     from ckptvault.outcomes import IngestIncomplete
     from flows.ingest import ingest
 
@@ -84,9 +84,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # worker processes report to a Prefect server; without one, threads in this process
         runner = dask_task_runner(args.dask_workers, processes=bool(os.environ.get("PREFECT_API_URL")))
         ingest = ingest.with_options(task_runner=runner)  # type: ignore[arg-type]
-    with process.flow_settings():
-        state = ingest(config_path=cfg_path, return_state=True)
-    result = state.result(raise_on_failure=False)
+    # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
+    result = running.run_flow(ingest, 2, force_prefect=bool(args.dask_workers), config_path=cfg_path)
     if isinstance(result, IngestIncomplete):
         _print_outcomes(result.outcomes)
         _say(str(result))
@@ -173,20 +172,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from flows.restore import restore
 
     process.imports_done()
-    with process.flow_settings():
-        state = restore(
-            run=args.run,
-            dest=args.dest,
-            step=str(chosen.step),
-            save=chosen.save,
-            tier=args.tier,
-            wait=not args.no_wait,
-            force=args.force,
-            wait_hours=args.wait_hours,
-            config_path=args.config,
-            return_state=True,
-        )
-    result = state.result(raise_on_failure=False)
+    result = running.run_flow(
+        restore,
+        4,
+        run=args.run,
+        dest=args.dest,
+        step=str(chosen.step),
+        save=chosen.save,
+        tier=args.tier,
+        wait=not args.no_wait,
+        force=args.force,
+        wait_hours=args.wait_hours,
+        config_path=args.config,
+    )
     if isinstance(result, BaseException):
         _say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
         return EXIT_FAILED
@@ -221,9 +219,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
     from flows.drill import drill
 
     process.imports_done()
-    with process.flow_settings():
-        state = drill(sample=args.sample, tier=args.tier, config_path=args.config, return_state=True)
-    result = state.result(raise_on_failure=False)
+    result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config)
     if isinstance(result, DrillFailed):
         if args.json:
             print(json.dumps(result.report, indent=1))
@@ -266,9 +262,7 @@ def cmd_tier(args: argparse.Namespace) -> int:
     from flows.tier import tier
 
     process.imports_done()
-    with process.flow_settings():
-        state = tier(apply=args.apply, config_path=args.config, return_state=True)
-    result = state.result(raise_on_failure=False)
+    result = running.run_flow(tier, 4, apply=args.apply, config_path=args.config)
     if isinstance(result, BaseException):
         _say(f"tier failed: {result}")
         return EXIT_FAILED
@@ -283,9 +277,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from flows.watch import watch
 
     process.imports_done()
-    with process.flow_settings():
-        state = watch(config_path=args.config, return_state=True)
-    result = state.result(raise_on_failure=False)
+    result = running.run_flow(watch, 4, config_path=args.config)
     if isinstance(result, BaseException):
         _say(f"watch failed: {result}")
         return EXIT_FAILED

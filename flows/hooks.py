@@ -17,16 +17,27 @@ log = logging.getLogger("ckptvault.alerts")
 
 def alert_on_failure(flow: Any, flow_run: Any, state: Any) -> None:
     """Never raises: a hook that fails would hide the failure it reports."""
+    result = state.result(raise_on_failure=False)
+    params = flow_run.parameters or {}
+    message = str(state.message or state.name)
+    alert_failed(flow.name, state.name, message, result, params, getattr(flow_run, "ui_url", None))
+
+
+def alert_failed(
+    flow_name: str, state_name: str, message: str, result: Any, params: dict[str, Any], url: str | None = None
+) -> None:
+    """One flow_failed alert, unless the flow already alerted for what failed. Never raises. Used by
+    the hooks above and by direct mode (tasks/step.py), where no Prefect state exists."""
     try:
-        if isinstance(state.result(raise_on_failure=False), AlreadyAlerted):
+        if isinstance(result, AlreadyAlerted):
             return
-        cfg = load_config((flow_run.parameters or {}).get("config_path"))
-        url = getattr(flow_run, "ui_url", None)
-        message = str(state.message or state.name)
-        alert = alerts.flow_failed(flow.name, state.name, message, flow_run_url=url)
+        cfg = load_config(params.get("config_path"))
+        run = params.get("run")
+        kw: dict[str, Any] = {"run": str(run)} if run else {}
+        alert = alerts.flow_failed(flow_name, state_name, message, flow_run_url=url, **kw)
         send_alerts(cfg, open_store(cfg.store), [alert], load_secret)
     except Exception as e:  # the config itself may be what failed: say so on the console at least
-        log.error("flow %s ended %s; the failure alert could not be sent (%s)", flow.name, state.name, e)
+        log.error("flow %s ended %s; the failure alert could not be sent (%s)", flow_name, state_name, e)
 
 
 HOOKS: dict[str, Any] = {"on_failure": [alert_on_failure], "on_crashed": [alert_on_failure]}

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prefect import task
 from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 
 from ckptvault import restore as restore_lib
 from ckptvault.catalog import Catalog, CheckpointState, Event
 from ckptvault.config import Config, load_config
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore, open_store
-from tasks.retry import io_task
+from tasks.retry import io_task, local_task
 
 
-@task(name="load-config", cache_policy=NO_CACHE)
+@local_task("load-config")
 def load_config_task(config_path: str | None) -> Config:
     return load_config(config_path)
 
@@ -43,6 +41,6 @@ def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int, sav
     return restore_lib.load_manifest(store, prefix, run, step, save)
 
 
-@task(name="publish-markdown", cache_policy=NO_CACHE)
+@local_task("publish-markdown", record_only=True)
 def publish_markdown_task(key: str, markdown: str, description: str) -> None:
     create_markdown_artifact(key=key, markdown=markdown, description=description)

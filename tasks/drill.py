@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from ckptvault import drill as lib
 from ckptvault.catalog import CheckpointState
+from tasks.retry import local_task
 
 
-@task(name="select-drill", cache_policy=NO_CACHE)
+@local_task("select-drill")
 def select_task(
     states: Sequence[CheckpointState], sample: int, cover_days: float | None, interval_days: float | None
 ) -> lib.Selection:
@@ -24,7 +22,7 @@ def select_task(
     return sel
 
 
-@task(name="drill-coverage", cache_policy=NO_CACHE)
+@local_task("drill-coverage")
 def coverage_task(
     states: Sequence[CheckpointState], now: float, sample: int, cover_days: float | None, interval_days: float | None
 ) -> lib.Coverage:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prefect import task
 from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
 
 from ckptvault import ingest as lib
 from ckptvault import quality
@@ -16,7 +14,7 @@ from ckptvault.discovery import DiscoveryResult, Found
 from ckptvault.gates import ValidationReport
 from ckptvault.manifest import FileEntry, Manifest
 from ckptvault.store import ObjectStore, ProgressFn
-from tasks.retry import io_task
+from tasks.retry import io_task, local_task
 
 
 @io_task("ensure-bucket-rules")
@@ -30,7 +28,7 @@ def known_states_task(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
     return lib.known_states(catalog, run)
 
 
-@task(name="discover", task_run_name="discover-{source.run}", cache_policy=NO_CACHE)
+@local_task("discover", task_run_name="discover-{source.run}")
 def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
     return lib.find_checkpoints(source)
 
@@ -40,19 +38,19 @@ def is_committed_task(store: ObjectStore, prefix: str, found: Found, save: int =
     return lib.is_committed(store, prefix, found, save)
 
 
-@task(name="validate-structure", cache_policy=NO_CACHE)
+@local_task("validate-structure")
 def validate_structure_task(found: Found) -> list[str]:
     return lib.validate_structure(found)
 
 
-@task(name="quality-gate", cache_policy=NO_CACHE)
+@local_task("quality-gate")
 def quality_gate_task(
     found: Found, known: dict[int, CheckpointState], previous: Manifest | None, rules: ValidationRules
 ) -> ValidationReport:
     return lib.quality_gate(found, known, previous, rules)
 
 
-@task(name="release-gate-child", cache_policy=NO_CACHE)
+@local_task("release-gate-child")
 def release_gate_child_task() -> None:
     """A gate child the CLI started ahead (quality.prewarm) and no checkpoint needed: stop it now, not at exit."""
     quality.discard_prewarmed()
@@ -89,7 +87,7 @@ def commit_manifest_task(
     return lib.commit_manifest(store, prefix, found, entries, save)
 
 
-@task(name="publish-outcomes", cache_policy=NO_CACHE)
+@local_task("publish-outcomes", record_only=True)
 def publish_outcomes_task(outcomes: Sequence[lib.Outcome]) -> None:
     rows = [
         {

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from ckptvault.alerting import send_alerts
@@ -14,6 +12,7 @@ from ckptvault.alerts import Alert
 from ckptvault.config import Config
 from ckptvault.store import ObjectStore
 from ckptvault.watch import AlertState
+from tasks.retry import local_task
 
 
 def load_secret(name: str) -> str | None:
@@ -29,6 +28,6 @@ def flow_run_url() -> str | None:
     return str(url) if url else None
 
 
-@task(name="notify", cache_policy=NO_CACHE)
+@local_task("notify")
 def notify_task(cfg: Config, store: ObjectStore, alerts: Sequence[Alert], state: AlertState | None = None) -> int:
     return send_alerts(cfg, store, alerts, load_secret, state)

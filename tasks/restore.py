@@ -5,19 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from ckptvault import drill as drill_lib
 from ckptvault import restore as lib
 from ckptvault.catalog import CheckpointState
 from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore, ProgressFn
-from tasks.retry import io_task
+from tasks.retry import io_task, local_task
 
 
-@task(name="resolve-step", cache_policy=NO_CACHE)
+@local_task("resolve-step")
 def resolve_task(
     states: Sequence[CheckpointState], run: str, step: str, save: int | None, force: bool
 ) -> lib.Resolution:
@@ -29,7 +26,7 @@ def plan_objects_task(store: ObjectStore, prefix: str, manifest: Manifest) -> li
     return lib.plan_objects(store, prefix, manifest)
 
 
-@task(name="estimate", cache_policy=NO_CACHE)
+@local_task("estimate")
 def estimate_task(manifest: Manifest, plans: Sequence[lib.ObjectPlan], prices: PriceTable, tier: str) -> lib.Estimate:
     est = lib.estimate(manifest, plans, prices, tier)
     print(est.describe())
@@ -46,12 +43,12 @@ def wait_for_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], dead
     return lib.wait_for_thaw(store, plans, deadline_s)
 
 
-@task(name="check-destination", cache_policy=NO_CACHE)
+@local_task("check-destination")
 def check_destination_task(dest: Path, force: bool) -> None:
     lib.check_destination(dest, force)
 
 
-@task(name="stage", cache_policy=NO_CACHE)
+@local_task("stage")
 def staging_dir_task(dest: Path) -> Path:
     return lib.staging_dir(dest)
 
@@ -63,21 +60,21 @@ def download_one_task(
     return lib.download_one(store, plan, into, manifest, progress)
 
 
-@task(name="write-pointer", cache_policy=NO_CACHE)
+@local_task("write-pointer")
 def write_pointer_task(staged: Path, manifest: Manifest) -> str | None:
     return lib.write_pointer(staged, manifest)
 
 
-@task(name="finalize", cache_policy=NO_CACHE)
+@local_task("finalize")
 def finalize_task(staged: Path, dest: Path, force: bool) -> Path | None:
     return lib.finalize(staged, dest, force)
 
 
-@task(name="discard-staging", cache_policy=NO_CACHE)
+@local_task("discard-staging")
 def discard_task(staged: Path) -> None:
     lib.discard(staged)
 
 
-@task(name="load-check", cache_policy=NO_CACHE)
+@local_task("load-check")
 def load_check_task(ckpt_path: Path) -> list[str]:
     return drill_lib.load_check(ckpt_path)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from ckptvault import alerting, watch
 from ckptvault.alerts import Alert
 from ckptvault.store import ObjectStore
-from tasks.retry import io_task
+from tasks.retry import io_task, local_task
 
 
 @io_task("load-alert-state")
@@ -16,7 +13,7 @@ def load_alert_state_task(store: ObjectStore, prefix: str) -> watch.AlertState:
     return alerting.load_alert_state(store, prefix)
 
 
-@task(name="stale-runs", cache_policy=NO_CACHE)
+@local_task("stale-runs")
 def stale_runs_task(
     latest_at: dict[str, float | None],
     watched: dict[str, float],
@@ -28,6 +25,6 @@ def stale_runs_task(
     return watch.stale_runs(latest_at, watched, state, now, latest_step, url)
 
 
-@task(name="budget", cache_policy=NO_CACHE)
+@local_task("budget")
 def budget_task(monthly_usd: float, budget: float | None, url: str | None) -> Alert | None:
     return watch.budget_alert(monthly_usd, budget, flow_run_url=url)

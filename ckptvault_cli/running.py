@@ -1,0 +1,39 @@
+"""How the command line runs a flow: as a Prefect flow run when an API is configured, else directly.
+
+With `PREFECT_API_URL` set, every command is a flow run on that server (visible in its UI, with task
+runs and artifacts). Without it, Prefect would start a temporary API server for this one process
+(10-30 s before any work, and a screenful of shutdown errors after it); instead the flow's own
+function runs in direct mode (tasks/step.py): the same wiring, library calls, retries, catalog
+events and alerts, with nothing recorded in Prefect. `CKPTVAULT_PREFECT=always` forces a flow run
+(a temporary API then starts, as before).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ckptvault_cli import process
+
+
+def direct() -> bool:
+    return not os.environ.get("PREFECT_API_URL") and os.environ.get("CKPTVAULT_PREFECT", "") != "always"
+
+
+def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **params: Any) -> Any:
+    """The flow's return value, or the exception it ended with (as `state.result(raise_on_failure=False)`).
+    `workers`: the threads a mapped step fans out over in direct mode (the flow's own task runner's
+    size in Prefect mode)."""
+    if direct() and not force_prefect:
+        from flows.hooks import alert_failed
+        from tasks.step import direct_mode
+
+        with direct_mode(workers):
+            try:
+                return flow.fn(**params)
+            except Exception as e:  # the same outcome a Failed flow state carries
+                alert_failed(flow.name, "Failed", str(e), e, params)
+                return e
+    with process.flow_settings():
+        state = flow(**params, return_state=True)
+    return state.result(raise_on_failure=False)
