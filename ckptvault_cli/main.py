@@ -16,7 +16,7 @@ from typing import NoReturn
 from ckptvault.config import Config, ConfigError, check_sources, load_config
 from ckptvault_cli import process, running
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class UsageError(Exception):
@@ -322,15 +322,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
-    p.add_argument("--config", help="the TOML config (default: $CKPTVAULT_CONFIG)")
-    sub = p.add_subparsers(dest="command", required=True)
+    from ckptvault import __version__
 
-    s = sub.add_parser("ingest", help="one ingest pass over every [[sources]] entry, as a Prefect flow")
+    config_help = "the TOML config (default: $CKPTVAULT_CONFIG)"
+    p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--version", action="version", version=f"ckptvault {__version__}")
+    # The global options again on every subcommand, so `ckptvault ingest --config c.toml` works as well
+    # as `ckptvault --config c.toml ingest`. SUPPRESS: a subcommand sets it only when it is given there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
     s.add_argument("--dask-workers", type=int, metavar="N", help="fan file uploads out over a local Dask cluster")
     s.set_defaults(fn=cmd_ingest)
 
-    s = sub.add_parser("ls", help="list checkpoints from the catalog")
+    s = sub.add_parser("ls", parents=[common], help="list checkpoints from the catalog")
     s.add_argument("--run", help="only this run")
     s.add_argument(
         "--state",
@@ -340,8 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON object per checkpoint save (schema in the README)")
     s.set_defaults(fn=cmd_ls)
 
-    s = sub.add_parser("restore", help="bring back a checkpoint to a directory the framework resumes from")
-    s.add_argument("run")
+    s = sub.add_parser(
+        "restore", parents=[common], help="bring back a checkpoint to a directory the framework resumes from"
+    )
+    s.add_argument("run", help="the run name, as in [[sources]] run = ... (see `ckptvault ls`)")
     s.add_argument(
         "--step", default="latest", help="a step number or 'latest' (newest good: verified, not superseded or suspect)"
     )
@@ -364,34 +374,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_restore)
 
-    s = sub.add_parser("drill", help="restore a rotating sample into scratch and prove it loads")
+    s = sub.add_parser("drill", parents=[common], help="restore a rotating sample into scratch and prove it loads")
     s.add_argument("--sample", type=int, help="how many checkpoints (default [drill].sample)")
     s.add_argument("--tier", choices=["Expedited", "Standard", "Bulk"], help="thaw tier (default [drill].restore_tier)")
     s.add_argument("--json", action="store_true", help="the drill report as JSON (README, Restore drills)")
     s.set_defaults(fn=cmd_drill)
 
-    s = sub.add_parser("plan", help="show the tiering plan and its cost (read-only, no Prefect)")
+    s = sub.add_parser("plan", parents=[common], help="show the tiering plan and its cost (read-only, no Prefect)")
     s.set_defaults(fn=cmd_plan)
 
-    s = sub.add_parser("tier", help="run the tier flow: the plan, and with --apply, carry it out")
+    s = sub.add_parser("tier", parents=[common], help="run the tier flow: the plan, and with --apply, carry it out")
     s.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
     s.set_defaults(fn=cmd_tier)
 
-    s = sub.add_parser("watch", help="stale runs and storage budget; alerts")
+    s = sub.add_parser("watch", parents=[common], help="stale runs and storage budget; alerts")
     s.set_defaults(fn=cmd_watch)
 
-    s = sub.add_parser("accept", help="release a quarantined (invalid) checkpoint after review")
-    s.add_argument("run")
-    s.add_argument("step", type=int)
+    s = sub.add_parser("accept", parents=[common], help="release a quarantined (invalid) checkpoint after review")
+    s.add_argument("run", help="the run name (see `ckptvault ls --state invalid`)")
+    s.add_argument("step", type=int, help="the quarantined step")
     s.add_argument("--reason", required=True, help="why it is fine: recorded in the catalog with your user name")
     s.set_defaults(fn=cmd_accept)
 
-    s = sub.add_parser("serve", help="serve all five deployments from this process (one machine, no work pool)")
+    s = sub.add_parser(
+        "serve", parents=[common], help="serve all five deployments from this process (one machine, no work pool)"
+    )
     s.set_defaults(fn=cmd_serve)
 
-    s = sub.add_parser("catalog", help="catalog maintenance")
+    s = sub.add_parser("catalog", parents=[common], help="catalog maintenance")
     csub = s.add_subparsers(dest="catalog_command", required=True)
-    r = csub.add_parser("rebuild", help="reconstruct catalog events from the manifests in the bucket")
+    r = csub.add_parser("rebuild", parents=[common], help="reconstruct catalog events from the manifests in the bucket")
     r.add_argument("--write", action="store_true", help="append the rebuilt events to the catalog")
     r.set_defaults(fn=cmd_catalog_rebuild)
     return p
@@ -408,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         _say("ckptvault: interrupted; rerun the same command to continue where it stopped")
-        return 130
+        return EXIT_INTERRUPTED
 
 
 def run() -> NoReturn:
@@ -416,6 +428,13 @@ def run() -> NoReturn:
     process.begin_one_shot()
     rc = main()
     process.end_one_shot()
+    if rc == EXIT_INTERRUPTED:
+        # Worker threads may still be inside a part upload: an ordinary exit would join them first.
+        # Nothing needs them: the work is committed only after every file is verified, and a rerun
+        # resumes what they leave half-done.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
     sys.exit(rc)
 
 

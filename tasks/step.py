@@ -118,11 +118,18 @@ class Step(Generic[P, R]):
             return list(self.task.map(*args, **kwargs))
         calls = _expand(args, kwargs)
         workers = _direct.get()
-        out: list[StepFuture[R]] = []
-        with ThreadPoolExecutor(max_workers=min(workers, max(1, len(calls)))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(workers, max(1, len(calls))))
+        try:
             # each thread runs in a copy of this context, so nested steps stay in direct mode
             futures = [pool.submit(copy_context().run, self._direct, *a, **kw) for a, kw in calls]
-            out = [_Done(f) for f in futures]
+            out: list[StepFuture[R]] = [_Done(f) for f in futures]
+            wait_all(out)
+        except BaseException:
+            # Ctrl-C: start nothing new and do not wait for what is in flight (an upload left half-way is
+            # resumed by the next run; nothing is committed before every file is verified)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         return out
 
 

@@ -90,3 +90,39 @@ def test_config_errors_exit_2_naming_the_key(
     cfg.write_text(text)
     assert main(["--config", str(cfg), "ingest"]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_global_options_before_or_after_the_subcommand_and_help_on_every_argument(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    import argparse
+
+    from ckptvault import __version__
+    from ckptvault_cli.main import build_parser
+
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket_factory(seaweedfs), [])
+    for argv in (["--config", str(cfg), "ls", "--json"], ["ls", "--config", str(cfg), "--json"]):
+        capsys.readouterr()
+        assert main(argv) == 0, argv
+        assert json.loads(capsys.readouterr().out) == []
+    # the subcommand's --config wins over the global one (the one typed last, nearest the command)
+    assert main(["--config", str(tmp_path / "nope.toml"), "ls", "--config", str(cfg)]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"ckptvault {__version__}"
+
+    def undocumented(p: argparse.ArgumentParser, path: str) -> list[str]:
+        out = []
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, child in a.choices.items():
+                    out += undocumented(child, f"{path} {name}")
+            elif not isinstance(a, argparse._HelpAction) and not a.help:
+                out.append(f"{path} {a.dest}")
+        return out
+
+    assert undocumented(build_parser(), "ckptvault") == []

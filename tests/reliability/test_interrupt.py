@@ -1,0 +1,72 @@
+"""Ctrl-C at 3 a.m.: SIGINT to the `ckptvault` process group in the middle of a 1 GiB file's multipart
+upload, with no Prefect API configured (the README's default), through the real console entry."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault.catalog import Catalog
+from ckptvault.config import load_config
+from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.store import open_store
+from ckptvault.synthetic import write_checkpoint
+from tests.helpers import write_config
+from tests.reliability.conftest import REPO, check_committed, incomplete_uploads, manifest_keys
+
+GiB = 2**30
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigint_mid_upload_exits_130_with_the_message_and_a_rerun_converges(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+) -> None:
+    s3_env(seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    root = tmp_path / "hot"
+    ckpt = write_checkpoint(root, "deepspeed", 100, 1 * GiB, shards=1, seed=1)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")])
+    cfg.write_text(cfg.read_text() + "[validation]\nenabled = false\n")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(seaweedfs.env(), PYTHONPATH=str(REPO))
+    ckptvault = str(Path(os.__file__).parents[3] / "bin" / "ckptvault")
+    if not Path(ckptvault).exists():  # the console script of this venv
+        ckptvault = str(REPO / ".venv" / "bin" / "ckptvault")
+    cmd = [ckptvault, "--config", str(cfg), "ingest"]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+    client = seaweedfs.client()
+    deadline = time.monotonic() + 120
+    while not incomplete_uploads(client, bucket, "t/") and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, f"ingest ended before its multipart upload was seen: {proc.communicate()}"
+    assert incomplete_uploads(client, bucket, "t/"), "no multipart upload started within 120 s"
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
+    try:
+        _, err = proc.communicate(timeout=30)  # a watchdog against a hang, not a timing assertion
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"ingest still running 30 s after SIGINT: {proc.communicate()}")
+    stopped = time.monotonic() - t0
+    print(f"\n[interrupt] SIGINT mid-upload of 1 GiB: exited {proc.returncode} after {stopped:.2f} s")
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    text = err.decode()
+    assert "interrupted; rerun the same command to continue" in text, text[-2000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert manifest_keys(client, bucket, "t/") == [], "nothing may be committed by an interrupted upload"
+
+    rerun = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    key = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME
+    assert manifest_keys(client, bucket, "t/") == [key]
+    check_committed(client, bucket, key, ckpt, read_bytes=False)
+    states = Catalog(open_store(load_config(str(cfg)).store), "t").current("r")
+    assert [(s.step, s.state) for s in states] == [(100, "verified")]
