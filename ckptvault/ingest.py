@@ -8,9 +8,12 @@ missing or differ. What to do with each discovered checkpoint is decided in `ing
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
@@ -174,17 +177,28 @@ def upload_one(
 ) -> FileEntry:
     """Send one file (or accept the verified copy already there) and return its manifest entry."""
     f = job.file
+    mode = _mode(f.path)
     if not job.upload and job.known_crc32c is not None:
         if progress:
             progress(f.size)
-        return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c)
+        return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c, mode=mode)
     tags = {"run": found.run, "step": str(found.step), "format": found.format}
     if save != FIRST_SAVE:
         tags["save"] = str(save)
     result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress)
     if result.parts and not result.server_verified:
         store.put_tags(job.key, {**tags, CRC_TAG: result.crc32c})
-    return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, sha256=result.sha256)
+    return FileEntry(
+        path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, sha256=result.sha256, mode=mode
+    )
+
+
+def _mode(path: Path) -> int | None:
+    """The permission bits restore gives back (a 0600 key file must not come back world-readable)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return None  # the upload that follows reports the file; the manifest just omits the mode
 
 
 def commit_manifest(

@@ -92,6 +92,7 @@ class FileEntry:
     mtime: float
     crc32c: str  # base64 of the big-endian CRC32C, as S3's x-amz-checksum-crc32c
     sha256: str | None = None
+    mode: int | None = None  # permission bits (st_mode & 0o7777); absent in older manifests
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class Manifest:
                     mtime=float(f["mtime"]),
                     crc32c=str(f["crc32c"]),
                     sha256=f.get("sha256"),
+                    mode=int(f["mode"]) if f.get("mode") is not None else None,
                 )
                 for f in d["files"]
             )

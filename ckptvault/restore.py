@@ -25,6 +25,8 @@ from ckptvault.formats import get_layout
 from ckptvault.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix, safe_relpath
 from ckptvault.store import ObjectStore, ProgressFn
 
+# Permission bits only: set-uid/set-gid from a bucket are never restored.
+PERMISSION_BITS = 0o1777
 ARCHIVAL = frozenset({"GLACIER", "DEEP_ARCHIVE"})  # must be thawed before a GET; GLACIER_IR need not
 _ONGOING = re.compile(r'ongoing-request\s*=\s*"(true|false)"')
 
@@ -42,6 +44,7 @@ class ObjectPlan:
     mtime: float  # set on the restored file, as training wrote it
     storage_class: str
     thawed: bool  # readable now (not archival, or archival with a completed restore)
+    mode: int | None = None  # permission bits to restore; None in manifests older than the field
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
                 f.mtime,
                 info.storage_class,
                 _is_thawed(info.storage_class, info.restore),
+                f.mode,
             )
         )
     if missing:
@@ -331,6 +335,8 @@ def download_one(
     target = into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
     target.parent.mkdir(parents=True, exist_ok=True)
     store.download_file(plan.key, target, size=plan.size, crc32c=plan.crc32c, progress=progress)
+    if plan.mode is not None:
+        os.chmod(target, plan.mode & PERMISSION_BITS)
     os.utime(target, (time.time(), plan.mtime))
     return plan.path
 

@@ -221,3 +221,33 @@ def test_manifest_escaping_the_destination_is_refused(
     assert state.is_failed()
     assert "escapes" in str(state.result(raise_on_failure=False))
     assert not list(tmp_path.rglob("escaped.txt")) and not dest.exists()
+
+
+def test_restored_files_keep_their_mode(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 0600 file comes back 0600 (it used to come back 0644), and an executable stays executable."""
+    import json
+    import stat
+
+    from flows.restore import restore
+
+    _env(monkeypatch, seaweedfs)
+    root = tmp_path / "hot"
+    ckpt = write_checkpoint(root, "deepspeed", 100, 1 * MiB, seed=1)
+    files = sorted(p for p in ckpt.rglob("*") if p.is_file())
+    files[0].chmod(0o600)
+    files[1].chmod(0o750)
+    bucket = bucket_factory(seaweedfs)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")])
+    from flows.ingest import ingest
+
+    ingest(config_path=str(cfg))
+    key = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME
+    manifest = json.loads(seaweedfs.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert {f["path"]: f["mode"] for f in manifest["files"]}[files[0].relative_to(ckpt).as_posix()] == 0o600
+    dest = tmp_path / "restored"
+    assert restore(run="r", dest=str(dest), config_path=str(cfg))["status"] == "restored"
+    for p in files:
+        back = dest / ckpt.name / p.relative_to(ckpt)
+        assert stat.S_IMODE(back.stat().st_mode) == stat.S_IMODE(p.stat().st_mode), p.name
