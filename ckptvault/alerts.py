@@ -229,22 +229,25 @@ def tier_applied(
     bytes_moved: int,
     saved_usd_per_month: float,
     flow_run_url: str | None = None,
+    scheduled: Mapping[str, int] | None = None,
 ) -> Alert:
-    """`moved`: checkpoints moved per target tier, e.g. {"cold": 3, "expired": 1}."""
+    """`moved`: checkpoints moved per target tier, e.g. {"cold": 3, "expired": 1}; `scheduled`: per
+    tier, those left to the bucket lifecycle (tagged, moved from the rule's date)."""
     n = sum(moved.values())
+    later = dict(scheduled or {})
+    k = sum(later.values())
+    what = f"{n} checkpoints moved" + (f", {k} scheduled to move by the bucket lifecycle" if k else "")
     return Alert(
         kind="tier_applied",
         run=run,
         step=None,
-        summary=(
-            f"Tier plan applied to {run}: {n} checkpoints moved ({_gb(bytes_moved)}), "
-            f"saving ${saved_usd_per_month:,.2f}/month"
-        ),
-        details=[f"{tier}: {count}" for tier, count in sorted(moved.items())],
+        summary=f"Tier plan applied to {run}: {what} ({_gb(bytes_moved)}), saving ${saved_usd_per_month:,.2f}/month",
+        details=[f"{tier}: {count}" for tier, count in sorted(moved.items())]
+        + [f"{tier}: {count} (scheduled)" for tier, count in sorted(later.items())],
         next_step="Nothing to do. Restoring from cold or archive tiers takes longer; plan restores ahead.",
         severity="info",
         flow_run_url=flow_run_url,
-        reason=f"n={n},bytes={bytes_moved}",
+        reason=f"n={n},bytes={bytes_moved}" + (f",scheduled={k}" if k else ""),
     )
 
 

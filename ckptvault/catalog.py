@@ -291,6 +291,12 @@ def _fold_one(events: Sequence[Event]) -> CheckpointState:
             s["verified"] = True
         elif e.event == "expired":
             s["verified"] = False
+            s["scheduled_class"], s["scheduled_at"] = "", None
+        elif e.event == "transition_scheduled":
+            # the class itself changes only when a listing shows it moved (a `transitioned` event)
+            s["scheduled_class"], s["scheduled_at"] = _scheduled(e.detail)
+        elif e.event == "transitioned":
+            s["scheduled_class"], s["scheduled_at"] = "", None
         elif e.event == "evicted_local":
             s["local_evicted"] = True
         elif e.event == "drilled":
@@ -311,6 +317,20 @@ def _field(detail: str, name: str) -> str:
 
 def _reason(detail: str) -> str:
     return _field(detail, "reason")
+
+
+def _scheduled(detail: str) -> tuple[str, float | None]:
+    """(to_class, takes_effect) of a transition_scheduled event; ("", None) if it names no class."""
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return "", None
+    if not isinstance(d, dict) or not d.get("to_class"):
+        return "", None
+    at = d.get("takes_effect")
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return str(d["to_class"]), None
+    return str(d["to_class"]), float(at)
 
 
 def fold(events: Iterable[Event]) -> list[CheckpointState]:

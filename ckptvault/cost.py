@@ -229,14 +229,22 @@ class Holding:
     before: str | None
     after: str | None
     fee_usd: float = 0.0
+    # When `after` takes effect, for a move the bucket lifecycle has scheduled but not yet made (None:
+    # with the plan). Until then the checkpoint is billed in `before`.
+    takes_effect: float | None = None
 
 
 @dataclass(frozen=True)
 class CostSummary:
+    """Monthly cost now (each checkpoint in the class its objects were last seen in: a move the bucket
+    lifecycle has scheduled is billed in the old class until it happens) and after the plan (scheduled
+    moves counted as done, `pending_monthly_saving` of it from their dates on)."""
+
     monthly_before: dict[str, dict[str, float]]  # run -> class -> USD/month
     monthly_after: dict[str, dict[str, float]]
     one_time_fees_usd: float  # requests and early-deletion charges of the plan's actions
     hot_fs_monthly_usd: float  # keeping every checkpoint of `before` on the parallel file system
+    pending_monthly_saving: float = 0.0  # of monthly_saving: moves scheduled in the bucket lifecycle
 
     @property
     def total_before(self) -> float:
@@ -259,14 +267,19 @@ class CostSummary:
 def summarize(holdings: Iterable[Holding], prices: PriceTable, hot_fs_usd_per_gb_month: float) -> CostSummary:
     before: dict[str, dict[str, float]] = {}
     after: dict[str, dict[str, float]] = {}
-    fees = hot = 0.0
+    fees = hot = pending = 0.0
     for h in holdings:
         fees += h.fee_usd
+        was = now = 0.0
         if h.before is not None:
             by_class = before.setdefault(h.run, {})
-            by_class[h.before] = by_class.get(h.before, 0.0) + prices.monthly_cost(h.nbytes, h.before, h.objects)
+            was = prices.monthly_cost(h.nbytes, h.before, h.objects)
+            by_class[h.before] = by_class.get(h.before, 0.0) + was
             hot += h.nbytes / GB * hot_fs_usd_per_gb_month
         if h.after is not None:
             by_class = after.setdefault(h.run, {})
-            by_class[h.after] = by_class.get(h.after, 0.0) + prices.monthly_cost(h.nbytes, h.after, h.objects)
-    return CostSummary(before, after, fees, hot)
+            now = prices.monthly_cost(h.nbytes, h.after, h.objects)
+            by_class[h.after] = by_class.get(h.after, 0.0) + now
+        if h.takes_effect is not None:
+            pending += was - now
+    return CostSummary(before, after, fees, hot, pending)

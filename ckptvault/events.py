@@ -11,7 +11,7 @@ from ckptvault.catalog import Event
 from ckptvault.discovery import Found
 from ckptvault.drill import DrillResult
 from ckptvault.manifest import Manifest
-from ckptvault.tiering import EvictionCheck
+from ckptvault.tiering import EvictionCheck, Observation, Scheduled
 
 
 def _detail(**fields: Any) -> str:
@@ -102,8 +102,7 @@ def evict_skipped(check: EvictionCheck, reason: str, flow_run: str = "") -> Even
 
 
 def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow_run: str = "") -> Event:
-    """In server mode the bucket lifecycle moves the objects within a day; the catalog records the
-    decision at once, so the next plan does not make it again (restores HEAD the real class)."""
+    """A client-side copy that was HEAD-verified in `to_class`: the class is what the store says now."""
     return Event(
         run=manifest.run,
         step=manifest.step,
@@ -114,6 +113,45 @@ def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow
         bytes=manifest.total_bytes,
         files=len(manifest.files),
         detail=_detail(reason=reason, mode=mode),
+        flow_run=flow_run,
+    )
+
+
+def transition_scheduled(manifest: Manifest, sched: Scheduled, reason: str, flow_run: str = "") -> Event:
+    """Server mode: the objects are tagged and a lifecycle rule will move them from `takes_effect` on.
+    No storage class here: the catalog keeps the one the objects are in until a listing shows the move."""
+    return Event(
+        run=manifest.run,
+        step=manifest.step,
+        save=manifest.save,
+        event="transition_scheduled",
+        at=time.time(),
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+        detail=_detail(
+            reason=reason, mode="server", rule=sched.rule, to_class=sched.to_class, takes_effect=sched.takes_effect
+        ),
+        flow_run=flow_run,
+    )
+
+
+def transition_observed(obs: Observation, flow_run: str = "") -> Event:
+    """The listing shows the lifecycle engine moved a scheduled checkpoint: now the class changes. The
+    event's time is when it was seen, at most one tier run after the move, so minimum-duration charges
+    counted from it are overstated by that much, never understated."""
+    n, total = obs.classes.get(obs.scheduled_class, 0), sum(obs.classes.values())
+    return Event(
+        run=obs.run,
+        step=obs.step,
+        save=obs.save,
+        event="transitioned",
+        at=time.time(),
+        storage_class=obs.scheduled_class,
+        detail=_detail(
+            reason=f"observed: {n} of {total} data objects in {obs.scheduled_class}",
+            mode="server",
+            observed=obs.classes,
+        ),
         flow_run=flow_run,
     )
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.policy import Action, Plan
-from ckptvault.tiering import EvictionCheck
+from ckptvault.tiering import EvictionCheck, Observation, Scheduled
 
 # files named per skipped checkpoint in the artifact; the flow's report and the catalog event have more
 MAX_FILES_SHOWN = 10
@@ -22,6 +23,7 @@ class RunDigest:
     moved: dict[str, int]  # tier (or "expire", "evict_local") -> checkpoints
     bytes: int
     saved_per_month: float
+    scheduled: dict[str, int] = field(default_factory=dict)  # tier -> checkpoints left to the bucket lifecycle
 
 
 def applied_by_run(
@@ -33,23 +35,40 @@ def applied_by_run(
     """`done`: the actions carried out (default: all of the plan's); a skipped eviction is not one."""
     size = {s.key: s.bytes for s in states}
     moved: dict[str, dict[str, int]] = {}
+    later: dict[str, dict[str, int]] = {}
     nbytes: dict[str, int] = {}
     for a in plan.actions if done is None else done:
         if a.kind not in ("transition", "expire", "evict_local"):
             continue
         label = tier_of.get(a.to_class or "", a.to_class or "") if a.kind == "transition" else a.kind
-        per_run = moved.setdefault(a.run, {})
+        per_run = (later if a.by_lifecycle else moved).setdefault(a.run, {})
         per_run[label] = per_run.get(label, 0) + 1
         nbytes[a.run] = nbytes.get(a.run, 0) + size.get((a.run, a.step, a.save), 0)
     s = plan.summary
     return [
-        RunDigest(r, m, nbytes[r], sum(s.monthly_before.get(r, {}).values()) - sum(s.monthly_after.get(r, {}).values()))
-        for r, m in sorted(moved.items())
+        RunDigest(
+            r,
+            moved.get(r, {}),
+            nbytes[r],
+            sum(s.monthly_before.get(r, {}).values()) - sum(s.monthly_after.get(r, {}).values()),
+            later.get(r, {}),
+        )
+        for r in sorted(set(moved) | set(later))
     ]
 
 
 def _usd(x: float) -> str:
     return f"${x:,.2f}" if abs(x) >= 1 else f"${x:.4f}"
+
+
+def _day(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _when(ts: float | None, now: float) -> str:
+    if ts is None:
+        return "date not recorded"
+    return f"from {_day(ts)}" + (" (due: awaiting the lifecycle engine)" if ts <= now else "")
 
 
 def render_markdown(plan: Plan) -> str:
@@ -66,8 +85,26 @@ def render_markdown(plan: Plan) -> str:
         "| run | step | action | to | reason |",
         "|---|---|---|---|---|",
     ]
+    if s.pending_monthly_saving:
+        lines.insert(
+            3,
+            f"- of that saving, {_usd(s.pending_monthly_saving)}/month comes from moves the bucket lifecycle "
+            "has scheduled: billed in their old class until their dates (below)",
+        )
     for a in plan.actions:
         lines.append(f"| {a.run} | {a.step} | {a.kind} | {a.to_class or ''} | {a.reason} |")
+    if plan.pending:
+        lines += [
+            "",
+            "Scheduled in the bucket lifecycle, not yet seen moved (each tier run looks):",
+            "",
+            "| run | step | save | class now | scheduled | takes effect |",
+            "|---|---|---|---|---|---|",
+        ]
+        for m in plan.pending:
+            lines.append(
+                f"| {m.run} | {m.step} | {m.save} | {m.from_class} | {m.to_class} | {_when(m.takes_effect, plan.now)} |"
+            )
     lines += ["", "| run | class | $/month before | $/month after |", "|---|---|---|---|"]
     for run in sorted(set(s.monthly_before) | set(s.monthly_after)):
         before, after = s.monthly_before.get(run, {}), s.monthly_after.get(run, {})
@@ -84,6 +121,11 @@ def render_text(plan: Plan) -> str:
             continue
         to = f" -> {a.to_class}" if a.to_class else ""
         out.append(f"{a.kind:11} {a.run} step {a.step}{to}: {a.reason}")
+    for m in plan.pending:
+        out.append(
+            f"{'scheduled':11} {m.run} step {m.step} save {m.save} {m.from_class} -> {m.to_class}: "
+            f"by the bucket lifecycle, {_when(m.takes_effect, plan.now)}"
+        )
     kept = sum(1 for a in plan.actions if a.kind == "keep")
     out.append(f"({kept} checkpoints kept as they are)")
     out.append(
@@ -106,11 +148,54 @@ def skipped_record(c: EvictionCheck) -> dict[str, Any]:
     }
 
 
-def render_applied(skipped: Sequence[EvictionCheck]) -> str:
-    """What an apply left undone and why: the checkpoints whose eviction the re-check stopped."""
+def scheduled_record(x: Scheduled) -> dict[str, Any]:
+    """A transition left to the bucket lifecycle, as the tier flow's report lists it."""
+    return {
+        "run": x.run,
+        "step": x.step,
+        "save": x.save,
+        "to_class": x.to_class,
+        "rule": x.rule,
+        "takes_effect": x.takes_effect,
+        "objects": x.objects,
+    }
+
+
+def observed_record(o: Observation) -> dict[str, Any]:
+    """A scheduled transition the listing showed done, as the tier flow's report lists it."""
+    return {"run": o.run, "step": o.step, "save": o.save, "storage_class": o.scheduled_class, "objects": o.classes}
+
+
+def render_applied(
+    skipped: Sequence[EvictionCheck], scheduled: Sequence[Scheduled] = (), observed: Sequence[Observation] = ()
+) -> str:
+    """What an apply did beyond the plan's table: the moves it left to the bucket lifecycle (with the
+    date each takes effect), the scheduled moves it saw done, and the evictions the re-check stopped."""
     lines = ["### Tiering applied", ""]
+    if observed:
+        lines += [
+            f"{len(observed)} scheduled transitions were seen done by the bucket lifecycle and recorded:",
+            "",
+            "| run | step | save | now in | data objects per class |",
+            "|---|---|---|---|---|",
+        ]
+        for o in observed:
+            counts = ", ".join(f"{c}: {n}" for c, n in sorted(o.classes.items()))
+            lines.append(f"| {o.run} | {o.step} | {o.save} | {o.scheduled_class} | {counts} |")
+        lines.append("")
+    if scheduled:
+        lines += [
+            f"{len(scheduled)} transitions were left to the bucket lifecycle: tagged now, recorded as scheduled; "
+            "the catalog keeps their current class until a tier run sees them moved.",
+            "",
+            "| run | step | save | to | rule | takes effect |",
+            "|---|---|---|---|---|---|",
+        ]
+        for x in scheduled:
+            lines.append(f"| {x.run} | {x.step} | {x.save} | {x.to_class} | {x.rule} | {_day(x.takes_effect)} |")
+        lines.append("")
     if not skipped:
-        return "\n".join([*lines, "Every action of the plan was carried out."])
+        return "\n".join([*lines, "No action of the plan was skipped."])
     lines += [
         f"{len(skipped)} local copies were NOT evicted: re-checked before deleting, they or the store no "
         "longer match the manifest. Nothing of theirs was deleted.",

@@ -15,7 +15,8 @@ import gc
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Literal
 
 from ckptvault.catalog import CheckpointState
@@ -44,6 +45,21 @@ class Action:
     saving_usd: float = 0.0  # over the policy horizon
     fee_usd: float = 0.0  # one-time: requests and minimum-duration charges
     save: int = 1  # which save of the step (a restart re-saves steps)
+    # A transition the bucket lifecycle carries out (tag now, moved from the rule's date): server mode,
+    # and `both` for an archived object, which S3 will not copy until it is restored.
+    by_lifecycle: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMove:
+    """A transition scheduled in the bucket lifecycle and not yet seen in the listing."""
+
+    run: str
+    step: int
+    save: int
+    from_class: str  # where the objects are (as last observed)
+    to_class: str
+    takes_effect: float | None  # unix s; None for an event that did not say
 
 
 @dataclass(frozen=True)
@@ -52,6 +68,7 @@ class Plan:
     summary: CostSummary
     store_kind: str
     now: float
+    pending: list[PendingMove] = field(default_factory=list)  # sorted by (run, step, save)
 
     def of_kind(self, kind: ActionKind) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]
@@ -59,6 +76,10 @@ class Plan:
 
 def _usd(x: float) -> str:
     return f"${x:.4f}" if abs(x) < 1 else f"${x:,.2f}"
+
+
+def _date(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d") if ts is not None else "a date not recorded"
 
 
 def _created(s: CheckpointState) -> float:
@@ -175,16 +196,27 @@ class _Planner:
             return Action(s.run, s.step, "keep", None, f"already in {cur} ({target.tier}){tag}")
         if cur not in self.rank:
             return Action(s.run, s.step, "keep", None, f"current class {cur} has no known tier: not moved{tag}")
+        sched = s.scheduled_class
+        if sched and (to == sched or self.rank[to] <= self.rank.get(sched, math.inf)):
+            return Action(
+                s.run, s.step, "keep", None,
+                f"in {cur}; the bucket lifecycle moves it to {sched} from {_date(s.scheduled_at)}: "
+                f"already scheduled{tag}",
+            )  # fmt: skip
         if self.rank[to] <= self.rank[cur]:
             return Action(s.run, s.step, "keep", None, f"in {cur}, at or below tier {target.tier} ({to}){tag}")
-        if self.prices.get(cur).frozen and p.apply_mode == "client":
+        frozen = self.prices.get(cur).frozen
+        if frozen and p.apply_mode == "client":
             # S3 refuses to copy an archived object until it is restored; its lifecycle engine can move it
             return Action(
                 s.run, s.step, "keep", None,
                 f"stays in {cur} (due for {to}): a client-side copy of an archived object needs a restore first; "
                 f'set [policy] apply_mode = "both" to let the bucket lifecycle move it{tag}',
             )  # fmt: skip
-        return self.transition(s, cur, to, age, in_class, expires, tag)
+        a = self.transition(s, cur, to, age, in_class, expires, tag)
+        if a.kind == "transition" and (p.apply_mode == "server" or (p.apply_mode == "both" and frozen)):
+            return replace(a, by_lifecycle=True, reason=a.reason + "; by the bucket lifecycle")
+        return a
 
     def transition(
         self, s: CheckpointState, cur: str, to: str, age: float, in_class: float, expires: bool, tag: str
@@ -245,7 +277,11 @@ def _plan(
     pl = _Planner(policy, prices, store_kind, now)
     live = _live(states)
     prices.require(
-        {pl.hot, *(pl.classes[t.tier] for t in pl.tiers), *(s.storage_class for s in live if s.storage_class)}
+        {
+            pl.hot,
+            *(pl.classes[t.tier] for t in pl.tiers),
+            *(c for s in live for c in (s.storage_class, s.scheduled_class) if c),
+        }
     )
     # A milestone step stays a milestone whichever save holds it; "the newest N" counts current saves only.
     ms = _milestones(_by_run(live), policy)
@@ -254,6 +290,7 @@ def _plan(
     local_keep = {s.key for ss in newest.values() for s in ss[: policy.keep_local or 0]}
     actions: list[Action] = []
     holdings: list[Holding] = []
+    pending: list[PendingMove] = []
     hot_why = f"among the newest {policy.keep_hot} verified: stays put"
     evict_why = f"older than the newest {policy.keep_local} verified; a verified copy is in the store"
     evict_usd_per_byte = policy.hot_fs_usd_per_gb_month / GB * pl.horizon / DAYS_PER_MONTH
@@ -273,10 +310,19 @@ def _plan(
             evict = Action(s.run, s.step, "evict_local", None, evict_why, s.bytes * evict_usd_per_byte, save=s.save)
             actions.append(evict)
         actions.append(a)
+        before = s.storage_class or pl.hot
+        # A scheduled move is still pending unless this plan expires the checkpoint or moves it further.
+        move = PendingMove(s.run, s.step, s.save, before, s.scheduled_class, s.scheduled_at)
+        waiting = bool(s.scheduled_class) and a.kind not in ("expire", "transition")
+        if waiting:
+            pending.append(move)
         if s.uploaded_at is not None or s.verified:
-            before = s.storage_class or pl.hot
+            # Now: the class the objects were last seen in. After: with the scheduled move done, dated.
             after = None if a.kind == "expire" else (a.to_class if a.kind == "transition" else before)
             fee = a.fee_usd if a.kind in ("transition", "expire") else 0.0  # a skip is not paid
-            holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee))
+            if waiting:
+                after = move.to_class
+            since = move.takes_effect if waiting else None
+            holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee, since))
     summary = summarize(holdings, prices, policy.hot_fs_usd_per_gb_month)
-    return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now)
+    return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now, pending=pending)

@@ -5,25 +5,32 @@ finds an object already in its target class skips it; an expiry deletes the mani
 checkpoint stops existing for every reader in one request, and a rerun finishes deleting its data;
 an eviction deletes the local copy only when, re-checked just before, every file still matches (size,
 mtime) the manifest entry that was verified and the store still holds every object (size, CRC32C
-where the store reports it); anything else skips that checkpoint and says why.
+where the store reports it); anything else skips that checkpoint and says why. Server mode tags
+objects for the bucket lifecycle and says when the move takes effect; whether it happened is only ever
+taken from a listing (`observe_scheduled`), so a rerun tags again and observes again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
-from collections.abc import Mapping, Sequence
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix, safe_relpath
+from ckptvault.catalog import CheckpointState
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix, safe_relpath
 from ckptvault.store import ObjectFrozenError, ObjectInfo, ObjectStore, StoreError, lifecycle
 
 TIER_TAG = "ckptvault-tier"
 MILESTONE_TAG = "ckptvault-milestone"
+_DAY = 86400.0
 # Concurrent HEADs of an eviction re-check: each is one round trip, and a checkpoint can hold thousands.
 _HEADS = 8
 
@@ -268,31 +275,30 @@ def _remove_empty_dirs(root: Path) -> None:
             os.rmdir(dirpath)
 
 
+def tier_rule(prefix: str, classes: Mapping[str, str], tier: str) -> dict[str, Any]:
+    """The lifecycle rule that moves objects tagged `ckptvault-tier=<tier>` under `prefix` to its class."""
+    return {
+        "ID": lifecycle.rule_id(f"tier-{tier}", prefix),
+        "Status": "Enabled",
+        "Filter": {
+            "And": {
+                "Prefix": prefix.strip("/") + "/" if prefix else "",
+                "Tags": [{"Key": TIER_TAG, "Value": tier}],
+            }
+        },
+        "Transitions": [{"Days": _min_days(classes[tier]), "StorageClass": classes[tier]}],
+    }
+
+
 def lifecycle_rules(prefix: str, classes: Mapping[str, str], tiers: Sequence[str]) -> list[dict[str, Any]]:
     """Server mode: one rule per tier that moves objects tagged `ckptvault-tier=<tier>` to its class.
 
-    The plan tags objects when they are due, so the rule only needs the smallest age (1 day: S3 counts
-    from object creation, and a checkpoint due for a tier is older than that). Expiry is never left to
-    the server: the manifest must go first, which a lifecycle rule cannot promise.
+    The plan tags objects when they are due, so the rule only needs the smallest age S3 allows for the
+    class (1 day; 30 for the infrequent-access classes, which a checkpoint due for them may not have
+    reached yet: `takes_effect` says when). Expiry is never left to the server: the manifest must go
+    first, which a lifecycle rule cannot promise.
     """
-    rules = []
-    for tier in tiers:
-        if tier not in classes:
-            continue
-        rules.append(
-            {
-                "ID": lifecycle.rule_id(f"tier-{tier}", prefix),
-                "Status": "Enabled",
-                "Filter": {
-                    "And": {
-                        "Prefix": prefix.strip("/") + "/" if prefix else "",
-                        "Tags": [{"Key": TIER_TAG, "Value": tier}],
-                    }
-                },
-                "Transitions": [{"Days": _min_days(classes[tier]), "StorageClass": classes[tier]}],
-            }
-        )
-    return rules
+    return [tier_rule(prefix, classes, tier) for tier in tiers if tier in classes]
 
 
 def _min_days(storage_class: str) -> int:
@@ -300,17 +306,119 @@ def _min_days(storage_class: str) -> int:
     return 30 if storage_class in ("STANDARD_IA", "ONEZONE_IA") else 1
 
 
-def tag_for_server(store: ObjectStore, prefix: str, manifest: Manifest, tier: str, milestone: bool) -> StepResult:
-    """Server mode: tag every data object with its due tier; the bucket's lifecycle rule moves it."""
+def takes_effect(created: float, days: int, tagged: float) -> float:
+    """When a lifecycle transition of `days` applies to an object created at `created` and tagged for
+    it at `tagged` (unix s), as S3 computes it: creation time plus the days, rounded up to the next
+    midnight UTC; S3 evaluates rules once a day at midnight UTC, so a tag that arrives after that date
+    counts from the first midnight after it. The engine then moves the object asynchronously, usually
+    within a day or two of this date (Ceph: at its next lifecycle work window)."""
+    due = max(created + days * _DAY, tagged)
+    return math.ceil(due / _DAY) * _DAY
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """A transition left to the bucket lifecycle: the objects are tagged, the rule moves them later."""
+
+    run: str
+    step: int
+    save: int
+    rule: str  # lifecycle rule ID
+    to_class: str
+    takes_effect: float  # unix s, see `takes_effect`
+    objects: int
+    bytes: int
+
+
+def tag_for_server(
+    store: ObjectStore,
+    prefix: str,
+    manifest: Manifest,
+    tier: str,
+    milestone: bool,
+    rule: Mapping[str, Any],
+    now: float | None = None,
+) -> Scheduled:
+    """Server mode: tag every data object with its due tier; the bucket's lifecycle `rule` moves it,
+    from the date it computes from the objects' age (one LIST: the newest object sets the date, since
+    the checkpoint is in its new class only once every object is)."""
     base = checkpoint_prefix(prefix, manifest.run, manifest.step, manifest.save)
-    for f in manifest.files:
-        key = base + safe_relpath(f.path)
+    listed = {info.key: info for info in store.list(base)}
+    keys = [base + safe_relpath(f.path) for f in manifest.files]
+    missing = [k for k in keys if k not in listed]
+    if missing:
+        raise TieringError(
+            f"{len(missing)} objects named by the manifest are missing from the store, not tagged: "
+            f"{', '.join(missing[:5])}; run `ckptvault drill`"
+        )
+    for key in keys:
         tags = _tags_of(store, key, manifest)
         tags[TIER_TAG] = tier
         if milestone:
             tags[MILESTONE_TAG] = "true"
         store.put_tags(key, tags)
-    return StepResult(manifest.run, manifest.step, "tagged", len(manifest.files), manifest.total_bytes, tier)
+    (transition,) = rule["Transitions"]
+    newest = max((listed[k].last_modified for k in keys), default=manifest.uploaded_at)
+    when = takes_effect(newest, int(transition["Days"]), time.time() if now is None else now)
+    return Scheduled(
+        manifest.run,
+        manifest.step,
+        manifest.save,
+        str(rule["ID"]),
+        str(transition["StorageClass"]),
+        when,
+        len(keys),
+        manifest.total_bytes,
+    )
+
+
+def class_counts(objects: Iterable[ObjectInfo], base: str) -> Counter[str]:
+    """Data objects per storage class under a checkpoint's prefix; the manifest and validation report
+    always stay in the hot class, so they say nothing about where the checkpoint is."""
+    counts: Counter[str] = Counter()
+    for o in objects:
+        if o.key[len(base) :] not in (MANIFEST_NAME, VALIDATION_NAME):
+            counts[o.storage_class] += 1
+    return counts
+
+
+def majority_class(counts: Mapping[str, int]) -> str | None:
+    """The class most data objects are in (ties: alphabetically first, so the answer is stable)."""
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counts else None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Where a checkpoint with a scheduled transition was found: its data objects per class."""
+
+    run: str
+    step: int
+    save: int
+    scheduled_class: str
+    classes: dict[str, int]
+
+    @property
+    def majority(self) -> str | None:
+        return majority_class(self.classes)
+
+    @property
+    def arrived(self) -> bool:
+        """The lifecycle engine has moved it: most data objects are in the scheduled class."""
+        return self.majority == self.scheduled_class
+
+
+def observe_scheduled(store: ObjectStore, prefix: str, states: Iterable[CheckpointState]) -> list[Observation]:
+    """One LIST per checkpoint whose transition is scheduled: has the lifecycle engine moved it yet?
+    All of them, not only those past their date: engines run on their own clock (Ceph's
+    rgw_lc_debug_interval, a server whose days are not ours), and a LIST costs next to nothing."""
+    out = []
+    for s in states:
+        if not s.scheduled_class or s.expired:
+            continue
+        base = checkpoint_prefix(prefix, s.run, s.step, s.save)
+        counts = class_counts(store.list(base), base)
+        out.append(Observation(s.run, s.step, s.save, s.scheduled_class, dict(counts)))
+    return out
 
 
 def install_lifecycle(store: ObjectStore, rules: Sequence[dict[str, Any]]) -> int:

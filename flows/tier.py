@@ -11,9 +11,17 @@ from prefect.runtime import flow_run
 from ckptvault import alerts, events
 from ckptvault.catalog import Catalog
 from ckptvault.cost import class_map, load_prices
-from ckptvault.plan_report import applied_by_run, render_applied, render_markdown, render_text, skipped_record
+from ckptvault.plan_report import (
+    applied_by_run,
+    observed_record,
+    render_applied,
+    render_markdown,
+    render_text,
+    scheduled_record,
+    skipped_record,
+)
 from ckptvault.policy import Action, milestones
-from ckptvault.tiering import EvictionCheck, lifecycle_rules
+from ckptvault.tiering import EvictionCheck, Observation, Scheduled, lifecycle_rules, tier_rule
 from flows.hooks import HOOKS
 from tasks.common import (
     current_states_task,
@@ -29,6 +37,7 @@ from tasks.tier import (
     evict_local_task,
     expire_task,
     install_lifecycle_task,
+    observe_scheduled_task,
     plan_task,
     tag_for_server_task,
     transition_task,
@@ -42,6 +51,14 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
     states = current_states_task(catalog)
+    run_id = str(flow_run.id or "")
+    observed: list[Observation] = []
+    if apply:
+        # where the bucket lifecycle has moved scheduled checkpoints since: the plan starts from there
+        observed = [o for o in observe_scheduled_task(store, prefix, states) if o.arrived]
+        if observed:
+            record_task(catalog, [events.transition_observed(o, run_id) for o in observed])
+            states = current_states_task(catalog)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, now if now is not None else time.time())
     print(render_text(plan))
@@ -58,10 +75,13 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     classes = class_map(kind, cfg.policy.classes)
     if mode in ("server", "both"):
         install_lifecycle_task(store, lifecycle_rules(prefix, classes, [t.tier for t in cfg.policy.tiers]))
-    tier_of = {v: k for k, v in classes.items()}
+    # a class two tiers share is tagged with the tier the policy names, whose rule is installed
+    tier_of = {v: k for k, v in classes.items()} | {
+        classes[t.tier]: t.tier for t in cfg.policy.tiers if t.tier in classes
+    }
     ms = milestones(states, cfg.policy)
-    run_id = str(flow_run.id or "")
     skipped: list[EvictionCheck] = []
+    scheduled: list[Scheduled] = []
     done: list[Action] = []
     for a in plan.actions:
         if a.kind in ("keep", "skip"):
@@ -88,15 +108,21 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
         elif a.kind == "transition" and a.to_class:
             milestone = (a.run, a.step) in ms
             tier_name = tier_of.get(a.to_class, a.to_class)
-            if mode in ("client", "both"):
-                transition_task(store, prefix, manifest, a.to_class, tier_name, milestone)
+            if a.by_lifecycle:
+                rule = tier_rule(prefix, classes, tier_name)
+                sched = tag_for_server_task(store, prefix, manifest, tier_name, milestone, rule)
+                scheduled.append(sched)
+                record_task(catalog, [events.transition_scheduled(manifest, sched, a.reason, run_id)])
             else:
-                tag_for_server_task(store, prefix, manifest, tier_name, milestone)
-            record_task(catalog, [events.transitioned(manifest, a.to_class, a.reason, mode, run_id)])
+                transition_task(store, prefix, manifest, a.to_class, tier_name, milestone)
+                record_task(catalog, [events.transitioned(manifest, a.to_class, a.reason, mode, run_id)])
             done.append(a)
     report["applied"] = True
     report["evict_skipped"] = [skipped_record(c) for c in skipped]
-    publish_markdown_task("tier-applied", render_applied(skipped), "what the apply did not do, and why")
+    report["scheduled"] = [scheduled_record(x) for x in scheduled]
+    report["observed"] = [observed_record(o) for o in observed]
+    applied = render_applied(skipped, scheduled, observed)
+    publish_markdown_task("tier-applied", applied, "what the apply did, left to the bucket lifecycle, or skipped")
     # one file per flow run adds up; the daily tier run folds yesterday's into one
     report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time() - 86400)
     digest = applied_by_run(plan, states, tier_of, done)
@@ -105,6 +131,6 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
         alerts.evict_skipped(c.run, c.step, c.save, list(map(str, c.local)), list(map(str, c.store)), url)
         for c in skipped
     ]
-    sent += [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url) for d in digest]
+    sent += [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url, d.scheduled) for d in digest]
     notify_task(cfg, store, sent)
     return report

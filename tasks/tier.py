@@ -31,11 +31,18 @@ def transition_task(
     return tiering.transition(store, prefix, manifest, to_class, tier, milestone)
 
 
-@io_task("tag-for-lifecycle")
+@io_task("tag-for-lifecycle", task_run_name="tag-{manifest.run}-{manifest.step}-{manifest.save}")
 def tag_for_server_task(
-    store: ObjectStore, prefix: str, manifest: Manifest, tier: str, milestone: bool
-) -> tiering.StepResult:
-    return tiering.tag_for_server(store, prefix, manifest, tier, milestone)
+    store: ObjectStore, prefix: str, manifest: Manifest, tier: str, milestone: bool, rule: dict[str, Any]
+) -> tiering.Scheduled:
+    return tiering.tag_for_server(store, prefix, manifest, tier, milestone, rule)
+
+
+@io_task("observe-scheduled")
+def observe_scheduled_task(
+    store: ObjectStore, prefix: str, states: Sequence[CheckpointState]
+) -> list[tiering.Observation]:
+    return tiering.observe_scheduled(store, prefix, states)
 
 
 @io_task("expire", task_run_name="expire-{run}-{step}")

@@ -4,6 +4,7 @@ archival classes on moto, and local eviction re-checked against the disk and the
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -88,7 +89,7 @@ def test_client_mode_moves_all_but_the_newest_to_cold_on_ceph(
 
 
 @pytest.mark.ceph
-def test_server_mode_lets_cephs_lifecycle_engine_move_tagged_objects(
+def test_server_mode_records_the_schedule_then_the_move_cephs_lifecycle_engine_made(
     prefect_api: None, ceph: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from flows.tier import tier
@@ -100,7 +101,8 @@ def test_server_mode_lets_cephs_lifecycle_engine_move_tagged_objects(
         '[policy.classes]\ncold = "COLD"\n[policy.prices]\nCOLD = 0.004\n'
     )
     cfg = _ingest(ceph, bucket, tmp_path, [10, 20], policy)
-    tier(apply=True, config_path=str(cfg), now=time.time() + 30 * DAY)
+    before = time.time()
+    first = tier(apply=True, config_path=str(cfg), now=time.time() + 30 * DAY)
     client = ceph.client()
     rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
     ids = {r["ID"] for r in rules}
@@ -109,16 +111,33 @@ def test_server_mode_lets_cephs_lifecycle_engine_move_tagged_objects(
     key = next(k for k in _classes(client, bucket, old) if k.endswith(".safetensors"))
     tags = {t["Key"]: t["Value"] for t in client.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]}
     assert tags["ckptvault-tier"] == "cold"
+    # the catalog says what is true: still STANDARD, COLD scheduled by that rule from the next midnight
+    # UTC (the objects are older than the rule's 1 day in the plan's clock, but S3 counts real days)
+    s10 = _states(cfg)[10]
+    assert (s10.storage_class, s10.last_event, s10.scheduled_class) == ("STANDARD", "transition_scheduled", "COLD")
+    assert s10.scheduled_at is not None and s10.scheduled_at % DAY == 0
+    assert before + DAY <= s10.scheduled_at <= before + 2 * DAY
+    (sched,) = first["scheduled"]
+    assert (sched["step"], sched["rule"], sched["takes_effect"]) == (10, "ckptvault-tier-cold-t", s10.scheduled_at)
     # rgw_lc_debug_interval makes a lifecycle "day" a few seconds: wait for Ceph itself to move it
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline:
-        if client.head_object(Bucket=bucket, Key=key).get("StorageClass") == "COLD":
+        if _data_classes(client, bucket, old) == {"COLD"}:
             break
         time.sleep(3)
     else:
-        pytest.fail(f"Ceph's lifecycle engine did not move {key} to COLD within 150 s")
+        pytest.fail(f"Ceph's lifecycle engine did not move {old} to COLD within 150 s")
     newest = checkpoint_prefix("t", "r", 20)
     assert {c for k, c in _classes(client, bucket, newest).items()} == {"STANDARD"}
+    # the next tier run sees the move in the listing and records it; nothing is scheduled again
+    second = tier(apply=True, config_path=str(cfg), now=time.time() + 30 * DAY)
+    assert [(o["step"], o["storage_class"]) for o in second["observed"]] == [(10, "COLD")]
+    assert second["scheduled"] == [] and "transition" not in second["actions"]
+    s10 = _states(cfg)[10]
+    assert (s10.storage_class, s10.last_event, s10.scheduled_class, s10.scheduled_at) == (
+        "COLD", "transitioned", "", None,
+    )  # fmt: skip
+    assert _states(cfg)[20].storage_class == "STANDARD"
 
 
 def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
@@ -297,3 +316,60 @@ def test_eviction_skips_a_checkpoint_whose_object_vanished_from_the_store_and_th
     assert gone in json.loads(states[20].detail)["store"][0]
     posts = [p["text"] for p in (r.payload for r in slack.delivered()) if "NOT evicted" in p["text"]]
     assert len(posts) == 1 and "r step 20 save 1" in posts[0] and "stored copy" in posts[0]
+
+
+def test_server_mode_on_moto_dates_the_move_by_the_rule_and_records_it_once_the_listing_shows_it(
+    prefect_api: None, moto_server: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows.ingest import ingest
+    from flows.tier import tier
+
+    _env(monkeypatch, moto_server)
+    bucket = bucket_factory(moto_server)
+    # warm after 7 days, at prices where it pays: the STANDARD_IA rule itself needs 30 days (AWS's minimum)
+    policy = (
+        '[policy]\nkeep_hot = 1\napply_mode = "server"\ntiers = [{ after_days = 7, tier = "warm" }]\n'
+        "[policy.prices]\nSTANDARD = 40.0\nSTANDARD_IA = 20.0\n"
+    )
+    cfg = _ingest(moto_server, bucket, tmp_path, [10, 20], policy)
+    client = moto_server.client()
+    old = checkpoint_prefix("t", "r", 10)
+    first = tier(apply=True, config_path=str(cfg), now=time.time() + 10 * DAY)
+    assert first["actions"].count("transition") == 1
+    assert _data_classes(client, bucket, old) == {"STANDARD"}  # nothing was copied
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=old)["Contents"]
+    data = [o for o in listed if not o["Key"].endswith(("_MANIFEST.json", "_VALIDATION.json"))]
+    created = max(o["LastModified"].timestamp() for o in data)
+    s10 = _states(cfg)[10]
+    assert (s10.storage_class, s10.scheduled_class) == ("STANDARD", "STANDARD_IA")
+    assert s10.scheduled_at == math.ceil((created + 30 * DAY) / DAY) * DAY  # S3: creation + 30 days, next midnight
+
+    # the engine has not moved it: a later run observes nothing and schedules nothing again
+    waiting = tier(apply=True, config_path=str(cfg), now=time.time() + 11 * DAY)
+    assert (waiting["observed"], waiting["scheduled"]) == ([], [])
+    assert "transition" not in waiting["actions"]
+    assert _states(cfg)[10].scheduled_class == "STANDARD_IA"
+
+    # play the lifecycle engine: moto has none. CopyObject in place into the scheduled class
+    for o in data:
+        client.copy_object(
+            Bucket=bucket, Key=o["Key"], CopySource={"Bucket": bucket, "Key": o["Key"]},
+            StorageClass="STANDARD_IA", MetadataDirective="COPY",
+        )  # fmt: skip
+    seen = tier(apply=True, config_path=str(cfg), now=time.time() + 12 * DAY)
+    assert [(o["step"], o["storage_class"]) for o in seen["observed"]] == [(10, "STANDARD_IA")]
+    s10 = _states(cfg)[10]
+    assert (s10.storage_class, s10.last_event, s10.scheduled_class) == ("STANDARD_IA", "transitioned", "")
+
+    # `both` copies at once and records `transitioned` at once, as client mode does
+    bucket2 = bucket_factory(moto_server)
+    both = tmp_path / "both"
+    both.mkdir()
+    cfg2 = write_config(both / "c.toml", moto_server, bucket2, [("r", tmp_path / "hot", "hf")],
+                        extra=policy.replace('"server"', '"both"'))  # fmt: skip
+    ingest(config_path=str(cfg2))
+    out = tier(apply=True, config_path=str(cfg2), now=time.time() + 10 * DAY)
+    assert out["scheduled"] == [] and out["actions"].count("transition") == 1
+    assert _data_classes(client, bucket2, old) == {"STANDARD_IA"}
+    s10 = _states(cfg2)[10]
+    assert (s10.storage_class, s10.last_event, s10.scheduled_class) == ("STANDARD_IA", "transitioned", "")

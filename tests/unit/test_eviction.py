@@ -146,4 +146,4 @@ def test_the_skip_is_recorded_alerted_and_reported_with_run_step_save_and_files(
     assert rec["local"] == [str(check.local[0])] and rec["store"] == []
     md = render_applied([check])
     assert f"| r | 10 | 2 | {ROOT} |" in md and "NOT evicted" in md
-    assert "Every action" in render_applied([])
+    assert "No action of the plan was skipped" in render_applied([])
