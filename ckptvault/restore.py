@@ -61,6 +61,18 @@ class Estimate:
     seconds_max: float
     objects_plan: tuple[ObjectPlan, ...] = field(repr=False, default=())
 
+    def as_record(self) -> dict[str, object]:
+        """The estimate as `restore --json` reports it (README, Restore at 3 a.m.)."""
+        return {
+            "bytes": self.bytes,
+            "objects": self.objects,
+            "by_class": {c: {"objects": n, "bytes": b} for c, (n, b) in sorted(self.by_class.items())},
+            "frozen_objects": self.frozen,
+            "thaw_tier": self.tier,
+            "thaw_seconds": [self.seconds_min, self.seconds_max] if self.frozen else None,
+            "retrieval_usd": round(self.usd, 6),
+        }
+
     def describe(self) -> str:
         classes = ", ".join(f"{c}: {n} objects / {b / 2**30:.2f} GiB" for c, (n, b) in sorted(self.by_class.items()))
         wait = (

@@ -33,6 +33,23 @@ def _say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _jsonable(o: object) -> object:
+    import dataclasses
+
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
+        return dataclasses.asdict(o)
+    if isinstance(o, BaseException):
+        return str(o)
+    return str(o)
+
+
+def _emit_json(doc: object) -> None:
+    """The one JSON document a `--json` command prints on stdout (schemas in the README)."""
+    import json
+
+    print(json.dumps(doc, indent=1, default=_jsonable), flush=True)
+
+
 def _preflight(args: argparse.Namespace, *, need_sources: bool) -> Config:
     """Everything that can be checked before touching anything: config, source paths, the bucket."""
     from ckptvault.store import StoreError, open_store
@@ -87,19 +104,25 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
     result = running.run_flow(ingest, 2, force_prefect=bool(args.dask_workers), config_path=cfg_path)
     if isinstance(result, IngestIncomplete):
-        _print_outcomes(result.outcomes)
+        _print_outcomes(result.outcomes, args.json)
         _say(str(result))
         return EXIT_FAILED
     if isinstance(result, BaseException):
+        if args.json:
+            _emit_json({"ok": False, "error": str(result), "outcomes": []})
         _say(f"ingest failed: {result}")
         return EXIT_FAILED
-    _print_outcomes(result)
+    _print_outcomes(result, args.json)
     return EXIT_OK
 
 
-def _print_outcomes(outcomes: Sequence[object]) -> None:
+def _print_outcomes(outcomes: Sequence[object], as_json: bool = False) -> None:
     from ckptvault.ingest import Outcome
 
+    if as_json:
+        rows = [{**_jsonable(o), "ok": o.ok} for o in outcomes if isinstance(o, Outcome)]  # type: ignore[dict-item]
+        _emit_json({"ok": all(r["ok"] for r in rows), "outcomes": rows})
+        return
     for o in outcomes:
         assert isinstance(o, Outcome)
         extra = f"  {o.message}" if o.message else ""
@@ -141,8 +164,10 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
         for x in replay_supersedes(fold(events))
     ]
     events += replaced
-    if args.write and events:
-        key = catalog.append(events)
+    key = catalog.append(events) if args.write and events else None
+    if args.json:
+        _emit_json({"saves_found": found, "superseded": len(replaced), "written": key is not None, "key": key})
+    elif key is not None:
         print(f"appended {len(events)} events rebuilt from manifests to {key}")
     else:
         print(
@@ -186,8 +211,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
         config_path=args.config,
     )
     if isinstance(result, BaseException):
+        if args.json:
+            _emit_json({"status": "failed", "run": args.run, "step": chosen.step, "save": chosen.save,
+                        "error": str(result)})  # fmt: skip
         _say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
         return EXIT_FAILED
+    if args.json:
+        _emit_json(result)
+        return EXIT_OK if result["status"] == "restored" or args.no_wait else EXIT_FAILED
     if result["status"] == "restored":
         print(f"restored {chosen.label} to {result['dest']} (every CRC32C verified)")
         if result.get("pointer"):
@@ -264,8 +295,12 @@ def cmd_tier(args: argparse.Namespace) -> int:
     process.imports_done()
     result = running.run_flow(tier, 4, apply=args.apply, config_path=args.config)
     if isinstance(result, BaseException):
+        if args.json:
+            _emit_json({"applied": False, "error": str(result)})
         _say(f"tier failed: {result}")
         return EXIT_FAILED
+    if args.json:
+        _emit_json(result)
     if not args.apply:
         _say("dry run: nothing was changed. Pass --apply to carry out this plan.")
     return EXIT_OK
@@ -279,8 +314,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     process.imports_done()
     result = running.run_flow(watch, 4, config_path=args.config)
     if isinstance(result, BaseException):
+        if args.json:
+            _emit_json({"error": str(result)})
         _say(f"watch failed: {result}")
         return EXIT_FAILED
+    if args.json:
+        _emit_json(result)
+        return EXIT_OK
     print(f"{len(result['alerts'])} alert(s); storage ${result['monthly_usd']:.2f}/month")
     return EXIT_OK
 
@@ -336,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
     s.add_argument("--dask-workers", type=int, metavar="N", help="fan file uploads out over a local Dask cluster")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.set_defaults(fn=cmd_ingest)
 
     s = sub.add_parser("ls", parents=[common], help="list checkpoints from the catalog")
@@ -366,6 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="thaw speed for archived objects (cost rises with speed)",
     )
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")
     s.add_argument(
         "--force",
@@ -385,9 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("tier", parents=[common], help="run the tier flow: the plan, and with --apply, carry it out")
     s.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.set_defaults(fn=cmd_tier)
 
     s = sub.add_parser("watch", parents=[common], help="stale runs and storage budget; alerts")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.set_defaults(fn=cmd_watch)
 
     s = sub.add_parser("accept", parents=[common], help="release a quarantined (invalid) checkpoint after review")
@@ -405,6 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     csub = s.add_subparsers(dest="catalog_command", required=True)
     r = csub.add_parser("rebuild", parents=[common], help="reconstruct catalog events from the manifests in the bucket")
     r.add_argument("--write", action="store_true", help="append the rebuilt events to the catalog")
+    r.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     r.set_defaults(fn=cmd_catalog_rebuild)
     return p
 

@@ -10,7 +10,9 @@ events and alerts, with nothing recorded in Prefect. `CKPTVAULT_PREFECT=always` 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from typing import Any
 
 from ckptvault_cli import process
@@ -28,7 +30,9 @@ def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **para
         from flows.hooks import alert_failed
         from tasks.step import direct_mode
 
-        with direct_mode(workers):
+        # What a flow prints is its log (in a flow run, Prefect's console handler puts it on stderr):
+        # stdout stays the command's own output, so `--json` is parseable in either mode.
+        with direct_mode(workers), contextlib.redirect_stdout(sys.stderr):
             try:
                 return flow.fn(**params)
             except Exception as e:  # the same outcome a Failed flow state carries

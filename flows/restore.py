@@ -83,7 +83,7 @@ def restore(
     )
     report: dict[str, Any] = {
         "run": run, "step": n, "save": chosen.save, "notes": list(chosen.notes), "dest": str(target),
-        "estimate": est.describe(),
+        "estimate": est.describe(), "estimate_detail": est.as_record(),
     }  # fmt: skip
     if est.frozen:
         requested = request_thaw_task(store, plans, tier)

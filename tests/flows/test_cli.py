@@ -126,3 +126,37 @@ def test_global_options_before_or_after_the_subcommand_and_help_on_every_argumen
         return out
 
     assert undocumented(build_parser(), "ckptvault") == []
+
+
+def test_every_reporting_command_prints_one_json_document(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """With --json, stdout is exactly one JSON document (the flow's own prints go to stderr, as its log)."""
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    root = tmp_path / "hot"
+    for step in (100, 200):
+        write_checkpoint(root, "deepspeed", step, 1 * MiB, seed=step)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket_factory(seaweedfs), [("r", root, "deepspeed")])
+    cfg.write_text(cfg.read_text() + "[validation]\nenabled = false\n")
+
+    def doc(*argv: str, rc: int = 0) -> Any:
+        capsys.readouterr()
+        assert main(["--config", str(cfg), *argv, "--json"]) == rc, argv
+        return json.loads(capsys.readouterr().out)
+
+    ingested = doc("ingest")
+    assert ingested["ok"] is True
+    assert [(o["step"], o["save"], o["result"]) for o in ingested["outcomes"]] == [
+        (100, 1, "uploaded"),
+        (200, 1, "uploaded"),
+    ]
+    assert [o["result"] for o in doc("ingest")["outcomes"]] == ["present", "present"]
+    restored = doc("restore", "r", "--dest", str(tmp_path / "dest"))
+    assert (restored["status"], restored["step"], restored["save"]) == ("restored", 200, 1)
+    assert restored["estimate_detail"]["objects"] == 3 and restored["estimate_detail"]["frozen_objects"] == 0
+    assert set(doc("watch")) >= {"alerts", "monthly_usd"}
+    assert doc("tier")["applied"] is False
+    rebuilt = doc("catalog", "rebuild")
+    assert (rebuilt["saves_found"], rebuilt["superseded"], rebuilt["written"]) == (2, 0, False)
