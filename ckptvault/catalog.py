@@ -16,6 +16,7 @@ This is the only module that imports pyarrow.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections import Counter
@@ -28,6 +29,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
+from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
 from ckptvault.store.port import ObjectStore
 
@@ -39,12 +41,14 @@ EVENT_KINDS = (
 # A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
 LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
 CATALOG_DIR = "_catalog/events/"
+UNREADABLE_DIR = "_catalog/unreadable/"  # event files compaction could not read, kept for a person
 SCHEMA_TAG = b"ckptvault.catalog/1"
 _ORIGIN, _ROW = "_origin", "_row"
 _READERS = 8
+log = logging.getLogger("ckptvault.catalog")
 
 
-class CatalogError(Exception):
+class CatalogError(CkptvaultError):
     """A catalog file cannot be read or an event is malformed; the message names the key."""
 
 
@@ -357,6 +361,7 @@ class Catalog:
         self.store = store
         self.prefix = prefix.strip("/")
         self.dir = f"{self.prefix}/{CATALOG_DIR}" if self.prefix else CATALOG_DIR
+        self.unreadable: dict[str, str] = {}  # event files this catalog could not read, and why
 
     def _new_key(self, time_ns: int | None = None) -> str:
         ns = time.time_ns() if time_ns is None else time_ns
@@ -367,7 +372,15 @@ class Catalog:
 
     def _rows(self, keys: Sequence[str]) -> list[tuple[Event, str, int]]:
         def read(k: str) -> list[tuple[Event, str, int]]:
-            return _decode(self.store.get_bytes(k), k)
+            try:
+                return _decode(self.store.get_bytes(k), k)
+            except CatalogError as e:
+                # One unreadable object (bit rot, a partial write, a stray file) must not stop every
+                # command, a restore included, whose manifests are intact: name it and read the rest.
+                if k not in self.unreadable:
+                    log.warning("catalog: skipping an unreadable event file: %s", e)
+                self.unreadable[k] = str(e)
+                return []
 
         # Until a compaction runs there is one small file per flow run: fetch them concurrently, since
         # each GET is mostly round-trip latency.
@@ -413,8 +426,19 @@ class Catalog:
                 content_type="application/vnd.apache.parquet",
             )
         for k in old:
-            self.store.delete(k)
+            if k in self.unreadable:
+                self._set_aside(k)
+            else:
+                self.store.delete(k)
         return len(old)
+
+    def _set_aside(self, key: str) -> None:
+        """Move an unreadable event file out of the log, never delete it: it may be the only copy of
+        events someone can still recover by hand."""
+        aside = key.replace(CATALOG_DIR, UNREADABLE_DIR, 1)
+        self.store.put_bytes(aside, self.store.get_bytes(key), content_type="application/octet-stream")
+        self.store.delete(key)
+        log.warning("catalog: set the unreadable event file %s aside as %s", key, aside)
 
     def rebuild_from_manifests(self) -> list[Event]:
         """One "verified" event per checkpoint whose manifest is in the bucket, at its upload time. The

@@ -13,11 +13,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ckptvault.errors import CkptvaultError
+
 FORMATS = ("auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo")
 ENV_VAR = "CKPTVAULT_CONFIG"
 
 
-class ConfigError(Exception):
+class ConfigError(CkptvaultError):
     """A configuration problem, phrased for the operator: what is wrong, where, and how to fix it."""
 
 

@@ -21,6 +21,8 @@ from functools import cached_property
 from importlib import resources
 from typing import Any
 
+from ckptvault.errors import CkptvaultError
+
 GB = 2**30  # AWS bills GB-months in binary gigabytes
 DAYS_PER_MONTH = 30.0
 TIERS = ("hot", "warm", "cold", "archive")
@@ -39,7 +41,7 @@ DEFAULT_CLASSES["seaweedfs"] = DEFAULT_CLASSES["aws"]
 DEFAULT_CLASSES["moto"] = DEFAULT_CLASSES["aws"]
 
 
-class PriceError(ValueError):
+class PriceError(CkptvaultError, ValueError):
     """A price is missing or malformed; the message names the class and the fix."""
 
 

@@ -16,13 +16,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ckptvault.errors import CkptvaultError
+
 MANIFEST_NAME = "_MANIFEST.json"
 VALIDATION_NAME = "_VALIDATION.json"
 SCHEMA = "ckptvault.manifest/1"
 STEP_WIDTH = 10
 
 
-class ManifestError(ValueError):
+class ManifestError(CkptvaultError, ValueError):
     """A manifest that cannot be trusted: unreadable, wrong schema, or an unsafe path."""
 
 

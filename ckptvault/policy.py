@@ -22,6 +22,7 @@ from typing import Literal
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
 from ckptvault.cost import DAYS_PER_MONTH, GB, TIERS, CostSummary, Holding, PriceTable, class_map, summarize
+from ckptvault.errors import CkptvaultError
 
 DAY = 86400.0
 ActionKind = Literal["keep", "transition", "expire", "evict_local", "skip"]
@@ -31,7 +32,7 @@ ActionKind = Literal["keep", "transition", "expire", "evict_local", "skip"]
 _KNOWN_RANK = {"STANDARD": 0, "STANDARD_IA": 1, "GLACIER_IR": 1, "GLACIER": 2, "COLD": 2, "DEEP_ARCHIVE": 3}
 
 
-class PlanError(ValueError):
+class PlanError(CkptvaultError, ValueError):
     """The policy cannot be planned for this store; the message names the key and the fix."""
 
 

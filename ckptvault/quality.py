@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from ckptvault.errors import CkptvaultError
 from ckptvault.gates import (
     INTERVAL,
     LOSS_FINITE,
@@ -70,7 +71,7 @@ log = logging.getLogger(__name__)
 _FLOAT_MAX = sys.float_info.max  # a finite bound: +-inf fall outside it, which is the point
 
 
-class QualityError(RuntimeError):
+class QualityError(CkptvaultError, RuntimeError):
     """Great Expectations failed to evaluate an expectation (a bug or a broken install, never a
     verdict on the checkpoint). Callers must not treat it as a pass."""
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.cost import PriceTable
+from ckptvault.errors import CkptvaultError
 from ckptvault.formats import get_layout
 from ckptvault.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix, safe_relpath
 from ckptvault.store import ObjectStore, ProgressFn
@@ -31,7 +32,7 @@ ARCHIVAL = frozenset({"GLACIER", "DEEP_ARCHIVE"})  # must be thawed before a GET
 _ONGOING = re.compile(r'ongoing-request\s*=\s*"(true|false)"')
 
 
-class RestoreError(Exception):
+class RestoreError(CkptvaultError):
     """A restore that cannot go on; the message says what and how to fix it. Nothing was changed."""
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
+from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix, safe_relpath
 from ckptvault.store import ObjectFrozenError, ObjectInfo, ObjectStore, StoreError, lifecycle
 
@@ -35,7 +36,7 @@ _DAY = 86400.0
 _HEADS = 8
 
 
-class TieringError(Exception):
+class TieringError(CkptvaultError):
     """A plan step that could not be carried out; the message names the object or file."""
 
 

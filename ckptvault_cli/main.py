@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from ckptvault.config import Config, ConfigError, check_sources, load_config
+from ckptvault.errors import CkptvaultError
 from ckptvault_cli import process, running
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -463,6 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, UsageError) as e:
         _say(f"ckptvault: {e}")
         return EXIT_USAGE
+    except CkptvaultError as e:  # the work ran and ckptvault said why it stopped: no traceback
+        _say(f"ckptvault: {e}")
+        return EXIT_FAILED
     except KeyboardInterrupt:
         _say("ckptvault: interrupted; rerun the same command to continue where it stopped")
         return EXIT_INTERRUPTED

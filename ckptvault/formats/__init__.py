@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ckptvault.errors import CkptvaultError
 from ckptvault.formats import dcp, deepspeed, hf, lightning, megatron, nemo, orbax
 from ckptvault.formats._fs import is_temp_name
 from ckptvault.formats.base import Candidate, Layout
@@ -23,7 +24,7 @@ __all__ = [
 ]
 
 
-class FormatError(ValueError):
+class FormatError(CkptvaultError, ValueError):
     """The checkpoint format cannot be determined or is unknown; the message names the fix."""
 
 

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ckptvault.errors import CkptvaultError
+
 # Called with the number of bytes just transferred; used for progress bars and artifacts.
 ProgressFn = Callable[[int], None]
 # S3 lifecycle rules as boto3 spells them (dicts with ID, Status, Filter, Transitions, ...)
 LifecycleRules = list[dict[str, Any]]
 
 
-class StoreError(Exception):
+class StoreError(CkptvaultError):
     """A store operation failed; the message names the bucket/key and, where known, the fix."""
 
 

@@ -164,3 +164,46 @@ def test_rebuild_from_manifests(store: ObjectStore, seaweedfs: Any) -> None:
     assert states[("r1", 10)].verified and states[("r1", 10)].metrics == {"loss": 0.5}
     assert states[("r1", 10)].uploaded_at == 2010.0
     assert not states[("r3", 7)].verified
+
+
+def test_an_unreadable_event_file_is_named_skipped_and_set_aside_never_deleted(
+    store: ObjectStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    cat = Catalog(store, PREFIX)
+    cat.append([Event("r", 1, "verified", 1.0)])
+    cat.append([Event("r", 2, "verified", 2.0)])
+    junk = f"{PREFIX}/_catalog/events/{time.time_ns() - 10**9:020d}-{'0' * 32}.parquet"
+    store.put_bytes(junk, b"PAR1 this is not parquet")
+    with caplog.at_level("WARNING", logger="ckptvault.catalog"):
+        states = Catalog(store, PREFIX).current()
+    assert [s.step for s in states] == [1, 2]  # the readable events still count
+    assert junk in caplog.text and "not a readable Parquet file" in caplog.text
+    merged = Catalog(store, PREFIX)
+    assert merged.compact(time.time() + 60) == 3
+    keys = _catalog_keys(store)
+    assert junk not in keys and junk.replace("/events/", "/unreadable/") in keys
+    assert store.get_bytes(junk.replace("/events/", "/unreadable/")) == b"PAR1 this is not parquet"
+    assert [s.step for s in Catalog(store, PREFIX).current()] == [1, 2]
+
+
+def test_ls_with_an_unreadable_catalog_object_warns_and_lists_the_rest(
+    seaweedfs: Any, bucket_factory: Callable[[Any], str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    import json
+
+    from ckptvault_cli.main import main
+    from tests.helpers import write_config
+
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    bucket = bucket_factory(seaweedfs)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [])
+    store = open_store(StoreConfig(bucket=bucket, endpoint_url=seaweedfs.url, region=seaweedfs.region))
+    Catalog(store, "t").append([Event("r", 1, "verified", 1.0)])
+    store.put_bytes(f"t/_catalog/events/{time.time_ns():020d}-{'f' * 32}.parquet", b"garbage")
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ls", "--json"]) == 0
+    out = capsys.readouterr()
+    assert [r["step"] for r in json.loads(out.out)] == [1]
+    assert "Traceback" not in out.err

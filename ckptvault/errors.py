@@ -1,0 +1,13 @@
+"""The root of every error ckptvault raises on purpose: its message names the thing and the fix.
+
+Each concept keeps its own error class in its own module (ConfigError in config, StoreError in store,
+CatalogError in catalog, ...), all under `CkptvaultError`, so an entry point can tell "ckptvault said
+no, here is why" (print the message, exit non-zero, no traceback) from a bug (a traceback is right).
+Some also derive from ValueError, where callers catch that.
+"""
+
+from __future__ import annotations
+
+
+class CkptvaultError(Exception):
+    """An expected failure, with a message written for the operator."""
