@@ -27,7 +27,7 @@ Verdict = Literal["pass", "warn", "block", "note"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)
 REPORT_SCHEMA = "ckptvault.validation/1"
 
-# Rule names, in report order. Rule 2 of the issue is two rules (a change warns, a missing rank blocks)
+# Rule names, in report order. The shape rule is two rules (a change warns, a missing rank blocks)
 # and rule 4 is two (not finite, jump) because each half has its own severity.
 SIZE_BAND = "size_band"
 SHAPE = "shape"

@@ -1,4 +1,4 @@
-"""The price table and billing rules, checked against hand computations from DESIGN.md section 7."""
+"""The price table and billing rules, checked against hand computations from AWS list prices."""
 
 from __future__ import annotations
 
