@@ -30,15 +30,14 @@ s = max(sample, ceil(M / floor(cover_days / interval_days))), so ceil(M/s) drill
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptvault import loadcheck
 from ckptvault.catalog import CheckpointState
 
 DAY = 86400.0
@@ -59,6 +58,10 @@ class DrillResult:
     seconds: float
     bytes: int
     problems: tuple[str, ...] = ()
+    # What the load check proved per file and how (loadcheck.FileCheck.describe), including each load it
+    # could not run on this worker. Empty for a checkpoint that did not restore.
+    checks: tuple[str, ...] = ()
+    not_run: tuple[str, ...] = ()  # the checks among those that could not run here (framework not installed)
 
     @property
     def key(self) -> Key:
@@ -66,7 +69,8 @@ class DrillResult:
 
     def row(self) -> dict[str, Any]:
         return {"run": self.run, "step": self.step, "save": self.save, "ok": self.ok,
-                "seconds": round(self.seconds, 2), "problems": list(self.problems)}  # fmt: skip
+                "seconds": round(self.seconds, 2), "problems": list(self.problems), "checks": list(self.checks),
+                "not_run": list(self.not_run)}  # fmt: skip
 
     def detail(self) -> str:
         mib_s = self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0
@@ -76,6 +80,8 @@ class DrillResult:
                 "bytes": self.bytes,
                 "mib_per_s": round(mib_s, 1),
                 "problems": list(self.problems),
+                "checks": list(self.checks),
+                "not_run": list(self.not_run),
             }
         )
 
@@ -87,6 +93,10 @@ def render_markdown(results: Sequence[DrillResult], pending: Sequence[str], cove
         f"{'; '.join(r.problems)[:300]} |"
         for r in results
     ]
+    not_run = [f"{label(r.run, r.step, r.save)}: {c}" for r in results for c in r.not_run]
+    if not_run:
+        lines.append(f"\nLoad checks this worker could not run (install the framework to run them): {len(not_run)}")
+        lines += [f"- {c[:300]}" for c in not_run[:20]]
     if pending:
         lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
     if coverage is not None:
@@ -246,50 +256,12 @@ def coverage(
     )
 
 
-def _check_safetensors(path: Path, rel: str) -> list[str]:
-    if importlib.util.find_spec("safetensors") is None:
-        return []
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), framework="numpy") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not a mapping
-                f.get_tensor(name)  # a full read of every tensor: the proof that it loads
-    except Exception as e:
-        return [f"{rel}: safetensors does not load: {e}"]
-    return []
-
-
-def _check_zip(path: Path, rel: str) -> list[str]:
-    try:
-        with zipfile.ZipFile(path) as z:
-            bad = z.testzip()
-    except (zipfile.BadZipFile, OSError) as e:
-        return [f"{rel}: not a readable torch.save zip: {e}"]
-    if bad is not None:
-        return [f"{rel}: zip member {bad} fails its CRC"]
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        try:
-            torch.load(path, weights_only=True, map_location="cpu")
-        except Exception as e:
-            return [f"{rel}: torch.load(weights_only=True) fails: {e}"]
-    return []
+def load_report(ckpt_path: Path) -> loadcheck.LoadReport:
+    """Every load check of the restored checkpoint (a directory or one file), per file, saying what was
+    checked and how; nothing from the bucket is executed (ckptvault/loadcheck.py)."""
+    return loadcheck.check(ckpt_path)
 
 
 def load_check(ckpt_path: Path) -> list[str]:
-    """Every problem loading the restored checkpoint (a directory or one file), framework-free
-    where possible: safetensors tensors are read in full, torch zips CRC-checked (and loaded with
-    torch.load(weights_only=True) when torch is installed)."""
-    files = [ckpt_path] if ckpt_path.is_file() else sorted(p for p in ckpt_path.rglob("*") if p.is_file())
-    problems: list[str] = []
-    for p in files:
-        rel = p.name if ckpt_path.is_file() else p.relative_to(ckpt_path).as_posix()
-        if p.suffix == ".safetensors":
-            problems += _check_safetensors(p, rel)
-        elif p.suffix in (".pt", ".ckpt", ".bin") and zipfile.is_zipfile(p):
-            problems += _check_zip(p, rel)
-        elif p.suffix in (".pt", ".ckpt"):
-            problems.append(f"{rel}: not a zip-format torch file")
-    return problems
+    """The problems `load_report` finds (empty: everything that could be checked loads)."""
+    return load_report(ckpt_path).problems

@@ -35,7 +35,7 @@ from tasks.notify import flow_run_url, notify_task
 from tasks.restore import (
     discard_task,
     download_one_task,
-    load_check_task,
+    load_report_task,
     plan_objects_task,
     request_thaw_task,
     staging_dir_task,
@@ -78,15 +78,18 @@ def drill(
                     continue
             scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}-{s.save}"
             staged = staging_dir_task(scratch)
+            checks: list[str] = []
+            not_run: list[str] = []
             try:
                 problems = settle(download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest)))
                 if not problems:
-                    problems = load_check_task(staged / checkpoint_name(manifest))
+                    loaded = load_report_task(staged / checkpoint_name(manifest))
+                    problems, checks, not_run = loaded.problems, loaded.descriptions(), loaded.not_run
             finally:
                 discard_task(staged)
             results.append(
                 DrillResult(s.run, s.step, s.save, not problems, time.monotonic() - t0, manifest.total_bytes,
-                            tuple(problems))
+                            tuple(problems), tuple(checks), tuple(not_run))
             )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),)))

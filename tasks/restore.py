@@ -9,6 +9,7 @@ from ckptvault import drill as drill_lib
 from ckptvault import restore as lib
 from ckptvault.catalog import CheckpointState
 from ckptvault.cost import PriceTable
+from ckptvault.loadcheck import LoadReport
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore, ProgressFn
 from tasks.retry import io_task, local_task
@@ -76,5 +77,5 @@ def discard_task(staged: Path) -> None:
 
 
 @local_task("load-check")
-def load_check_task(ckpt_path: Path) -> list[str]:
-    return drill_lib.load_check(ckpt_path)
+def load_report_task(ckpt_path: Path) -> LoadReport:
+    return drill_lib.load_report(ckpt_path)
