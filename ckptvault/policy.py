@@ -313,17 +313,16 @@ def _plan(
         actions.append(a)
         before = s.storage_class or pl.hot
         # A scheduled move is still pending unless this plan expires the checkpoint or moves it further.
-        move = PendingMove(s.run, s.step, s.save, before, s.scheduled_class, s.scheduled_at)
         waiting = bool(s.scheduled_class) and a.kind not in ("expire", "transition")
         if waiting:
-            pending.append(move)
+            pending.append(PendingMove(s.run, s.step, s.save, before, s.scheduled_class, s.scheduled_at))
         if s.uploaded_at is not None or s.verified:
             # Now: the class the objects were last seen in. After: with the scheduled move done, dated.
             after = None if a.kind == "expire" else (a.to_class if a.kind == "transition" else before)
             fee = a.fee_usd if a.kind in ("transition", "expire") else 0.0  # a skip is not paid
+            since = None
             if waiting:
-                after = move.to_class
-            since = move.takes_effect if waiting else None
+                after, since = s.scheduled_class, s.scheduled_at
             holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee, since))
     summary = summarize(holdings, prices, policy.hot_fs_usd_per_gb_month)
     return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now, pending=pending)
