@@ -5,19 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from ckptvault import policy, tiering
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import PolicyConfig
 from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore
-from tasks.retry import io_task
+from tasks.retry import io_task, local_task
 
 
-@task(name="plan", cache_policy=NO_CACHE)
+@local_task("plan")
 def plan_task(
     states: Sequence[CheckpointState], cfg: PolicyConfig, prices: PriceTable, store_kind: str, now: float
 ) -> policy.Plan:
