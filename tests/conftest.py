@@ -40,11 +40,8 @@ os.environ.pop("PREFECT_API_URL", None)
 import prefect.main  # noqa: E402, F401
 
 from tests import servers  # noqa: E402  (after the environment above is set)
+from tests.helpers import in_ci  # noqa: E402
 from tests.servers import S3Endpoint  # noqa: E402
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
 def ceph_unavailable_reason() -> str | None:

@@ -1,14 +1,40 @@
-"""Shared test helpers: write a config for a real endpoint, compute CRC32C independently."""
+"""Shared test helpers: write a config for a real endpoint, compute CRC32C independently, and what a
+test does when a tool it needs is missing (skip it, or with CI=true fail it)."""
 
 from __future__ import annotations
 
 import base64
+import os
+import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import crc32c
+import pytest
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """A tool (or what it needs) is missing; `reason` names it and how to install it. Outside CI the
+    test is skipped with that reason, so a laptop without it can still run the rest. With CI=true it
+    fails: a CI run that skipped would be green without having tested anything (.ci/run installs, or
+    checks for, every tool the suite needs)."""
+    if in_ci():
+        pytest.fail(f"{reason}\n(CI=true: a missing tool fails its test, never skips)", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_tool(name: str, install: str) -> str:
+    """The path of executable `name` on PATH, or missing_tool naming it and `install` (how to get it)."""
+    exe = shutil.which(name)
+    if exe is None:
+        missing_tool(f"{name} is not installed (not on PATH): {install}")
+    return exe
 
 
 def write_config(

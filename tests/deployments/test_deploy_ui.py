@@ -33,7 +33,7 @@ from ckptvault.synthetic import write_checkpoint
 from tests import servers
 from tests.deployments import local_prefect
 from tests.deployments.local_prefect import PrefectServer, wait_for
-from tests.helpers import write_config
+from tests.helpers import missing_tool, write_config
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -63,10 +63,6 @@ PREFECT_CLI = str(Path(sys.executable).parent / "prefect")
 SCREENSHOTS_KEEP = Path(
     os.environ.get("CKPTVAULT_SCREENSHOTS_DIR") or servers.REPO_ROOT / "artifacts" / "ui-screenshots"
 )
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -213,10 +209,7 @@ def _browser_missing() -> str | None:
 def browser(tmp_path: Path) -> Iterator[Any]:
     reason = _browser_missing()
     if reason:
-        if in_ci():
-            pytest.fail(f"{reason} (CI=true: the browser test must run)", pytrace=False)
-        print(f"skipping the browser test: {reason}")
-        pytest.skip(reason)
+        missing_tool(reason)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import missing_tool, require_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "ckptvault" / "store"
 TERRAFORM = ROOT / "infra" / "terraform"
@@ -316,20 +318,30 @@ def test_the_bucket_lifecycle_rules_match_the_code() -> None:
     assert "days_after_initiation = var.abort_incomplete_multipart_days" in main
 
 
-# -- Terraform itself, where it is installed ---------------------------------------------------------------
+# -- Terraform itself: skipped where it is not installed, failed then with CI=true -------------------------
 
 PLUGIN_DIRS = [os.environ.get("CKPTVAULT_TF_PLUGIN_DIR", ""), "/opt/tf-plugins"]
+AWS_PROVIDER = "registry.terraform.io/hashicorp/aws"
+TERRAFORM_INSTALL = (
+    "not in Debian's archive nor on PyPI: put HashiCorp's terraform (>= 1.5) on PATH (infra/terraform/README.md)"
+)
+
+
+def provider_mirror() -> str | None:
+    return next((d for d in PLUGIN_DIRS if d and (Path(d) / AWS_PROVIDER).is_dir()), None)
 
 
 @pytest.fixture(scope="module")
 def terraform_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of infra/terraform, initialised from a local provider mirror (no registry download)."""
-    exe = shutil.which("terraform")
-    if exe is None:
-        pytest.skip("terraform is not installed (see infra/terraform/README.md)")
-    plugins = next((d for d in PLUGIN_DIRS if d and (Path(d) / "registry.terraform.io/hashicorp/aws").is_dir()), None)
+    require_tool("terraform", TERRAFORM_INSTALL)
+    plugins = provider_mirror()
     if plugins is None:
-        pytest.skip("no local mirror of the hashicorp/aws provider (set CKPTVAULT_TF_PLUGIN_DIR)")
+        missing_tool(
+            f"no local mirror of the hashicorp/aws provider ({AWS_PROVIDER} under any of "
+            f"{', '.join(d for d in PLUGIN_DIRS if d)}): set CKPTVAULT_TF_PLUGIN_DIR to one "
+            "(`terraform providers mirror DIR` in infra/terraform, with network access once)"
+        )
     work = tmp_path_factory.mktemp("terraform")
     for f in TERRAFORM.iterdir():
         if f.suffix in (".tf", ".tftpl"):

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.helpers import require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "infra" / "k8s"
@@ -180,9 +180,8 @@ def test_worker_and_pool_job_agree_on_the_pool() -> None:
 
 
 def test_kustomize_builds_offline() -> None:
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed")
-    out = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
+    kubectl = require_tool("kubectl", "apt-get install kubernetes-client (Debian's; .ci/run does when it is missing)")
+    out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
     assert sorted(kinds) == sorted(

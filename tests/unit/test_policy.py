@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -285,19 +284,17 @@ def test_one_storage_action_per_live_checkpoint_and_never_up(states: list[Checkp
             assert a.to_class is not None and price[a.to_class] < price[live[(a.run, a.step)].storage_class], a
 
 
-def test_planning_100k_checkpoints_takes_under_2_s() -> None:
+def test_planning_100k_checkpoints_decides_every_one() -> None:
+    """At fleet scale, every code path of the planner runs and every live checkpoint gets exactly
+    one storage decision. Its speed is bench/micro.py plan-mixed's to measure (`make bench`), not a
+    test's: a shared machine makes a time bound either loose or flaky."""
     states = [ck(step, (100_000 - step) / 100, run=f"run{step % 50}") for step in range(100_000)]
     pol = PolicyConfig(
         keep_hot=3, milestone_every_steps=1000, expire_after_days=500, keep_local=5,
         tiers=[TierStep(after_days=30, tier="warm"), TierStep(after_days=90, tier="cold")],
     )  # fmt: skip
-    runs = []
-    # CPU time, best of two: the machine is shared, and wall time measures the neighbours too.
-    for _ in range(2):
-        t0 = time.process_time()
-        p = plan(states, pol, PRICES, "aws", NOW)
-        runs.append(time.process_time() - t0)
+    p = plan(states, pol, PRICES, "aws", NOW)
     kinds = {a.kind for a in p.actions}
     assert kinds == {"keep", "transition", "expire", "evict_local", "skip"}  # every code path was exercised
-    elapsed = min(runs)
-    assert elapsed < 2.0, f"planning took {elapsed:.2f} s"
+    storage = sorted((a.run, a.step) for a in p.actions if a.kind != "evict_local")
+    assert storage == sorted((s.run, s.step) for s in states)

@@ -11,7 +11,6 @@ import math
 import random
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -302,12 +301,14 @@ def test_concurrent_validations_from_threads_agree() -> None:
     assert [r.blocked for r in reports] == [True, False] * 4
 
 
-# --- speed ----------------------------------------------------------------------------------------
+# --- scale ----------------------------------------------------------------------------------------
 
 
-def test_thousand_files_against_ten_thousand_checkpoints_under_five_seconds() -> None:
-    """The issue's benchmark: 1,000 files against a history of 10,000 checkpoints, timed warm (the
-    one-off import is measured separately, by the first validation in a process)."""
+def test_thousand_files_against_ten_thousand_checkpoints() -> None:
+    """The issue's scale: 1,000 files against a history of 10,000 checkpoints. Every rule is judged
+    against real history (a pass, not a "no history" note), from the last `history` verified
+    checkpoints of the 10,000, and a rank missing among the 1,000 is found by name. How long it takes is
+    measured by bench/micro.py validate-wide (`make bench`), not asserted here."""
     rng = random.Random(1)
     files = (*((f"__{r}_0.distcp", 2_000_000_000) for r in range(999)), (".metadata", 48_000_000))
     history = [
@@ -316,13 +317,18 @@ def test_thousand_files_against_ten_thousand_checkpoints_under_five_seconds() ->
     ]
     previous = manifest(1_000_000, files, T0 + 6_000_000, hf_metrics(1_000_000))
     c = candidate(1_000_100, files, T0 + 6_000_600, hf_metrics(1_000_100))
-    validate_candidate(c, history[:5], previous, RULES_DEFAULT)  # warm: import + context
-    t = time.perf_counter()
     report = validate_candidate(c, history, previous, RULES_DEFAULT)
-    elapsed = time.perf_counter() - t
-    print(f"\nvalidation of 1,000 files against 10,000 checkpoints: {elapsed:.3f} s per ingest pass")
-    assert not report.blocked and not report.warned, report.reasons()
-    assert elapsed < 5.0
+    assert verdicts(report) == dict.fromkeys(RULES, "pass"), report.reasons()
+    by_rule = {r.rule: r for r in report.results}
+    assert f"of the last {RULES_DEFAULT.history} verified" in by_rule[SIZE_BAND].threshold
+    assert by_rule[SHAPE].observed == "1000 files, 999 shards"
+    assert by_rule[MISSING_RANK].observed == "999 shards present"
+    assert by_rule[STEP_ORDER].threshold.startswith("> 1000000")
+
+    gap = candidate(1_000_100, tuple(f for f in files if f[0] != "__500_0.distcp"), c.created_at, c.metrics)
+    report = validate_candidate(gap, history, previous, RULES_DEFAULT)
+    assert verdicts(report)[MISSING_RANK] == "block"
+    assert "__500_0.distcp" in next(r.message for r in report.results if r.rule == MISSING_RANK)
 
 
 # --- isolation: Great Expectations in a child process (the default) -------------------------------

@@ -163,17 +163,29 @@ def test_every_problem_is_reported(tmp_path: Path) -> None:
         assert any(name in p for p in problems), name
 
 
+def _bytes_read_by_this_process() -> int:
+    """/proc/self/io rchar: every byte this process (all its threads) got from read(2), pread(2) and
+    kin, whatever Python layer asked, so no wrapper around one open() can be bypassed unseen."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
 def test_only_headers_are_read(tmp_path: Path) -> None:
-    """A sparse 4 GiB safetensors file checks in well under a second: the data is never read."""
+    """A sparse 4 GiB safetensors file is checked by its header alone: the process reads a few KiB, not
+    the data. (Its speed is bench/micro.py header-read's to measure.)"""
     n = 1 << 30  # 4 GiB of F32
     header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
     big = tmp_path / "big.safetensors"
     with open(big, "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header)
         f.truncate(8 + len(header) + 4 * n)
-    start = time.perf_counter()
-    assert check_structure("hf", tmp_path, files_of(tmp_path)) == []
-    assert time.perf_counter() - start < 0.5
+    files = files_of(tmp_path)
+    before = _bytes_read_by_this_process()
+    assert check_structure("hf", tmp_path, files) == []
+    read = _bytes_read_by_this_process() - before
+    # The header plus one buffered block or so; a margin for anything else this process reads meanwhile,
+    # still 4,000 times less than the data.
+    assert read < 1 << 20, f"{read} bytes read to check a file with a {len(header)}-byte header"
 
 
 def test_non_zip_bin_is_not_judged_but_corrupt_zip_bin_is(tmp_path: Path) -> None:
