@@ -48,6 +48,9 @@ class StoreConfig(_Strict):
     # the sole guard against a body changed on the way (TLS guards it otherwise, and CRC32C checks
     # every byte against corruption either way); "always" also over TLS; "never" not even over HTTP.
     sign_payload: Literal["auto", "always", "never"] = "auto"
+    # Where restores read from, for the egress price in their estimate: "in-region" (the training
+    # cluster beside the bucket: free on AWS; on-prem stores have no egress) or "internet".
+    egress: Literal["in-region", "internet"] = "in-region"
 
     @model_validator(mode="after")
     def _budget_holds_a_part(self) -> StoreConfig:

@@ -92,6 +92,13 @@ def class_map(store_kind: str, overrides: Mapping[str, str] | None = None) -> di
 @dataclass(frozen=True)
 class PriceTable:
     classes: Mapping[str, ClassPrice]
+    egress_per_gb: Mapping[str, float] = field(default_factory=lambda: {"in-region": 0.0, "internet": 0.09})
+
+    def egress(self, nbytes: int, where: str) -> float:
+        """USD to move `nbytes` out of the store to `where` ("in-region" or "internet")."""
+        if where not in self.egress_per_gb:
+            raise PriceError(f"egress {where!r} has no price; use one of {', '.join(sorted(self.egress_per_gb))}")
+        return nbytes / GB * self.egress_per_gb[where]
 
     def get(self, name: str) -> ClassPrice:
         try:
@@ -207,6 +214,7 @@ def load_prices(overrides: Mapping[str, float] | None = None) -> PriceTable:
     text = resources.files("ckptvault").joinpath("data/prices.toml").read_text(encoding="utf-8")
     raw = tomllib.loads(text)
     classes = {name: _parse_class(name, d) for name, d in raw.get("classes", {}).items()}
+    egress = {str(k): _float(raw.get("egress", {}), k, "egress") for k in raw.get("egress", {})}
     for name, usd in (overrides or {}).items():
         if isinstance(usd, bool) or not isinstance(usd, int | float) or usd < 0 or math.isnan(usd):
             raise PriceError(f"[policy.prices] {name} = {usd!r}: must be a non-negative USD per GB-month")
@@ -215,7 +223,7 @@ def load_prices(overrides: Mapping[str, float] | None = None) -> PriceTable:
             if name in classes
             else (ClassPrice(name=name, usd_per_gb_month=float(usd)))
         )
-    return PriceTable(classes=classes)
+    return PriceTable(classes=classes, egress_per_gb=egress)
 
 
 # --- the cost of a plan -------------------------------------------------------------------------

@@ -179,7 +179,9 @@ def restore_requested(
                  detail=_detail(tier=tier, requests=dict(requests)), flow_run=flow_run)  # fmt: skip
 
 
-def restored(manifest: Manifest, dest: str, flow_run: str = "") -> Event:
+def restored(manifest: Manifest, dest: str, flow_run: str = "", seconds: float = 0.0) -> Event:
+    """`seconds` the download took: the catalog's measure of this store's restore throughput."""
+    mib_s = manifest.total_bytes / 2**20 / seconds if seconds > 0 else 0.0
     return Event(
         run=manifest.run,
         step=manifest.step,
@@ -189,6 +191,6 @@ def restored(manifest: Manifest, dest: str, flow_run: str = "") -> Event:
         format=manifest.format,
         bytes=manifest.total_bytes,
         files=len(manifest.files),
-        detail=_detail(dest=dest),
+        detail=_detail(dest=dest, seconds=round(seconds, 3), bytes=manifest.total_bytes, mib_per_s=round(mib_s, 1)),
         flow_run=flow_run,
     )

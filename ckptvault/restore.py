@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ckptvault.catalog import CheckpointState
+from ckptvault.catalog import CheckpointState, Event
 from ckptvault.cost import PriceTable
 from ckptvault.errors import CkptvaultError
 from ckptvault.formats import get_layout
@@ -61,6 +61,44 @@ class Estimate:
     seconds_min: float
     seconds_max: float
     objects_plan: tuple[ObjectPlan, ...] = field(repr=False, default=())
+    egress: str = "in-region"
+    egress_usd: float = 0.0
+    throughput_mib_s: float | None = None  # this run's last measured restore or drill; None: never measured
+
+    @property
+    def download_seconds(self) -> float | None:
+        if not self.throughput_mib_s:
+            return None
+        return self.bytes / 2**20 / self.throughput_mib_s
+
+    @property
+    def total_usd(self) -> float:
+        return self.usd + self.egress_usd
+
+    def report(self) -> str:
+        """What an operator reads before the restore starts: one line per question they have."""
+        lines = [f"restore {self.run} step {self.step}: {self.bytes / 2**30:.2f} GiB in {self.objects} objects"]
+        for c, (n, b) in sorted(self.by_class.items()):
+            lines.append(f"  {c:<14} {n:>6} objects  {b / 2**30:10.2f} GiB")
+        if self.frozen:
+            lines.append(
+                f"  thaw: {self.frozen} archived objects with the {self.tier} tier, "
+                f"expected {_dur(self.seconds_min)} to {_dur(self.seconds_max)}"
+            )
+        else:
+            lines.append("  thaw: none needed")
+        if self.download_seconds is not None and self.throughput_mib_s:
+            lines.append(
+                f"  download: about {_dur(self.download_seconds)} "
+                f"(at {self.throughput_mib_s:.0f} MiB/s, this run's last measured restore)"
+            )
+        else:
+            lines.append("  download: no restore of this run measured yet")
+        lines.append(
+            f"  cost: ${self.usd:.2f} retrieval and requests + ${self.egress_usd:.2f} egress ({self.egress}) "
+            f"= ${self.total_usd:.2f}"
+        )
+        return "\n".join(lines)
 
     def as_record(self) -> dict[str, object]:
         """The estimate as `restore --json` reports it (README, Restore at 3 a.m.)."""
@@ -72,6 +110,10 @@ class Estimate:
             "thaw_tier": self.tier,
             "thaw_seconds": [self.seconds_min, self.seconds_max] if self.frozen else None,
             "retrieval_usd": round(self.usd, 6),
+            "egress": self.egress,
+            "egress_usd": round(self.egress_usd, 6),
+            "throughput_mib_s": self.throughput_mib_s,
+            "download_seconds": self.download_seconds,
         }
 
     def describe(self) -> str:
@@ -246,7 +288,14 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
     return plans
 
 
-def estimate(manifest: Manifest, plans: Sequence[ObjectPlan], prices: PriceTable, tier: str) -> Estimate:
+def estimate(
+    manifest: Manifest,
+    plans: Sequence[ObjectPlan],
+    prices: PriceTable,
+    tier: str,
+    egress: str = "in-region",
+    throughput_mib_s: float | None = None,
+) -> Estimate:
     by_class: dict[str, tuple[int, int]] = {}
     for p in plans:
         n, b = by_class.get(p.storage_class, (0, 0))
@@ -271,7 +320,31 @@ def estimate(manifest: Manifest, plans: Sequence[ObjectPlan], prices: PriceTable
         seconds_min=smin,
         seconds_max=smax,
         objects_plan=tuple(plans),
+        egress=egress,
+        egress_usd=prices.egress(manifest.total_bytes, egress),
+        throughput_mib_s=throughput_mib_s,
     )
+
+
+# Transfers smaller than this measure the fixed cost of a restore, not its throughput.
+_MIN_MEASURED_BYTES = 64 * 2**20
+
+
+def restore_throughput(events: Sequence[Event]) -> float | None:
+    """MiB/s of the newest restore or passing drill of at least 64 MiB among `events` (None: none yet)."""
+    for e in sorted(events, key=lambda e: e.at, reverse=True):
+        if e.event not in ("restored", "drilled") or e.ok is False:
+            continue
+        try:
+            d = json.loads(e.detail) if e.detail else {}
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(d, dict):
+            continue
+        rate, nbytes = d.get("mib_per_s"), d.get("bytes", e.bytes)
+        if isinstance(rate, int | float) and rate > 0 and isinstance(nbytes, int) and nbytes >= _MIN_MEASURED_BYTES:
+            return float(rate)
+    return None
 
 
 def request_thaw(store: ObjectStore, plans: Sequence[ObjectPlan], tier: str, days: int = 3) -> dict[str, int]:

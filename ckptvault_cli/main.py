@@ -180,20 +180,29 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     cfg = _preflight(args, need_sources=False)
-    from ckptvault.catalog import Catalog
-    from ckptvault.restore import RestoreError, check_destination, parse_step, resolve
+    from ckptvault import restore as lib
+    from ckptvault.catalog import Catalog, fold
+    from ckptvault.cost import load_prices
     from ckptvault.store import open_store
 
+    store = open_store(cfg.store)
+    run_events = Catalog(store, cfg.store.prefix).events(args.run)
     try:
         # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
         # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
-        states = Catalog(open_store(cfg.store), cfg.store.prefix).current(args.run)
-        chosen = resolve(states, args.run, parse_step(args.step), args.save, args.force)
-    except RestoreError as e:
+        chosen = lib.resolve(fold(run_events), args.run, lib.parse_step(args.step), args.save, args.force)
+    except lib.RestoreError as e:
         raise UsageError(str(e)) from None
-    for note in chosen.notes:
-        print(note, flush=True)
-    check_destination_or_usage(check_destination, args)
+    check_destination_or_usage(lib.check_destination, args)
+    if not args.json:
+        # What it will cost and how long, on stdout, before anything starts: the manifest and one LIST.
+        for note in chosen.notes:
+            print(note, flush=True)
+        manifest = lib.load_manifest(store, cfg.store.prefix, args.run, chosen.step, chosen.save)
+        plans = lib.plan_objects(store, cfg.store.prefix, manifest)
+        throughput = lib.restore_throughput(run_events)
+        prices = load_prices(cfg.policy.prices)
+        print(lib.estimate(manifest, plans, prices, args.tier, cfg.store.egress, throughput).report(), flush=True)
     _start_prefect_note()
     from flows.restore import restore
 

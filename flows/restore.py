@@ -44,6 +44,7 @@ from tasks.restore import (
     plan_objects_task,
     request_thaw_task,
     resolve_task,
+    restore_throughput_task,
     staging_dir_task,
     wait_for_thaw_task,
     write_pointer_task,
@@ -77,7 +78,8 @@ def restore(
     n = chosen.step
     manifest = load_manifest_task(store, prefix, run, n, chosen.save)
     plans = plan_objects_task(store, prefix, manifest)
-    est = estimate_task(manifest, plans, load_prices(cfg.policy.prices), tier)
+    throughput = restore_throughput_task(catalog, run)
+    est = estimate_task(manifest, plans, load_prices(cfg.policy.prices), tier, cfg.store.egress, throughput)
     publish_markdown_task(
         "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
     )
@@ -111,6 +113,7 @@ def restore(
     staged = staging_dir_task(target)
     try:
         bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
+        t_download = time.monotonic()
         errors = settle(
             download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
         )
@@ -123,7 +126,8 @@ def restore(
     except BaseException:
         discard_task(staged)
         raise
-    record_task(catalog, [events.restored(manifest, str(target), str(flow_run.id or ""))])
+    download_s = time.monotonic() - t_download
+    record_task(catalog, [events.restored(manifest, str(target), str(flow_run.id or ""), download_s)])
     notify_task(cfg, store, [alerts.restore_completed(run, n, str(target), time.monotonic() - t0, flow_run_url())])
     report.update(
         status="restored",

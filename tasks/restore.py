@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ckptvault import drill as drill_lib
 from ckptvault import restore as lib
-from ckptvault.catalog import CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.cost import PriceTable
 from ckptvault.loadcheck import LoadReport
 from ckptvault.manifest import Manifest
@@ -28,10 +28,22 @@ def plan_objects_task(store: ObjectStore, prefix: str, manifest: Manifest) -> li
 
 
 @local_task("estimate")
-def estimate_task(manifest: Manifest, plans: Sequence[lib.ObjectPlan], prices: PriceTable, tier: str) -> lib.Estimate:
-    est = lib.estimate(manifest, plans, prices, tier)
+def estimate_task(
+    manifest: Manifest,
+    plans: Sequence[lib.ObjectPlan],
+    prices: PriceTable,
+    tier: str,
+    egress: str = "in-region",
+    throughput_mib_s: float | None = None,
+) -> lib.Estimate:
+    est = lib.estimate(manifest, plans, prices, tier, egress, throughput_mib_s)
     print(est.describe())
     return est
+
+
+@io_task("restore-throughput")
+def restore_throughput_task(catalog: Catalog, run: str) -> float | None:
+    return lib.restore_throughput(catalog.events(run))
 
 
 @io_task("request-thaw")

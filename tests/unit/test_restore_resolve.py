@@ -82,3 +82,39 @@ def test_parse_step() -> None:
     assert parse_step("latest") == "latest" and parse_step("300") == 300
     with pytest.raises(RestoreError, match="'abc' is neither a step number nor 'latest'"):
         parse_step("abc")
+
+
+def test_throughput_is_the_newest_large_restore_or_passing_drill() -> None:
+    from ckptvault.restore import restore_throughput
+
+    def ev(kind: str, at: float, mib_s: float, nbytes: int, ok: bool | None = None) -> Event:
+        return Event("r", 1, kind, at, ok=ok, detail=json.dumps({"mib_per_s": mib_s, "bytes": nbytes}))
+
+    big, small = 2**30, 2**20
+    assert restore_throughput([]) is None
+    assert restore_throughput([ev("restored", 1.0, 300.0, big), ev("drilled", 2.0, 200.0, big, ok=True)]) == 200.0
+    # a failed drill, or a transfer too small to measure more than the fixed cost, does not count
+    assert restore_throughput([ev("restored", 1.0, 300.0, big), ev("drilled", 2.0, 5.0, big, ok=False)]) == 300.0
+    assert restore_throughput([ev("restored", 1.0, 300.0, big), ev("restored", 2.0, 9.0, small)]) == 300.0
+
+
+def test_the_estimate_says_bytes_classes_thaw_download_and_cost() -> None:
+    from ckptvault.cost import load_prices
+    from ckptvault.manifest import FileEntry, Manifest
+    from ckptvault.restore import ObjectPlan, estimate
+
+    gib = 2**30
+    files = (FileEntry("a", 10 * gib, 1.0, "x"), FileEntry("b", 10 * gib, 1.0, "y"))
+    m = Manifest("r", 300, "hf", files, 1.0, 2.0, "/x/checkpoint-300")
+    plans = [
+        ObjectPlan("k/a", "a", 10 * gib, "x", 1.0, "STANDARD", True),
+        ObjectPlan("k/b", "b", 10 * gib, "y", 1.0, "GLACIER", False),
+    ]
+    est = estimate(m, plans, load_prices(), "Bulk", "internet", throughput_mib_s=512.0)
+    assert est.download_seconds == 20 * 1024 / 512
+    assert abs(est.egress_usd - 20 * 0.09) < 1e-9 and est.total_usd > est.egress_usd
+    text = est.report()
+    assert "STANDARD" in text and "GLACIER" in text and "1 archived objects with the Bulk tier" in text
+    assert "about 40 s" in text and "egress (internet)" in text
+    assert estimate(m, plans, load_prices(), "Bulk").egress_usd == 0.0  # in-region: free
+    assert "no restore of this run measured yet" in estimate(m, plans, load_prices(), "Bulk").report()
