@@ -35,11 +35,16 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python bench/run.py
 
+# The store (shared with `make demo`'s when there is one), a Prefect server and a worker: infra/local/README.md.
 up: $(STAMP)
 	bash infra/local/up.sh
 
+# Every server of this checkout (the demo's store in .demo/, `make up`'s and hand-started ones in .state/),
+# each named as it stops. DEMO_DIR and STATE_ROOT move both directories, for down and clean alike.
 down:
 	bash infra/local/down.sh
 
-clean: down
-	rm -rf .demo .state
+# Stops first, then deletes .demo and .state: a server whose directory is deleted under it keeps running and
+# recreates it. Deletes nothing if a server would not stop.
+clean:
+	bash infra/local/down.sh clean

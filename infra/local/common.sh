@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared helpers for the local S3 server scripts (seaweedfs.sh, ceph.sh, moto.sh).
+# Shared helpers for the local server scripts (seaweedfs.sh, ceph.sh, moto.sh, prefect.sh, worker.sh) and for
+# up.sh, down.sh and instances.sh, which drive them.
 # Sourced, not run. The caller sets `set -euo pipefail` and SERVER (its name, used in messages).
 #
 # Conventions every server script follows, so that tests/servers.py and .ci/run can drive any of them:
@@ -124,14 +125,59 @@ port_in_use() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# port_holder PORT: " by NAME (pid N)" for the process listening on 127.0.0.1:PORT, when `ss` can tell.
+port_holder() {
+  local line
+  command -v ss >/dev/null 2>&1 || return 0
+  line=$(ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'users:(("[^"]*",pid=[0-9]*' | head -n 1) || true
+  [[ $line =~ \(\(\"([^\"]*)\",pid=([0-9]+) ]] && printf ' by %s (pid %s)' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+  return 0
+}
+
 # require_ports_free PORT...: fail fast (exit 3) instead of letting a server die on bind later.
+# PORT_HINT (set by a caller that chooses the ports, such as up.sh or the demo) says what to change there:
+# a caller that sets PORT itself would make "set PORT" a hint that does not work.
 require_ports_free() {
   local p
   for p in "$@"; do
     if port_in_use "$p"; then
-      DIE_CODE=$EXIT_PORT_BUSY die "port $p on 127.0.0.1 is already in use (another instance? set PORT or STATE_DIR)"
+      DIE_CODE=$EXIT_PORT_BUSY die "port $p on 127.0.0.1 is already in use$(port_holder "$p"); ${PORT_HINT:-another instance? set PORT (and STATE_DIR) to start one on other ports}"
     fi
   done
+}
+
+# port_block KIND PORT: the ports an instance of KIND with S3 (or API) port PORT opens by default
+# (seaweedfs.sh's header: S3 PORT, master/volume/filer/admin PORT+1..4, each gRPC +10000; ceph.sh's:
+# RGW PORT, mon v2/v1 PORT+1/+2, OSDs in a shared range that is not counted here).
+port_block() {
+  local kind=$1 port=$2
+  case $kind in
+    seaweedfs) echo "$port $((port + 1)) $((port + 2)) $((port + 3)) $((port + 4))" \
+      "$((port + 10000)) $((port + 10001)) $((port + 10002)) $((port + 10003)) $((port + 10004))" ;;
+    ceph) echo "$port $((port + 1)) $((port + 2))" ;;
+    *) echo "$port" ;;
+  esac
+}
+
+# free_port_near KIND PORT: a port P near PORT (PORT+100, +200, ...) whose whole block is free: a
+# suggestion for a hint, not a reservation.
+free_port_near() {
+  local kind=$1 port=$2 i p q busy
+  for ((i = 1; i <= 40; i++)); do
+    p=$((port + 100 * i))
+    busy=0
+    for q in $(port_block "$kind" "$p"); do
+      if ((q > 65535)) || port_in_use "$q"; then
+        busy=1
+        break
+      fi
+    done
+    if ((busy == 0)); then
+      echo "$p"
+      return 0
+    fi
+  done
+  echo "<a free port>"
 }
 
 # wait_until DEADLINE WHAT CHECK_CMD [ALIVE_CMD]: poll CHECK_CMD every 0.2 s until it succeeds or
@@ -183,4 +229,145 @@ ready_line() { echo "S3 ready at http://127.0.0.1:$1"; }
 usage_exit() {
   echo "usage: $0 up|down|status|clean   (env: STATE_DIR PORT ACCESS_KEY SECRET_KEY ...; see infra/local/README.md)" >&2
   exit 2
+}
+
+# ---- This checkout's instances: for up.sh, down.sh, instances.sh and `make demo` ----
+# An instance is a directory with a `server` file (its script writes it on `up`): the demo's under DEMO_DIR
+# (default .demo, where ckptvault_cli/demo.py puts its store), `make up`'s and hand-started ones under
+# STATE_ROOT (default .state; a test session's is .state/test-<kind>-<pytest pid>).
+LOCAL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+DEMO_DIR=$(realpath -m "${DEMO_DIR:-$REPO_ROOT/.demo}")
+STATE_ROOT=$(realpath -m "${STATE_ROOT:-$REPO_ROOT/.state}")
+KINDS=(seaweedfs ceph moto prefect worker)
+# What a server script reads from its environment and records in config.env: a value left in the caller's
+# shell (`export PORT=3000`) must not move, or be refused by, an instance we drive by its STATE_DIR.
+SCRIPT_ENV_UNSET=()
+for _v in STATE_DIR PORT ACCESS_KEY SECRET_KEY READY_TIMEOUT PORT_HINT POOL MASTER_PORT VOLUME_PORT \
+  FILER_PORT ADMIN_PORT S3_GRPC_PORT MASTER_GRPC_PORT VOLUME_GRPC_PORT FILER_GRPC_PORT ADMIN_GRPC_PORT \
+  MON_V2_PORT MON_V1_PORT OSD_PORT_MIN OSD_PORT_MAX STORE_BYTES OBJECTSTORE LC_DEBUG_INTERVAL; do
+  SCRIPT_ENV_UNSET+=(-u "$_v")
+done
+unset _v
+
+rel_path() { printf '%s\n' "${1#"$REPO_ROOT"/}"; }
+
+# instance_list: the state dir of every instance of this checkout, one per line (demo's first).
+instance_list() {
+  local root d
+  for root in "$DEMO_DIR" "$STATE_ROOT"; do
+    if [[ -f $root/server ]]; then printf '%s\n' "$root"; fi # a state dir used as a root (older demos)
+    for d in "$root"/*/; do
+      if [[ -f $d/server ]]; then printf '%s\n' "${d%/}"; fi
+    done
+  done
+}
+
+# instance_kind DIR: seaweedfs|ceph|moto|prefect|worker (what its `server` file says), or fail.
+instance_kind() {
+  local kind k
+  kind=$(head -n 1 "$1/server" 2>/dev/null) || return 1
+  for k in "${KINDS[@]}"; do
+    if [[ $kind == "$k" ]]; then
+      echo "$kind"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# instance_conf DIR VAR: the value VAR was recorded with in DIR/config.env (empty if none).
+instance_conf() {
+  local line
+  line=$(grep -E "^$2=" "$1/config.env" 2>/dev/null | tail -n 1) || return 0
+  printf '%s\n' "${line#*=}"
+}
+
+# instance_ports DIR: the ports recorded for DIR (S3 or API port first), space-separated.
+instance_ports() {
+  local ports
+  ports=$(grep -E '^[A-Z0-9_]*PORT=[0-9]+$' "$1/config.env" 2>/dev/null | grep -vE '^OSD_PORT_(MIN|MAX)=' |
+    cut -d= -f2 | tr '\n' ' ') || true
+  echo "${ports% }"
+}
+
+# live_test_session DIR: DIR is a test session's (test-<kind>-<pid>) and that pytest still runs.
+live_test_session() {
+  [[ $(basename "$1") =~ test-[a-z]+-([0-9]+)$ ]] && kill -0 "${BASH_REMATCH[1]}" 2>/dev/null
+}
+
+# run_at KIND DIR ACTION [VAR=VALUE...]: KIND's script on STATE_DIR=DIR, the caller's environment cleared
+# of every variable the script would read as a setting; VAR=VALUE pairs are the only ones it gets.
+run_at() {
+  local kind=$1 dir=$2 action=$3
+  shift 3
+  env "${SCRIPT_ENV_UNSET[@]}" STATE_DIR="$dir" "$@" bash "$LOCAL_DIR/$kind.sh" "$action"
+}
+
+# run_instance DIR ACTION [VAR=VALUE...]: run_at for an existing instance (its kind from its `server` file).
+run_instance() {
+  local dir=$1 action=$2 kind
+  shift 2
+  kind=$(instance_kind "$dir") || return 2
+  run_at "$kind" "$dir" "$action" "$@"
+}
+
+# instance_created KIND DIR: DIR holds an instance that was created (it has recorded ports and keys that
+# later starts reuse; for Ceph, a bootstrap that completed).
+instance_created() {
+  [[ -f $2/config.env ]] && { [[ $1 != ceph ]] || [[ -f $2/.created ]]; }
+}
+
+# instance_running DIR: a process of the instance is alive (its `status` says anything but "not running").
+instance_running() {
+  local rc=0
+  run_instance "$1" status >/dev/null 2>&1 || rc=$?
+  ((rc != 3))
+}
+
+# port_ranges PORT...: "8333-8337, 18333-18337" (sorted, consecutive ports joined).
+port_ranges() {
+  local out="" start="" prev="" p
+  for p in $(printf '%s\n' "$@" | sort -n -u); do
+    if [[ -n $prev ]] && ((p == prev + 1)); then
+      prev=$p
+      continue
+    fi
+    if [[ -n $start ]]; then out+="${out:+, }$start$([[ $prev != "$start" ]] && echo "-$prev")"; fi
+    start=$p prev=$p
+  done
+  if [[ -n $start ]]; then out+="${out:+, }$start$([[ $prev != "$start" ]] && echo "-$prev")"; fi
+  echo "$out"
+}
+
+# instance_describe DIR: "seaweedfs in .demo/seaweedfs (the demo's; ports 8333 ...)".
+instance_describe() {
+  local dir=$1 kind whose ports
+  kind=$(instance_kind "$dir") || kind=unknown
+  case $dir in
+    "$DEMO_DIR" | "$DEMO_DIR"/*) whose="the demo's" ;;
+    "$STATE_ROOT"/test-*) whose="a test session's" ;;
+    "$STATE_ROOT/$kind") whose="make up's" ;;
+    *) whose="hand-started" ;;
+  esac
+  # shellcheck disable=SC2046  # a list of port numbers
+  ports=$(port_ranges $(instance_ports "$dir"))
+  printf '%s in %s (%s%s)\n' "$kind" "$(rel_path "$dir")" "$whose" "${ports:+; ports $ports}"
+}
+
+# instances_holding DIR PORT...: the running instances of this checkout, other than DIR, that hold one of
+# PORTS (by their recorded ports), one per line as "STATE_DIR PORT".
+instances_holding() {
+  local self=$1 d p q
+  shift
+  while IFS= read -r d; do
+    [[ $d == "$self" ]] && continue
+    for q in $(instance_ports "$d"); do
+      for p in "$@"; do
+        if [[ $p == "$q" ]] && instance_running "$d"; then
+          echo "$d $p"
+          continue 3
+        fi
+      done
+    done
+  done < <(instance_list)
 }

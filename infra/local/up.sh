@@ -3,60 +3,130 @@
 # time limit: the S3 store (SeaweedFS by default, STORE=ceph for Ceph RGW), a Prefect server (SQLite, UI),
 # the `ckptvault` process work pool with the five deployments, and one worker. Idempotent: what already
 # runs healthy is left as it is. `make down` (down.sh) stops them all; data and the database are kept
-# (`infra/local/<name>.sh clean` deletes one).
+# (`make clean` deletes them).
 #
-#   infra/local/up.sh
+#   infra/local/up.sh [store]     store: only the S3 store, the stack's config file and its bucket
 #
-# env: STORE (seaweedfs|ceph), STORE_PORT (the store's S3 port; default its script's: 8333 / 7480),
-#      PREFECT_PORT (4200), CKPTVAULT_CONFIG (default .state/ckptvault.toml, written on first `up` for the
-#      local store: bucket `ckpts`, one source `local` at .state/hot/local, format auto), BUCKET (ckpts).
-# State: .state/<store>/, .state/prefect/, .state/worker/ (each script's default STATE_DIR).
+# Which store. `make demo` and `make up` share one per kind instead of fighting over port 8333 (7480 for
+# Ceph): while `make up` has no store of its own (STATE_ROOT/<store>), it uses the one `make demo` created
+# (DEMO_DIR/<store>), with that store's port, keys (ckptvault-demo/...) and data, starting it if it is
+# stopped; otherwise, and when STORE_PORT asks for another port than the demo's, its own. Once the stack
+# has its own store it keeps it (its catalog is in it): a demo store that then holds the port is stopped
+# (its data is kept; `make demo` uses the stack's store while it runs). A port held by another server of
+# this checkout (hand-started, a test session) is named with the command that stops it; one held by
+# anything else is named with the variable that moves ours: STORE_PORT, PREFECT_PORT.
+#
+# env: STORE (seaweedfs|ceph), STORE_PORT (the store's S3 port for a new store; default its script's:
+#      8333 / 7480), PREFECT_PORT (4200), CKPTVAULT_CONFIG (default STATE_ROOT/ckptvault.toml, written on
+#      first `up` for the store: bucket `ckpts`, one source `local` at STATE_ROOT/hot/local, format auto),
+#      BUCKET (ckpts), STATE_ROOT (.state), DEMO_DIR (.demo; the demo's, to find its store).
+# State: STATE_ROOT/<store>/ (unless the demo's store is used), STATE_ROOT/prefect/, STATE_ROOT/worker/.
 set -euo pipefail
 SERVER=up
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-HERE=$REPO_ROOT/infra/local
 
+MODE=${1:-all}
+case $MODE in
+  all | store) ;;
+  *)
+    echo "usage: $0 [store]   (env: STORE STORE_PORT PREFECT_PORT STATE_ROOT DEMO_DIR; see infra/local/README.md)" >&2
+    exit 2
+    ;;
+esac
 STORE=${STORE:-seaweedfs}
-PREFECT_PORT=${PREFECT_PORT:-4200}
 BUCKET=${BUCKET:-ckpts}
-CONFIG=${CKPTVAULT_CONFIG:-$REPO_ROOT/.state/ckptvault.toml}
+CONFIG=${CKPTVAULT_CONFIG:-$STATE_ROOT/ckptvault.toml}
 case $STORE in
-  seaweedfs | ceph) ;;
+  seaweedfs) DEFAULT_STORE_PORT=8333 ;;
+  ceph) DEFAULT_STORE_PORT=7480 ;;
   *) die "STORE=$STORE is not known: seaweedfs (default) or ceph" ;;
 esac
 export DO_NOT_TRACK=1
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 
-# run_script NAME ACTION [VAR=VALUE...]: one of our scripts with its default STATE_DIR, whatever the caller
-# exported (a stray PORT or STATE_DIR must not move the servers that `make down` will look for).
-run_script() {
-  local name=$1 action=$2
-  shift 2
-  env -u STATE_DIR -u PORT -u READY_TIMEOUT "$@" bash "$HERE/$name.sh" "$action"
+# start_part KIND DIR VAR DEFAULT_PORT [VAR=VALUE...]: `KIND.sh up` on STATE_DIR=DIR, its stdout passed on.
+# VAR names the variable of ours that chooses its port (STORE_PORT, PREFECT_PORT); DEFAULT_PORT is the
+# port for an instance that does not exist yet. A created instance keeps the port it was created with.
+start_part() {
+  local kind=$1 dir=$2 var=$3 default=$4 recorded="" port holder hport hint
+  shift 4
+  local env_args=("$@")
+  if instance_created "$kind" "$dir"; then
+    recorded=$(instance_conf "$dir" PORT)
+    if [[ -n ${!var:-} && ${!var} != "$recorded" ]]; then
+      die "$var=${!var}, but the $kind in $(rel_path "$dir") was created on port $recorded and keeps it" \
+        "(its data is tied to it); unset $var, or stop it and delete that directory to start afresh elsewhere"
+    fi
+    port=$recorded
+  else
+    port=${!var:-$default}
+    env_args+=("PORT=$port")
+  fi
+  local block
+  if [[ -n $recorded ]]; then block=$(instance_ports "$dir"); else block=$(port_block "$kind" "$port"); fi
+  # Not running healthy: a server of this checkout may hold one of its ports. The demo's store yields to
+  # the stack's store (see the header); any other holder is named, with how to stop it.
+  if [[ ! -f $dir/server ]] || ! run_at "$kind" "$dir" status >/dev/null 2>&1; then
+    # shellcheck disable=SC2086  # a list of port numbers
+    while read -r holder hport; do
+      [[ -n $holder ]] || continue
+      case $holder in
+        "$DEMO_DIR"/*)
+          if [[ $kind =~ ^(seaweedfs|ceph)$ && $(instance_kind "$holder") =~ ^(seaweedfs|ceph)$ ]]; then
+            say "stopping $(instance_describe "$holder"): it holds port $hport, which the $kind of this stack" \
+              "($(rel_path "$dir")) was created on; its data is kept, and \`make demo\` uses this stack's store while it runs"
+            run_instance "$holder" down >&2 || die "could not stop the demo's store in $(rel_path "$holder")"
+            continue
+          fi
+          ;;
+      esac
+      if live_test_session "$holder"; then
+        hint="it stops when its pytest session ends"
+      else
+        hint="stop it (\`make down\` stops every server of this checkout; this one alone: STATE_DIR=$holder bash infra/local/$(instance_kind "$holder").sh down)"
+      fi
+      if [[ -z $recorded ]]; then hint+=", or choose other ports: $var=$(free_port_near "$kind" "$port") make up"; fi
+      DIE_CODE=$EXIT_PORT_BUSY die "port $hport is held by $(instance_describe "$holder"); $hint"
+    done < <(instances_holding "$dir" $block)
+  fi
+  # Anything else on a port is not ours: the hint names what really moves the port.
+  if [[ -z $recorded ]]; then
+    hint="not by a server of this checkout; choose other ports with $var, e.g. $var=$(free_port_near "$kind" "$port") make up"
+  elif [[ $dir == "$DEMO_DIR"/* ]]; then
+    hint="the demo's store in $(rel_path "$dir"), which make up uses, was created on port $recorded and keeps it;"
+    hint+=" free the port, or give make up a store of its own elsewhere: $var=$(free_port_near "$kind" "$recorded") make up"
+  else
+    hint="the $kind in $(rel_path "$dir") was created on port $recorded and keeps it; free the port,"
+    hint+=" or delete that directory (its data goes) and rerun with $var=$(free_port_near "$kind" "$recorded") make up"
+  fi
+  run_at "$kind" "$dir" up "${env_args[@]}" "PORT_HINT=$hint"
 }
 
 t0=$SECONDS
 say "1/3 S3 store: $STORE"
-store_env=()
-[[ -n ${STORE_PORT:-} ]] && store_env+=("PORT=$STORE_PORT")
-store_line=$(run_script "$STORE" up "${store_env[@]}") || die "the $STORE store did not start (see above)"
+OWN_STORE=$STATE_ROOT/$STORE
+DEMO_STORE=$DEMO_DIR/$STORE
+STORE_DIR=$OWN_STORE
+if ! instance_created "$STORE" "$OWN_STORE" && instance_created "$STORE" "$DEMO_STORE" &&
+  [[ -z ${STORE_PORT:-} || $STORE_PORT == "$(instance_conf "$DEMO_STORE" PORT)" ]]; then
+  STORE_DIR=$DEMO_STORE
+  say "using the demo's store: $(instance_describe "$DEMO_STORE"), its data and keys; \`make down\` stops it with the rest"
+fi
+rc=0
+store_line=$(start_part "$STORE" "$STORE_DIR" STORE_PORT "$DEFAULT_STORE_PORT" | tail -n 1) || rc=$?
+((rc == 0)) || DIE_CODE=$rc die "the $STORE store did not start (see above)"
 echo "$store_line"
 # The endpoint, keys and region this store instance was created with.
 S3_URL=${store_line##* }
-store_conf=$REPO_ROOT/.state/$STORE/config.env
-ACCESS_KEY=$(grep -E '^ACCESS_KEY=' "$store_conf" | tail -n 1 | cut -d= -f2-)
-SECRET_KEY=$(grep -E '^SECRET_KEY=' "$store_conf" | tail -n 1 | cut -d= -f2-)
+ACCESS_KEY=$(instance_conf "$STORE_DIR" ACCESS_KEY)
+SECRET_KEY=$(instance_conf "$STORE_DIR" SECRET_KEY)
 if [[ $STORE == ceph ]]; then REGION=default; else REGION=us-east-1; fi
 
-say "2/3 Prefect server on 127.0.0.1:$PREFECT_PORT"
-api_line=$(run_script prefect up "PORT=$PREFECT_PORT" | tail -n 1) || die "the Prefect server did not start (see above)"
-PREFECT_API_URL=${api_line#PREFECT_API_URL=}
-
 if [[ ! -f $CONFIG ]]; then
-  mkdir -p "$(dirname "$CONFIG")" "$REPO_ROOT/.state/hot/local" "$REPO_ROOT/.state/drill-scratch"
+  mkdir -p "$(dirname "$CONFIG")" "$STATE_ROOT/hot/local" "$STATE_ROOT/drill-scratch"
   cat >"$CONFIG" <<EOF
-# written by infra/local/up.sh for the local $STORE store; edit freely (it is not rewritten)
+# written by infra/local/up.sh for the $STORE store in $(rel_path "$STORE_DIR"); edit freely (it is not rewritten)
 [store]
 bucket = "$BUCKET"
 prefix = "local"
@@ -65,19 +135,21 @@ region = "$REGION"
 
 [[sources]]
 run = "local"
-path = "$REPO_ROOT/.state/hot/local"
+path = "$STATE_ROOT/hot/local"
 format = "auto"
 settle_seconds = 60
 
 [drill]
-scratch = "$REPO_ROOT/.state/drill-scratch"
+scratch = "$STATE_ROOT/drill-scratch"
 EOF
-  say "wrote $CONFIG (one source: .state/hot/local)"
+  say "wrote $CONFIG (one source: $(rel_path "$STATE_ROOT/hot/local"))"
+elif ! grep -qF "endpoint_url = \"$S3_URL\"" "$CONFIG"; then
+  say "warning: $CONFIG does not name this store's endpoint $S3_URL; edit its endpoint_url (or delete it to have it rewritten)"
 fi
 
 export AWS_ACCESS_KEY_ID=$ACCESS_KEY AWS_SECRET_ACCESS_KEY=$SECRET_KEY AWS_DEFAULT_REGION=$REGION
 export AWS_EC2_METADATA_DISABLED=true
-# The bucket, with the rules ingest expects (ensure_bucket is idempotent).
+# The bucket (ensure_bucket is idempotent and leaves an existing bucket as it is).
 "$REPO_ROOT/.venv/bin/python" -c '
 import sys
 from ckptvault.config import load_config
@@ -85,13 +157,28 @@ from ckptvault.store import ensure_bucket
 ensure_bucket(load_config(sys.argv[1]).store)
 ' "$CONFIG" || die "could not create the bucket of $CONFIG"
 
+if [[ $MODE == store ]]; then
+  cat <<EOF
+export CKPTVAULT_CONFIG=$CONFIG
+export AWS_ACCESS_KEY_ID=$ACCESS_KEY AWS_SECRET_ACCESS_KEY=$SECRET_KEY AWS_DEFAULT_REGION=$REGION
+EOF
+  exit 0
+fi
+
+say "2/3 Prefect server"
+rc=0
+api_line=$(start_part prefect "$STATE_ROOT/prefect" PREFECT_PORT 4200 | tail -n 1) || rc=$?
+((rc == 0)) || DIE_CODE=$rc die "the Prefect server did not start (see above)"
+PREFECT_API_URL=${api_line#PREFECT_API_URL=}
+PREFECT_UI=${PREFECT_API_URL%/api}
+
 say "3/3 work pool ckptvault, deployments, worker"
-run_script worker up "PREFECT_API_URL=$PREFECT_API_URL" "CKPTVAULT_CONFIG=$CONFIG" "CKPTVAULT_HOME=$REPO_ROOT" ||
-  die "the worker did not start (see above)"
+run_at worker "$STATE_ROOT/worker" up "PREFECT_API_URL=$PREFECT_API_URL" "CKPTVAULT_CONFIG=$CONFIG" \
+  "CKPTVAULT_HOME=$REPO_ROOT" || die "the worker did not start (see above)"
 
 cat <<EOF
 
-ckptvault is up ($((SECONDS - t0)) s): $STORE at $S3_URL, Prefect UI at http://127.0.0.1:$PREFECT_PORT
+ckptvault is up ($((SECONDS - t0)) s): $STORE at $S3_URL ($(rel_path "$STORE_DIR")), Prefect UI at $PREFECT_UI
 For the ckptvault and prefect commands in this shell:
 
   export PREFECT_API_URL=$PREFECT_API_URL
@@ -101,5 +188,5 @@ For the ckptvault and prefect commands in this shell:
 
   prefect deployment run ingest/ingest            # or wait: every 10 minutes
   prefect deployment run restore/restore --param run=local --param dest=/tmp/restored
-  make down                                       # stop the worker, the server and the store
+  make down                                       # stop every server of this checkout (data is kept)
 EOF
