@@ -128,11 +128,84 @@ def render_text(plan: Plan) -> str:
         )
     kept = sum(1 for a in plan.actions if a.kind == "keep")
     out.append(f"({kept} checkpoints kept as they are)")
+    out += ["", *cost_table(plan)]
     out.append(
         f"monthly: {_usd(s.total_before)} -> {_usd(s.total_after)}; one-time fees {_usd(s.one_time_fees_usd)}; "
         f"vs parallel file system {_usd(s.hot_fs_monthly_usd)}/month"
     )
     return "\n".join(out)
+
+
+def cost_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Monthly cost per run and storage class, before and after the plan (`plan --json`'s "cost")."""
+    s = plan.summary
+    rows = []
+    for run in sorted(set(s.monthly_before) | set(s.monthly_after)):
+        before, after = s.monthly_before.get(run, {}), s.monthly_after.get(run, {})
+        for cls in sorted(set(before) | set(after)):
+            rows.append(
+                {
+                    "run": run,
+                    "class": cls,
+                    "usd_month_before": before.get(cls, 0.0),
+                    "usd_month_after": after.get(cls, 0.0),
+                }
+            )
+    return rows
+
+
+def cost_table(plan: Plan) -> list[str]:
+    """The per run x class table and what the store saves against keeping it all on the parallel file system."""
+    s = plan.summary
+    rows = cost_rows(plan)
+    header = ("RUN", "CLASS", "$/MONTH NOW", "$/MONTH AFTER")
+    cells = [(r["run"], r["class"], _usd(r["usd_month_before"]), _usd(r["usd_month_after"])) for r in rows]
+    cells.append(("total", "", _usd(s.total_before), _usd(s.total_after)))
+    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(4)]
+    lines = ["  ".join(c[i].rjust(w) if i >= 2 else c[i].ljust(w) for i, w in enumerate(widths)).rstrip()
+             for c in [header, *cells]]  # fmt: skip
+    lines.append(
+        f"on the parallel file system instead: {_usd(s.hot_fs_monthly_usd)}/month; "
+        f"the store saves {_usd(s.saving_vs_hot_fs)}/month after this plan"
+    )
+    return lines
+
+
+def plan_record(plan: Plan) -> dict[str, Any]:
+    """`ckptvault plan --json`: every action, the pending lifecycle moves, and the cost table."""
+    s = plan.summary
+    return {
+        "actions": [
+            {
+                "run": a.run,
+                "step": a.step,
+                "save": a.save,
+                "kind": a.kind,
+                "to_class": a.to_class,
+                "reason": a.reason,
+                "saving_usd": a.saving_usd,
+                "fee_usd": a.fee_usd,
+            }
+            for a in plan.actions
+        ],
+        "pending": [
+            {
+                "run": m.run,
+                "step": m.step,
+                "save": m.save,
+                "from_class": m.from_class,
+                "to_class": m.to_class,
+                "takes_effect": m.takes_effect,
+            }
+            for m in plan.pending
+        ],
+        "cost": cost_rows(plan),
+        "usd_month_before": s.total_before,
+        "usd_month_after": s.total_after,
+        "one_time_fees_usd": s.one_time_fees_usd,
+        "hot_fs_usd_month": s.hot_fs_monthly_usd,
+        "saving_vs_hot_fs_usd_month": s.saving_vs_hot_fs,
+    }
 
 
 def skipped_record(c: EvictionCheck) -> dict[str, Any]:

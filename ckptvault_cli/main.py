@@ -285,7 +285,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from ckptvault.catalog import Catalog
     from ckptvault.cost import load_prices
-    from ckptvault.plan_report import render_text
+    from ckptvault.plan_report import plan_record, render_text
     from ckptvault.policy import plan
     from ckptvault.store import open_store
 
@@ -293,7 +293,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     store = open_store(cfg.store)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
-    print(render_text(plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time())))
+    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time())
+    if args.json:
+        _emit_json(plan_record(p))
+    else:
+        print(render_text(p))
     return EXIT_OK
 
 
@@ -433,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_drill)
 
     s = sub.add_parser("plan", parents=[common], help="show the tiering plan and its cost (read-only, no Prefect)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.set_defaults(fn=cmd_plan)
 
     s = sub.add_parser("tier", parents=[common], help="run the tier flow: the plan, and with --apply, carry it out")

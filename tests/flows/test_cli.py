@@ -160,3 +160,37 @@ def test_every_reporting_command_prints_one_json_document(
     assert doc("tier")["applied"] is False
     rebuilt = doc("catalog", "rebuild")
     assert (rebuilt["saves_found"], rebuilt["superseded"], rebuilt["written"]) == (2, 0, False)
+
+
+def test_plan_prints_the_run_by_class_table_and_its_json(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from ckptvault.catalog import Catalog, Event
+    from ckptvault.config import load_config
+    from ckptvault.store import open_store
+
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    policy = '[policy]\nkeep_hot = 1\ntiers = [{ after_days = 7, tier = "warm" }]\n'
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket_factory(seaweedfs), [], extra=policy)
+    old = 1_600_000_000.0  # years ago: due for every tier
+    Catalog(open_store(load_config(str(cfg)).store), "t").append(
+        [
+            Event(
+                run, step, "verified", old + step, bytes=50 * 2**30, files=4, storage_class="STANDARD", created_at=old
+            )
+            for run in ("a", "b")
+            for step in (1, 2, 3, 4, 5)
+        ]  # fmt: skip
+    )
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "plan"]) == 0
+    text = capsys.readouterr().out
+    assert "RUN" in text and "CLASS" in text and "$/MONTH NOW" in text and "on the parallel file system instead" in text
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "plan", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {(r["run"], r["class"]) for r in doc["cost"]} >= {("a", "STANDARD"), ("b", "STANDARD")}
+    assert doc["usd_month_after"] < doc["usd_month_before"] < doc["hot_fs_usd_month"]
+    assert {a["kind"] for a in doc["actions"]} >= {"keep", "transition"}
