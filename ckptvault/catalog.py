@@ -25,7 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 
@@ -202,19 +204,24 @@ def encode_events(events: Sequence[Event]) -> bytes:
     return _to_bytes(_table(events))
 
 
-def _decode(data: bytes, origin: str) -> list[tuple[Event, str, int]]:
-    """Events with their identity (origin key, row). Missing optional columns take their defaults,
-    so files written before a column was added still read."""
+def _parquet(data: bytes, origin: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """The columns asked for (those the file has) of one event file; CatalogError if it is none."""
     try:
         # ParquetFile, not read_table: read_table goes through pyarrow.dataset, whose import (~0.4 s)
         # every flow process would pay for one small file.
-        table = pq.ParquetFile(pa.BufferReader(data)).read()
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        names = set(pf.schema_arrow.names)
+        missing = {"run", "step", "event", "at"} - names
+        if missing:
+            raise CatalogError(f"{origin}: not a catalog file (missing columns {sorted(missing)})")
+        want = None if columns is None else [c for c in columns if c in names]
+        return pf.read(columns=want)
     except (pa.ArrowInvalid, OSError) as e:
         raise CatalogError(f"{origin}: not a readable Parquet file ({e})") from None
+
+
+def _decode_rows(table: pa.Table, origin: str, first: int = 0) -> list[tuple[Event, str, int]]:
     names = set(table.column_names)
-    missing = {"run", "step", "event", "at"} - names
-    if missing:
-        raise CatalogError(f"{origin}: not a catalog file (missing columns {sorted(missing)})")
     cols = table.to_pydict()
     out = []
     for i in range(table.num_rows):
@@ -227,12 +234,18 @@ def _decode(data: bytes, origin: str) -> list[tuple[Event, str, int]]:
         try:
             ev = Event(**kw)
         except (ValueError, TypeError) as e:
-            raise CatalogError(f"{origin}: row {i}: {e}") from None
+            raise CatalogError(f"{origin}: row {first + i}: {e}") from None
         if _ORIGIN in names:
             out.append((ev, str(cols[_ORIGIN][i]), int(cols[_ROW][i])))
         else:
-            out.append((ev, origin, i))
+            out.append((ev, origin, first + i))
     return out
+
+
+def _decode(data: bytes, origin: str) -> list[tuple[Event, str, int]]:
+    """Events with their identity (origin key, row). Missing optional columns take their defaults,
+    so files written before a column was added still read."""
+    return _decode_rows(_parquet(data, origin), origin)
 
 
 def decode_events(data: bytes) -> list[Event]:
@@ -258,8 +271,15 @@ def _metrics(detail: str) -> dict[str, float] | None:
     return {str(k): float(v) for k, v in m.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
-def _fold_one(events: Sequence[Event]) -> CheckpointState:
+def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> CheckpointState:
+    """The fold of one checkpoint save's events in order, one event at a time: the definition the
+    vectorised `_fold_table` must equal, and how a snapshot's row takes the events written after it
+    (`start`: the state folded so far)."""
     first = events[0]
+    if start is not None:
+        s0 = {f.name: getattr(start, f.name) for f in fields(CheckpointState)}
+        s0["metrics"] = dict(start.metrics)
+        return _fold_into(s0, events)
     s: dict[str, Any] = dict(
         run=first.run, step=first.step, format="", last_event="", bytes=0, files=0, storage_class="",
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
@@ -267,6 +287,10 @@ def _fold_one(events: Sequence[Event]) -> CheckpointState:
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
         fingerprint="",
     )  # fmt: skip
+    return _fold_into(s, events)
+
+
+def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
     for e in events:
         # Later events refine what is known; empty fields mean "not said", never "cleared".
         if e.format:
@@ -337,13 +361,241 @@ def _scheduled(detail: str) -> tuple[str, float | None]:
     return str(d["to_class"]), float(at)
 
 
-def fold(events: Iterable[Event]) -> list[CheckpointState]:
-    """Current state of every checkpoint save, sorted by (run, step, save). Events must be in time
-    order (as `Catalog.events` returns them); a stable sort by `at` here keeps that order for equal times."""
+def _fold_python(events: Iterable[Event]) -> list[CheckpointState]:
+    """`fold` one event at a time (`_fold_one`): the reference the vectorised fold is tested against."""
     groups: dict[tuple[str, int, int], list[Event]] = {}
     for e in sorted(events, key=lambda e: e.at):
         groups.setdefault((e.run, e.step, e.save), []).append(e)
     return [_fold_one(groups[k]) for k in sorted(groups)]
+
+
+def fold(events: Iterable[Event]) -> list[CheckpointState]:
+    """Current state of every checkpoint save, sorted by (run, step, save). Events must be in time
+    order (as `Catalog.events` returns them); for equal times the input order is kept."""
+    evs = list(events)
+    if not evs:
+        return []
+    # The input position is the identity: (at, "", position) orders ties as the input does.
+    return _states(_fold_table(_table(evs, [("", i) for i in range(len(evs))])))
+
+
+_KEY = ("run", "step", "save")
+_SCHEDULE_KINDS = ["expired", "transition_scheduled", "transitioned"]  # the last decides scheduled_*
+# Columns the fold reads: `flow_run` is never folded, so readers of the current state skip it.
+_FOLD_COLUMNS = ["run", "step", "event", "at", "format", "bytes", "files", "storage_class", "created_at", "ok",
+                 "detail", "save"]  # fmt: skip
+
+
+def _normalise(table: pa.Table, origin: str) -> pa.Table:
+    """`table` in `_SCHEMA`'s types (the columns it has, of those asked for), the defaults `_decode`
+    gives filled in, and an identity per row; CatalogError names the first row that is not an event."""
+    n = table.num_rows
+    names = set(table.column_names)
+    cols: dict[str, pa.ChunkedArray | pa.Array] = {}
+    try:
+        for f in _SCHEMA:
+            if f.name in names:
+                cols[f.name] = table[f.name].cast(f.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise CatalogError(f"{origin}: a column has the wrong type ({e})") from None
+    fill: dict[str, Any] = {"format": "", "storage_class": "", "detail": "", "flow_run": "", "bytes": 0, "files": 0}
+    for name, default in fill.items():
+        if name in cols:
+            cols[name] = pc.fill_null(cols[name], default)
+    if "save" in cols:
+        # `save or 1`, as `_decode` reads it: null and 0 are files from before saves
+        save = cols["save"]
+        cols["save"] = pc.if_else(pc.fill_null(pc.equal(save, 0), True), 1, save)
+    bad = pc.or_(pc.invert(pc.is_in(cols["event"], value_set=pa.array(EVENT_KINDS))), pc.is_null(cols["event"]))
+    bad = pc.or_kleene(bad, pc.fill_null(pc.equal(cols["run"], ""), True))
+    bad = pc.or_kleene(bad, pc.fill_null(pc.less(cols["step"], 0), True))
+    bad = pc.or_kleene(bad, pc.is_null(cols["at"]))
+    if "save" in cols:
+        bad = pc.or_kleene(bad, pc.less(cols["save"], 1))
+    if n and pc.any(bad).as_py():
+        i = pc.index(bad, True).as_py()
+        # the Python decoder builds that row's Event and says what is wrong with it exactly
+        _decode_rows(table.slice(i, 1), origin, i)
+        raise CatalogError(f"{origin}: row {i}: not an event")
+    out = pa.table(cols)
+    if _ORIGIN in names and _ROW in names:
+        out = out.append_column(_ORIGIN, table[_ORIGIN].cast(pa.string()))
+        out = out.append_column(_ROW, table[_ROW].cast(pa.int64()))
+    else:
+        out = out.append_column(_ORIGIN, pa.repeat(pa.scalar(origin, pa.string()), n))
+        out = out.append_column(_ROW, pa.array(np.arange(n, dtype=np.int64)))
+    return out
+
+
+def _with_defaults(table: pa.Table) -> pa.Table:
+    """The fold's columns, those a file lacks at their defaults (files from before a column)."""
+    n = table.num_rows
+    for name in _FOLD_COLUMNS:
+        if name not in table.column_names:
+            typ = _SCHEMA.field(name).type
+            d = _DEFAULTS[name]
+            table = table.append_column(name, pa.repeat(pa.scalar(d, typ), n) if d is not None else pa.nulls(n, typ))
+    return table
+
+
+def _last_where(mask: pa.Array, idx: pa.Array) -> pa.Array:
+    return pc.if_else(mask, idx, pa.scalar(None, pa.int64()))
+
+
+def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
+    """The fold (`_fold_one`) of every checkpoint save in `table` (event columns plus identities),
+    column at a time: sort by (run, step, save, at, origin, row), drop repeated identities, then per
+    group the last row where a field was said. Returns the state's fields as columns (Python lists,
+    `metrics` as dicts) plus `_last_at`/`_last_origin`/`_last_row` and `_origins`/`_rows` per save.
+    Only the JSON in `detail` is parsed in Python, and only the one row per save that decides a field
+    (earlier rows only when that one says nothing)."""
+    table = _with_defaults(table)
+    order = [(c, "ascending") for c in (*_KEY, "at", _ORIGIN, _ROW)]
+    t = table.select([*_FOLD_COLUMNS, _ORIGIN, _ROW]).take(pc.sort_indices(table, sort_keys=order))
+    t = t.combine_chunks()
+    if t.num_rows > 1:
+        # a repeated identity is the same event (a merge and its not-yet-deleted source): equal sort
+        # keys, so its copies are adjacent
+        o, r = t[_ORIGIN], t[_ROW]
+        dup = pc.and_(pc.equal(o[1:], o[:-1]), pc.equal(r[1:], r[:-1]))
+        t = t.filter(pa.concat_arrays([pa.array([True]), pc.invert(dup.combine_chunks())]))
+    n = t.num_rows
+    out: dict[str, list[Any]] = {}
+    if n == 0:
+        return out
+    col = {c: t[c].combine_chunks() for c in t.column_names}
+    idx = pa.array(np.arange(n, dtype=np.int64))
+    starts = pa.array(np.ones(1, dtype=bool))
+    if n > 1:
+        change = pc.or_(pc.not_equal(col["run"][1:], col["run"][:-1]), pc.not_equal(col["step"][1:], col["step"][:-1]))
+        change = pc.or_(change, pc.not_equal(col["save"][1:], col["save"][:-1]))
+        starts = pa.concat_arrays([starts, change])
+    gid = pc.subtract(pc.cumulative_sum(pc.cast(starts, pa.int64())), 1)
+    ev = col["event"]
+    sc = col["storage_class"]
+    is_sc = pc.not_equal(sc, "")
+    # A storage-class event changes the class when it names another class than the group's previous one.
+    sc_idx = pc.filter(idx, is_sc)
+    sc_g, sc_v = pc.filter(gid, is_sc), pc.filter(sc, is_sc)
+    if len(sc_idx) > 1:
+        moved = pc.or_(pc.not_equal(sc_g[1:], sc_g[:-1]), pc.not_equal(sc_v[1:], sc_v[:-1]))
+        sc_change = pc.filter(sc_idx, pa.concat_arrays([pa.array(np.ones(1, dtype=bool)), moved]))
+    else:
+        sc_change = sc_idx
+    is_change = pc.is_in(idx, value_set=sc_change)
+    uv = pc.is_in(ev, value_set=pa.array(["uploaded", "verified"]))
+
+    def kind(k: str) -> pa.Array:
+        return pc.equal(ev, k)
+
+    def may_name(field: str) -> pa.Array:
+        # JSON names a key literally or through a \u escape: rows with neither cannot say `field`
+        d = col["detail"]
+        return pc.or_(pc.match_substring(d, field), pc.match_substring(d, "\\u"))
+
+    masked = {
+        "first": idx,
+        "last": idx,
+        "format": _last_where(pc.not_equal(col["format"], ""), idx),
+        "bytes": _last_where(pc.not_equal(col["bytes"], 0), idx),
+        "files": _last_where(pc.not_equal(col["files"], 0), idx),
+        "created_at": _last_where(pc.is_valid(col["created_at"]), idx),
+        "storage_class": _last_where(is_sc, idx),
+        "change": _last_where(is_change, idx),
+        "first_uv": _last_where(uv, idx),
+        "metrics": _last_where(pc.and_(uv, may_name("metrics")), idx),
+        "fingerprint": _last_where(pc.and_(uv, may_name("fingerprint")), idx),
+        "verified": _last_where(kind("verified"), idx),
+        "expired": _last_where(kind("expired"), idx),
+        "schedule": _last_where(pc.is_in(ev, value_set=pa.array(_SCHEDULE_KINDS)), idx),
+        "evicted": _last_where(kind("evicted_local"), idx),
+        "drilled": _last_where(kind("drilled"), idx),
+        "superseded": _last_where(kind("superseded"), idx),
+    }  # fmt: skip
+    aggs = [("first", "min"), ("first_uv", "min")] + [(k, "max") for k in masked if k not in ("first", "first_uv")]
+    g = pa.table({"g": gid, **masked}).group_by("g", use_threads=False).aggregate(aggs)
+    g = g.sort_by("g")
+    ids = pa.table({"g": gid, "o": col[_ORIGIN], "r": col[_ROW]}).group_by("g", use_threads=False)
+    ids_t = ids.aggregate([("o", "list"), ("r", "list")]).sort_by("g")
+
+    def at(name: str, c: str) -> list[Any]:
+        got: list[Any] = pc.take(col[c], g[name]).to_pylist()
+        return got
+
+    def pos(name: str) -> list[int | None]:
+        got: list[int | None] = g[name].to_pylist()
+        return got
+
+    last = g["last_max"]
+    details = col["detail"]
+    out["run"], out["step"], out["save"] = at("first_min", "run"), at("first_min", "step"), at("first_min", "save")
+    out["format"] = [x or "" for x in at("format_max", "format")]
+    out["last_event"] = pc.take(ev, last).to_pylist()
+    out["bytes"] = [x or 0 for x in at("bytes_max", "bytes")]
+    out["files"] = [x or 0 for x in at("files_max", "files")]
+    out["storage_class"] = [x or "" for x in at("storage_class_max", "storage_class")]
+    out["created_at"] = at("created_at_max", "created_at")
+    out["uploaded_at"] = at("first_uv_min", "at")
+    ver, exp = pos("verified_max"), pos("expired_max")
+    out["verified"] = [
+        (v if v is not None else -1) > (x if x is not None else -1) for v, x in zip(ver, exp, strict=True)
+    ]
+    out["local_evicted"] = [x is not None for x in pos("evicted_max")]
+    out["last_drill_at"], out["last_drill_ok"] = at("drilled_max", "at"), at("drilled_max", "ok")
+    out["updated_at"] = pc.take(col["at"], last).to_pylist()
+    out["detail"] = pc.take(details, last).to_pylist()
+    out["class_since"] = [
+        c if c is not None else u for c, u in zip(at("change_max", "at"), out["uploaded_at"], strict=True)
+    ]
+    sup = pos("superseded_max")
+    out["superseded"] = [x is not None for x in sup]
+    out["superseded_reason"] = [
+        _reason(d) if i is not None else "" for i, d in zip(sup, at("superseded_max", "detail"), strict=True)
+    ]
+    sched = [
+        ("", None) if i is None or k != "transition_scheduled" else _scheduled(d)
+        for i, k, d in zip(pos("schedule_max"), at("schedule_max", "event"), at("schedule_max", "detail"), strict=True)
+    ]
+    out["scheduled_class"] = [c for c, _ in sched]
+    out["scheduled_at"] = [a for _, a in sched]
+    cand = {}
+    for name in ("metrics", "fingerprint"):
+        said = pc.is_valid(masked[name])
+        cand[name] = (pc.filter(idx, said).to_numpy(), pc.filter(gid, said).to_numpy())
+
+    def decide(name: str, parse: Any, empty: Any, said: Any) -> list[Any]:
+        """The value of the last candidate row that says something, walking back only when the last says nothing."""
+        res = []
+        rows, groups = cand[name]
+        for gi, i in enumerate(pos(f"{name}_max")):
+            v = empty
+            if i is not None:
+                lo = int(np.searchsorted(groups, gi, side="left"))
+                hi = int(np.searchsorted(rows, i, side="right"))
+                for j in range(hi - 1, lo - 1, -1):
+                    got = parse(details[int(rows[j])].as_py())
+                    if said(got):
+                        v = got
+                        break
+            res.append(v)
+        return res
+
+    out["metrics"] = decide("metrics", _metrics, {}, lambda m: m is not None)
+    out["fingerprint"] = decide("fingerprint", lambda d: _field(d, "fingerprint"), "", bool)
+    out["_last_at"] = out["updated_at"]
+    out["_last_origin"] = pc.take(col[_ORIGIN], last).to_pylist()
+    out["_last_row"] = pc.take(col[_ROW], last).to_pylist()
+    out["_ids"] = [ids_t["o_list"], ids_t["r_list"]]  # arrow, for a snapshot
+    return out
+
+
+_STATE_FIELDS = [f.name for f in fields(CheckpointState)]
+
+
+def _states(cols: dict[str, list[Any]]) -> list[CheckpointState]:
+    if not cols:
+        return []
+    return [CheckpointState(*row) for row in zip(*(cols[name] for name in _STATE_FIELDS), strict=True)]
 
 
 def newest_saves(states: Iterable[CheckpointState]) -> dict[tuple[str, int], CheckpointState]:

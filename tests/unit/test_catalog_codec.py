@@ -168,3 +168,76 @@ def test_recording_an_event_does_not_import_pandas() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+
+
+# Streams shaped like a catalog's: few checkpoints (so each has many events), every kind, ties in
+# `at`, several saves, and details that do and do not say what the fold reads from them.
+_details = st.one_of(
+    st.just(""),
+    st.just("not json"),
+    st.just("[1, 2]"),
+    st.builds(
+        lambda m, fp, reason, to, eff: json.dumps(
+            {
+                k: v
+                for k, v in (
+                    ("metrics", m),
+                    ("fingerprint", fp),
+                    ("reason", reason),
+                    ("to_class", to),
+                    ("takes_effect", eff),
+                )
+                if v is not None
+            }
+        ),
+        st.none()
+        | st.dictionaries(
+            st.sampled_from(["loss", "lr", "note"]),
+            st.integers(-5, 5) | st.booleans() | st.floats(-1e3, 1e3) | st.text(max_size=2),
+            max_size=3,
+        ),
+        st.none() | st.sampled_from(["", "fp1", "fp2"]),
+        st.none() | st.sampled_from(["", "restart", "resave"]),
+        st.none() | st.sampled_from(["", "GLACIER", "STANDARD_IA"]),
+        st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10),
+    ),
+    st.just('{"metrics": 3}'),
+    st.just('{"\\u006detrics": {"loss": 9}}'),
+)
+stream_events = st.builds(
+    Event,
+    run=st.sampled_from(["a", "b", "é/x"]),
+    step=st.integers(0, 3),
+    event=st.sampled_from(EVENT_KINDS),
+    at=st.integers(0, 6).map(float),
+    format=st.sampled_from(["", "hf", "dcp"]),
+    bytes=st.sampled_from([0, 0, 10, 20]),
+    files=st.sampled_from([0, 1, 2]),
+    storage_class=st.sampled_from(["", "", "STANDARD", "GLACIER"]),
+    created_at=st.none() | st.integers(0, 5).map(float),
+    ok=st.none() | st.booleans(),
+    detail=_details,
+    save=st.integers(1, 3),
+)
+
+
+@given(st.lists(stream_events, max_size=60))
+@settings(max_examples=400, deadline=None)
+def test_vectorised_fold_equals_the_fold_one_event_at_a_time(events: list[Event]) -> None:
+    from ckptvault.catalog import _fold_python
+
+    assert fold(events) == _fold_python(events)
+
+
+@given(st.lists(stream_events, min_size=1, max_size=40), st.integers(0, 40))
+@settings(max_examples=200, deadline=None)
+def test_a_fold_continued_from_a_state_equals_the_whole_fold(events: list[Event], cut: int) -> None:
+    # how a snapshot's row takes the events written after it
+    from ckptvault.catalog import _fold_one
+
+    key = (events[0].run, events[0].step, events[0].save)
+    mine = sorted((e for e in events if (e.run, e.step, e.save) == key), key=lambda e: e.at)
+    cut = min(cut, len(mine) - 1)
+    head, tail = mine[: max(cut, 1)], mine[max(cut, 1) :]
+    start = _fold_one(head)
+    assert (_fold_one(tail, start) if tail else start) == _fold_one(mine)
