@@ -336,3 +336,18 @@ def test_port_conflicts_name_the_variable_that_moves_the_port(stack: Stack) -> N
     assert f"port {hand_port} is held by moto in {hand} (hand-started" in proc.stderr
     assert f"STATE_DIR={hand} bash infra/local/moto.sh down" in proc.stderr
     assert re.search(r"STORE_PORT=\d+ make up", proc.stderr), proc.stderr
+
+
+def test_make_demo_ends_with_the_catalog_and_no_error_lines(stack: Stack) -> None:
+    """`make demo 2>&1` as a new user sees it (what `make demo` runs, on a port of its own): the catalog is
+    the last thing on the screen, and no line says error, exception or traceback."""
+    port = _free_block()
+    proc = stack.run([sys.executable, "-m", "ckptvault_cli.demo"], DEMO_PORT=str(port))
+    screen = proc.stdout + proc.stderr
+    assert proc.returncode == 0, screen[-3000:]
+    bad = [line for line in screen.splitlines() if re.search(r"error|exception|traceback", line, re.IGNORECASE)]
+    assert bad == [], bad[:20]
+    out = proc.stdout
+    catalog = out[out.index("[demo] the catalog now holds:") : out.index("[demo] where to look next")]
+    rows = [line for line in catalog.splitlines() if re.match(r"^\S+\s+\d+\s+1\s+\w+\s+verified", line)]
+    assert len(rows) == 9, catalog  # every checkpoint of the four simulated runs, verified
