@@ -1,11 +1,15 @@
-"""What the watch needs from the catalog: each run's newest checkpoint, and the monthly spend."""
+"""The watch's decision from the catalog: each run's newest checkpoint, the monthly spend, and `assess`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from ckptvault.alerts import Alert
 from ckptvault.catalog import CheckpointState
+from ckptvault.config import SourceConfig
 from ckptvault.cost import PriceTable
+from ckptvault.watch import AlertState, budget_alert, stale_runs
 
 
 def latest_by_run(states: Sequence[CheckpointState]) -> tuple[dict[str, float | None], dict[str, int]]:
@@ -30,3 +34,30 @@ def monthly_spend(states: Sequence[CheckpointState], prices: PriceTable) -> floa
         if s.verified:
             total += prices.monthly_cost(s.bytes, s.storage_class or "STANDARD", max(s.files, 1))
     return total
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    """What one watch pass found: the alerts to send, the alert state to keep, and the spend."""
+
+    alerts: list[Alert]
+    state: AlertState
+    monthly_usd: float
+
+
+def assess(
+    states: Sequence[CheckpointState],
+    sources: Sequence[SourceConfig],
+    budget_usd_per_month: float | None,
+    prices: PriceTable,
+    state: AlertState,
+    now: float,
+    flow_run_url: str | None = None,
+) -> WatchResult:
+    """The whole watch decision, pure: stale runs (per source's stale_after_hours) and the budget."""
+    latest_at, latest_step = latest_by_run(states)
+    watched = {s.run: s.stale_after_hours for s in sources if s.stale_after_hours is not None}
+    found, new_state = stale_runs(latest_at, watched, state, now, latest_step, flow_run_url)
+    spend = monthly_spend(states, prices)
+    over = budget_alert(spend, budget_usd_per_month, flow_run_url=flow_run_url)
+    return WatchResult([*found, *([over] if over else [])], new_state, spend)

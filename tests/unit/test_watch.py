@@ -171,3 +171,33 @@ def test_budget_alert_only_when_over() -> None:
     assert a.kind == "budget_exceeded" and a.run == "*"
     assert "$130.00/month" in a.summary and "$100.00/month" in a.summary
     assert a.details == ["Over by $30.00 (30%)"]
+
+
+def test_assess_is_the_whole_watch_decision() -> None:
+    """Stale runs by each source's threshold and the budget, from catalog states alone."""
+    from pathlib import Path
+
+    from ckptvault.catalog import Event, fold
+    from ckptvault.config import SourceConfig
+    from ckptvault.cost import load_prices
+    from ckptvault.watch_inputs import assess
+
+    t0 = 1_000_000.0
+    gb = 2**30
+    states = fold(
+        [
+            Event("quiet", 1, "verified", t0, bytes=500 * gb, files=1, storage_class="STANDARD", created_at=t0),
+            Event("busy", 1, "verified", t0, bytes=1 * gb, files=1, storage_class="STANDARD", created_at=t0 + 5 * H),
+        ]
+    )
+    sources = [
+        SourceConfig(run="quiet", path=Path("/x"), stale_after_hours=2),
+        SourceConfig(run="busy", path=Path("/y"), stale_after_hours=2),
+        SourceConfig(run="unwatched", path=Path("/z")),
+    ]
+    found = assess(states, sources, 5.0, load_prices(), AlertState(), t0 + 6 * H)
+    assert kinds(found.alerts) == ["run_stale", "budget_exceeded"]
+    assert found.alerts[0].run == "quiet" and "quiet" in found.state.stale
+    assert abs(found.monthly_usd - 501 * 0.023) < 1e-6
+    # no budget: no budget alert; the stale alert comes back, since nobody was told yet
+    assert kinds(assess(states, sources, None, load_prices(), found.state, t0 + 7 * H).alerts) == ["run_stale"]
