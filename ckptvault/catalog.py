@@ -1,13 +1,18 @@
 """The catalog: an append-only Parquet event log in the bucket, beside the data it describes.
 
-Layout: `<prefix>/_catalog/events/<time_ns:020d>-<uuid4hex>.parquet`, one object per `append` call,
-never rewritten. Two writers never lose each other's events because they never write the same key.
+Layout (docs/FORMAT.md): `<prefix>/_catalog/run=<run, percent-encoded>/events/<time_ns:020d>-<uuid4hex>.parquet`,
+one object per run per `append` call, never rewritten, and `.../snapshot/...`, the folded state that
+compaction writes, so that a command about one run reads only that run's partition and `ls` reads one
+snapshot per run plus the events since. Two writers never lose each other's events because they never
+write the same key. The flat layout before partitions (`_catalog/events/`) is still read, and migrated
+into the partitions by `compact`.
 
 Every event has an identity, (origin file key, row index), kept as hidden columns when `compact`
-merges files. Readers drop duplicate identities, so a reader that lists a merged file and its
-not-yet-deleted sources, a compaction that crashed between write and delete, or two compactions racing
-each other all read as if the merge were atomic. The identity also orders events: origin keys begin
-with a zero-padded nanosecond time, so (at, origin, row) is "by time, then by insertion".
+merges files and listed in a snapshot for what it folded. Readers drop duplicate identities, so a
+reader that lists a merged file and its not-yet-deleted sources, a compaction that crashed between
+write and delete, or two compactions racing each other all read as if the merge were atomic. The
+identity also orders events: origin keys begin with a zero-padded nanosecond time, so (at, origin, row)
+is "by time, then by insertion".
 
 The catalog can always be rebuilt from the manifests in the bucket (`rebuild_from_manifests`).
 This is the only module that imports pyarrow.
@@ -24,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
+from urllib.parse import quote, unquote
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +39,7 @@ import pyarrow.parquet as pq
 
 from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
-from ckptvault.store.port import ObjectStore
+from ckptvault.store.port import NotFoundError, ObjectStore
 
 EVENT_KINDS = (
     "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
@@ -45,6 +51,9 @@ LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "su
 CATALOG_DIR = "_catalog/events/"
 UNREADABLE_DIR = "_catalog/unreadable/"  # event files compaction could not read, kept for a person
 SCHEMA_TAG = b"ckptvault.catalog/1"
+SNAPSHOT_TAG = b"ckptvault.catalog-snapshot/1"
+MIGRATE_FILES = 500  # flat-layout files one compaction migrates: bounds its memory and time
+COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between partitions
 _ORIGIN, _ROW = "_origin", "_row"
 _READERS = 8
 log = logging.getLogger("ckptvault.catalog")
@@ -608,89 +617,332 @@ def newest_saves(states: Iterable[CheckpointState]) -> dict[tuple[str, int], Che
     return out
 
 
+_SNAPSHOT_SCHEMA = pa.schema(
+    [
+        ("run", pa.string()), ("step", pa.int64()), ("format", pa.string()), ("last_event", pa.string()),
+        ("bytes", pa.int64()), ("files", pa.int64()), ("storage_class", pa.string()),
+        ("created_at", pa.float64()), ("uploaded_at", pa.float64()), ("verified", pa.bool_()),
+        ("local_evicted", pa.bool_()), ("last_drill_at", pa.float64()), ("last_drill_ok", pa.bool_()),
+        ("metrics", pa.string()), ("updated_at", pa.float64()), ("detail", pa.string()),
+        ("class_since", pa.float64()), ("save", pa.int64()), ("superseded", pa.bool_()),
+        ("superseded_reason", pa.string()), ("scheduled_class", pa.string()), ("scheduled_at", pa.float64()),
+        ("fingerprint", pa.string()), ("_last_at", pa.float64()), ("_last_origin", pa.string()),
+        ("_last_row", pa.int64()), ("_origins", pa.list_(pa.string())), ("_rows", pa.list_(pa.int64())),
+    ],
+    metadata={b"schema": SNAPSHOT_TAG},
+)  # fmt: skip
+_STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
+
+
+def run_partition(run: str) -> str:
+    """The hive partition directory of `run` under `_catalog/` (docs/FORMAT.md: percent-encoded)."""
+    return f"run={quote(run, safe='')}/"
+
+
+@dataclass
+class _Part:
+    events: list[str]
+    snapshots: list[str]
+
+
+class _Vanished(Exception):
+    """A listed catalog object was deleted before its GET: a compaction replaced it; list again."""
+
+
+@dataclass
+class _Snapshot:
+    key: str
+    covers: set[str]
+    states: dict[tuple[int, int], tuple[CheckpointState, tuple[float, str, int]]]
+    data: bytes
+
+    def ids(self) -> set[tuple[str, int]]:
+        t = pq.ParquetFile(pa.BufferReader(self.data)).read(columns=["_origins", "_rows"])
+        o = pc.list_flatten(t["_origins"]).to_pylist()
+        r = pc.list_flatten(t["_rows"]).to_pylist()
+        return set(zip(o, r, strict=True))
+
+
 class Catalog:
     def __init__(self, store: ObjectStore, prefix: str) -> None:
         self.store = store
         self.prefix = prefix.strip("/")
-        self.dir = f"{self.prefix}/{CATALOG_DIR}" if self.prefix else CATALOG_DIR
-        self.unreadable: dict[str, str] = {}  # event files this catalog could not read, and why
+        self.root = f"{self.prefix}/_catalog/" if self.prefix else "_catalog/"
+        self.dir = f"{self.prefix}/{CATALOG_DIR}" if self.prefix else CATALOG_DIR  # the flat layout
+        self.unreadable: dict[str, str] = {}  # catalog files this catalog could not read, and why
 
-    def _new_key(self, time_ns: int | None = None) -> str:
+    def _part_dir(self, run: str) -> str:
+        return self.root + run_partition(run)
+
+    def _new_key(self, run: str, kind: str = "events", time_ns: int | None = None) -> str:
         ns = time.time_ns() if time_ns is None else time_ns
-        return f"{self.dir}{ns:020d}-{uuid.uuid4().hex}.parquet"
+        return f"{self._part_dir(run)}{kind}/{ns:020d}-{uuid.uuid4().hex}.parquet"
 
     def _keys(self) -> list[str]:
+        """The flat layout's event files."""
         return [o.key for o in self.store.list(self.dir) if o.key.endswith(".parquet")]
 
-    def _rows(self, keys: Sequence[str]) -> list[tuple[Event, str, int]]:
-        def read(k: str) -> list[tuple[Event, str, int]]:
+    def _listing(self, run: str | None) -> tuple[list[str], dict[str, _Part]]:
+        """(flat files, partitions by run): one LIST of `_catalog/` for every run, or of the run's
+        partition and of the flat directory for one."""
+        parts: dict[str, _Part] = {}
+        flat: list[str] = []
+        prefixes = [self.root] if run is None else [self.dir, self._part_dir(run)]
+        for prefix in prefixes:
+            for o in self.store.list(prefix):
+                rel = o.key[len(self.root) :].split("/")
+                if not o.key.endswith(".parquet"):
+                    continue
+                if len(rel) == 2 and rel[0] == "events":
+                    flat.append(o.key)
+                elif len(rel) == 3 and rel[0].startswith("run=") and rel[1] in ("events", "snapshot"):
+                    p = parts.setdefault(unquote(rel[0][4:]), _Part([], []))
+                    (p.events if rel[1] == "events" else p.snapshots).append(o.key)
+        return flat, parts
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            return self.store.get_bytes(key)
+        except NotFoundError:
+            raise _Vanished(key) from None
+
+    def _skip(self, key: str, e: CatalogError) -> None:
+        # One unreadable object (bit rot, a partial write, a stray file) must not stop every command,
+        # a restore included, whose manifests are intact: name it and read the rest.
+        if key not in self.unreadable:
+            log.warning("catalog: skipping an unreadable catalog file: %s", e)
+        self.unreadable[key] = str(e)
+
+    def _read_tables(self, keys: Sequence[str], columns: Sequence[str] | None = None) -> list[pa.Table]:
+        def read(k: str) -> pa.Table | None:
+            data = self._get(k)
             try:
-                return _decode(self.store.get_bytes(k), k)
+                return _normalise(_parquet(data or b"", k, columns), k)
             except CatalogError as e:
-                # One unreadable object (bit rot, a partial write, a stray file) must not stop every
-                # command, a restore included, whose manifests are intact: name it and read the rest.
-                if k not in self.unreadable:
-                    log.warning("catalog: skipping an unreadable event file: %s", e)
-                self.unreadable[k] = str(e)
-                return []
+                self._skip(k, e)
+                return None
 
         # Until a compaction runs there is one small file per flow run: fetch them concurrently, since
         # each GET is mostly round-trip latency.
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            parts = list(pool.map(read, keys)) if len(keys) > 1 else [read(k) for k in keys]
-        return _dedup_sorted(r for part in parts for r in part)
+            got = list(pool.map(read, keys)) if len(keys) > 1 else [read(k) for k in keys]
+        return [t for t in got if t is not None]
+
+    def _retrying(self, fn: Any) -> Any:
+        for _ in range(5):
+            try:
+                return fn()
+            except _Vanished:
+                continue  # a compaction deleted what we listed, after writing what replaces it
+        return fn()
 
     def append(self, events: Sequence[Event]) -> str | None:
-        """Write `events` as one new object; returns its key (None when there is nothing to write)."""
+        """Write `events` as one new object per run, in that run's partition; returns the key of the
+        first (None when there is nothing to write)."""
         if not events:
             return None
-        key = self._new_key()
-        # The key is unique by construction; if_none_match makes a (practically impossible) collision
-        # an error instead of a silent overwrite of someone else's events.
-        self.store.put_bytes(
-            key, encode_events(events), if_none_match=True, content_type="application/vnd.apache.parquet"
-        )
-        return key
+        by_run: dict[str, list[Event]] = {}
+        for e in events:
+            by_run.setdefault(e.run, []).append(e)
+        ns = time.time_ns()
+        first = None
+        for run in sorted(by_run):
+            key = self._new_key(run, time_ns=ns)
+            # The key is unique by construction; if_none_match makes a (practically impossible)
+            # collision an error instead of a silent overwrite of someone else's events.
+            self.store.put_bytes(
+                key, encode_events(by_run[run]), if_none_match=True, content_type="application/vnd.apache.parquet"
+            )
+            first = first or key
+        return first
 
     def events(self, run: str | None = None) -> list[Event]:
         """All events (of `run`), sorted by time, then insertion."""
-        return [e for e, _, _ in self._rows(self._keys()) if run is None or e.run == run]
+
+        def read() -> list[Event]:
+            flat, parts = self._listing(run)
+            keys = flat + [k for p in parts.values() for k in p.events]
+            rows = [r for t in self._read_tables(keys) for r in _decode_rows(t, "")]
+            return [e for e, _, _ in _dedup_sorted(rows) if run is None or e.run == run]
+
+        got: list[Event] = self._retrying(read)
+        return got
 
     def current(self, run: str | None = None) -> list[CheckpointState]:
-        return fold(self.events(run))
+        """The state of every checkpoint save (of `run`), sorted by (run, step, save). Reads each
+        partition's newest snapshot and only the events written since (docs/FORMAT.md)."""
 
-    def compact(self, older_than: float) -> int:
-        """Merge the event files written before `older_than` (unix s) into one; returns how many files
-        were merged (0 when fewer than two qualify). Only files listed before the merge are deleted,
-        and only after the merged file is written, so concurrent appends are never lost."""
+        def read() -> list[CheckpointState]:
+            flat, parts = self._listing(run)
+            flat_by_run: dict[str, pa.Table] = {}
+            if flat:
+                ft = _concat(self._read_tables(flat, _FOLD_COLUMNS))
+                if ft is not None:
+                    for r in pc.unique(ft["run"]).to_pylist():
+                        if run is None or r == run:
+                            flat_by_run[r] = ft.filter(pc.equal(ft["run"], r))
+            runs = sorted(set(parts) | set(flat_by_run))
+            if run is not None:
+                runs = [r for r in runs if r == run]
+
+            def one(r: str) -> list[CheckpointState]:
+                return self._current_part(r, parts.get(r, _Part([], [])), flat_by_run.get(r))
+
+            with ThreadPoolExecutor(max_workers=_READERS) as pool:
+                return [s for states in pool.map(one, runs) for s in states]
+
+        got: list[CheckpointState] = self._retrying(read)
+        return got
+
+    def _snapshot(self, keys: Sequence[str]) -> _Snapshot | None:
+        """The newest readable snapshot of these."""
+        for key in sorted(keys, reverse=True):
+            data = self._get(key) or b""
+            try:
+                pf = pq.ParquetFile(pa.BufferReader(data))
+                meta = pf.schema_arrow.metadata or {}
+                if meta.get(b"schema") != SNAPSHOT_TAG:
+                    raise CatalogError(f"{key}: not a catalog snapshot")
+                covers = set(json.loads(meta[b"ckptvault.covers"]))
+                cols = pf.read(columns=_STATE_COLUMNS).to_pydict()
+            except (pa.ArrowInvalid, OSError, KeyError, ValueError) as e:
+                self._skip(key, CatalogError(f"{key}: not a readable snapshot ({e})"))
+                continue
+            except CatalogError as e:
+                self._skip(key, e)
+                continue
+            cols["metrics"] = [json.loads(m) for m in cols["metrics"]]
+            states = {}
+            for row in zip(*(cols[n] for n in _STATE_COLUMNS), strict=True):
+                s = CheckpointState(*row[: len(_STATE_FIELDS)])
+                states[(s.step, s.save)] = (s, (row[-3], row[-2], row[-1]))
+            return _Snapshot(key, covers, states, data)
+        return None
+
+    def _current_part(self, run: str, part: _Part, flat: pa.Table | None) -> list[CheckpointState]:
+        snap = self._snapshot(part.snapshots) if part.snapshots else None
+        if snap is None:
+            return self._fold_part(part, flat)
+        tables = self._read_tables([k for k in part.events if k not in snap.covers], _FOLD_COLUMNS)
+        since = _concat([*tables, *([flat] if flat is not None else [])])
+        if since is None:
+            return [s for s, _ in sorted(snap.states.values(), key=lambda v: v[0].key)]
+        covered = snap.ids()
+        rows = _dedup_sorted(r for r in _decode_rows(since, "") if (r[1], r[2]) not in covered)
+        out = {k: s for k, (s, _) in snap.states.items()}
+        later: dict[tuple[int, int], list[Event]] = {}
+        for e, o, i in rows:
+            k = (e.step, e.save)
+            if k in snap.states and (e.at, o, i) <= snap.states[k][1]:
+                # an event older than what the snapshot folded (written with an old `at`): fold again
+                return self._fold_part(part, flat)
+            later.setdefault(k, []).append(e)
+        for k, evs in later.items():
+            evs.sort(key=lambda e: e.at)  # stable: (origin, row) order is kept for ties
+            out[k] = _fold_one(evs, out.get(k))
+        return [out[k] for k in sorted(out)]
+
+    def _fold_part(self, part: _Part, flat: pa.Table | None) -> list[CheckpointState]:
+        t = _concat([*self._read_tables(part.events, _FOLD_COLUMNS), *([flat] if flat is not None else [])])
+        return _states(_fold_table(t)) if t is not None else []
+
+    def compact(
+        self,
+        older_than: float,
+        *,
+        runs: Iterable[str] | None = None,
+        max_partitions: int | None = None,
+        max_seconds: float | None = None,
+    ) -> int:
+        """Migrate the flat layout (up to MIGRATE_FILES files), then compact partitions (of `runs`, or
+        all): merge each one's event files written before `older_than` (unix s) into one and write its
+        snapshot. Returns how many event files were merged or migrated. Stops between partitions after
+        `max_partitions` or `max_seconds`; what it did not reach waits for the next call. Only files
+        listed before the merge are deleted, and only after the merged file and snapshot are written,
+        so concurrent appends are never lost (docs/FORMAT.md)."""
+        t0 = time.monotonic()
+        done = self._migrate()
         cutoff = int(older_than * 1e9)
-        old = [k for k in self._keys() if _key_time_ns(k) < cutoff]
-        if len(old) < 2:
-            return 0
-        rows = self._rows(old)
-        if rows:
-            newest = max(_key_time_ns(r[1]) for r in rows)
-            table = _table([r[0] for r in rows], [(r[1], r[2]) for r in rows])
+        wanted = None if runs is None else set(runs)
+        if wanted is not None and len(wanted) == 1:
+            [only] = wanted
+            _, parts = self._listing(only)
+        else:
+            _, parts = self._listing(None)
+        todo = []
+        for run, p in parts.items():
+            if wanted is not None and run not in wanted:
+                continue
+            old = [k for k in p.events if _key_time_ns(k) < cutoff]
+            if len(old) >= 2 or (old and not p.snapshots) or len(p.snapshots) > 1:
+                todo.append((len(old), run, old, p.snapshots))
+        todo.sort(key=lambda x: (-x[0], x[1]))  # the partitions with the most files first
+        for i, (_, run, old, snaps) in enumerate(todo):
+            if max_partitions is not None and i >= max_partitions:
+                break
+            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                break
+            try:
+                done += self._compact_part(run, old, snaps)
+            except _Vanished:
+                continue  # another compaction got there first
+        return done
+
+    def _compact_part(self, run: str, old: list[str], snaps: list[str]) -> int:
+        tables = self._read_tables(old)
+        t = _concat(tables)
+        readable = [k for k in old if k not in self.unreadable]
+        merged = None
+        if t is not None and len(readable) > 1:
+            merged = self._new_key(run, time_ns=max(_key_time_ns(o) for o in pc.unique(t[_ORIGIN]).to_pylist()))
             self.store.put_bytes(
-                self._new_key(newest),
-                _to_bytes(table),
-                if_none_match=True,
-                content_type="application/vnd.apache.parquet",
+                merged, _to_bytes(_full(t)), if_none_match=True, content_type="application/vnd.apache.parquet"
             )
+        if t is not None:
+            covers = [*readable, *([merged] if merged else [])]
+            self.store.put_bytes(
+                self._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers),
+                if_none_match=True, content_type="application/vnd.apache.parquet",
+            )  # fmt: skip
         for k in old:
+            if k in self.unreadable:
+                self._set_aside(k)
+            elif merged is not None:
+                self.store.delete(k)
+        for k in snaps:
+            self.store.delete(k)
+        return len(old) if merged is not None else 0
+
+    def _migrate(self) -> int:
+        """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md)."""
+        flat = sorted(self._keys())[:MIGRATE_FILES]
+        if not flat:
+            return 0
+        t = _concat(self._read_tables(flat))
+        if t is not None:
+            t = _full(t)
+            for r in pc.unique(t["run"]).to_pylist():
+                part = t.filter(pc.equal(t["run"], r))
+                ns = max(_key_time_ns(o) for o in pc.unique(part[_ORIGIN]).to_pylist())
+                self.store.put_bytes(
+                    self._new_key(r, time_ns=ns), _to_bytes(part), if_none_match=True,
+                    content_type="application/vnd.apache.parquet",
+                )  # fmt: skip
+        for k in flat:
             if k in self.unreadable:
                 self._set_aside(k)
             else:
                 self.store.delete(k)
-        return len(old)
+        return len(flat)
 
     def _set_aside(self, key: str) -> None:
-        """Move an unreadable event file out of the log, never delete it: it may be the only copy of
+        """Move an unreadable catalog file out of the log, never delete it: it may be the only copy of
         events someone can still recover by hand."""
-        aside = key.replace(CATALOG_DIR, UNREADABLE_DIR, 1)
+        rel = key[len(self.root) :]
+        aside = self.root + "unreadable/" + (rel[len("events/") :] if rel.startswith("events/") else rel)
         self.store.put_bytes(aside, self.store.get_bytes(key), content_type="application/octet-stream")
         self.store.delete(key)
-        log.warning("catalog: set the unreadable event file %s aside as %s", key, aside)
+        log.warning("catalog: set the unreadable catalog file %s aside as %s", key, aside)
 
     def rebuild_from_manifests(self) -> list[Event]:
         """One "verified" event per checkpoint whose manifest is in the bucket, at its upload time. The
@@ -738,6 +990,33 @@ class Catalog:
                 detail=detail,
             ))  # fmt: skip
         return out
+
+
+def _concat(tables: Sequence[pa.Table]) -> pa.Table | None:
+    ts = [t for t in tables if t.num_rows]
+    if not ts:
+        return None
+    return pa.concat_tables(ts, promote_options="permissive") if len(ts) > 1 else ts[0]
+
+
+def _full(t: pa.Table) -> pa.Table:
+    """Every column of an event file with identities, those `t` lacks at their defaults."""
+    n = t.num_rows
+    for f in _SCHEMA:
+        if f.name not in t.column_names:
+            d = _DEFAULTS[f.name]
+            t = t.append_column(f.name, pa.repeat(pa.scalar(d, f.type), n) if d is not None else pa.nulls(n, f.type))
+    full = _SCHEMA.append(pa.field(_ORIGIN, pa.string())).append(pa.field(_ROW, pa.int64()))
+    return t.select(full.names).cast(full)
+
+
+def _snapshot_bytes(cols: dict[str, list[Any]], covers: Sequence[str]) -> bytes:
+    data = {n: cols[n] for n in _STATE_COLUMNS}
+    data["metrics"] = [json.dumps(m) for m in cols["metrics"]]
+    origins, rows = cols["_ids"]
+    schema = _SNAPSHOT_SCHEMA.with_metadata({b"schema": SNAPSHOT_TAG, b"ckptvault.covers": json.dumps(list(covers))})
+    table = pa.Table.from_pydict({**data, "_origins": origins, "_rows": rows}, schema=schema)
+    return _to_bytes(table)
 
 
 def _key_time_ns(key: str) -> int:

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog import Catalog, Event, _table, _to_bytes, encode_events, fold
 from ckptvault.config import StoreConfig
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import ObjectStore, open_store
 
 PREFIX = "vault"
-KEY_RE = re.compile(r"^vault/_catalog/events/\d{20}-[0-9a-f]{32}\.parquet$")
+KEY_RE = re.compile(r"^vault/_catalog/run=[^/]+/events/\d{20}-[0-9a-f]{32}\.parquet$")
 
 
 @pytest.fixture
@@ -38,7 +38,8 @@ def test_append_then_read_back_in_time_order(store: ObjectStore) -> None:
     k1 = cat.append([Event("r", 1, "uploaded", 10.0, bytes=5, files=1), Event("r", 1, "verified", 30.0)])
     k2 = cat.append([Event("r", 1, "transitioned", 20.0, storage_class="GLACIER"), Event("q", 2, "verified", 5.0)])
     assert k1 is not None and k2 is not None and KEY_RE.match(k1) and KEY_RE.match(k2)
-    assert sorted(_catalog_keys(store)) == sorted([k1, k2])
+    assert k2.startswith("vault/_catalog/run=q/")  # one file per run: q's, then r's
+    assert len(_catalog_keys(store)) == 3 and {k1, k2} < set(_catalog_keys(store))
     assert [(e.run, e.event) for e in cat.events()] == [("q", "verified"), ("r", "uploaded"), ("r", "transitioned"),
                                                        ("r", "verified")]  # fmt: skip
     assert [e.event for e in cat.events("q")] == ["verified"]
@@ -96,7 +97,8 @@ def test_compaction_keeps_every_event_and_survives_concurrent_appends(store: Obj
     assert [e for e in after if e.step < 100] == before  # same events, same order
     assert {e.step for e in after if e.step >= 100} == set(late)  # no concurrent append lost
     assert cat.compact(older_than=time.time()) >= 1  # the merged file and the late ones merge again
-    assert len(_catalog_keys(store)) == 1 and cat.events() == after
+    assert len(_catalog_keys(store)) == 2 and cat.events() == after  # merged events and their snapshot
+    assert cat.current() == fold(after)
 
 
 def test_compaction_interrupted_before_delete_reads_without_duplicates(store: ObjectStore) -> None:
@@ -109,7 +111,7 @@ def test_compaction_interrupted_before_delete_reads_without_duplicates(store: Ob
         store.put_bytes(k, data)
     assert cat.events() == expected
     assert cat.compact(older_than=time.time()) == 4
-    assert cat.events() == expected and len(_catalog_keys(store)) == 1
+    assert cat.events() == expected and len(_catalog_keys(store)) == 2
 
 
 def test_compaction_leaves_newer_files_alone(store: ObjectStore) -> None:
@@ -118,8 +120,8 @@ def test_compaction_leaves_newer_files_alone(store: ObjectStore) -> None:
     cutoff = time.time()
     time.sleep(0.01)
     newer = cat.append([Event("r", 2, "verified", 2.0)])
-    assert cat.compact(older_than=cutoff) == 0  # a single old file: nothing to merge
-    assert newer in _catalog_keys(store) and len(_catalog_keys(store)) == 2
+    assert cat.compact(older_than=cutoff) == 0  # a single old file: nothing to merge, only a snapshot of it
+    assert newer in _catalog_keys(store) and len(_catalog_keys(store)) == 3
 
 
 def _put_checkpoint(
@@ -207,3 +209,92 @@ def test_ls_with_an_unreadable_catalog_object_warns_and_lists_the_rest(
     out = capsys.readouterr()
     assert [r["step"] for r in json.loads(out.out)] == [1]
     assert "Traceback" not in out.err
+
+
+def _flat_key(ns: int, i: int) -> str:
+    return f"{PREFIX}/_catalog/events/{ns:020d}-{i:032x}.parquet"
+
+
+def test_the_flat_layout_is_read_migrated_once_and_read_the_same_during_migration(store: ObjectStore) -> None:
+    # Written as the code before partitions did: one file per append, and a merged file with identities.
+    ns = time.time_ns() - 10**10
+    appended = [[Event(f"run-{i % 3}", i, "uploaded", float(i)), Event(f"run-{i % 3}", i, "verified", i + 0.5)]
+                for i in range(6)]  # fmt: skip
+    for i, evs in enumerate(appended):
+        store.put_bytes(_flat_key(ns + i, i), encode_events(evs))
+    merged = [Event("run-0", 100, "verified", 50.0), Event("run-2", 101, "expired", 51.0)]
+    origins = [(_flat_key(ns - 5, 90), 0), (_flat_key(ns - 4, 91), 0)]
+    store.put_bytes(_flat_key(ns - 1, 99), _to_bytes(_table(merged, origins)))
+    cat = Catalog(store, PREFIX)
+    before, states = cat.events(), cat.current()
+    assert len(before) == 14 and len(states) == 8
+    saved = {k: store.get_bytes(k) for k in _catalog_keys(store)}
+    assert cat.compact(time.time()) >= 7
+    assert not [k for k in _catalog_keys(store) if "/_catalog/events/" in k]
+    assert cat.events() == before and cat.current() == states
+    assert cat.current("run-1") == [s for s in states if s.run == "run-1"]
+    for k, data in saved.items():  # a reader while the flat files are not yet deleted
+        store.put_bytes(k, data)
+    assert cat.events() == before and cat.current() == states
+    cat.compact(time.time())
+    assert cat.events() == before and not [k for k in _catalog_keys(store) if "/_catalog/events/" in k]
+
+
+class _DiesAtDelete(Exception):
+    pass
+
+
+def test_a_compaction_killed_after_its_writes_loses_and_doubles_nothing(
+    store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cat = Catalog(store, PREFIX)
+    for i in range(4):
+        cat.append([Event("r", i, "uploaded", float(i)), Event("r", i, "verified", i + 0.5)])
+    expected, states = cat.events(), cat.current()
+
+    def die(key: str) -> None:
+        raise _DiesAtDelete(key)
+
+    monkeypatch.setattr(store, "delete", die)  # the write half runs, the process dies at the first delete
+    with pytest.raises(_DiesAtDelete):
+        cat.compact(time.time())
+    monkeypatch.undo()
+    keys = _catalog_keys(store)
+    assert len(keys) == 6 and sum("/snapshot/" in k for k in keys) == 1  # 4 sources, merged, snapshot
+    assert cat.events() == expected and cat.current() == states
+    cat.append([Event("r", 9, "verified", 99.0)])
+    assert cat.compact(time.time()) == 6  # sources, merged and the late one
+    assert len(_catalog_keys(store)) == 2
+    assert cat.events() == [*expected, Event("r", 9, "verified", 99.0)]
+
+
+class _Counting:
+    """The store, recording the prefixes listed and the keys read."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner, self.listed, self.got = inner, list[str](), list[str]()
+
+    def list(self, prefix: str) -> Any:
+        self.listed.append(prefix)
+        return self.inner.list(prefix)
+
+    def get_bytes(self, key: str) -> bytes:
+        self.got.append(key)
+        return self.inner.get_bytes(key)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_one_runs_read_touches_only_its_partition(store: ObjectStore) -> None:
+    cat = Catalog(store, PREFIX)
+    for r in ("a", "b", "c/d"):
+        for i in range(3):
+            cat.append([Event(r, i, "verified", float(i))])
+    cat.compact(time.time())
+    cat.append([Event("c/d", 7, "verified", 70.0)])
+    counting = _Counting(store)
+    states = Catalog(counting, PREFIX).current("c/d")
+    assert [s.step for s in states] == [0, 1, 2, 7]
+    assert sorted(counting.listed) == [f"{PREFIX}/_catalog/events/", f"{PREFIX}/_catalog/run=c%2Fd/"]
+    assert counting.got and all(k.startswith(f"{PREFIX}/_catalog/run=c%2Fd/") for k in counting.got)

@@ -1,0 +1,147 @@
+"""The catalog's partitioned layout against an in-memory store: keys, snapshots, the events since,
+the flat layout's migration. The same against a real server: tests/integration/test_catalog_s3.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckptvault.catalog import Catalog, Event, _fold_python, encode_events, run_partition
+from ckptvault.store import NotFoundError
+from ckptvault.store.port import ObjectInfo
+
+
+class MemStore:
+    """list/get/put/delete of a dict, and a record of what was read."""
+
+    bucket = "mem"
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.listed: list[str] = []
+        self.got: list[str] = []
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self.listed.append(prefix)
+        for k in sorted(self.objects):
+            if k.startswith(prefix):
+                yield ObjectInfo(k, len(self.objects[k]), "", "STANDARD", 0.0)
+
+    def get_bytes(self, key: str) -> bytes:
+        self.got.append(key)
+        if key not in self.objects:
+            raise NotFoundError(key)
+        return self.objects[key]
+
+    def put_bytes(self, key: str, data: bytes, **kw: Any) -> None:
+        self.objects[key] = data
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+def _cat(store: MemStore) -> Catalog:
+    return Catalog(store, "p")  # type: ignore[arg-type]
+
+
+@given(st.text(min_size=1, max_size=12))
+def test_a_run_name_is_one_safe_key_segment_and_reads_back(run: str) -> None:
+    seg = run_partition(run)
+    assert seg.startswith("run=") and seg.endswith("/") and "/" not in seg[:-1] and "=" not in seg[4:]
+    assert unquote(seg[4:-1]) == run
+
+
+def test_append_writes_one_file_per_run_in_its_partition() -> None:
+    store = MemStore()
+    key = _cat(store).append([Event("a/b", 1, "verified", 1.0), Event("c", 2, "verified", 2.0)])
+    assert key is not None and key.startswith("p/_catalog/run=a%2Fb/events/")
+    assert sorted(k.split("/events/")[0] for k in store.objects) == ["p/_catalog/run=a%2Fb", "p/_catalog/run=c"]
+
+
+def _life(run: str, step: int, t: float) -> list[Event]:
+    m = json.dumps({"metrics": {"loss": 1.0}, "fingerprint": "f"})
+    return [
+        Event(run, step, "discovered", t, format="hf"),
+        Event(run, step, "uploaded", t + 1, bytes=10, files=2, storage_class="STANDARD", detail=m),
+        Event(run, step, "verified", t + 2, detail=m),
+        Event(run, step, "transitioned", t + 3, storage_class="GLACIER"),
+        Event(run, step, "drilled", t + 4, ok=True),
+    ]
+
+
+def test_snapshot_then_events_since_then_an_old_event_fold_as_the_whole_log() -> None:
+    store = MemStore()
+    cat = _cat(store)
+    everything: list[Event] = []
+    for i in range(4):
+        evs = _life("r", i, 100.0 * i)
+        cat.append(evs)
+        everything += evs
+    assert cat.compact(time.time()) == 4
+    assert any("/snapshot/" in k for k in store.objects)
+    assert cat.current("r") == _fold_python(everything)
+    later = [Event("r", 1, "expired", 1000.0), Event("r", 9, "verified", 1001.0)]
+    cat.append(later)  # continues the snapshot's rows
+    everything += later
+    assert cat.current("r") == _fold_python(everything) == cat.current()
+    old = [Event("r", 2, "superseded", 150.0, detail='{"reason": "resave"}')]  # sorts inside the snapshot
+    cat.append(old)
+    everything += old
+    assert cat.current("r") == _fold_python(everything)
+    for k in [k for k in store.objects if "/snapshot/" in k]:  # snapshots are derived data
+        del store.objects[k]
+    assert cat.current("r") == _fold_python(everything)
+
+
+def test_an_unreadable_snapshot_is_skipped_and_the_events_fold_instead(caplog: pytest.LogCaptureFixture) -> None:
+    store = MemStore()
+    cat = _cat(store)
+    cat.append(_life("r", 1, 0.0))
+    cat.append(_life("r", 2, 10.0))
+    cat.compact(time.time())
+    [snap] = [k for k in store.objects if "/snapshot/" in k]
+    store.objects[snap] = b"garbage"
+    with caplog.at_level("WARNING", logger="ckptvault.catalog"):
+        assert cat.current() == _fold_python(_life("r", 1, 0.0) + _life("r", 2, 10.0))
+    assert snap in caplog.text
+
+
+def test_one_runs_read_touches_only_its_partition_and_the_flat_directory() -> None:
+    store = MemStore()
+    cat = _cat(store)
+    for r in ("a", "b", "c"):
+        cat.append(_life(r, 1, 0.0))
+        cat.append(_life(r, 2, 10.0))
+    cat.compact(time.time())
+    store.listed.clear()
+    store.got.clear()
+    assert [s.run for s in cat.current("b")] == ["b", "b"]
+    assert sorted(store.listed) == ["p/_catalog/events/", "p/_catalog/run=b/"]
+    assert store.got and all(k.startswith("p/_catalog/run=b/") for k in store.got)
+
+
+def test_the_flat_layout_is_read_then_migrated_once() -> None:
+    store = MemStore()
+    evs = [*_life("a", 1, 0.0), *_life("b", 1, 5.0)]
+    flat = []
+    for i, e in enumerate(evs):  # what appends before partitions wrote
+        key = f"p/_catalog/events/{time.time_ns() - 10**9 + i:020d}-{i:032x}.parquet"
+        store.put_bytes(key, encode_events([e]))
+        flat.append(key)
+    cat = _cat(store)
+    expected = _fold_python(evs)
+    assert cat.current() == expected
+    saved = dict(store.objects)
+    assert cat.compact(time.time()) == len(evs)
+    assert not any(k.startswith("p/_catalog/events/") for k in store.objects)
+    assert cat.current() == expected and cat.current("a") == expected[:1]
+    for k in flat:  # as if the migration died before its deletes: each event still counts once
+        store.objects[k] = saved[k]
+    assert cat.current() == expected and [e.event for e in cat.events("a")] == [e.event for e in evs[:5]]
