@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,16 +19,19 @@ from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault.synthetic import write_checkpoint
 from tests.helpers import write_config
-from tests.reliability.conftest import REPO, check_committed, incomplete_uploads, manifest_keys
+from tests.reliability.conftest import REPO, check_committed, cli_env, incomplete_uploads, manifest_keys
 
 GiB = 2**30
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["direct", "prefect"])
 def test_sigint_mid_upload_exits_130_with_the_message_and_a_rerun_converges(
-    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any, request: pytest.FixtureRequest, mode: str
 ) -> None:
+    """`direct`: no Prefect API configured (the README's default); `prefect`: PREFECT_API_URL names this
+    session's running server, so the ingest is a flow run on it."""
     s3_env(seaweedfs)
     bucket = bucket_factory(seaweedfs)
     root = tmp_path / "hot"
@@ -36,18 +40,19 @@ def test_sigint_mid_upload_exits_130_with_the_message_and_a_rerun_converges(
     cfg.write_text(cfg.read_text() + "[validation]\nenabled = false\n")
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(seaweedfs.env(), PYTHONPATH=str(REPO))
-    ckptvault = str(Path(os.__file__).parents[3] / "bin" / "ckptvault")
-    if not Path(ckptvault).exists():  # the console script of this venv
-        ckptvault = str(REPO / ".venv" / "bin" / "ckptvault")
+    if mode == "prefect":
+        request.getfixturevalue("prefect_api")
+        env = cli_env(seaweedfs, PYTHONPATH=str(REPO))
+    ckptvault = str(Path(sys.executable).parent / "ckptvault")  # this venv's console script
     cmd = [ckptvault, "--config", str(cfg), "ingest"]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)  # fmt: skip
     client = seaweedfs.client()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not incomplete_uploads(client, bucket, "t/") and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, f"ingest ended before its multipart upload was seen: {proc.communicate()}"
-    assert incomplete_uploads(client, bucket, "t/"), "no multipart upload started within 120 s"
+    assert incomplete_uploads(client, bucket, "t/"), "no multipart upload started within 300 s"
     t0 = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)  # what the terminal does on Ctrl-C: the whole process group
     try:
@@ -56,7 +61,7 @@ def test_sigint_mid_upload_exits_130_with_the_message_and_a_rerun_converges(
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"ingest still running 30 s after SIGINT: {proc.communicate()}")
     stopped = time.monotonic() - t0
-    print(f"\n[interrupt] SIGINT mid-upload of 1 GiB: exited {proc.returncode} after {stopped:.2f} s")
+    print(f"\n[interrupt {mode}] SIGINT mid-upload of 1 GiB: exited {proc.returncode} after {stopped:.2f} s")
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
     text = err.decode()
     assert "interrupted; rerun the same command to continue" in text, text[-2000:]
