@@ -182,7 +182,7 @@ def test_plan_prints_the_run_by_class_table_and_its_json(
             )
             for run in ("a", "b")
             for step in (1, 2, 3, 4, 5)
-        ]  # fmt: skip
+        ]
     )
     capsys.readouterr()
     assert main(["--config", str(cfg), "plan"]) == 0
