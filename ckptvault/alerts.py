@@ -385,13 +385,21 @@ def budget_exceeded(monthly_usd: float, budget: float, run: str = ALL_RUNS, flow
     )
 
 
-def flow_failed(flow: str, state: str, message: str, run: str = ALL_RUNS, flow_run_url: str | None = None) -> Alert:
-    """From a Prefect on_failure/on_crashed hook; `state` is the state name (Failed, Crashed)."""
+def flow_failed(
+    flow: str,
+    state: str,
+    message: str,
+    run: str = ALL_RUNS,
+    flow_run_url: str | None = None,
+    step: int | None = None,
+) -> Alert:
+    """From a Prefect on_failure/on_crashed hook (or direct mode); `state` is the state name (Failed,
+    Crashed). A flow about one checkpoint (restore) names its run and step."""
     return Alert(
         kind="flow_failed",
         run=run,
-        step=None,
-        summary=f"Flow {flow} ended {state}",
+        step=step,
+        summary=f"Flow {flow} ended {state}" + (f" for {run} step {step}" if step is not None else ""),
         details=[message] if message else [],
         next_step="Open the flow run for the traceback. Flows are safe to re-run: finished work is skipped.",
         severity="error",

@@ -32,8 +32,10 @@ def alert_failed(
         if isinstance(result, AlreadyAlerted):
             return
         cfg = load_config(params.get("config_path"))
-        run = params.get("run")
+        run, step = params.get("run"), str(params.get("step") or "")
         kw: dict[str, Any] = {"run": str(run)} if run else {}
+        if run and step.isdigit():
+            kw["step"] = int(step)
         alert = alerts.flow_failed(flow_name, state_name, message, flow_run_url=url, **kw)
         send_alerts(cfg, open_store(cfg.store), [alert], load_secret)
     except Exception as e:  # the config itself may be what failed: say so on the console at least

@@ -109,3 +109,9 @@ def test_tier_digest_states_the_money_saved() -> None:
     a = sample("tier_applied")
     assert "4 checkpoints moved (48.0 GB)" in a.summary
     assert "$12.50/month" in a.summary
+
+
+def test_a_failed_restore_names_its_run_and_step_never_all_runs() -> None:
+    a = alerts.flow_failed("restore", "Failed", "RestoreError: 1 of 3 files failed", run="llama", step=300)
+    assert (a.run, a.step) == ("llama", 300)
+    assert "llama step 300" in a.summary and "(all runs)" not in a.text()
