@@ -22,6 +22,8 @@ MANIFEST_NAME = "_MANIFEST.json"
 VALIDATION_NAME = "_VALIDATION.json"
 SCHEMA = "ckptvault.manifest/1"
 STEP_WIDTH = 10
+CODEC_NONE = "none"
+KNOWN_CODECS = (CODEC_NONE, "shuffle-zstd")  # ckptvault.codec's; repeated so this module stays light
 
 
 class ManifestError(CkptvaultError, ValueError):
@@ -87,6 +89,19 @@ def fingerprint(files: Iterable[tuple[str, int, float]]) -> str:
     return h.hexdigest()[:32]
 
 
+def _codec_fields(f: dict[str, Any], origin: str) -> dict[str, Any]:
+    codec = str(f.get("codec", CODEC_NONE))
+    if codec not in KNOWN_CODECS:
+        raise ManifestError(
+            f"{origin}: {f.get('path')!r} is stored with codec {codec!r}, which this version cannot decode "
+            "(written by a newer ckptvault? upgrade it)"
+        )
+    if codec == CODEC_NONE:
+        return {}
+    frames = tuple((int(a), int(b), int(c), str(e)) for a, b, c, e in f["frames"])
+    return {"codec": codec, "typesize": int(f["typesize"]), "stored_size": int(f["stored_size"]), "frames": frames}
+
+
 @dataclass(frozen=True)
 class FileEntry:
     path: str  # relative, '/'-separated
@@ -95,6 +110,29 @@ class FileEntry:
     crc32c: str  # base64 of the big-endian CRC32C, as S3's x-amz-checksum-crc32c
     sha256: str | None = None
     mode: int | None = None  # permission bits (st_mode & 0o7777); absent in older manifests
+    # How the object stores the file (docs/FORMAT.md, "Compressed files"). `size` and `crc32c` above
+    # stay the original file's whatever the codec. Absent in the JSON when `none`, so a manifest of an
+    # uncompressed checkpoint is byte for byte what versions before codecs wrote.
+    codec: str = CODEC_NONE
+    typesize: int | None = None
+    stored_size: int | None = None
+    # [stored offset, stored length, original length, crc32c of the original bytes] per frame; plain
+    # tuples, not ckptvault.codec.Frame, so reading a manifest never imports the compression library
+    frames: tuple[tuple[int, int, int, str], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if self.codec == CODEC_NONE:
+            for k in ("codec", "typesize", "stored_size", "frames"):
+                d.pop(k)
+        else:
+            d["frames"] = [list(f) for f in self.frames]
+        return d
+
+    @property
+    def stored_bytes(self) -> int:
+        """What the object occupies in the store (the original size when it is stored as it is)."""
+        return self.size if self.codec == CODEC_NONE or self.stored_size is None else self.stored_size
 
 
 @dataclass(frozen=True)
@@ -124,7 +162,7 @@ class Manifest:
     def to_json(self) -> bytes:
         d: dict[str, Any] = asdict(self)
         d["total_bytes"] = self.total_bytes
-        d["files"] = [asdict(f) for f in self.files]
+        d["files"] = [f.to_dict() for f in self.files]
         return json.dumps(d, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -144,6 +182,7 @@ class Manifest:
                     crc32c=str(f["crc32c"]),
                     sha256=f.get("sha256"),
                     mode=int(f["mode"]) if f.get("mode") is not None else None,
+                    **_codec_fields(f, origin),
                 )
                 for f in d["files"]
             )
