@@ -23,7 +23,14 @@ from ckptvault.progress import ProgressBar
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore
 from flows.hooks import HOOKS
-from tasks.common import load_config_task, load_manifest_task, open_store_task, publish_markdown_task, record_task
+from tasks.common import (
+    compact_catalog_task,
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
 from tasks.futures import settle
 from tasks.ingest import (
     commit_manifest_task,
@@ -207,6 +214,9 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
         + [alerts.ingest_failed(o.run, o.step, o.message, 1 + RETRIES, url) for o in outcomes if o.result == "failed"]
         + _restart_alerts(restarts, known_before, url),
     )
+    # after the alerts, which must not wait on it: this pass's events into its runs' snapshots, so the
+    # next read of a run is one snapshot and a few files; time boxed
+    compact_catalog_task(catalog, time.time(), [s.run for s in cfg.sources])
     if not all(o.ok for o in outcomes):
         raise IngestIncomplete(outcomes)
     return outcomes

@@ -24,6 +24,7 @@ from ckptvault.policy import Action, milestones
 from ckptvault.tiering import EvictionCheck, Observation, Scheduled, lifecycle_rules, tier_rule
 from flows.hooks import HOOKS
 from tasks.common import (
+    compact_catalog_task,
     current_states_task,
     load_config_task,
     load_manifest_task,
@@ -33,7 +34,6 @@ from tasks.common import (
 )
 from tasks.notify import flow_run_url, notify_task
 from tasks.tier import (
-    compact_catalog_task,
     evict_local_task,
     expire_task,
     install_lifecycle_task,
@@ -123,8 +123,9 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     report["observed"] = [observed_record(o) for o in observed]
     applied = render_applied(skipped, scheduled, observed)
     publish_markdown_task("tier-applied", applied, "what the apply did, left to the bucket lifecycle, or skipped")
-    # one file per flow run adds up; the daily tier run folds yesterday's into one
-    report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time() - 86400)
+    # one file per event recorded adds up: merge every partition's and refresh its snapshot, time boxed
+    # (a dry run writes nothing, compaction included)
+    report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time())
     digest = applied_by_run(plan, states, tier_of, done)
     url = flow_run_url()
     sent = [

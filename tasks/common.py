@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from prefect.artifacts import create_markdown_artifact
 
 from ckptvault import restore as restore_lib
-from ckptvault.catalog import Catalog, CheckpointState, Event
+from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
 from ckptvault.config import Config, load_config
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore, open_store
@@ -34,6 +34,11 @@ def record_task(catalog: Catalog, events: Sequence[Event]) -> str | None:
 @io_task("catalog-current")
 def current_states_task(catalog: Catalog, run: str | None = None) -> list[CheckpointState]:
     return catalog.current(run)
+
+
+@io_task("compact-catalog")
+def compact_catalog_task(catalog: Catalog, older_than: float, runs: Sequence[str] | None = None) -> int:
+    return catalog.compact(older_than, runs=runs, max_seconds=COMPACT_SECONDS)
 
 
 @io_task("load-manifest")

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptvault import policy, tiering
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
 from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
@@ -50,11 +50,6 @@ def expire_task(store: ObjectStore, prefix: str, run: str, step: int, save: int 
 @io_task("evict-local", task_run_name="evict-{manifest.run}-{manifest.step}-{manifest.save}")
 def evict_local_task(store: ObjectStore, prefix: str, manifest: Manifest) -> tiering.Eviction:
     return tiering.evict_local(store, prefix, manifest)
-
-
-@io_task("compact-catalog")
-def compact_catalog_task(catalog: Catalog, older_than: float) -> int:
-    return catalog.compact(older_than)
 
 
 @io_task("install-lifecycle")
