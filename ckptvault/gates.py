@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast, get_args
 
+from ckptvault.formats import counts_for_shape
+
 if TYPE_CHECKING:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import ValidationRules
@@ -38,7 +40,7 @@ LOSS_JUMP = "loss_jump"
 INTERVAL = "interval"
 RULES = (SIZE_BAND, SHAPE, MISSING_RANK, STEP_ORDER, LOSS_FINITE, LOSS_JUMP, INTERVAL)
 
-LOSS_KEYS = ("loss", "eval_loss")  # as hf.read_metrics reports them from trainer_state.json
+LOSS_KEYS = ("loss", "eval_loss")  # as formats.read_metrics reports them (HF trainer_state.json, Orbax metrics)
 
 
 # --- inputs -------------------------------------------------------------------------------------
@@ -54,6 +56,7 @@ class Candidate:
     files: tuple[tuple[str, int], ...]  # (relative path, size)
     created_at: float
     metrics: dict[str, float]
+    format: str = ""  # the layout name: which files count for the shape gate (formats.counts_for_shape)
 
     @classmethod
     def from_found(cls, found: Found, metrics: dict[str, float]) -> Candidate:
@@ -64,7 +67,14 @@ class Candidate:
             files=tuple((f.rel, f.size) for f in found.files),
             created_at=found.newest_mtime,
             metrics=dict(metrics),
+            format=found.format,
         )
+
+    @property
+    def shape_files(self) -> tuple[tuple[str, int], ...]:
+        """The files the shape gate counts and compares (all but those whose number the format says
+        changes between healthy saves)."""
+        return tuple((p, s) for p, s in self.files if counts_for_shape(self.format, p))
 
 
 # --- shard / rank analysis ----------------------------------------------------------------------
@@ -196,6 +206,7 @@ class GatePlan:
     size_min: float | None
     size_max: float | None
     previous_step: int | None
+    current_files: int  # the candidate's files that count for the shape gate (Candidate.shape_files)
     previous_files: int | None
     # previous_files less the previous shards now missing: those are missing_rank's to report, and
     # counting them again here would warn twice about one dead rank.
@@ -229,8 +240,13 @@ def plan_gates(
     size_min = size_median * (1 - rules.size_band) if size_median is not None else None
     size_max = size_median * (1 + rules.size_band) if size_median is not None else None
 
-    prev_files = [(f.path, f.size) for f in previous.files] if previous is not None else None
-    shards = tuple(shard_table(candidate.files, prev_files))
+    prev_files = (
+        [(f.path, f.size) for f in previous.files if counts_for_shape(previous.format, f.path)]
+        if previous is not None
+        else None
+    )
+    current = candidate.shape_files
+    shards = tuple(shard_table(current, prev_files))
 
     # "Uploaded" includes checkpoints since expired: a step that went backwards is a restart even if
     # the checkpoint it went back from is gone.
@@ -263,10 +279,11 @@ def plan_gates(
         size_min=size_min,
         size_max=size_max,
         previous_step=previous.step if previous is not None else None,
-        previous_files=len(previous.files) if previous is not None else None,
+        current_files=len(current),
+        previous_files=len(prev_files) if prev_files is not None else None,
         expected_files=(
-            len(previous.files) - sum(1 for r in shards if r.in_previous and not r.in_current)
-            if previous is not None
+            len(prev_files) - sum(1 for r in shards if r.in_previous and not r.in_current)
+            if prev_files is not None
             else None
         ),
         shards=shards,
@@ -488,7 +505,10 @@ def _shape(plan: GatePlan, shape: Outcome, missing: Outcome, who: str) -> list[R
         )
 
     # file count and per-shard size pattern
-    s_obs = f"{len(c.files)} files, {n_cur} shards"
+    left_out = len(c.files) - plan.current_files
+    s_obs = f"{plan.current_files} files, {n_cur} shards" + (
+        f" ({left_out} {c.format} chunk files not counted: their number changes from save to save)" if left_out else ""
+    )
     if plan.previous_step is None or plan.expected_files is None:
         s_res = RuleResult(
             SHAPE, "note", s_obs, "same file count and shard sizes as the previous verified checkpoint",
@@ -500,7 +520,7 @@ def _shape(plan: GatePlan, shape: Outcome, missing: Outcome, who: str) -> list[R
     if gone:
         count_thr = f"{plan.expected_files} files ({count_thr}, less {gone} missing shard(s))"
     s_thr = f"{count_thr}; each shard size within {tol}"
-    count_changed = len(c.files) != plan.expected_files
+    count_changed = plan.current_files != plan.expected_files
     if shape.ok:
         return [
             RuleResult(SHAPE, "pass", s_obs, s_thr, f"{who}: same file and shard layout as step {plan.previous_step}"),
@@ -508,7 +528,7 @@ def _shape(plan: GatePlan, shape: Outcome, missing: Outcome, who: str) -> list[R
         ]
     parts = []
     if count_changed:
-        parts.append(f"file count {len(c.files)} differs from {count_thr}")
+        parts.append(f"file count {plan.current_files} differs from {count_thr}")
     changed = list(shape.failed_items)
     if changed:
         parts.append(f"shards changed against step {plan.previous_step} (new, or size beyond {tol}): {_list(changed)}")
@@ -546,7 +566,10 @@ def _loss(plan: GatePlan, finite: Outcome, jump: Outcome, who: str) -> list[Rule
     rules = plan.rules
     if not plan.losses:
         none = f"no {' or '.join(LOSS_KEYS)} recorded"
-        msg = f"{who}: no loss in the checkpoint's metrics (trainer_state.json absent or without loss); not checked"
+        msg = (
+            f"{who}: no loss in the checkpoint's metrics (HF trainer_state.json or Orbax metrics absent or "
+            "without loss; other formats keep it inside pickles, which are not read); not checked"
+        )
         return [
             RuleResult(LOSS_FINITE, "note", none, "finite", msg),
             RuleResult(LOSS_JUMP, "note", none, f"<= {rules.loss_jump_factor:g} x median of recent losses", msg),

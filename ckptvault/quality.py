@@ -196,7 +196,7 @@ def _frames(plan: GatePlan) -> tuple[Any, Any, Any, dict[str, float]]:
     candidate = pd.DataFrame(
         {
             "total_bytes": [opt(c.total_bytes) if plan.size_median is not None else None],
-            "file_count": [opt(len(c.files)) if plan.expected_files is not None else None],
+            "file_count": [opt(plan.current_files) if plan.expected_files is not None else None],
             "step": [opt(c.step) if plan.last_uploaded_step is not None else None],
             "gap_seconds": [plan.gap_seconds if plan.gap_limit is not None else None],
         },

@@ -17,6 +17,7 @@ __all__ = [
     "Candidate",
     "FormatError",
     "Layout",
+    "counts_for_shape",
     "detect_layout",
     "get_layout",
     "is_temp_name",
@@ -41,11 +42,11 @@ LAYOUTS: dict[str, Layout] = {
 # What `detect_layout` looks for, phrased for the error message.
 _SIGNS = {
     "hf": "checkpoint-<N>/",
-    "dcp": "step-<N>/ with *.distcp",
+    "dcp": "step-<N>/ with *.distcp, also under checkpoint/",
     "megatron": "iter_<NNNNNNN>/ or latest_checkpointed_iteration.txt",
     "deepspeed": "global_step<N>/",
     "orbax": "<N>/ with _CHECKPOINT_METADATA",
-    "lightning": "*step=<S>*.ckpt",
+    "lightning": "*step=<S>*.ckpt, also under checkpoints/ and <logger>/version_<N>/checkpoints/",
     "nemo": "*step=<S>*/ with weights/ and context/",
 }
 
@@ -81,7 +82,27 @@ def detect_layout(root: Path) -> Layout:
 
 
 def read_metrics(fmt: str, path: Path) -> dict[str, float]:
-    """Training metrics recorded inside a checkpoint (only HF records them); {} otherwise."""
+    """Training metrics a checkpoint records where they are cheap to read without executing anything;
+    {} otherwise. What is read, per format:
+
+    - hf: `trainer_state.json` (the last value of every numeric key of `log_history`, `global_step`).
+    - orbax: the metrics given to `CheckpointManager.save(..., metrics=...)` (`metrics/metrics` and
+      `_CHECKPOINT_METADATA`), e.g. `loss`.
+    - lightning, deepspeed, dcp (torchtitan), megatron, nemo: none. Their step and loss live inside
+      pickles (Lightning's `callbacks`/ModelCheckpoint `current_score` and `loops`, DeepSpeed's client
+      state, torchtitan's `train_state` as a torch.save blob in a `.distcp`), which ingest does not
+      unpickle; the loss gates note that no loss was recorded.
+    """
     if fmt == "hf":
         return hf.read_metrics(path)
+    if fmt == "orbax":
+        return orbax.read_metrics(path)
     return {}
+
+
+def counts_for_shape(fmt: str, rel: str) -> bool:
+    """Whether file `rel` of a `fmt` checkpoint counts for the shape gate (file count, shard sizes): a
+    file whose number changes from one healthy save to the next does not (Orbax's OCDBT chunk files)."""
+    if fmt == "orbax":
+        return orbax.counts_for_shape(rel)
+    return True

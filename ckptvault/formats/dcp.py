@@ -1,7 +1,14 @@
 """PyTorch Distributed Checkpoint (DCP, torchtitan): a directory of `__<rank>_<n>.distcp` files.
 
-The coordinator writes `.metadata.tmp` and renames it to `.metadata` after every rank finished, so
-`.metadata` is the commit marker.
+The commit rule is torch's: `torch/distributed/checkpoint/filesystem.py`, `FileSystemWriter.finish`
+(torch 2.13), runs on the coordinator after every rank's `write_data` has returned its results (the
+gather in `state_dict_saver._save_state_dict`), writes `.metadata.tmp` and renames it to `.metadata`.
+So `.metadata` is the commit marker: a step directory without it holds shards that cannot load.
+
+Where: the run root itself (`dcp.save(..., checkpoint_id=<root>/step-<N>)`), or torchtitan's default,
+`<job.dump_folder>/<checkpoint.folder>/step-<N>` with `folder = "checkpoint"` (torchtitan
+docs/checkpoint.md, `CheckpointManager` in torchtitan/components/checkpoint.py): a source may point at
+the dump folder, and its `checkpoint/` is searched too.
 """
 
 from __future__ import annotations
@@ -15,6 +22,12 @@ from ckptvault.formats.base import Candidate
 NAME = re.compile(r"^(?:step[-_])?(\d+)$")
 METADATA = ".metadata"
 SUFFIX = ".distcp"
+TORCHTITAN_FOLDER = "checkpoint"
+
+
+def _roots(root: Path) -> list[Path]:
+    sub = root / TORCHTITAN_FOLDER
+    return [root, sub] if sub.is_dir() else [root]
 
 
 def judge_dcp_dir(path: Path) -> tuple[bool, str]:
@@ -31,13 +44,17 @@ class DCPLayout:
     name = "dcp"
 
     def candidates(self, root: Path) -> list[Candidate]:
-        return _fs.step_dirs(self.name, root, NAME, lambda e, _step: judge_dcp_dir(Path(e.path)))
+        out = []
+        for r in _roots(root):
+            out += _fs.step_dirs(self.name, r, NAME, lambda e, _step: judge_dcp_dir(Path(e.path)))
+        return sorted(out, key=lambda c: (c.step, c.path.name))
 
     def matches(self, root: Path) -> bool:
-        for e in _fs.entries(root):
-            named = NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e)
-            if named and _fs.has_suffix_in(Path(e.path), SUFFIX):
-                return True
+        for r in _roots(root):
+            for e in _fs.entries(r):
+                named = NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e)
+                if named and _fs.has_suffix_in(Path(e.path), SUFFIX):
+                    return True
         return False
 
     def pointer_file(self, step: int, ckpt_name: str) -> tuple[str, str] | None:

@@ -1,15 +1,33 @@
 """PyTorch Lightning: `*.ckpt` files with `step=S` in the name (`epoch=E-step=S.ckpt`); the candidate
 path is the file itself.
 
+Where `ModelCheckpoint` saves (lightning/pytorch/callbacks/model_checkpoint.py,
+`ModelCheckpoint.__resolve_ckpt_dir`, Lightning 2.6): its `dirpath` if given (point the source at it);
+else `<logger save_dir>/<logger name>/<version>/checkpoints`, with the default logger
+`<default_root_dir>/lightning_logs/version_<N>/checkpoints`; with no logger
+`<default_root_dir>/checkpoints`. A source may point at any of these or at `default_root_dir`: its
+`checkpoints/` and every `*/*/checkpoints/` are searched. When a restarted job (a new `version_<N>`)
+saves a step again, the newest version's file is the one taken.
+
 `last.ckpt` (and `last-v1.ckpt`, ...) and any `.ckpt` without a `step=` are skipped: they are copies
 or aliases of a stepped checkpoint (ModelCheckpoint's `save_last`), so archiving them would store the
-same bytes twice under no step. Lightning has no commit marker: a file is complete once it stops
-changing, which discovery judges with `settle_seconds`; `*.ckpt.tmp` files are still being written.
+same bytes twice under no step.
+
+The commit rule is what Lightning writes. `_atomic_save` (lightning/fabric/utilities/cloud_io.py)
+serialises the whole checkpoint into memory with `torch.save`, then, inside an fsspec transaction,
+writes it to a temporary file (`tempfile.mkstemp()`, in TMPDIR) and `shutil.move`s it to the final
+name at commit. On one file system that is a rename and the final name appears complete; when TMPDIR
+is on another file system (a node-local /tmp, checkpoints on Lustre) `shutil.move` copies, and the
+final name grows while it is written. There is no marker, so a file counts as complete when it is a
+readable zip: its end-of-central-directory record, which torch.save writes last, is there and reads
+(a partial copy, or one killed mid-write, has none). Then discovery's `settle_seconds` must pass with
+nothing changed. `*.ckpt.tmp` names are never complete.
 """
 
 from __future__ import annotations
 
 import re
+import zipfile
 from pathlib import Path
 
 from ckptvault.formats import _fs
@@ -17,6 +35,8 @@ from ckptvault.formats.base import Candidate
 
 STEP = re.compile(r"(?:^|[-_ ])step=(\d+)")
 SUFFIX = ".ckpt"
+CHECKPOINTS = "checkpoints"
+_VERSION = re.compile(r"(\d+)$")
 
 
 def _step(name: str) -> int | None:
@@ -27,23 +47,60 @@ def _step(name: str) -> int | None:
     return int(m[1]) if m else None
 
 
+def _version(path: Path) -> int:
+    m = _VERSION.search(path.parent.name) if path.name == CHECKPOINTS else None
+    return int(m[1]) if m else -1
+
+
+def checkpoint_dirs(root: Path) -> list[Path]:
+    """The directories ModelCheckpoint writes into under `root`, oldest logger version first."""
+    found = [root]
+    if (root / CHECKPOINTS).is_dir():
+        found.append(root / CHECKPOINTS)
+    nested = []
+    for logger in _fs.entries(root):
+        if not _fs.is_dir(logger) or logger.name == CHECKPOINTS:
+            continue
+        for version in _fs.entries(Path(logger.path)):
+            d = Path(version.path) / CHECKPOINTS
+            if _fs.is_dir(version) and d.is_dir():
+                nested.append(d)
+    return found + sorted(nested, key=lambda d: (_version(d), str(d)))
+
+
+def _judge(path: Path) -> tuple[bool, str]:
+    try:
+        with zipfile.ZipFile(path):  # reads the end record and the central directory only
+            return True, ""
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        return False, (
+            f"not a readable zip yet ({e}): Lightning is still writing it (a copy across file systems "
+            "grows under its final name), or the save was cut short"
+        )
+
+
 class LightningLayout:
     name = "lightning"
 
     def candidates(self, root: Path) -> list[Candidate]:
-        out = []
-        for e in _fs.entries(root):
-            step = _step(e.name)
-            if step is None:
-                continue
-            if _fs.is_temp_name(e.name):
-                out.append(Candidate(self.name, step, Path(e.path), False, _fs.TEMP_REASON))
-            else:
-                out.append(Candidate(self.name, step, Path(e.path), True))
-        return sorted(out, key=lambda c: (c.step, c.path.name))
+        out: list[tuple[int, int, Candidate]] = []
+        for order, d in enumerate(checkpoint_dirs(root)):
+            for e in _fs.entries(d):
+                step = _step(e.name)
+                if step is None:
+                    continue
+                path = Path(e.path)
+                if _fs.is_temp_name(e.name):
+                    c = Candidate(self.name, step, path, False, _fs.TEMP_REASON)
+                else:
+                    complete, reason = _judge(path)
+                    c = Candidate(self.name, step, path, complete, reason)
+                out.append((step, -order, c))
+        # per step, the newest logger version first: discovery takes the first of equal names
+        return [c for _, _, c in sorted(out, key=lambda t: (t[0], t[2].path.name, t[1]))]
 
     def matches(self, root: Path) -> bool:
-        return any(_step(e.name) is not None for e in _fs.entries(root))
+        return any(_step(e.name) is not None for d in checkpoint_dirs(root) for e in _fs.entries(d))
 
     def pointer_file(self, step: int, ckpt_name: str) -> tuple[str, str] | None:
         return None

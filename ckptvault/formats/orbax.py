@@ -1,12 +1,25 @@
-"""Orbax (JAX): `<N>/` or `<prefix>_<N>/` step directories holding `_CHECKPOINT_METADATA`.
+"""Orbax (JAX): `<N>/` or `<prefix>_<N>/` step directories holding `_CHECKPOINT_METADATA`, as
+`orbax.checkpoint.CheckpointManager` writes them (one subdirectory per item: `default/`, or the
+item names, and `metrics/` when the manager tracks a best metric).
 
-Orbax writes into `<name>.orbax-checkpoint-tmp-<ts>` and renames when done; on file systems without
-atomic rename (GCS) it writes `commit_success.txt` last instead. If any step of the run carries that
-file, the run uses the protocol and every step must have it.
+The commit rule is Orbax's (orbax/checkpoint/_src/path/atomicity.py and temporary_paths.py,
+`is_path_finalized`, orbax-checkpoint 0.12): a save is written into `<name>.orbax-checkpoint-tmp`
+(`AtomicRenameTemporaryPath`, the default on a POSIX file system) and its `finalize` records
+`commit_timestamp_nsecs` in `_CHECKPOINT_METADATA`, writes `commit_success.txt` and renames the
+directory to its final name; `CommitFileTemporaryPath` (GCS, GCSFuse, or chosen in
+`CheckpointManagerOptions.temporary_path_class`) writes in place under the final name and
+`commit_success.txt` is its commit. So:
+
+- a temporary name is never complete;
+- `commit_success.txt` present: complete (both modes write it last);
+- without it: in progress if another step of the run has one (this run's Orbax writes it), or if
+  `_CHECKPOINT_METADATA` says `commit_timestamp_nsecs: null` (finalize has not run); otherwise a
+  final name with `_CHECKPOINT_METADATA` is an older Orbax's rename commit, complete.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -17,6 +30,48 @@ NAME = re.compile(r"^(?:.*?_)?(\d+)$")
 METADATA = "_CHECKPOINT_METADATA"
 COMMIT = "commit_success.txt"
 TMP_MARK = ".orbax-checkpoint-tmp"
+# Content-addressed chunk files of the OCDBT key-value store (`<item>/d/<hex>`,
+# `<item>/ocdbt.process_<P>/d/<hex>`): how many there are changes from save to save (B-tree nodes and
+# data files are written as needed), so the shape gate does not count them.
+CHUNK = re.compile(r"(?:^|/)d/[0-9a-f]{16,}$")
+
+
+def _not_finalized(path: Path) -> bool:
+    """_CHECKPOINT_METADATA says the save's finalize has not run (commit_timestamp_nsecs null)."""
+    try:
+        doc = json.loads((path / METADATA).read_bytes()[: 1 << 20])
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "commit_timestamp_nsecs" in doc and doc["commit_timestamp_nsecs"] is None
+
+
+METRICS_ITEM = "metrics"  # CheckpointManager's METRIC_ITEM_NAME: `<step>/metrics/metrics`, JSON
+
+
+def _numbers(doc: object) -> dict[str, float]:
+    if not isinstance(doc, dict):
+        return {}
+    return {
+        str(k): float(v) for k, v in doc.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def read_metrics(ckpt_dir: Path) -> dict[str, float]:
+    """The metrics `CheckpointManager.save(step, ..., metrics=...)` recorded: the `metrics` item
+    (`<step>/metrics/metrics`, JSON, written when the manager tracks a best metric, `best_fn`) and
+    the `metrics` of `_CHECKPOINT_METADATA` (StepMetadata); numeric values only. Empty if none."""
+    out: dict[str, float] = {}
+    for path, pick in ((ckpt_dir / METADATA, METRICS_ITEM), (ckpt_dir / METRICS_ITEM / METRICS_ITEM, None)):
+        try:
+            doc = json.loads(path.read_bytes()[: 1 << 20])
+        except (OSError, ValueError):
+            continue
+        out.update(_numbers(doc.get(pick) if pick is not None and isinstance(doc, dict) else doc))
+    return out
+
+
+def counts_for_shape(rel: str) -> bool:
+    return CHUNK.search(rel) is None
 
 
 class OrbaxLayout:
@@ -37,8 +92,13 @@ class OrbaxLayout:
                 out.append(Candidate(self.name, step, path, False, _fs.TEMP_REASON))
             elif METADATA not in contents:
                 out.append(Candidate(self.name, step, path, False, f"no {METADATA} yet"))
-            elif uses_commit and COMMIT not in contents:
-                reason = f"no {COMMIT} yet (other steps of this run have one)"
+            elif COMMIT in contents:
+                out.append(Candidate(self.name, step, path, True))
+            elif uses_commit:
+                reason = f"no {COMMIT} yet (other steps of this run have one: Orbax writes it last)"
+                out.append(Candidate(self.name, step, path, False, reason))
+            elif _not_finalized(path):
+                reason = f"{METADATA} has commit_timestamp_nsecs null: Orbax has not finalized this save"
                 out.append(Candidate(self.name, step, path, False, reason))
             else:
                 out.append(Candidate(self.name, step, path, True))

@@ -7,6 +7,7 @@ a checkpoint every 500 steps, ~40 min apart) and are shared with test_quality.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -351,4 +352,37 @@ def test_candidate_from_found(tmp_path: Path) -> None:
     files = (LocalFile("__0_0.distcp", tmp_path / "__0_0.distcp", 100, 10.0), LocalFile(".metadata", tmp_path, 5, 12.0))
     found = Found(RUN, LayoutCandidate("dcp", 300, tmp_path, True), files, True, "", 12.5)
     c = Candidate.from_found(found, {"loss": 2.0})
-    assert c == Candidate(RUN, 300, 105, (("__0_0.distcp", 100), (".metadata", 5)), 12.5, {"loss": 2.0})
+    assert c == Candidate(RUN, 300, 105, (("__0_0.distcp", 100), (".metadata", 5)), 12.5, {"loss": 2.0}, "dcp")
+
+
+def _orbax_files(chunks: int, base: int) -> Files:
+    fixed = [("_CHECKPOINT_METADATA", 366), ("commit_success.txt", 52), ("default/_METADATA", 1995),
+             ("default/_sharding", 721), ("default/array_metadatas/process_0", 961),
+             ("default/commit_success.txt", 77), ("default/manifest.ocdbt", 115),
+             ("default/ocdbt.process_0/manifest.ocdbt", 310)]  # fmt: skip
+    blobs = [(f"default/ocdbt.process_0/d/{base + i:032x}", 70_000 if i == 0 else 300) for i in range(chunks)]
+    return tuple(fixed + blobs)
+
+
+def test_orbax_chunk_files_coming_and_going_is_a_healthy_shape() -> None:
+    """Orbax's OCDBT writes as many content-addressed chunk files (`d/<hex>`) as it needs, so a healthy
+    run has 14, 17, 16, 16 files: the shape gate compares the rest (evaluated by Great Expectations)."""
+    from ckptvault.quality import validate_candidate
+
+    rules = ValidationRules(isolate=False)
+    prev_files = _orbax_files(6, 0)
+    previous = dataclasses.replace(manifest(100, prev_files, T0), format="orbax")
+    history = [state(100, prev_files, T0)]
+    for chunks in (4, 9):
+        files = _orbax_files(chunks, 1000)
+        c = Candidate(RUN, 200, sum(s for _, s in files), files, T0 + 60, {}, "orbax")
+        plan = plan_gates(c, history, previous, rules)
+        assert (plan.current_files, plan.expected_files, plan.previous_files) == (8, 8, 8)
+        shape = next(r for r in validate_candidate(c, history, previous, rules).results if r.rule == SHAPE)
+        assert shape.verdict == "pass", shape
+        assert f"({chunks} orbax chunk files not counted" in shape.observed
+    # a file that does count (an item's metadata) going missing still changes the shape
+    files = tuple(f for f in _orbax_files(6, 0) if f[0] != "default/_sharding")
+    c = Candidate(RUN, 200, sum(s for _, s in files), files, T0 + 60, {}, "orbax")
+    shape = next(r for r in validate_candidate(c, history, previous, rules).results if r.rule == SHAPE)
+    assert shape.verdict == "warn" and "file count 7 differs" in shape.message, shape
