@@ -1,0 +1,551 @@
+"""Tiny models trained for a few steps by each real framework, saving with its own checkpoint API into
+its default directory layout; and the same frameworks resuming from a checkpoint directory.
+
+Run as a child process, one framework per process (`python -m tests.frameworks.writers CMD ...`), so
+no framework's global state (DeepSpeed's process group, JAX's devices, Lightning's seeding) leaks into
+the test process or into another framework. Models are a few MB, randomly initialised from a fixed
+seed, configured here (no network: HF_HUB_OFFLINE=1), and trained on CPU with deterministic data.
+
+Commands (each prints one JSON line on stdout):
+  train FW ROOT [--steps N] [--every K] [--kill-at-last] [--resume-step S]
+      FW is hf | hf-sharded | lightning | dcp | orbax | deepspeed. ROOT is what a user points
+      [[sources]].path at: HF output_dir, Lightning default_root_dir, torchtitan's dump folder
+      (checkpoints in ROOT/checkpoint/step-N), Orbax's CheckpointManager directory, DeepSpeed's save_dir.
+      --kill-at-last kills the process inside the framework's own save of the last checkpoint, at the
+      point KILL_POINTS names, leaving the framework's in-progress state on disk. --resume-step S
+      resumes from step S's checkpoint in ROOT first (the framework's own resume), as a restarted job.
+  resume FW CKPT OUT [--steps N]
+      the framework loads CKPT (HF checkpoint-N dir, Lightning .ckpt, DCP step-N dir, Orbax root,
+      DeepSpeed root through `latest`), trains on to N steps, and writes OUT/loaded.pt (the state right
+      after loading: model and optimizer tensors, flat) and OUT/final.pt (after training on), as plain
+      tensors that torch.load(weights_only=True) reads; prints the step it resumed at and ended at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("WANDB_DISABLED", "true")
+
+SEED = 1234
+BATCH = 8
+IN, HIDDEN, OUT = 64, 512, 16  # the MLP of Lightning, DCP, DeepSpeed and Orbax: ~0.6 MB of weights
+
+# Where --kill-at stops a save (the framework function the kill replaces, run at that moment):
+KILL_POINTS = {
+    "hf": "before trainer_state.json (transformers.trainer_callback.TrainerState.save_to_json)",
+    "dcp": "before .metadata (torch.distributed.checkpoint.filesystem.FileSystemWriter.finish)",
+    "orbax": "before the commit (orbax ... atomicity.AtomicRenameTemporaryPath.finalize)",
+    "lightning": "mid-copy of the .ckpt to its final name (shutil.move across file systems, _atomic_save)",
+}
+
+
+def _kill_self() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _flat(prefix: str, obj: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """Every tensor (or number) in a nested state, keyed by its path: what two states are compared by."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = obj.detach().cpu().clone()
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            _flat(f"{prefix}.{i}", v, out)
+    elif isinstance(obj, bool | int | float):
+        out[prefix] = torch.tensor(obj)
+    return out
+
+
+def _save(path: Path, state: dict[str, Any]) -> None:
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)
+
+
+def _mlp() -> Any:
+    import torch
+
+    torch.manual_seed(SEED)
+    return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
+
+
+def _batch(step: int) -> tuple[Any, Any]:
+    """The batch of 1-based training step `step`: the same whichever process trains it."""
+    import torch
+
+    g = torch.Generator().manual_seed(SEED + step)
+    return torch.randn(BATCH, IN, generator=g), torch.randn(BATCH, OUT, generator=g)
+
+
+# --- Hugging Face Trainer ------------------------------------------------------------------------------
+
+
+def _hf_parts(root: Path, steps: int, every: int, sharded: bool) -> tuple[Any, Any, Any]:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    class Tokens(torch.utils.data.Dataset[dict[str, Any]]):
+        def __len__(self) -> int:
+            return 1024
+
+        def __getitem__(self, i: int) -> dict[str, Any]:
+            ids = torch.randint(0, 1000, (32,), generator=torch.Generator().manual_seed(SEED + i))
+            return {"input_ids": ids, "labels": ids}
+
+    class ShardedTrainer(Trainer):
+        """The Trainer's own save, with the model written as several shards (save_pretrained's
+        max_shard_size) and its index: what a model too large for one file looks like."""
+
+        def _save(self, output_dir: str | None = None, state_dict: Any = None) -> None:
+            assert output_dir is not None
+            self.model.save_pretrained(output_dir, max_shard_size="400KB")
+            torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+
+    torch.manual_seed(SEED)
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=64)
+    model = GPT2LMHeadModel(config)
+    args = TrainingArguments(
+        output_dir=str(root), max_steps=steps, save_steps=every, save_strategy="steps", logging_steps=1,
+        per_device_train_batch_size=4, learning_rate=1e-3, report_to=[], use_cpu=True, seed=SEED,
+        data_seed=SEED, dataloader_num_workers=0, save_total_limit=None, disable_tqdm=True,
+    )  # fmt: skip
+    cls = ShardedTrainer if sharded else Trainer
+    return cls, model, (args, Tokens())
+
+
+def hf_train(
+    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None, sharded: bool = False
+) -> dict[str, Any]:
+    cls, model, (args, data) = _hf_parts(root, steps, every, sharded)
+    if kill_at_last:
+        from transformers.trainer_callback import TrainerState
+
+        real = TrainerState.save_to_json
+
+        def save_to_json(self: Any, json_path: str) -> None:
+            if self.global_step >= steps:
+                _kill_self()
+            real(self, json_path)
+
+        TrainerState.save_to_json = save_to_json  # type: ignore[method-assign]
+    trainer = cls(model=model, args=args, train_dataset=data)
+    trainer.train(resume_from_checkpoint=str(root / f"checkpoint-{resume_step}") if resume_step else None)
+    return {"steps": steps}
+
+
+def _hf_optimizer_state(trainer: Any) -> dict[str, Any]:
+    return _flat("optimizer", trainer.optimizer.state_dict(), {})
+
+
+def hf_resume(ckpt: Path, out: Path, steps: int) -> dict[str, Any]:
+    from transformers import TrainerCallback
+
+    cls, model, (args, data) = _hf_parts(out / "run", steps, 10**6, sharded=False)
+    seen: dict[str, Any] = {"first_step": None}
+
+    class Probe(TrainerCallback):
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            seen["resumed_at"] = state.global_step
+            loaded = _flat("model", kw["model"].state_dict(), {})
+            loaded.update(_hf_optimizer_state(trainer))
+            _save(out / "loaded.pt", loaded)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if seen["first_step"] is None:
+                seen["first_step"] = state.global_step
+
+    trainer = cls(model=model, args=args, train_dataset=data, callbacks=[Probe()])
+    trainer.train(resume_from_checkpoint=str(ckpt))
+    final = _flat("model", trainer.model.state_dict(), {})
+    final.update(_hf_optimizer_state(trainer))
+    _save(out / "final.pt", final)
+    return {"resumed_at": seen["resumed_at"], "first_step": seen["first_step"], "ended_at": trainer.state.global_step}
+
+
+# --- Lightning -----------------------------------------------------------------------------------------
+
+
+def _lightning_parts(steps: int, every: int) -> tuple[Any, Any, Any, Any]:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    class Steps(torch.utils.data.Dataset[tuple[Any, Any]]):
+        def __len__(self) -> int:
+            return 10**4
+
+        def __getitem__(self, i: int) -> tuple[Any, Any]:
+            x, y = _batch(i + 1)
+            return x[0], y[0]
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _mlp()
+
+        def training_step(self, batch: Any, i: int) -> Any:
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+    L.seed_everything(SEED, verbose=False)
+    checkpoint = ModelCheckpoint(every_n_train_steps=every, save_top_k=-1, save_last=True)
+    data = torch.utils.data.DataLoader(Steps(), batch_size=BATCH, shuffle=False)
+    return L, Module, checkpoint, data
+
+
+def _lightning_trainer(L: Any, root: Path, steps: int, callbacks: list[Any]) -> Any:
+    return L.Trainer(
+        default_root_dir=str(root), max_steps=steps, callbacks=callbacks, accelerator="cpu", devices=1,
+        enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1, deterministic=True,
+    )  # fmt: skip
+
+
+def lightning_train(
+    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None
+) -> dict[str, Any]:
+    L, Module, checkpoint, data = _lightning_parts(steps, every)
+    if kill_at_last:
+        # Lightning's _atomic_save writes into a temporary file and shutil.move()s it to the final name:
+        # a rename on one file system, a copy across two (the temporary file lives in TMPDIR). The test
+        # sets TMPDIR on another file system; here the copy of the last checkpoint is stopped half way,
+        # by the kernel (RLIMIT_FSIZE, SIGXFSZ), as a job killed mid-write would leave it.
+        import resource
+
+        final = f"step={steps}.ckpt"
+
+        def hook(event: str, args: tuple[Any, ...]) -> None:
+            if event == "shutil.copyfile" and str(args[1]).endswith(final):
+                half = os.path.getsize(args[0]) // 2
+                signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (half, half))
+
+        sys.addaudithook(hook)
+    trainer = _lightning_trainer(L, root, steps, [checkpoint])
+    ckpt = None
+    if resume_step:
+        ckpt = next(str(p) for p in sorted(root.rglob(f"*step={resume_step}.ckpt")))
+    trainer.fit(Module(), data, ckpt_path=ckpt)
+    return {"steps": steps}
+
+
+def lightning_resume(ckpt: Path, out: Path, steps: int) -> dict[str, Any]:
+    L, Module, _, data = _lightning_parts(steps, 10**6)
+    seen: dict[str, Any] = {"first_step": None}
+
+    class Probe(L.Callback):  # type: ignore[misc,name-defined]
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            seen["resumed_at"] = trainer.global_step
+            loaded = _flat("model", module.state_dict(), {})
+            loaded.update(_flat("optimizer", trainer.optimizers[0].state_dict(), {}))
+            _save(out / "loaded.pt", loaded)
+
+        def on_train_batch_end(self, trainer: Any, *a: Any) -> None:
+            if seen["first_step"] is None:
+                seen["first_step"] = trainer.global_step
+
+    trainer = _lightning_trainer(L, out / "run", steps, [Probe()])
+    module = Module()
+    trainer.fit(module, data, ckpt_path=str(ckpt))
+    final = _flat("model", module.state_dict(), {})
+    final.update(_flat("optimizer", trainer.optimizers[0].state_dict(), {}))
+    _save(out / "final.pt", final)
+    return {"resumed_at": seen["resumed_at"], "first_step": seen["first_step"], "ended_at": trainer.global_step}
+
+
+# --- torch DCP, as torchtitan saves it -----------------------------------------------------------------
+
+
+def _dcp_state(model: Any, opt: Any, step: int) -> dict[str, Any]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optimizer": osd, "train_state": {"step": step}}
+
+
+def _train_step(model: Any, opt: Any, step: int) -> float:
+    import torch
+
+    x, y = _batch(step)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return float(loss)
+
+
+def dcp_train(root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None) -> dict[str, Any]:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    model = _mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    folder = root / "checkpoint"  # torchtitan: {job.dump_folder}/{checkpoint.folder}/step-{N}
+    start = 1
+    if resume_step:  # as torchtitan resumes: dcp.load the step's state into the model and optimizer
+        state = _dcp_state(model, opt, 0)
+        dcp.load(state, checkpoint_id=str(folder / f"step-{resume_step}"))
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        start = resume_step + 1
+    for step in range(start, steps + 1):
+        _train_step(model, opt, step)
+        if step % every == 0:
+            if kill_at_last and step == steps:
+                FileSystemWriter.finish = lambda *a, **k: _kill_self()  # type: ignore[method-assign]
+            dcp.save(_dcp_state(model, opt, step), checkpoint_id=str(folder / f"step-{step}"))
+    return {"steps": steps}
+
+
+def dcp_resume(ckpt: Path, out: Path, steps: int) -> dict[str, Any]:
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    torch.manual_seed(SEED + 99)  # a fresh model that is not the checkpoint's
+    model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    state = _dcp_state(model, opt, 0)
+    dcp.load(state, checkpoint_id=str(ckpt))
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    resumed = int(state["train_state"]["step"])
+    loaded = _flat("model", model.state_dict(), {})
+    loaded.update(_flat("optimizer", opt.state_dict(), {}))
+    _save(out / "loaded.pt", loaded)
+    for step in range(resumed + 1, steps + 1):
+        _train_step(model, opt, step)
+    final = _flat("model", model.state_dict(), {})
+    final.update(_flat("optimizer", opt.state_dict(), {}))
+    _save(out / "final.pt", final)
+    return {"resumed_at": resumed, "first_step": resumed + 1, "ended_at": steps}
+
+
+# --- DeepSpeed (ZeRO-1 on CPU, one process, gloo) ------------------------------------------------------
+
+
+def _deepspeed_engine() -> tuple[Any, Any]:
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="gloo", verbose=False)
+    config = {
+        "train_batch_size": BATCH,
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
+        "zero_optimization": {"stage": 1},
+        "steps_per_print": 10**6,
+    }
+    model = _mlp()
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+    return deepspeed, engine
+
+
+def _deepspeed_step(engine: Any, step: int) -> None:
+    import torch
+
+    x, y = _batch(step)
+    loss = torch.nn.functional.mse_loss(engine(x), y)
+    engine.backward(loss)
+    engine.step()
+
+
+def deepspeed_train(
+    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None
+) -> dict[str, Any]:
+    _, engine = _deepspeed_engine()
+    for step in range(1, steps + 1):
+        _deepspeed_step(engine, step)
+        if step % every == 0:
+            engine.save_checkpoint(str(root), client_state={"step": step})
+    return {"steps": steps}
+
+
+def _deepspeed_state(engine: Any) -> dict[str, Any]:
+    state = _flat("model", engine.module.state_dict(), {})
+    state.update(_flat("optimizer", engine.optimizer.state_dict()["base_optimizer_state"], {}))
+    return state
+
+
+def deepspeed_resume(root: Path, out: Path, steps: int) -> dict[str, Any]:
+    _, engine = _deepspeed_engine()
+    _, client = engine.load_checkpoint(str(root))  # the tag `latest` names
+    resumed = int(client["step"])
+    _save(out / "loaded.pt", _deepspeed_state(engine))
+    for step in range(resumed + 1, steps + 1):
+        _deepspeed_step(engine, step)
+    _save(out / "final.pt", _deepspeed_state(engine))
+    return {"resumed_at": resumed, "first_step": resumed + 1, "ended_at": engine.global_steps}
+
+
+# --- Orbax ---------------------------------------------------------------------------------------------
+
+
+def _orbax_parts() -> tuple[Any, Any, Any]:
+    import jax
+    import jax.numpy as jnp
+
+    key = jax.random.PRNGKey(SEED)
+    k1, k2 = jax.random.split(key)
+    params = {
+        "w1": jax.random.normal(k1, (IN, HIDDEN)) * 0.05, "b1": jnp.zeros(HIDDEN),
+        "w2": jax.random.normal(k2, (HIDDEN, OUT)) * 0.05, "b2": jnp.zeros(OUT),
+    }  # fmt: skip
+
+    def loss(p: Any, x: Any, y: Any) -> Any:
+        return jnp.mean((jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"] - y) ** 2)
+
+    grad = jax.jit(jax.value_and_grad(loss))
+    state = {"params": params, "momentum": jax.tree_util.tree_map(jnp.zeros_like, params), "step": jnp.int32(0)}
+    return jax, grad, state
+
+
+def _orbax_step(jax: Any, grad: Any, state: dict[str, Any], step: int) -> tuple[dict[str, Any], float]:
+    x, y = (v.numpy() for v in _batch(step))
+    value, g = grad(state["params"], x, y)
+    momentum = jax.tree_util.tree_map(lambda m, d: 0.9 * m + d, state["momentum"], g)
+    params = jax.tree_util.tree_map(lambda p, m: p - 1e-2 * m, state["params"], momentum)
+    return {"params": params, "momentum": momentum, "step": state["step"] + 1}, float(value)
+
+
+def _orbax_manager(root: Path, every: int) -> Any:
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(
+        save_interval_steps=every, max_to_keep=None, best_fn=lambda m: m["loss"], best_mode="min"
+    )
+    return ocp.CheckpointManager(root.absolute(), options=options)
+
+
+def orbax_train(
+    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None
+) -> dict[str, Any]:
+    import orbax.checkpoint as ocp
+    from orbax.checkpoint._src.path import atomicity
+
+    jax, grad, state = _orbax_parts()
+    mngr = _orbax_manager(root, every)
+    start = 1
+    if resume_step:
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, state)
+        state = mngr.restore(resume_step, args=ocp.args.StandardRestore(abstract))
+        start = resume_step + 1
+    for step in range(start, steps + 1):
+        state, loss = _orbax_step(jax, grad, state, step)
+        if kill_at_last and step == steps:
+            mngr.wait_until_finished()
+
+            async def finalize(self: Any) -> None:
+                _kill_self()
+
+            atomicity.AtomicRenameTemporaryPath.finalize = finalize  # type: ignore[method-assign]
+        mngr.save(step, args=ocp.args.StandardSave(state), metrics={"loss": loss})
+    mngr.wait_until_finished()
+    mngr.close()
+    return {"steps": steps, "saved": sorted(int(s) for s in mngr.all_steps())}
+
+
+def _np_state(state: Any) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict):
+            for k, w in v.items():
+                walk(f"{prefix}.{k}" if prefix else k, w)
+        else:
+            flat[prefix] = torch.from_numpy(np.array(v))
+
+    walk("", state)
+    return flat
+
+
+def orbax_resume(root: Path, out: Path, steps: int) -> dict[str, Any]:
+    import orbax.checkpoint as ocp
+
+    jax, grad, fresh = _orbax_parts()
+    mngr = _orbax_manager(root, 10**6)
+    step = mngr.latest_step()
+    assert step is not None, f"no checkpoint under {root}"
+    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, fresh)
+    state = mngr.restore(step, args=ocp.args.StandardRestore(abstract))
+    resumed = int(state["step"])
+    _save(out / "loaded.pt", _np_state(state))
+    for s in range(resumed + 1, steps + 1):
+        state, _ = _orbax_step(jax, grad, state, s)
+    _save(out / "final.pt", _np_state(state))
+    mngr.close()
+    return {"resumed_at": resumed, "first_step": resumed + 1, "ended_at": int(state["step"]), "latest": step}
+
+
+# --- command line --------------------------------------------------------------------------------------
+
+TRAIN: dict[str, Callable[[Path, int, int, bool, int | None], dict[str, Any]]] = {
+    "hf": hf_train,
+    "hf-sharded": lambda root, steps, every, kill, resume: hf_train(root, steps, every, kill, resume, sharded=True),
+    "lightning": lightning_train,
+    "dcp": dcp_train,
+    "orbax": orbax_train,
+    "deepspeed": deepspeed_train,
+}
+RESUME: dict[str, Callable[[Path, Path, int], dict[str, Any]]] = {
+    "hf": hf_resume,
+    "hf-sharded": hf_resume,
+    "lightning": lightning_resume,
+    "dcp": dcp_resume,
+    "orbax": orbax_resume,
+    "deepspeed": deepspeed_resume,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.frameworks.writers")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("framework", choices=sorted(TRAIN))
+    t.add_argument("root", type=Path)
+    t.add_argument("--steps", type=int, default=6)
+    t.add_argument("--every", type=int, default=2)
+    t.add_argument("--kill-at-last", action="store_true")
+    t.add_argument("--resume-step", type=int, default=None, help="resume from this step's checkpoint in ROOT")
+    r = sub.add_parser("resume")
+    r.add_argument("framework", choices=sorted(RESUME))
+    r.add_argument("ckpt", type=Path)
+    r.add_argument("out", type=Path)
+    r.add_argument("--steps", type=int, default=8)
+    a = ap.parse_args(argv)
+    if a.cmd == "train":
+        result = TRAIN[a.framework](a.root, a.steps, a.every, a.kill_at_last, a.resume_step)
+    else:
+        result = RESUME[a.framework](a.ckpt, a.out, a.steps)
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
