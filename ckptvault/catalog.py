@@ -25,7 +25,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Any
@@ -56,6 +56,7 @@ MIGRATE_FILES = 500  # flat-layout files one compaction migrates: bounds its mem
 COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between partitions
 _ORIGIN, _ROW = "_origin", "_row"
 _READERS = 8
+_MANIFEST_READERS = 16  # manifests are small: latency-bound, more in flight than event files
 log = logging.getLogger("ckptvault.catalog")
 
 
@@ -944,10 +945,12 @@ class Catalog:
         self.store.delete(key)
         log.warning("catalog: set the unreadable catalog file %s aside as %s", key, aside)
 
-    def rebuild_from_manifests(self) -> list[Event]:
+    def rebuild_from_manifests(self, progress: Callable[[int], Callable[[int], None]] | None = None) -> list[Event]:
         """One "verified" event per checkpoint whose manifest is in the bucket, at its upload time. The
         storage class is the most common among the checkpoint's data objects. Nothing is appended: the
-        caller decides (e.g. `cat.append(cat.rebuild_from_manifests())` into an empty catalog)."""
+        caller decides (e.g. `cat.append(cat.rebuild_from_manifests())` into an empty catalog).
+        `progress`, given the number of manifests once they are listed, returns what is called with 1
+        per manifest fetched (e.g. a ProgressBar)."""
         root = f"{self.prefix}/" if self.prefix else ""
         classes: dict[str, Counter[str]] = {}
         manifests: list[tuple[str, float]] = []
@@ -960,12 +963,23 @@ class Catalog:
                 manifests.append((o.key, o.last_modified))
             elif not (len(rel) == 3 and rel[2] == VALIDATION_NAME):
                 classes.setdefault(ckpt, Counter())[o.storage_class] += 1
+        tick = progress(len(manifests)) if progress is not None else None
+
+        def fetch(item: tuple[str, float]) -> bytes:
+            data = self.store.get_bytes(item[0])
+            if tick is not None:
+                tick(1)
+            return data
+
+        # Each GET is mostly a round trip: fetched concurrently, in listing order for a deterministic result.
+        with ThreadPoolExecutor(max_workers=_MANIFEST_READERS) as pool:
+            bodies = list(pool.map(fetch, manifests))
         out = []
-        for key, modified in manifests:
+        for (key, modified), body in zip(manifests, bodies, strict=True):
             run, sdir = key[len(root) :].split("/")[:2]
             ckpt = f"{run}/{sdir}"
             try:
-                m = Manifest.from_json(self.store.get_bytes(key), origin=key)
+                m = Manifest.from_json(body, origin=key)
             except ManifestError as e:
                 # Unreadable manifest: the checkpoint does not exist for readers, but say so.
                 step, save = parse_save_dir(sdir) or (0, 1)

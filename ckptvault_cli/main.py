@@ -156,10 +156,12 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     cfg = _preflight(args, need_sources=False)
     from ckptvault import events as event_builders
     from ckptvault.catalog import fold
+    from ckptvault.progress import ProgressBar
     from ckptvault.saves import replay_supersedes
 
     catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
-    events = catalog.rebuild_from_manifests()
+    # on stderr, and only on a terminal: --json keeps stdout one document
+    events = catalog.rebuild_from_manifests(lambda n: ProgressBar(n, "rebuild", unit="manifests"))
     found = len(events)
     # Manifests say which saves exist, not which are current: replay the commits in the order written.
     replaced = [
