@@ -19,6 +19,7 @@ from ckptvault import alerts, events
 from ckptvault.catalog import Catalog
 from ckptvault.drill import DrillResult, label, render_markdown
 from ckptvault.outcomes import DrillFailed
+from ckptvault.progress import ProgressBar
 from ckptvault.restore import checkpoint_name
 from flows.hooks import HOOKS
 from tasks.common import (
@@ -81,7 +82,10 @@ def drill(
             checks: list[str] = []
             not_run: list[str] = []
             try:
-                problems = settle(download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest)))
+                bar = ProgressBar(manifest.total_bytes, f"drill {label(s.run, s.step, s.save)}")
+                problems = settle(
+                    download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
+                )
                 if not problems:
                     loaded = load_report_task(staged / checkpoint_name(manifest))
                     problems, checks, not_run = loaded.problems, loaded.descriptions(), loaded.not_run

@@ -40,13 +40,13 @@ def _run_on_tty(cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
     return proc.returncode, seen.decode(errors="replace")
 
 
-def test_ingest_and_restore_draw_bars_on_a_terminal_and_nothing_on_a_pipe(
+def test_ingest_restore_and_drill_draw_bars_on_a_terminal_and_nothing_on_a_pipe(
     seaweedfs: Any, bucket_factory: Any, tmp_path: Path
 ) -> None:
     root = tmp_path / "hot"
     write_checkpoint(root, "deepspeed", 100, 8 * MiB, seed=1)
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket_factory(seaweedfs), [("r", root, "deepspeed")])
-    cfg.write_text(cfg.read_text() + "[validation]\nenabled = false\n")
+    cfg.write_text(cfg.read_text() + f'[validation]\nenabled = false\n[drill]\nscratch = "{tmp_path / "scratch"}"\n')
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(seaweedfs.env(), PYTHONPATH=str(REPO))
 
@@ -56,6 +56,10 @@ def test_ingest_and_restore_draw_bars_on_a_terminal_and_nothing_on_a_pipe(
     rc, screen = _run_on_tty([_console(), "--config", str(cfg), "restore", "r", "--dest", str(tmp_path / "a")], env)
     assert rc == 0, screen[-2000:]
     assert "restore r step 100 [" in screen and BAR in screen, screen[-2000:]
+
+    rc, screen = _run_on_tty([_console(), "--config", str(cfg), "drill"], env)
+    assert rc == 0, screen[-2000:]
+    assert "drill r step 100 [" in screen and BAR in screen, screen[-2000:]
 
     piped = subprocess.run(
         [_console(), "--config", str(cfg), "restore", "r", "--dest", str(tmp_path / "b")],
