@@ -1,0 +1,80 @@
+"""The catalog's read of every run from snapshots, against an in-memory store (no server).
+
+    .venv/bin/python bench/catalog.py [--runs 1000] [--ckpts 200] [--reps 3]
+
+Builds RUNS runs x CKPTS checkpoints x 5 events (discovered, uploaded and verified with metrics, distinct
+in every checkpoint, and a fingerprint in `detail`, transitioned, drilled) through the library's own
+`Catalog.append` (one call per run: one event file per partition) and `Catalog.compact` (one snapshot per partition),
+in the
+in-memory store of tests/unit/test_catalog_layout.py. Then times `Catalog.current()` (every run) and
+`Catalog.current(run)` (one run), REPS times each, and prints one line per measurement, then peak RSS
+(`resource.getrusage`, the whole process: the catalog built in memory included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from ckptvault.catalog import Catalog, Event
+from tests.unit.test_catalog_layout import MemStore
+
+
+def _life(run: str, step: int, t: float) -> list[Event]:
+    # metrics differ in every checkpoint of every run, so no reader can get them from a cache
+    m = json.dumps({"metrics": {"loss": t % 1000 / (step + 1), "acc": step / 1000}, "fingerprint": f"{run}:{step}"})
+    return [
+        Event(run, step, "discovered", t, format="hf", created_at=t - 5),
+        Event(run, step, "uploaded", t + 1, bytes=10 << 20, files=12, storage_class="STANDARD", detail=m),
+        Event(run, step, "verified", t + 2, detail=m),
+        Event(run, step, "transitioned", t + 3, storage_class="GLACIER_IR"),
+        Event(run, step, "drilled", t + 4, ok=step % 7 != 0),
+    ]
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--ckpts", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    store = MemStore()
+    cat = Catalog(store, "bench")  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    for r in range(a.runs):
+        run = f"team/run-{r:04d}"
+        cat.append([e for s in range(a.ckpts) for e in _life(run, s * 100, 1.7e9 + r * 1e5 + s * 10)])
+    t1 = time.perf_counter()
+    cat.compact(time.time() + 10)
+    t2 = time.perf_counter()
+    snaps = sum("/snapshot/" in k for k in store.objects)
+    print(f"build: {a.runs} runs x {a.ckpts} checkpoints x 5 events: append {t1 - t0:.1f} s, "
+          f"compact {t2 - t1:.1f} s, {snaps} snapshots, rss {_rss_mib():.0f} MiB")  # fmt: skip
+    store.got.clear()
+    n = 0
+    for i in range(a.reps):
+        t = time.perf_counter()
+        n = len(cat.current())
+        print(f"current() all runs, rep {i + 1}: {time.perf_counter() - t:.3f} s, {n} states")
+        store.got.clear()
+    one = f"team/run-{a.runs // 2:04d}"
+    for i in range(a.reps):
+        t = time.perf_counter()
+        m = len(cat.current(one))
+        print(f"current(run), rep {i + 1}: {(time.perf_counter() - t) * 1000:.1f} ms, {m} states")
+    print(f"peak rss: {_rss_mib():.0f} MiB")
+    assert n == a.runs * a.ckpts
+
+
+if __name__ == "__main__":
+    main()
