@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,frameworks]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,frameworks,megatron]'
 	# DeepSpeed ships as an sdist whose build imports torch: built against the torch just installed
 	# (build isolation would fetch another torch). pyproject.toml's `deepspeed` extra names the version.
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-build-isolation 'deepspeed==0.19.8'

@@ -15,9 +15,10 @@ Per file (or per checkpoint directory, for DCP and Orbax, whose files only load 
   pickle is read as opcodes (a truncated or garbled pickle fails, every storage it names must be in
   the zip) and the classes it names are listed. Where torch is not installed, the same opcode read
   runs and the check says that `torch.load` did not.
-- DCP directories (`.metadata` + `*.distcp`): the metadata is unpickled with only DCP's metadata
-  classes allowed, then `torch.distributed.checkpoint.load` (no process group) reads every tensor
-  into an empty tensor of its recorded shape and dtype, in batches of at most `DCP_BATCH_BYTES`.
+- DCP directories (`.metadata` + `*.distcp`, also Megatron-Core's torch_dist): the metadata is
+  unpickled with only DCP's metadata classes (and the save plans Megatron-Core adds) allowed, then
+  `torch.distributed.checkpoint.load` (no process group) reads every tensor into an empty tensor
+  of its recorded shape and dtype, in batches of at most `DCP_BATCH_BYTES`.
   Non-tensor entries (DCP stores them as torch.save bytes, which DCP itself would load with
   `weights_only=False`) are checked like a torch zip above instead.
 - Orbax items (directories with `_METADATA`): restored with `orbax.checkpoint.StandardCheckpointer`
@@ -269,8 +270,16 @@ def check_torch_zip(source: Path | IO[bytes], rel: str) -> FileCheck:
 # What a DCP `.metadata` pickle may name (torch/distributed/checkpoint/metadata.py and filesystem.py,
 # torch 2.13): plain dataclasses, an enum, torch.Size and dtypes, the layout lookup, paths.
 _DCP_MODULES_ANY = ("torch.distributed.checkpoint.metadata",)
+# Megatron-Core's dist_checkpointing also keeps every rank's save plan in it, as `all_local_plans`
+# (megatron/core/dist_checkpointing/strategies/state_dict_saver.py, save_state_dict_async_plan, 0.16):
+# the plain dataclasses and enum of torch/distributed/checkpoint/planner.py.
 _DCP_ALLOWED = {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.distributed.checkpoint.planner", "SavePlan"),
+    ("torch.distributed.checkpoint.planner", "WriteItem"),
+    ("torch.distributed.checkpoint.planner", "WriteItemType"),
+    ("torch.distributed.checkpoint.planner", "TensorWriteData"),
+    ("torch.distributed.checkpoint.planner", "BytesIOWriteData"),
     ("torch", "Size"),
     ("torch.serialization", "_get_layout"),
     ("collections", "OrderedDict"),

@@ -75,6 +75,12 @@ SPECS = {
         ("mp_rank_00_model_states.pt: zip CRCs; torch.load(weights_only=True)",
          "zero_pp_rank_0_mp_rank_00_optim_states.pt: zip CRCs; torch.load(weights_only=True): it refuses"),
     ),
+    "megatron": Spec(
+        "megatron", (2, 4, 6), lambda r, s: r / f"iter_{s:07d}", lambda r, s: r,
+        ("./: .metadata and 2 .distcp file(s): metadata unpickled with only DCP's metadata classes allowed; "
+         "12 tensors loaded into empty tensors by torch.distributed.checkpoint.load (no process group)",
+         "common.pt: zip CRCs; torch.load(weights_only=True)", "metadata.json: JSON parsed"),
+    ),
 }  # fmt: skip
 NEWEST = 6
 RESUME_TO = 8
@@ -207,7 +213,7 @@ def test_uploaded_restored_drilled_and_resumed_by_the_framework(
             assert torch.equal(loaded[f"model.{name}"], tensor), name
 
 
-@pytest.mark.parametrize("fw", ["hf", "lightning", "dcp", "orbax", "deepspeed"])
+@pytest.mark.parametrize("fw", ["hf", "lightning", "dcp", "orbax", "deepspeed", "megatron"])
 def test_explicit_format_name_uploads_and_restores(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, framework_run: Callable[[str], Path], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fw: str,

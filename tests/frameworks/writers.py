@@ -8,16 +8,18 @@ seed, configured here (no network: HF_HUB_OFFLINE=1), and trained on CPU with de
 
 Commands (each prints one JSON line on stdout):
   train FW ROOT [--steps N] [--every K] [--kill-at-last] [--resume-step S]
-      FW is hf | hf-sharded | lightning | dcp | orbax | deepspeed. ROOT is what a user points
+      FW is hf | hf-sharded | lightning | dcp | orbax | deepspeed | megatron. ROOT is what a user points
       [[sources]].path at: HF output_dir, Lightning default_root_dir, torchtitan's dump folder
-      (checkpoints in ROOT/checkpoint/step-N), Orbax's CheckpointManager directory, DeepSpeed's save_dir.
+      (checkpoints in ROOT/checkpoint/step-N), Orbax's CheckpointManager directory, DeepSpeed's save_dir,
+      Megatron-LM's --save (ROOT/iter_000000N and latest_checkpointed_iteration.txt).
       --kill-at-last kills the process inside the framework's own save of the last checkpoint, at the
       point KILL_POINTS names, leaving the framework's in-progress state on disk. --resume-step S
       resumes from step S's checkpoint in ROOT first (the framework's own resume), as a restarted job.
   resume FW CKPT OUT [--steps N]
       the framework loads CKPT (HF checkpoint-N dir, Lightning .ckpt, DCP step-N dir, Orbax root,
-      DeepSpeed root through `latest`), trains on to N steps, and writes OUT/loaded.pt (the state right
-      after loading: model and optimizer tensors, flat) and OUT/final.pt (after training on), as plain
+      DeepSpeed root through `latest`, Megatron root through its tracker), trains on to N steps, and
+      writes OUT/loaded.pt (the state right after loading: model and optimizer tensors, flat) and
+      OUT/final.pt (after training on), as plain
       tensors that torch.load(weights_only=True) reads; prints the step it resumed at and ended at.
 """
 
@@ -401,6 +403,105 @@ def deepspeed_resume(root: Path, out: Path, steps: int) -> dict[str, Any]:
     return {"resumed_at": resumed, "first_step": resumed + 1, "ended_at": engine.global_steps}
 
 
+# --- Megatron-Core dist_checkpointing (torch_dist, one process, gloo) -------------------------------------
+# Megatron-LM's layout (megatron/training/checkpointing.py save_checkpoint): {save}/iter_{N:07d}/ written by
+# megatron.core.dist_checkpointing.save, then, after a barrier, rank 0 writes
+# {save}/latest_checkpointed_iteration.txt holding N. The model is the plain MLP (a GPT needs Megatron's
+# model-parallel set-up); its parameters and AdamW's moments are ShardedTensors, the rest is common state.
+
+MEGATRON_TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def _megatron_init() -> Any:
+    """gloo, one rank; and CPU stand-ins for the two CUDA calls dist_checkpointing's writer makes
+    (filesystem_async.py preload_tensors: torch.cuda.synchronize(); state_dict_saver.py
+    save_state_dict_async_finalize: a tensor on torch.cuda.current_device()). Test fixture only."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    os.environ.setdefault("MASTER_PORT", str(30500 + os.getpid() % 1000))
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        torch.cuda.synchronize = lambda *a, **k: None
+        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    from megatron.core import dist_checkpointing
+
+    return dist_checkpointing
+
+
+def _megatron_state(model: Any, opt: Any, step: int, empty: bool = False) -> dict[str, Any]:
+    """The sharded state dict: one ShardedTensor per parameter and AdamW moment (empty ones to load into)."""
+    import torch
+    from megatron.core.dist_checkpointing import ShardedTensor
+
+    def sharded(key: str, t: Any) -> Any:
+        return ShardedTensor.from_rank_offsets(key, torch.empty_like(t) if empty else t.detach())
+
+    state: dict[str, Any] = {"iteration": step, "checkpoint_version": 3.0}
+    for name, p in model.named_parameters():
+        state[f"model.{name}"] = sharded(f"model.{name}", p)
+        st = opt.state.get(p) or {"step": torch.tensor(0.0), "exp_avg": p, "exp_avg_sq": p}
+        for moment in ("exp_avg", "exp_avg_sq"):
+            state[f"optimizer.{name}.{moment}"] = sharded(f"optimizer.{name}.{moment}", st[moment])
+        state[f"optimizer.{name}.step"] = st["step"].clone()
+    return state
+
+
+def megatron_train(
+    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None
+) -> dict[str, Any]:
+    import torch
+
+    dist_checkpointing = _megatron_init()
+    model = _mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(1, steps + 1):
+        _train_step(model, opt, step)
+        if step % every == 0:
+            ckpt = root / f"iter_{step:07d}"
+            ckpt.mkdir(parents=True)
+            dist_checkpointing.save(_megatron_state(model, opt, step), str(ckpt))
+            torch.distributed.barrier()
+            (root / MEGATRON_TRACKER).write_text(str(step))
+    return {"steps": steps}
+
+
+def _megatron_flat(model: Any, opt: Any) -> dict[str, Any]:
+    state = _flat("model", model.state_dict(), {})
+    state.update(_flat("optimizer", opt.state_dict(), {}))
+    return state
+
+
+def megatron_resume(root: Path, out: Path, steps: int) -> dict[str, Any]:
+    """As Megatron-LM's load_checkpoint: the iteration the tracker names, dist_checkpointing.load into
+    empty tensors shaped like a fresh model's, then into the model and optimizer."""
+    import torch
+
+    dist_checkpointing = _megatron_init()
+    torch.manual_seed(SEED + 99)  # a fresh model that is not the checkpoint's
+    model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    iteration = int((root / MEGATRON_TRACKER).read_text().strip())
+    got = dist_checkpointing.load(_megatron_state(model, opt, 0, empty=True), str(root / f"iter_{iteration:07d}"))
+    resumed = int(got["iteration"])
+    names = [n for n, _ in model.named_parameters()]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(got[f"model.{name}"])
+    osd = opt.state_dict()
+    osd["state"] = {
+        i: {m: got[f"optimizer.{name}.{m}"] for m in ("step", "exp_avg", "exp_avg_sq")} for i, name in enumerate(names)
+    }
+    opt.load_state_dict(osd)
+    _save(out / "loaded.pt", _megatron_flat(model, opt))
+    for step in range(resumed + 1, steps + 1):
+        _train_step(model, opt, step)
+    _save(out / "final.pt", _megatron_flat(model, opt))
+    return {"resumed_at": resumed, "first_step": resumed + 1, "ended_at": steps}
+
+
 # --- Orbax ---------------------------------------------------------------------------------------------
 
 
@@ -512,6 +613,7 @@ TRAIN: dict[str, Callable[[Path, int, int, bool, int | None], dict[str, Any]]] =
     "dcp": dcp_train,
     "orbax": orbax_train,
     "deepspeed": deepspeed_train,
+    "megatron": megatron_train,
 }
 RESUME: dict[str, Callable[[Path, Path, int], dict[str, Any]]] = {
     "hf": hf_resume,
@@ -520,6 +622,7 @@ RESUME: dict[str, Callable[[Path, Path, int], dict[str, Any]]] = {
     "dcp": dcp_resume,
     "orbax": orbax_resume,
     "deepspeed": deepspeed_resume,
+    "megatron": megatron_resume,
 }
 
 
