@@ -217,3 +217,48 @@ def test_hf_read_metrics_absent_or_broken(tmp_path: Path) -> None:
     assert hf_mod.read_metrics(tmp_path) == {}
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"loss": "x", "flag": True}]}))
     assert hf_mod.read_metrics(tmp_path) == {}
+
+
+def test_deepspeed_latest_counts_only_once_every_rank_file_is_there(tmp_path: Path) -> None:
+    """DeepSpeed's rank 0 writes `latest` after its own save, with no barrier across ranks
+    (engine.py save_checkpoint): a rank whose optimizer states are still missing keeps the tag unready."""
+    d = synthetic.write_checkpoint(tmp_path, "deepspeed", 100, SIZE, shards=3)
+    assert steps_of(tmp_path, "deepspeed") == [(100, True)]
+    (d / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    (c,) = get_layout("deepspeed").candidates(tmp_path)
+    assert not c.complete
+    assert "zero_pp_rank_1_mp_rank_00_optim_states.pt" in c.reason and "data-parallel ranks 0..2" in c.reason
+    # the rank finishes: ready again
+    synthetic.write_torch_zip(d / "zero_pp_rank_1_mp_rank_00_optim_states.pt", 1024, 0)
+    assert steps_of(tmp_path, "deepspeed") == [(100, True)]
+
+
+def test_deepspeed_every_dp_rank_for_every_mp_rank(tmp_path: Path) -> None:
+    d = synthetic.write_checkpoint(tmp_path, "deepspeed", 100, SIZE, shards=2)
+    synthetic.write_torch_zip(d / "mp_rank_01_model_states.pt", 1024, 0)
+    synthetic.write_torch_zip(d / "zero_pp_rank_0_mp_rank_01_optim_states.pt", 1024, 0)
+    (c,) = get_layout("deepspeed").candidates(tmp_path)
+    assert not c.complete and "zero_pp_rank_1_mp_rank_01_optim_states.pt" in c.reason, c.reason
+    synthetic.write_torch_zip(d / "zero_pp_rank_1_mp_rank_01_optim_states.pt", 1024, 0)
+    assert steps_of(tmp_path, "deepspeed") == [(100, True)]
+    # a model-parallel rank's model states missing: mp ranks must be 0..max
+    synthetic.write_torch_zip(d / "mp_rank_03_model_states.pt", 1024, 0)
+    (c,) = get_layout("deepspeed").candidates(tmp_path)
+    assert not c.complete and "mp_rank_02_model_states.pt" in c.reason, c.reason
+    (d / "mp_rank_03_model_states.pt").unlink()
+    (d / "mp_rank_00_model_states.pt").unlink()
+    (d / "mp_rank_01_model_states.pt").unlink()
+    (c,) = get_layout("deepspeed").candidates(tmp_path)
+    assert not c.complete and "no mp_rank_XX_model_states.pt" in c.reason, c.reason
+
+
+def test_deepspeed_zero3_model_states_per_rank_and_bf16(tmp_path: Path) -> None:
+    d = tmp_path / "global_step5"
+    for r in (0, 1):
+        synthetic.write_torch_zip(d / f"zero_pp_rank_{r}_mp_rank_00_model_states.pt", 1024, 0)
+        synthetic.write_torch_zip(d / f"bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt", 1024, 0)
+    (tmp_path / "latest").write_text("global_step5")
+    assert steps_of(tmp_path, "deepspeed") == [(5, True)]
+    (d / "zero_pp_rank_1_mp_rank_00_model_states.pt").unlink()
+    (c,) = get_layout("deepspeed").candidates(tmp_path)
+    assert not c.complete and "zero_pp_rank_1_mp_rank_00_model_states.pt" in c.reason, c.reason
