@@ -47,6 +47,7 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
         "run_recovered": ("llama-7b", T0, T0 + 7 * 3600, 12500),
         "budget_exceeded": (130.0, 100.0),
         "flow_failed": ("ingest", "Crashed", "SIGTERM received"),
+        "run_restarted": ("llama-7b", 9000, ["step 9500 save 1: run restarted from before step 9500"]),
     }
     return BUILDERS[kind](*args[kind], flow_run_url=url)
 
