@@ -166,7 +166,14 @@ def test_recording_an_event_does_not_import_pandas() -> None:
         "assert decode_events(encode_events(e)) == e\n"
         "print('pandas' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    if out.returncode < 0:
+        # Killed by a signal (seen once: SIGABRT, in a full CI run on a loaded 2-core box, not reproduced
+        # alone): not what this test asserts, so one more try, with the first one's stderr kept for the report.
+        first = out.stderr[-2000:]
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, f"died twice: {out.returncode}\nfirst: {first}\nsecond: {out.stderr[-2000:]}"
+    assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"
 
 
