@@ -41,9 +41,7 @@ def _jsonable(o: object) -> object:
 
     if dataclasses.is_dataclass(o) and not isinstance(o, type):
         return dataclasses.asdict(o)
-    if isinstance(o, BaseException):
-        return str(o)
-    return str(o)
+    return str(o)  # exceptions, paths, anything else: its text
 
 
 def _emit_json(doc: object) -> None:
