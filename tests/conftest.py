@@ -42,6 +42,7 @@ import prefect.main  # noqa: E402, F401
 from tests import servers  # noqa: E402  (after the environment above is set)
 from tests.helpers import in_ci  # noqa: E402
 from tests.servers import S3Endpoint  # noqa: E402
+from tests.slack_recorder import SLACK_TOKEN, SlackRecorder  # noqa: E402
 
 
 def ceph_unavailable_reason() -> str | None:
@@ -173,6 +174,18 @@ def bucket_factory() -> Iterator[Callable[[S3Endpoint], str]]:
 
     yield make
     servers.cleanup_buckets(created)
+
+
+@pytest.fixture
+def slack() -> Iterator[SlackRecorder]:
+    """A local Slack-speaking HTTP server that records what it was sent (tests/slack_recorder.py); the
+    bot token it accepts is SLACK_TOKEN."""
+    rec = SlackRecorder(token=SLACK_TOKEN)
+    rec.start()
+    try:
+        yield rec
+    finally:
+        rec.down()
 
 
 @pytest.fixture(scope="session")

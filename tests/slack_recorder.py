@@ -16,6 +16,9 @@ from urllib.parse import parse_qs
 
 from ckptvault.alerts import BUILDERS, Alert
 
+# The bot token the recorder accepts (tests/conftest.py `slack` fixture); tests check it is never printed.
+SLACK_TOKEN = "xoxb-ckptvault-test-0123456789-secret"
+
 API_PATH = "/api/chat.postMessage"
 DEFAULT_WEBHOOK_PATH = "/services/T/B/X"
 

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,10 @@ from ckptvault.store import open_store
 from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
 from tests.helpers import write_config
+from tests.slack_recorder import SLACK_TOKEN as TOKEN
 from tests.slack_recorder import SlackRecorder
 
 MiB = 2**20
-TOKEN = "xoxb-ckptvault-saves-test-0123456789"
-
-
-@pytest.fixture
-def slack() -> Iterator[SlackRecorder]:
-    rec = SlackRecorder(token=TOKEN)
-    rec.start()
-    try:
-        yield rec
-    finally:
-        rec.down()
 
 
 def _tree(root: Path) -> dict[str, bytes]:

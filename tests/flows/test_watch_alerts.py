@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,11 @@ import pytest
 
 from ckptvault.synthetic import write_checkpoint
 from tests.helpers import write_config
+from tests.slack_recorder import SLACK_TOKEN as TOKEN
 from tests.slack_recorder import SlackRecorder
 
 MiB = 2**20
-TOKEN = "xoxb-ckptvault-test-0123456789-secret"
 HOUR = 3600.0
-
-
-@pytest.fixture
-def slack() -> Iterator[SlackRecorder]:
-    rec = SlackRecorder(token=TOKEN)
-    rec.start()
-    try:
-        yield rec
-    finally:
-        rec.down()
 
 
 def _posts(rec: SlackRecorder) -> list[dict[str, Any]]:
