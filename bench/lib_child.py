@@ -15,8 +15,8 @@ from pathlib import Path
 from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
 from ckptvault.events import verified as verified_event
-from ckptvault.ingest import commit_manifest, find_checkpoints, plan_upload, upload_one
-from ckptvault.restore import download_one, load_manifest, plan_objects
+from ckptvault.ingest.steps import commit_manifest, find_checkpoints, plan_upload, upload_one
+from ckptvault.restore.steps import download_one, load_manifest, plan_objects
 from ckptvault.store import open_store
 
 INGEST_FILES_AT_ONCE = 2  # flows/ingest.py: ThreadPoolTaskRunner(max_workers=2)

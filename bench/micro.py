@@ -49,7 +49,7 @@ def make_tree(root: Path, dirs: int, files_per_dir: int) -> dict[str, float]:
 
 
 def discover_once(root: Path) -> dict[str, float]:
-    from ckptvault.discovery import discover
+    from ckptvault.ingest.discovery import discover
 
     t0 = time.perf_counter()
     res = discover("bench", root / "run", "hf", 0, time.time())
@@ -61,8 +61,8 @@ def discover_once(root: Path) -> dict[str, float]:
 def plan_bench(n: int, reps: int) -> dict[str, Any]:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import PolicyConfig, TierStep
-    from ckptvault.cost import load_prices
-    from ckptvault.policy import plan
+    from ckptvault.tiering.cost import load_prices
+    from ckptvault.tiering.policy import plan
 
     now = 2_000_000_000.0
     runs = 100
@@ -120,10 +120,10 @@ def plan_bench(n: int, reps: int) -> dict[str, Any]:
 def validate_bench(reps: int) -> dict[str, Any]:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import ValidationRules
-    from ckptvault.gates import Candidate
+    from ckptvault.ingest.gates import Candidate
 
     t0 = time.perf_counter()
-    from ckptvault.quality import validate_candidate
+    from ckptvault.ingest.quality import validate_candidate
 
     rules = ValidationRules(isolate=False)
     shards = [(f"model-{i + 1:05d}-of-00008.safetensors", 500_000_000) for i in range(8)]
@@ -182,8 +182,8 @@ def plan_mixed_bench(reps: int) -> dict[str, Any]:
     code path of the planner): the scenario of tests/unit/test_policy.py, formerly bound to 2 CPU s."""
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import PolicyConfig, TierStep
-    from ckptvault.cost import GB, load_prices
-    from ckptvault.policy import plan
+    from ckptvault.tiering.cost import GB, load_prices
+    from ckptvault.tiering.policy import plan
 
     now, day = 2_000_000_000.0, 86400.0
     states = []
@@ -220,9 +220,9 @@ def validate_wide_bench(reps: int) -> dict[str, Any]:
     validate's cold number): the scenario of tests/unit/test_quality.py, formerly bound to 5 s."""
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import ValidationRules
-    from ckptvault.gates import Candidate
+    from ckptvault.ingest.gates import Candidate
+    from ckptvault.ingest.quality import validate_candidate
     from ckptvault.manifest import FileEntry, Manifest
-    from ckptvault.quality import validate_candidate
 
     t0 = 1_764_400_000.0
     rng = random.Random(1)
@@ -273,8 +273,8 @@ def header_read_bench(reps: int) -> dict[str, Any]:
     """check_structure on a sparse 4 GiB safetensors file, which it judges by the header alone: the
     scenario of tests/unit/test_structure.py, formerly bound to 0.5 s. Cold page cache is not
     attempted: the file is sparse, so there is no data on disk to be cold."""
-    from ckptvault.discovery import LocalFile
-    from ckptvault.structure import check_structure
+    from ckptvault.ingest.discovery import LocalFile
+    from ckptvault.ingest.structure import check_structure
 
     n = 1 << 30  # 4 GiB of F32
     header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()

@@ -105,7 +105,7 @@ class PolicyConfig(_Strict):
 
 class ValidationRules(_Strict):
     enabled: bool = True
-    # Evaluate Great Expectations in a short-lived child process (see ckptvault/quality.py).
+    # Evaluate Great Expectations in a short-lived child process (see ckptvault/ingest/quality.py).
     isolate: bool = True
     history: Annotated[int, Field(ge=1)] = 10
     size_band: Annotated[float, Field(gt=0, lt=10)] = 0.20
@@ -139,7 +139,7 @@ class DrillConfig(_Strict):
     # How many checkpoints each drill takes from the rotation, on top of each run's newest and any suspect.
     sample: Annotated[int, Field(ge=1)] = 2
     # Grow the sample so that every drillable checkpoint is drilled within this many days at the drill
-    # deployment's interval (see ckptvault/drill.py); none: the sample stays as set.
+    # deployment's interval (see ckptvault/restore/drill.py); none: the sample stays as set.
     cover_days: Annotated[float, Field(gt=0)] | None = None
     scratch: Path = Path("/tmp/ckptvault-drill")
     restore_tier: Literal["Expedited", "Standard", "Bulk"] = "Bulk"

@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckptvault.catalog import Event
-from ckptvault.discovery import Found
-from ckptvault.drill import DrillResult
+from ckptvault.ingest.discovery import Found
 from ckptvault.manifest import Manifest
-from ckptvault.tiering import EvictionCheck, Observation, Scheduled
+from ckptvault.restore.drill import DrillResult
+from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
 
 
 def _detail(**fields: Any) -> str:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ckptvault.ingest import Outcome
+    from ckptvault.ingest.steps import Outcome
 
 
 class AlreadyAlerted(Exception):

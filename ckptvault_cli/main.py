@@ -86,8 +86,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
     cfg = _preflight(args, need_sources=True)
     if cfg.validation.enabled and cfg.validation.isolate and not args.dask_workers:
-        from ckptvault import quality
-
+        from ckptvault.ingest import quality
         # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
         # instead of after them; with nothing new to validate the flow stops it after discovery.
         quality.prewarm()
@@ -118,7 +117,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _print_outcomes(outcomes: Sequence[object], as_json: bool = False) -> None:
-    from ckptvault.ingest import Outcome
+    from ckptvault.ingest.steps import Outcome
 
     if as_json:
         rows = [{**_jsonable(o), "ok": o.ok} for o in outcomes if isinstance(o, Outcome)]  # type: ignore[dict-item]
@@ -182,10 +181,10 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     cfg = _preflight(args, need_sources=False)
-    from ckptvault import restore as lib
     from ckptvault.catalog import Catalog, fold
-    from ckptvault.cost import load_prices
+    from ckptvault.restore import steps as lib
     from ckptvault.store import open_store
+    from ckptvault.tiering.cost import load_prices
 
     store = open_store(cfg.store)
     run_events = Catalog(store, cfg.store.prefix).events(args.run)
@@ -245,7 +244,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 def check_destination_or_usage(check: Callable[..., None], args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from ckptvault.restore import RestoreError
+    from ckptvault.restore.steps import RestoreError
 
     try:
         check(Path(args.dest).expanduser().resolve(), args.force)
@@ -286,10 +285,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import time
 
     from ckptvault.catalog import Catalog
-    from ckptvault.cost import load_prices
-    from ckptvault.plan_report import plan_record, render_text
-    from ckptvault.policy import plan
     from ckptvault.store import open_store
+    from ckptvault.tiering.cost import load_prices
+    from ckptvault.tiering.policy import plan
+    from ckptvault.tiering.report import plan_record, render_text
 
     cfg = _preflight(args, need_sources=False)
     store = open_store(cfg.store)
@@ -379,7 +378,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from ckptvault import __version__
-
     config_help = "the TOML config (default: $CKPTVAULT_CONFIG)"
     p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
     p.add_argument("--config", help=config_help)

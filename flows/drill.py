@@ -1,6 +1,6 @@
 """The drill flow: restore a rotating sample into scratch, prove it intact and loadable. Wiring only.
 
-Which checkpoints, and the coverage guarantee, are in ckptvault/drill.py (`select`). Archived objects
+Which checkpoints, and the coverage guarantee, are in ckptvault/restore/drill.py (`select`). Archived objects
 are thawed with the Bulk tier by default (cheapest). A drill does not wait for a thaw measured in
 hours: it requests it, reports the checkpoint as pending, and the next drill selects it again (nothing
 was recorded, so it keeps its place at the front of the queue) and completes it.
@@ -15,12 +15,13 @@ from typing import Any
 from prefect import flow, unmapped
 from prefect.runtime import flow_run
 
-from ckptvault import alerts, events
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.drill import DrillResult, label, render_markdown
 from ckptvault.outcomes import DrillFailed
 from ckptvault.progress import ProgressBar
-from ckptvault.restore import checkpoint_name
+from ckptvault.restore.drill import DrillResult, label, render_markdown
+from ckptvault.restore.steps import checkpoint_name
 from flows.hooks import HOOKS
 from tasks.common import (
     current_states_task,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ckptvault import alerts
-from ckptvault.alerting import send_alerts
+from ckptvault.alerts import kinds as alerts
+from ckptvault.alerts.sending import send_alerts
 from ckptvault.config import load_config
 from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.store import open_store

@@ -9,14 +9,15 @@ from prefect import flow, unmapped
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import alerts, events
-from ckptvault.alerts import Alert
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
+from ckptvault.alerts.kinds import Alert
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
 from ckptvault.config import Config
-from ckptvault.discovery import Found
-from ckptvault.gates import ValidationReport
-from ckptvault.ingest import Outcome, local_fingerprint, previous_verified
-from ckptvault.ingest_decision import Seen, decide, records_rejection
+from ckptvault.ingest.decision import Seen, decide, records_rejection
+from ckptvault.ingest.discovery import Found
+from ckptvault.ingest.gates import ValidationReport
+from ckptvault.ingest.steps import Outcome, local_fingerprint, previous_verified
 from ckptvault.manifest import Manifest
 from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
@@ -111,7 +112,7 @@ def _ingest_one(
         local_fingerprint=local_fingerprint(found) if found.ready else "",
         catalog_fingerprint=(newest.fingerprint or None) if newest is not None else None,
     )
-    # Ask, do what is asked, learn, ask again: the decision itself lives in ckptvault.ingest_decision.
+    # Ask, do what is asked, learn, ask again: the decision itself lives in ckptvault.ingest.decision.
     while not (d := decide(seen)).final:
         if d.action == "load_manifest":
             committed = load_manifest_task(store, prefix, found.run, found.step, d.save)

@@ -18,12 +18,13 @@ from prefect import flow, unmapped
 from prefect.runtime import deployment, flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import alerts, events
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.cost import load_prices
 from ckptvault.listing import human_size
 from ckptvault.progress import ProgressBar
-from ckptvault.restore import RestoreError
+from ckptvault.restore.steps import RestoreError
+from ckptvault.tiering.cost import load_prices
 from flows.hooks import HOOKS
 from tasks.common import (
     current_states_task,

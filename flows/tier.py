@@ -8,10 +8,13 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from ckptvault import alerts, events
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.cost import class_map, load_prices
-from ckptvault.plan_report import (
+from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled, lifecycle_rules, tier_rule
+from ckptvault.tiering.cost import class_map, load_prices
+from ckptvault.tiering.policy import Action, milestones
+from ckptvault.tiering.report import (
     applied_by_run,
     observed_record,
     render_applied,
@@ -20,8 +23,6 @@ from ckptvault.plan_report import (
     scheduled_record,
     skipped_record,
 )
-from ckptvault.policy import Action, milestones
-from ckptvault.tiering import EvictionCheck, Observation, Scheduled, lifecycle_rules, tier_rule
 from flows.hooks import HOOKS
 from tasks.common import (
     compact_catalog_task,

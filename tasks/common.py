@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from prefect.artifacts import create_markdown_artifact
 
-from ckptvault import restore as restore_lib
 from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
 from ckptvault.config import Config, load_config
 from ckptvault.manifest import Manifest
+from ckptvault.restore import steps as restore_lib
 from ckptvault.store import ObjectStore, open_store
 from tasks.retry import io_task, local_task
 

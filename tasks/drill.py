@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckptvault import drill as lib
 from ckptvault.catalog import CheckpointState
+from ckptvault.restore import drill as lib
 from tasks.retry import local_task
 
 

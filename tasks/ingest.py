@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 from prefect.artifacts import create_table_artifact
 
-from ckptvault import ingest as lib
-from ckptvault import quality
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import SourceConfig, ValidationRules
-from ckptvault.discovery import DiscoveryResult, Found
-from ckptvault.gates import ValidationReport
+from ckptvault.ingest import quality
+from ckptvault.ingest import steps as lib
+from ckptvault.ingest.discovery import DiscoveryResult, Found
+from ckptvault.ingest.gates import ValidationReport
 from ckptvault.manifest import FileEntry, Manifest
 from ckptvault.store import ObjectStore, ProgressFn
 from tasks.retry import io_task, local_task

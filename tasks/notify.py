@@ -7,11 +7,11 @@ from typing import Any
 
 from prefect.runtime import flow_run
 
-from ckptvault.alerting import send_alerts
-from ckptvault.alerts import Alert
+from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.sending import send_alerts
+from ckptvault.alerts.watch import AlertState
 from ckptvault.config import Config
 from ckptvault.store import ObjectStore
-from ckptvault.watch import AlertState
 from tasks.retry import local_task
 
 

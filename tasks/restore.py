@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptvault import drill as drill_lib
-from ckptvault import restore as lib
 from ckptvault.catalog import Catalog, CheckpointState
-from ckptvault.cost import PriceTable
-from ckptvault.loadcheck import LoadReport
 from ckptvault.manifest import Manifest
+from ckptvault.restore import drill as drill_lib
+from ckptvault.restore import steps as lib
+from ckptvault.restore.loadcheck import LoadReport
 from ckptvault.store import ObjectStore, ProgressFn
+from ckptvault.tiering.cost import PriceTable
 from tasks.retry import io_task, local_task
 
 

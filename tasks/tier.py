@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ckptvault import policy, tiering
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
-from ckptvault.cost import PriceTable
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore
+from ckptvault.tiering import apply as tiering
+from ckptvault.tiering import policy
+from ckptvault.tiering.cost import PriceTable
 from tasks.retry import io_task, local_task
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckptvault import alerting, watch, watch_inputs
+from ckptvault.alerts import sending as alerting
+from ckptvault.alerts import watch, watch_inputs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import Config
-from ckptvault.cost import load_prices
 from ckptvault.store import ObjectStore
+from ckptvault.tiering.cost import load_prices
 from tasks.retry import io_task, local_task
 
 

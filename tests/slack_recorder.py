@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-from ckptvault.alerts import BUILDERS, Alert
+from ckptvault.alerts.kinds import BUILDERS, Alert
 
 # The bot token the recorder accepts (tests/conftest.py `slack` fixture); tests check it is never printed.
 SLACK_TOKEN = "xoxb-ckptvault-test-0123456789-secret"

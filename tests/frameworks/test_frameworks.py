@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.discovery import discover
+from ckptvault.ingest.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault_cli.main import main
 from tests.frameworks import need

@@ -301,7 +301,7 @@ def test_the_bucket_lifecycle_rules_match_the_code() -> None:
     ingest flow rewrites the configuration on every pass (and Terraform reverts it)."""
     from ckptvault.store import ABORT_MPU_RULE_NAME
     from ckptvault.store.lifecycle import rule_id
-    from ckptvault.tiering import TIER_TAG, lifecycle_rules
+    from ckptvault.tiering.apply import TIER_TAG, lifecycle_rules
 
     main = (TERRAFORM / "main.tf").read_text()
     # Terraform's IDs are rule_id's: "ckptvault-<name>" plus "-<prefix>" when there is a prefix

@@ -1,4 +1,4 @@
-"""The alert state (ckptvault.alerting) against every real server: writers at once lose no record, the
+"""The alert state (ckptvault.alerts.sending) against every real server: writers at once lose no record, the
 legacy `_state/alerts.json` is read and folded, and an object folded away mid-read is found again."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from ckptvault import alerts
-from ckptvault.alerting import LEGACY_NAME, load_alert_state, save_alert_state, send_alerts, stored_state_keys
+from ckptvault.alerts import kinds as alerts
+from ckptvault.alerts.sending import LEGACY_NAME, load_alert_state, save_alert_state, send_alerts, stored_state_keys
+from ckptvault.alerts.watch import AlertState, Episode
 from ckptvault.config import Config, StoreConfig
 from ckptvault.store import S3Store, open_store
-from ckptvault.watch import AlertState, Episode
 
 PREFIX = "vault"
 KEY_RE = re.compile(r"^vault/_state/alerts/\d{20}-[0-9a-f]{32}\.json$")

@@ -38,7 +38,7 @@ from ckptvault.store import (
 )
 from ckptvault.store.lifecycle import rule_id, rule_prefix
 from ckptvault.store.upload import copy_in_place
-from ckptvault.tiering import install_lifecycle, lifecycle_rules
+from ckptvault.tiering.apply import install_lifecycle, lifecycle_rules
 from tests.helpers import crc32c_b64
 
 MIB = 1024 * 1024

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ckptvault import ingest as lib
 from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
-from ckptvault.discovery import discover
+from ckptvault.ingest import steps as lib
+from ckptvault.ingest.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault.synthetic import write_checkpoint

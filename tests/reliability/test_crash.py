@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from ckptvault import ingest as ingest_lib
 from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
-from ckptvault.discovery import discover
+from ckptvault.ingest import steps as ingest_lib
+from ckptvault.ingest.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.store import ABORT_MPU_RULE_NAME, open_store
 from ckptvault.store.lifecycle import rule_id, rule_prefix

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import itertools
 
-from ckptvault.alerts import Alert
-from ckptvault.notify import DedupNotifier
-from ckptvault.watch import AlertState, Episode, forget_sent_before, merge_episodes, merge_states, stale_runs
+from ckptvault.alerts.channels import DedupNotifier
+from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.watch import AlertState, Episode, forget_sent_before, merge_episodes, merge_states, stale_runs
 
 H = 3600.0
 T0 = 1_790_000_000.0

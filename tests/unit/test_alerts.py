@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ckptvault import alerts
-from ckptvault.alerts import KINDS, Alert
+from ckptvault.alerts import kinds as alerts
+from ckptvault.alerts.kinds import KINDS, Alert
 from tests.slack_recorder import URL
 from tests.slack_recorder import sample_alert as sample
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptvault.cost import GB, Holding, PriceError, PriceTable, class_map, load_prices, summarize
+from ckptvault.tiering.cost import GB, Holding, PriceError, PriceTable, class_map, load_prices, summarize
 
 KB = 1024
 TB = 1024 * GB

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckptvault import synthetic
-from ckptvault.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault.formats import FormatError
+from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 64 << 10

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from ckptvault import events
 from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import ConfigError, parse_config
-from ckptvault.drill import (
+from ckptvault.outcomes import DrillFailed
+from ckptvault.restore.drill import (
     DrillResult,
     coverage,
     render_markdown,
@@ -26,7 +27,6 @@ from ckptvault.drill import (
     select,
     select_sample,
 )
-from ckptvault.outcomes import DrillFailed
 
 Key = tuple[str, int, int]
 CLASSES = ("STANDARD", "STANDARD_IA", "GLACIER", "DEEP_ARCHIVE")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptvault import alerts, events
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
-from ckptvault.plan_report import render_applied, skipped_record
 from ckptvault.store import ObjectInfo
-from ckptvault.tiering import LocalFile, Mismatch, compare_local, compare_store, eviction_check, local_targets
+from ckptvault.tiering.apply import LocalFile, Mismatch, compare_local, compare_store, eviction_check, local_targets
+from ckptvault.tiering.report import render_applied, skipped_record
 
 ROOT = "/hot/r/checkpoint-10"
 BASE = checkpoint_prefix("t", "r", 10, 2)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from ckptvault import synthetic
-from ckptvault.discovery import discover
 from ckptvault.formats import LAYOUTS, FormatError, detect_layout, get_layout, read_metrics
 from ckptvault.formats import hf as hf_mod
-from ckptvault.structure import check_structure
+from ckptvault.ingest.discovery import discover
+from ckptvault.ingest.structure import check_structure
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 64 << 10

@@ -18,9 +18,9 @@ import pytest
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import ValidationRules, parse_config
-from ckptvault.discovery import Found, LocalFile
 from ckptvault.formats.base import Candidate as LayoutCandidate
-from ckptvault.gates import (
+from ckptvault.ingest.discovery import Found, LocalFile
+from ckptvault.ingest.gates import (
     INTERVAL,
     LOSS_FINITE,
     LOSS_JUMP,
@@ -367,7 +367,7 @@ def _orbax_files(chunks: int, base: int) -> Files:
 def test_orbax_chunk_files_coming_and_going_is_a_healthy_shape() -> None:
     """Orbax's OCDBT writes as many content-addressed chunk files (`d/<hex>`) as it needs, so a healthy
     run has 14, 17, 16, 16 files: the shape gate compares the rest (evaluated by Great Expectations)."""
-    from ckptvault.quality import validate_candidate
+    from ckptvault.ingest.quality import validate_candidate
 
     rules = ValidationRules(isolate=False)
     prev_files = _orbax_files(6, 0)

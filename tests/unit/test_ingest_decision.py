@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import CheckpointState, Event, fold
-from ckptvault.discovery import LocalFile
-from ckptvault.ingest_decision import FINAL, Decision, Seen, decide, records_rejection
+from ckptvault.ingest.decision import FINAL, Decision, Seen, decide, records_rejection
+from ckptvault.ingest.discovery import LocalFile
 from ckptvault.manifest import FileEntry
 from ckptvault.saves import FileDiff, diff_files, restart_point, superseded_by
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ckptvault.store import ABORT_MPU_RULE_NAME
 from ckptvault.store.lifecycle import plain_id, replaced_by, rule_id, rule_prefix
-from ckptvault.tiering import lifecycle_rules
+from ckptvault.tiering.apply import lifecycle_rules
 
 
 def test_ids_name_the_prefix_and_the_root_keeps_the_plain_id() -> None:

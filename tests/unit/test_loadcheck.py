@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault import loadcheck
+from ckptvault.restore import loadcheck
 from tests.frameworks import need
 
 
@@ -148,7 +148,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 import json
 from pathlib import Path
-from ckptvault import drill
+from ckptvault.restore import drill
 r = drill.load_report(Path(sys.argv[1]))
 mods = sorted(m for m in sys.modules if m.split(".")[0] in {"torch", "jax", "orbax"})
 print(json.dumps({"problems": r.problems, "not_run": r.not_run, "mods": mods}))

@@ -10,9 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ckptvault.alerts import KINDS, Alert, escape, ingest_failed
-from ckptvault.config import NotifyConfig
-from ckptvault.notify import (
+from ckptvault.alerts.channels import (
     REDACTED,
     ConsoleNotifier,
     DedupNotifier,
@@ -20,7 +18,9 @@ from ckptvault.notify import (
     SlackNotifier,
     build_notifier,
 )
-from ckptvault.watch import AlertState
+from ckptvault.alerts.kinds import KINDS, Alert, escape, ingest_failed
+from ckptvault.alerts.watch import AlertState
+from ckptvault.config import NotifyConfig
 from tests.slack_recorder import API_PATH, SlackRecorder
 from tests.slack_recorder import sample_alert as sample
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import KeepBest, PolicyConfig, TierStep
-from ckptvault.cost import GB, PriceError, load_prices
-from ckptvault.policy import Action, Plan, PlanError, milestones, plan
+from ckptvault.tiering.cost import GB, PriceError, load_prices
+from ckptvault.tiering.policy import Action, Plan, PlanError, milestones, plan
 
 DAY = 86400.0
 NOW = 2_000_000_000.0

@@ -20,7 +20,7 @@ import pytest
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import ValidationRules
-from ckptvault.gates import (
+from ckptvault.ingest.gates import (
     INTERVAL,
     LOSS_FINITE,
     LOSS_JUMP,
@@ -32,7 +32,7 @@ from ckptvault.gates import (
     Candidate,
     ValidationReport,
 )
-from ckptvault.quality import validate_candidate
+from ckptvault.ingest.quality import validate_candidate
 from tests.unit.test_gates import (
     EVERY_SECONDS,
     EVERY_STEPS,
@@ -66,7 +66,7 @@ def check(run: Run, c: Candidate, rules: ValidationRules = RULES_DEFAULT) -> Val
 
 def test_importing_quality_does_not_import_great_expectations() -> None:
     code = (
-        "import sys, ckptvault.quality, ckptvault.gates; "
+        "import sys, ckptvault.ingest.quality, ckptvault.ingest.gates; "
         "assert 'great_expectations' not in sys.modules, 'great_expectations imported eagerly'; "
         "assert 'pandas' not in sys.modules, 'pandas imported eagerly'"
     )
@@ -341,7 +341,7 @@ def test_isolated_validation_agrees_and_leaves_gx_out_of_the_parent() -> None:
 import math, sys
 from tests.unit.test_gates import Run, hf_metrics
 from ckptvault.config import ValidationRules
-from ckptvault.quality import validate_candidate
+from ckptvault.ingest.quality import validate_candidate
 run = Run()
 bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
 good = run.next()
@@ -363,8 +363,7 @@ assert "pandas" not in sys.modules, "pandas imported in the parent"
 
 
 def test_a_child_that_does_not_finish_is_an_error_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ckptvault import quality
-
+    from ckptvault.ingest import quality
     monkeypatch.setattr(quality, "CHILD_TIMEOUT", 0.05)
     run = Run()
     with pytest.raises(quality.QualityError, match=r"did not finish within 0 s.*isolate = false"):
@@ -372,8 +371,7 @@ def test_a_child_that_does_not_finish_is_an_error_not_a_pass(monkeypatch: pytest
 
 
 def test_a_child_that_fails_is_an_error_naming_its_exit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from ckptvault import quality
-
+    from ckptvault.ingest import quality
     broken = tmp_path / "python"
     broken.write_text("#!/bin/sh\necho 'ImportError: no module named great_expectations' >&2\nexit 3\n")
     broken.chmod(0o755)
@@ -387,8 +385,7 @@ def test_a_child_that_fails_is_an_error_naming_its_exit(monkeypatch: pytest.Monk
 def test_the_child_leaves_the_optional_dependencies_out_and_agrees() -> None:
     """The gate child blocks pyarrow, sqlalchemy and boto3 (~60 MiB it never needs): it says it ran lean,
     none of them got imported, and its verdicts are the in-process engine's."""
-    from ckptvault import quality
-
+    from ckptvault.ingest import quality
     run = Run()
     bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
     isolated = validate_candidate(bad, run.history, run.previous, ValidationRules())
@@ -401,8 +398,7 @@ def test_the_child_leaves_the_optional_dependencies_out_and_agrees() -> None:
 def test_a_lean_import_that_fails_starts_over_with_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """If a future GX needed a blocked module, the child must start over with the full import, not fail:
     blocking numpy (which GX needs) forces that path."""
-    from ckptvault import quality
-
+    from ckptvault.ingest import quality
     monkeypatch.setenv(quality.LEAN_ENV, "numpy")
     run = Run()
     bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
@@ -412,8 +408,7 @@ def test_a_lean_import_that_fails_starts_over_with_everything(monkeypatch: pytes
 
 
 def test_a_prewarmed_child_is_used_once_and_an_unused_one_is_stopped() -> None:
-    from ckptvault import quality
-
+    from ckptvault.ingest import quality
     quality.prewarm()
     quality.prewarm()  # idempotent: still one child
     assert len(quality._warm) == 1

@@ -9,15 +9,13 @@ from typing import Any
 
 import pytest
 
-from ckptvault import alerts, events
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import PolicyConfig, TierStep
-from ckptvault.cost import GB, load_prices
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
-from ckptvault.plan_report import applied_by_run, render_applied, render_markdown, render_text, scheduled_record
-from ckptvault.policy import plan
 from ckptvault.store import ObjectInfo
-from ckptvault.tiering import (
+from ckptvault.tiering.apply import (
     Observation,
     Scheduled,
     class_counts,
@@ -26,6 +24,9 @@ from ckptvault.tiering import (
     takes_effect,
     tier_rule,
 )
+from ckptvault.tiering.cost import GB, load_prices
+from ckptvault.tiering.policy import plan
+from ckptvault.tiering.report import applied_by_run, render_applied, render_markdown, render_text, scheduled_record
 
 DAY = 86400.0
 NOW = 2_000_000_000.0

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckptvault import synthetic
-from ckptvault.discovery import LocalFile, discover, walk
-from ckptvault.structure import check_structure
+from ckptvault.ingest.discovery import LocalFile, discover, walk
+from ckptvault.ingest.structure import check_structure
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 256 << 10

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ckptvault.alerts import Alert
-from ckptvault.notify import DedupNotifier
-from ckptvault.watch import AlertState, Episode, budget_alert, stale_runs
+from ckptvault.alerts.channels import DedupNotifier
+from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.watch import AlertState, Episode, budget_alert, stale_runs
 
 H = 3600.0
 T0 = 1_790_000_000.0
@@ -177,10 +177,10 @@ def test_assess_is_the_whole_watch_decision() -> None:
     """Stale runs by each source's threshold and the budget, from catalog states alone."""
     from pathlib import Path
 
+    from ckptvault.alerts.watch_inputs import assess
     from ckptvault.catalog import Event, fold
     from ckptvault.config import SourceConfig
-    from ckptvault.cost import load_prices
-    from ckptvault.watch_inputs import assess
+    from ckptvault.tiering.cost import load_prices
 
     t0 = 1_000_000.0
     gb = 2**30

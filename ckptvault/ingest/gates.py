@@ -22,7 +22,7 @@ from ckptvault.formats import counts_for_shape
 if TYPE_CHECKING:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import ValidationRules
-    from ckptvault.discovery import Found
+    from ckptvault.ingest.discovery import Found
     from ckptvault.manifest import Manifest
 
 Verdict = Literal["pass", "warn", "block", "note"]

@@ -7,7 +7,7 @@ values become three small dataframes checked by three cached, parameterized expe
 each expectation's result becomes part of a `RuleResult` (gates.judge).
 
 Where it runs: by default (`[validation] isolate = true`) in a short-lived child process,
-`python -m ckptvault.quality`, one per validation, fed the pickled GatePlan on stdin and answering
+`python -m ckptvault.ingest.quality`, one per validation, fed the pickled GatePlan on stdin and answering
 the outcomes on stdout. GX with pandas, scipy and altair adds ~250 MiB to a process and Python never
 gives imported modules back: in the worker that would stay for its whole life and sit on top of the
 upload buffers. The child exits before the upload starts (ingest validates, then uploads), so the
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ckptvault.errors import CkptvaultError
-from ckptvault.gates import (
+from ckptvault.ingest.gates import (
     INTERVAL,
     LOSS_FINITE,
     LOSS_JUMP,
@@ -341,7 +341,7 @@ def _spawn() -> subprocess.Popen[bytes]:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen(
-        [sys.executable, "-m", "ckptvault.quality"],
+        [sys.executable, "-m", "ckptvault.ingest.quality"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -417,7 +417,7 @@ def _peak_rss_mib() -> float:
 
 
 def _child_main() -> int:
-    """`python -m ckptvault.quality`: build the engine (the slow part, done before the plan arrives so
+    """`python -m ckptvault.ingest.quality`: build the engine (the slow part, done before the plan arrives so
     a prewarmed child is ready), evaluate one pickled GatePlan from stdin, answer on stdout."""
     blocked = _lean_blocked(os.environ.get(LEAN_ENV))
     for name in blocked:
@@ -429,7 +429,7 @@ def _child_main() -> int:
             raise
         print(f"gate child: the lean import failed ({e}); starting over with every dependency", file=sys.stderr)
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "ckptvault.quality"], {**os.environ, LEAN_ENV: "0"})
+        os.execve(sys.executable, [sys.executable, "-m", "ckptvault.ingest.quality"], {**os.environ, LEAN_ENV: "0"})
     data = sys.stdin.buffer.read()
     if not data:
         return 0  # a prewarmed child nobody needed

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ckptvault.alerts import Alert
+from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.watch import AlertState, budget_alert, stale_runs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import SourceConfig
-from ckptvault.cost import PriceTable
-from ckptvault.watch import AlertState, budget_alert, stale_runs
+from ckptvault.tiering.cost import PriceTable
 
 
 def latest_by_run(states: Sequence[CheckpointState]) -> tuple[dict[str, float | None], dict[str, int]]:

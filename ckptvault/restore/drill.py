@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptvault import loadcheck
 from ckptvault.catalog import CheckpointState
+from ckptvault.restore import loadcheck
 
 DAY = 86400.0
 Key = tuple[str, int, int]
@@ -258,7 +258,7 @@ def coverage(
 
 def load_report(ckpt_path: Path) -> loadcheck.LoadReport:
     """Every load check of the restored checkpoint (a directory or one file), per file, saying what was
-    checked and how; nothing from the bucket is executed (ckptvault/loadcheck.py)."""
+    checked and how; nothing from the bucket is executed (ckptvault/restore/loadcheck.py)."""
     return loadcheck.check(ckpt_path)
 
 

@@ -1,6 +1,6 @@
 """The staleness and budget watch, and the alert state it shares with the notifier. Pure: no I/O, no clock.
 
-`AlertState` is the one small record the alerting keeps between runs (ckptvault.alerting stores it
+`AlertState` is the one small record the alerting keeps between runs (ckptvault.alerts.sending stores it
 under `<prefix>/_state/alerts/`, one file per writer, merged on read with `merge_states`):
 - `sent`: dedup key -> when it was last delivered. Written only by `DedupNotifier`, on success.
 - `stale`: run -> its open stale episode. Written only by `stale_runs`, which returns a new state.
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ckptvault.alerts import Alert, budget_exceeded, run_recovered, run_stale
+from ckptvault.alerts.kinds import Alert, budget_exceeded, run_recovered, run_stale
 
 SCHEMA = "ckptvault.alerts/1"
 

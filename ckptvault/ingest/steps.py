@@ -19,9 +19,10 @@ from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
 from ckptvault.checksum import file_crc32c
 from ckptvault.config import SourceConfig, ValidationRules
-from ckptvault.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault.formats import read_metrics
-from ckptvault.gates import Candidate, ValidationReport
+from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
+from ckptvault.ingest.gates import Candidate, ValidationReport
+from ckptvault.ingest.structure import check_structure
 from ckptvault.manifest import (
     FIRST_SAVE,
     MANIFEST_NAME,
@@ -32,7 +33,6 @@ from ckptvault.manifest import (
     fingerprint,
 )
 from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn
-from ckptvault.structure import check_structure
 
 CRC_TAG = "crc32c"
 # Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
@@ -118,7 +118,7 @@ def quality_gate(
     found: Found, known: dict[int, CheckpointState], previous: Manifest | None, rules: ValidationRules
 ) -> ValidationReport:
     """The statistical gates over the run's own history (Great Expectations is imported only here)."""
-    from ckptvault.quality import validate_candidate
+    from ckptvault.ingest.quality import validate_candidate
 
     candidate = Candidate.from_found(found, read_metrics(found.format, found.path))
     return validate_candidate(candidate, list(known.values()), previous, rules)

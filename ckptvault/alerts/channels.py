@@ -30,11 +30,11 @@ from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryInterv
 from slack_sdk.web import WebClient
 from slack_sdk.webhook import WebhookClient
 
-from ckptvault.alerts import Alert, escape
+from ckptvault.alerts.kinds import Alert, escape
+from ckptvault.alerts.watch import AlertState
 from ckptvault.config import NotifyConfig
-from ckptvault.watch import AlertState
 
-log = logging.getLogger("ckptvault.notify")
+log = logging.getLogger("ckptvault.alerts.channels")
 alerts_log = logging.getLogger("ckptvault.alerts")
 
 # Dedup records outlive the window so the watch can still see that its alert was delivered at the
@@ -60,7 +60,7 @@ class Notifier(Protocol):
 
 
 class ConsoleNotifier:
-    """The embedded default: one log line per alert on `ckptvault.alerts`, plus an optional stream."""
+    """The embedded default: one log line per alert on `ckptvault.alerts.kinds`, plus an optional stream."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
@@ -92,14 +92,14 @@ class _Redactor:
 
 
 class _RedactingLogger(logging.Logger):
-    """The logger handed to slack-sdk: a child of ckptvault.notify that scrubs secrets from every record.
+    """The logger handed to slack-sdk: a child of ckptvault.alerts.channels that scrubs secrets from every record.
 
     Built directly (not through getLogger) so each notifier's secrets stay with that notifier and
     the logger is garbage-collected with it.
     """
 
     def __init__(self, redact: _Redactor) -> None:
-        super().__init__("ckptvault.notify.slack_sdk")
+        super().__init__("ckptvault.alerts.channels.slack_sdk")
         self.parent = log
         self._redact = redact
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ckptvault.catalog import CheckpointState, Event
-from ckptvault.cost import PriceTable
 from ckptvault.errors import CkptvaultError
 from ckptvault.formats import get_layout
 from ckptvault.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix, safe_relpath
 from ckptvault.store import ObjectStore, ProgressFn
+from ckptvault.tiering.cost import PriceTable
 
 # Permission bits only: set-uid/set-gid from a bucket are never restored.
 PERMISSION_BITS = 0o1777

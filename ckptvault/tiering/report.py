@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.policy import Action, Plan
-from ckptvault.tiering import EvictionCheck, Observation, Scheduled
+from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
+from ckptvault.tiering.policy import Action, Plan
 
 # files named per skipped checkpoint in the artifact; the flow's report and the catalog event have more
 MAX_FILES_SHOWN = 10

@@ -26,11 +26,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from ckptvault.alerts import Alert
+from ckptvault.alerts.channels import SENT_RETENTION_SECONDS, build_notifier
+from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.watch import AlertState, forget_sent_before, merge_states
 from ckptvault.config import Config
-from ckptvault.notify import SENT_RETENTION_SECONDS, build_notifier
 from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, StoreError
-from ckptvault.watch import AlertState, forget_sent_before, merge_states
 
 log = logging.getLogger("ckptvault.alerts")
 STATE_DIR = "_state/alerts/"

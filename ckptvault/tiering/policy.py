@@ -21,8 +21,8 @@ from typing import Literal
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
-from ckptvault.cost import DAYS_PER_MONTH, GB, TIERS, CostSummary, Holding, PriceTable, class_map, summarize
 from ckptvault.errors import CkptvaultError
+from ckptvault.tiering.cost import DAYS_PER_MONTH, GB, TIERS, CostSummary, Holding, PriceTable, class_map, summarize
 
 DAY = 86400.0
 ActionKind = Literal["keep", "transition", "expire", "evict_local", "skip"]
