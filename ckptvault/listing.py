@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ckptvault import humanize
 from ckptvault.catalog import CheckpointState
 
 
@@ -38,14 +39,6 @@ def render_json(states: Sequence[CheckpointState]) -> str:
     return json.dumps([as_record(s) for s in states], indent=1)
 
 
-def human_size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)
-
-
 def render_table(states: Sequence[CheckpointState]) -> str:
     if not states:
         return "(no checkpoints in the catalog yet)"
@@ -58,7 +51,7 @@ def render_table(states: Sequence[CheckpointState]) -> str:
             s.format,
             s.state,
             s.last_event,
-            human_size(s.bytes),
+            humanize.size(s.bytes),
             str(s.files),
             s.storage_class or "-",
             _iso(s.uploaded_at) or "-",

@@ -18,10 +18,9 @@ from prefect import flow, unmapped
 from prefect.runtime import deployment, flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import events
+from ckptvault import events, humanize
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.listing import human_size
 from ckptvault.progress import ProgressBar
 from ckptvault.restore.steps import RestoreError
 from ckptvault.tiering.cost import load_prices
@@ -140,7 +139,7 @@ def restore(
     publish_markdown_task(
         "restore-result",
         f"### Restored {run} step {n}\n\n- destination: `{target}`\n- files: {len(manifest.files)}, "
-        f"{human_size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
+        f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
         "what was restored and where",
     )
     return report

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast, get_args
 
+from ckptvault import humanize
 from ckptvault.formats import counts_for_shape
 
 if TYPE_CHECKING:
@@ -394,22 +395,6 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
-
-
-def human_seconds(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h"
-
-
 # --- judging: GX outcomes -> rule results -------------------------------------------------------
 
 
@@ -448,21 +433,21 @@ def _no_history(rule: str, observed: str, who: str, have: int, need: int, what: 
 
 def _size(plan: GatePlan, out: Outcome, who: str, nhist: int) -> RuleResult:
     c, rules = plan.candidate, plan.rules
-    observed = f"{c.total_bytes} B ({human_bytes(c.total_bytes)})"
+    observed = f"{c.total_bytes} B ({humanize.size(c.total_bytes)})"
     if plan.size_median is None or plan.size_min is None or plan.size_max is None:
         return _no_history(SIZE_BAND, observed, who, nhist, rules.min_history, "verified checkpoints")
     band = f"{rules.size_band:.0%}"
     threshold = (
-        f"{human_bytes(plan.size_min)} to {human_bytes(plan.size_max)} (median {human_bytes(plan.size_median)} "
+        f"{humanize.size(plan.size_min)} to {humanize.size(plan.size_max)} (median {humanize.size(plan.size_median)} "
         f"of the last {nhist} verified ±{band})"
     )
     if out.ok:
         return RuleResult(SIZE_BAND, "pass", observed, threshold, f"{who}: total size within ±{band} of the median")
     off = c.total_bytes / plan.size_median - 1
     msg = (
-        f"{who}: rule {SIZE_BAND}: total size {human_bytes(c.total_bytes)} is {off:+.0%} from the median "
-        f"{human_bytes(plan.size_median)} of the last {nhist} verified checkpoints, outside ±{band} "
-        f"({human_bytes(plan.size_min)} to {human_bytes(plan.size_max)})"
+        f"{who}: rule {SIZE_BAND}: total size {humanize.size(c.total_bytes)} is {off:+.0%} from the median "
+        f"{humanize.size(plan.size_median)} of the last {nhist} verified checkpoints, outside ±{band} "
+        f"({humanize.size(plan.size_min)} to {humanize.size(plan.size_max)})"
     )
     return RuleResult(SIZE_BAND, plan.rules.size_severity, observed, threshold, msg)
 
@@ -616,18 +601,18 @@ def _loss(plan: GatePlan, finite: Outcome, jump: Outcome, who: str) -> list[Rule
 def _interval(plan: GatePlan, out: Outcome, who: str) -> RuleResult:
     rules = plan.rules
     gap = plan.gap_seconds
-    observed = f"{human_seconds(gap)} since the previous checkpoint" if gap is not None else "no earlier checkpoint"
+    observed = f"{humanize.duration(gap)} since the previous checkpoint" if gap is not None else "no earlier checkpoint"
     if plan.gap_limit is None or plan.interval_median is None or gap is None:
         return _no_history(INTERVAL, observed, who, plan.interval_samples, rules.min_history, "intervals")
     threshold = (
-        f"<= {human_seconds(plan.gap_limit)} ({rules.interval_factor:g} x median interval "
-        f"{human_seconds(plan.interval_median)})"
+        f"<= {humanize.duration(plan.gap_limit)} ({rules.interval_factor:g} x median interval "
+        f"{humanize.duration(plan.interval_median)})"
     )
     if out.ok:
         return RuleResult(INTERVAL, "pass", observed, threshold, f"{who}: checkpoint interval regular")
     msg = (
-        f"{who}: rule {INTERVAL}: {human_seconds(gap)} since the previous checkpoint is "
-        f"{gap / plan.interval_median:.1f}x the median interval {human_seconds(plan.interval_median)} "
-        f"(limit {human_seconds(plan.gap_limit)}): the run may have stalled"
+        f"{who}: rule {INTERVAL}: {humanize.duration(gap)} since the previous checkpoint is "
+        f"{gap / plan.interval_median:.1f}x the median interval {humanize.duration(plan.interval_median)} "
+        f"(limit {humanize.duration(plan.gap_limit)}): the run may have stalled"
     )
     return RuleResult(INTERVAL, rules.interval_severity, observed, threshold, msg)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ckptvault import humanize
 from ckptvault.catalog import CheckpointState, Event
 from ckptvault.errors import CkptvaultError
 from ckptvault.formats import get_layout
@@ -83,13 +84,13 @@ class Estimate:
         if self.frozen:
             lines.append(
                 f"  thaw: {self.frozen} archived objects with the {self.tier} tier, "
-                f"expected {_dur(self.seconds_min)} to {_dur(self.seconds_max)}"
+                f"expected {humanize.duration(self.seconds_min)} to {humanize.duration(self.seconds_max)}"
             )
         else:
             lines.append("  thaw: none needed")
         if self.download_seconds is not None and self.throughput_mib_s:
             lines.append(
-                f"  download: about {_dur(self.download_seconds)} "
+                f"  download: about {humanize.duration(self.download_seconds)} "
                 f"(at {self.throughput_mib_s:.0f} MiB/s, this run's last measured restore)"
             )
         else:
@@ -122,20 +123,12 @@ class Estimate:
             "no thaw needed"
             if self.frozen == 0
             else f"{self.frozen} archived objects to thaw with the {self.tier} tier: "
-            f"{_dur(self.seconds_min)} to {_dur(self.seconds_max)}"
+            f"{humanize.duration(self.seconds_min)} to {humanize.duration(self.seconds_max)}"
         )
         return (
             f"restore {self.run} step {self.step}: {self.bytes / 2**30:.2f} GiB in {self.objects} objects ({classes}); "
             f"{wait}; estimated retrieval cost ${self.usd:.2f}"
         )
-
-
-def _dur(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
 
 
 @dataclass(frozen=True)

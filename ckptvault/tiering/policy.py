@@ -22,6 +22,7 @@ from typing import Literal
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
 from ckptvault.errors import CkptvaultError
+from ckptvault.humanize import usd
 from ckptvault.tiering.cost import DAYS_PER_MONTH, GB, TIERS, CostSummary, Holding, PriceTable, class_map, summarize
 
 DAY = 86400.0
@@ -73,10 +74,6 @@ class Plan:
 
     def of_kind(self, kind: ActionKind) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]
-
-
-def _usd(x: float) -> str:
-    return f"${x:.4f}" if abs(x) < 1 else f"${x:,.2f}"
 
 
 def _date(ts: float | None) -> str:
@@ -174,7 +171,7 @@ class _Planner:
             if fee > saving:
                 return Action(
                     s.run, s.step, "skip", None,
-                    f"expire skipped: saves {_usd(saving)} over {self.horizon:g} d, costs {_usd(fee)} "
+                    f"expire skipped: saves {usd(saving)} over {self.horizon:g} d, costs {usd(fee)} "
                     f"early-deletion fee ({cur} minimum {self.prices.get(cur).min_days:g} d, "
                     f"{in_class:.0f} d so far)",
                     saving, fee,
@@ -182,7 +179,7 @@ class _Planner:
             why = f"age {age:.0f} d >= expire_after_days {p.expire_after_days:g}, not a milestone"
             if fee > 0:
                 why += (
-                    f"; early-deletion fee {_usd(fee)}: {cur} bills {self.prices.get(cur).min_days:g} d "
+                    f"; early-deletion fee {usd(fee)}: {cur} bills {self.prices.get(cur).min_days:g} d "
                     f"minimum, {in_class:.0f} d so far"
                 )
             return Action(s.run, s.step, "expire", None, why, saving, fee)
@@ -234,19 +231,19 @@ class _Planner:
         short = self.monthly(s, to) * max(0.0, self.prices.get(to).min_days - stay) / DAYS_PER_MONTH
         fee = requests + early + short
         if saving <= fee:
-            parts = [f"{_usd(requests)} in requests"]
+            parts = [f"{usd(requests)} in requests"]
             if early > 0:
-                parts.append(f"{_usd(early)} early deletion from {cur}")
+                parts.append(f"{usd(early)} early deletion from {cur}")
             if short > 0:
-                parts.append(f"{_usd(short)} of {to} minimum duration before expiry")
+                parts.append(f"{usd(short)} of {to} minimum duration before expiry")
             return Action(
                 s.run, s.step, "skip", to,
-                f"transition to {to} skipped: saves {_usd(saving)} over {stay:g} d, "
+                f"transition to {to} skipped: saves {usd(saving)} over {stay:g} d, "
                 f"costs {', '.join(parts)}{tag}",
                 saving, fee,
             )  # fmt: skip
-        why = f"age {age:.0f} d: {cur} -> {to}, saves {_usd(saving)} over {stay:g} d"
-        why += f" for {_usd(fee)} in fees{tag}"
+        why = f"age {age:.0f} d: {cur} -> {to}, saves {usd(saving)} over {stay:g} d"
+        why += f" for {usd(fee)} in fees{tag}"
         return Action(s.run, s.step, "transition", to, why, saving, fee)
 
 

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
+from ckptvault.humanize import usd
 from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
 from ckptvault.tiering.policy import Action, Plan
 
@@ -57,10 +58,6 @@ def applied_by_run(
     ]
 
 
-def _usd(x: float) -> str:
-    return f"${x:,.2f}" if abs(x) >= 1 else f"${x:.4f}"
-
-
 def _day(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -76,11 +73,11 @@ def render_markdown(plan: Plan) -> str:
     lines = [
         "### Tiering plan",
         "",
-        f"- monthly storage: {_usd(s.total_before)} now, {_usd(s.total_after)} after the plan "
-        f"(saves {_usd(s.monthly_saving)}/month)",
-        f"- one-time fees (requests, early deletion): {_usd(s.one_time_fees_usd)}",
-        f"- against keeping it all on the parallel file system: {_usd(s.hot_fs_monthly_usd)}/month "
-        f"(saves {_usd(s.saving_vs_hot_fs)}/month)",
+        f"- monthly storage: {usd(s.total_before)} now, {usd(s.total_after)} after the plan "
+        f"(saves {usd(s.monthly_saving)}/month)",
+        f"- one-time fees (requests, early deletion): {usd(s.one_time_fees_usd)}",
+        f"- against keeping it all on the parallel file system: {usd(s.hot_fs_monthly_usd)}/month "
+        f"(saves {usd(s.saving_vs_hot_fs)}/month)",
         "",
         "| run | step | action | to | reason |",
         "|---|---|---|---|---|",
@@ -88,7 +85,7 @@ def render_markdown(plan: Plan) -> str:
     if s.pending_monthly_saving:
         lines.insert(
             3,
-            f"- of that saving, {_usd(s.pending_monthly_saving)}/month comes from moves the bucket lifecycle "
+            f"- of that saving, {usd(s.pending_monthly_saving)}/month comes from moves the bucket lifecycle "
             "has scheduled: billed in their old class until their dates (below)",
         )
     for a in plan.actions:
@@ -109,7 +106,7 @@ def render_markdown(plan: Plan) -> str:
     for run in sorted(set(s.monthly_before) | set(s.monthly_after)):
         before, after = s.monthly_before.get(run, {}), s.monthly_after.get(run, {})
         for cls in sorted(set(before) | set(after)):
-            lines.append(f"| {run} | {cls} | {_usd(before.get(cls, 0.0))} | {_usd(after.get(cls, 0.0))} |")
+            lines.append(f"| {run} | {cls} | {usd(before.get(cls, 0.0))} | {usd(after.get(cls, 0.0))} |")
     return "\n".join(lines)
 
 
@@ -130,8 +127,8 @@ def render_text(plan: Plan) -> str:
     out.append(f"({kept} checkpoints kept as they are)")
     out += ["", *cost_table(plan)]
     out.append(
-        f"monthly: {_usd(s.total_before)} -> {_usd(s.total_after)}; one-time fees {_usd(s.one_time_fees_usd)}; "
-        f"vs parallel file system {_usd(s.hot_fs_monthly_usd)}/month"
+        f"monthly: {usd(s.total_before)} -> {usd(s.total_after)}; one-time fees {usd(s.one_time_fees_usd)}; "
+        f"vs parallel file system {usd(s.hot_fs_monthly_usd)}/month"
     )
     return "\n".join(out)
 
@@ -159,14 +156,14 @@ def cost_table(plan: Plan) -> list[str]:
     s = plan.summary
     rows = cost_rows(plan)
     header = ("RUN", "CLASS", "$/MONTH NOW", "$/MONTH AFTER")
-    cells = [(r["run"], r["class"], _usd(r["usd_month_before"]), _usd(r["usd_month_after"])) for r in rows]
-    cells.append(("total", "", _usd(s.total_before), _usd(s.total_after)))
+    cells = [(r["run"], r["class"], usd(r["usd_month_before"]), usd(r["usd_month_after"])) for r in rows]
+    cells.append(("total", "", usd(s.total_before), usd(s.total_after)))
     widths = [max(len(c[i]) for c in [header, *cells]) for i in range(4)]
     lines = ["  ".join(c[i].rjust(w) if i >= 2 else c[i].ljust(w) for i, w in enumerate(widths)).rstrip()
              for c in [header, *cells]]  # fmt: skip
     lines.append(
-        f"on the parallel file system instead: {_usd(s.hot_fs_monthly_usd)}/month; "
-        f"the store saves {_usd(s.saving_vs_hot_fs)}/month after this plan"
+        f"on the parallel file system instead: {usd(s.hot_fs_monthly_usd)}/month; "
+        f"the store saves {usd(s.saving_vs_hot_fs)}/month after this plan"
     )
     return lines
 
