@@ -120,7 +120,7 @@ def plan_bench(n: int, reps: int) -> dict[str, Any]:
 def validate_bench(reps: int) -> dict[str, Any]:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import ValidationRules
-    from ckptvault.ingest.gates import Candidate
+    from ckptvault.ingest.gates import GateSubject
 
     t0 = time.perf_counter()
     from ckptvault.ingest.quality import validate_candidate
@@ -152,7 +152,7 @@ def validate_bench(reps: int) -> dict[str, Any]:
                 detail="",
             )
         )
-    cand = Candidate("r", 1100, total, files, 1_900_000_000.0 + 10 * 3600, {"loss": 1.89})
+    cand = GateSubject("r", 1100, total, files, 1_900_000_000.0 + 10 * 3600, {"loss": 1.89})
     validate_candidate(cand, history, None, rules)
     cold = time.perf_counter() - t0
     times = []
@@ -220,7 +220,7 @@ def validate_wide_bench(reps: int) -> dict[str, Any]:
     validate's cold number): the scenario of tests/unit/test_quality.py, formerly bound to 5 s."""
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import ValidationRules
-    from ckptvault.ingest.gates import Candidate
+    from ckptvault.ingest.gates import GateSubject
     from ckptvault.ingest.quality import validate_candidate
     from ckptvault.manifest import FileEntry, Manifest
 
@@ -250,7 +250,7 @@ def validate_wide_bench(reps: int) -> dict[str, Any]:
         created_at=prev_at, uploaded_at=prev_at + 300, source="/scratch/r/checkpoint-1000000",
         metrics=metrics(1_000_000),
     )  # fmt: skip
-    cand = Candidate("r", 1_000_100, total, files, prev_at + 600, metrics(1_000_100))
+    cand = GateSubject("r", 1_000_100, total, files, prev_at + 600, metrics(1_000_100))
     rules = ValidationRules(isolate=False)
     validate_candidate(cand, history[:5], previous, rules)  # warm: import + context
     times = []

@@ -2,7 +2,7 @@
 the report. No Great Expectations here (quality.py evaluates the plan with it), so the CLI, the
 catalog and tests can read and render reports without paying its import time.
 
-Flow: `Candidate` + history + previous manifest -> `plan_gates` (thresholds, applicability, shard
+Flow: `GateSubject` + history + previous manifest -> `plan_gates` (thresholds, applicability, shard
 table) -> quality.py asks GX which checks failed -> `judge` turns that into a `ValidationReport`.
 """
 
@@ -48,7 +48,7 @@ LOSS_KEYS = ("loss", "eval_loss")  # as formats.read_metrics reports them (HF tr
 
 
 @dataclass(frozen=True)
-class Candidate:
+class GateSubject:
     """What we know about the checkpoint about to be uploaded."""
 
     run: str
@@ -60,7 +60,7 @@ class Candidate:
     format: str = ""  # the layout name: which files count for the shape gate (formats.counts_for_shape)
 
     @classmethod
-    def from_found(cls, found: Found, metrics: dict[str, float]) -> Candidate:
+    def from_found(cls, found: Found, metrics: dict[str, float]) -> GateSubject:
         return cls(
             run=found.run,
             step=found.step,
@@ -200,14 +200,14 @@ class GatePlan:
     """Everything the gates compare, computed before any evaluation: quality.py feeds these numbers to
     Great Expectations, `judge` words the outcome. A None threshold means "not applicable"."""
 
-    candidate: Candidate
+    candidate: GateSubject
     rules: ValidationRules
     history_steps: tuple[int, ...]  # the verified checkpoints used as the baseline, by step
     size_median: float | None
     size_min: float | None
     size_max: float | None
     previous_step: int | None
-    current_files: int  # the candidate's files that count for the shape gate (Candidate.shape_files)
+    current_files: int  # the candidate's files that count for the shape gate (GateSubject.shape_files)
     previous_files: int | None
     # previous_files less the previous shards now missing: those are missing_rank's to report, and
     # counting them again here would warn twice about one dead rank.
@@ -221,14 +221,14 @@ class GatePlan:
     gap_limit: float | None
 
 
-def _baseline(history: Sequence[CheckpointState], candidate: Candidate, k: int) -> list[CheckpointState]:
+def _baseline(history: Sequence[CheckpointState], candidate: GateSubject, k: int) -> list[CheckpointState]:
     # The candidate's own step is excluded: a re-validated step must not vouch for itself.
     verified = [s for s in history if s.verified and s.run == candidate.run and s.step != candidate.step]
     return sorted(verified, key=lambda s: s.step)[-k:]
 
 
 def plan_gates(
-    candidate: Candidate,
+    candidate: GateSubject,
     history: Sequence[CheckpointState],
     previous: Manifest | None,
     rules: ValidationRules,
@@ -399,7 +399,7 @@ def _md(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RuleOutcome:
     """What the evaluation said about one rule: did every check of it hold, and which items failed
     (shard paths, loss keys) for the message."""
 
@@ -407,7 +407,7 @@ class Outcome:
     failed_items: tuple[str, ...] = ()
 
 
-def judge(plan: GatePlan, outcomes: Mapping[str, Outcome]) -> ValidationReport:
+def judge(plan: GatePlan, outcomes: Mapping[str, RuleOutcome]) -> ValidationReport:
     """Turn per-rule outcomes into results with the configured severities and messages naming the
     checkpoint, the rule, the observed value and the threshold. A rule missing from `outcomes` is an
     evaluation bug and raises."""
@@ -431,7 +431,7 @@ def _no_history(rule: str, observed: str, who: str, have: int, need: int, what: 
     )  # fmt: skip
 
 
-def _size(plan: GatePlan, out: Outcome, who: str, nhist: int) -> RuleResult:
+def _size(plan: GatePlan, out: RuleOutcome, who: str, nhist: int) -> RuleResult:
     c, rules = plan.candidate, plan.rules
     observed = f"{c.total_bytes} B ({humanize.size(c.total_bytes)})"
     if plan.size_median is None or plan.size_min is None or plan.size_max is None:
@@ -457,7 +457,7 @@ def _list(items: Sequence[str], limit: int = 5) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _shape(plan: GatePlan, shape: Outcome, missing: Outcome, who: str) -> list[RuleResult]:
+def _shape(plan: GatePlan, shape: RuleOutcome, missing: RuleOutcome, who: str) -> list[RuleResult]:
     c, rules = plan.candidate, plan.rules
     n_cur = sum(1 for r in plan.shards if r.in_current)
     tol = f"±{rules.shard_size_tolerance:.0%}"
@@ -522,7 +522,7 @@ def _shape(plan: GatePlan, shape: Outcome, missing: Outcome, who: str) -> list[R
     return [RuleResult(SHAPE, rules.shape_severity, s_obs, s_thr, msg), m_res]
 
 
-def _step(plan: GatePlan, out: Outcome, who: str) -> RuleResult:
+def _step(plan: GatePlan, out: RuleOutcome, who: str) -> RuleResult:
     c = plan.candidate
     observed = f"step {c.step}"
     if plan.last_uploaded_step is None:
@@ -547,7 +547,7 @@ def _fmt_loss(v: float) -> str:
     return f"{v:.6g}"
 
 
-def _loss(plan: GatePlan, finite: Outcome, jump: Outcome, who: str) -> list[RuleResult]:
+def _loss(plan: GatePlan, finite: RuleOutcome, jump: RuleOutcome, who: str) -> list[RuleResult]:
     rules = plan.rules
     if not plan.losses:
         none = f"no {' or '.join(LOSS_KEYS)} recorded"
@@ -598,7 +598,7 @@ def _loss(plan: GatePlan, finite: Outcome, jump: Outcome, who: str) -> list[Rule
     return [f_res, RuleResult(LOSS_JUMP, rules.loss_jump_severity, observed, threshold, msg)]
 
 
-def _interval(plan: GatePlan, out: Outcome, who: str) -> RuleResult:
+def _interval(plan: GatePlan, out: RuleOutcome, who: str) -> RuleResult:
     rules = plan.rules
     gap = plan.gap_seconds
     observed = f"{humanize.duration(gap)} since the previous checkpoint" if gap is not None else "no earlier checkpoint"

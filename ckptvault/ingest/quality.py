@@ -51,9 +51,9 @@ from ckptvault.ingest.gates import (
     SHAPE,
     SIZE_BAND,
     STEP_ORDER,
-    Candidate,
+    GateSubject,
     GatePlan,
-    Outcome,
+    RuleOutcome,
     RuleResult,
     ValidationReport,
     judge,
@@ -266,7 +266,7 @@ def _collect(
                     items.setdefault(rule, []).append(str(frame[label_column].iloc[int(idx)]))
 
 
-def _evaluate(plan: GatePlan) -> dict[str, Outcome]:
+def _evaluate(plan: GatePlan) -> dict[str, RuleOutcome]:
     candidate, losses, shards, params = _frames(plan)
     engine = _get_engine()
     checks: dict[str, list[bool]] = {}
@@ -281,11 +281,11 @@ def _evaluate(plan: GatePlan) -> dict[str, Outcome]:
     missing = [r for r in RULES if r not in checks]
     if missing:
         raise QualityError(f"no expectation evaluated rule(s) {missing}; the suites are out of date")
-    return {r: Outcome(all(checks[r]), tuple(dict.fromkeys(items.get(r, [])))) for r in RULES}
+    return {r: RuleOutcome(all(checks[r]), tuple(dict.fromkeys(items.get(r, [])))) for r in RULES}
 
 
 def validate_candidate(
-    candidate: Candidate,
+    candidate: GateSubject,
     history: Sequence[CheckpointState],
     previous: Manifest | None,
     rules: ValidationRules,
@@ -378,7 +378,7 @@ def _take_child() -> subprocess.Popen[bytes]:
     return _spawn()
 
 
-def _evaluate_in_child(plan: GatePlan) -> dict[str, Outcome]:
+def _evaluate_in_child(plan: GatePlan) -> dict[str, RuleOutcome]:
     what = f"{plan.candidate.run} step {plan.candidate.step}"
     proc = _take_child()
     try:
@@ -402,7 +402,7 @@ def _evaluate_in_child(plan: GatePlan) -> dict[str, Outcome]:
     last_child.clear()
     last_child.update(info)
     log.debug("gate child for %s: %s", what, info)
-    return cast("dict[str, Outcome]", outcomes)
+    return cast("dict[str, RuleOutcome]", outcomes)
 
 
 def _peak_rss_mib() -> float:

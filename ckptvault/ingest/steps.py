@@ -21,7 +21,7 @@ from ckptvault.checksum import file_crc32c
 from ckptvault.config import SourceConfig, ValidationRules
 from ckptvault.formats import read_metrics
 from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
-from ckptvault.ingest.gates import Candidate, ValidationReport
+from ckptvault.ingest.gates import GateSubject, ValidationReport
 from ckptvault.ingest.structure import check_structure
 from ckptvault.manifest import (
     FIRST_SAVE,
@@ -120,7 +120,7 @@ def quality_gate(
     """The statistical gates over the run's own history (Great Expectations is imported only here)."""
     from ckptvault.ingest.quality import validate_candidate
 
-    candidate = Candidate.from_found(found, read_metrics(found.format, found.path))
+    candidate = GateSubject.from_found(found, read_metrics(found.format, found.path))
     return validate_candidate(candidate, list(known.values()), previous, rules)
 
 

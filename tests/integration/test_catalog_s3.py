@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from ckptvault.catalog import Catalog, Event, _table, _to_bytes, encode_events, fold
+from ckptvault.catalog import Catalog, Event, encode_events, fold
+from ckptvault.catalog.codec import _table, _to_bytes
 from ckptvault.config import StoreConfig
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import ObjectStore, open_store

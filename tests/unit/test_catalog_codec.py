@@ -140,7 +140,7 @@ def test_fold_does_not_depend_on_input_order_when_times_differ(events: list[Even
 @settings(max_examples=100, deadline=None)
 def test_small_and_large_tables_are_built_alike(events: list[Event]) -> None:
     # Few rows go through pyarrow's JSON reader, many through Python lists: the same table either way.
-    import ckptvault.catalog as catalog
+    import ckptvault.catalog.codec as catalog
 
     origins = [(f"k{i}", i) for i in range(len(events))]
     small = catalog._table(events, origins)
@@ -155,7 +155,7 @@ def test_small_and_large_tables_are_built_alike(events: list[Event]) -> None:
 
 
 def test_recording_an_event_does_not_import_pandas() -> None:
-    # pandas costs ~0.2 s in every flow process that records one event (see catalog._table).
+    # pandas costs ~0.2 s in every flow process that records one event (see ckptvault.catalog.codec._table).
     import subprocess
     import sys
 
@@ -231,7 +231,7 @@ stream_events = st.builds(
 @given(st.lists(stream_events, max_size=60))
 @settings(max_examples=400, deadline=None)
 def test_vectorised_fold_equals_the_fold_one_event_at_a_time(events: list[Event]) -> None:
-    from ckptvault.catalog import _fold_python
+    from ckptvault.catalog.fold import _fold_python
 
     assert fold(events) == _fold_python(events)
 
@@ -240,7 +240,7 @@ def test_vectorised_fold_equals_the_fold_one_event_at_a_time(events: list[Event]
 @settings(max_examples=200, deadline=None)
 def test_a_fold_continued_from_a_state_equals_the_whole_fold(events: list[Event], cut: int) -> None:
     # how a snapshot's row takes the events written after it
-    from ckptvault.catalog import _fold_one
+    from ckptvault.catalog.fold import _fold_one
 
     key = (events[0].run, events[0].step, events[0].save)
     mine = sorted((e for e in events if (e.run, e.step, e.save) == key), key=lambda e: e.at)

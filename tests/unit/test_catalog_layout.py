@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptvault.catalog import Catalog, Event, _fold_python, encode_events, run_partition
+from ckptvault.catalog import Catalog, Event, encode_events, run_partition
+from ckptvault.catalog.fold import _fold_python
 from ckptvault.store import NotFoundError
 from ckptvault.store.port import ObjectInfo
 

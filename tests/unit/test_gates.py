@@ -29,8 +29,8 @@ from ckptvault.ingest.gates import (
     SHAPE,
     SIZE_BAND,
     STEP_ORDER,
-    Candidate,
-    Outcome,
+    GateSubject,
+    RuleOutcome,
     RuleResult,
     ValidationReport,
     judge,
@@ -100,8 +100,8 @@ def manifest(step: int, files: Files, created_at: float, metrics: dict[str, floa
     )  # fmt: skip
 
 
-def candidate(step: int, files: Files, created_at: float, metrics: dict[str, float] | None = None) -> Candidate:
-    return Candidate(
+def candidate(step: int, files: Files, created_at: float, metrics: dict[str, float] | None = None) -> GateSubject:
+    return GateSubject(
         run=RUN, step=step, total_bytes=sum(s for _, s in files), files=files, created_at=created_at,
         metrics=dict(metrics or {}),
     )  # fmt: skip
@@ -133,7 +133,7 @@ class Run:
     def next(
         self, files: Files | None = None, *, step: int | None = None, created_at: float | None = None,
         metrics: dict[str, float] | None = None,
-    ) -> Candidate:  # fmt: skip
+    ) -> GateSubject:  # fmt: skip
         step = self.next_step if step is None else step
         at = self.next_at if created_at is None else created_at
         return candidate(
@@ -144,7 +144,7 @@ class Run:
         )
 
 
-ALL_OK = {r: Outcome(True) for r in RULES}
+ALL_OK = {r: RuleOutcome(True) for r in RULES}
 RULES_DEFAULT = ValidationRules()
 
 
@@ -292,11 +292,11 @@ def test_judge_first_checkpoint_gives_notes() -> None:
 def test_judge_failed_rule_takes_its_configured_severity(rule: str, severity_field: str, severity: str) -> None:
     run = Run()
     plan = plan_gates(run.next(), run.history, run.previous, RULES_DEFAULT)
-    report = judge(plan, {**ALL_OK, rule: Outcome(False, ("loss",))})
+    report = judge(plan, {**ALL_OK, rule: RuleOutcome(False, ("loss",))})
     assert verdicts(report)[rule] == severity
     flipped = "warn" if severity == "block" else "block"
     rules = ValidationRules.model_validate({severity_field: flipped})
-    report2 = judge(plan_gates(run.next(), run.history, run.previous, rules), {**ALL_OK, rule: Outcome(False)})
+    report2 = judge(plan_gates(run.next(), run.history, run.previous, rules), {**ALL_OK, rule: RuleOutcome(False)})
     assert verdicts(report2)[rule] == flipped
 
 
@@ -342,7 +342,7 @@ def test_reasons_name_checkpoint_rule_observed_threshold() -> None:
 def test_reasons_from_judge_name_the_checkpoint_once() -> None:
     run = Run()
     report = judge(
-        plan_gates(run.next(), run.history, run.previous, RULES_DEFAULT), {**ALL_OK, SIZE_BAND: Outcome(False)}
+        plan_gates(run.next(), run.history, run.previous, RULES_DEFAULT), {**ALL_OK, SIZE_BAND: RuleOutcome(False)}
     )
     (reason,) = report.reasons()
     assert reason.count(f"{RUN} step {run.next_step}") == 1 and "rule size_band" in reason
@@ -351,8 +351,8 @@ def test_reasons_from_judge_name_the_checkpoint_once() -> None:
 def test_candidate_from_found(tmp_path: Path) -> None:
     files = (LocalFile("__0_0.distcp", tmp_path / "__0_0.distcp", 100, 10.0), LocalFile(".metadata", tmp_path, 5, 12.0))
     found = Found(RUN, LayoutCandidate("dcp", 300, tmp_path, True), files, True, "", 12.5)
-    c = Candidate.from_found(found, {"loss": 2.0})
-    assert c == Candidate(RUN, 300, 105, (("__0_0.distcp", 100), (".metadata", 5)), 12.5, {"loss": 2.0}, "dcp")
+    c = GateSubject.from_found(found, {"loss": 2.0})
+    assert c == GateSubject(RUN, 300, 105, (("__0_0.distcp", 100), (".metadata", 5)), 12.5, {"loss": 2.0}, "dcp")
 
 
 def _orbax_files(chunks: int, base: int) -> Files:
@@ -375,7 +375,7 @@ def test_orbax_chunk_files_coming_and_going_is_a_healthy_shape() -> None:
     history = [state(100, prev_files, T0)]
     for chunks in (4, 9):
         files = _orbax_files(chunks, 1000)
-        c = Candidate(RUN, 200, sum(s for _, s in files), files, T0 + 60, {}, "orbax")
+        c = GateSubject(RUN, 200, sum(s for _, s in files), files, T0 + 60, {}, "orbax")
         plan = plan_gates(c, history, previous, rules)
         assert (plan.current_files, plan.expected_files, plan.previous_files) == (8, 8, 8)
         shape = next(r for r in validate_candidate(c, history, previous, rules).results if r.rule == SHAPE)
@@ -383,6 +383,6 @@ def test_orbax_chunk_files_coming_and_going_is_a_healthy_shape() -> None:
         assert f"({chunks} orbax chunk files not counted" in shape.observed
     # a file that does count (an item's metadata) going missing still changes the shape
     files = tuple(f for f in _orbax_files(6, 0) if f[0] != "default/_sharding")
-    c = Candidate(RUN, 200, sum(s for _, s in files), files, T0 + 60, {}, "orbax")
+    c = GateSubject(RUN, 200, sum(s for _, s in files), files, T0 + 60, {}, "orbax")
     shape = next(r for r in validate_candidate(c, history, previous, rules).results if r.rule == SHAPE)
     assert shape.verdict == "warn" and "file count 7 differs" in shape.message, shape

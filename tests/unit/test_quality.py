@@ -29,7 +29,7 @@ from ckptvault.ingest.gates import (
     SHAPE,
     SIZE_BAND,
     STEP_ORDER,
-    Candidate,
+    GateSubject,
     ValidationReport,
 )
 from ckptvault.ingest.quality import validate_candidate
@@ -57,7 +57,7 @@ REPO = Path(__file__).resolve().parents[2]
 RULES_DEFAULT = ValidationRules(isolate=False)
 
 
-def check(run: Run, c: Candidate, rules: ValidationRules = RULES_DEFAULT) -> ValidationReport:
+def check(run: Run, c: GateSubject, rules: ValidationRules = RULES_DEFAULT) -> ValidationReport:
     return validate_candidate(c, run.history, run.previous, rules)
 
 
@@ -139,19 +139,19 @@ class Bad:
     name: str
     rule: str
     verdict: str
-    make: Callable[[Run], Candidate]
+    make: Callable[[Run], GateSubject]
     observed: str  # must appear in the reason: the observed value
     threshold: str  # must appear in the reason: the threshold
     files: Callable[[], Files] = hf_files
 
 
-def _rank_died(run: Run) -> Candidate:
+def _rank_died(run: Run) -> GateSubject:
     # rank 7 crashed before writing: 7 of 8 shards (-12.5% bytes: inside the size band, so only the
     # rank analysis can see it)
     return run.next(tuple(f for f in dcp_files() if f[0] != "__7_0.distcp"), metrics={})
 
 
-def _rank_gap(run: Run) -> Candidate:
+def _rank_gap(run: Run) -> GateSubject:
     return run.next(tuple(f for f in dcp_files() if f[0] != "__3_0.distcp"), metrics={})
 
 

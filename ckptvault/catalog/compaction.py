@@ -1,0 +1,124 @@
+"""Compaction (docs/FORMAT.md, "Compaction" and "The flat layout before partitions"): per partition, merge
+the old event files into one and write a snapshot of their fold, and only then delete what was merged;
+migrate the flat layout into the partitions; set unreadable files aside, never delete them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+
+from ckptvault.catalog.codec import _ORIGIN, _concat, _full, _to_bytes
+from ckptvault.catalog.fold import _fold_table
+from ckptvault.catalog.layout import _key_time_ns, _Vanished
+from ckptvault.catalog.snapshot import _snapshot_bytes
+
+if TYPE_CHECKING:
+    from ckptvault.catalog.eventlog import Catalog
+
+MIGRATE_FILES = 500  # flat-layout files one compaction migrates: bounds its memory and time
+COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between partitions
+log = logging.getLogger("ckptvault.catalog")
+
+
+def compact(
+    cat: Catalog,
+    older_than: float,
+    *,
+    runs: Iterable[str] | None = None,
+    max_partitions: int | None = None,
+    max_seconds: float | None = None,
+) -> int:
+    """Migrate the flat layout (up to MIGRATE_FILES files), then compact partitions (of `runs`, or
+    all): merge each one's event files written before `older_than` (unix s) into one and write its
+    snapshot. Returns how many event files were merged or migrated. Stops between partitions after
+    `max_partitions` or `max_seconds`; what it did not reach waits for the next call. Only files
+    listed before the merge are deleted, and only after the merged file and snapshot are written,
+    so concurrent appends are never lost (docs/FORMAT.md)."""
+    t0 = time.monotonic()
+    done = _migrate(cat)
+    cutoff = int(older_than * 1e9)
+    wanted = None if runs is None else set(runs)
+    if wanted is not None and len(wanted) == 1:
+        [only] = wanted
+        _, parts = cat._listing(only)
+    else:
+        _, parts = cat._listing(None)
+    todo = []
+    for run, p in parts.items():
+        if wanted is not None and run not in wanted:
+            continue
+        old = [k for k in p.events if _key_time_ns(k) < cutoff]
+        if len(old) >= 2 or (old and not p.snapshots) or len(p.snapshots) > 1:
+            todo.append((len(old), run, old, p.snapshots))
+    todo.sort(key=lambda x: (-x[0], x[1]))  # the partitions with the most files first
+    for i, (_, run, old, snaps) in enumerate(todo):
+        if max_partitions is not None and i >= max_partitions:
+            break
+        if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+            break
+        try:
+            done += _compact_part(cat, run, old, snaps)
+        except _Vanished:
+            continue  # another compaction got there first
+    return done
+
+def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> int:
+    tables = cat._read_tables(old)
+    t = _concat(tables)
+    readable = [k for k in old if k not in cat.unreadable]
+    merged = None
+    if t is not None and len(readable) > 1:
+        merged = cat._new_key(run, time_ns=max(_key_time_ns(o) for o in pc.unique(t[_ORIGIN]).to_pylist()))
+        cat.store.put_bytes(
+            merged, _to_bytes(_full(t)), if_none_match=True, content_type="application/vnd.apache.parquet"
+        )
+    if t is not None:
+        covers = [*readable, *([merged] if merged else [])]
+        cat.store.put_bytes(
+            cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers),
+            if_none_match=True, content_type="application/vnd.apache.parquet",
+        )  # fmt: skip
+    for k in old:
+        if k in cat.unreadable:
+            _set_aside(cat, k)
+        elif merged is not None:
+            cat.store.delete(k)
+    for k in snaps:
+        cat.store.delete(k)
+    return len(old) if merged is not None else 0
+
+def _migrate(cat: Catalog) -> int:
+    """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md)."""
+    flat = sorted(cat._keys())[:MIGRATE_FILES]
+    if not flat:
+        return 0
+    t = _concat(cat._read_tables(flat))
+    if t is not None:
+        t = _full(t)
+        for r in pc.unique(t["run"]).to_pylist():
+            part = t.filter(pc.equal(t["run"], r))
+            ns = max(_key_time_ns(o) for o in pc.unique(part[_ORIGIN]).to_pylist())
+            cat.store.put_bytes(
+                cat._new_key(r, time_ns=ns), _to_bytes(part), if_none_match=True,
+                content_type="application/vnd.apache.parquet",
+            )  # fmt: skip
+    for k in flat:
+        if k in cat.unreadable:
+            _set_aside(cat, k)
+        else:
+            cat.store.delete(k)
+    return len(flat)
+
+def _set_aside(cat: Catalog, key: str) -> None:
+    """Move an unreadable catalog file out of the log, never delete it: it may be the only copy of
+    events someone can still recover by hand."""
+    rel = key[len(cat.root) :]
+    aside = cat.root + "unreadable/" + (rel[len("events/") :] if rel.startswith("events/") else rel)
+    cat.store.put_bytes(aside, cat.store.get_bytes(key), content_type="application/octet-stream")
+    cat.store.delete(key)
+    log.warning("catalog: set the unreadable catalog file %s aside as %s", key, aside)
+

@@ -1,0 +1,219 @@
+"""The catalog as a reader and writer: `Catalog.append` writes one event file per run, `events` and
+`current` read a partition's newest snapshot and the event files since, fetched concurrently.
+
+Two writers never lose each other's events because they never write the same key. Every event has an
+identity, (origin file key, row index), kept as hidden columns when compaction merges files and listed in
+a snapshot for what it folded. Readers drop duplicate identities, so a reader that lists a merged file and
+its not-yet-deleted sources, a compaction that crashed between write and delete, or two compactions
+racing each other all read as if the merge were atomic (docs/FORMAT.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ckptvault.catalog import compaction, rebuild
+from ckptvault.catalog.codec import (
+    _FOLD_COLUMNS,
+    _concat,
+    _decode_rows,
+    _dedup_sorted,
+    _normalise,
+    _parquet,
+    encode_events,
+)
+from ckptvault.catalog.fold import _fold_one, _fold_table, _states
+from ckptvault.catalog.layout import CATALOG_DIR, _Part, _Vanished, classify, new_key, run_partition
+from ckptvault.catalog.model import CatalogError, CheckpointState, Event
+from ckptvault.catalog.snapshot import _Snapshot, read_snapshot
+from ckptvault.store.port import NotFoundError, ObjectStore
+
+_READERS = 8
+log = logging.getLogger("ckptvault.catalog")
+
+
+class Catalog:
+    def __init__(self, store: ObjectStore, prefix: str) -> None:
+        self.store = store
+        self.prefix = prefix.strip("/")
+        self.root = f"{self.prefix}/_catalog/" if self.prefix else "_catalog/"
+        self.dir = f"{self.prefix}/{CATALOG_DIR}" if self.prefix else CATALOG_DIR  # the flat layout
+        self.unreadable: dict[str, str] = {}  # catalog files this catalog could not read, and why
+
+    def _part_dir(self, run: str) -> str:
+        return self.root + run_partition(run)
+
+    def _new_key(self, run: str, kind: str = "events", time_ns: int | None = None) -> str:
+        return new_key(self._part_dir(run), kind, time_ns)
+
+    def _keys(self) -> list[str]:
+        """The flat layout's event files."""
+        return [o.key for o in self.store.list(self.dir) if o.key.endswith(".parquet")]
+
+    def _listing(self, run: str | None) -> tuple[list[str], dict[str, _Part]]:
+        """(flat files, partitions by run): one LIST of `_catalog/` for every run, or of the run's
+        partition and of the flat directory for one."""
+        parts: dict[str, _Part] = {}
+        flat: list[str] = []
+        prefixes = [self.root] if run is None else [self.dir, self._part_dir(run)]
+        for prefix in prefixes:
+            for o in self.store.list(prefix):
+                kind, r = classify(self.root, o.key)
+                if kind == "flat":
+                    flat.append(o.key)
+                elif r is not None:
+                    p = parts.setdefault(r, _Part([], []))
+                    (p.events if kind == "events" else p.snapshots).append(o.key)
+        return flat, parts
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            return self.store.get_bytes(key)
+        except NotFoundError:
+            raise _Vanished(key) from None
+
+    def _skip(self, key: str, e: CatalogError) -> None:
+        # One unreadable object (bit rot, a partial write, a stray file) must not stop every command,
+        # a restore included, whose manifests are intact: name it and read the rest.
+        if key not in self.unreadable:
+            log.warning("catalog: skipping an unreadable catalog file: %s", e)
+        self.unreadable[key] = str(e)
+
+    def _read_tables(self, keys: Sequence[str], columns: Sequence[str] | None = None) -> list[pa.Table]:
+        def read(k: str) -> pa.Table | None:
+            data = self._get(k)
+            try:
+                return _normalise(_parquet(data or b"", k, columns), k)
+            except CatalogError as e:
+                self._skip(k, e)
+                return None
+
+        # Until a compaction runs there is one small file per flow run: fetch them concurrently, since
+        # each GET is mostly round-trip latency.
+        with ThreadPoolExecutor(max_workers=_READERS) as pool:
+            got = list(pool.map(read, keys)) if len(keys) > 1 else [read(k) for k in keys]
+        return [t for t in got if t is not None]
+
+    def _retrying(self, fn: Any) -> Any:
+        for _ in range(5):
+            try:
+                return fn()
+            except _Vanished:
+                continue  # a compaction deleted what we listed, after writing what replaces it
+        return fn()
+
+    def append(self, events: Sequence[Event]) -> str | None:
+        """Write `events` as one new object per run, in that run's partition; returns the key of the
+        first (None when there is nothing to write)."""
+        if not events:
+            return None
+        by_run: dict[str, list[Event]] = {}
+        for e in events:
+            by_run.setdefault(e.run, []).append(e)
+        ns = time.time_ns()
+        first = None
+        for run in sorted(by_run):
+            key = self._new_key(run, time_ns=ns)
+            # The key is unique by construction; if_none_match makes a (practically impossible)
+            # collision an error instead of a silent overwrite of someone else's events.
+            self.store.put_bytes(
+                key, encode_events(by_run[run]), if_none_match=True, content_type="application/vnd.apache.parquet"
+            )
+            first = first or key
+        return first
+
+    def events(self, run: str | None = None) -> list[Event]:
+        """All events (of `run`), sorted by time, then insertion."""
+
+        def read() -> list[Event]:
+            flat, parts = self._listing(run)
+            keys = flat + [k for p in parts.values() for k in p.events]
+            rows = [r for t in self._read_tables(keys) for r in _decode_rows(t, "")]
+            return [e for e, _, _ in _dedup_sorted(rows) if run is None or e.run == run]
+
+        got: list[Event] = self._retrying(read)
+        return got
+
+    def current(self, run: str | None = None) -> list[CheckpointState]:
+        """The state of every checkpoint save (of `run`), sorted by (run, step, save). Reads each
+        partition's newest snapshot and only the events written since (docs/FORMAT.md)."""
+
+        def read() -> list[CheckpointState]:
+            flat, parts = self._listing(run)
+            flat_by_run: dict[str, pa.Table] = {}
+            if flat:
+                ft = _concat(self._read_tables(flat, _FOLD_COLUMNS))
+                if ft is not None:
+                    for r in pc.unique(ft["run"]).to_pylist():
+                        if run is None or r == run:
+                            flat_by_run[r] = ft.filter(pc.equal(ft["run"], r))
+            runs = sorted(set(parts) | set(flat_by_run))
+            if run is not None:
+                runs = [r for r in runs if r == run]
+
+            def one(r: str) -> list[CheckpointState]:
+                return self._current_part(r, parts.get(r, _Part([], [])), flat_by_run.get(r))
+
+            with ThreadPoolExecutor(max_workers=_READERS) as pool:
+                return [s for states in pool.map(one, runs) for s in states]
+
+        got: list[CheckpointState] = self._retrying(read)
+        return got
+
+    def _snapshot(self, keys: Sequence[str]) -> _Snapshot | None:
+        """The newest readable snapshot of these."""
+        for key in sorted(keys, reverse=True):
+            try:
+                return read_snapshot(key, self._get(key) or b"")
+            except CatalogError as e:
+                self._skip(key, e)
+        return None
+
+    def _current_part(self, run: str, part: _Part, flat: pa.Table | None) -> list[CheckpointState]:
+        snap = self._snapshot(part.snapshots) if part.snapshots else None
+        if snap is None:
+            return self._fold_part(part, flat)
+        tables = self._read_tables([k for k in part.events if k not in snap.covers], _FOLD_COLUMNS)
+        since = _concat([*tables, *([flat] if flat is not None else [])])
+        if since is None:
+            return [s for s, _ in sorted(snap.states.values(), key=lambda v: v[0].key)]
+        covered = snap.ids()
+        rows = _dedup_sorted(r for r in _decode_rows(since, "") if (r[1], r[2]) not in covered)
+        out = {k: s for k, (s, _) in snap.states.items()}
+        later: dict[tuple[int, int], list[Event]] = {}
+        for e, o, i in rows:
+            k = (e.step, e.save)
+            if k in snap.states and (e.at, o, i) <= snap.states[k][1]:
+                # an event older than what the snapshot folded (written with an old `at`): fold again
+                return self._fold_part(part, flat)
+            later.setdefault(k, []).append(e)
+        for k, evs in later.items():
+            evs.sort(key=lambda e: e.at)  # stable: (origin, row) order is kept for ties
+            out[k] = _fold_one(evs, out.get(k))
+        return [out[k] for k in sorted(out)]
+
+    def _fold_part(self, part: _Part, flat: pa.Table | None) -> list[CheckpointState]:
+        t = _concat([*self._read_tables(part.events, _FOLD_COLUMNS), *([flat] if flat is not None else [])])
+        return _states(_fold_table(t)) if t is not None else []
+
+    def compact(
+        self,
+        older_than: float,
+        *,
+        runs: Iterable[str] | None = None,
+        max_partitions: int | None = None,
+        max_seconds: float | None = None,
+    ) -> int:
+        """See `ckptvault.catalog.compaction.compact`."""
+        return compaction.compact(self, older_than, runs=runs, max_partitions=max_partitions, max_seconds=max_seconds)
+
+    def rebuild_from_manifests(self, progress: Callable[[int], Callable[[int], None]] | None = None) -> list[Event]:
+        """See `ckptvault.catalog.rebuild.rebuild_from_manifests`."""
+        return rebuild.rebuild_from_manifests(self, progress)

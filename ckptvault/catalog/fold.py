@@ -1,0 +1,301 @@
+"""The fold: a checkpoint save's current state from its events in time order. `_fold_one` is the
+definition, one event at a time; `_fold_table` computes the same column at a time with pyarrow compute
+(sort, group by checkpoint, last row that says each field)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ckptvault.catalog.codec import _FOLD_COLUMNS, _ORIGIN, _ROW, _table, _with_defaults
+from ckptvault.catalog.model import CheckpointState, Event
+
+
+def _metrics(detail: str) -> dict[str, float] | None:
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return None
+    m = d.get("metrics") if isinstance(d, dict) else None
+    if not isinstance(m, dict):
+        return None
+    return {str(k): float(v) for k, v in m.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> CheckpointState:
+    """The fold of one checkpoint save's events in order, one event at a time: the definition the
+    vectorised `_fold_table` must equal, and how a snapshot's row takes the events written after it
+    (`start`: the state folded so far)."""
+    first = events[0]
+    if start is not None:
+        s0 = {f.name: getattr(start, f.name) for f in fields(CheckpointState)}
+        s0["metrics"] = dict(start.metrics)
+        return _fold_into(s0, events)
+    s: dict[str, Any] = dict(
+        run=first.run, step=first.step, format="", last_event="", bytes=0, files=0, storage_class="",
+        created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
+        last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
+        save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
+        fingerprint="",
+    )  # fmt: skip
+    return _fold_into(s, events)
+
+
+def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
+    for e in events:
+        # Later events refine what is known; empty fields mean "not said", never "cleared".
+        if e.format:
+            s["format"] = e.format
+        if e.bytes:
+            s["bytes"] = e.bytes
+        if e.files:
+            s["files"] = e.files
+        if e.created_at is not None:
+            s["created_at"] = e.created_at
+        if e.storage_class and e.storage_class != s["storage_class"]:
+            s["storage_class"] = e.storage_class
+            s["class_since"] = e.at
+        if e.event in ("uploaded", "verified"):
+            if s["uploaded_at"] is None:
+                s["uploaded_at"] = e.at
+            if s["class_since"] is None:
+                s["class_since"] = e.at
+            m = _metrics(e.detail)
+            if m is not None:
+                s["metrics"] = m
+            fp = _field(e.detail, "fingerprint")
+            if fp:
+                s["fingerprint"] = fp
+        if e.event == "verified":
+            s["verified"] = True
+        elif e.event == "expired":
+            s["verified"] = False
+            s["scheduled_class"], s["scheduled_at"] = "", None
+        elif e.event == "transition_scheduled":
+            # the class itself changes only when a listing shows it moved (a `transitioned` event)
+            s["scheduled_class"], s["scheduled_at"] = _scheduled(e.detail)
+        elif e.event == "transitioned":
+            s["scheduled_class"], s["scheduled_at"] = "", None
+        elif e.event == "evicted_local":
+            s["local_evicted"] = True
+        elif e.event == "drilled":
+            s["last_drill_at"], s["last_drill_ok"] = e.at, e.ok
+        elif e.event == "superseded":
+            s["superseded"], s["superseded_reason"] = True, _reason(e.detail)
+        s["last_event"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
+    return CheckpointState(**s)
+
+
+def _field(detail: str, name: str) -> str:
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return ""
+    return str(d.get(name) or "") if isinstance(d, dict) else ""
+
+
+def _reason(detail: str) -> str:
+    return _field(detail, "reason")
+
+
+def _scheduled(detail: str) -> tuple[str, float | None]:
+    """(to_class, takes_effect) of a transition_scheduled event; ("", None) if it names no class."""
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return "", None
+    if not isinstance(d, dict) or not d.get("to_class"):
+        return "", None
+    at = d.get("takes_effect")
+    if isinstance(at, bool) or not isinstance(at, int | float):
+        return str(d["to_class"]), None
+    return str(d["to_class"]), float(at)
+
+
+def _fold_python(events: Iterable[Event]) -> list[CheckpointState]:
+    """`fold` one event at a time (`_fold_one`): the reference the vectorised fold is tested against."""
+    groups: dict[tuple[str, int, int], list[Event]] = {}
+    for e in sorted(events, key=lambda e: e.at):
+        groups.setdefault((e.run, e.step, e.save), []).append(e)
+    return [_fold_one(groups[k]) for k in sorted(groups)]
+
+
+def fold(events: Iterable[Event]) -> list[CheckpointState]:
+    """Current state of every checkpoint save, sorted by (run, step, save). Events must be in time
+    order (as `Catalog.events` returns them); for equal times the input order is kept."""
+    evs = list(events)
+    if not evs:
+        return []
+    # The input position is the identity: (at, "", position) orders ties as the input does.
+    return _states(_fold_table(_table(evs, [("", i) for i in range(len(evs))])))
+
+
+_KEY = ("run", "step", "save")
+_SCHEDULE_KINDS = ["expired", "transition_scheduled", "transitioned"]  # the last decides scheduled_*
+
+
+def _last_where(mask: pa.Array, idx: pa.Array) -> pa.Array:
+    return pc.if_else(mask, idx, pa.scalar(None, pa.int64()))
+
+
+def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
+    """The fold (`_fold_one`) of every checkpoint save in `table` (event columns plus identities),
+    column at a time: sort by (run, step, save, at, origin, row), drop repeated identities, then per
+    group the last row where a field was said. Returns the state's fields as columns (Python lists,
+    `metrics` as dicts) plus `_last_at`/`_last_origin`/`_last_row` and `_origins`/`_rows` per save.
+    Only the JSON in `detail` is parsed in Python, and only the one row per save that decides a field
+    (earlier rows only when that one says nothing)."""
+    table = _with_defaults(table)
+    order = [(c, "ascending") for c in (*_KEY, "at", _ORIGIN, _ROW)]
+    t = table.select([*_FOLD_COLUMNS, _ORIGIN, _ROW]).take(pc.sort_indices(table, sort_keys=order))
+    t = t.combine_chunks()
+    if t.num_rows > 1:
+        # a repeated identity is the same event (a merge and its not-yet-deleted source): equal sort
+        # keys, so its copies are adjacent
+        o, r = t[_ORIGIN], t[_ROW]
+        dup = pc.and_(pc.equal(o[1:], o[:-1]), pc.equal(r[1:], r[:-1]))
+        t = t.filter(pa.concat_arrays([pa.array([True]), pc.invert(dup.combine_chunks())]))
+    n = t.num_rows
+    out: dict[str, list[Any]] = {}
+    if n == 0:
+        return out
+    col = {c: t[c].combine_chunks() for c in t.column_names}
+    idx = pa.array(np.arange(n, dtype=np.int64))
+    starts = pa.array(np.ones(1, dtype=bool))
+    if n > 1:
+        change = pc.or_(pc.not_equal(col["run"][1:], col["run"][:-1]), pc.not_equal(col["step"][1:], col["step"][:-1]))
+        change = pc.or_(change, pc.not_equal(col["save"][1:], col["save"][:-1]))
+        starts = pa.concat_arrays([starts, change])
+    gid = pc.subtract(pc.cumulative_sum(pc.cast(starts, pa.int64())), 1)
+    ev = col["event"]
+    sc = col["storage_class"]
+    is_sc = pc.not_equal(sc, "")
+    # A storage-class event changes the class when it names another class than the group's previous one.
+    sc_idx = pc.filter(idx, is_sc)
+    sc_g, sc_v = pc.filter(gid, is_sc), pc.filter(sc, is_sc)
+    if len(sc_idx) > 1:
+        moved = pc.or_(pc.not_equal(sc_g[1:], sc_g[:-1]), pc.not_equal(sc_v[1:], sc_v[:-1]))
+        sc_change = pc.filter(sc_idx, pa.concat_arrays([pa.array(np.ones(1, dtype=bool)), moved]))
+    else:
+        sc_change = sc_idx
+    is_change = pc.is_in(idx, value_set=sc_change)
+    uv = pc.is_in(ev, value_set=pa.array(["uploaded", "verified"]))
+
+    def kind(k: str) -> pa.Array:
+        return pc.equal(ev, k)
+
+    def may_name(field: str) -> pa.Array:
+        # JSON names a key literally or through a \u escape: rows with neither cannot say `field`
+        d = col["detail"]
+        return pc.or_(pc.match_substring(d, field), pc.match_substring(d, "\\u"))
+
+    masked = {
+        "first": idx,
+        "last": idx,
+        "format": _last_where(pc.not_equal(col["format"], ""), idx),
+        "bytes": _last_where(pc.not_equal(col["bytes"], 0), idx),
+        "files": _last_where(pc.not_equal(col["files"], 0), idx),
+        "created_at": _last_where(pc.is_valid(col["created_at"]), idx),
+        "storage_class": _last_where(is_sc, idx),
+        "change": _last_where(is_change, idx),
+        "first_uv": _last_where(uv, idx),
+        "metrics": _last_where(pc.and_(uv, may_name("metrics")), idx),
+        "fingerprint": _last_where(pc.and_(uv, may_name("fingerprint")), idx),
+        "verified": _last_where(kind("verified"), idx),
+        "expired": _last_where(kind("expired"), idx),
+        "schedule": _last_where(pc.is_in(ev, value_set=pa.array(_SCHEDULE_KINDS)), idx),
+        "evicted": _last_where(kind("evicted_local"), idx),
+        "drilled": _last_where(kind("drilled"), idx),
+        "superseded": _last_where(kind("superseded"), idx),
+    }  # fmt: skip
+    aggs = [("first", "min"), ("first_uv", "min")] + [(k, "max") for k in masked if k not in ("first", "first_uv")]
+    g = pa.table({"g": gid, **masked}).group_by("g", use_threads=False).aggregate(aggs)
+    g = g.sort_by("g")
+    ids = pa.table({"g": gid, "o": col[_ORIGIN], "r": col[_ROW]}).group_by("g", use_threads=False)
+    ids_t = ids.aggregate([("o", "list"), ("r", "list")]).sort_by("g")
+
+    def at(name: str, c: str) -> list[Any]:
+        got: list[Any] = pc.take(col[c], g[name]).to_pylist()
+        return got
+
+    def pos(name: str) -> list[int | None]:
+        got: list[int | None] = g[name].to_pylist()
+        return got
+
+    last = g["last_max"]
+    details = col["detail"]
+    out["run"], out["step"], out["save"] = at("first_min", "run"), at("first_min", "step"), at("first_min", "save")
+    out["format"] = [x or "" for x in at("format_max", "format")]
+    out["last_event"] = pc.take(ev, last).to_pylist()
+    out["bytes"] = [x or 0 for x in at("bytes_max", "bytes")]
+    out["files"] = [x or 0 for x in at("files_max", "files")]
+    out["storage_class"] = [x or "" for x in at("storage_class_max", "storage_class")]
+    out["created_at"] = at("created_at_max", "created_at")
+    out["uploaded_at"] = at("first_uv_min", "at")
+    ver, exp = pos("verified_max"), pos("expired_max")
+    out["verified"] = [
+        (v if v is not None else -1) > (x if x is not None else -1) for v, x in zip(ver, exp, strict=True)
+    ]
+    out["local_evicted"] = [x is not None for x in pos("evicted_max")]
+    out["last_drill_at"], out["last_drill_ok"] = at("drilled_max", "at"), at("drilled_max", "ok")
+    out["updated_at"] = pc.take(col["at"], last).to_pylist()
+    out["detail"] = pc.take(details, last).to_pylist()
+    out["class_since"] = [
+        c if c is not None else u for c, u in zip(at("change_max", "at"), out["uploaded_at"], strict=True)
+    ]
+    sup = pos("superseded_max")
+    out["superseded"] = [x is not None for x in sup]
+    out["superseded_reason"] = [
+        _reason(d) if i is not None else "" for i, d in zip(sup, at("superseded_max", "detail"), strict=True)
+    ]
+    sched = [
+        ("", None) if i is None or k != "transition_scheduled" else _scheduled(d)
+        for i, k, d in zip(pos("schedule_max"), at("schedule_max", "event"), at("schedule_max", "detail"), strict=True)
+    ]
+    out["scheduled_class"] = [c for c, _ in sched]
+    out["scheduled_at"] = [a for _, a in sched]
+    cand = {}
+    for name in ("metrics", "fingerprint"):
+        said = pc.is_valid(masked[name])
+        cand[name] = (pc.filter(idx, said).to_numpy(), pc.filter(gid, said).to_numpy())
+
+    def decide(name: str, parse: Any, empty: Any, said: Any) -> list[Any]:
+        """The value of the last candidate row that says something, walking back only when the last says nothing."""
+        res = []
+        rows, groups = cand[name]
+        for gi, i in enumerate(pos(f"{name}_max")):
+            v = empty
+            if i is not None:
+                lo = int(np.searchsorted(groups, gi, side="left"))
+                hi = int(np.searchsorted(rows, i, side="right"))
+                for j in range(hi - 1, lo - 1, -1):
+                    got = parse(details[int(rows[j])].as_py())
+                    if said(got):
+                        v = got
+                        break
+            res.append(v)
+        return res
+
+    out["metrics"] = decide("metrics", _metrics, {}, lambda m: m is not None)
+    out["fingerprint"] = decide("fingerprint", lambda d: _field(d, "fingerprint"), "", bool)
+    out["_last_at"] = out["updated_at"]
+    out["_last_origin"] = pc.take(col[_ORIGIN], last).to_pylist()
+    out["_last_row"] = pc.take(col[_ROW], last).to_pylist()
+    out["_ids"] = [ids_t["o_list"], ids_t["r_list"]]  # arrow, for a snapshot
+    return out
+
+
+_STATE_FIELDS = [f.name for f in fields(CheckpointState)]
+
+
+def _states(cols: dict[str, list[Any]]) -> list[CheckpointState]:
+    if not cols:
+        return []
+    return [CheckpointState(*row) for row in zip(*(cols[name] for name in _STATE_FIELDS), strict=True)]
+

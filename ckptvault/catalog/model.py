@@ -1,0 +1,120 @@
+"""The catalog's records: an `Event` as appended, a `CheckpointState` as folded from them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ckptvault.errors import CkptvaultError
+
+EVENT_KINDS = (
+    "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
+    "restore_requested", "restored", "drilled", "expired", "accepted", "warned",
+    "superseded", "transition_scheduled", "evict_skipped",
+)  # fmt: skip
+# A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
+LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
+
+
+class CatalogError(CkptvaultError):
+    """A catalog file cannot be read or an event is malformed; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Event:
+    run: str
+    step: int
+    event: str
+    at: float  # unix seconds
+    format: str = ""
+    bytes: int = 0
+    files: int = 0
+    storage_class: str = ""
+    created_at: float | None = None  # when the checkpoint was written (newest file mtime)
+    ok: bool | None = None  # drilled: passed or failed
+    detail: str = ""  # JSON text: reasons, metrics, who/why for accepted, timings
+    flow_run: str = ""  # Prefect flow run id; the library never imports prefect, callers pass it
+    save: int = 1  # which save of the step (1 in files written before saves existed)
+
+    def __post_init__(self) -> None:
+        if self.event not in EVENT_KINDS:
+            raise ValueError(f"unknown event kind {self.event!r}; one of {', '.join(EVENT_KINDS)}")
+        if not self.run:
+            raise ValueError("event run must not be empty")
+        if self.step < 0:
+            raise ValueError(f"event step must be >= 0, got {self.step}")
+        if self.save < 1:
+            raise ValueError(f"event save must be >= 1, got {self.save}")
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """The fold of one checkpoint's (run, step, save) events in time order."""
+
+    run: str
+    step: int
+    format: str
+    last_event: str  # the latest event kind; `state` is the lifecycle state derived from all of them
+    bytes: int
+    files: int
+    storage_class: str
+    created_at: float | None
+    uploaded_at: float | None
+    verified: bool  # ever verified, and not expired since
+    local_evicted: bool
+    last_drill_at: float | None
+    last_drill_ok: bool | None
+    metrics: dict[str, float]  # "metrics" in the detail of the uploaded/verified event
+    updated_at: float
+    detail: str  # detail of the latest event
+    # When the checkpoint entered its current storage class: minimum-duration charges count from here.
+    class_since: float | None = None
+    save: int = 1
+    superseded: bool = False  # a later save of this step, or a restart before it, replaced this save
+    superseded_reason: str = ""
+    # Server apply mode: a lifecycle rule will move the objects; the class changes when observed.
+    scheduled_class: str = ""
+    scheduled_at: float | None = None  # when the rule takes effect (unix s)
+    fingerprint: str = ""  # (path, size, mtime) digest of the verified save, when its event recorded one
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.run, self.step, self.save)
+
+    @property
+    def expired(self) -> bool:
+        return self.last_event == "expired"
+
+    @property
+    def suspect(self) -> bool:
+        """Verified, but its last drill failed: not trusted until a later drill passes."""
+        return self.verified and self.last_drill_ok is False
+
+    @property
+    def good(self) -> bool:
+        """What `restore latest` may pick: verified, not superseded, its last drill did not fail."""
+        return self.verified and not self.superseded and not self.suspect
+
+    @property
+    def state(self) -> str:
+        """The lifecycle state, one of LIFECYCLE_STATES: what the checkpoint *is*, not what last happened."""
+        if self.expired:
+            return "expired"
+        if self.verified:
+            if self.superseded:
+                return "superseded"
+            return "suspect" if self.suspect else "verified"
+        if self.last_event in ("invalid", "accepted"):
+            return self.last_event
+        return "pending"
+
+
+
+def newest_saves(states: Iterable[CheckpointState]) -> dict[tuple[str, int], CheckpointState]:
+    """The newest save of each (run, step): what a step means when no save is named."""
+    out: dict[tuple[str, int], CheckpointState] = {}
+    for s in states:
+        cur = out.get((s.run, s.step))
+        if cur is None or s.save > cur.save:
+            out[(s.run, s.step)] = s
+    return out

@@ -1,0 +1,77 @@
+"""A partition's snapshot (docs/FORMAT.md, "Snapshots"): one row per checkpoint save of its folded
+state, the sort key of the last event folded into each, and the identities of every event it covers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ckptvault.catalog.codec import _to_bytes
+from ckptvault.catalog.fold import _STATE_FIELDS
+from ckptvault.catalog.model import CatalogError, CheckpointState
+
+SNAPSHOT_TAG = b"ckptvault.catalog-snapshot/1"
+
+_SNAPSHOT_SCHEMA = pa.schema(
+    [
+        ("run", pa.string()), ("step", pa.int64()), ("format", pa.string()), ("last_event", pa.string()),
+        ("bytes", pa.int64()), ("files", pa.int64()), ("storage_class", pa.string()),
+        ("created_at", pa.float64()), ("uploaded_at", pa.float64()), ("verified", pa.bool_()),
+        ("local_evicted", pa.bool_()), ("last_drill_at", pa.float64()), ("last_drill_ok", pa.bool_()),
+        ("metrics", pa.string()), ("updated_at", pa.float64()), ("detail", pa.string()),
+        ("class_since", pa.float64()), ("save", pa.int64()), ("superseded", pa.bool_()),
+        ("superseded_reason", pa.string()), ("scheduled_class", pa.string()), ("scheduled_at", pa.float64()),
+        ("fingerprint", pa.string()), ("_last_at", pa.float64()), ("_last_origin", pa.string()),
+        ("_last_row", pa.int64()), ("_origins", pa.list_(pa.string())), ("_rows", pa.list_(pa.int64())),
+    ],
+    metadata={b"schema": SNAPSHOT_TAG},
+)  # fmt: skip
+_STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
+
+
+@dataclass
+class _Snapshot:
+    key: str
+    covers: set[str]
+    states: dict[tuple[int, int], tuple[CheckpointState, tuple[float, str, int]]]
+    data: bytes
+
+    def ids(self) -> set[tuple[str, int]]:
+        t = pq.ParquetFile(pa.BufferReader(self.data)).read(columns=["_origins", "_rows"])
+        o = pc.list_flatten(t["_origins"]).to_pylist()
+        r = pc.list_flatten(t["_rows"]).to_pylist()
+        return set(zip(o, r, strict=True))
+
+
+def read_snapshot(key: str, data: bytes) -> _Snapshot:
+    """One snapshot object; CatalogError naming `key` when it is not a readable snapshot."""
+    try:
+        pf = pq.ParquetFile(pa.BufferReader(data))
+        meta = pf.schema_arrow.metadata or {}
+        if meta.get(b"schema") != SNAPSHOT_TAG:
+            raise CatalogError(f"{key}: not a catalog snapshot")
+        covers = set(json.loads(meta[b"ckptvault.covers"]))
+        cols = pf.read(columns=_STATE_COLUMNS).to_pydict()
+    except (pa.ArrowInvalid, OSError, KeyError, ValueError) as e:
+        raise CatalogError(f"{key}: not a readable snapshot ({e})") from None
+    cols["metrics"] = [json.loads(m) for m in cols["metrics"]]
+    states = {}
+    for row in zip(*(cols[n] for n in _STATE_COLUMNS), strict=True):
+        s = CheckpointState(*row[: len(_STATE_FIELDS)])
+        states[(s.step, s.save)] = (s, (row[-3], row[-2], row[-1]))
+    return _Snapshot(key, covers, states, data)
+
+
+def _snapshot_bytes(cols: dict[str, list[Any]], covers: Sequence[str]) -> bytes:
+    data = {n: cols[n] for n in _STATE_COLUMNS}
+    data["metrics"] = [json.dumps(m) for m in cols["metrics"]]
+    origins, rows = cols["_ids"]
+    schema = _SNAPSHOT_SCHEMA.with_metadata({b"schema": SNAPSHOT_TAG, b"ckptvault.covers": json.dumps(list(covers))})
+    table = pa.Table.from_pydict({**data, "_origins": origins, "_rows": rows}, schema=schema)
+    return _to_bytes(table)
