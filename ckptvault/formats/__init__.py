@@ -44,7 +44,7 @@ _SIGNS = {
     "hf": "checkpoint-<N>/",
     "dcp": "step-<N>/ with *.distcp, also under checkpoint/",
     "megatron": "iter_<NNNNNNN>/ or latest_checkpointed_iteration.txt",
-    "deepspeed": "global_step<N>/",
+    "deepspeed": "global_step<N>/, or `latest` naming a tag directory",
     "orbax": "<N>/ with _CHECKPOINT_METADATA",
     "lightning": "*step=<S>*.ckpt, also under checkpoints/ and <logger>/version_<N>/checkpoints/",
     "nemo": "*step=<S>*/ with weights/ and context/",

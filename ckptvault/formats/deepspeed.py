@@ -12,13 +12,32 @@ ranks XX of the model states must be 0..max, the data-parallel ranks R of the Ze
 highest rank whose file has not been created yet leaves no trace in the names: the quiescence that
 discovery requires of every checkpoint (`settle_seconds`, newest mtime) is what covers it, and a rank
 still writing its file.
+
+Custom save tags. `save_checkpoint(save_dir, tag=...)` takes any string as the tag (`str(tag)`; the
+default is `f"global_step{self.global_steps}"`) and writes `save_dir/<tag>/` with the same file names
+(`_get_ckpt_name`: `os.path.join(save_dir, str(tag), ...)`); `load_checkpoint(load_dir)` with no tag
+reads the tag from `latest` and nothing else. So a run-root directory that is not `global_step<N>` is
+a tag when it holds DeepSpeed's rank files (or `latest` names it). Its step is the `global_steps` the
+engine recorded in its model states (`_common_checkpoint_state`, which `_load_checkpoint` restores
+into `self.global_steps`): the one number that says where a resume continues. The tag's own digits
+are not used (`epoch3-loss0.25` has two numbers and neither is the step). It is read from the
+`data.pkl` of `mp_rank_00_model_states.pt` (ZeRO-3: `zero_pp_rank_0_mp_rank_00_model_states.pt`) by
+its pickle opcodes (`pickletools.genops`, nothing constructed, imported or called; the tensors in the
+zip are never read), stopping at the top-level `global_steps`. A tag whose model states do not read
+yet (still being written) is not a candidate, unless `latest` names it: then it is reported, not
+complete, at the step its name holds (0 if none). A tag is then complete as a `global_step<N>` one
+is: `latest` names it, or names a tag whose step (its `global_step<N>` name, or its recorded
+`global_steps`) is the same or later, and every rank's file is there. Tags nested in
+subdirectories (`tag="a/b"`) are not looked for.
 """
 
 from __future__ import annotations
 
-import os
+import pickletools
 import re
+import zipfile
 from pathlib import Path
+from typing import Any
 
 from ckptvault.formats import _fs
 from ckptvault.formats.base import Candidate
@@ -29,17 +48,19 @@ MODEL_STATES = re.compile(r"^(?:zero_pp_rank_(\d+)_)?mp_rank_(\d+)_model_states\
 OPTIM_STATES = re.compile(r"^(bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$")
 
 
-def _judge(name: str, step: int, latest: str | None) -> tuple[bool, str]:
+def _judge(name: str, step: int, latest: str | None, latest_step: int | None) -> tuple[bool, str]:
     if latest is None:
         return False, f"no '{POINTER}' file at the run root yet (DeepSpeed writes it after the save)"
     if latest == name:
         return True, ""
-    m = NAME.match(latest)
-    if m is None:
-        return False, f"'{POINTER}' names tag {latest[:60]!r}, which cannot be ordered against {name}"
-    if int(m[1]) >= step:
+    if latest_step is None:
+        return False, (
+            f"'{POINTER}' names tag {latest[:60]!r}, whose step cannot be read (no such directory, or its "
+            f"model states do not read yet), so it cannot be ordered against {name}"
+        )
+    if latest_step >= step:
         return True, ""
-    return False, f"'{POINTER}' names {latest}; {name} is still being saved"
+    return False, f"'{POINTER}' names {latest[:60]} (step {latest_step}); {name} (step {step}) is still being saved"
 
 
 def _missing(names: list[str], what: str) -> str:
@@ -83,23 +104,164 @@ def missing_rank_files(files: set[str]) -> str:
     return ""
 
 
-def _judge_tag(e: os.DirEntry[str], step: int, latest: str | None) -> tuple[bool, str]:
-    complete, reason = _judge(e.name, step, latest)
+class _Dict:
+    """A dict under construction in the opcode walk: only its identity matters (is it the top level?)."""
+
+
+_MARK = object()
+_SCALARS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
+            "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"}  # fmt: skip
+_RECORDED = "global_steps"
+_MODEL_STATES_0 = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")
+
+
+def _top_level_int(stream: Any, key: str) -> int | None:
+    """The int stored under `key` in the top-level dict of a pickle, by its opcodes alone, or None.
+    The stack is tracked only as far as needed to tell the top-level dict's SETITEM(S) from a nested
+    one's; no object is built and no global is looked up."""
+    stack: list[Any] = []
+    memo: dict[int, Any] = {}
+    root: _Dict | None = None
+    for op, arg, _ in pickletools.genops(stream):
+        name = op.name
+        if name == "STOP":
+            return None
+        if name == "MARK":
+            stack.append(_MARK)
+            continue
+        if name in ("SETITEM", "SETITEMS"):
+            if name == "SETITEM":
+                pairs = [(stack[-2], stack[-1])] if len(stack) >= 3 else []
+                del stack[-2:]
+            else:
+                k = len(stack) - 1 - stack[::-1].index(_MARK)
+                items = stack[k + 1 :]
+                del stack[k:]
+                pairs = list(zip(items[::2], items[1::2], strict=False))
+            if stack and stack[-1] is root:
+                for k_, v in pairs:
+                    if k_ == key and isinstance(v, int) and not isinstance(v, bool):
+                        return v
+            continue
+        before, after = op.stack_before, op.stack_after
+        if pickletools.markobject in before:
+            k = len(stack) - 1 - stack[::-1].index(_MARK)
+            del stack[k:]
+            below = before.index(pickletools.markobject)
+        else:
+            below = len(before)
+        popped = stack[len(stack) - below :] if below else []
+        if below:
+            del stack[-below:]
+        value: Any = None
+        if name == "EMPTY_DICT":
+            value = _Dict()
+            if root is None and not stack:
+                root = value
+        elif name in _SCALARS:
+            value = arg
+        elif name in ("BINGET", "LONG_BINGET", "GET"):
+            value = memo.get(int(arg or 0))
+        elif name in ("BINPUT", "LONG_BINPUT", "PUT"):  # peeks, leaves the stack as it is
+            memo[int(arg or 0)] = stack[-1] if stack else None
+            continue
+        elif name == "MEMOIZE":
+            memo[len(memo)] = value = popped[-1] if popped else None
+        stack.extend([value] + [None] * (len(after) - 1) if after else [])
+    return None
+
+
+def recorded_step(tag_dir: Path) -> int | None:
+    """The `global_steps` DeepSpeed recorded in the tag's model states, or None if they do not read
+    (absent, still being written, or not DeepSpeed's)."""
+    for name in _MODEL_STATES_0:
+        try:
+            with zipfile.ZipFile(tag_dir / name) as z:
+                pkl = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+                if len(pkl) != 1:
+                    return None
+                with z.open(pkl[0]) as f:
+                    return _top_level_int(f, _RECORDED)
+        except FileNotFoundError:
+            continue
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError):
+            return None
+    return None
+
+
+def _has_rank_files(path: Path) -> bool:
+    return any(MODEL_STATES.match(f) or OPTIM_STATES.match(f) for f in _fs.names(path))
+
+
+def _latest_step(root: Path, latest: str | None) -> int | None:
+    if latest is None:
+        return None
+    if m := NAME.match(latest):
+        return int(m[1])
+    return recorded_step(root / latest) if _latest_names_a_dir(latest) else None
+
+
+def _latest_names_a_dir(latest: str) -> bool:
+    return "/" not in latest and latest not in ("", ".", "..")
+
+
+def _judge_tag(path: Path, name: str, step: int, latest: str | None, latest_step: int | None) -> tuple[bool, str]:
+    complete, reason = _judge(name, step, latest, latest_step)
     if not complete:
         return complete, reason
-    gap = missing_rank_files(_fs.names(Path(e.path)))
+    gap = missing_rank_files(_fs.names(path))
     return (False, f"'{POINTER}' names it, but {gap}") if gap else (True, "")
 
 
+def _digits(name: str) -> int:
+    m = re.search(r"\d+", name)
+    return int(m[0]) if m else 0
+
+
+def _custom_tags(root: Path, latest: str | None, latest_step: int | None) -> list[Candidate]:
+    out = []
+    for e in _fs.entries(root):
+        if NAME.match(_fs.strip_temp(e.name)) or not _fs.is_dir(e) or _fs.is_temp_name(e.name):
+            continue
+        path = Path(e.path)
+        named = e.name == latest
+        if not named and not _has_rank_files(path):
+            continue
+        step = recorded_step(path)
+        if step is None:
+            if named:
+                why = (
+                    f"'{POINTER}' names custom tag {e.name!r}, but its {_MODEL_STATES_0[0]} does not read yet, so "
+                    f"its global_steps is unknown (still being written?); reported at step {_digits(e.name)} until then"
+                )
+                out.append(Candidate(LAYOUT_NAME, _digits(e.name), path, False, why))
+            continue
+        complete, reason = _judge_tag(path, e.name, step, latest, latest_step)
+        out.append(Candidate(LAYOUT_NAME, step, path, complete, reason))
+    return out
+
+
+LAYOUT_NAME = "deepspeed"
+
+
 class DeepSpeedLayout:
-    name = "deepspeed"
+    name = LAYOUT_NAME
 
     def candidates(self, root: Path) -> list[Candidate]:
         latest = _fs.read_small_text(root / POINTER)
-        return _fs.step_dirs(self.name, root, NAME, lambda e, step: _judge_tag(e, step, latest))
+        latest_step = _latest_step(root, latest)
+        out = _fs.step_dirs(
+            self.name, root, NAME, lambda e, step: _judge_tag(Path(e.path), e.name, step, latest, latest_step)
+        )
+        out += _custom_tags(root, latest, latest_step)
+        return sorted(out, key=lambda c: (c.step, c.path.name))
 
     def matches(self, root: Path) -> bool:
-        return any(NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e) for e in _fs.entries(root))
+        if any(NAME.match(_fs.strip_temp(e.name)) and _fs.is_dir(e) for e in _fs.entries(root)):
+            return True
+        # a run saved with custom tags only: `latest` and the tag directory it names, with rank files
+        latest = _fs.read_small_text(root / POINTER)
+        return latest is not None and _latest_names_a_dir(latest) and _has_rank_files(root / latest)
 
     def pointer_file(self, step: int, ckpt_name: str) -> tuple[str, str] | None:
         # A custom save tag is the directory name; the pointer must name that directory.

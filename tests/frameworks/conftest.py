@@ -30,6 +30,7 @@ MODULE = {
     "dcp": "torch.distributed.checkpoint",
     "orbax": "orbax.checkpoint",
     "deepspeed": "deepspeed",
+    "deepspeed-tags": "deepspeed",
     "megatron": "megatron.core.dist_checkpointing",
 }
 TIMINGS: dict[str, float] = {}

@@ -375,14 +375,24 @@ def _deepspeed_step(engine: Any, step: int) -> None:
     engine.step()
 
 
+# Custom save tags (`save_checkpoint(dir, tag=...)`) without the step in them: what discovery must find
+# through `latest` and order by the `global_steps` DeepSpeed records in the model states.
+DEEPSPEED_TAGS = {2: "warmup-done", 4: "mid-run", 6: "final"}
+
+
 def deepspeed_train(
-    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None
+    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None, tags: bool = False
 ) -> dict[str, Any]:
     _, engine = _deepspeed_engine()
-    for step in range(1, steps + 1):
+    start = 1
+    if resume_step:  # as a restarted job resumes: the tag of that step, by name
+        engine.load_checkpoint(str(root), tag=DEEPSPEED_TAGS[resume_step] if tags else f"global_step{resume_step}")
+        start = resume_step + 1
+    for step in range(start, steps + 1):
         _deepspeed_step(engine, step)
         if step % every == 0:
-            engine.save_checkpoint(str(root), client_state={"step": step})
+            tag = DEEPSPEED_TAGS[step] if tags else None
+            engine.save_checkpoint(str(root), tag=tag, client_state={"step": step})
     return {"steps": steps}
 
 
@@ -613,6 +623,9 @@ TRAIN: dict[str, Callable[[Path, int, int, bool, int | None], dict[str, Any]]] =
     "dcp": dcp_train,
     "orbax": orbax_train,
     "deepspeed": deepspeed_train,
+    "deepspeed-tags": lambda root, steps, every, kill, resume: deepspeed_train(
+        root, steps, every, kill, resume, tags=True
+    ),
     "megatron": megatron_train,
 }
 RESUME: dict[str, Callable[[Path, Path, int], dict[str, Any]]] = {
@@ -622,6 +635,7 @@ RESUME: dict[str, Callable[[Path, Path, int], dict[str, Any]]] = {
     "dcp": dcp_resume,
     "orbax": orbax_resume,
     "deepspeed": deepspeed_resume,
+    "deepspeed-tags": deepspeed_resume,
     "megatron": megatron_resume,
 }
 
