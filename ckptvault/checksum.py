@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import crc32c as _crc32c
 
+from ckptvault.errors import InvalidArgumentError
+
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
@@ -44,9 +46,9 @@ def from_b64(value: str) -> int:
     try:
         raw = base64.b64decode(value, validate=True)
     except binascii.Error as e:
-        raise ValueError(f"{value!r} is not base64: {e}") from None
+        raise InvalidArgumentError(f"{value!r} is not base64: {e}") from None
     if len(raw) != 4:
-        raise ValueError(f"{value!r} is not a CRC32C: it decodes to {len(raw)} bytes, not 4")
+        raise InvalidArgumentError(f"{value!r} is not a CRC32C: it decodes to {len(raw)} bytes, not 4")
     return int.from_bytes(raw, "big")
 
 
@@ -84,7 +86,7 @@ def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
     """CRC32C of A+B given crc1 = CRC32C(A), crc2 = CRC32C(B) and len2 = len(B)."""
     global _OPS
     if len2 < 0:
-        raise ValueError(f"len2 must be >= 0, got {len2}")
+        raise InvalidArgumentError(f"len2 must be >= 0, got {len2}")
     if len2 == 0:
         return crc1
     if _OPS is None:

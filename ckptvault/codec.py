@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ckptvault.checksum import StreamHasher, crc32c_update, to_b64
+from ckptvault.errors import CkptvaultError
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -77,7 +78,7 @@ _ST_SIZES = {
 _ST_MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference reader's limit
 
 
-class CodecError(ValueError):
+class CodecError(CkptvaultError, ValueError):
     """A frame that does not decode to what the manifest says it holds."""
 
 
@@ -96,7 +97,7 @@ class Frame:
     @classmethod
     def from_list(cls, v: Any) -> Frame:
         if not isinstance(v, list | tuple) or len(v) != 4:
-            raise ValueError(f"a frame is [stored offset, stored length, original length, crc32c], got {v!r}")
+            raise CodecError(f"a frame is [stored offset, stored length, original length, crc32c], got {v!r}")
         return cls(int(v[0]), int(v[1]), int(v[2]), str(v[3]))
 
 

@@ -11,3 +11,10 @@ from __future__ import annotations
 
 class CkptvaultError(Exception):
     """An expected failure, with a message written for the operator."""
+
+
+class InvalidArgumentError(CkptvaultError, ValueError):
+    """A value handed to the library that it refuses: the message names the value and what it accepts.
+
+    A ValueError too, so callers and validators (pydantic turns a ValueError into a field error) that
+    catch the standard exception keep working."""

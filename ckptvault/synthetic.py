@@ -20,6 +20,8 @@ from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 
+from ckptvault.errors import InvalidArgumentError
+
 CHUNK = 8 << 20
 _SLACK = 1 << 20  # the pool is CHUNK + _SLACK so each file can start at its own offset
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed, so archives are byte-identical for a given seed
@@ -318,9 +320,9 @@ def write_checkpoint(
     (the directory, or the file for lightning). `complete=False` leaves it as a crashed or ongoing
     save would: per the format's commit rule, not yet committed."""
     if fmt not in _WRITERS:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        raise InvalidArgumentError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if shards < 1 or step < 0 or size_bytes < 0:
-        raise ValueError("shards must be >= 1, step and size_bytes >= 0")
+        raise InvalidArgumentError("shards must be >= 1, step and size_bytes >= 0")
     run_root.mkdir(parents=True, exist_ok=True)
     return _WRITERS[fmt](run_root, step, size_bytes, shards, seed, complete, loss)
 
@@ -346,7 +348,7 @@ def finish_checkpoint(run_root: Path, fmt: str, step: int, *, loss: float | None
     elif fmt == "nemo":
         (run_root / (_nemo_name(step) + "-unfinished")).unlink(missing_ok=True)
     else:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        raise InvalidArgumentError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 def simulate_run(run_root: Path, fmt: str, steps: Sequence[int], size_bytes: int, **kw: Any) -> list[Path]:

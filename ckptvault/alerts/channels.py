@@ -33,6 +33,7 @@ from slack_sdk.webhook import WebhookClient
 from ckptvault.alerts.kinds import Alert, escape
 from ckptvault.alerts.watch import AlertState
 from ckptvault.config import NotifyConfig
+from ckptvault.errors import InvalidArgumentError
 
 log = logging.getLogger("ckptvault.alerts.channels")
 alerts_log = logging.getLogger("ckptvault.alerts")
@@ -157,7 +158,7 @@ class SlackNotifier:
         token = token.strip() if token else None
         webhook_url = webhook_url.strip() if webhook_url else None
         if not token and not webhook_url:
-            raise ValueError("SlackNotifier needs a bot token or a webhook URL; neither was given")
+            raise InvalidArgumentError("SlackNotifier needs a bot token or a webhook URL; neither was given")
         self.channel = channel
         self.failures = 0
         secrets = [s for s in (token, webhook_url) if s]

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from ckptvault.errors import InvalidArgumentError
+
 KINDS = (
     "ingest_failed",
     "validation_blocked",
@@ -54,7 +56,7 @@ class Alert:
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
-            raise ValueError(f"unknown alert kind {self.kind!r}; expected one of {', '.join(KINDS)}")
+            raise InvalidArgumentError(f"unknown alert kind {self.kind!r}; expected one of {', '.join(KINDS)}")
 
     def dedup_key(self) -> str:
         return f"{self.kind}|{self.run}|{self.reason}"

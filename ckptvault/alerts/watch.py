@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ckptvault.alerts.kinds import Alert, budget_exceeded, run_recovered, run_stale
+from ckptvault.errors import InvalidArgumentError
 
 SCHEMA = "ckptvault.alerts/1"
 
@@ -53,7 +54,7 @@ class AlertState:
         try:
             doc: Any = json.loads(data)
             if doc.get("schema") != SCHEMA:
-                raise ValueError(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+                raise InvalidArgumentError(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
             sent = {str(k): float(v) for k, v in doc["sent"].items()}
             stale = {
                 str(run): Episode(float(e["newest_at"]), float(e["opened_at"]), bool(e["notified"]))
@@ -61,7 +62,7 @@ class AlertState:
             }
             closed = {str(run): float(at) for run, at in doc.get("closed", {}).items()}
         except (ValueError, TypeError, KeyError, AttributeError) as e:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"alert state is not readable ({e}); delete {origin} to start afresh "
                 "(at worst one repeated alert per open episode)"
             ) from None

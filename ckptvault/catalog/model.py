@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ckptvault.errors import CkptvaultError
+from ckptvault.errors import CkptvaultError, InvalidArgumentError
 
 EVENT_KINDS = (
     "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
@@ -38,13 +38,13 @@ class Event:
 
     def __post_init__(self) -> None:
         if self.event not in EVENT_KINDS:
-            raise ValueError(f"unknown event kind {self.event!r}; one of {', '.join(EVENT_KINDS)}")
+            raise InvalidArgumentError(f"unknown event kind {self.event!r}; one of {', '.join(EVENT_KINDS)}")
         if not self.run:
-            raise ValueError("event run must not be empty")
+            raise InvalidArgumentError("event run must not be empty")
         if self.step < 0:
-            raise ValueError(f"event step must be >= 0, got {self.step}")
+            raise InvalidArgumentError(f"event step must be >= 0, got {self.step}")
         if self.save < 1:
-            raise ValueError(f"event save must be >= 1, got {self.save}")
+            raise InvalidArgumentError(f"event save must be >= 1, got {self.save}")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast, get_args
 
 from ckptvault import humanize
+from ckptvault.errors import InvalidArgumentError
 from ckptvault.formats import counts_for_shape
 
 if TYPE_CHECKING:
@@ -343,11 +344,11 @@ class ValidationReport:
         try:
             d = json.loads(data)
             if not isinstance(d, dict) or d.get("schema") != REPORT_SCHEMA:
-                raise ValueError(f"not a ckptvault validation report (schema {REPORT_SCHEMA!r} expected)")
+                raise InvalidArgumentError(f"not a ckptvault validation report (schema {REPORT_SCHEMA!r} expected)")
             results = []
             for r in d["results"]:
                 if r["verdict"] not in VERDICTS:
-                    raise ValueError(f"unknown verdict {r['verdict']!r}")
+                    raise InvalidArgumentError(f"unknown verdict {r['verdict']!r}")
                 results.append(
                     RuleResult(
                         rule=str(r["rule"]),
@@ -359,7 +360,7 @@ class ValidationReport:
                 )
             return cls(run=str(d["run"]), step=int(d["step"]), results=tuple(results))
         except (UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{origin}: {e}") from None
+            raise InvalidArgumentError(f"{origin}: {e}") from None
 
     def to_markdown(self) -> str:
         status = "BLOCKED" if self.blocked else ("passed with warnings" if self.warned else "passed")

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
+from ckptvault.errors import InvalidArgumentError
 from ckptvault.restore import loadcheck
 
 DAY = 86400.0
@@ -130,11 +131,11 @@ def rotating_share(sample: int, rotating: int, cover_days: float | None, interva
     """How many queued checkpoints each drill takes: `sample`, grown so that ceil(rotating / share) drills,
     one every `interval_days`, fit in `cover_days`."""
     if sample < 1:
-        raise ValueError(f"sample must be >= 1, got {sample}")
+        raise InvalidArgumentError(f"sample must be >= 1, got {sample}")
     if cover_days is None:
         return sample
     if interval_days is None or not interval_days > 0:
-        raise ValueError(f"cover_days needs the drill interval in days (> 0), got {interval_days!r}")
+        raise InvalidArgumentError(f"cover_days needs the drill interval in days (> 0), got {interval_days!r}")
     drills = math.floor(cover_days / interval_days)
     if drills < 1:
         return max(sample, rotating)

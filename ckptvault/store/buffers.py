@@ -18,6 +18,8 @@ import contextlib
 import mmap
 import threading
 
+from ckptvault.errors import InvalidArgumentError
+
 _pools: dict[int, PartBuffers] = {}
 _pools_lock = threading.Lock()
 
@@ -25,7 +27,7 @@ _pools_lock = threading.Lock()
 class PartBuffers:
     def __init__(self, budget: int) -> None:
         if budget <= 0:
-            raise ValueError(f"the part-buffer budget must be positive, got {budget}")
+            raise InvalidArgumentError(f"the part-buffer budget must be positive, got {budget}")
         self.budget = budget
         self._cond = threading.Condition()
         self._in_use = 0  # bytes handed out
