@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -13,6 +14,44 @@ from ckptvault.catalog import CheckpointState
 
 def _iso(t: float | None) -> str | None:
     return None if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+SINCE_EXAMPLES = "a date (2026-11-01), an ISO time (2026-11-01T12:00:00Z) or a duration back from now (7d, 12h, 30m)"
+
+
+def parse_since(text: str, now: float) -> float:
+    """`ls --since`: unix seconds from a date (midnight UTC), an ISO 8601 time (UTC when it names no
+    offset) or a duration back from `now` (`<number><s|m|h|d|w>`). ValueError when it is none of them."""
+    t = text.strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhdw])", t)
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    try:
+        when = datetime.fromisoformat(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is neither a time nor a duration") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def when(s: CheckpointState) -> float:
+    """What `--since` and `--limit` go by: when the training job wrote the save, or, when no event said
+    (a save seen only by a rebuild from old manifests), its first upload, else its last event."""
+    if s.created_at is not None:
+        return s.created_at
+    return s.uploaded_at if s.uploaded_at is not None else s.updated_at
+
+
+def select(states: Sequence[CheckpointState], since: float | None, limit: int | None) -> list[CheckpointState]:
+    """Saves written at or after `since`, then the `limit` newest of them (by `when`, ties to the higher
+    step), listed in the catalog's (run, step, save) order like every other listing."""
+    out = [s for s in states if since is None or when(s) >= since]
+    if limit is not None and len(out) > limit:
+        keep = {s.key for s in sorted(out, key=lambda s: (when(s), s.step, s.save), reverse=True)[:limit]}
+        out = [s for s in out if s.key in keep]
+    return out
 
 
 def as_record(s: CheckpointState) -> dict[str, Any]:

@@ -132,17 +132,49 @@ def _print_outcomes(outcomes: Sequence[object], as_json: bool = False) -> None:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
+    import time
+
     from ckptvault.catalog import LIFECYCLE_STATES, Catalog
-    from ckptvault.listing import render_json, render_table
+    from ckptvault.listing import SINCE_EXAMPLES, parse_since, render_json, render_table, select
     from ckptvault.store import open_store
 
-    cfg = _preflight(args, need_sources=False)
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, time.time())
+        except ValueError as e:
+            raise UsageError(f"--since {e}; give {SINCE_EXAMPLES}") from None
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit {args.limit}: give a number of checkpoint saves, 1 or more (e.g. --limit 20)")
     if args.state and args.state not in LIFECYCLE_STATES:
         raise UsageError(f"--state {args.state!r} is not a state; one of: {', '.join(LIFECYCLE_STATES)}")
+    cfg = _preflight(args, need_sources=False)
     states = Catalog(open_store(cfg.store), cfg.store.prefix).current(args.run)
     if args.state:
         states = [s for s in states if s.state == args.state]
+    states = select(states, since, args.limit)
     print(render_json(states) if args.json else render_table(states))
+    return EXIT_OK
+
+
+def cmd_catalog_stats(args: argparse.Namespace) -> int:
+    from ckptvault import humanize
+    from ckptvault.catalog import Catalog
+    from ckptvault.store import open_store
+
+    cfg = _preflight(args, need_sources=False)
+    st = Catalog(open_store(cfg.store), cfg.store.prefix).stats()
+    if args.json:
+        _emit_json(st.as_dict())
+        return EXIT_OK
+    print(f"{st.runs} runs, {st.checkpoints} checkpoint saves, {st.events} events")
+    print(f"catalog objects: {st.event_files} event files, {st.snapshots} snapshots, {st.flat_files} in the flat "
+          f"layout, {st.set_aside} set aside ({humanize.size(st.catalog_bytes)})")  # fmt: skip
+    print("by state: " + (", ".join(f"{k} {v}" for k, v in sorted(st.by_state.items())) or "-"))
+    for cls, (n, b) in sorted(st.by_class.items()):
+        print(f"{cls:20} {n:8} saves  {humanize.size(b)}")
+    for key in sorted(st.unreadable):
+        print(f"unreadable: {key}")
     return EXIT_OK
 
 
@@ -400,6 +432,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="STATE",
         help="only this lifecycle state: pending, invalid, accepted, verified, suspect, superseded, expired",
     )
+    s.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only saves written at or after WHEN: 2026-11-01, 2026-11-01T12:00:00Z, or back from now: 7d, 12h, 30m",
+    )
+    s.add_argument("--limit", type=int, metavar="N", help="only the N newest saves (listed in the usual order)")
     s.add_argument("--json", action="store_true", help="one JSON object per checkpoint save (schema in the README)")
     s.set_defaults(fn=cmd_ls)
 
@@ -466,6 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--write", action="store_true", help="append the rebuilt events to the catalog")
     r.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     r.set_defaults(fn=cmd_catalog_rebuild)
+    r = csub.add_parser("stats", parents=[common], help="runs, checkpoints, events, catalog files, bytes per class")
+    r.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    r.set_defaults(fn=cmd_catalog_stats)
     return p
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ckptvault.catalog import compaction, rebuild
+from ckptvault.catalog import compaction, rebuild, stats
 from ckptvault.catalog.codec import (
     _FOLD_COLUMNS,
     _concat,
@@ -217,3 +217,7 @@ class Catalog:
     def rebuild_from_manifests(self, progress: Callable[[int], Callable[[int], None]] | None = None) -> list[Event]:
         """See `ckptvault.catalog.rebuild.rebuild_from_manifests`."""
         return rebuild.rebuild_from_manifests(self, progress)
+
+    def stats(self) -> stats.CatalogStats:
+        """See `ckptvault.catalog.stats.stats`."""
+        return stats.stats(self)

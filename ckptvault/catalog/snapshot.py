@@ -48,6 +48,11 @@ class _Snapshot:
         r = pc.list_flatten(t["_rows"]).to_pylist()
         return set(zip(o, r, strict=True))
 
+    def count(self) -> int:
+        """How many events it covers."""
+        t = pq.ParquetFile(pa.BufferReader(self.data)).read(columns=["_rows"])
+        return int(pc.sum(pc.list_value_length(t["_rows"])).as_py() or 0)
+
 
 def read_snapshot(key: str, data: bytes) -> _Snapshot:
     """One snapshot object; CatalogError naming `key` when it is not a readable snapshot."""

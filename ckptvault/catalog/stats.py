@@ -1,0 +1,87 @@
+"""`ckptvault catalog stats`: how big the catalog is and what it describes, from one LIST of `_catalog/`,
+the current state, each partition's newest snapshot and the event files it does not cover."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ckptvault.catalog.codec import _ORIGIN, _ROW
+from ckptvault.catalog.layout import _Part, classify
+
+if TYPE_CHECKING:
+    from ckptvault.catalog.eventlog import Catalog
+
+_ID_COLUMNS = ["run", "step", "event", "at"]  # the fewest a file is checked by; identities come with them
+
+
+@dataclass
+class CatalogStats:
+    runs: int
+    checkpoints: int  # checkpoint saves, (run, step, save), as `ls` lists them
+    events: int  # distinct events (by identity), as the fold counts them
+    event_files: int
+    snapshots: int
+    flat_files: int  # the layout before partitions, not yet migrated
+    set_aside: int  # under _catalog/unreadable/
+    catalog_bytes: int
+    by_state: dict[str, int]
+    by_class: dict[str, tuple[int, int]]  # storage class -> (saves, bytes) of what is in the store
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs, "checkpoints": self.checkpoints, "events": self.events,
+            "files": {"events": self.event_files, "snapshots": self.snapshots, "flat": self.flat_files,
+                      "set_aside": self.set_aside},
+            "catalog_bytes": self.catalog_bytes, "by_state": dict(sorted(self.by_state.items())),
+            "by_class": {c: {"checkpoints": n, "bytes": b} for c, (n, b) in sorted(self.by_class.items())},
+            "unreadable": dict(sorted(self.unreadable.items())),
+        }  # fmt: skip
+
+
+def stats(cat: Catalog) -> CatalogStats:
+    kinds: Counter[str] = Counter()
+    size = 0
+    for o in cat.store.list(cat.root):
+        size += o.size
+        kind, _ = classify(cat.root, o.key)
+        if not kind and o.key[len(cat.root) :].startswith("unreadable/"):
+            kind = "set_aside"
+        kinds[kind] += 1
+    states = cat.current()
+    flat, parts = cat._listing(None)
+    flat_ids: dict[str, set[tuple[str, int]]] = {}
+    for t in cat._read_tables(flat, _ID_COLUMNS):
+        for run, o, r in zip(t["run"].to_pylist(), t[_ORIGIN].to_pylist(), t[_ROW].to_pylist(), strict=True):
+            flat_ids.setdefault(run, set()).add((o, r))
+    events = 0
+    for run in set(parts) | set(flat_ids):
+        p = parts.get(run, _Part([], []))
+        snap = cat._snapshot(p.snapshots) if p.snapshots else None
+        extra = set(flat_ids.get(run, ()))
+        for t in cat._read_tables([k for k in p.events if snap is None or k not in snap.covers], _ID_COLUMNS):
+            extra |= set(zip(t[_ORIGIN].to_pylist(), t[_ROW].to_pylist(), strict=True))
+        if snap is not None:
+            # the snapshot's identities as a set only when an event outside it may repeat one of them
+            if extra:
+                covered = snap.ids()
+                events += len(covered)
+                extra -= covered
+            else:
+                events += snap.count()
+        events += len(extra)
+    by_class: dict[str, tuple[int, int]] = {}
+    for s in states:
+        if s.uploaded_at is None or s.expired:
+            continue  # not, or no longer, in the store
+        cls = s.storage_class or "STANDARD"
+        n, b = by_class.get(cls, (0, 0))
+        by_class[cls] = (n + 1, b + s.bytes)
+    return CatalogStats(
+        runs=len({s.run for s in states}), checkpoints=len(states), events=events,
+        event_files=kinds["events"], snapshots=kinds["snapshot"], flat_files=kinds["flat"],
+        set_aside=kinds["set_aside"], catalog_bytes=size, by_state=dict(Counter(s.state for s in states)),
+        by_class=by_class, unreadable=dict(cat.unreadable),
+    )  # fmt: skip
