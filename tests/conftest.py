@@ -4,6 +4,7 @@ Fixtures (see infra/local/README.md for the servers themselves):
   seaweedfs, ceph, moto_server  session-scoped S3Endpoint; each server starts lazily, on first use, on
                                 free ports with its own state dir, and stops at session end.
   any_s3                        parametrized over all three (ids seaweedfs, ceph, moto).
+  any_store                     the same three, then None for the in-memory store (id memory).
   pipeline_s3                   parametrized over seaweedfs and ceph (the stores the pipeline targets).
   bucket_factory                bucket_factory(endpoint) -> a fresh bucket, emptied and deleted afterwards.
   prefect_api                   a throwaway Prefect API (prefect_test_harness), for flow tests.
@@ -142,6 +143,24 @@ _FIXTURE_FOR_KIND = {"seaweedfs": "seaweedfs", "ceph": "ceph", "moto": "moto_ser
 )
 def any_s3(request: pytest.FixtureRequest) -> S3Endpoint:
     """Each of our three S3 servers in turn (conformance tests: what holds everywhere)."""
+    endpoint: S3Endpoint = request.getfixturevalue(_FIXTURE_FOR_KIND[request.param])
+    return endpoint
+
+
+@pytest.fixture(
+    scope="session",
+    params=[
+        pytest.param("seaweedfs", id="seaweedfs"),
+        pytest.param("ceph", id="ceph", marks=pytest.mark.ceph),
+        pytest.param("moto", id="moto"),
+        pytest.param("memory", id="memory"),
+    ],
+)
+def any_store(request: pytest.FixtureRequest) -> S3Endpoint | None:
+    """any_s3's three servers, then None for the in-memory ObjectStore (ckptvault.store.memory): the
+    backends the store conformance suite holds to the port's contracts."""
+    if request.param == "memory":
+        return None
     endpoint: S3Endpoint = request.getfixturevalue(_FIXTURE_FOR_KIND[request.param])
     return endpoint
 

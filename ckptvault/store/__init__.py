@@ -1,8 +1,10 @@
-"""The object store: the port (what ckptvault needs from S3) and its boto3 adapter.
+"""The object store: the port (what ckptvault needs from S3), its boto3 adapter and an in-memory one
+(docs/ARCHITECTURE.md, "The object store").
 
 Only this package imports boto3/botocore.
 """
 
+from ckptvault.store.memory import MemoryStore
 from ckptvault.store.port import (
     ABORT_MPU_RULE_NAME,
     ARCHIVE_CLASSES,
@@ -27,6 +29,7 @@ __all__ = [
     "ARCHIVE_CLASSES",
     "Capabilities",
     "ChecksumMismatchError",
+    "MemoryStore",
     "NotFoundError",
     "ObjectFrozenError",
     "ObjectInfo",

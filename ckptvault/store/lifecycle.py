@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ckptvault.store.port import ABORT_MPU_RULE_NAME, LifecycleRules
+
 
 def rule_id(name: str, prefix: str) -> str:
     """`ckptvault-<name>` for the bucket root, `ckptvault-<name>-<prefix>` under a prefix."""
@@ -43,3 +45,31 @@ def replaced_by(have: Mapping[str, Any], ours: Mapping[str, Any]) -> bool:
     if have.get("ID") == ours.get("ID"):
         return True
     return have.get("ID") == plain_id(ours) and rule_prefix(have) == rule_prefix(ours)
+
+
+def with_abort_mpu_rule(rules: LifecycleRules, prefix: str, days: int) -> LifecycleRules | None:
+    """`rules` with our rule aborting incomplete multipart uploads under `prefix` after `days` merged in
+    (every other rule kept, other prefixes' included), or None when it is already in place: callers
+    then leave the bucket's configuration unwritten."""
+    covered = f"{prefix}/" if prefix else ""
+    # Match the style of the rules already there: S3 rejects a configuration that mixes the legacy
+    # top-level Prefix (which Ceph returns) with Filter.
+    legacy = any("Prefix" in r and "Filter" not in r for r in rules)
+    rule: dict[str, Any] = {
+        "ID": rule_id(ABORT_MPU_RULE_NAME, prefix),
+        "Status": "Enabled",
+        **({"Prefix": covered} if legacy else {"Filter": {"Prefix": covered}}),
+        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": days},
+    }
+    mine = [r for r in rules if replaced_by(r, rule)]
+    if len(mine) == 1 and mine[0].get("ID") == rule["ID"] and _same_rule(mine[0], rule):
+        return None
+    return [r for r in rules if r not in mine] + [rule]
+
+
+def _same_rule(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    return bool(
+        have.get("Status") == want["Status"]
+        and rule_prefix(have) == rule_prefix(want)
+        and have.get("AbortIncompleteMultipartUpload") == want["AbortIncompleteMultipartUpload"]
+    )

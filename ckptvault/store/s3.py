@@ -31,7 +31,6 @@ from ckptvault.config import StoreConfig
 from ckptvault.store import download, lifecycle, upload
 from ckptvault.store.errors import error_code, http_status, translate
 from ckptvault.store.port import (
-    ABORT_MPU_RULE_NAME,
     ARCHIVE_CLASSES,
     Capabilities,
     ChecksumMismatchError,
@@ -477,30 +476,11 @@ class S3Store:
         return [dict(r) for r in resp.get("Rules", [])]
 
     def ensure_abort_incomplete_mpu_rule(self, days: int = 1) -> bool:
-        prefix = f"{self.cfg.prefix}/" if self.cfg.prefix else ""
-        rules = self.get_lifecycle()
-        # Match the style of the rules already there: S3 rejects a configuration that mixes the
-        # legacy top-level Prefix (which Ceph returns) with Filter.
-        legacy = any("Prefix" in r and "Filter" not in r for r in rules)
-        rule: dict[str, Any] = {
-            "ID": lifecycle.rule_id(ABORT_MPU_RULE_NAME, self.cfg.prefix),
-            "Status": "Enabled",
-            **({"Prefix": prefix} if legacy else {"Filter": {"Prefix": prefix}}),
-            "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": days},
-        }
-        mine = [r for r in rules if lifecycle.replaced_by(r, rule)]
-        if len(mine) == 1 and mine[0].get("ID") == rule["ID"] and _same_rule(mine[0], rule):
+        merged = lifecycle.with_abort_mpu_rule(self.get_lifecycle(), self.cfg.prefix, days)
+        if merged is None:
             return False  # already in place: do not rewrite the bucket config
-        self.put_lifecycle([r for r in rules if r not in mine] + [rule])
+        self.put_lifecycle(merged)
         return True
-
-
-def _same_rule(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
-    return bool(
-        have.get("Status") == want["Status"]
-        and lifecycle.rule_prefix(have) == lifecycle.rule_prefix(want)
-        and have.get("AbortIncompleteMultipartUpload") == want["AbortIncompleteMultipartUpload"]
-    )
 
 
 def _credentials_source() -> str:

@@ -1,0 +1,366 @@
+"""The in-memory adapter: `ObjectStore` on a dict, one bucket in this process, for library tests and
+benchmarks that need a store without a server (as restic's mem backend is for restic).
+
+It keeps the port's contracts as S3 spells them, not as a convenience fake would: conditional
+creates are atomic (If-None-Match: *), multipart uploads check each part's CRC32C and S3's
+minimum part size and get "-N" ETags, GLACIER and DEEP_ARCHIVE objects refuse reads until a
+RestoreObject has completed (after `restore_seconds` on `clock`) and are frozen again when the
+restored copy expires, listings are paginated in key order, tags and lifecycle configurations are
+validated by S3's limits, and every failure is a `StoreError` subclass naming the bucket and key.
+One lock guards all state, so flows may drive it from worker threads as they drive S3.
+
+Not emulated, on purpose: lifecycle rules are stored and returned but never executed (so
+`lifecycle_transitions` is False and tiering moves objects itself), there are no credentials, no
+endpoint and no missing bucket (the store is its bucket), no versioning, and no Intelligent-Tiering
+archive tiers. A store cannot be pickled: a copy in another process would be another, empty, store.
+
+Built by constructor injection (`MemoryStore("bucket", prefix=...)`) and handed to the library
+functions, which take an `ObjectStore`; there is no `memory://` endpoint in the configuration,
+because a store that vanishes with its process is no store for `ckptvault` commands.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import email.utils
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ckptvault.checksum import crc32c_update, to_b64
+from ckptvault.config import StoreConfig
+from ckptvault.store import lifecycle, memory_transfer
+from ckptvault.store.memory_multipart import Uploads, etag
+from ckptvault.store.port import (
+    ARCHIVE_CLASSES,
+    Capabilities,
+    ChecksumMismatchError,
+    LifecycleRules,
+    NotFoundError,
+    ObjectFrozenError,
+    ObjectInfo,
+    PreconditionFailedError,
+    ProgressFn,
+    RestoreState,
+    StoreError,
+    TransferConfig,
+    UploadResult,
+)
+from ckptvault.store.s3 import transfer_config  # the [store] section's tuning, not S3's
+
+MAX_PUT = 5 * 1024**3  # S3's largest single PUT (EntityTooLarge)
+MAX_TAGS = 10
+AWS_STORAGE_CLASSES = frozenset(
+    {"STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"}
+)
+RESTORE_TIERS = frozenset({"Expedited", "Standard", "Bulk"})
+_STATUS = ("Enabled", "Disabled")
+CAPABILITIES = Capabilities(
+    checksums_validated=True,
+    conditional_writes=True,
+    restore_object=True,
+    lifecycle_transitions=False,  # rules are kept, never run: nothing here ages objects
+    full_object_checksums=True,
+    kind="memory",
+)
+
+
+@dataclass
+class _Object:
+    data: bytes
+    crc: int
+    etag: str
+    storage_class: str
+    modified: float
+    metadata: dict[str, str]
+    tags: dict[str, str]
+    restore_ready: float | None = None  # when the RestoreObject in flight completes
+    restore_expiry: float | None = None  # until when the restored copy is readable
+
+
+class MemoryStore:
+    """One bucket of an in-memory store (see ckptvault.store.port.ObjectStore for the contract)."""
+
+    def __init__(
+        self,
+        bucket: str = "memory",
+        *,
+        prefix: str = "",
+        transfer: TransferConfig | None = None,
+        restore_seconds: float = 0.0,
+        clock: Callable[[], float] = time.time,
+        storage_classes: Iterable[str] = AWS_STORAGE_CLASSES,
+        page_size: int = 1000,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.transfer = transfer or TransferConfig()
+        self.restore_seconds = restore_seconds
+        self.clock = clock
+        self.storage_classes = frozenset(storage_classes) | {"STANDARD"}
+        self.page_size = page_size
+        self.lock = threading.RLock()  # one lock for all state, the multipart uploads' too
+        self._objects: dict[str, _Object] = {}
+        self._keys: list[str] = []  # sorted, for listings that page from a cursor as S3's do
+        self._rules: LifecycleRules = []
+        self.uploads = Uploads(self)
+
+    @classmethod
+    def for_config(cls, cfg: StoreConfig, **kwargs: Any) -> MemoryStore:
+        """A store with the bucket, prefix and transfer tuning a [store] section names (its endpoint,
+        credentials and TLS settings have nothing to apply to)."""
+        return cls(cfg.bucket, prefix=cfg.prefix, transfer=transfer_config(cfg), **kwargs)
+
+    def under(self, prefix: str) -> MemoryStore:
+        """Another store of this same bucket under another store prefix, as two configurations naming
+        one bucket are: the objects, uploads and lifecycle configuration are shared."""
+        other = object.__new__(MemoryStore)
+        other.__dict__.update(self.__dict__)  # the same lock, dicts and lists, each only mutated in place
+        other.prefix = prefix.strip("/")
+        return other
+
+    def __getstate__(self) -> NoReturn:
+        raise TypeError(
+            f"MemoryStore {self.bucket!r} lives in one process; a copy in another would be another, empty "
+            "store. Use the thread task runner with it, or a real store across processes"
+        )
+
+    def where(self, key: str | None = None) -> str:
+        return f"memory://{self.bucket}/{key}" if key is not None else f"memory bucket {self.bucket}"
+
+    # -- capabilities and health ------------------------------------------------------------
+
+    def kind(self) -> str:
+        return CAPABILITIES.kind
+
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES
+
+    def check_bucket(self) -> None:
+        """Always there: the store is its bucket."""
+
+    # -- reading ----------------------------------------------------------------------------------
+
+    def _frozen(self, obj: _Object, now: float) -> bool:
+        if obj.storage_class not in ARCHIVE_CLASSES:
+            return False
+        ready = obj.restore_ready is not None and obj.restore_ready <= now
+        return not (ready and obj.restore_expiry is not None and now < obj.restore_expiry)
+
+    def _restore_header(self, obj: _Object, now: float) -> str | None:
+        if obj.restore_ready is None or obj.restore_expiry is None or now >= obj.restore_expiry:
+            return None
+        if now < obj.restore_ready:
+            return 'ongoing-request="true"'
+        return f'ongoing-request="false", expiry-date="{email.utils.formatdate(obj.restore_expiry, usegmt=True)}"'
+
+    def _get(self, key: str, op: str) -> _Object:
+        obj = self._objects.get(key)
+        if obj is None:
+            raise NotFoundError(f"{op} {self.where(key)}: not found (NoSuchKey)")
+        return obj
+
+    def _readable(self, key: str, op: str) -> _Object:
+        obj = self._get(key, op)
+        if self._frozen(obj, self.clock()):
+            raise ObjectFrozenError(
+                f"{op} {self.where(key)}: the object is in the archival storage class {obj.storage_class} and "
+                "cannot be read until it is restored; issue RestoreObject (ckptvault restore does) and wait "
+                "for it to complete"
+            )
+        return obj
+
+    def head(self, key: str) -> ObjectInfo | None:
+        with self.lock:
+            obj = self._objects.get(key)
+            if obj is None:
+                return None
+            return ObjectInfo(
+                key=key,
+                size=len(obj.data),
+                etag=obj.etag,
+                storage_class=obj.storage_class,
+                last_modified=obj.modified,
+                metadata=dict(obj.metadata),
+                restore=self._restore_header(obj, self.clock()),
+                server_crc32c=to_b64(obj.crc),
+            )
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        # Page by page from a cursor, the lock held per page only: like ListObjectsV2, a listing sees
+        # keys written after it started if they sort after the page it is on.
+        after = ""
+        while True:
+            with self.lock:
+                start = bisect.bisect_right(self._keys, after) if after else bisect.bisect_left(self._keys, prefix)
+                page = []
+                for k in self._keys[start : start + self.page_size]:
+                    if not k.startswith(prefix):
+                        break
+                    o = self._objects[k]
+                    page.append(ObjectInfo(k, len(o.data), o.etag, o.storage_class, o.modified))
+            yield from page
+            if len(page) < self.page_size:
+                return
+            after = page[-1].key
+
+    def get_bytes(self, key: str) -> bytes:
+        with self.lock:
+            return self._readable(key, "reading").data
+
+    def get_range(self, key: str, start: int, end: int) -> tuple[bytes, int, str]:
+        """Bytes [start, end) of an object, its whole size and its ETag: one ranged GET."""
+        with self.lock:
+            obj = self._readable(key, "reading")
+            if start >= len(obj.data) > 0:
+                raise ChecksumMismatchError(
+                    f"reading {self.where(key)}: range {start}-{end - 1} is past its {len(obj.data)} bytes"
+                )
+            return obj.data[start:end], len(obj.data), obj.etag
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def check_tags(self, key: str, tags: Mapping[str, str]) -> dict[str, str]:
+        bad = [k for k, v in tags.items() if not 1 <= len(k) <= 128 or len(v) > 256]
+        if len(tags) > MAX_TAGS or bad:
+            raise StoreError(
+                f"tagging {self.where(key)}: S3 allows {MAX_TAGS} tags, keys of 1-128 and values of up to 256 "
+                f"characters (InvalidTag: {len(tags)} tags{', too long: ' + ', '.join(bad) if bad else ''})"
+            )
+        return dict(tags)
+
+    def _store(self, key: str, obj: _Object) -> None:
+        if key not in self._objects:
+            bisect.insort(self._keys, key)
+        self._objects[key] = obj
+
+    def commit(self, key: str, data: bytes, crc: int, tag: str, tags: dict[str, str]) -> None:
+        """A completed multipart upload becomes the object (call with the lock held)."""
+        self._store(key, _Object(data, crc, tag, "STANDARD", self.clock(), {}, tags))
+
+    def put_bytes(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_none_match: bool = False,
+        tags: Mapping[str, str] | None = None,
+        content_type: str = "application/octet-stream",
+    ) -> None:
+        if len(data) > MAX_PUT:
+            raise StoreError(f"writing {self.where(key)}: {len(data)} bytes is over S3's 5 GiB single PUT")
+        crc = crc32c_update(data)
+        checked = self.check_tags(key, tags or {})
+        with self.lock:
+            have = self._objects.get(key)
+            if if_none_match and have is not None:
+                if len(have.data) == len(data) and have.metadata.get("crc32c") == to_b64(crc):
+                    return  # byte-identical: this very write, as the contract counts a retried one
+                raise PreconditionFailedError(
+                    f"writing {self.where(key)}: the object already exists (If-None-Match: *)"
+                )
+            meta = {"crc32c": to_b64(crc)}  # as S3Store writes it; content_type is not metadata
+            self._store(key, _Object(bytes(data), crc, etag(data), "STANDARD", self.clock(), meta, checked))
+
+    def delete(self, key: str) -> None:
+        with self.lock:
+            if self._objects.pop(key, None) is not None:
+                del self._keys[bisect.bisect_left(self._keys, key)]
+
+    def abort_multipart_uploads(self, prefix: str, older_than: float | None = None) -> int:
+        return self.uploads.abort_all(prefix, older_than)
+
+    # -- files ------------------------------------------------------------------------------------
+
+    def upload_file(
+        self,
+        path: Path,
+        key: str,
+        *,
+        tags: Mapping[str, str] | None = None,
+        sha256: bool = False,
+        progress: ProgressFn | None = None,
+    ) -> UploadResult:
+        return memory_transfer.upload_file(self, Path(path), key, tags=tags, sha256=sha256, progress=progress)
+
+    def download_file(
+        self, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None = None
+    ) -> None:
+        memory_transfer.download_file(self, key, Path(dest), size=size, crc32c=crc32c, progress=progress)
+
+    # -- tiering, restore, tags, lifecycle --------------------------------------------------------
+
+    def copy_storage_class(self, key: str, storage_class: str, size: int) -> None:
+        if storage_class not in self.storage_classes:
+            raise StoreError(
+                f"moving {self.where(key)} to storage class {storage_class}: not a class this store has "
+                f"(InvalidStorageClass; it has {', '.join(sorted(self.storage_classes))})"
+            )
+        with self.lock:
+            if self._get(key, "moving").storage_class == storage_class:
+                return  # already there, frozen or not: nothing to copy
+            obj = self._readable(key, f"moving to storage class {storage_class}:")
+            # CopyObject onto itself: a new object (new ETag, no part suffix, no restored copy) with the
+            # same bytes, metadata and tags.
+            moved = replace(obj, etag=etag(obj.data), storage_class=storage_class, modified=self.clock())
+            moved.restore_ready = moved.restore_expiry = None
+            self._store(key, moved)
+
+    def restore_object(self, key: str, days: int, tier: str) -> RestoreState:
+        if tier not in RESTORE_TIERS:
+            raise StoreError(f"restoring {self.where(key)}: tier {tier!r} is not one of {sorted(RESTORE_TIERS)}")
+        if days < 1:
+            raise StoreError(f"restoring {self.where(key)}: days must be at least 1, got {days}")
+        with self.lock:
+            obj = self._get(key, "restoring")
+            now = self.clock()
+            if obj.storage_class not in ARCHIVE_CLASSES:
+                return "not_needed"
+            if obj.restore_ready is not None and obj.restore_expiry is not None and now < obj.restore_expiry:
+                if now < obj.restore_ready:
+                    return "in_progress"
+                obj.restore_expiry = now + days * 86400  # S3 extends a restored copy's expiry
+                return "restored"
+            obj.restore_ready = now + self.restore_seconds
+            obj.restore_expiry = obj.restore_ready + days * 86400
+            return "requested"
+
+    def put_tags(self, key: str, tags: Mapping[str, str]) -> None:
+        checked = self.check_tags(key, tags)
+        with self.lock:
+            self._get(key, "tagging").tags = checked
+
+    def get_tags(self, key: str) -> dict[str, str]:
+        with self.lock:
+            return dict(self._get(key, "reading tags of").tags)
+
+    def put_lifecycle(self, rules: LifecycleRules) -> None:
+        ids = [str(r.get("ID", "")) for r in rules]
+        statuses = {str(r.get("ID", "")): r.get("Status") for r in rules}
+        problems = [
+            f"rule {i!r}: Status must be Enabled or Disabled" for i, st in statuses.items() if st not in _STATUS
+        ]
+        if len(set(ids)) != len(ids):
+            problems.append("rule IDs must be unique")
+        if len(rules) > 1000 or any(len(i) > 255 for i in ids):
+            problems.append("at most 1000 rules, IDs of up to 255 characters")
+        if problems:
+            raise StoreError(f"writing the lifecycle configuration of {self.where()}: {'; '.join(problems)}")
+        with self.lock:
+            self._rules[:] = copy.deepcopy(list(rules))  # in place: stores from under() share it
+
+    def get_lifecycle(self) -> LifecycleRules:
+        with self.lock:
+            return copy.deepcopy(self._rules)
+
+    def ensure_abort_incomplete_mpu_rule(self, days: int = 1) -> bool:
+        with self.lock:  # unlike S3's read-modify-write, atomic here
+            merged = lifecycle.with_abort_mpu_rule(self.get_lifecycle(), self.prefix, days)
+            if merged is None:
+                return False
+            self.put_lifecycle(merged)
+            return True
