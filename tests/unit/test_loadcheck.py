@@ -174,3 +174,27 @@ def test_without_torch_the_check_says_what_it_could_not_run(torch_file: tuple[Pa
     assert "torch.load(weights_only=True) not run: torch is not installed on this worker" in not_run
     assert "weights/: .metadata and 1 .distcp file(s): CRC32C only; torch.distributed.checkpoint load not" in not_run
     assert "item/: Orbax item: CRC32C only; Orbax restore not run" in not_run
+
+
+def _bf16_file(path: Path, tail: bytes = b"") -> None:
+    import json
+    import struct
+
+    header = {
+        "w": {"dtype": "BF16", "shape": [4, 2], "data_offsets": [0, 16]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]},
+    }
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(range(24)) + tail)
+
+
+def test_a_bf16_safetensors_file_loads_and_a_truncated_one_does_not(tmp_path: Path) -> None:
+    # numpy has no bfloat16: safetensors' numpy reader refuses such tensors, so they are read as bytes
+    good = tmp_path / "model.safetensors"
+    _bf16_file(good)
+    check = loadcheck._check_file(good, "model.safetensors")
+    assert check.ok and "1 of a dtype numpy lacks" in check.how, check
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(good.read_bytes()[:-10])
+    assert not loadcheck._check_file(bad, "bad.safetensors").ok
