@@ -7,7 +7,7 @@ connection resets, 5xx, SlowDown) raise `TransientStoreError` so callers can ret
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -115,6 +115,13 @@ class UploadResult:
     # True when the server itself checked the CRC32C of every byte (per part, and for the whole
     # object where it supports full-object checksums); False where only sizes/part counts were checked
     server_verified: bool = False
+    # How the object stores the file (docs/FORMAT.md, "Compressed files"); `size`, `crc32c` and
+    # `sha256` above stay the original file's whatever the codec.
+    codec: str = "none"
+    typesize: int | None = None
+    stored_size: int | None = None  # the object's size; None: `size`
+    stored_crc32c: str | None = None  # of the object's bytes (what the server checked); None: `crc32c`
+    frames: tuple[tuple[int, int, int, str], ...] = ()  # the manifest's frame index
 
 
 @dataclass(frozen=True)
@@ -196,6 +203,7 @@ class ObjectStore(Protocol):
         tags: Mapping[str, str] | None = None,
         sha256: bool = False,
         progress: ProgressFn | None = None,
+        typesize: int | None = None,
     ) -> UploadResult:
         """Stream a file up (multipart above the threshold), computing CRC32C (and SHA-256 if asked) in
         the same read pass, sending per-part checksums where the server validates them (and the
@@ -204,7 +212,9 @@ class ObjectStore(Protocol):
         CreateMultipartUpload, before the CRC is known), so the caller's manifest is the record.
         Then a HEAD verifies size, part count (ETag "-N") and any whole-object CRC32C the server
         reports. On failure the multipart upload is aborted. `tags` go on the object.
-        `progress` is called once per part, possibly from worker threads."""
+        `progress` is called once per part, possibly from worker threads. With `typesize` the object is
+        the file's shuffle-zstd frames (docs/FORMAT.md), always multipart, and the result carries the
+        codec fields; without it the object is the file."""
         ...
 
     def download_file(
@@ -215,10 +225,14 @@ class ObjectStore(Protocol):
         size: int,
         crc32c: str,
         progress: ProgressFn | None = None,
+        frames: Sequence[tuple[int, int, int, str]] = (),
     ) -> None:
         """Parallel ranged GETs into `dest` (created or truncated), CRC32C checked against `crc32c`:
         ChecksumMismatchError naming the key if it (or the size) differs; `dest` is removed on any
-        failure. ObjectFrozenError if archived. `progress` is called per range, from worker threads."""
+        failure. ObjectFrozenError if archived. `progress` is called per range, from worker threads.
+        With `frames` (a manifest's frame index) the object is decoded frame by frame, each checked
+        against its CRC32C of the original bytes (a failure names the frame); `size` and `crc32c` are
+        the original file's."""
         ...
 
     def delete(self, key: str) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -335,6 +335,7 @@ class S3Store:
         tags: Mapping[str, str] | None = None,
         sha256: bool = False,
         progress: ProgressFn | None = None,
+        typesize: int | None = None,
     ) -> UploadResult:
         req = upload.UploadRequest(
             client=self.client,
@@ -349,12 +350,30 @@ class S3Store:
             progress=progress,
             endpoint=self.endpoint,
         )
+        if typesize is not None:
+            from ckptvault.store import framed  # imports the codec library: only when compressing
+
+            return framed.upload_framed(req, typesize)
         return upload.upload_file(req)
 
     def download_file(
-        self, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None = None
+        self,
+        key: str,
+        dest: Path,
+        *,
+        size: int,
+        crc32c: str,
+        progress: ProgressFn | None = None,
+        frames: Sequence[tuple[int, int, int, str]] = (),
     ) -> None:
-        download.download_file(self.download_request(key, dest, size=size, crc32c=crc32c, progress=progress))
+        req = self.download_request(key, dest, size=size, crc32c=crc32c, progress=progress)
+        if frames:
+            from ckptvault.codec import Frame
+            from ckptvault.store import framed
+
+            framed.download_framed(req, [Frame(*f) for f in frames])
+        else:
+            download.download_file(req)
 
     def download_request(
         self, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None = None
