@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ckptvault.errors import CkptvaultError
+from ckptvault.errors import CkptvaultError, InvalidArgumentError
 
 FORMATS = ("auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo")
 ENV_VAR = "CKPTVAULT_CONFIG"
@@ -145,6 +145,52 @@ class DrillConfig(_Strict):
     restore_tier: Literal["Expedited", "Standard", "Bulk"] = "Bulk"
 
 
+DASK_SCHEMES = ("tcp", "tls")
+
+
+def parse_dask_address(value: str) -> str:
+    """A Dask scheduler address as `tcp://host:port` (or `tls://`), checked; InvalidArgumentError (a
+    ValueError, which pydantic reports as the key's error) names the fix.
+
+    Bare `host:port` is refused rather than guessed: Dask reads it as tcp, but a `tls` cluster named
+    that way would fail only at the first connection, far from the config line that is wrong."""
+    scheme, sep, rest = value.strip().partition("://")
+    host, colon, port = rest.rpartition(":")
+    if not sep or scheme not in DASK_SCHEMES or not colon or not host.strip("[]") or not port.isdigit():
+        raise InvalidArgumentError(
+            f"{value!r} is not a Dask scheduler address; write it as tcp://HOST:PORT "
+            "(the scheduler's default port is 8786), e.g. tcp://dask-scheduler:8786"
+        )
+    if not 0 < int(port) < 65536:
+        raise InvalidArgumentError(f"{value!r}: port {port} is out of range 1-65535")
+    return f"{scheme}://{host}:{int(port)}"
+
+
+class ScaleConfig(_Strict):
+    """Where ingest's per-file upload tasks run (README "Scale-out"). Neither key: a thread pool in the
+    flow's own process. The command line's --dask-address / --dask-workers take precedence."""
+
+    dask_address: str | None = None  # an existing cluster's scheduler, tcp://host:8786
+    local_workers: Annotated[int, Field(ge=1, le=256)] | None = None  # a LocalCluster of N workers
+    # How long to wait for the scheduler before giving up with exit 2: a typo'd host must not hang
+    # the command for Dask's default 30 s, nor the 10-minute schedule.
+    connect_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 10
+
+    @field_validator("dask_address")
+    @classmethod
+    def _address(cls, v: str | None) -> str | None:
+        return None if v is None else parse_dask_address(v)
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> ScaleConfig:
+        if self.dask_address is not None and self.local_workers is not None:
+            raise ValueError(
+                "dask_address and local_workers both set: one names an existing cluster, the other starts "
+                "one here; keep one of them"
+            )
+        return self
+
+
 class Config(_Strict):
     store: StoreConfig
     sources: list[SourceConfig] = Field(default_factory=list)
@@ -152,6 +198,7 @@ class Config(_Strict):
     validation: ValidationRules = Field(default_factory=ValidationRules)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
     drill: DrillConfig = Field(default_factory=DrillConfig)
+    scale: ScaleConfig = Field(default_factory=ScaleConfig)
     sha256: bool = False
 
     @model_validator(mode="after")

@@ -85,24 +85,35 @@ def _start_prefect_note(force_prefect: bool = False) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
     cfg = _preflight(args, need_sources=True)
-    if cfg.validation.enabled and cfg.validation.isolate and not args.dask_workers:
+    from flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
+
+    try:
+        choice = choose_runner(
+            cfg.scale,
+            address_flag=args.dask_address,
+            workers_flag=args.dask_workers,
+            api_url=os.environ.get("PREFECT_API_URL"),
+        )
+        if choice.kind == "cluster":
+            check_scheduler(choice)  # bounded: a wrong address is exit 2 now, not a hang in the flow
+    except (RunnerChoiceError, SchedulerUnreachable) as e:
+        raise UsageError(str(e)) from None
+    if cfg.validation.enabled and cfg.validation.isolate and not choice.needs_prefect:
         from ckptvault.ingest import quality
         # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
         # instead of after them; with nothing new to validate the flow stops it after discovery.
         quality.prewarm()
-    _start_prefect_note(force_prefect=bool(args.dask_workers))
+    _start_prefect_note(force_prefect=choice.needs_prefect)
     from ckptvault.outcomes import IngestIncomplete
     from flows.ingest import ingest
 
     process.imports_done()
-    if args.dask_workers:
-        from flows.runners import dask_task_runner
+    if choice.needs_prefect:
+        from flows.runners import task_runner_for
 
-        # worker processes report to a Prefect server; without one, threads in this process
-        runner = dask_task_runner(args.dask_workers, processes=bool(os.environ.get("PREFECT_API_URL")))
-        ingest = ingest.with_options(task_runner=runner)  # type: ignore[arg-type]
+        ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
-    result = running.run_flow(ingest, 2, force_prefect=bool(args.dask_workers), config_path=cfg_path)
+    result = running.run_flow(ingest, 2, force_prefect=choice.needs_prefect, config_path=cfg_path)
     if isinstance(result, IngestIncomplete):
         _print_outcomes(result.outcomes, args.json)
         _say(str(result))
@@ -421,7 +432,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
-    s.add_argument("--dask-workers", type=int, metavar="N", help="fan file uploads out over a local Dask cluster")
+    s.add_argument(
+        "--dask-workers", type=int, metavar="N", help="fan file uploads out over a new local Dask cluster of N workers"
+    )
+    s.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="fan file uploads out over the existing Dask cluster of this scheduler (overrides [scale])",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.set_defaults(fn=cmd_ingest)
 

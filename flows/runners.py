@@ -35,6 +35,8 @@ from typing import Any
 
 from prefect.settings import PREFECT_API_URL
 
+from flows.scale import RunnerChoice
+
 try:
     from prefect_dask.task_runners import DaskTaskRunner
 except ImportError as e:  # pragma: no cover - depends on the install
@@ -106,3 +108,13 @@ def dask_task_runner(
         **cluster_kwargs,
     }
     return CkptvaultDaskTaskRunner(cluster_class="distributed.LocalCluster", cluster_kwargs=kwargs)
+
+
+def task_runner_for(choice: RunnerChoice) -> CkptvaultDaskTaskRunner | None:
+    """The Dask task runner flows.scale.choose_runner decided on; None: keep the flow's own runner."""
+    if choice.kind == "local":
+        return dask_task_runner(choice.workers, processes=choice.processes)
+    if choice.kind == "cluster":
+        # the handshake bound also for the runner's own connection (the CLI checked it just before)
+        return CkptvaultDaskTaskRunner(address=choice.address, client_kwargs={"timeout": choice.connect_timeout})
+    return None

@@ -1,0 +1,119 @@
+"""Which task runner an ingest pass gets, decided from the flags and `[scale]` (a pure function), and
+the one check that needs the network: the scheduler answers and has workers.
+
+Kept apart from flows/runners.py, which imports prefect-dask and distributed (~1 s): the default
+path (no Dask at all) decides here without paying for them.
+
+Precedence: a command-line flag wins over `[scale]`, and either flag replaces the whole section
+(`--dask-workers 2` on a host whose config names a cluster runs locally): a flag is what the
+operator typed for this one run. Both flags at once is an error, as are both keys in the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ckptvault.config import ScaleConfig, parse_dask_address
+
+RunnerKind = Literal["threads", "local", "cluster"]
+
+
+class RunnerChoiceError(ValueError):
+    """The flags and [scale] do not name a runner that can work: the message says which and the fix."""
+
+
+class SchedulerUnreachable(RuntimeError):
+    """The Dask scheduler did not answer, or has no workers: the message names the address and the fix."""
+
+
+@dataclass(frozen=True)
+class RunnerChoice:
+    kind: RunnerKind  # threads: the flow's own ThreadPoolTaskRunner; local: a new LocalCluster; cluster: address
+    origin: str  # what decided it, for messages: "--dask-address", "[scale] local_workers", "default"
+    address: str | None = None
+    workers: int = 0
+    processes: bool = False  # local only: worker processes (need a Prefect API) or threads in this process
+    connect_timeout: float = 10.0
+
+    @property
+    def needs_prefect(self) -> bool:
+        """Dask workers run Prefect task runs: the flow must be a flow run, not direct mode."""
+        return self.kind != "threads"
+
+
+def choose_runner(
+    scale: ScaleConfig, *, address_flag: str | None, workers_flag: int | None, api_url: str | None
+) -> RunnerChoice:
+    """The runner for one ingest pass. `api_url`: PREFECT_API_URL as configured (None or empty: none).
+
+    Worker processes report their task runs to the Prefect API of the settings they carry, so they
+    need a real server; without one a LocalCluster runs as threads in this process (a temporary API
+    lives in this process only), and an existing cluster is refused."""
+    timeout = scale.connect_timeout_seconds
+    if address_flag is not None and workers_flag is not None:
+        raise RunnerChoiceError(
+            "--dask-address and --dask-workers both given: the first runs on an existing cluster, the "
+            "second starts one here; give one of them"
+        )
+    if address_flag is not None:
+        try:
+            address = parse_dask_address(address_flag)
+        except ValueError as e:
+            raise RunnerChoiceError(f"--dask-address: {e}") from None
+        return _cluster(address, "--dask-address", api_url, timeout)
+    if workers_flag is not None:
+        if workers_flag < 1:
+            raise RunnerChoiceError(f"--dask-workers {workers_flag}: give 1 or more workers")
+        return RunnerChoice("local", "--dask-workers", workers=workers_flag, processes=bool(api_url))
+    if scale.dask_address is not None:
+        return _cluster(scale.dask_address, "[scale] dask_address", api_url, timeout)
+    if scale.local_workers is not None:
+        return RunnerChoice("local", "[scale] local_workers", workers=scale.local_workers, processes=bool(api_url))
+    return RunnerChoice("threads", "default")
+
+
+def _cluster(address: str, origin: str, api_url: str | None, timeout: float) -> RunnerChoice:
+    if not api_url:
+        raise RunnerChoiceError(
+            f"{origin} = {address}: the cluster's workers record their task runs in Prefect, so they need a "
+            "Prefect server: set PREFECT_API_URL to one that this host and every worker reach (`make up` "
+            "prints it), or run here with --dask-workers N"
+        )
+    return RunnerChoice("cluster", origin, address=address, connect_timeout=timeout)
+
+
+def check_scheduler(choice: RunnerChoice) -> int:
+    """For a cluster choice: the number of workers its scheduler has, after one bounded handshake
+    (`connect_timeout`). SchedulerUnreachable if it does not answer or has none: tasks sent to a
+    scheduler without workers would wait for one forever."""
+    assert choice.kind == "cluster" and choice.address is not None
+    import logging
+
+    from distributed import Client
+
+    # distributed logs every failed connection attempt at WARNING/ERROR with a traceback; the operator
+    # gets our one message instead
+    comm_log = logging.getLogger("distributed")
+    level = comm_log.level
+    comm_log.setLevel(logging.CRITICAL)
+    try:
+        with Client(  # type: ignore[no-untyped-call]
+            choice.address, timeout=choice.connect_timeout, set_as_default=False
+        ) as client:
+            workers = len(client.scheduler_info(n_workers=-1)["workers"])
+    except (OSError, TimeoutError) as e:
+        raise SchedulerUnreachable(
+            f"{choice.origin}: no Dask scheduler answered at {choice.address} within {choice.connect_timeout:g} s "
+            f"({type(e).__name__}: {e}). Start it (`dask scheduler`, or infra/local/dask.sh up) or fix the "
+            "address; [scale] connect_timeout_seconds sets the wait"
+        ) from None
+    finally:
+        comm_log.setLevel(level)
+    if workers == 0:
+        raise SchedulerUnreachable(
+            f"{choice.origin}: the Dask scheduler at {choice.address} has no workers: start some "
+            f"(`dask worker {choice.address}` on each node, or infra/local/dask.sh up), or run here with "
+            "--dask-workers N"
+        )
+    return workers
