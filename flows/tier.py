@@ -11,9 +11,10 @@ from prefect.runtime import flow_run
 from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled, lifecycle_rules, tier_rule
+from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
 from ckptvault.tiering.cost import class_map, load_prices
-from ckptvault.tiering.policy import Action, milestones
+from ckptvault.tiering.orders import EvictLocal, Expire, ScheduleTransition, orders, rules_to_install, tier_names
+from ckptvault.tiering.policy import Action
 from ckptvault.tiering.report import (
     applied_by_run,
     observed_record,
@@ -74,20 +75,14 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
         return report
     mode = cfg.policy.apply_mode
     classes = class_map(kind, cfg.policy.classes)
-    if mode in ("server", "both"):
-        install_lifecycle_task(store, lifecycle_rules(prefix, classes, [t.tier for t in cfg.policy.tiers]))
-    # a class two tiers share is tagged with the tier the policy names, whose rule is installed
-    tier_of = {v: k for k, v in classes.items()} | {
-        classes[t.tier]: t.tier for t in cfg.policy.tiers if t.tier in classes
-    }
-    ms = milestones(states, cfg.policy)
+    if rules := rules_to_install(prefix, classes, cfg.policy):
+        install_lifecycle_task(store, rules)
     skipped: list[EvictionCheck] = []
     scheduled: list[Scheduled] = []
     done: list[Action] = []
-    for a in plan.actions:
-        if a.kind in ("keep", "skip"):
-            continue
-        if a.kind == "expire":
+    for order in orders(plan, states, cfg.policy, prefix, classes):
+        a = order.action
+        if isinstance(order, Expire):
             r = expire_task(store, prefix, a.run, a.step, a.save)
             record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id, save=a.save)])
             done.append(a)
@@ -96,28 +91,21 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
         if any(c.store and c.key == (a.run, a.step, a.save) for c in skipped):
             continue
         manifest = load_manifest_task(store, prefix, a.run, a.step, a.save)
-        if a.kind == "evict_local":
+        if isinstance(order, EvictLocal):
             ev = evict_local_task(store, prefix, manifest)
-            if ev.evicted:
-                record_task(
-                    catalog, [events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)]
-                )
-                done.append(a)
-            else:
+            if not ev.evicted:
                 skipped.append(ev.check)
                 record_task(catalog, [events.evict_skipped(ev.check, a.reason, run_id)])
-        elif a.kind == "transition" and a.to_class:
-            milestone = (a.run, a.step) in ms
-            tier_name = tier_of.get(a.to_class, a.to_class)
-            if a.by_lifecycle:
-                rule = tier_rule(prefix, classes, tier_name)
-                sched = tag_for_server_task(store, prefix, manifest, tier_name, milestone, rule)
-                scheduled.append(sched)
-                record_task(catalog, [events.transition_scheduled(manifest, sched, a.reason, run_id)])
-            else:
-                transition_task(store, prefix, manifest, a.to_class, tier_name, milestone)
-                record_task(catalog, [events.transitioned(manifest, a.to_class, a.reason, mode, run_id)])
-            done.append(a)
+                continue
+            record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)])
+        elif isinstance(order, ScheduleTransition):
+            sched = tag_for_server_task(store, prefix, manifest, order.tier, order.milestone, order.rule)
+            scheduled.append(sched)
+            record_task(catalog, [events.transition_scheduled(manifest, sched, a.reason, run_id)])
+        else:
+            transition_task(store, prefix, manifest, order.action.to_class or "", order.tier, order.milestone)
+            record_task(catalog, [events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])
+        done.append(a)
     report["applied"] = True
     report["evict_skipped"] = [skipped_record(c) for c in skipped]
     report["scheduled"] = [scheduled_record(x) for x in scheduled]
@@ -127,7 +115,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     # one file per event recorded adds up: merge every partition's and refresh its snapshot, time boxed
     # (a dry run writes nothing, compaction included)
     report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time())
-    digest = applied_by_run(plan, states, tier_of, done)
+    digest = applied_by_run(plan, states, tier_names(classes, cfg.policy), done)
     url = flow_run_url()
     sent = [
         alerts.evict_skipped(c.run, c.step, c.save, list(map(str, c.local)), list(map(str, c.store)), url)
