@@ -60,7 +60,12 @@ def _judge(name: str, step: int, latest: str | None, latest_step: int | None) ->
         )
     if latest_step >= step:
         return True, ""
-    return False, f"'{POINTER}' names {latest[:60]} (step {latest_step}); {name} (step {step}) is still being saved"
+    return False, f"'{POINTER}' names {_label(latest, latest_step)}; {_label(name, step)} is still being saved"
+
+
+def _label(tag: str, step: int) -> str:
+    """A tag as a reason names it: a custom tag with the step it recorded, global_step<N> as it is."""
+    return tag if NAME.match(tag) else f"{tag[:60]} (step {step})"
 
 
 def _missing(names: list[str], what: str) -> str:

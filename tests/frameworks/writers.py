@@ -467,11 +467,16 @@ def megatron_train(
     dist_checkpointing = _megatron_init()
     model = _mlp()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for step in range(1, steps + 1):
+    start = 1
+    if resume_step:  # a restarted job, as Megatron-LM's --load with --ckpt-step
+        _megatron_load(dist_checkpointing, model, opt, root / f"iter_{resume_step:07d}")
+        start = resume_step + 1
+    for step in range(start, steps + 1):
         _train_step(model, opt, step)
         if step % every == 0:
             ckpt = root / f"iter_{step:07d}"
-            ckpt.mkdir(parents=True)
+            # exist_ok: a save killed before is written over (checkpointing.py ensure_directory_exists)
+            ckpt.mkdir(parents=True, exist_ok=True)
             dist_checkpointing.save(_megatron_state(model, opt, step), str(ckpt))
             torch.distributed.barrier()
             (root / MEGATRON_TRACKER).write_text(str(step))
@@ -484,6 +489,23 @@ def _megatron_flat(model: Any, opt: Any) -> dict[str, Any]:
     return state
 
 
+def _megatron_load(dist_checkpointing: Any, model: Any, opt: Any, ckpt: Path) -> int:
+    """dist_checkpointing.load of `ckpt` into empty tensors, then into the model and optimizer; the iteration."""
+    import torch
+
+    got = dist_checkpointing.load(_megatron_state(model, opt, 0, empty=True), str(ckpt))
+    names = [n for n, _ in model.named_parameters()]
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(got[f"model.{name}"])
+    osd = opt.state_dict()
+    osd["state"] = {
+        i: {m: got[f"optimizer.{name}.{m}"] for m in ("step", "exp_avg", "exp_avg_sq")} for i, name in enumerate(names)
+    }
+    opt.load_state_dict(osd)
+    return int(got["iteration"])
+
+
 def megatron_resume(root: Path, out: Path, steps: int) -> dict[str, Any]:
     """As Megatron-LM's load_checkpoint: the iteration the tracker names, dist_checkpointing.load into
     empty tensors shaped like a fresh model's, then into the model and optimizer."""
@@ -494,17 +516,7 @@ def megatron_resume(root: Path, out: Path, steps: int) -> dict[str, Any]:
     model = torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, OUT))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     iteration = int((root / MEGATRON_TRACKER).read_text().strip())
-    got = dist_checkpointing.load(_megatron_state(model, opt, 0, empty=True), str(root / f"iter_{iteration:07d}"))
-    resumed = int(got["iteration"])
-    names = [n for n, _ in model.named_parameters()]
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(got[f"model.{name}"])
-    osd = opt.state_dict()
-    osd["state"] = {
-        i: {m: got[f"optimizer.{name}.{m}"] for m in ("step", "exp_avg", "exp_avg_sq")} for i, name in enumerate(names)
-    }
-    opt.load_state_dict(osd)
+    resumed = _megatron_load(dist_checkpointing, model, opt, root / f"iter_{iteration:07d}")
     _save(out / "loaded.pt", _megatron_flat(model, opt))
     for step in range(resumed + 1, steps + 1):
         _train_step(model, opt, step)
@@ -650,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--every", type=int, default=2)
     t.add_argument("--kill-at-last", action="store_true")
     t.add_argument("--resume-step", type=int, default=None, help="resume from this step's checkpoint in ROOT")
+    t.add_argument("--hidden", type=int, default=None, help="the MLP's hidden width (a wider one saves longer)")
     r = sub.add_parser("resume")
     r.add_argument("framework", choices=sorted(RESUME))
     r.add_argument("ckpt", type=Path)
@@ -657,6 +670,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--steps", type=int, default=8)
     a = ap.parse_args(argv)
     if a.cmd == "train":
+        global HIDDEN
+        HIDDEN = a.hidden or HIDDEN
         result = TRAIN[a.framework](a.root, a.steps, a.every, a.kill_at_last, a.resume_step)
     else:
         result = RESUME[a.framework](a.ckpt, a.out, a.steps)
