@@ -1,8 +1,19 @@
-"""Megatron-LM: `iter_<7-digit N>/` directories (legacy `mp_rank_XX/model_optim_rng.pt` or torch_dist),
-plus `release/` for converted checkpoints.
+"""Megatron-LM: `iter_<7-digit N>/` directories, legacy (`mp_rank_XX/model_optim_rng.pt`) or torch_dist
+(megatron.core.dist_checkpointing), plus `release/` for converted checkpoints.
 
-Megatron rewrites the run-root tracker `latest_checkpointed_iteration.txt` only after a save has
-finished on every rank, so an iteration is complete once the tracker names it or a later one.
+The rule follows megatron/training/checkpointing.py (Megatron-LM, read at NVIDIA/Megatron-LM 0032978;
+that file is not part of the megatron-core wheel): `save_checkpoint` has every rank write its part
+(legacy: `torch.save(state_dict, get_checkpoint_name(...))` into `iter_<N:07d>/mp_rank_<TT>/` without
+pipeline parallelism, `mp_rank_<TT>_<PPP>/` with it, `_<EEE>` appended with expert parallelism, each
+with `model_optim_rng.pt` and, under the distributed optimizer, `distrib_optim.pt`), then
+`torch.distributed.barrier()`, then rank 0 writes the run-root tracker `latest_checkpointed_iteration.txt`
+(`iter_finalize_fn`: the iteration, or `release`). So an iteration is complete once the tracker names it
+or a later one. A legacy iteration must also hold its whole grid of rank directories (each position of
+`mp_rank_TT[_PPP][_EEE]` 0..max, every combination, each with its `model_optim_rng.pt` or another
+`.pt`, as converted checkpoints may name it): a rank missing under an iteration the tracker has moved
+past is a save that crashed and was never written again (the job restarted with another interval),
+and is not whole. torch_dist iterations have no rank directories
+and are judged by the tracker alone (dist_checkpointing writes `.metadata` last, as DCP does).
 """
 
 from __future__ import annotations
@@ -17,6 +28,40 @@ from ckptvault.formats.base import Candidate
 NAME = re.compile(r"^iter_(\d{7,})$")
 TRACKER = "latest_checkpointed_iteration.txt"
 RELEASE = "release"
+RANK_DIR = re.compile(r"^mp_rank_(\d{2})((?:_\d{3}){0,2})$")
+LEGACY_FILE = "model_optim_rng.pt"
+
+
+def _has_torch_file(rank_dir: Path) -> bool:
+    # Any .pt, not only model_optim_rng.pt: converters and older Megatron versions name the file
+    # otherwise, and a checkpoint that never counts as complete is one that is never archived.
+    return any(n.endswith(".pt") for n in _fs.names(rank_dir))
+
+
+def missing_ranks(ckpt: Path) -> str:
+    """Why a legacy iteration's rank directories are not a whole grid, or '' (also for torch_dist)."""
+    ranks: dict[tuple[int, ...], str] = {}
+    for entry in _fs.names(ckpt):
+        if m := RANK_DIR.match(entry):
+            ranks[(int(m[1]), *(int(x) for x in m[2].split("_")[1:]))] = entry
+    if not ranks:
+        return ""
+    if len({len(r) for r in ranks}) > 1:
+        return f"rank directories of different shapes ({', '.join(sorted(ranks.values())[:4])}): two layouts mixed"
+    tops = [max(r[i] for r in ranks) for i in range(len(next(iter(ranks))))]
+    want: list[tuple[int, ...]] = [()]
+    for top in tops:
+        want = [(*w, i) for w in want for i in range(top + 1)]
+
+    def name(r: tuple[int, ...]) -> str:
+        return "mp_rank_" + "_".join([f"{r[0]:02d}", *(f"{x:03d}" for x in r[1:])])
+
+    gaps = [name(r) + "/" for r in want if r not in ranks]
+    gaps += [f"{ranks[r]}/{LEGACY_FILE}" for r in want if r in ranks and not _has_torch_file(ckpt / ranks[r])]
+    if not gaps:
+        return ""
+    more = f" and {len(gaps) - 3} more" if len(gaps) > 3 else ""
+    return f"{', '.join(gaps[:3])}{more} missing (a rank that never finished its save)"
 
 
 def _judge(step: int, is_release: bool, tracker: str | None) -> tuple[bool, str]:
@@ -54,6 +99,8 @@ class MegatronLayout:
                 out.append(Candidate(self.name, step, path, False, _fs.TEMP_REASON))
                 continue
             complete, reason = _judge(step, m is None, tracker)
+            if complete and (gap := missing_ranks(path)):
+                complete, reason = False, f"{TRACKER} names it or a later iteration, but {gap}"
             out.append(Candidate(self.name, step, path, complete, reason))
         return sorted(out, key=lambda c: (c.step, c.path.name))
 

@@ -128,7 +128,7 @@ def test_megatron_no_tracker_and_release(tmp_path: Path) -> None:
     synthetic.write_checkpoint(tmp_path, "megatron", 100, SIZE, complete=False)
     (c,) = get_layout("megatron").candidates(tmp_path)
     assert "latest_checkpointed_iteration.txt" in c.reason
-    (tmp_path / "release" / "mp_rank_00").mkdir(parents=True)
+    synthetic.write_torch_zip(tmp_path / "release" / "mp_rank_00" / "model_optim_rng.pt", SIZE)
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("release\n")
     assert steps_of(tmp_path, "megatron") == [(0, True), (100, False)]
 

@@ -1,18 +1,24 @@
 """Layouts on files written with torch.save as the frameworks write them (not synthetic bytes): DeepSpeed's
-custom save tags, ordered by the global_steps its model states record."""
+custom save tags, ordered by the global_steps its model states record; Megatron-LM's legacy
+iter_<N>/mp_rank_XX[_PPP]/model_optim_rng.pt, judged by its tracker and drilled without executing it."""
 
 from __future__ import annotations
 
 import argparse
+import random
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ckptvault.formats import deepspeed as ds
 from ckptvault.formats import detect_layout, get_layout
 from ckptvault.ingest.discovery import discover
+from ckptvault.ingest.structure import check_structure
+from ckptvault.restore import loadcheck
 
 
 def _model_states(d: Path, global_steps: int, **extra: Any) -> None:
@@ -118,3 +124,91 @@ def test_a_custom_tag_still_needs_every_rank_file(tmp_path: Path) -> None:
     (tmp_path / "latest").write_text("final")
     (c,) = get_layout("deepspeed").candidates(tmp_path)
     assert not c.complete and "zero_pp_rank_1_mp_rank_00_optim_states.pt" in c.reason
+
+
+# --- Megatron-LM legacy (ckpt_format torch) ---------------------------------------------------------------
+
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def _legacy_iteration(root: Path, iteration: int, ranks: list[str], tracker: bool = True) -> Path:
+    """As megatron/training/checkpointing.py save_checkpoint (ckpt_format "torch") writes one iteration:
+    generate_state_dict's keys, torch.save into iter_<N:07d>/<rank dir>/model_optim_rng.pt, then (after the
+    barrier) the tracker. args is the argparse.Namespace of the run, rng_state holds Python's and NumPy's
+    RNG states: both are why torch.load(weights_only=True) refuses the file."""
+    d = root / f"iter_{iteration:07d}"
+    for rank in ranks:
+        g = torch.Generator().manual_seed(iteration)
+        state = {
+            "args": argparse.Namespace(num_layers=2, hidden_size=16, tensor_model_parallel_size=len(ranks)),
+            "checkpoint_version": 3.0,
+            "iteration": iteration,
+            "model": {"language_model.encoder.weight": torch.randn(16, 16, generator=g)},
+            "optimizer": {"optimizer": {"state": {0: {"exp_avg": torch.zeros(16, 16)}}, "param_groups": []}},
+            "opt_param_scheduler": {"num_steps": iteration},
+            "rng_state": [{
+                "random_rng_state": random.getstate(), "np_rng_state": np.random.get_state(),
+                "torch_rng_state": torch.get_rng_state(), "rng_tracker_states": {},
+            }],
+            "num_floating_point_operations_so_far": 0,
+        }  # fmt: skip
+        (d / rank).mkdir(parents=True)
+        torch.save(state, d / rank / "model_optim_rng.pt")
+    if tracker:
+        (root / TRACKER).write_text(str(iteration))
+    return d
+
+
+def _megatron(root: Path) -> list[tuple[str, int, bool]]:
+    return [(c.path.name, c.step, c.complete) for c in get_layout("megatron").candidates(root)]
+
+
+def test_megatron_legacy_is_found_by_its_tracker(tmp_path: Path) -> None:
+    _legacy_iteration(tmp_path, 10, ["mp_rank_00"])
+    assert detect_layout(tmp_path).name == "megatron"
+    d = _legacy_iteration(tmp_path, 20, ["mp_rank_00"], tracker=False)  # saved, tracker not rewritten yet
+    (c10, c20) = get_layout("megatron").candidates(tmp_path)
+    assert (c10.step, c10.complete, c20.step, c20.complete) == (10, True, 20, False)
+    assert c20.reason == f"{TRACKER} names iteration 10; 20 is still being saved"
+    (tmp_path / TRACKER).write_text("20")
+    found = discover("r", tmp_path, "auto", 0, time.time() + 1)
+    assert found.problems == []
+    assert [(f.step, f.ready, [x.rel for x in f.files]) for f in found.found] == [
+        (10, True, ["mp_rank_00/model_optim_rng.pt"]), (20, True, ["mp_rank_00/model_optim_rng.pt"]),
+    ]  # fmt: skip
+    assert check_structure("megatron", d, found.found[1].files) == []
+    assert get_layout("megatron").pointer_file(20, d.name) == (TRACKER, "20")
+
+
+def test_megatron_legacy_with_pipeline_parallel_needs_every_rank(tmp_path: Path) -> None:
+    grid = ["mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"]  # TP 2 x PP 2
+    d = _legacy_iteration(tmp_path, 30, grid)
+    assert _megatron(tmp_path) == [("iter_0000030", 30, True)]
+    # a later iteration moved the tracker on, but a rank of this one never finished (a crashed save)
+    _legacy_iteration(tmp_path, 40, grid)
+    shutil.rmtree(d / "mp_rank_01_000")
+    (c30, c40) = get_layout("megatron").candidates(tmp_path)
+    assert not c30.complete and "mp_rank_01_000/ missing" in c30.reason, c30.reason
+    assert c40.complete
+    (d / "mp_rank_01_000").mkdir()  # created, file never written
+    (c30, _) = get_layout("megatron").candidates(tmp_path)
+    assert not c30.complete and "mp_rank_01_000/model_optim_rng.pt missing" in c30.reason, c30.reason
+
+
+def test_megatron_legacy_drill_reads_its_pickle_without_running_it(tmp_path: Path) -> None:
+    """weights_only=True refuses model_optim_rng.pt (argparse.Namespace, NumPy's RNG state): a healthy
+    file must pass by its pickle opcodes, a torn one must fail."""
+    d = _legacy_iteration(tmp_path, 10, ["mp_rank_00", "mp_rank_01"])
+    report = loadcheck.check(d)
+    assert report.problems == [] and report.not_run == []
+    lines = report.descriptions()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith("mp_rank_0")
+        assert "torch.load(weights_only=True): it refuses argparse.Namespace" in line, line
+        assert "pickle opcodes were read, not executed: names argparse.Namespace, numpy." in line, line
+    f = d / "mp_rank_01" / "model_optim_rng.pt"
+    data = f.read_bytes()
+    f.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])  # one flipped byte in the pickle
+    (bad,) = loadcheck.check(d).problems
+    assert bad.startswith("mp_rank_01/model_optim_rng.pt: "), bad
