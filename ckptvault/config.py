@@ -17,6 +17,9 @@ from ckptvault.errors import CkptvaultError, InvalidArgumentError
 
 FORMATS = ("auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo")
 ENV_VAR = "CKPTVAULT_CONFIG"
+# "auto": each file stored as shuffle-zstd frames when a sample of it compresses (docs/FORMAT.md,
+# "Compressed files"); "off": every object is the file, byte for byte, readable by any S3 tool.
+Compression = Literal["auto", "off"]
 
 
 class ConfigError(CkptvaultError):
@@ -51,6 +54,9 @@ class StoreConfig(_Strict):
     # Where restores read from, for the egress price in their estimate: "in-region" (the training
     # cluster beside the bucket: free on AWS; on-prem stores have no egress) or "internet".
     egress: Literal["in-region", "internet"] = "in-region"
+    # Off by default while buckets are read by plain S3 tools or by ckptvault versions that cannot
+    # decode frames (README.md, "Compression"); one source can turn it on with its own `compression`.
+    compression: Compression = "off"
 
     @model_validator(mode="after")
     def _budget_holds_a_part(self) -> StoreConfig:
@@ -73,6 +79,7 @@ class SourceConfig(_Strict):
     format: Literal["auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo"] = "auto"
     settle_seconds: Annotated[float, Field(ge=0)] = 60
     stale_after_hours: Annotated[float, Field(gt=0)] | None = None
+    compression: Compression | None = None  # None: the store's `compression`
 
 
 class KeepBest(_Strict):
@@ -209,6 +216,11 @@ class Config(_Strict):
                 raise ValueError(f"run name {s.run!r} appears in two [[sources]]; each run needs its own name")
             seen.add(s.run)
         return self
+
+    def compression_for(self, run: str) -> Compression:
+        """The run's source's `compression`, else the store's (a run with no source: the store's)."""
+        own = next((s.compression for s in self.sources if s.run == run), None)
+        return own if own is not None else self.store.compression
 
     def source(self, run: str) -> SourceConfig:
         for s in self.sources:

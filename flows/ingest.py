@@ -137,8 +137,9 @@ def _ingest_one(
     jobs = plan_upload_task(store, prefix, found, d.save)
     bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
     futures = upload_one_task.map(
-        unmapped(store), jobs, unmapped(found), unmapped(cfg.sha256), unmapped(bar), unmapped(d.save)
-    )
+        unmapped(store), jobs, unmapped(found), unmapped(cfg.sha256), unmapped(bar), unmapped(d.save),
+        unmapped(cfg.compression_for(found.run)),
+    )  # fmt: skip
     errors = settle(futures)
     if errors:
         return base.with_result("failed", "; ".join(errors), time.monotonic() - t0)

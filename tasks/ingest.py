@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from prefect.artifacts import create_table_artifact
 
 from ckptvault.catalog import Catalog, CheckpointState
-from ckptvault.config import SourceConfig, ValidationRules
+from ckptvault.config import Compression, SourceConfig, ValidationRules
 from ckptvault.ingest import quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
@@ -76,8 +76,9 @@ def upload_one_task(
     sha256: bool = False,
     progress: ProgressFn | None = None,
     save: int = 1,
+    compression: Compression = "off",
 ) -> FileEntry:
-    return lib.upload_one(store, job, found, sha256=sha256, progress=progress, save=save)
+    return lib.upload_one(store, job, found, sha256=sha256, progress=progress, save=save, compression=compression)
 
 
 @io_task("commit-manifest")

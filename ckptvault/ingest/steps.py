@@ -18,7 +18,7 @@ from pathlib import Path
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
 from ckptvault.checksum import file_crc32c
-from ckptvault.config import SourceConfig, ValidationRules
+from ckptvault.config import Compression, SourceConfig, ValidationRules
 from ckptvault.formats import read_metrics
 from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault.ingest.gates import GateSubject, ValidationReport
@@ -41,6 +41,10 @@ CRC_TAG = "crc32c"
 # file takes to upload (a 500 GB file at 50 MB/s: under 3 h), so a live upload of a concurrent ingest
 # is never aborted, and it is well clear of clock skew between us and the server.
 STALE_UPLOAD_SECONDS = 6 * 3600
+# Files smaller than this are stored as they are even with compression on: they cost nothing to keep,
+# a compressed object is always a multipart upload (three requests), and a config.json or a tracker
+# file stays readable by any S3 tool.
+MIN_COMPRESS_SIZE = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -174,8 +178,11 @@ def upload_one(
     sha256: bool = False,
     progress: ProgressFn | None = None,
     save: int = FIRST_SAVE,
+    compression: Compression = "off",
 ) -> FileEntry:
-    """Send one file (or accept the verified copy already there) and return its manifest entry."""
+    """Send one file (or accept the verified copy already there) and return its manifest entry.
+    With compression "auto" the file's codec is chosen from its header or a few sampled MiB
+    (ckptvault.codec.choose) and, when it compresses, the object is its frames."""
     f = job.file
     mode = _mode(f.path)
     if not job.upload and job.known_crc32c is not None:
@@ -185,12 +192,35 @@ def upload_one(
     tags = {"run": found.run, "step": str(found.step), "format": found.format}
     if save != FIRST_SAVE:
         tags["save"] = str(save)
-    result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress)
+    typesize = _typesize(f, compression)
+    coded = {"typesize": typesize} if typesize is not None else {}  # as restore's `frames`: only when used
+    result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress, **coded)
     if result.parts and not result.server_verified:
-        store.put_tags(job.key, {**tags, CRC_TAG: result.crc32c})
+        # the CRC32C of the object's bytes (for frames, not the file's): plan_upload keeps an object
+        # only when it equals the local file's, which a compressed object never does
+        store.put_tags(job.key, {**tags, CRC_TAG: result.stored_crc32c or result.crc32c})
     return FileEntry(
-        path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, sha256=result.sha256, mode=mode
+        path=f.rel,
+        size=result.size,
+        mtime=f.mtime,
+        crc32c=result.crc32c,
+        sha256=result.sha256,
+        mode=mode,
+        codec=result.codec,
+        typesize=result.typesize,
+        stored_size=result.stored_size,
+        frames=result.frames,
     )
+
+
+def _typesize(f: LocalFile, compression: Compression) -> int | None:
+    """The element size to encode `f` with, or None to store it as it is."""
+    if compression == "off" or f.size < MIN_COMPRESS_SIZE:
+        return None
+    from ckptvault import codec  # the Blosc library: imported only by ingests that compress
+
+    choice = codec.choose(f.path, f.size)
+    return choice.typesize if choice.codec == codec.SHUFFLE_ZSTD else None
 
 
 def _mode(path: Path) -> int | None:

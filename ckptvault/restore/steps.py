@@ -47,6 +47,14 @@ class ObjectPlan:
     storage_class: str
     thawed: bool  # readable now (not archival, or archival with a completed restore)
     mode: int | None = None  # permission bits to restore; None in manifests older than the field
+    # docs/FORMAT.md "Compressed files": the object is these frames (empty: the file as it is)
+    frames: tuple[tuple[int, int, int, str], ...] = ()
+    stored_size: int | None = None  # the object's size; None: `size`
+
+    @property
+    def stored_bytes(self) -> int:
+        """What the GETs move and the storage class bills: the object, not the file it decodes to."""
+        return self.size if self.stored_size is None else self.stored_size
 
 
 @dataclass(frozen=True)
@@ -258,8 +266,8 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
         if info is None:
             missing.append(rel)
             continue
-        if info.size != f.size:
-            missing.append(f"{rel} (size {info.size} in the store, {f.size} in the manifest)")
+        if info.size != f.stored_bytes:
+            missing.append(f"{rel} (size {info.size} in the store, {f.stored_bytes} in the manifest)")
             continue
         plans.append(
             ObjectPlan(
@@ -271,6 +279,8 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
                 info.storage_class,
                 _is_thawed(info.storage_class, info.restore),
                 f.mode,
+                f.frames,
+                f.stored_size if f.frames else None,
             )
         )
     if missing:
@@ -292,12 +302,12 @@ def estimate(
     by_class: dict[str, tuple[int, int]] = {}
     for p in plans:
         n, b = by_class.get(p.storage_class, (0, 0))
-        by_class[p.storage_class] = (n + 1, b + p.size)
+        by_class[p.storage_class] = (n + 1, b + p.stored_bytes)
     frozen_by_class: dict[str, tuple[int, int]] = {}
     for p in plans:
         if not p.thawed:
             n, b = frozen_by_class.get(p.storage_class, (0, 0))
-            frozen_by_class[p.storage_class] = (n + 1, b + p.size)
+            frozen_by_class[p.storage_class] = (n + 1, b + p.stored_bytes)
     usd, smin, smax = prices.restore_estimate(by_class, tier)
     if not frozen_by_class:
         smin = smax = 0.0
@@ -314,7 +324,7 @@ def estimate(
         seconds_max=smax,
         objects_plan=tuple(plans),
         egress=egress,
-        egress_usd=prices.egress(manifest.total_bytes, egress),
+        egress_usd=prices.egress(sum(p.stored_bytes for p in plans), egress),
         throughput_mib_s=throughput_mib_s,
     )
 
@@ -410,10 +420,13 @@ def checkpoint_name(manifest: Manifest) -> str:
 def download_one(
     store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None
 ) -> str:
-    """Fetch one object into the staging directory, CRC32C checked by the adapter."""
+    """Fetch one object into the staging directory, CRC32C checked by the adapter (a compressed one
+    decoded there, every frame checked): what lands in `into` is always the original bytes."""
     target = into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
     target.parent.mkdir(parents=True, exist_ok=True)
-    store.download_file(plan.key, target, size=plan.size, crc32c=plan.crc32c, progress=progress)
+    # `frames` only when there are some: a store adapter that predates frames still serves raw objects
+    coded = {"frames": plan.frames} if plan.frames else {}
+    store.download_file(plan.key, target, size=plan.size, crc32c=plan.crc32c, progress=progress, **coded)
     if plan.mode is not None:
         os.chmod(target, plan.mode & PERMISSION_BITS)
     os.utime(target, (time.time(), plan.mtime))

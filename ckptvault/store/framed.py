@@ -19,6 +19,7 @@ is the frames' combined, compared with the manifest's. A frame that fails names 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ from ckptvault.checksum import StreamHasher, crc32c_combine, from_b64, to_b64
 from ckptvault.store import download, upload
 from ckptvault.store.buffers import shared
 from ckptvault.store.errors import is_transient, translate
-from ckptvault.store.port import ChecksumMismatchError, StoreError, TransientStoreError, UploadResult
+from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, TransientStoreError, UploadResult
 
 MIN_PART = 5 * 1024 * 1024  # S3's smallest part but the last
 
@@ -96,19 +97,21 @@ def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize:
     try:
         encoding: deque[tuple[Future[bytes], int, int]] = deque()  # (encoded, original length, crc)
         buf = None
-        fill = 0
+        fill = covered = 0  # stored bytes in the part buffer, original bytes they decode to
 
         def flush() -> None:
-            nonlocal buf, fill, nparts
+            nonlocal buf, fill, covered, nparts
             assert buf is not None
             view = memoryview(buf)[:fill]
             nparts += 1
             part_crc = stored_hash.update(view)
-            sent.append(senders.submit(upload._upload_part, req, st, upload_id, nparts, buf, view, part_crc))
-            buf, fill = None, 0
+            # progress counts original bytes, as the caller's total does, once the part is up
+            part_req = dataclasses.replace(req, progress=_report(req, covered))
+            sent.append(senders.submit(upload._upload_part, part_req, st, upload_id, nparts, buf, view, part_crc))
+            buf, fill, covered = None, 0, 0
 
         def place(fut: Future[bytes], n: int, crc: int) -> None:
-            nonlocal buf, fill
+            nonlocal buf, fill, covered
             stored = fut.result()
             if buf is None:
                 buf = st.take()
@@ -122,6 +125,7 @@ def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize:
             prev = frames[-1].offset + frames[-1].length if frames else 0
             frames.append(codec.Frame(prev, len(stored), n, to_b64(crc)))
             fill += len(stored)
+            covered += n
             if fill + worst_frame > capacity:
                 flush()
 
@@ -167,6 +171,13 @@ def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize:
         stored_crc32c=stored_crc,
         frames=tuple((fr.offset, fr.length, fr.size, fr.crc32c) for fr in frames),
     )
+
+
+def _report(req: upload.UploadRequest, original: int) -> ProgressFn | None:
+    progress = req.progress
+    if progress is None:
+        return None
+    return lambda _stored: progress(original)
 
 
 def upload_read(f: Any, n: int, req: upload.UploadRequest) -> bytes:

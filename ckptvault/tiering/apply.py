@@ -26,7 +26,15 @@ from typing import Any
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix, safe_relpath
+from ckptvault.manifest import (
+    CODEC_NONE,
+    MANIFEST_NAME,
+    VALIDATION_NAME,
+    FileEntry,
+    Manifest,
+    checkpoint_prefix,
+    safe_relpath,
+)
 from ckptvault.store import ObjectFrozenError, ObjectInfo, ObjectStore, StoreError, lifecycle
 
 TIER_TAG = "ckptvault-tier"
@@ -66,15 +74,16 @@ def transition(
         # read tags before the move: some servers (moto) refuse GetObjectTagging on archived objects
         tags = _tags_of(store, key, manifest)
         if info.storage_class != to_class:
-            store.copy_storage_class(key, to_class, f.size)
+            # the stored object moves as it is, compressed or not: a server-side copy, never decoded
+            store.copy_storage_class(key, to_class, f.stored_bytes)
             moved += 1
-            moved_bytes += f.size
+            moved_bytes += f.stored_bytes
         tags[TIER_TAG] = tier
         if milestone:
             tags[MILESTONE_TAG] = "true"
         store.put_tags(key, tags)
         after = store.head(key)
-        if after is None or after.storage_class != to_class or after.size != f.size:
+        if after is None or after.storage_class != to_class or after.size != f.stored_bytes:
             wrong.append(key)
     if wrong:
         raise TieringError(f"{len(wrong)} objects did not reach {to_class} intact: {', '.join(wrong[:5])}")
@@ -194,16 +203,17 @@ def compare_local(targets: Sequence[tuple[Path, FileEntry]], stats: Mapping[Path
 def compare_store(manifest: Manifest, base: str, found: Mapping[str, ObjectInfo]) -> list[Mismatch]:
     """Objects of the manifest the store no longer holds as verified: missing, another size, or (where
     the store reports one) another CRC32C. Multipart objects on stores without full-object checksums
-    (Ceph) report no CRC32C: for them the size is all a metadata request can check."""
+    (Ceph) report no CRC32C: for them the size is all a metadata request can check. Neither can it for
+    a compressed object: the store's CRC32C is of the frames, the manifest's of the original file."""
     out = []
     for f in manifest.files:
         key = base + safe_relpath(f.path)
         info = found.get(key)
         if info is None:
             out.append(Mismatch(key, "missing from the store"))
-        elif info.size != f.size:
-            out.append(Mismatch(key, f"size {info.size} in the store, {f.size} in the manifest"))
-        elif info.crc32c is not None and info.crc32c != f.crc32c:
+        elif info.size != f.stored_bytes:
+            out.append(Mismatch(key, f"size {info.size} in the store, {f.stored_bytes} in the manifest"))
+        elif info.crc32c is not None and f.codec == CODEC_NONE and info.crc32c != f.crc32c:
             out.append(Mismatch(key, f"CRC32C {info.crc32c} in the store, {f.crc32c} in the manifest"))
     return out
 
@@ -240,7 +250,7 @@ def recheck_eviction(store: ObjectStore, prefix: str, manifest: Manifest) -> Evi
     base = checkpoint_prefix(prefix, manifest.run, manifest.step, manifest.save)
     stats = {path: _lstat(path) for path, _ in local_targets(manifest)}
     listed = {info.key: info for info in store.list(base)}
-    sizes = {base + safe_relpath(f.path): f.size for f in manifest.files}
+    sizes = {base + safe_relpath(f.path): f.stored_bytes for f in manifest.files}
     keys = [k for k, size in sizes.items() if k in listed and listed[k].size == size]
     with ThreadPoolExecutor(max_workers=_HEADS) as pool:
         heads = dict(zip(keys, pool.map(store.head, keys), strict=True))

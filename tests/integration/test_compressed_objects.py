@@ -57,7 +57,9 @@ def decode_from_bucket(client: Any, bucket: str, key: str, entry: dict[str, Any]
 
 def _round_trip(store: S3Store, tmp_path: Path) -> None:
     src = bf16_file(tmp_path / "w.bin", 26 * MIB + 3)  # 7 frames, the last short and odd
-    res = store.upload_file(src, "c/w.bin", typesize=2)
+    sent: list[int] = []
+    res = store.upload_file(src, "c/w.bin", typesize=2, progress=sent.append)
+    assert sum(sent) == res.size  # progress in original bytes, as the caller's total counts them
     assert (res.codec, res.typesize, res.size, res.crc32c) == ("shuffle-zstd", 2, src.stat().st_size, file_crc32c(src))
     assert res.stored_size is not None and res.stored_size <= 0.75 * res.size
     assert len(res.frames) == 7 and res.parts >= 2  # parts of 5 MiB and more: several, each whole frames
@@ -66,8 +68,10 @@ def _round_trip(store: S3Store, tmp_path: Path) -> None:
     frames = [codec.Frame(*f) for f in res.frames]
     assert codec.check_index(frames, res.size, res.stored_size) == []
     back = tmp_path / "back.bin"
-    store.download_file("c/w.bin", back, size=res.size, crc32c=res.crc32c, frames=res.frames)
+    got: list[int] = []
+    store.download_file("c/w.bin", back, size=res.size, crc32c=res.crc32c, frames=res.frames, progress=got.append)
     assert back.read_bytes() == src.read_bytes()
+    assert sum(got) == res.size
 
 
 def test_frames_round_trip_on_seaweedfs(
