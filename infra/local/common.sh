@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared helpers for the local server scripts (seaweedfs.sh, ceph.sh, moto.sh, prefect.sh, worker.sh) and for
+# Shared helpers for the local server scripts (seaweedfs.sh, ceph.sh, moto.sh, prefect.sh, worker.sh, dask.sh) and for
 # up.sh, down.sh and instances.sh, which drive them.
 # Sourced, not run. The caller sets `set -euo pipefail` and SERVER (its name, used in messages).
 #
@@ -238,13 +238,13 @@ usage_exit() {
 LOCAL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DEMO_DIR=$(realpath -m "${DEMO_DIR:-$REPO_ROOT/.demo}")
 STATE_ROOT=$(realpath -m "${STATE_ROOT:-$REPO_ROOT/.state}")
-KINDS=(seaweedfs ceph moto prefect worker)
+KINDS=(seaweedfs ceph moto prefect worker dask)
 # What a server script reads from its environment and records in config.env: a value left in the caller's
 # shell (`export PORT=3000`) must not move, or be refused by, an instance we drive by its STATE_DIR.
 SCRIPT_ENV_UNSET=()
 for _v in STATE_DIR PORT ACCESS_KEY SECRET_KEY READY_TIMEOUT PORT_HINT POOL MASTER_PORT VOLUME_PORT \
   FILER_PORT ADMIN_PORT S3_GRPC_PORT MASTER_GRPC_PORT VOLUME_GRPC_PORT FILER_GRPC_PORT ADMIN_GRPC_PORT \
-  MON_V2_PORT MON_V1_PORT OSD_PORT_MIN OSD_PORT_MAX STORE_BYTES OBJECTSTORE LC_DEBUG_INTERVAL; do
+  MON_V2_PORT MON_V1_PORT OSD_PORT_MIN OSD_PORT_MAX STORE_BYTES OBJECTSTORE LC_DEBUG_INTERVAL WORKERS THREADS; do
   SCRIPT_ENV_UNSET+=(-u "$_v")
 done
 unset _v
@@ -262,7 +262,7 @@ instance_list() {
   done
 }
 
-# instance_kind DIR: seaweedfs|ceph|moto|prefect|worker (what its `server` file says), or fail.
+# instance_kind DIR: seaweedfs|ceph|moto|prefect|worker|dask (what its `server` file says), or fail.
 instance_kind() {
   local kind k
   kind=$(head -n 1 "$1/server" 2>/dev/null) || return 1

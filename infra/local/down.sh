@@ -2,8 +2,8 @@
 # `make down`: stop every server this checkout started, and say which: the demo's store (DEMO_DIR, default
 # .demo/), `make up`'s worker (its flow runs with it), Prefect server and store (STATE_ROOT, default .state/),
 # and any hand-started under STATE_ROOT/* (`STATE_DIR=.state/x infra/local/seaweedfs.sh up`): every
-# directory there with a `server` file. Workers first, then Prefect servers, then the stores; each by its
-# recorded PID (SIGTERM, then SIGKILL after STOP_TIMEOUT s), checked stopped afterwards. Data is kept.
+# directory there with a `server` file. Workers first, then Dask clusters, then Prefect servers, then the
+# stores; each by its recorded PID (SIGTERM, then SIGKILL after STOP_TIMEOUT s), checked stopped afterwards. Data is kept.
 # A test session's servers (STATE_ROOT/test-<kind>-<pytest pid>) are left to that session while it runs.
 #
 #   infra/local/down.sh [clean]
@@ -27,10 +27,10 @@ esac
 
 mapfile -t all < <(instance_list)
 ordered=()
-for kind in worker prefect; do
+for kind in worker dask prefect; do
   for d in "${all[@]}"; do [[ $(instance_kind "$d" || true) == "$kind" ]] && ordered+=("$d"); done
 done
-for d in "${all[@]}"; do [[ $(instance_kind "$d" || true) =~ ^(worker|prefect)$ ]] || ordered+=("$d"); done
+for d in "${all[@]}"; do [[ $(instance_kind "$d" || true) =~ ^(worker|dask|prefect)$ ]] || ordered+=("$d"); done
 
 stopped=0 failed=0 kept=()
 for d in "${ordered[@]}"; do

@@ -1,0 +1,66 @@
+"""Where each task ran on a Dask cluster, recorded by the workers themselves: a worker plugin that
+appends one JSON line per finished or started task to tasks.jsonl in the worker's node directory
+(CKPTVAULT_NODE_DIR, set by infra/local/dask.sh). Sent to the workers by value (cloudpickle), since
+they do not have the tests package on their path; so is everything else here a test runs on a worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+from distributed import Client, WorkerPlugin
+
+# this module's functions and classes travel by value: the workers cannot import `tests`
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+PLUGIN_NAME = "ckptvault-test-probe"
+LOG_NAME = "tasks.jsonl"
+
+
+class WhereTasksRan(WorkerPlugin):
+    def setup(self, worker: Any) -> None:
+        self.name = str(worker.name)
+        self.address = str(worker.address)
+        self.log = Path(os.environ["CKPTVAULT_NODE_DIR"]) / LOG_NAME
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        if finish == "executing" or start == "executing":  # started, and how it ended (memory, error, ...)
+            line = {"key": str(key), "event": finish, "node": self.name, "address": self.address, "pid": os.getpid()}
+            with self.log.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+
+
+def install(address: str) -> None:
+    """Register the probe on every worker of the cluster (and on any that joins later)."""
+    with Client(address, timeout=10, set_as_default=False) as c:
+        c.register_plugin(WhereTasksRan(), name=PLUGIN_NAME)
+
+
+def identity(dask_worker: Any) -> dict[str, Any]:
+    """What a worker is (for client.run): its name, node environment, directory, resources, pid."""
+    return {
+        "name": dask_worker.name,
+        "node": os.environ.get("CKPTVAULT_NODE"),
+        "node_dir": os.environ.get("CKPTVAULT_NODE_DIR"),
+        "local_directory": dask_worker.local_directory,
+        "resources": dict(dask_worker.state.total_resources),
+        "pid": os.getpid(),
+    }
+
+
+def records(node_dirs: list[Path]) -> list[dict[str, Any]]:
+    out = []
+    for d in node_dirs:
+        log = d / LOG_NAME
+        if log.exists():
+            out += [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return out
+
+
+def clear(node_dirs: list[Path]) -> None:
+    for d in node_dirs:
+        (d / LOG_NAME).unlink(missing_ok=True)
