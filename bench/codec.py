@@ -4,7 +4,7 @@
     .venv/bin/python bench/codec.py --mib 256 --reps 5
 
 Inputs: BF16 and FP32 normal tensors (std 0.02, like initialised weights), a safetensors shard and a
-torch-zip `optimizer.pt` from ckptvault.synthetic (FP32 normals inside their real containers), and a
+torch-zip `optimizer.pt` from ckptvault_cli.synthetic (FP32 normals inside their real containers), and a
 `torch.save` of a BF16 + FP32 state dict when torch is installed. Each input is cut into 4 MiB frames
 (the frame the codec stores) and every library compresses every frame with byte-shuffle (typesize =
 element size) and zstd level 1 on one thread. Ratio = original / compressed bytes; MB/s = original

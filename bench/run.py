@@ -329,7 +329,7 @@ def dir_bytes(root: Path) -> int:
 
 
 def write_source(root: Path, size: int, step: int) -> Path:
-    from ckptvault.synthetic import write_checkpoint
+    from ckptvault_cli.synthetic import write_checkpoint
 
     ck = write_checkpoint(root, "hf", step, size, shards=8)
     old = time.time() - 600  # settled: discovery would otherwise wait settle_seconds

@@ -178,7 +178,7 @@ def _write_config(endpoint: str) -> Path:
 
 
 def _write_round(i: int, complete: bool) -> None:
-    from ckptvault.synthetic import finish_checkpoint, write_checkpoint
+    from ckptvault_cli.synthetic import finish_checkpoint, write_checkpoint
 
     for run, fmt, steps, size in RUNS:
         if i >= len(steps):

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests import servers
 from tests.deployments import local_prefect
 from tests.deployments.local_prefect import PrefectServer, wait_for

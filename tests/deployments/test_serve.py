@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.deployments import local_prefect
 from tests.deployments.local_prefect import PrefectServer, wait_for
 from tests.helpers import write_config

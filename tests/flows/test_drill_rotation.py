@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ckptvault.manifest import checkpoint_prefix
-from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 
 KiB = 2**10

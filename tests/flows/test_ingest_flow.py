@@ -17,7 +17,7 @@ from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.outcomes import IngestIncomplete
 from ckptvault.store import open_store
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import crc32c_b64, write_config
 
 MiB = 2**20
@@ -83,7 +83,7 @@ def test_ingest_uploads_finished_checkpoints_and_skips_in_progress(
     assert all(s.state == "verified" and s.verified for s in states.values())
 
     # once finished, the next pass uploads the in-progress one; the others are skipped
-    from ckptvault.synthetic import finish_checkpoint
+    from ckptvault_cli.synthetic import finish_checkpoint
 
     finish_checkpoint(hf, "hf", 200)
     again = {(o.run, o.step): o for o in ingest(config_path=str(cfg_path))}

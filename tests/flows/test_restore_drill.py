@@ -10,7 +10,7 @@ import pytest
 
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.outcomes import DrillFailed
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 
 MiB = 2**20

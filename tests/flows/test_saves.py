@@ -17,8 +17,8 @@ from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.saves import replay_supersedes
 from ckptvault.store import open_store
-from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 from tests.slack_recorder import SLACK_TOKEN as TOKEN
 from tests.slack_recorder import SlackRecorder

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 from tests.slack_recorder import SLACK_TOKEN as TOKEN
 from tests.slack_recorder import SlackRecorder

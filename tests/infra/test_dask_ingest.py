@@ -21,7 +21,7 @@ import pytest
 from ckptvault.config import StoreConfig
 from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.store import S3Store
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import crc32c_b64, write_config
 
 MiB = 2**20

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 
 MiB = 2**20

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
-from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 from tests.reliability.conftest import MiB, all_keys, cli_cmd, cli_env, run_cli, tree
 

@@ -19,7 +19,7 @@ from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import open_store
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 from tests.reliability.conftest import MiB, check_committed, cli_cmd, cli_env, manifest_keys, prewarmed
 

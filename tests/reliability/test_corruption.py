@@ -18,7 +18,7 @@ from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.outcomes import DrillFailed
 from ckptvault.store import open_store
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 from tests.reliability.conftest import MiB
 

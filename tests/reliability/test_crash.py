@@ -31,7 +31,7 @@ from ckptvault.ingest.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.store import ABORT_MPU_RULE_NAME, open_store
 from ckptvault.store.lifecycle import rule_id, rule_prefix
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy, FaultRates
 from tests.helpers import write_config
 from tests.reliability.conftest import (

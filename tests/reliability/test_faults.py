@@ -20,7 +20,7 @@ from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
 from ckptvault.manifest import checkpoint_prefix
 from ckptvault.store import open_store
-from ckptvault.synthetic import write_checkpoint
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy, FaultRates
 from tests.helpers import write_config
 from tests.reliability.conftest import MiB, check_committed, manifest_keys, tree

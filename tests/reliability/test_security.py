@@ -14,8 +14,8 @@ from ckptvault.catalog import Catalog
 from ckptvault.config import StoreConfig, load_config
 from ckptvault.store import open_store
 from ckptvault.store.s3 import S3Store, make_client
-from ckptvault.synthetic import write_checkpoint
 from ckptvault_cli.main import main
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy
 from tests.helpers import self_signed_cert, write_config
 from tests.reliability.conftest import MiB, all_keys, cli_env, run_cli

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptvault import codec, synthetic
+from ckptvault import codec
 from ckptvault.checksum import file_crc32c
 from ckptvault.manifest import FileEntry, Manifest, ManifestError
+from ckptvault_cli import synthetic
 
 
 def _normals(n: int, seed: int = 0) -> np.ndarray:

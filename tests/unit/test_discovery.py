@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault import synthetic
 from ckptvault.formats import FormatError
 from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
+from ckptvault_cli import synthetic
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 64 << 10

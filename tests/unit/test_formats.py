@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault import synthetic
 from ckptvault.formats import LAYOUTS, FormatError, detect_layout, get_layout, read_metrics
 from ckptvault.formats import hf as hf_mod
 from ckptvault.ingest.discovery import discover
 from ckptvault.ingest.structure import check_structure
+from ckptvault_cli import synthetic
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 64 << 10

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault import synthetic
 from ckptvault.ingest.discovery import LocalFile, discover, walk
 from ckptvault.ingest.structure import check_structure
+from ckptvault_cli import synthetic
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 256 << 10
