@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from ckptvault import synthetic
 from ckptvault.formats import hf
+from ckptvault_cli import synthetic
 
 FORMATS = list(synthetic.FORMATS)
 
