@@ -88,15 +88,20 @@ def read_metrics(fmt: str, path: Path) -> dict[str, float]:
     - hf: `trainer_state.json` (the last value of every numeric key of `log_history`, `global_step`).
     - orbax: the metrics given to `CheckpointManager.save(..., metrics=...)` (`metrics/metrics` and
       `_CHECKPOINT_METADATA`), e.g. `loss`.
-    - lightning, deepspeed, dcp (torchtitan), megatron, nemo: none. Their step and loss live inside
-      pickles (Lightning's `callbacks`/ModelCheckpoint `current_score` and `loops`, DeepSpeed's client
-      state, torchtitan's `train_state` as a torch.save blob in a `.distcp`), which ingest does not
-      unpickle; the loss gates note that no loss was recorded.
+    - lightning: `global_step`, `epoch`, and each ModelCheckpoint's monitored score (`<monitor>`,
+      `best_<monitor>`; a `val*loss` monitor also as `eval_loss`, another `*loss` as `loss`), read
+      from the `.ckpt`'s pickle by its opcodes (formats/lightning.py); no monitor, no score.
+    - deepspeed, dcp (torchtitan), megatron, nemo: none. Their loss, where they keep one, lives in
+      client state inside pickles (DeepSpeed's client_state, torchtitan's `train_state` as a
+      torch.save blob in a `.distcp`) under keys the framework does not fix; the loss gates note
+      that no loss was recorded.
     """
     if fmt == "hf":
         return hf.read_metrics(path)
     if fmt == "orbax":
         return orbax.read_metrics(path)
+    if fmt == "lightning":
+        return lightning.read_metrics(path)
     return {}
 
 

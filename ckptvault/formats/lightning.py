@@ -22,6 +22,17 @@ final name grows while it is written. There is no marker, so a file counts as co
 readable zip: its end-of-central-directory record, which torch.save writes last, is there and reads
 (a partial copy, or one killed mid-write, has none). Then discovery's `settle_seconds` must pass with
 nothing changed. `*.ckpt.tmp` names are never complete.
+
+Metrics (`read_metrics`): `CheckpointConnector.dump_checkpoint` (lightning/pytorch/trainer/connectors/
+checkpoint_connector.py) stores `epoch`, `global_step` and `callbacks`, where each `ModelCheckpoint`
+keeps its `state_dict()` (callbacks/model_checkpoint.py): `monitor` (the logged metric it ranks by),
+`current_score` (that metric at this save: `_update_best_and_save` sets it right before saving;
+a NaN is stored as +/-inf) and `best_model_score`. They are read from the `.ckpt`'s pickle by its
+opcodes (`_pickle.read`, nothing executed, no torch import) and the one-element score tensors from
+their few storage bytes. Reported: `global_step`, `epoch`, `<monitor>` = current_score and
+`best_<monitor>` = best_model_score; and for the loss gates, a monitor named `val*loss` also as
+`eval_loss`, any other `*loss` as `loss`. A ModelCheckpoint without `monitor` records no score, so
+then there is no loss to gate.
 """
 
 from __future__ import annotations
@@ -29,8 +40,9 @@ from __future__ import annotations
 import re
 import zipfile
 from pathlib import Path
+from typing import Any
 
-from ckptvault.formats import _fs
+from ckptvault.formats import _fs, _pickle
 from ckptvault.formats.base import Candidate
 
 STEP = re.compile(r"(?:^|[-_ ])step=(\d+)")
@@ -77,6 +89,62 @@ def _judge(path: Path) -> tuple[bool, str]:
             f"not a readable zip yet ({e}): Lightning is still writing it (a copy across file systems "
             "grows under its final name), or the save was cut short"
         )
+
+
+PICKLE_LIMIT = 256 << 20  # a data.pkl larger than this (millions of tensors) is not walked for metrics
+
+
+def _loss_key(monitor: str) -> str | None:
+    low = monitor.lower()
+    if not low.endswith("loss"):
+        return None
+    return "eval_loss" if low.startswith("val") else "loss"
+
+
+def _read(z: zipfile.ZipFile) -> tuple[str, Any]:
+    pkls = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+    if len(pkls) != 1 or z.getinfo(pkls[0]).file_size > PICKLE_LIMIT:
+        return "", None
+    prefix = pkls[0][: -len("data.pkl")]
+    try:
+        order = z.read(f"{prefix}byteorder").decode("ascii", "replace").strip()
+    except KeyError:
+        order = "little"  # torch.save wrote no byteorder record before 1.10: little-endian
+    if order != "little":
+        return prefix, None
+    with z.open(pkls[0]) as f:
+        return prefix, _pickle.read(f)
+
+
+def read_metrics(path: Path) -> dict[str, float]:
+    """What the module docstring lists, from one `.ckpt`; {} if it does not read as a Lightning checkpoint."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            prefix, root = _read(z)
+            if not isinstance(root, dict):
+                return {}
+            out: dict[str, float] = {}
+            for key in ("global_step", "epoch"):
+                if (v := _pickle.scalar(z, prefix, root.get(key))) is not None:
+                    out[key] = v
+            callbacks = root.get("callbacks")
+            for name, state in callbacks.items() if isinstance(callbacks, dict) else []:
+                if not (isinstance(name, str) and name.startswith("ModelCheckpoint") and isinstance(state, dict)):
+                    continue
+                monitor = state.get("monitor")
+                if not isinstance(monitor, str) or not monitor:
+                    continue
+                current = _pickle.scalar(z, prefix, state.get("current_score"))
+                best = _pickle.scalar(z, prefix, state.get("best_model_score"))
+                if current is not None:
+                    out.setdefault(monitor, current)
+                    if (alias := _loss_key(monitor)) is not None:
+                        out.setdefault(alias, current)
+                if best is not None:
+                    out.setdefault(f"best_{monitor}", best)
+            return out
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, KeyError):
+        return {}
 
 
 class LightningLayout:

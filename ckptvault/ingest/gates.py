@@ -553,8 +553,9 @@ def _loss(plan: GatePlan, finite: RuleOutcome, jump: RuleOutcome, who: str) -> l
     if not plan.losses:
         none = f"no {' or '.join(LOSS_KEYS)} recorded"
         msg = (
-            f"{who}: no loss in the checkpoint's metrics (HF trainer_state.json or Orbax metrics absent or "
-            "without loss; other formats keep it inside pickles, which are not read); not checked"
+            f"{who}: no loss in the checkpoint's metrics (HF trainer_state.json, Orbax metrics or a Lightning "
+            "ModelCheckpoint(monitor=...*loss) absent or without loss; DeepSpeed, DCP, Megatron and NeMo keep "
+            "theirs in client state inside pickles, which are not read); not checked"
         )
         return [
             RuleResult(LOSS_FINITE, "note", none, "finite", msg),

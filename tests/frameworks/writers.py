@@ -214,7 +214,8 @@ def _lightning_parts(steps: int, every: int) -> tuple[Any, Any, Any, Any]:
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
     L.seed_everything(SEED, verbose=False)
-    checkpoint = ModelCheckpoint(every_n_train_steps=every, save_top_k=-1, save_last=True)
+    # monitor: the score ModelCheckpoint records in its callback state (current_score), the loss ingest reads
+    checkpoint = ModelCheckpoint(monitor="train_loss", every_n_train_steps=every, save_top_k=-1, save_last=True)
     data = torch.utils.data.DataLoader(Steps(), batch_size=BATCH, shuffle=False)
     return L, Module, checkpoint, data
 

@@ -212,3 +212,77 @@ def test_megatron_legacy_drill_reads_its_pickle_without_running_it(tmp_path: Pat
     f.write_bytes(data[:100] + bytes([data[100] ^ 0xFF]) + data[101:])  # one flipped byte in the pickle
     (bad,) = loadcheck.check(d).problems
     assert bad.startswith("mp_rank_01/model_optim_rng.pt: "), bad
+
+
+# --- Lightning: the monitored score, read by opcodes ----------------------------------------------------
+
+
+def _lightning_ckpt(path: Path, callbacks: dict[str, Any], **top: Any) -> Path:
+    """The keys CheckpointConnector.dump_checkpoint writes, with ModelCheckpoint.state_dict() under callbacks."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {
+        "epoch": 1, "global_step": 40, "pytorch-lightning_version": "2.6.6",
+        "state_dict": {"net.0.weight": torch.randn(4, 4), "net.0.bias": torch.zeros(4)},
+        "loops": {"fit_loop": {"epoch_progress": {"total": {"completed": 1}}}},
+        "callbacks": callbacks, "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": [],
+        **top,
+    }  # fmt: skip
+    torch.save(state, path)
+    return path
+
+
+def _checkpoint_state(monitor: str | None, current: Any, best: Any) -> dict[str, Any]:
+    return {
+        "monitor": monitor, "best_model_score": best, "best_model_path": "/x/epoch=0-step=20.ckpt",
+        "current_score": current, "dirpath": "/x", "best_k_models": {"/x/epoch=0-step=20.ckpt": best},
+        "kth_best_model_path": "", "kth_value": current, "last_model_path": "",
+    }  # fmt: skip
+
+
+def test_lightning_metrics_are_the_monitored_scores(tmp_path: Path) -> None:
+    from ckptvault.formats import read_metrics
+
+    key = "ModelCheckpoint{'monitor': 'val_loss', 'mode': 'min', 'every_n_train_steps': 0}"
+    other = "ModelCheckpoint{'monitor': 'train_loss', 'mode': 'min'}"
+    f = _lightning_ckpt(
+        tmp_path / "epoch=1-step=40.ckpt",
+        {key: _checkpoint_state("val_loss", torch.tensor(0.25), torch.tensor(0.125)),
+         other: _checkpoint_state("train_loss", torch.tensor(0.5, dtype=torch.float64), torch.tensor([0.375])),
+         "EarlyStopping{'monitor': 'val_loss'}": {"wait_count": 0, "best_score": torch.tensor(9.0)}},
+    )  # fmt: skip
+    assert read_metrics("lightning", f) == {
+        "global_step": 40.0, "epoch": 1.0,
+        "val_loss": 0.25, "eval_loss": 0.25, "best_val_loss": 0.125,
+        "train_loss": 0.5, "loss": 0.5, "best_train_loss": 0.375,
+    }  # fmt: skip
+    # bf16 and half scores (mixed precision) are read too; a NaN is stored as inf by Lightning and stays inf
+    g = _lightning_ckpt(
+        tmp_path / "b.ckpt",
+        {key: _checkpoint_state("val_loss", torch.tensor(float("inf")), torch.tensor(0.5, dtype=torch.bfloat16))},
+    )
+    assert read_metrics("lightning", g) == {
+        "global_step": 40.0, "epoch": 1.0, "val_loss": float("inf"), "eval_loss": float("inf"), "best_val_loss": 0.5,
+    }  # fmt: skip
+
+
+def test_lightning_without_a_monitor_or_unreadable_records_no_loss(tmp_path: Path) -> None:
+    from ckptvault.formats import read_metrics
+
+    f = _lightning_ckpt(tmp_path / "a.ckpt", {"ModelCheckpoint{'monitor': None}": _checkpoint_state(None, None, None)})
+    assert read_metrics("lightning", f) == {"global_step": 40.0, "epoch": 1.0}
+    a_tensor_not_a_score = _checkpoint_state("val_loss", torch.tensor([1.0, 2.0]), None)
+    g = _lightning_ckpt(tmp_path / "b.ckpt", {"ModelCheckpoint{'monitor': 'val_loss'}": a_tensor_not_a_score})
+    assert read_metrics("lightning", g) == {"global_step": 40.0, "epoch": 1.0}
+    torn = tmp_path / "c.ckpt"
+    torn.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    assert read_metrics("lightning", torn) == {}
+    # nothing in the pickle runs: a checkpoint whose pickle would execute code is read, not run
+    evil = tmp_path / "evil.ckpt"
+
+    class Boom:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    _lightning_ckpt(evil, {}, hparams=Boom())
+    assert read_metrics("lightning", evil) == {"global_step": 40.0, "epoch": 1.0}
+    assert not (tmp_path / "pwned").exists()

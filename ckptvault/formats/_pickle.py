@@ -1,0 +1,184 @@
+"""Values read out of a `torch.save` pickle by its opcodes alone (private to `ckptvault.formats`).
+
+`read` walks `pickletools.genops` and keeps a symbolic copy of what the pickle would build: dicts,
+lists, tuples and scalars as themselves, a class or function it names as `Global`, a call
+(REDUCE/NEWOBJ) as `Call`, a torch storage reference as `PersId`. Nothing is imported, constructed
+or called, so a checkpoint from anywhere is safe to read this way; what cannot be followed
+(BUILD's state, sets, extension codes) is left out or kept as `None`. A tensor is a `Call` of
+`torch._utils._rebuild_tensor_v2` whose first argument is the `PersId` of its storage (torch/serialization.py
+`_save`, `persistent_id`: `("storage", <storage class>, key, location, numel)`, the bytes in the
+zip's `<archive>/data/<key>`), which `scalar` reads for a one-element tensor: the checkpoint's few
+bytes of a score, never its weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickletools
+import struct
+import zipfile
+from dataclasses import dataclass
+from typing import IO, Any
+
+
+@dataclass(frozen=True)
+class Global:
+    name: str  # module.qualname
+
+
+@dataclass(frozen=True)
+class Call:
+    func: Any
+    args: Any
+
+
+@dataclass(frozen=True)
+class PersId:
+    pid: Any
+
+
+_MARK = object()
+_SCALARS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
+            "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
+            "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8"}  # fmt: skip
+_CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
+
+
+def _to_mark(stack: list[Any]) -> list[Any]:
+    k = len(stack) - 1 - stack[::-1].index(_MARK)  # ValueError: no mark, a garbled pickle
+    items = stack[k + 1 :]
+    del stack[k:]
+    return items
+
+
+def _set(target: Any, pairs: list[tuple[Any, Any]]) -> None:
+    if isinstance(target, dict):
+        for k, v in pairs:
+            with contextlib.suppress(TypeError):  # an unhashable symbolic key: left out
+                target[k] = v
+
+
+def read(stream: IO[bytes] | bytes) -> Any:
+    """The symbolic value of the pickle in `stream`; ValueError if it is truncated or garbled."""
+    stack: list[Any] = []
+    memo: dict[int, Any] = {}
+    for op, arg, pos in pickletools.genops(stream):
+        name = op.name
+        if name in ("PROTO", "FRAME"):
+            continue
+        if name == "STOP":
+            if len(stack) != 1:
+                raise ValueError(f"STOP at byte {pos} with {len(stack)} items on the stack")
+            return stack[0]
+        if name == "MARK":
+            stack.append(_MARK)
+        elif name in _SCALARS:
+            stack.append(arg)
+        elif name in _CONSTANTS:
+            stack.append(_CONSTANTS[name])
+        elif name == "EMPTY_DICT":
+            stack.append({})
+        elif name == "EMPTY_LIST":
+            stack.append([])
+        elif name == "EMPTY_TUPLE":
+            stack.append(())
+        elif name == "DICT":
+            items = _to_mark(stack)
+            d: dict[Any, Any] = {}
+            _set(d, list(zip(items[::2], items[1::2], strict=False)))
+            stack.append(d)
+        elif name in ("LIST", "TUPLE"):
+            items = _to_mark(stack)
+            stack.append(items if name == "LIST" else tuple(items))
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(name[-1])
+            items, stack[-n:] = stack[-n:], []
+            stack.append(tuple(items))
+        elif name == "SETITEM":
+            v, k = stack.pop(), stack.pop()
+            _set(stack[-1], [(k, v)])
+        elif name == "SETITEMS":
+            items = _to_mark(stack)
+            _set(stack[-1], list(zip(items[::2], items[1::2], strict=False)))
+        elif name == "APPEND":
+            v = stack.pop()
+            if isinstance(stack[-1], list):
+                stack[-1].append(v)
+        elif name == "APPENDS":
+            items = _to_mark(stack)
+            if isinstance(stack[-1], list):
+                stack[-1].extend(items)
+        elif name == "GLOBAL":
+            stack.append(Global(str(arg).replace(" ", ".", 1)))
+        elif name == "STACK_GLOBAL":
+            qual, mod = stack.pop(), stack.pop()
+            stack.append(Global(f"{mod}.{qual}"))
+        elif name in ("REDUCE", "NEWOBJ"):
+            args, func = stack.pop(), stack.pop()
+            stack.append(Call(func, args))
+        elif name == "BUILD":
+            stack.pop()  # the state set on the object: not followed
+        elif name == "BINPERSID":
+            stack.append(PersId(stack.pop()))
+        elif name == "PERSID":
+            stack.append(PersId(arg))
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[int(arg or 0)] = stack[-1]
+        elif name == "MEMOIZE":
+            memo[len(memo)] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if int(arg or 0) not in memo:
+                raise ValueError(f"{name} at byte {pos} reads memo slot {arg}, never written")
+            stack.append(memo[int(arg or 0)])
+        elif name == "POP":
+            stack.pop()
+        elif name == "POP_MARK":
+            _to_mark(stack)
+        elif name == "DUP":
+            stack.append(stack[-1])
+        else:  # anything else: its stack effect, with an unknown value
+            if pickletools.markobject in op.stack_before:
+                _to_mark(stack)
+                below = op.stack_before.index(pickletools.markobject)
+            else:
+                below = len(op.stack_before)
+            if below:
+                del stack[-below:]
+            stack.extend([None] * len(op.stack_after))
+    raise ValueError("no STOP opcode: the pickle is truncated")
+
+
+_DTYPES = {"torch.FloatStorage": "<f", "torch.DoubleStorage": "<d", "torch.HalfStorage": "<e",
+           "torch.BFloat16Storage": "bf16", "torch.LongStorage": "<q", "torch.IntStorage": "<i"}  # fmt: skip
+REBUILD = "torch._utils._rebuild_tensor_v2"
+
+
+def scalar(z: zipfile.ZipFile, prefix: str, value: Any) -> float | None:
+    """A number the checkpoint stores as `value`: a plain int or float, or a one-element tensor whose
+    storage bytes are read from the zip (`prefix` is the archive's directory, e.g. 'archive/')."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if not (isinstance(value, Call) and value.func == Global(REBUILD) and isinstance(value.args, tuple)):
+        return None
+    args = value.args
+    if len(args) < 3 or not isinstance(args[0], PersId) or not isinstance(args[1], int):
+        return None
+    pid, offset, size = args[0].pid, args[1], args[2]
+    if not (isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[1], Global)):
+        return None
+    if not isinstance(size, tuple) or any(s != 1 for s in size):  # a 0-dim or all-ones shape: one element
+        return None
+    fmt = _DTYPES.get(pid[1].name)
+    if fmt is None:
+        return None
+    width = 2 if fmt == "bf16" else struct.calcsize(fmt)
+    try:
+        with z.open(f"{prefix}data/{pid[2]}") as f:
+            raw = f.read((offset + 1) * width)[offset * width :]
+    except KeyError:
+        return None
+    if len(raw) != width:
+        return None
+    if fmt == "bf16":  # the high half of a float32
+        return float(struct.unpack("<f", b"\0\0" + raw)[0])
+    return float(struct.unpack(fmt, raw)[0])
