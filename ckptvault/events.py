@@ -18,6 +18,13 @@ def _detail(**fields: Any) -> str:
     return json.dumps(fields)
 
 
+def _stored(manifest: Manifest) -> int:
+    """The catalog's `stored_bytes`: 0 when it is the checkpoint's size, so uncompressed checkpoints
+    write exactly the rows they did before (docs/FORMAT.md, "The catalog")."""
+    stored = manifest.stored_bytes
+    return 0 if stored == manifest.total_bytes else stored
+
+
 def verified(manifest: Manifest, flow_run: str = "", storage_class: str = "STANDARD") -> Event:
     return Event(
         run=manifest.run,
@@ -26,6 +33,7 @@ def verified(manifest: Manifest, flow_run: str = "", storage_class: str = "STAND
         at=time.time(),
         format=manifest.format,
         bytes=manifest.total_bytes,
+        stored_bytes=_stored(manifest),
         files=len(manifest.files),
         storage_class=storage_class,
         created_at=manifest.created_at,
@@ -111,6 +119,7 @@ def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow
         at=time.time(),
         storage_class=to_class,
         bytes=manifest.total_bytes,
+        stored_bytes=_stored(manifest),
         files=len(manifest.files),
         detail=_detail(reason=reason, mode=mode),
         flow_run=flow_run,
@@ -127,6 +136,7 @@ def transition_scheduled(manifest: Manifest, sched: Scheduled, reason: str, flow
         event="transition_scheduled",
         at=time.time(),
         bytes=manifest.total_bytes,
+        stored_bytes=_stored(manifest),
         files=len(manifest.files),
         detail=_detail(
             reason=reason, mode="server", rule=sched.rule, to_class=sched.to_class, takes_effect=sched.takes_effect
@@ -190,6 +200,7 @@ def restored(manifest: Manifest, dest: str, flow_run: str = "", seconds: float =
         at=time.time(),
         format=manifest.format,
         bytes=manifest.total_bytes,
+        stored_bytes=_stored(manifest),
         files=len(manifest.files),
         detail=_detail(dest=dest, seconds=round(seconds, 3), bytes=manifest.total_bytes, mib_per_s=round(mib_s, 1)),
         flow_run=flow_run,

@@ -63,6 +63,7 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
         "state": s.state,
         "last_event": s.last_event,
         "bytes": s.bytes,
+        "stored_bytes": s.billed_bytes,  # in the store: fewer than `bytes` when compressed
         "files": s.files,
         "storage_class": s.storage_class,
         "created_at": _iso(s.created_at),
@@ -81,7 +82,7 @@ def render_json(states: Sequence[CheckpointState]) -> str:
 def render_table(states: Sequence[CheckpointState]) -> str:
     if not states:
         return "(no checkpoints in the catalog yet)"
-    header = ("RUN", "STEP", "SAVE", "FORMAT", "STATE", "LAST EVENT", "SIZE", "FILES", "CLASS", "UPLOADED")
+    header = ("RUN", "STEP", "SAVE", "FORMAT", "STATE", "LAST EVENT", "SIZE", "STORED", "FILES", "CLASS", "UPLOADED")
     rows = [
         (
             s.run,
@@ -91,6 +92,7 @@ def render_table(states: Sequence[CheckpointState]) -> str:
             s.state,
             s.last_event,
             humanize.size(s.bytes),
+            humanize.size(s.billed_bytes) if s.stored_bytes else "=",  # "=": stored as it is
             str(s.files),
             s.storage_class or "-",
             _iso(s.uploaded_at) or "-",

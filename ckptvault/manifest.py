@@ -159,6 +159,11 @@ class Manifest:
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
+    @property
+    def stored_bytes(self) -> int:
+        """What the checkpoint's objects occupy in the store (total_bytes when none is compressed)."""
+        return sum(f.stored_bytes for f in self.files)
+
     def to_json(self) -> bytes:
         d: dict[str, Any] = asdict(self)
         d["total_bytes"] = self.total_bytes

@@ -34,6 +34,7 @@ _SCHEMA = pa.schema(
         ("detail", pa.string()),
         ("flow_run", pa.string()),
         ("save", pa.int64()),
+        ("stored_bytes", pa.int64()),
     ],
     metadata={b"schema": SCHEMA_TAG},
 )
@@ -104,7 +105,7 @@ def _decode_rows(table: pa.Table, origin: str, first: int = 0) -> list[tuple[Eve
         kw = {n: (cols[n][i] if n in names else _DEFAULTS[n]) for n in _FIELDS}
         for n in ("format", "storage_class", "detail", "flow_run"):
             kw[n] = kw[n] or ""
-        for n in ("bytes", "files"):
+        for n in ("bytes", "files", "stored_bytes"):
             kw[n] = kw[n] or 0
         kw["save"] = kw["save"] or 1
         try:
@@ -139,7 +140,7 @@ def _dedup_sorted(rows: Iterable[tuple[Event, str, int]]) -> list[tuple[Event, s
 
 # Columns the fold reads: `flow_run` is never folded, so readers of the current state skip it.
 _FOLD_COLUMNS = ["run", "step", "event", "at", "format", "bytes", "files", "storage_class", "created_at", "ok",
-                 "detail", "save"]  # fmt: skip
+                 "detail", "save", "stored_bytes"]  # fmt: skip
 
 
 def _normalise(table: pa.Table, origin: str) -> pa.Table:
@@ -154,7 +155,8 @@ def _normalise(table: pa.Table, origin: str) -> pa.Table:
                 cols[f.name] = table[f.name].cast(f.type)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
         raise CatalogError(f"{origin}: a column has the wrong type ({e})") from None
-    fill: dict[str, Any] = {"format": "", "storage_class": "", "detail": "", "flow_run": "", "bytes": 0, "files": 0}
+    fill: dict[str, Any] = {"format": "", "storage_class": "", "detail": "", "flow_run": "", "bytes": 0, "files": 0,
+                            "stored_bytes": 0}  # fmt: skip
     for name, default in fill.items():
         if name in cols:
             cols[name] = pc.fill_null(cols[name], default)

@@ -42,7 +42,7 @@ def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> 
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
-        fingerprint="",
+        fingerprint="", stored_bytes=0,
     )  # fmt: skip
     return _fold_into(s, events)
 
@@ -54,6 +54,8 @@ def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
             s["format"] = e.format
         if e.bytes:
             s["bytes"] = e.bytes
+        if e.stored_bytes:
+            s["stored_bytes"] = e.stored_bytes
         if e.files:
             s["files"] = e.files
         if e.created_at is not None:
@@ -201,6 +203,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
         "format": _last_where(pc.not_equal(col["format"], ""), idx),
         "bytes": _last_where(pc.not_equal(col["bytes"], 0), idx),
         "files": _last_where(pc.not_equal(col["files"], 0), idx),
+        "stored_bytes": _last_where(pc.fill_null(pc.not_equal(col["stored_bytes"], 0), False), idx),
         "created_at": _last_where(pc.is_valid(col["created_at"]), idx),
         "storage_class": _last_where(is_sc, idx),
         "change": _last_where(is_change, idx),
@@ -235,6 +238,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     out["last_event"] = pc.take(ev, last).to_pylist()
     out["bytes"] = [x or 0 for x in at("bytes_max", "bytes")]
     out["files"] = [x or 0 for x in at("files_max", "files")]
+    out["stored_bytes"] = [x or 0 for x in at("stored_bytes_max", "stored_bytes")]
     out["storage_class"] = [x or "" for x in at("storage_class_max", "storage_class")]
     out["created_at"] = at("created_at_max", "created_at")
     out["uploaded_at"] = at("first_uv_min", "at")

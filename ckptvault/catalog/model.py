@@ -35,6 +35,7 @@ class Event:
     detail: str = ""  # JSON text: reasons, metrics, who/why for accepted, timings
     flow_run: str = ""  # Prefect flow run id; the library never imports prefect, callers pass it
     save: int = 1  # which save of the step (1 in files written before saves existed)
+    stored_bytes: int = 0  # what the objects occupy in the store; 0: the same as `bytes` (uncompressed)
 
     def __post_init__(self) -> None:
         if self.event not in EVENT_KINDS:
@@ -76,6 +77,12 @@ class CheckpointState:
     scheduled_class: str = ""
     scheduled_at: float | None = None  # when the rule takes effect (unix s)
     fingerprint: str = ""  # (path, size, mtime) digest of the verified save, when its event recorded one
+    stored_bytes: int = 0  # in the store, after compression; 0: the same as `bytes`
+
+    @property
+    def billed_bytes(self) -> int:
+        """What the storage class charges for: the stored objects, not the files they decode to."""
+        return self.stored_bytes or self.bytes
 
     @property
     def key(self) -> tuple[str, int, int]:

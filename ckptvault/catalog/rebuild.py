@@ -75,6 +75,6 @@ def rebuild_from_manifests(
         out.append(Event(
             run=m.run, step=m.step, save=m.save, event="verified", at=m.uploaded_at, format=m.format,
             bytes=m.total_bytes, files=len(m.files), storage_class=cls, created_at=m.created_at,
-            detail=detail,
+            detail=detail, stored_bytes=0 if m.stored_bytes == m.total_bytes else m.stored_bytes,
         ))  # fmt: skip
     return out

@@ -27,12 +27,14 @@ _SNAPSHOT_SCHEMA = pa.schema(
         ("metrics", pa.string()), ("updated_at", pa.float64()), ("detail", pa.string()),
         ("class_since", pa.float64()), ("save", pa.int64()), ("superseded", pa.bool_()),
         ("superseded_reason", pa.string()), ("scheduled_class", pa.string()), ("scheduled_at", pa.float64()),
-        ("fingerprint", pa.string()), ("_last_at", pa.float64()), ("_last_origin", pa.string()),
+        ("fingerprint", pa.string()), ("stored_bytes", pa.int64()), ("_last_at", pa.float64()),
+        ("_last_origin", pa.string()),
         ("_last_row", pa.int64()), ("_origins", pa.list_(pa.string())), ("_rows", pa.list_(pa.int64())),
     ],
     metadata={b"schema": SNAPSHOT_TAG},
 )  # fmt: skip
 _STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
+_ADDED = {"stored_bytes": 0}  # columns newer than the snapshot tag, with what their absence means
 
 
 @dataclass
@@ -62,7 +64,13 @@ def read_snapshot(key: str, data: bytes) -> _Snapshot:
         if meta.get(b"schema") != SNAPSHOT_TAG:
             raise CatalogError(f"{key}: not a catalog snapshot")
         covers = set(json.loads(meta[b"ckptvault.covers"]))
-        cols = pf.read(columns=_STATE_COLUMNS).to_pydict()
+        # a column added after a snapshot was written (stored_bytes) reads as its default
+        have = set(pf.schema_arrow.names)
+        cols = pf.read(columns=[c for c in _STATE_COLUMNS if c in have]).to_pydict()
+        n = pf.metadata.num_rows
+        for c in _STATE_COLUMNS:
+            if c not in have and c in _ADDED:
+                cols[c] = [_ADDED[c]] * n
     except (pa.ArrowInvalid, OSError, KeyError, ValueError) as e:
         raise CatalogError(f"{key}: not a readable snapshot ({e})") from None
     cols["metrics"] = [json.loads(m) for m in cols["metrics"]]

@@ -6,7 +6,8 @@ they are the strictest we know: minimum storage durations, minimum billable obje
 index overhead for the archival classes, and per-request fees. A store without those rules (Ceph)
 simply has zeros for them.
 
-Checkpoints are priced from their total bytes and object count only (that is what the catalog keeps),
+Checkpoints are priced from their stored bytes (after compression; the catalog's `stored_bytes`, else
+`bytes`) and object count only (that is what the catalog keeps),
 so the minimum billable size is applied as `max(bytes, objects * min_size)`: exact when all objects are
 on the same side of the minimum, a lower bound otherwise.
 """
@@ -242,6 +243,11 @@ class Holding:
     # When `after` takes effect, for a move the bucket lifecycle has scheduled but not yet made (None:
     # with the plan). Until then the checkpoint is billed in `before`.
     takes_effect: float | None = None
+    stored_bytes: int = 0  # what the store bills (compressed); 0: nbytes. The hot tier holds nbytes.
+
+    @property
+    def billed(self) -> int:
+        return self.stored_bytes or self.nbytes
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,10 @@ class CostSummary:
     one_time_fees_usd: float  # requests and early-deletion charges of the plan's actions
     hot_fs_monthly_usd: float  # keeping every checkpoint of `before` on the parallel file system
     pending_monthly_saving: float = 0.0  # of monthly_saving: moves scheduled in the bucket lifecycle
+    # run -> class -> (original bytes, stored bytes) of the checkpoints in it now
+    bytes_before: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    # USD/month compression saves now: the same checkpoints in the same classes at their original size
+    compression_monthly_saving: float = 0.0
 
     @property
     def total_before(self) -> float:
@@ -277,19 +287,24 @@ class CostSummary:
 def summarize(holdings: Iterable[Holding], prices: PriceTable, hot_fs_usd_per_gb_month: float) -> CostSummary:
     before: dict[str, dict[str, float]] = {}
     after: dict[str, dict[str, float]] = {}
-    fees = hot = pending = 0.0
+    sizes: dict[str, dict[str, tuple[int, int]]] = {}
+    fees = hot = pending = compressed = 0.0
     for h in holdings:
         fees += h.fee_usd
         was = now = 0.0
         if h.before is not None:
             by_class = before.setdefault(h.run, {})
-            was = prices.monthly_cost(h.nbytes, h.before, h.objects)
+            was = prices.monthly_cost(h.billed, h.before, h.objects)
             by_class[h.before] = by_class.get(h.before, 0.0) + was
             hot += h.nbytes / GB * hot_fs_usd_per_gb_month
+            if h.billed != h.nbytes:
+                compressed += prices.monthly_cost(h.nbytes, h.before, h.objects) - was
+            orig, stored = sizes.setdefault(h.run, {}).get(h.before, (0, 0))
+            sizes[h.run][h.before] = (orig + h.nbytes, stored + h.billed)
         if h.after is not None:
             by_class = after.setdefault(h.run, {})
-            now = prices.monthly_cost(h.nbytes, h.after, h.objects)
+            now = prices.monthly_cost(h.billed, h.after, h.objects)
             by_class[h.after] = by_class.get(h.after, 0.0) + now
         if h.takes_effect is not None:
             pending += was - now
-    return CostSummary(before, after, fees, hot, pending)
+    return CostSummary(before, after, fees, hot, pending, sizes, compressed)

@@ -152,7 +152,7 @@ class _Planner:
         self.horizon = policy.horizon_days
 
     def monthly(self, s: CheckpointState, cls: str) -> float:
-        return self.prices.monthly_cost(s.bytes, cls, max(s.files, 1))
+        return self.prices.monthly_cost(s.billed_bytes, cls, max(s.files, 1))  # compressed: what is stored
 
     def storage_action(self, s: CheckpointState, milestone: bool) -> Action:
         p, now = self.policy, self.now
@@ -166,7 +166,7 @@ class _Planner:
         tag = " (milestone: kept forever)" if milestone else ""
         expires = not milestone and p.expire_after_days is not None
         if expires and p.expire_after_days is not None and age >= p.expire_after_days:
-            fee = self.prices.early_deletion_fee(s.bytes, objects, cur, in_class)
+            fee = self.prices.early_deletion_fee(s.billed_bytes, objects, cur, in_class)
             saving = self.monthly(s, cur) * self.horizon / DAYS_PER_MONTH
             if fee > saving:
                 return Action(
@@ -226,7 +226,7 @@ class _Planner:
             stay = min(stay, max(0.0, p.expire_after_days - age))  # it will be gone after that
         saving = (self.monthly(s, cur) - self.monthly(s, to)) * stay / DAYS_PER_MONTH
         requests = objects * self.prices.get(to).transition_per_1000 / 1000
-        early = self.prices.early_deletion_fee(s.bytes, objects, cur, in_class)
+        early = self.prices.early_deletion_fee(s.billed_bytes, objects, cur, in_class)
         # Expiring before the target's own minimum duration bills the rest of it.
         short = self.monthly(s, to) * max(0.0, self.prices.get(to).min_days - stay) / DAYS_PER_MONTH
         fee = requests + early + short
@@ -320,6 +320,6 @@ def _plan(
             since = None
             if waiting:
                 after, since = s.scheduled_class, s.scheduled_at
-            holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee, since))
+            holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee, since, s.stored_bytes))
     summary = summarize(holdings, prices, policy.hot_fs_usd_per_gb_month)
     return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now, pending=pending)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.humanize import usd
+from ckptvault.humanize import size, usd
 from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
 from ckptvault.tiering.policy import Action, Plan
 
@@ -102,11 +102,14 @@ def render_markdown(plan: Plan) -> str:
             lines.append(
                 f"| {m.run} | {m.step} | {m.save} | {m.from_class} | {m.to_class} | {_when(m.takes_effect, plan.now)} |"
             )
-    lines += ["", "| run | class | $/month before | $/month after |", "|---|---|---|---|"]
-    for run in sorted(set(s.monthly_before) | set(s.monthly_after)):
-        before, after = s.monthly_before.get(run, {}), s.monthly_after.get(run, {})
-        for cls in sorted(set(before) | set(after)):
-            lines.append(f"| {run} | {cls} | {usd(before.get(cls, 0.0))} | {usd(after.get(cls, 0.0))} |")
+    lines += ["", "| run | class | size | stored | $/month before | $/month after |", "|---|---|---|---|---|---|"]
+    for r in cost_rows(plan):
+        lines.append(
+            f"| {r['run']} | {r['class']} | {size(r['bytes'])} | {_stored(r['bytes'], r['stored_bytes'])} "
+            f"| {usd(r['usd_month_before'])} | {usd(r['usd_month_after'])} |"
+        )
+    if s.compression_monthly_saving:
+        lines.append(f"\nCompression saves {usd(s.compression_monthly_saving)}/month now (included above).")
     return "\n".join(lines)
 
 
@@ -139,13 +142,17 @@ def cost_rows(plan: Plan) -> list[dict[str, Any]]:
     rows = []
     for run in sorted(set(s.monthly_before) | set(s.monthly_after)):
         before, after = s.monthly_before.get(run, {}), s.monthly_after.get(run, {})
+        sizes = s.bytes_before.get(run, {})
         for cls in sorted(set(before) | set(after)):
+            orig, stored = sizes.get(cls, (0, 0))
             rows.append(
                 {
                     "run": run,
                     "class": cls,
                     "usd_month_before": before.get(cls, 0.0),
                     "usd_month_after": after.get(cls, 0.0),
+                    "bytes": orig,  # of the checkpoints in the class now, as written
+                    "stored_bytes": stored,  # and as stored (compressed: fewer)
                 }
             )
     return rows
@@ -155,17 +162,29 @@ def cost_table(plan: Plan) -> list[str]:
     """The per run x class table and what the store saves against keeping it all on the parallel file system."""
     s = plan.summary
     rows = cost_rows(plan)
-    header = ("RUN", "CLASS", "$/MONTH NOW", "$/MONTH AFTER")
-    cells = [(r["run"], r["class"], usd(r["usd_month_before"]), usd(r["usd_month_after"])) for r in rows]
-    cells.append(("total", "", usd(s.total_before), usd(s.total_after)))
-    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(4)]
+    header = ("RUN", "CLASS", "SIZE", "STORED", "$/MONTH NOW", "$/MONTH AFTER")
+    cells = [
+        (r["run"], r["class"], size(r["bytes"]), _stored(r["bytes"], r["stored_bytes"]),
+         usd(r["usd_month_before"]), usd(r["usd_month_after"]))
+        for r in rows
+    ]  # fmt: skip
+    orig, stored = sum(r["bytes"] for r in rows), sum(r["stored_bytes"] for r in rows)
+    cells.append(("total", "", size(orig), _stored(orig, stored), usd(s.total_before), usd(s.total_after)))
+    widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
     lines = ["  ".join(c[i].rjust(w) if i >= 2 else c[i].ljust(w) for i, w in enumerate(widths)).rstrip()
              for c in [header, *cells]]  # fmt: skip
     lines.append(
         f"on the parallel file system instead: {usd(s.hot_fs_monthly_usd)}/month; "
         f"the store saves {usd(s.saving_vs_hot_fs)}/month after this plan"
     )
+    if s.compression_monthly_saving:
+        lines.append(f"compression saves {usd(s.compression_monthly_saving)}/month now (included above)")
     return lines
+
+
+def _stored(original: int, stored: int) -> str:
+    """The stored size, with its ratio to the original where compression changed it."""
+    return size(stored) if stored == original or not original else f"{size(stored)} ({stored / original:.2f}x)"
 
 
 def plan_record(plan: Plan) -> dict[str, Any]:
@@ -202,6 +221,7 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         "one_time_fees_usd": s.one_time_fees_usd,
         "hot_fs_usd_month": s.hot_fs_monthly_usd,
         "saving_vs_hot_fs_usd_month": s.saving_vs_hot_fs,
+        "compression_saving_usd_month": s.compression_monthly_saving,
     }
 
 

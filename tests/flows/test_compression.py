@@ -73,8 +73,9 @@ def _manifest(client: Any, bucket: str, run: str, step: int) -> Manifest:
 
 
 def test_compression_auto_round_trip_targets_and_a_bad_frame(
-    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
     from flows.drill import drill
     from flows.ingest import ingest
     from flows.restore import restore
@@ -103,6 +104,19 @@ def test_compression_auto_round_trip_targets_and_a_bad_frame(
     base = checkpoint_prefix("t", "z", 20)
     for f in m20.files:  # every object is exactly as big as its manifest says it is stored
         assert client.head_object(Bucket=bucket, Key=base + f.path)["ContentLength"] == f.stored_bytes
+
+    # The catalog records the stored bytes; ls and the plan's cost rows show them against the original.
+    from ckptvault_cli.main import main
+
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ls", "--json"]) == 0
+    listed = {(r["run"], r["step"]): (r["bytes"], r["stored_bytes"]) for r in json.loads(capsys.readouterr().out)}
+    assert listed[("z", 20)] == (m20.total_bytes, stored20) and listed[("z", 10)] == (m10.total_bytes, stored10)
+    raw_bytes = listed[("raw", 10)][0]
+    assert listed[("raw", 10)] == (raw_bytes, raw_bytes)
+    assert main(["--config", str(cfg), "plan", "--json"]) == 0
+    cost = {r["run"]: (r["bytes"], r["stored_bytes"]) for r in json.loads(capsys.readouterr().out)["cost"]}
+    assert cost == {"z": (m10.total_bytes + m20.total_bytes, stored10 + stored20), "raw": (raw_bytes, raw_bytes)}
 
     # The bucket's object decodes with numcodecs alone, as docs/FORMAT.md shows.
     decoded = tmp_path / "decoded.safetensors"

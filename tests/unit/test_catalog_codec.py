@@ -28,6 +28,7 @@ events_st = st.builds(
     ok=st.none() | st.booleans(),
     detail=texts,
     flow_run=texts,
+    stored_bytes=st.integers(0, 2**62),
 )
 
 
@@ -219,6 +220,7 @@ stream_events = st.builds(
     at=st.integers(0, 6).map(float),
     format=st.sampled_from(["", "hf", "dcp"]),
     bytes=st.sampled_from([0, 0, 10, 20]),
+    stored_bytes=st.sampled_from([0, 0, 0, 7, 15]),
     files=st.sampled_from([0, 1, 2]),
     storage_class=st.sampled_from(["", "", "STANDARD", "GLACIER"]),
     created_at=st.none() | st.integers(0, 5).map(float),
@@ -248,3 +250,27 @@ def test_a_fold_continued_from_a_state_equals_the_whole_fold(events: list[Event]
     head, tail = mine[: max(cut, 1)], mine[max(cut, 1) :]
     start = _fold_one(head)
     assert (_fold_one(tail, start) if tail else start) == _fold_one(mine)
+
+
+def test_stored_bytes_fold_as_bytes_do_and_old_snapshots_read_them_as_zero() -> None:
+    from ckptvault.catalog.snapshot import _SNAPSHOT_SCHEMA, SNAPSHOT_TAG, read_snapshot
+
+    evs = [
+        Event("r", 1, "verified", 1.0, bytes=100, stored_bytes=70),
+        Event("r", 1, "drilled", 2.0, ok=True),  # says nothing of sizes: the stored size stays
+        Event("r", 2, "verified", 1.0, bytes=50),  # uncompressed: 0, billed as its bytes
+    ]
+    one, two = fold(evs)
+    assert (one.stored_bytes, one.billed_bytes, two.stored_bytes, two.billed_bytes) == (70, 70, 0, 50)
+    # A snapshot written before the column: every row reads with stored_bytes 0.
+    names = [f.name for f in _SNAPSHOT_SCHEMA if f.name != "stored_bytes"]
+    row = {n: getattr(two, n) for n in names if hasattr(two, n)}
+    row.update(metrics="{}", _last_at=1.0, _last_origin="k", _last_row=0, _origins=["k"], _rows=[0])
+    schema = pa.schema([_SNAPSHOT_SCHEMA.field(n) for n in names]).with_metadata(
+        {b"schema": SNAPSHOT_TAG, b"ckptvault.covers": b"[]"}
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([row], schema=schema), sink)
+    snap = read_snapshot("old", sink.getvalue().to_pybytes())
+    (state, _), = snap.states.values()
+    assert state == two

@@ -298,3 +298,21 @@ def test_planning_100k_checkpoints_decides_every_one() -> None:
     assert kinds == {"keep", "transition", "expire", "evict_local", "skip"}  # every code path was exercised
     storage = sorted((a.run, a.step) for a in p.actions if a.kind != "evict_local")
     assert storage == sorted((s.run, s.step) for s in states)
+
+
+def test_a_compressed_checkpoint_is_priced_by_its_stored_bytes_and_the_saving_shown() -> None:
+    from ckptvault.tiering.report import cost_rows, plan_record, render_text
+
+    pol = PolicyConfig(keep_hot=2)
+    raw, packed = ck(1, 1), ck(2, 0, stored_bytes=70 * GB)  # 100 GB each on the hot tier
+    p = plan([raw, packed], pol, PRICES, "aws", NOW)
+    s = p.summary
+    assert s.monthly_before == {"r": {"STANDARD": pytest.approx(170 * 0.023)}}
+    assert s.compression_monthly_saving == pytest.approx(30 * 0.023)
+    assert s.hot_fs_monthly_usd == pytest.approx(200 * 0.10)  # the hot tier holds the files as written
+    (row,) = cost_rows(p)
+    assert (row["bytes"], row["stored_bytes"]) == (200 * GB, 170 * GB)
+    text = render_text(p)
+    assert "170.0 GiB (0.85x)" in text, text
+    assert "compression saves $0.6900/month now" in text, text
+    assert plan_record(p)["compression_saving_usd_month"] == pytest.approx(30 * 0.023)
