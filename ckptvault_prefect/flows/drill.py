@@ -22,8 +22,8 @@ from ckptvault.outcomes import DrillFailed
 from ckptvault.progress import ProgressBar
 from ckptvault.restore.drill import DrillResult, label, render_markdown
 from ckptvault.restore.steps import checkpoint_name
-from flows.hooks import HOOKS
-from tasks.common import (
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
     current_states_task,
     load_config_task,
     load_manifest_task,
@@ -31,10 +31,10 @@ from tasks.common import (
     publish_markdown_task,
     record_task,
 )
-from tasks.drill import coverage_task, select_task
-from tasks.futures import settle
-from tasks.notify import flow_run_url, notify_task
-from tasks.restore import (
+from ckptvault_prefect.tasks.drill import coverage_task, select_task
+from ckptvault_prefect.tasks.futures import settle
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.restore import (
     discard_task,
     download_one_task,
     load_report_task,
@@ -44,7 +44,7 @@ from tasks.restore import (
     wait_for_thaw_task,
 )
 
-# The drill deployment's schedule (deployments/prefect.yaml: Sundays) in days; `[drill] cover_days`
+# The drill deployment's schedule (ckptvault_prefect/deployments/prefect.yaml: Sundays) in days; `[drill] cover_days`
 # counts drills at this spacing. The deployment passes it explicitly, a test keeps the two equal.
 INTERVAL_DAYS = 7.0
 

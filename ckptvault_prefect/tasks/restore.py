@@ -12,7 +12,7 @@ from ckptvault.restore import steps as lib
 from ckptvault.restore.loadcheck import LoadReport
 from ckptvault.store import ObjectStore, ProgressFn
 from ckptvault.tiering.cost import PriceTable
-from tasks.retry import io_task, local_task
+from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 @local_task("resolve-step")

@@ -12,7 +12,7 @@ from ckptvault.alerts.sending import send_alerts
 from ckptvault.alerts.watch import AlertState
 from ckptvault.config import Config
 from ckptvault.store import ObjectStore
-from tasks.retry import local_task
+from ckptvault_prefect.tasks.retry import local_task
 
 
 def load_secret(name: str) -> str | None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.restore import drill as lib
-from tasks.retry import local_task
+from ckptvault_prefect.tasks.retry import local_task
 
 
 @local_task("select-drill")

@@ -1,7 +1,8 @@
 """`ckptvault serve`: all five deployments served from one process, for one machine with no work pool.
 
-Schedules, parameters, descriptions and concurrency limits are read from deployments/prefect.yaml, so the
-served deployments and the work-pool deployments (`prefect deploy --all`) cannot drift apart; only the
+Schedules, parameters, descriptions and concurrency limits are read from prefect.yaml next to this
+module (shipped in the wheel), so the served deployments and the work-pool deployments (`prefect
+deploy --all`) cannot drift apart; only the
 flows themselves are bound here. The process needs a Prefect API: PREFECT_API_URL of a running server
 (`infra/local/prefect.sh up`), or none, and then it starts a temporary one of its own (10-30 s).
 """
@@ -16,21 +17,21 @@ import yaml
 from prefect import Flow, serve
 from prefect.schedules import Cron, Interval, Schedule
 
-from flows.drill import drill
-from flows.ingest import ingest
-from flows.restore import restore
-from flows.tier import tier
-from flows.watch import watch
+from ckptvault_prefect.flows.drill import drill
+from ckptvault_prefect.flows.ingest import ingest
+from ckptvault_prefect.flows.restore import restore
+from ckptvault_prefect.flows.tier import tier
+from ckptvault_prefect.flows.watch import watch
 
 PREFECT_YAML = Path(__file__).with_name("prefect.yaml")
 
 # prefect.yaml's entrypoints, bound to the flow objects (imported, so a typo fails at import, not at run).
 FLOWS: dict[str, Flow[..., Any]] = {
-    "flows.ingest.ingest": ingest,
-    "flows.tier.tier": tier,
-    "flows.drill.drill": drill,
-    "flows.watch.watch": watch,
-    "flows.restore.restore": restore,
+    "ckptvault_prefect.flows.ingest.ingest": ingest,
+    "ckptvault_prefect.flows.tier.tier": tier,
+    "ckptvault_prefect.flows.drill.drill": drill,
+    "ckptvault_prefect.flows.watch.watch": watch,
+    "ckptvault_prefect.flows.restore.restore": restore,
 }
 
 

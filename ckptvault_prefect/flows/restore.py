@@ -24,8 +24,8 @@ from ckptvault.catalog import Catalog
 from ckptvault.progress import ProgressBar
 from ckptvault.restore.steps import RestoreError
 from ckptvault.tiering.cost import load_prices
-from flows.hooks import HOOKS
-from tasks.common import (
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
     current_states_task,
     load_config_task,
     load_manifest_task,
@@ -33,9 +33,9 @@ from tasks.common import (
     publish_markdown_task,
     record_task,
 )
-from tasks.futures import settle
-from tasks.notify import flow_run_url, notify_task
-from tasks.restore import (
+from ckptvault_prefect.tasks.futures import settle
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.restore import (
     check_destination_task,
     discard_task,
     download_one_task,

@@ -14,7 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from ckptvault.store import TransientStoreError
-from tasks.step import Step
+from ckptvault_prefect.tasks.step import Step
 
 RETRIES = 3
 RETRY_DELAYS = exponential_backoff(backoff_factor=2)

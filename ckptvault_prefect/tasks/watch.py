@@ -10,7 +10,7 @@ from ckptvault.catalog import CheckpointState
 from ckptvault.config import Config
 from ckptvault.store import ObjectStore
 from ckptvault.tiering.cost import load_prices
-from tasks.retry import io_task, local_task
+from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 @io_task("load-alert-state")

@@ -23,8 +23,8 @@ from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore
-from flows.hooks import HOOKS
-from tasks.common import (
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     load_config_task,
     load_manifest_task,
@@ -32,8 +32,8 @@ from tasks.common import (
     publish_markdown_task,
     record_task,
 )
-from tasks.futures import settle
-from tasks.ingest import (
+from ckptvault_prefect.tasks.futures import settle
+from ckptvault_prefect.tasks.ingest import (
     commit_manifest_task,
     ensure_bucket_rules_task,
     find_checkpoints_task,
@@ -47,8 +47,8 @@ from tasks.ingest import (
     validate_structure_task,
     write_validation_task,
 )
-from tasks.notify import flow_run_url, notify_task
-from tasks.retry import RETRIES
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.retry import RETRIES
 
 
 def _gate(

@@ -8,10 +8,10 @@ from typing import Any
 from prefect import flow
 
 from ckptvault.catalog import Catalog
-from flows.hooks import HOOKS
-from tasks.common import current_states_task, load_config_task, open_store_task
-from tasks.notify import flow_run_url, notify_task
-from tasks.watch import assess_task, load_alert_state_task
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import current_states_task, load_config_task, open_store_task
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.watch import assess_task, load_alert_state_task
 
 
 @flow(name="watch", log_prints=True, **HOOKS)

@@ -14,7 +14,7 @@ from ckptvault.ingest.discovery import DiscoveryResult, Found
 from ckptvault.ingest.gates import ValidationReport
 from ckptvault.manifest import FileEntry, Manifest
 from ckptvault.store import ObjectStore, ProgressFn
-from tasks.retry import io_task, local_task
+from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 @io_task("ensure-bucket-rules")

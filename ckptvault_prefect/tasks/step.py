@@ -106,7 +106,7 @@ class Step(Generic[P, R]):
             try:
                 return self.fn(*args, **kwargs)
             except TransientStoreError:
-                # the same policy as tasks.retry.only_transient: only transient store errors are retried
+                # the policy of ckptvault_prefect.tasks.retry.only_transient: only transient store errors retried
                 if attempt >= self.retries:
                     raise
                 delay = self.delays[min(attempt, len(self.delays) - 1)] if self.delays else 0.0

@@ -11,7 +11,7 @@ from ckptvault.config import Config, load_config
 from ckptvault.manifest import Manifest
 from ckptvault.restore import steps as restore_lib
 from ckptvault.store import ObjectStore, open_store
-from tasks.retry import io_task, local_task
+from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 @local_task("load-config")

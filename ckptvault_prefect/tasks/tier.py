@@ -12,7 +12,7 @@ from ckptvault.store import ObjectStore
 from ckptvault.tiering import apply as tiering
 from ckptvault.tiering import policy
 from ckptvault.tiering.cost import PriceTable
-from tasks.retry import io_task, local_task
+from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 @local_task("plan")

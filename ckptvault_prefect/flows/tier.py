@@ -24,8 +24,8 @@ from ckptvault.tiering.report import (
     scheduled_record,
     skipped_record,
 )
-from flows.hooks import HOOKS
-from tasks.common import (
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     current_states_task,
     load_config_task,
@@ -34,8 +34,8 @@ from tasks.common import (
     publish_markdown_task,
     record_task,
 )
-from tasks.notify import flow_run_url, notify_task
-from tasks.tier import (
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.tier import (
     evict_local_task,
     expire_task,
     install_lifecycle_task,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tasks.step import StepFuture, wait_all
+from ckptvault_prefect.tasks.step import StepFuture, wait_all
 
 
 def settle(futures: Sequence[StepFuture[Any]]) -> list[str]:
