@@ -11,8 +11,9 @@ from prefect.runtime import flow_run
 from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
+from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.cost import class_map, load_prices
+from ckptvault.tiering.eviction import EvictionCheck
 from ckptvault.tiering.orders import EvictLocal, Expire, ScheduleTransition, orders, rules_to_install, tier_names
 from ckptvault.tiering.policy import Action
 from ckptvault.tiering.report import (

@@ -10,7 +10,7 @@ from ckptvault.config import PolicyConfig
 from ckptvault.manifest import Manifest
 from ckptvault.store import ObjectStore
 from ckptvault.tiering import apply as tiering
-from ckptvault.tiering import policy
+from ckptvault.tiering import eviction, policy
 from ckptvault.tiering.cost import PriceTable
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
@@ -49,8 +49,8 @@ def expire_task(store: ObjectStore, prefix: str, run: str, step: int, save: int 
 
 
 @io_task("evict-local", task_run_name="evict-{manifest.run}-{manifest.step}-{manifest.save}")
-def evict_local_task(store: ObjectStore, prefix: str, manifest: Manifest) -> tiering.Eviction:
-    return tiering.evict_local(store, prefix, manifest)
+def evict_local_task(store: ObjectStore, prefix: str, manifest: Manifest) -> eviction.Eviction:
+    return eviction.evict_local(store, prefix, manifest)
 
 
 @io_task("install-lifecycle")
