@@ -1,0 +1,3 @@
+"""Re-exports ckptvault_prefect/tasks/step.py."""
+
+from ckptvault_prefect.tasks.step import *  # noqa: F403
