@@ -11,8 +11,7 @@ from ckptvault.catalog import Event
 from ckptvault.ingest.discovery import Found
 from ckptvault.manifest import Manifest
 from ckptvault.restore.drill import DrillResult
-from ckptvault.tiering.apply import Observation, Scheduled
-from ckptvault.tiering.eviction import EvictionCheck
+from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
 
 
 def _detail(**fields: Any) -> str:

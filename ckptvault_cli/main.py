@@ -13,11 +13,14 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from ckptvault.config import Config, ConfigError, check_sources, load_config
 from ckptvault.errors import CkptvaultError
 from ckptvault_cli import process, running
+
+if TYPE_CHECKING:
+    from ckptvault.catalog import Catalog  # imported when a command reads it: pyarrow costs start-up
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -85,7 +88,7 @@ def _start_prefect_note(force_prefect: bool = False) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
     cfg = _preflight(args, need_sources=True)
-    from ckptvault_prefect.flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
+    from flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
 
     try:
         choice = choose_runner(
@@ -105,11 +108,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         quality.prewarm()
     _start_prefect_note(force_prefect=choice.needs_prefect)
     from ckptvault.outcomes import IngestIncomplete
-    from ckptvault_prefect.flows.ingest import ingest
+    from flows.ingest import ingest
 
     process.imports_done()
     if choice.needs_prefect:
-        from ckptvault_prefect.flows.runners import task_runner_for
+        from flows.runners import task_runner_for
 
         ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
@@ -160,12 +163,32 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.state and args.state not in LIFECYCLE_STATES:
         raise UsageError(f"--state {args.state!r} is not a state; one of: {', '.join(LIFECYCLE_STATES)}")
     cfg = _preflight(args, need_sources=False)
-    states = Catalog(open_store(cfg.store), cfg.store.prefix).current(args.run)
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    states = catalog.current(args.run)
+    _alert_unreadable(cfg, catalog)
     if args.state:
         states = [s for s in states if s.state == args.state]
     states = select(states, since, args.limit)
     print(render_json(states) if args.json else render_table(states))
     return EXIT_OK
+
+
+def _alert_unreadable(cfg: Config, catalog: Catalog) -> None:
+    """Say on stderr which catalog objects could not be read (skipped: the rest is listed), and send a
+    `catalog_unreadable` alert per run: deduplicated like every alert, never what makes the command fail."""
+    from ckptvault.alerts import kinds
+    from ckptvault.alerts.sending import send_alerts
+
+    if not catalog.unreadable:
+        return
+    for key, why in sorted(catalog.unreadable.items()):
+        _say(f"ckptvault: warning: skipped the unreadable catalog object {key}: {why}")
+    found = catalog.unreadable_by_run()
+    alerts = [kinds.catalog_unreadable(run or kinds.ALL_RUNS, objs) for run, objs in sorted(found.items(), key=str)]
+    try:
+        send_alerts(cfg, catalog.store, alerts)
+    except CkptvaultError as e:
+        _say(f"ckptvault: could not send the catalog_unreadable alert ({e})")
 
 
 def cmd_catalog_stats(args: argparse.Namespace) -> int:
@@ -174,7 +197,9 @@ def cmd_catalog_stats(args: argparse.Namespace) -> int:
     from ckptvault.store import open_store
 
     cfg = _preflight(args, need_sources=False)
-    st = Catalog(open_store(cfg.store), cfg.store.prefix).stats()
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    st = catalog.stats()
+    _alert_unreadable(cfg, catalog)
     if args.json:
         _emit_json(st.as_dict())
         return EXIT_OK
@@ -225,12 +250,16 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     cfg = _preflight(args, need_sources=False)
     from ckptvault.catalog import Catalog, fold
+    from ckptvault.restore import from_manifests
     from ckptvault.restore import steps as lib
     from ckptvault.store import open_store
     from ckptvault.tiering.cost import load_prices
 
     store = open_store(cfg.store)
-    run_events = Catalog(store, cfg.store.prefix).events(args.run)
+    # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
+    run_events, unreadable = from_manifests.run_events(Catalog(store, cfg.store.prefix), args.run)
+    if unreadable:
+        _say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, unreadable)}")
     try:
         # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
         # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
@@ -248,7 +277,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         prices = load_prices(cfg.policy.prices)
         print(lib.estimate(manifest, plans, prices, args.tier, cfg.store.egress, throughput).report(), flush=True)
     _start_prefect_note()
-    from ckptvault_prefect.flows.restore import restore
+    from flows.restore import restore
 
     process.imports_done()
     result = running.run_flow(
@@ -301,7 +330,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
     import json
 
     from ckptvault.outcomes import DrillFailed
-    from ckptvault_prefect.flows.drill import drill
+    from flows.drill import drill
 
     process.imports_done()
     result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config)
@@ -348,7 +377,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_tier(args: argparse.Namespace) -> int:
     _preflight(args, need_sources=False)
     _start_prefect_note()
-    from ckptvault_prefect.flows.tier import tier
+    from flows.tier import tier
 
     process.imports_done()
     result = running.run_flow(tier, 4, apply=args.apply, config_path=args.config)
@@ -367,7 +396,7 @@ def cmd_tier(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     _preflight(args, need_sources=False)
     _start_prefect_note()
-    from ckptvault_prefect.flows.watch import watch
+    from flows.watch import watch
 
     process.imports_done()
     result = running.run_flow(watch, 4, config_path=args.config)
@@ -412,7 +441,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg_path = args.config or os.environ.get("CKPTVAULT_CONFIG")
     _preflight(args, need_sources=False)
     _quiet_prefect_env()
-    from ckptvault_prefect.deployments.serve import serve_all
+    from deployments.serve import serve_all
 
     process.imports_done()  # a long-lived process from here on: collection back on
     serve_all(cfg_path)

@@ -29,6 +29,7 @@ KINDS = (
     "budget_exceeded",
     "flow_failed",
     "run_restarted",
+    "catalog_unreadable",
 )
 
 Severity = Literal["info", "warning", "error"]
@@ -431,6 +432,27 @@ def run_restarted(run: str, restart_step: int | None, resaved: Sequence[str], fl
     )
 
 
+def catalog_unreadable(run: str, objects: Mapping[str, str], flow_run_url: str | None = None) -> Alert:
+    """Catalog objects no reader could read (`run`: the partition's run, ALL_RUNS for the flat layout):
+    every command skipped them, so what they held is missing from `ls` until someone looks."""
+    keys = sorted(objects)
+    return Alert(
+        kind="catalog_unreadable",
+        run=run,
+        step=None,
+        summary=f"{len(keys)} catalog object(s) cannot be read; commands skip them",
+        details=[objects[k] if objects[k].startswith(k) else f"{k}: {objects[k]}" for k in keys],
+        next_step=(
+            "Nothing is lost from the checkpoints: their manifests are the source of truth, and a restore of this "
+            "run reads them. The next compaction moves these objects to _catalog/unreadable/ (never deletes them); "
+            "then `ckptvault catalog rebuild` shows what the manifests say, `--write` appends it."
+        ),
+        severity="warning",
+        flow_run_url=flow_run_url,
+        reason=",".join(keys),
+    )
+
+
 # keep the builder list next to KINDS so a new kind cannot be added without its wording
 BUILDERS: dict[str, Callable[..., Alert]] = {
     "ingest_failed": ingest_failed,
@@ -447,5 +469,6 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "budget_exceeded": budget_exceeded,
     "flow_failed": flow_failed,
     "run_restarted": run_restarted,
+    "catalog_unreadable": catalog_unreadable,
 }
 assert tuple(BUILDERS) == KINDS

@@ -214,9 +214,24 @@ class Catalog:
         """See `ckptvault.catalog.compaction.compact`."""
         return compaction.compact(self, older_than, runs=runs, max_partitions=max_partitions, max_seconds=max_seconds)
 
-    def rebuild_from_manifests(self, progress: Callable[[int], Callable[[int], None]] | None = None) -> list[Event]:
+    def rebuild_from_manifests(
+        self, progress: Callable[[int], Callable[[int], None]] | None = None, run: str | None = None
+    ) -> list[Event]:
         """See `ckptvault.catalog.rebuild.rebuild_from_manifests`."""
-        return rebuild.rebuild_from_manifests(self, progress)
+        return rebuild.rebuild_from_manifests(self, progress, run)
+
+    def unreadable_of(self, run: str) -> dict[str, str]:
+        """The objects this catalog could not read that may have held events of `run`: its partition's
+        and the flat layout's (which holds every run's)."""
+        mine = (self._part_dir(run), self.dir)
+        return {k: why for k, why in self.unreadable.items() if k.startswith(mine)}
+
+    def unreadable_by_run(self) -> dict[str | None, dict[str, str]]:
+        """What `unreadable` holds, by the run whose partition it is in (None: the flat layout)."""
+        out: dict[str | None, dict[str, str]] = {}
+        for k, why in self.unreadable.items():
+            out.setdefault(classify(self.root, k)[1], {})[k] = why
+        return out
 
     def stats(self) -> stats.CatalogStats:
         """See `ckptvault.catalog.stats.stats`."""

@@ -19,16 +19,17 @@ _MANIFEST_READERS = 16  # manifests are small: latency-bound, more in flight tha
 
 
 def rebuild_from_manifests(
-    cat: Catalog, progress: Callable[[int], Callable[[int], None]] | None = None) -> list[Event]:
+    cat: Catalog, progress: Callable[[int], Callable[[int], None]] | None = None, run: str | None = None
+) -> list[Event]:
     """One "verified" event per checkpoint whose manifest is in the bucket, at its upload time. The
     storage class is the most common among the checkpoint's data objects. Nothing is appended: the
     caller decides (e.g. `cat.append(cat.rebuild_from_manifests())` into an empty catalog).
     `progress`, given the number of manifests once they are listed, returns what is called with 1
-    per manifest fetched (e.g. a ProgressBar)."""
+    per manifest fetched (e.g. a ProgressBar). `run`: only that run's checkpoints (one LIST of its prefix)."""
     root = f"{cat.prefix}/" if cat.prefix else ""
     classes: dict[str, Counter[str]] = {}
     manifests: list[tuple[str, float]] = []
-    for o in cat.store.list(root):
+    for o in cat.store.list(root if run is None else f"{root}{run}/"):
         rel = o.key[len(root) :].split("/")
         if len(rel) < 3 or rel[0] == "_catalog" or parse_save_dir(rel[1]) is None:
             continue

@@ -51,13 +51,14 @@ from ckptvault.ingest.gates import (
     SHAPE,
     SIZE_BAND,
     STEP_ORDER,
-    GatePlan,
     GateSubject,
+    GatePlan,
+    RuleOutcome,
     RuleResult,
     ValidationReport,
+    judge,
     plan_gates,
 )
-from ckptvault.ingest.judging import RuleOutcome, judge
 
 if TYPE_CHECKING:
     from ckptvault.catalog import CheckpointState

@@ -1,0 +1,44 @@
+"""What a restore picks from when the run's catalog cannot be read: the run's manifests in the store,
+the source of truth (docs/FORMAT.md: the catalog can always be rebuilt from them).
+
+A restore must not wait for a person to repair a catalog object at 3 a.m. When any object that may hold
+the run's events (its partition's, the flat layout's) could not be read, the events that could are
+joined by one `verified` event per committed save, rebuilt from the run's manifests, and the supersedes a
+commit in that order would have recorded; the rest of a restore reads manifests, not the catalog.
+"""
+
+from __future__ import annotations
+
+from ckptvault import events as event_builders
+from ckptvault.catalog import Catalog, Event, fold
+from ckptvault.saves import replay_supersedes
+
+
+def run_events(catalog: Catalog, run: str) -> tuple[list[Event], dict[str, str]]:
+    """The run's events in time order and the catalog objects of the run that could not be read
+    (key -> why); when there are any, with what the run's manifests say added."""
+    # the current state too, though only the events are used: it reads the snapshot, so what is found
+    # unreadable (and alerted) is the same set as `ls` finds, and the alert deduplicates
+    catalog.current(run)
+    got = catalog.events(run)
+    bad = catalog.unreadable_of(run)
+    if not bad:
+        return got, {}
+    rebuilt = [e for e in catalog.rebuild_from_manifests(run=run) if e.run == run]
+    joined = sorted([*got, *rebuilt], key=lambda e: e.at)  # stable: the catalog's order for ties
+    replaced = [
+        event_builders.superseded(x.state.run, x.state.step, x.state.save, x.reason, *x.by)
+        for x in replay_supersedes([s for s in fold(joined) if not s.superseded])
+    ]
+    return sorted([*joined, *replaced], key=lambda e: e.at), bad
+
+
+def fallback_warning(run: str, bad: dict[str, str]) -> str:
+    keys = sorted(bad)
+    shown = "; ".join(bad[k] if bad[k].startswith(k) else f"{k} ({bad[k]})" for k in keys[:3])
+    if len(keys) > 3:
+        shown += f"; and {len(keys) - 3} more"
+    return (
+        f"the catalog of run {run} could not be read in full: {shown}. Restoring from the run's manifests in "
+        "the store, the source of truth; every file is still checked against its manifest's CRC32C"
+    )
