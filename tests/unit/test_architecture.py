@@ -1,8 +1,9 @@
 """The import rules of the layers, read from the source: a forbidden arrow fails here, not in review.
 
-Layers point down only: deployments -> flows -> tasks -> ckptvault. Inside the library, third-party
-dependencies stay in the one place that owns them, so that the rest imports (and its unit tests run)
-without them, and so that swapping one (another S3 client, another validator) touches one module.
+Layers point down only: deployments -> flows -> tasks -> ckptvault (the first three in ckptvault_prefect).
+Inside the library, third-party dependencies stay in the one place that owns them, so that the rest
+imports (and its unit tests run) without them, and so that swapping one (another S3 client, another
+validator) touches one module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ("ckptvault", "ckptvault_cli", "tasks", "flows", "deployments")
+SHIPPED = ("ckptvault", "ckptvault_cli", "ckptvault_prefect")
 
 
 @dataclass(frozen=True)
@@ -34,10 +35,14 @@ RULES = (
     Rule(
         "the library does not import the layers above it",
         ("ckptvault.",),
-        ("tasks", "flows", "deployments", "ckptvault_cli"),
+        ("ckptvault_prefect", "ckptvault_cli"),
     ),
-    Rule("tasks do not import flows or deployments", ("tasks.",), ("flows", "deployments")),
-    Rule("flows do not import deployments", ("flows.",), ("deployments",)),
+    Rule(
+        "tasks do not import flows or deployments",
+        ("ckptvault_prefect.tasks.",),
+        ("ckptvault_prefect.flows", "ckptvault_prefect.deployments"),
+    ),
+    Rule("flows do not import deployments", ("ckptvault_prefect.flows.",), ("ckptvault_prefect.deployments",)),
     Rule("formats do not import the store", ("ckptvault.formats",), ("ckptvault.store",)),
     Rule("the store does not import formats", ("ckptvault.store",), ("ckptvault.formats",)),
     Rule(
@@ -55,10 +60,10 @@ RULES = (
     ),
     Rule("slack_sdk only in the alert channels", SHIPPED, ("slack_sdk",), ("ckptvault/alerts/channels.py",)),
     Rule(
-        "training frameworks only in the drill's load check",
+        "training frameworks only in the drill's load checks",
         ("ckptvault.",),
         ("torch", "jax", "orbax", "deepspeed", "megatron", "transformers", "lightning"),
-        ("ckptvault/restore/loadcheck.py",),
+        ("ckptvault/restore/pickle_check.py", "ckptvault/restore/tensor_load.py"),
     ),
 )
 
@@ -117,20 +122,21 @@ def test_the_shipped_code_keeps_every_import_rule() -> None:
 
 def test_the_rules_see_every_kind_of_import(tmp_path: Path) -> None:
     """The checker itself: a violation written each way an import can be written is caught."""
-    for top in SHIPPED:
+    for top in (*SHIPPED, "ckptvault_prefect/tasks", "ckptvault_prefect/flows"):
         (tmp_path / top).mkdir()
         (tmp_path / top / "__init__.py").write_text("")
     (tmp_path / "ckptvault" / "formats").mkdir()
     (tmp_path / "ckptvault" / "formats" / "__init__.py").write_text("")
     (tmp_path / "ckptvault" / "lazy.py").write_text("def f():\n    import prefect\n")
     (tmp_path / "ckptvault" / "typed.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from flows.ingest import x\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ckptvault_prefect.flows.ingest import x\n"
     )
     (tmp_path / "ckptvault" / "formats" / "rel.py").write_text("from ..store import s3\n")
     (tmp_path / "ckptvault" / "formats" / "pkg.py").write_text("from ckptvault import store\n")
     (tmp_path / "ckptvault" / "arrow.py").write_text("import pyarrow.parquet as pq\n")
-    (tmp_path / "tasks" / "up.py").write_text("from flows import ingest\n")
-    (tmp_path / "flows" / "s3.py").write_text("import boto3\n")
+    up = tmp_path / "ckptvault_prefect" / "tasks" / "up.py"
+    up.write_text("from ckptvault_prefect.flows import ingest\n")
+    (tmp_path / "ckptvault_prefect" / "flows" / "s3.py").write_text("import boto3\n")
     (tmp_path / "ckptvault_cli" / "ok.py").write_text("import prefect\nfrom ckptvault import catalog\n")
 
     got = violations(tmp_path)
@@ -140,11 +146,13 @@ def test_the_rules_see_every_kind_of_import(tmp_path: Path) -> None:
         "ckptvault/formats/rel.py:1 imports ckptvault.store: formats do not import the store",
         "ckptvault/formats/rel.py:1 imports ckptvault.store.s3: formats do not import the store",
         "ckptvault/lazy.py:2 imports prefect: the library knows nothing of Prefect",
-        "ckptvault/typed.py:3 imports flows.ingest: the library does not import the layers above it",
-        "ckptvault/typed.py:3 imports flows.ingest.x: the library does not import the layers above it",
-        "flows/s3.py:1 imports boto3: boto3 only in ckptvault/store/",
-        "tasks/up.py:1 imports flows: tasks do not import flows or deployments",
-        "tasks/up.py:1 imports flows.ingest: tasks do not import flows or deployments",
+        "ckptvault/typed.py:3 imports ckptvault_prefect.flows.ingest: the library does not import the layers above it",
+        "ckptvault/typed.py:3 imports ckptvault_prefect.flows.ingest.x: "
+        "the library does not import the layers above it",
+        "ckptvault_prefect/flows/s3.py:1 imports boto3: boto3 only in ckptvault/store/",
+        "ckptvault_prefect/tasks/up.py:1 imports ckptvault_prefect.flows: tasks do not import flows or deployments",
+        "ckptvault_prefect/tasks/up.py:1 imports ckptvault_prefect.flows.ingest: "
+        "tasks do not import flows or deployments",
     }
 
 
