@@ -19,8 +19,8 @@ from ckptvault.ingest.steps import commit_manifest, find_checkpoints, plan_uploa
 from ckptvault.restore.steps import download_one, load_manifest, plan_objects
 from ckptvault.store import open_store
 
-INGEST_FILES_AT_ONCE = 2  # flows/ingest.py: ThreadPoolTaskRunner(max_workers=2)
-RESTORE_FILES_AT_ONCE = 4  # flows/restore.py: ThreadPoolTaskRunner(max_workers=4)
+INGEST_FILES_AT_ONCE = 2  # ckptvault_prefect/flows/ingest.py: ThreadPoolTaskRunner(max_workers=2)
+RESTORE_FILES_AT_ONCE = 4  # ckptvault_prefect/flows/restore.py: ThreadPoolTaskRunner(max_workers=4)
 
 
 def upload(config: str, step: int, record: bool) -> None:

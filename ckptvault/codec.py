@@ -139,6 +139,26 @@ def decode_checked(frame: Buffer, expected: Frame) -> bytes:
     return data
 
 
+def decode_into(frame: Buffer, expected: Frame, out: memoryview) -> memoryview:
+    """`decode_checked` into `out` (at least expected.size bytes): the slice holding the original bytes.
+    Restore decodes into its reused page-aligned buffers, so decoded frames can go to disk with O_DIRECT."""
+    view = memoryview(frame)
+    if view.nbytes < MAX_OVERHEAD:
+        raise CodecError(f"a frame of {view.nbytes} bytes is shorter than a Blosc header")
+    header_size = struct.unpack_from("<I", view, 4)[0]
+    if header_size != expected.size or len(out) < expected.size:
+        raise CodecError(f"the frame says it holds {header_size} bytes, the manifest {expected.size}")
+    dest = out[: expected.size]
+    try:
+        _blosc.decompress(view, dest)
+    except RuntimeError as e:
+        raise CodecError(f"the frame does not decode ({e})") from None
+    got = to_b64(crc32c_update(dest))
+    if got != expected.crc32c:
+        raise CodecError(f"CRC32C of the decoded bytes {got}, the manifest says {expected.crc32c}")
+    return dest
+
+
 def header_typesize(path: Path) -> int | None:
     """The element size the file's own header declares, where it has one: the dtype holding most of a
     safetensors file's bytes. None for anything else (torch zips, raw shards): the trial decides."""

@@ -11,7 +11,8 @@ from ckptvault.catalog import Event
 from ckptvault.ingest.discovery import Found
 from ckptvault.manifest import Manifest
 from ckptvault.restore.drill import DrillResult
-from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
+from ckptvault.tiering.apply import Observation, Scheduled
+from ckptvault.tiering.eviction import EvictionCheck
 
 
 def _detail(**fields: Any) -> str:

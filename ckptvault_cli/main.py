@@ -88,7 +88,7 @@ def _start_prefect_note(force_prefect: bool = False) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
     cfg = _preflight(args, need_sources=True)
-    from flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
+    from ckptvault_prefect.flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
 
     try:
         choice = choose_runner(
@@ -108,11 +108,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         quality.prewarm()
     _start_prefect_note(force_prefect=choice.needs_prefect)
     from ckptvault.outcomes import IngestIncomplete
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     process.imports_done()
     if choice.needs_prefect:
-        from flows.runners import task_runner_for
+        from ckptvault_prefect.flows.runners import task_runner_for
 
         ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
@@ -277,7 +277,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         prices = load_prices(cfg.policy.prices)
         print(lib.estimate(manifest, plans, prices, args.tier, cfg.store.egress, throughput).report(), flush=True)
     _start_prefect_note()
-    from flows.restore import restore
+    from ckptvault_prefect.flows.restore import restore
 
     process.imports_done()
     result = running.run_flow(
@@ -330,7 +330,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
     import json
 
     from ckptvault.outcomes import DrillFailed
-    from flows.drill import drill
+    from ckptvault_prefect.flows.drill import drill
 
     process.imports_done()
     result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config)
@@ -377,7 +377,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_tier(args: argparse.Namespace) -> int:
     _preflight(args, need_sources=False)
     _start_prefect_note()
-    from flows.tier import tier
+    from ckptvault_prefect.flows.tier import tier
 
     process.imports_done()
     result = running.run_flow(tier, 4, apply=args.apply, config_path=args.config)
@@ -396,7 +396,7 @@ def cmd_tier(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     _preflight(args, need_sources=False)
     _start_prefect_note()
-    from flows.watch import watch
+    from ckptvault_prefect.flows.watch import watch
 
     process.imports_done()
     result = running.run_flow(watch, 4, config_path=args.config)
@@ -441,7 +441,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     cfg_path = args.config or os.environ.get("CKPTVAULT_CONFIG")
     _preflight(args, need_sources=False)
     _quiet_prefect_env()
-    from deployments.serve import serve_all
+    from ckptvault_prefect.deployments.serve import serve_all
 
     process.imports_done()  # a long-lived process from here on: collection back on
     serve_all(cfg_path)

@@ -3,7 +3,7 @@
 With `PREFECT_API_URL` set, every command is a flow run on that server (visible in its UI, with task
 runs and artifacts). Without it, Prefect would start a temporary API server for this one process
 (10-30 s before any work, and a screenful of shutdown errors after it); instead the flow's own
-function runs in direct mode (tasks/step.py): the same wiring, library calls, retries, catalog
+function runs in direct mode (ckptvault_prefect/tasks/step.py): the same wiring, library calls, retries, catalog
 events and alerts, with nothing recorded in Prefect. `CKPTVAULT_PREFECT=always` forces a flow run
 (a temporary API then starts, as before).
 """
@@ -27,8 +27,8 @@ def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **para
     `workers`: the threads a mapped step fans out over in direct mode (the flow's own task runner's
     size in Prefect mode)."""
     if direct() and not force_prefect:
-        from flows.hooks import alert_failed
-        from tasks.step import direct_mode
+        from ckptvault_prefect.flows.hooks import alert_failed
+        from ckptvault_prefect.tasks.step import direct_mode
 
         # What a flow prints is its log (in a flow run, Prefect's console handler puts it on stderr):
         # stdout stays the command's own output, so `--json` is parseable in either mode.

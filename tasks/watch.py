@@ -1,27 +1,3 @@
-"""Prefect tasks of the watch flow: one library call each."""
+"""Re-exports ckptvault_prefect/tasks/watch.py."""
 
-from __future__ import annotations
-
-from collections.abc import Sequence
-
-from ckptvault.alerts import sending as alerting
-from ckptvault.alerts import watch, watch_inputs
-from ckptvault.catalog import CheckpointState
-from ckptvault.config import Config
-from ckptvault.store import ObjectStore
-from ckptvault.tiering.cost import load_prices
-from tasks.retry import io_task, local_task
-
-
-@io_task("load-alert-state")
-def load_alert_state_task(store: ObjectStore, prefix: str) -> watch.AlertState:
-    return alerting.load_alert_state(store, prefix)
-
-
-@local_task("assess")
-def assess_task(
-    states: Sequence[CheckpointState], cfg: Config, state: watch.AlertState, now: float, url: str | None
-) -> watch_inputs.WatchResult:
-    return watch_inputs.assess(
-        states, cfg.sources, cfg.notify.budget_usd_per_month, load_prices(cfg.policy.prices), state, now, url
-    )
+from ckptvault_prefect.tasks.watch import *  # noqa: F403

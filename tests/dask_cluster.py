@@ -53,14 +53,16 @@ def _run(action: str, state_dir: Path, extra: dict[str, str]) -> subprocess.Comp
     )  # fmt: skip
 
 
-def start(state_dir: Path, workers: int = 2, attempts: int = 3) -> DaskCluster:
+def start(state_dir: Path, workers: int = 2, env: dict[str, str] | None = None, attempts: int = 3) -> DaskCluster:
+    """env: for the scheduler and workers, e.g. the store's credentials (each worker builds its own
+    boto3 client from its own environment; the S3Store sent to it carries no secret)."""
     if state_dir.exists():
         stop(state_dir)
         shutil.rmtree(state_dir, ignore_errors=True)
     output = ""
     for _ in range(attempts):
         port = servers.free_port_base((0, 1))
-        extra = {"PORT": str(port), "WORKERS": str(workers), "STOP_TIMEOUT": "3"}
+        extra = {**(env or {}), "PORT": str(port), "WORKERS": str(workers), "STOP_TIMEOUT": "3"}
         proc = _run("up", state_dir, extra)
         output = f"{proc.stdout}\n{proc.stderr}".strip()
         if proc.returncode == 0:

@@ -64,3 +64,10 @@ def records(node_dirs: list[Path]) -> list[dict[str, Any]]:
 def clear(node_dirs: list[Path]) -> None:
     for d in node_dirs:
         (d / LOG_NAME).unlink(missing_ok=True)
+
+
+async def dask_setup(worker: Any) -> None:
+    """As a preload (DASK_DISTRIBUTED__WORKER__PRELOAD='["tests.dask_probe"]'): the probe on the workers
+    of a cluster the test does not start itself (ingest --dask-workers' LocalCluster, whose spawned
+    worker processes have the test's sys.path)."""
+    await worker.plugin_add(plugin=WhereTasksRan(), name=PLUGIN_NAME)

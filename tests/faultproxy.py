@@ -16,6 +16,8 @@ Faults, each at its own seeded rate (a fraction of requests), decided per reques
                    retry repeats something that already happened (a conditional PUT, a
                    CompleteMultipartUpload)
   latency          the request is delayed by `latency_s` seconds, then forwarded normally
+`hold(op, ...)` makes every request of those operations wait, unforwarded, until `release()`; `held`
+lists their clients' (host, port), so a test can tell which process is in the middle of one.
 `counts` says what was injected (per kind and per kind/S3 operation); `requests` counts every request;
 `peak_in_flight` is the most requests of each S3 operation the proxy was handling at the same moment.
 The same seed gives the same sequence of decisions (thread timing decides which request gets which).
@@ -113,6 +115,10 @@ class FaultProxy:
         self.enabled = True
         self.in_flight: Counter[str] = Counter()
         self.peak_in_flight: Counter[str] = Counter()
+        self.hold_ops: frozenset[str] = frozenset()
+        self.held: list[tuple[str, int]] = []
+        self.first_held = threading.Event()
+        self._released = threading.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -159,6 +165,23 @@ class FaultProxy:
             yield
         finally:
             self.enabled = was
+
+    def hold(self, *ops: str) -> None:
+        """Requests of `ops` wait before they are read or forwarded, until release()."""
+        self._released.clear()
+        self.hold_ops = frozenset(ops)
+
+    def release(self) -> None:
+        self.hold_ops = frozenset()
+        self._released.set()
+
+    def wait_if_held(self, op: str, client: tuple[str, int]) -> None:
+        if op not in self.hold_ops:
+            return
+        with self._lock:
+            self.held.append(client)
+        self.first_held.set()
+        self._released.wait(timeout=300)  # a test that forgets release() does not hang its server forever
 
     # -- decisions and counts ------------------------------------------------------------------
 
@@ -249,6 +272,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.owner.leave(op)
 
     def _handle_op(self, op: str) -> None:
+        self.owner.wait_if_held(op, self.client_address[:2])
         fault = self.owner.decide(op)
         if fault == "reset_request":
             n = int(self.headers.get("Content-Length") or 0)

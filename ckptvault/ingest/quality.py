@@ -51,14 +51,13 @@ from ckptvault.ingest.gates import (
     SHAPE,
     SIZE_BAND,
     STEP_ORDER,
-    GateSubject,
     GatePlan,
-    RuleOutcome,
+    GateSubject,
     RuleResult,
     ValidationReport,
-    judge,
     plan_gates,
 )
+from ckptvault.ingest.judging import RuleOutcome, judge
 
 if TYPE_CHECKING:
     from ckptvault.catalog import CheckpointState

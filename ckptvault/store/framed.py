@@ -215,13 +215,18 @@ def download_framed(req: download.DownloadRequest, frames: Sequence[codec.Frame]
     starts = [0]
     for fr in frames[:-1]:
         starts.append(starts[-1] + fr.size)
-    # Decoded frames land in bytes objects, not page-aligned buffers: written through the page cache.
-    target = download._Target(req.dest, req.size, direct_io=False)
+    # Frames decode into reused page-aligned buffers of one frame (download.CHUNK), so every whole
+    # frame goes to disk with O_DIRECT like an uncompressed range; only a file's short tail is buffered.
+    assert download.CHUNK >= codec.FRAME_SIZE
+    target = download._Target(req.dest, req.size, req.direct_io)
+    buffers = download._Buffers()
     try:
         groups = _groups(frames, req.part_size)
         workers = max(1, min(req.connections, len(groups)))
         with ThreadPoolExecutor(workers, thread_name_prefix="ckptvault-download") as pool:
-            futures = [pool.submit(_fetch_group, req, target, frames, starts, g, stored_size) for g in groups]
+            futures = [
+                pool.submit(_fetch_group, req, target, buffers, frames, starts, g, stored_size) for g in groups
+            ]
             _, pending = wait(futures, return_when=FIRST_EXCEPTION)
             for p in pending:
                 p.cancel()
@@ -241,21 +246,24 @@ def download_framed(req: download.DownloadRequest, frames: Sequence[codec.Frame]
         target.close()
         req.dest.unlink(missing_ok=True)
         raise
+    finally:
+        buffers.close()
     target.close()
 
 
 def _fetch_group(
     req: download.DownloadRequest,
     target: download._Target,
+    buffers: download._Buffers,
     frames: Sequence[codec.Frame],
     starts: Sequence[int],
     group: range,
     stored_size: int,
 ) -> str:
-    with download._gate(req.connections):
+    with download._gate(req.connections), buffers.chunk() as out:
         for attempt in range(download.BODY_ATTEMPTS):
             try:
-                return _fetch_group_once(req, target, frames, starts, group, stored_size)
+                return _fetch_group_once(req, target, out, frames, starts, group, stored_size)
             except Exception as e:
                 last = attempt == download.BODY_ATTEMPTS - 1
                 if last or not (isinstance(e, TransientStoreError) or is_transient(e)):
@@ -268,6 +276,7 @@ def _fetch_group(
 def _fetch_group_once(
     req: download.DownloadRequest,
     target: download._Target,
+    out: memoryview,
     frames: Sequence[codec.Frame],
     starts: Sequence[int],
     group: range,
@@ -294,13 +303,13 @@ def _fetch_group_once(
             if got < fr.length:
                 raise TransientStoreError(f"downloading {where}: frame {i} ended early at byte {got} of {fr.length}")
             try:
-                data = codec.decode_checked(raw, fr)
+                data = codec.decode_into(raw, fr, out)
             except codec.CodecError as e:
                 raise ChecksumMismatchError(
                     f"downloading {where}: frame {i} (original bytes {starts[i]}-{starts[i] + fr.size - 1}): {e}. "
                     "The stored object is not what was uploaded"
                 ) from None
-            target.write(memoryview(data), starts[i])
+            target.write(data, starts[i])
         finish()
     finally:
         body.close()

@@ -13,6 +13,7 @@ Not emulated, on purpose: lifecycle rules are stored and returned but never exec
 `lifecycle_transitions` is False and tiering moves objects itself), there are no credentials, no
 endpoint and no missing bucket (the store is its bucket), no versioning, and no Intelligent-Tiering
 archive tiers. A store cannot be pickled: a copy in another process would be another, empty, store.
+Compressed objects (upload_file typesize=, download_file frames=) are in store/memory_framed.py.
 
 Built by constructor injection (`MemoryStore("bucket", prefix=...)`) and handed to the library
 functions, which take an `ObjectStore`; there is no `memory://` endpoint in the configuration,
@@ -26,7 +27,7 @@ import copy
 import email.utils
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -284,12 +285,33 @@ class MemoryStore:
         tags: Mapping[str, str] | None = None,
         sha256: bool = False,
         progress: ProgressFn | None = None,
+        typesize: int | None = None,
     ) -> UploadResult:
+        if typesize is not None:
+            from ckptvault.store import memory_framed  # imports the codec library: only when compressing
+
+            return memory_framed.upload_framed(
+                self, Path(path), key, typesize=typesize, tags=tags, sha256=sha256, progress=progress
+            )
         return memory_transfer.upload_file(self, Path(path), key, tags=tags, sha256=sha256, progress=progress)
 
     def download_file(
-        self, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None = None
+        self,
+        key: str,
+        dest: Path,
+        *,
+        size: int,
+        crc32c: str,
+        progress: ProgressFn | None = None,
+        frames: Sequence[tuple[int, int, int, str]] = (),
     ) -> None:
+        if frames:
+            from ckptvault.store import memory_framed
+
+            memory_framed.download_framed(
+                self, key, Path(dest), size=size, crc32c=crc32c, frames=frames, progress=progress
+            )
+            return
         memory_transfer.download_file(self, key, Path(dest), size=size, crc32c=crc32c, progress=progress)
 
     # -- tiering, restore, tags, lifecycle --------------------------------------------------------

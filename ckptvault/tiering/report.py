@@ -9,7 +9,8 @@ from typing import Any
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.humanize import size, usd
-from ckptvault.tiering.apply import EvictionCheck, Observation, Scheduled
+from ckptvault.tiering.apply import Observation, Scheduled
+from ckptvault.tiering.eviction import EvictionCheck
 from ckptvault.tiering.policy import Action, Plan
 
 # files named per skipped checkpoint in the artifact; the flow's report and the catalog event have more

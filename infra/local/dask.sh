@@ -31,6 +31,10 @@ STOP_TIMEOUT=${STOP_TIMEOUT:-5}
 [[ $THREADS =~ ^[1-9][0-9]*$ ]] || die "THREADS=$THREADS: give a number of threads per worker, 1 or more"
 
 ADDRESS=tcp://127.0.0.1:$PORT
+# The scheduler unpickles every task graph and the workers run it: both import ckptvault (and the
+# flows' tasks) from this checkout, whatever the venv's install points at, so a cluster started from
+# a checkout runs that checkout's code, like its client.
+export PYTHONPATH=$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}
 SCHED_PID=$STATE_DIR/scheduler.pid
 
 worker_pidfile() { echo "$STATE_DIR/node-$1.pid"; }

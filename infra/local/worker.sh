@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Prefect process worker for the `ckptvault` work pool, on this machine, against a running Prefect API.
-# `up` creates the work pool if it is missing, deploys the five deployments of deployments/prefect.yaml
-# (`cd deployments && prefect --no-prompt deploy --all`), then starts `prefect worker start --pool POOL`
+# `up` creates the work pool if it is missing, deploys the five deployments of ckptvault_prefect/deployments/prefect.yaml
+# (`cd ckptvault_prefect/deployments && prefect --no-prompt deploy --all`), then starts `prefect worker start --pool POOL`
 # in the background and waits until the worker has registered with the API.
 #
 #   infra/local/worker.sh up|down|status|clean
@@ -95,11 +95,11 @@ ensure_pool() {
 }
 
 deploy() {
-  say "deploying deployments/prefect.yaml to $PREFECT_API_URL"
+  say "deploying ckptvault_prefect/deployments/prefect.yaml to $PREFECT_API_URL"
   local t0=$SECONDS
   # Without CKPTVAULT_HOME: `deploy` would resolve the pull step's {{ $CKPTVAULT_HOME }} now, baking this
   # machine's path into the deployments; unset, the template is stored and each worker resolves it at run time.
-  if ! (cd "$REPO_ROOT/deployments" && env -u CKPTVAULT_HOME timeout 300 "$PREFECT" --no-prompt deploy --all) >>"$LOG" 2>&1; then
+  if ! (cd "$REPO_ROOT/ckptvault_prefect/deployments" && env -u CKPTVAULT_HOME timeout 300 "$PREFECT" --no-prompt deploy --all) >>"$LOG" 2>&1; then
     log_tail "$LOG"
     die "prefect deploy --all failed (log $LOG)"
   fi

@@ -1,8 +1,8 @@
 """The deployments end to end, and the Prefect UI in a real browser.
 
 One module-scoped stack: `infra/local/prefect.sh up` (fresh SQLite, free port), `infra/local/worker.sh up`
-(work pool, `prefect deploy --all` of deployments/prefect.yaml, a process worker), a config against the
-session's SeaweedFS with a small synthetic DeepSpeed run. The ingest deployment is run with
+(work pool, `prefect deploy --all` of ckptvault_prefect/deployments/prefect.yaml, a process worker), a
+config against the session's SeaweedFS with a small synthetic DeepSpeed run. The ingest deployment is run with
 `prefect deployment run`, the restore deployment with `run_deployment` and parameters (run, step, dest),
 both picked up by the worker. Then headless Chromium (Debian's chromium + chromium-driver, via Selenium)
 checks the deployments page and the restore run's page, and saves screenshots.
@@ -51,7 +51,7 @@ CHROME_FLAGS = (
     "--disable-sync",
     "--window-size=1600,1100",
 )
-# What the Prefect 3.9 UI prints for each schedule of deployments/prefect.yaml (None: no schedule).
+# What the Prefect 3.9 UI prints for each schedule of ckptvault_prefect/deployments/prefect.yaml (None: no schedule).
 UI_SCHEDULES: dict[str, str | None] = {
     "ingest": "Every 10 minutes",
     "tier": "At 03:30 AM every day",

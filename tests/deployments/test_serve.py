@@ -1,6 +1,7 @@
 """`ckptvault serve`: the five deployments served from one process, checked against a real Prefect server.
 
-Also: the served deployments and deployments/prefect.yaml cannot drift apart (serve.py reads the yaml).
+Also: the served deployments and ckptvault_prefect/deployments/prefect.yaml cannot drift apart (serve.py
+reads the yaml).
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from tests.helpers import write_config
 
 pytestmark = pytest.mark.timeout(600)
 
-PREFECT_YAML = local_prefect.REPO_ROOT / "deployments" / "prefect.yaml"
+PREFECT_YAML = local_prefect.REPO_ROOT / "ckptvault_prefect" / "deployments" / "prefect.yaml"
 NAMES = {"ingest", "tier", "drill", "watch", "restore"}
 
 
 def test_served_deployments_match_prefect_yaml() -> None:
-    from deployments.serve import build_deployments
+    from ckptvault_prefect.deployments.serve import build_deployments
 
     spec = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
     assert set(spec) == NAMES

@@ -76,9 +76,9 @@ def test_compression_auto_round_trip_targets_and_a_bad_frame(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from flows.drill import drill
-    from flows.ingest import ingest
-    from flows.restore import restore
+    from ckptvault_prefect.flows.drill import drill
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.restore import restore
 
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)

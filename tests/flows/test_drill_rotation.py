@@ -36,7 +36,7 @@ def test_ten_checkpoints_sample_two_are_all_drilled_in_five_drills(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)

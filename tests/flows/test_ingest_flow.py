@@ -40,7 +40,7 @@ def _manifest_keys(client: Any, bucket: str) -> set[str]:
 def test_ingest_uploads_finished_checkpoints_and_skips_in_progress(
     prefect_api: None, creds: Any, bucket_factory: Any, tmp_path: Path
 ) -> None:
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     bucket = bucket_factory(creds)
     hf, ds, lt = tmp_path / "hf", tmp_path / "ds", tmp_path / "lt"
@@ -96,7 +96,7 @@ def test_ingest_uploads_finished_checkpoints_and_skips_in_progress(
 def test_invalid_checkpoints_are_named_recorded_and_not_uploaded(
     prefect_api: None, creds: Any, bucket_factory: Any, tmp_path: Path
 ) -> None:
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     bucket = bucket_factory(creds)
     root = tmp_path / "run"

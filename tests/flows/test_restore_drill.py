@@ -24,7 +24,7 @@ def _env(monkeypatch: pytest.MonkeyPatch, endpoint: Any) -> None:
 def _ingested(
     endpoint: Any, bucket: str, tmp_path: Path, fmt: str, steps: list[int], size: int = 3 * MiB
 ) -> tuple[Path, Path]:
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     root = tmp_path / "hot"
     root.mkdir()
@@ -55,7 +55,7 @@ def test_restore_latest_recreates_pointer_and_bytes(
     fmt: str,
     pointer: str,
 ) -> None:
-    from flows.restore import restore
+    from ckptvault_prefect.flows.restore import restore
 
     _env(monkeypatch, seaweedfs)
     root, cfg = _ingested(seaweedfs, bucket_factory(seaweedfs), tmp_path, fmt, [100, 200])
@@ -89,7 +89,7 @@ def test_restore_refuses_non_empty_destination_and_force_keeps_old(
 def test_restore_detects_corruption_and_leaves_destination_untouched(
     prefect_api: None, pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.restore import restore
+    from ckptvault_prefect.flows.restore import restore
 
     _env(monkeypatch, pipeline_s3)
     bucket = bucket_factory(pipeline_s3)
@@ -112,7 +112,7 @@ def test_restore_thaws_glacier_objects_on_moto(
     prefect_api: None, moto_server: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     archive_class: str,
 ) -> None:  # fmt: skip
-    from flows.restore import restore
+    from ckptvault_prefect.flows.restore import restore
 
     _env(monkeypatch, moto_server)
     bucket = bucket_factory(moto_server)
@@ -144,7 +144,7 @@ def test_restore_thaws_glacier_objects_on_moto(
 def test_drill_passes_then_catches_a_bit_flip(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.drill import drill
+    from ckptvault_prefect.flows.drill import drill
 
     _env(monkeypatch, seaweedfs)
     bucket = bucket_factory(seaweedfs)
@@ -185,7 +185,7 @@ def _resume_deepspeed(run_root: Path) -> dict[str, int]:
 def test_restored_run_root_resumes_through_its_pointer_file(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.restore import restore
+    from ckptvault_prefect.flows.restore import restore
 
     _env(monkeypatch, seaweedfs)
     root, cfg = _ingested(seaweedfs, bucket_factory(seaweedfs), tmp_path, "deepspeed", [100, 200, 300])
@@ -206,7 +206,7 @@ def test_manifest_escaping_the_destination_is_refused(
 ) -> None:
     import json
 
-    from flows.restore import restore
+    from ckptvault_prefect.flows.restore import restore
 
     _env(monkeypatch, seaweedfs)
     bucket = bucket_factory(seaweedfs)
@@ -230,7 +230,7 @@ def test_restored_files_keep_their_mode(
     import json
     import stat
 
-    from flows.restore import restore
+    from ckptvault_prefect.flows.restore import restore
 
     _env(monkeypatch, seaweedfs)
     root = tmp_path / "hot"
@@ -240,7 +240,7 @@ def test_restored_files_keep_their_mode(
     files[1].chmod(0o750)
     bucket = bucket_factory(seaweedfs)
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")])
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     ingest(config_path=str(cfg))
     key = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME

@@ -39,7 +39,7 @@ def _classes(client: Any, bucket: str, prefix: str) -> dict[str, str]:
 
 
 def _ingest(endpoint: Any, bucket: str, tmp_path: Path, steps: list[int], policy: str) -> Path:
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     root = tmp_path / "hot"
     root.mkdir()
@@ -54,8 +54,8 @@ def _ingest(endpoint: Any, bucket: str, tmp_path: Path, steps: list[int], policy
 def test_client_mode_moves_all_but_the_newest_to_cold_on_ceph(
     prefect_api: None, ceph: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.restore import restore
-    from flows.tier import tier
+    from ckptvault_prefect.flows.restore import restore
+    from ckptvault_prefect.flows.tier import tier
 
     _env(monkeypatch, ceph)
     bucket = bucket_factory(ceph)
@@ -92,7 +92,7 @@ def test_client_mode_moves_all_but_the_newest_to_cold_on_ceph(
 def test_server_mode_records_the_schedule_then_the_move_cephs_lifecycle_engine_made(
     prefect_api: None, ceph: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.tier import tier
+    from ckptvault_prefect.flows.tier import tier
 
     _env(monkeypatch, ceph)
     bucket = bucket_factory(ceph)
@@ -143,8 +143,8 @@ def test_server_mode_records_the_schedule_then_the_move_cephs_lifecycle_engine_m
 def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
     prefect_api: None, moto_server: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.restore import restore
-    from flows.tier import tier
+    from ckptvault_prefect.flows.restore import restore
+    from ckptvault_prefect.flows.tier import tier
 
     _env(monkeypatch, moto_server)
     bucket = bucket_factory(moto_server)
@@ -172,7 +172,7 @@ def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
         client.get_object(Bucket=bucket, Key=key)
     # newer checkpoints arrive; 100 days on, STANDARD ones go straight to DEEP_ARCHIVE, while the
     # GLACIER ones are left for the lifecycle engine (S3 copies an archived object only once restored)
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     for step in (50, 60):
         write_checkpoint(tmp_path / "hot", "hf", step, 1 * MiB, shards=1, seed=step)
@@ -234,7 +234,7 @@ def test_eviction_skips_a_local_copy_rewritten_after_upload_and_evicts_the_other
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     slack: SlackRecorder,
 ) -> None:  # fmt: skip
-    from flows.tier import tier
+    from ckptvault_prefect.flows.tier import tier
 
     _env(monkeypatch, seaweedfs)
     bucket = bucket_factory(seaweedfs)
@@ -282,7 +282,7 @@ def test_eviction_skips_a_checkpoint_whose_object_vanished_from_the_store_and_th
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     slack: SlackRecorder,
 ) -> None:  # fmt: skip
-    from flows.tier import tier
+    from ckptvault_prefect.flows.tier import tier
 
     _env(monkeypatch, seaweedfs)
     bucket = bucket_factory(seaweedfs)
@@ -321,8 +321,8 @@ def test_eviction_skips_a_checkpoint_whose_object_vanished_from_the_store_and_th
 def test_server_mode_on_moto_dates_the_move_by_the_rule_and_records_it_once_the_listing_shows_it(
     prefect_api: None, moto_server: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from flows.ingest import ingest
-    from flows.tier import tier
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.tier import tier
 
     _env(monkeypatch, moto_server)
     bucket = bucket_factory(moto_server)

@@ -33,8 +33,8 @@ def test_stale_run_alerts_once_then_recovers_once(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     slack: SlackRecorder,
 ) -> None:  # fmt: skip
-    from flows.ingest import ingest
-    from flows.watch import watch
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.watch import watch
 
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)
@@ -69,7 +69,7 @@ def test_invalid_checkpoint_alerts_and_slack_outage_leaves_flow_green(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     slack: SlackRecorder,
 ) -> None:  # fmt: skip
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)

@@ -2,7 +2,7 @@
 (prefect-dask), against a real S3 server (SeaweedFS) and a real Prefect API over HTTP.
 
 Worker *processes*: each Dask worker is its own OS process that runs Prefect task runs and reports them
-to the test's Prefect server (PREFECT_API_URL is handed to the workers by flows.runners). The S3Store
+to the test's Prefect server (PREFECT_API_URL is handed to the workers by ckptvault_prefect.flows.runners). The S3Store
 argument of every upload task is pickled to reach them (S3Store.__getstate__ drops the boto3 client;
 the worker builds its own). The same checkpoints ingested with the default thread-pool runner must give
 the same objects, byte for byte and CRC for CRC.
@@ -51,7 +51,7 @@ def sources(tmp_path: Path) -> dict[tuple[str, int], Path]:
 @pytest.fixture
 def worker_stats(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     """What each Dask worker did, read from the live cluster just before the flow shuts it down."""
-    from flows.runners import CkptvaultDaskTaskRunner
+    from ckptvault_prefect.flows.runners import CkptvaultDaskTaskRunner
 
     seen: list[dict[str, Any]] = []
     original_exit = CkptvaultDaskTaskRunner.__exit__
@@ -111,8 +111,8 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
     tmp_path: Path,
     processes: bool,
 ) -> None:
-    from flows.ingest import ingest
-    from flows.runners import dask_task_runner, scratch_dir
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.runners import dask_task_runner, scratch_dir
 
     roots = [(run, tmp_path / run, fmt) for run, fmt, _, _ in CHECKPOINTS]  # one checkpoint per run
     dask_bucket, plain_bucket = bucket_factory(creds), bucket_factory(creds)
@@ -167,7 +167,7 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
 def test_worker_processes_without_a_prefect_server_are_refused_early() -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from flows.runners import NoPrefectApiError, dask_task_runner
+    from ckptvault_prefect.flows.runners import NoPrefectApiError, dask_task_runner
 
     runner = dask_task_runner(2, processes=True)
     with (

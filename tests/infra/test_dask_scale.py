@@ -1,16 +1,33 @@
 """`ckptvault ingest` on Dask ([scale], --dask-address, --dask-workers), through the command line,
-against a real S3 server (SeaweedFS): what is refused before any work, and with what message."""
+against a real S3 server (SeaweedFS) and a real Prefect API: what is refused before any work, and with
+what message; that a multi-checkpoint source ingested on 2 Dask worker processes (a LocalCluster of
+--dask-workers, or the infra/local/dask.sh cluster of dask_address) gives the same objects and
+manifests as a single-process ingest, with the uploads run by the workers (recorded by each worker:
+tests/dask_probe.py); and that a worker SIGKILLed in the middle of an upload costs a retry, not the
+checkpoint: the pass completes, nothing is committed twice, the restore is byte-identical."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
+import signal
 import socket
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import dask.config
+import psutil
 import pytest
 
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
+from tests import dask_probe
+from tests.dask_cluster import DaskCluster
+from tests.faultproxy import FaultProxy
 from tests.helpers import write_config
 
 MiB = 2**20
@@ -75,3 +92,176 @@ def test_a_bad_scale_key_is_exit_2_naming_it(one_source: Path, capsys: pytest.Ca
         f.write('[scale]\ndask_address = "http://h:8786"\n')
     err = _refused(capsys, ["--config", str(one_source), "ingest"])
     assert "scale.dask_address" in err and "tcp://HOST:PORT" in err
+
+
+# one run, 3 checkpoints; each shard (~6 MiB) is a multipart upload at part_size_mb = 5
+RUN, STEPS, CKPT_BYTES = "llm", (100, 200, 300), 12 * MiB
+NO_GATES = "[validation]\nenabled = false\n"  # the gates are not what is compared here, and cost ~3 s each
+
+
+@pytest.fixture
+def hot(tmp_path: Path) -> Path:
+    root = tmp_path / "hot"
+    for step in STEPS:
+        write_checkpoint(root, "hf", step, CKPT_BYTES, shards=2, seed=step)
+    return root
+
+
+@pytest.fixture
+def api_env(prefect_api: None, seaweedfs: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The store's credentials and the test Prefect API, in this process's environment (the command
+    line reads PREFECT_API_URL from there) and returned for a child process."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**seaweedfs.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+def _config(tmp_path: Path, name: str, endpoint: Any, bucket: str, hot: Path, extra: str = "") -> Path:
+    return write_config(tmp_path / f"{name}.toml", endpoint, bucket, [(RUN, hot, "hf")], extra=NO_GATES + extra)
+
+
+def _ingest(capsys: pytest.CaptureFixture[str], cfg: Path, *flags: str) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    rc = main(["--config", str(cfg), "ingest", "--json", *flags])
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-3000:]
+    outcomes: list[dict[str, Any]] = json.loads(out.out)["outcomes"]
+    return outcomes
+
+
+def _stored(client: Any, bucket: str) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+    """Every checkpoint object's bytes, and every manifest minus uploaded_at (the one field that
+    differs between two ingests of the same files), by key."""
+    objects: dict[str, bytes] = {}
+    manifests: dict[str, dict[str, Any]] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"t/{RUN}/"):
+        for o in page.get("Contents", []):
+            body = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+            if o["Key"].endswith("/_MANIFEST.json"):
+                manifests[o["Key"]] = {k: v for k, v in json.loads(body).items() if k != "uploaded_at"}
+            else:
+                objects[o["Key"]] = body
+    return objects, manifests
+
+
+def _single_process(capsys: pytest.CaptureFixture[str], tmp_path: Path, seaweedfs: Any, bucket_factory: Any,
+                    hot: Path) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:  # fmt: skip
+    bucket = bucket_factory(seaweedfs)
+    outcomes = _ingest(capsys, _config(tmp_path, "plain", seaweedfs, bucket, hot))
+    assert [o["result"] for o in outcomes] == ["uploaded"] * len(STEPS)
+    return _stored(seaweedfs.client(), bucket)
+
+
+def _uploads(records: list[dict[str, Any]], event: str = "memory") -> list[dict[str, Any]]:
+    # Prefect's Dask client keys a task by its function's name: upload_one_task-<token>
+    return [r for r in records if r["key"].startswith("upload_one_task") and r["event"] == event]
+
+
+def _same_as_single_process(stored: Any, single: Any) -> None:
+    objects, manifests = stored
+    assert len(manifests) == len(STEPS) and manifests == single[1]
+    assert objects.keys() == single[0].keys() and objects == single[0]
+
+
+def test_dask_workers_flag_runs_the_uploads_in_two_worker_processes_and_stores_the_same(
+    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    single = _single_process(capsys, tmp_path, seaweedfs, bucket_factory, hot)
+    nodes = tmp_path / "local-cluster"
+    nodes.mkdir()
+    # the LocalCluster's spawned workers inherit this environment, and their nannies hand them this
+    # process's Dask config: the probe as a preload
+    monkeypatch.setenv("CKPTVAULT_NODE_DIR", str(nodes))
+    bucket = bucket_factory(seaweedfs)
+    with dask.config.set({"distributed.worker.preload": ["tests.dask_probe"]}):
+        outcomes = _ingest(capsys, _config(tmp_path, "dask", seaweedfs, bucket, hot), "--dask-workers", "2")
+    assert [(o["step"], o["result"]) for o in outcomes] == [(s, "uploaded") for s in STEPS]
+    _same_as_single_process(_stored(seaweedfs.client(), bucket), single)
+    done = _uploads(dask_probe.records([nodes]))
+    assert len(done) == sum(o["files"] for o in outcomes)
+    pids = {r["pid"] for r in done}
+    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, neither this one
+
+
+def test_dask_address_runs_the_uploads_on_the_clusters_workers_and_stores_the_same(
+    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster,
+) -> None:  # fmt: skip
+    c = dask_cluster_2
+    single = _single_process(capsys, tmp_path, seaweedfs, bucket_factory, hot)
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    dask_probe.clear(dirs)
+    bucket = bucket_factory(seaweedfs)
+    cfg = _config(tmp_path, "dask", seaweedfs, bucket, hot, f'[scale]\ndask_address = "{c.address}"\n')
+    outcomes = _ingest(capsys, cfg)
+    assert [(o["step"], o["result"]) for o in outcomes] == [(s, "uploaded") for s in STEPS]
+    _same_as_single_process(_stored(seaweedfs.client(), bucket), single)
+    done = _uploads(dask_probe.records(dirs))
+    assert len(done) == sum(o["files"] for o in outcomes)
+    pids = c.worker_pids()
+    assert {(r["node"], r["pid"]) for r in done} == {(n, p) for n, p in pids.items()}  # both nodes worked
+
+
+def _pid_with_local_port(pids: list[int], port: int) -> int:
+    for pid in pids:
+        if any(conn.laddr and conn.laddr.port == port for conn in psutil.Process(pid).net_connections("tcp")):
+            return pid
+    raise AssertionError(f"no worker process among {pids} has a connection from port {port}")
+
+
+def test_a_worker_killed_mid_upload_costs_a_retry_not_the_checkpoint(
+    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], dask_cluster_factory: Callable[[str], DaskCluster],
+) -> None:  # fmt: skip
+    c = dask_cluster_factory("kill")  # its own: this test kills one of its workers
+    single = _single_process(capsys, tmp_path, seaweedfs, bucket_factory, hot)
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    bucket = bucket_factory(seaweedfs)
+    with FaultProxy(seaweedfs.url) as proxy:
+        via_proxy = dataclasses.replace(seaweedfs, url=proxy.url)
+        cfg = _config(tmp_path, "dask", via_proxy, bucket, hot, f'[scale]\ndask_address = "{c.address}"\n')
+        proxy.hold("UploadPart")  # every part waits at the proxy: a worker inside an upload, by construction
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "ckptvault_cli.main", "--config", str(cfg), "ingest", "--json"],
+            env={**os.environ, **api_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proxy.first_held.wait(timeout=300), "no part upload reached the store"
+            before = c.worker_pids()
+            victim = _pid_with_local_port(list(before.values()), proxy.held[0][1])
+            os.kill(victim, signal.SIGKILL)
+        finally:
+            proxy.release()
+            out, err = cli.communicate(timeout=600)
+        assert cli.returncode == 0, err[-3000:]
+        outcomes = json.loads(out)["outcomes"]
+        assert [(o["step"], o["result"], o["save"]) for o in outcomes] == [(s, "uploaded", 1) for s in STEPS]
+
+        # converged: the same objects and manifests as one process, one save per step, nothing left to do
+        _same_as_single_process(_stored(seaweedfs.client(), bucket), single)
+        again = _ingest(capsys, cfg)
+        assert [(o["result"], o["uploaded_files"]) for o in again] == [("present", 0)] * len(STEPS)
+        capsys.readouterr()
+        assert main(["--config", str(cfg), "ls", "--run", RUN, "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert sorted((r["step"], r["save"], r["state"]) for r in rows) == [(s, 1, "verified") for s in STEPS]
+        for step in STEPS:
+            dest = tmp_path / f"restored-{step}"
+            assert main(["--config", str(cfg), "restore", RUN, "--step", str(step), "--dest", str(dest)]) == 0
+            src = hot / f"checkpoint-{step}"
+            files = sorted(p.relative_to(src) for p in src.rglob("*") if p.is_file())
+            back = dest / f"checkpoint-{step}"
+            assert files and all((back / f).read_bytes() == (src / f).read_bytes() for f in files)
+
+    # the killed worker had started an upload and never finished it; that task finished on a live worker
+    records = dask_probe.records(dirs)
+    started = {r["key"] for r in _uploads(records, "executing") if r["pid"] == victim}
+    finished = {r["key"]: r["pid"] for r in _uploads(records)}
+    assert started and all(finished[k] != victim for k in started)
+    assert victim not in c.worker_pids().values()  # its nanny started a new worker process

@@ -100,7 +100,8 @@ def tree(root: Path) -> dict[str, bytes]:
 # A CLI process with its imports done, waiting for "go" on stdin, then exactly `ckptvault ARGS`: kill
 # offsets then fall in the command's own work, not in interpreter start-up (seconds on a loaded box).
 _PREWARMED = (
-    "import os, sys; import ckptvault_cli.main as cli; import flows.ingest, flows.tier; "
+    "import os, sys; import ckptvault_cli.main as cli; "
+    "import ckptvault_prefect.flows.ingest, ckptvault_prefect.flows.tier; "
     "print('ready', flush=True); os.dup2(os.open(os.devnull, os.O_WRONLY), 1); "
     "sys.stdin.readline(); sys.exit(cli.main(sys.argv[1:]))"
 )

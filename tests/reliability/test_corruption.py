@@ -64,9 +64,9 @@ def _damage(client: Any, bucket: str, step: int) -> None:
 def test_drill_and_restore_detect_every_kind_of_damage_naming_the_file(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
 ) -> None:
-    from flows.drill import drill
-    from flows.ingest import ingest
-    from flows.restore import restore
+    from ckptvault_prefect.flows.drill import drill
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.restore import restore
 
     s3_env(seaweedfs)
     bucket = bucket_factory(seaweedfs)

@@ -93,7 +93,7 @@ def _upload_window(proc: Any, client: Any, bucket: str, prefix: str) -> tuple[fl
 def test_ingest_killed_at_20_random_points_then_rerun(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
 ) -> None:
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     s3_env(seaweedfs)
     bucket = bucket_factory(seaweedfs)
@@ -227,7 +227,7 @@ TIER_KILLS = 6
 def test_tier_apply_killed_mid_way_then_rerun_converges(
     prefect_api: None, pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
 ) -> None:
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     s3_env(pipeline_s3)
     bucket = bucket_factory(pipeline_s3)
@@ -307,7 +307,7 @@ def test_ingest_killed_during_the_upload_of_a_second_save_then_rerun(
     one save 2, whole, committed once; save 1 of every step intact and superseded only for step 300."""
     import shutil
 
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     s3_env(seaweedfs)
     bucket = bucket_factory(seaweedfs)

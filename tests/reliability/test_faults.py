@@ -41,9 +41,9 @@ RESULTS: dict[str, Any] = {}
 def test_ingest_tier_restore_complete_under_injected_faults(
     prefect_api: None, pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
 ) -> None:
-    from flows.ingest import ingest
-    from flows.restore import restore
-    from flows.tier import tier
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.restore import restore
+    from ckptvault_prefect.flows.tier import tier
 
     s3_env(pipeline_s3)
     bucket = bucket_factory(pipeline_s3)
@@ -100,8 +100,8 @@ def test_lost_responses_of_applied_writes_at_30_percent_faults(
     """The hard case at a high rate: the server applies a conditional PUT (manifest, catalog event) or
     a CompleteMultipartUpload, the response is lost, and botocore's retry meets "already exists"
     (412) or "no such upload". Ingest and tier must still complete, nothing written twice."""
-    from flows.ingest import ingest
-    from flows.tier import tier
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.tier import tier
 
     s3_env(seaweedfs)
     bucket = bucket_factory(seaweedfs)

@@ -150,7 +150,7 @@ def test_catalog_rebuild_from_manifests_matches_the_event_log(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    from flows.ingest import ingest
+    from ckptvault_prefect.flows.ingest import ingest
 
     s3_env(seaweedfs)
     bucket = bucket_factory(seaweedfs)

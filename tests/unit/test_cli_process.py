@@ -47,7 +47,7 @@ def test_one_shot_collects_nothing_during_imports_then_freezes_them() -> None:
         "from ckptvault_cli import process\n"
         "process.begin_one_shot()\n"
         "off = not gc.isenabled()\n"
-        "import flows.restore\n"
+        "import ckptvault_prefect.flows.restore\n"
         "process.imports_done()\n"
         "print(off, gc.isenabled(), gc.get_freeze_count() > 100_000)\n"
     )

@@ -318,9 +318,10 @@ def test_the_drill_deployment_passes_its_schedule_interval() -> None:
 
     from prefect.server.schemas.schedules import CronSchedule
 
-    from flows.drill import INTERVAL_DAYS
+    from ckptvault_prefect.flows.drill import INTERVAL_DAYS
 
-    spec = next(d for d in yaml.safe_load((REPO / "deployments/prefect.yaml").read_text())["deployments"]
+    prefect_yaml = REPO / "ckptvault_prefect/deployments/prefect.yaml"
+    spec = next(d for d in yaml.safe_load(prefect_yaml.read_text())["deployments"]
                 if d["name"] == "drill")  # fmt: skip
     [sched] = spec["schedules"]
     # the fire times as the Prefect server computes them from the deployment's schedule

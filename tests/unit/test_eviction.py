@@ -8,7 +8,7 @@ from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import ObjectInfo
-from ckptvault.tiering.apply import LocalFile, Mismatch, compare_local, compare_store, eviction_check, local_targets
+from ckptvault.tiering.eviction import LocalFile, Mismatch, compare_local, compare_store, eviction_check, local_targets
 from ckptvault.tiering.report import render_applied, skipped_record
 
 ROOT = "/hot/r/checkpoint-10"

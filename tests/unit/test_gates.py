@@ -30,15 +30,13 @@ from ckptvault.ingest.gates import (
     SIZE_BAND,
     STEP_ORDER,
     GateSubject,
-    RuleOutcome,
     RuleResult,
     ValidationReport,
-    judge,
-    missing_in_family,
-    parse_shard,
     plan_gates,
     shard_table,
 )
+from ckptvault.ingest.judging import RuleOutcome, judge
+from ckptvault.ingest.shards import missing_in_family, parse_shard
 from ckptvault.manifest import FileEntry, Manifest
 
 # --- builders (shared with test_quality.py) -------------------------------------------------------

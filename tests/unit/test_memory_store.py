@@ -190,3 +190,26 @@ def test_a_file_that_changes_while_it_is_read_is_not_stored(tmp_path: Path, monk
     with pytest.raises(StoreError, match="changed while it was being uploaded"):
         store.upload_file(src, "k")
     assert store.head("k") is None
+
+
+def test_a_compressed_object_round_trips_as_frames_and_a_bad_frame_is_named(tmp_path: Path) -> None:
+    store = MemoryStore("b")
+    src = tmp_path / "w.bin"
+    # 9 MiB of small 16-bit values: compresses, three frames, at least two parts of 5 MiB stored
+    src.write_bytes(bytes(random.Random(5).choice(range(4)) for _ in range(1024)) * 9 * 1024)
+    res = store.upload_file(src, "k", typesize=2, sha256=True)
+    assert res.codec == "shuffle-zstd" and res.size == src.stat().st_size and len(res.frames) == 3
+    info = store.head("k")
+    assert info is not None and info.size == res.stored_size < res.size and info.crc32c == res.stored_crc32c
+    assert res.crc32c == to_b64(crc32c_update(src.read_bytes()))
+    dest = tmp_path / "out.bin"
+    store.download_file("k", dest, size=res.size, crc32c=res.crc32c, frames=res.frames)
+    assert dest.read_bytes() == src.read_bytes()
+
+    stored = bytearray(store.get_bytes("k"))
+    second = res.frames[1]
+    stored[second[0] + second[1] // 2] ^= 0xFF
+    store.put_bytes("k", bytes(stored))
+    with pytest.raises(ChecksumMismatchError, match="frame 1"):
+        store.download_file("k", dest, size=res.size, crc32c=res.crc32c, frames=res.frames)
+    assert not dest.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ckptvault.config import ConfigError, ScaleConfig, parse_config, parse_dask_address
-from flows.scale import RunnerChoice, RunnerChoiceError, choose_runner
+from ckptvault_prefect.flows.scale import RunnerChoice, RunnerChoiceError, choose_runner
 
 API = "http://127.0.0.1:4200/api"
 BASE = '[store]\nbucket = "ckpts"\n'

@@ -3,8 +3,8 @@
 The default runner of `ingest` is a thread pool in the flow's process. When one host's cores are not
 enough for the per-file upload tasks, run the same flow with a Dask task runner:
 
-    from flows.ingest import ingest
-    from flows.runners import dask_task_runner
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.runners import dask_task_runner
 
     ingest.with_options(task_runner=dask_task_runner(4, processes=True))(config_path="ckptvault.toml")
 
@@ -35,7 +35,7 @@ from typing import Any
 
 from prefect.settings import PREFECT_API_URL
 
-from flows.scale import RunnerChoice
+from ckptvault_prefect.flows.scale import RunnerChoice
 
 try:
     from prefect_dask.task_runners import DaskTaskRunner
@@ -111,7 +111,7 @@ def dask_task_runner(
 
 
 def task_runner_for(choice: RunnerChoice) -> CkptvaultDaskTaskRunner | None:
-    """The Dask task runner flows.scale.choose_runner decided on; None: keep the flow's own runner."""
+    """The Dask task runner ckptvault_prefect.flows.scale.choose_runner decided on; None: keep the flow's own runner."""
     if choice.kind == "local":
         return dask_task_runner(choice.workers, processes=choice.processes)
     if choice.kind == "cluster":

@@ -10,7 +10,7 @@ from ckptvault.alerts.sending import send_alerts
 from ckptvault.config import load_config
 from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.store import open_store
-from tasks.notify import load_secret
+from ckptvault_prefect.tasks.notify import load_secret
 
 log = logging.getLogger("ckptvault.alerts")
 
@@ -27,7 +27,7 @@ def alert_failed(
     flow_name: str, state_name: str, message: str, result: Any, params: dict[str, Any], url: str | None = None
 ) -> None:
     """One flow_failed alert, unless the flow already alerted for what failed. Never raises. Used by
-    the hooks above and by direct mode (tasks/step.py), where no Prefect state exists."""
+    the hooks above and by direct mode (ckptvault_prefect/tasks/step.py), where no Prefect state exists."""
     try:
         if isinstance(result, AlreadyAlerted):
             return

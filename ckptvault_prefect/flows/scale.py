@@ -1,7 +1,7 @@
 """Which task runner an ingest pass gets, decided from the flags and `[scale]` (a pure function), and
 the one check that needs the network: the scheduler answers and has workers.
 
-Kept apart from flows/runners.py, which imports prefect-dask and distributed (~1 s): the default
+Kept apart from ckptvault_prefect/flows/runners.py, which imports prefect-dask and distributed (~1 s): the default
 path (no Dask at all) decides here without paying for them.
 
 Precedence: a command-line flag wins over `[scale]`, and either flag replaces the whole section

@@ -1,0 +1,120 @@
+"""The drill flow: restore a rotating sample into scratch, prove it intact and loadable. Wiring only.
+
+Which checkpoints, and the coverage guarantee, are in ckptvault/restore/drill.py (`select`). Archived objects
+are thawed with the Bulk tier by default (cheapest). A drill does not wait for a thaw measured in
+hours: it requests it, reports the checkpoint as pending, and the next drill selects it again (nothing
+was recorded, so it keeps its place at the front of the queue) and completes it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, unmapped
+from prefect.runtime import flow_run
+
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
+from ckptvault.catalog import Catalog
+from ckptvault.outcomes import DrillFailed
+from ckptvault.progress import ProgressBar
+from ckptvault.restore.drill import DrillResult, label, render_markdown
+from ckptvault.restore.steps import checkpoint_name
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
+    current_states_task,
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
+from ckptvault_prefect.tasks.drill import coverage_task, select_task
+from ckptvault_prefect.tasks.futures import settle
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.restore import (
+    discard_task,
+    download_one_task,
+    load_report_task,
+    plan_objects_task,
+    request_thaw_task,
+    staging_dir_task,
+    wait_for_thaw_task,
+)
+
+# The drill deployment's schedule (ckptvault_prefect/deployments/prefect.yaml: Sundays) in days; `[drill] cover_days`
+# counts drills at this spacing. The deployment passes it explicitly, a test keeps the two equal.
+INTERVAL_DAYS = 7.0
+
+
+@flow(name="drill", log_prints=True, **HOOKS)
+def drill(
+    sample: int | None = None,
+    tier: str | None = None,
+    thaw_wait_minutes: float = 5.0,
+    config_path: str | None = None,
+    interval_days: float = INTERVAL_DAYS,
+) -> dict[str, Any]:
+    """Returns the drill report: {"drilled": [...], "pending": [...], "coverage": {...}} (README, "Restore drills")."""
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    catalog = Catalog(store, cfg.store.prefix)
+    prefix = cfg.store.prefix
+    tier = tier or cfg.drill.restore_tier
+    n = sample or cfg.drill.sample
+    cover_days = cfg.drill.cover_days
+    chosen = select_task(current_states_task(catalog), n, cover_days, interval_days).chosen
+    results: list[DrillResult] = []
+    pending: list[dict[str, Any]] = []
+    for s in chosen:
+        t0 = time.monotonic()
+        try:
+            manifest = load_manifest_task(store, prefix, s.run, s.step, s.save)
+            plans = plan_objects_task(store, prefix, manifest)
+            if any(not p.thawed for p in plans):
+                request_thaw_task(store, plans, tier)
+                if wait_for_thaw_task(store, plans, thaw_wait_minutes * 60):
+                    pending.append({"run": s.run, "step": s.step, "save": s.save})
+                    continue
+            scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}-{s.save}"
+            staged = staging_dir_task(scratch)
+            checks: list[str] = []
+            not_run: list[str] = []
+            try:
+                bar = ProgressBar(manifest.total_bytes, f"drill {label(s.run, s.step, s.save)}")
+                problems = settle(
+                    download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
+                )
+                if not problems:
+                    loaded = load_report_task(staged / checkpoint_name(manifest))
+                    problems, checks, not_run = loaded.problems, loaded.descriptions(), loaded.not_run
+            finally:
+                discard_task(staged)
+            results.append(
+                DrillResult(s.run, s.step, s.save, not problems, time.monotonic() - t0, manifest.total_bytes,
+                            tuple(problems), tuple(checks), tuple(not_run))
+            )  # fmt: skip
+        except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
+            results.append(DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),)))
+    record_task(catalog, events.drilled(results, str(flow_run.id or "")))
+    # Coverage after this drill's events: what the next drill starts from.
+    cov = coverage_task(current_states_task(catalog), time.time(), n, cover_days, interval_days)
+    pending_names = [label(p["run"], p["step"], p["save"]) for p in pending]
+    publish_markdown_task(
+        "drill-report", render_markdown(results, pending_names, cov), "restore drill: time and load check"
+    )
+    rows = [r.row() for r in results]
+    report: dict[str, Any] = {"drilled": rows, "pending": pending, "coverage": cov.as_dict()}
+    failed = [r for r in results if not r.ok]
+    url = flow_run_url()
+    notify_task(
+        cfg,
+        store,
+        [alerts.drill_failed(r.run, r.step, r.problems, url) for r in failed]
+        + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)],
+    )
+    if failed:
+        raise DrillFailed(rows, report)
+    return report

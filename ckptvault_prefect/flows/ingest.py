@@ -1,0 +1,224 @@
+"""The ingest flow: discover, validate, gate, upload, commit, record. Wiring only; the work is in tasks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from prefect import flow, unmapped
+from prefect.runtime import flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
+from ckptvault.alerts.kinds import Alert
+from ckptvault.catalog import Catalog, CheckpointState, Event, fold
+from ckptvault.config import Config
+from ckptvault.ingest.decision import Seen, decide, records_rejection
+from ckptvault.ingest.discovery import Found
+from ckptvault.ingest.gates import ValidationReport
+from ckptvault.ingest.steps import Outcome, local_fingerprint, previous_verified
+from ckptvault.manifest import Manifest
+from ckptvault.outcomes import IngestIncomplete
+from ckptvault.progress import ProgressBar
+from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
+from ckptvault.store import ObjectStore
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
+    compact_catalog_task,
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
+from ckptvault_prefect.tasks.futures import settle
+from ckptvault_prefect.tasks.ingest import (
+    commit_manifest_task,
+    ensure_bucket_rules_task,
+    find_checkpoints_task,
+    is_committed_task,
+    known_states_task,
+    plan_upload_task,
+    publish_outcomes_task,
+    quality_gate_task,
+    release_gate_child_task,
+    upload_one_task,
+    validate_structure_task,
+    write_validation_task,
+)
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.retry import RETRIES
+
+
+def _gate(
+    cfg: Config, store: ObjectStore, found: Found, known: dict[int, CheckpointState], save: int
+) -> ValidationReport:
+    prev = previous_verified(known, found.step)
+    prefix = cfg.store.prefix
+    previous = load_manifest_task(store, prefix, found.run, prev.step, prev.save) if prev is not None else None
+    report = quality_gate_task(found, known, previous, cfg.validation)
+    write_validation_task(store, prefix, found, report, save)
+    return report
+
+
+def _validate(
+    cfg: Config, store: ObjectStore, found: Found, known: dict[int, CheckpointState],
+    reports: list[ValidationReport], save: int,
+) -> tuple[list[str], list[str]]:  # fmt: skip
+    problems = validate_structure_task(found)
+    if problems or not cfg.validation.enabled:
+        return problems, []
+    report = _gate(cfg, store, found, known, save)
+    reports.append(report)
+    if report.blocked:
+        return report.reasons(), []
+    return [], report.reasons() if report.warned else []
+
+
+def _committed(
+    catalog: Catalog, manifest: Manifest, known: dict[int, CheckpointState], flagged: list[Event], run_id: str,
+    changes: str, restarts: dict[str, list[Supersede]],
+) -> None:  # fmt: skip
+    """Record a committed save, and every save it supersedes (the same step's older save, the
+    abandoned branch's later steps after a restart); keep `known` current for the rest of the pass."""
+    recorded = [*flagged, events.verified(manifest, run_id)]
+    replaced = superseded_by(list(known.values()), manifest.step, manifest.save, manifest.created_at, changes)
+    recorded += [
+        events.superseded(x.state.run, x.state.step, x.state.save, x.reason, manifest.step, manifest.save, run_id)
+        for x in replaced
+    ]
+    record_task(catalog, recorded)
+    for x in replaced:
+        known[x.state.step] = replace(x.state, superseded=True, superseded_reason=x.reason)
+    if replaced:
+        restarts.setdefault(manifest.run, []).extend(replaced)
+    [state] = fold([e for e in recorded if e.step == manifest.step and e.save == manifest.save])
+    known[manifest.step] = state
+
+
+def _ingest_one(
+    cfg: Config, store: ObjectStore, catalog: Catalog, found: Found, known: dict[int, CheckpointState],
+    reports: list[ValidationReport], run_id: str, restarts: dict[str, list[Supersede]],
+) -> Outcome:  # fmt: skip
+    t0 = time.monotonic()
+    base = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
+    prefix = cfg.store.prefix
+    newest = known.get(found.step)
+    seen = Seen(
+        ready=found.ready,
+        reason=found.reason,
+        newest=newest,
+        local_fingerprint=local_fingerprint(found) if found.ready else "",
+        catalog_fingerprint=(newest.fingerprint or None) if newest is not None else None,
+    )
+    # Ask, do what is asked, learn, ask again: the decision itself lives in ckptvault.ingest.decision.
+    while not (d := decide(seen)).final:
+        if d.action == "load_manifest":
+            committed = load_manifest_task(store, prefix, found.run, found.step, d.save)
+            seen = seen.learn(diff=diff_files(found.files, committed.files))
+        elif d.action == "check_commit":
+            seen = seen.learn(committed=is_committed_task(store, prefix, found, d.save))
+        else:  # validate
+            problems, warnings = _validate(cfg, store, found, known, reports, d.save)
+            seen = seen.learn(problems=tuple(problems), warnings=tuple(warnings))
+    base = base.with_save(d.save)
+    if d.action in ("waiting", "present"):
+        return base.with_result(d.action, d.message)
+    if d.action == "record_committed":
+        # committed by a run that died before recording it: the manifest is the truth, record it
+        manifest = load_manifest_task(store, prefix, found.run, found.step, d.save)
+        _committed(catalog, manifest, known, [], run_id, d.changes, restarts)
+        return base.with_result("present", d.message)
+    if d.action == "invalid":
+        if records_rejection(seen):
+            record_task(catalog, [events.rejected(found, seen.problems or (), run_id, save=d.save)])
+        return base.with_result("invalid", d.message)
+    jobs = plan_upload_task(store, prefix, found, d.save)
+    bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
+    futures = upload_one_task.map(
+        unmapped(store), jobs, unmapped(found), unmapped(cfg.sha256), unmapped(bar), unmapped(d.save),
+        unmapped(cfg.compression_for(found.run)),
+    )  # fmt: skip
+    errors = settle(futures)
+    if errors:
+        return base.with_result("failed", "; ".join(errors), time.monotonic() - t0)
+    manifest = commit_manifest_task(store, prefix, found, [f.result() for f in futures], d.save)
+    warnings = list(seen.warnings)
+    flagged = [events.rejected(found, warnings, run_id, kind="warned", save=d.save)] if warnings else []
+    _committed(catalog, manifest, known, flagged, run_id, d.changes, restarts)
+    sent = sum(1 for j in jobs if j.upload)
+    message = "; ".join(warnings)
+    if d.supersedes is not None:
+        message = "; ".join(
+            m for m in (f"new save {d.save} of step {found.step} ({d.changes}); save {d.supersedes} kept, superseded",
+                        message) if m
+        )  # fmt: skip
+    outcome = base.with_result("warned" if warnings else "uploaded", message, time.monotonic() - t0)
+    return outcome.with_uploaded(sent)
+
+
+def _restart_alerts(
+    restarts: dict[str, list[Supersede]], known_before: dict[str, dict[int, CheckpointState]], url: str | None
+) -> list[Alert]:
+    out = []
+    for run, replaced in sorted(restarts.items()):
+        first = min(x.state.step for x in replaced)
+        point = restart_point(list(known_before.get(run, {}).values()), first)
+        resaved = [f"step {x.state.step} save {x.state.save}: {x.reason}" for x in replaced]
+        out.append(alerts.run_restarted(run, point, resaved, url))
+    return out
+
+
+@flow(name="ingest", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True, **HOOKS)  # type: ignore[arg-type]
+def ingest(config_path: str | None = None) -> list[Outcome]:
+    """One pass over every configured source. Fails (after recording everything) if any finished
+    checkpoint ended neither uploaded nor already present."""
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    ensure_bucket_rules_task(store)
+    catalog = Catalog(store, cfg.store.prefix)
+    run_id = str(flow_run.id or "")
+    outcomes: list[Outcome] = []
+    reports: list[ValidationReport] = []
+    restarts: dict[str, list[Supersede]] = {}
+    known_before: dict[str, dict[int, CheckpointState]] = {}
+    for source in cfg.sources:
+        known = known_states_task(catalog, source.run)
+        known_before[source.run] = dict(known)
+        result = find_checkpoints_task(source)
+        for problem in result.problems:
+            print(f"{source.run}: {problem}")
+        for found in result.found:
+            try:
+                outcomes.append(_ingest_one(cfg, store, catalog, found, known, reports, run_id, restarts))
+            except Exception as e:  # one broken checkpoint must not stop the others
+                outcomes.append(Outcome(found.run, found.step, found.format, "failed", found.total_bytes,
+                                        len(found.files), message=str(e)))  # fmt: skip
+    release_gate_child_task()
+    publish_outcomes_task(outcomes)
+    if reports:
+        publish_markdown_task("ingest-validation", "\n\n".join(r.to_markdown() for r in reports), "quality gates")
+    url = flow_run_url()
+    notify_task(
+        cfg,
+        store,
+        [
+            alerts.validation_blocked(o.run, o.step, o.message.split("; "), url)
+            for o in outcomes
+            if o.result == "invalid"
+        ]
+        + [
+            alerts.validation_warned(o.run, o.step, o.message.split("; "), url)
+            for o in outcomes
+            if o.result == "warned"
+        ]
+        + [alerts.ingest_failed(o.run, o.step, o.message, 1 + RETRIES, url) for o in outcomes if o.result == "failed"]
+        + _restart_alerts(restarts, known_before, url),
+    )
+    # after the alerts, which must not wait on it: this pass's events into its runs' snapshots, so the
+    # next read of a run is one snapshot and a few files; time boxed
+    compact_catalog_task(catalog, time.time(), [s.run for s in cfg.sources])
+    if not all(o.ok for o in outcomes):
+        raise IngestIncomplete(outcomes)
+    return outcomes

@@ -1,0 +1,147 @@
+"""The restore flow: bring back run R at step S (or latest) to a directory, ready to resume. Wiring only.
+
+Waiting for a Glacier thaw takes hours. Run from the command line, the flow polls with backoff up to
+`wait_hours` (the operator's terminal is what waits). Run as a deployment, it polls for a short while,
+then, if objects are still frozen, schedules a follow-up run of itself for later and ends: no worker
+is held for hours, and the follow-up run continues where this one stopped (thaw requests are
+idempotent, the destination is untouched until every byte is verified).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, unmapped
+from prefect.runtime import deployment, flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from ckptvault import events, humanize
+from ckptvault.alerts import kinds as alerts
+from ckptvault.catalog import Catalog
+from ckptvault.progress import ProgressBar
+from ckptvault.restore.steps import RestoreError
+from ckptvault.tiering.cost import load_prices
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
+from ckptvault_prefect.tasks.futures import settle
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.restore import (
+    check_destination_task,
+    discard_task,
+    download_one_task,
+    estimate_task,
+    finalize_task,
+    plan_objects_task,
+    request_thaw_task,
+    resolve_task,
+    restore_states_task,
+    restore_throughput_task,
+    staging_dir_task,
+    wait_for_thaw_task,
+    write_pointer_task,
+)
+
+
+@flow(name="restore", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True, **HOOKS)  # type: ignore[arg-type]
+def restore(
+    run: str,
+    dest: str,
+    step: str = "latest",
+    save: int | None = None,
+    tier: str = "Standard",
+    wait: bool = True,
+    force: bool = False,
+    wait_hours: float = 48.0,
+    reschedule: bool = False,
+    config_path: str | None = None,
+) -> dict[str, Any]:
+    t0 = time.monotonic()
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    catalog = Catalog(store, cfg.store.prefix)
+    prefix = cfg.store.prefix
+    target = Path(dest).expanduser().resolve()
+    check_destination_task(target, force)
+    states, unreadable = restore_states_task(catalog, run)
+    if unreadable:
+        notify_task(cfg, store, [alerts.catalog_unreadable(run, unreadable, flow_run_url())])
+    chosen = resolve_task(states, run, step, save, force)
+    for note in chosen.notes:
+        print(note)
+    n = chosen.step
+    manifest = load_manifest_task(store, prefix, run, n, chosen.save)
+    plans = plan_objects_task(store, prefix, manifest)
+    throughput = restore_throughput_task(catalog, run)
+    est = estimate_task(manifest, plans, load_prices(cfg.policy.prices), tier, cfg.store.egress, throughput)
+    publish_markdown_task(
+        "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
+    )
+    report: dict[str, Any] = {
+        "run": run, "step": n, "save": chosen.save, "notes": list(chosen.notes), "dest": str(target),
+        "estimate": est.describe(), "estimate_detail": est.as_record(),
+    }  # fmt: skip
+    if est.frozen:
+        requested = request_thaw_task(store, plans, tier)
+        record_task(
+            catalog, [events.restore_requested(run, n, tier, requested, str(flow_run.id or ""), save=chosen.save)]
+        )
+        frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
+        if frozen:
+            report.update(status="thawing", frozen=len(frozen))
+            msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
+            if reschedule and deployment.name:
+                from prefect.deployments import run_deployment
+
+                later = datetime.now(UTC) + timedelta(seconds=max(est.seconds_min, 300))
+                run_deployment(
+                    name=f"{flow_run.flow_name}/{deployment.name}",
+                    parameters=flow_run.parameters,
+                    scheduled_time=later,
+                    timeout=0,
+                )
+                msg += f"; a follow-up run is scheduled for {later:%Y-%m-%d %H:%M} UTC"
+            print(msg)
+            report["message"] = msg
+            return report
+    staged = staging_dir_task(target)
+    try:
+        bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
+        t_download = time.monotonic()
+        errors = settle(
+            download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
+        )
+        if errors:
+            raise RestoreError(
+                f"{len(errors)} of {len(plans)} files failed; nothing was changed at {target}:\n" + "\n".join(errors)
+            )
+        pointer = write_pointer_task(staged, manifest)
+        aside = finalize_task(staged, target, force)
+    except BaseException:
+        discard_task(staged)
+        raise
+    download_s = time.monotonic() - t_download
+    record_task(catalog, [events.restored(manifest, str(target), str(flow_run.id or ""), download_s)])
+    notify_task(cfg, store, [alerts.restore_completed(run, n, str(target), time.monotonic() - t0, flow_run_url())])
+    report.update(
+        status="restored",
+        pointer=pointer,
+        replaced=str(aside) if aside else None,
+        bytes=manifest.total_bytes,
+        files=len(manifest.files),
+    )
+    publish_markdown_task(
+        "restore-result",
+        f"### Restored {run} step {n}\n\n- destination: `{target}`\n- files: {len(manifest.files)}, "
+        f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
+        "what was restored and where",
+    )
+    return report

@@ -1,0 +1,127 @@
+"""The tier flow: the retention policy as a cost-aware plan, shown first, applied on request. Wiring only."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from ckptvault import events
+from ckptvault.alerts import kinds as alerts
+from ckptvault.catalog import Catalog
+from ckptvault.tiering.apply import Observation, Scheduled
+from ckptvault.tiering.cost import class_map, load_prices
+from ckptvault.tiering.eviction import EvictionCheck
+from ckptvault.tiering.orders import EvictLocal, Expire, ScheduleTransition, orders, rules_to_install, tier_names
+from ckptvault.tiering.policy import Action
+from ckptvault.tiering.report import (
+    applied_by_run,
+    observed_record,
+    render_applied,
+    render_markdown,
+    render_text,
+    scheduled_record,
+    skipped_record,
+)
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import (
+    compact_catalog_task,
+    current_states_task,
+    load_config_task,
+    load_manifest_task,
+    open_store_task,
+    publish_markdown_task,
+    record_task,
+)
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.tier import (
+    evict_local_task,
+    expire_task,
+    install_lifecycle_task,
+    observe_scheduled_task,
+    plan_task,
+    tag_for_server_task,
+    transition_task,
+)
+
+
+@flow(name="tier", log_prints=True, **HOOKS)
+def tier(apply: bool = False, now: float | None = None, config_path: str | None = None) -> dict[str, Any]:
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    catalog = Catalog(store, cfg.store.prefix)
+    prefix = cfg.store.prefix
+    states = current_states_task(catalog)
+    run_id = str(flow_run.id or "")
+    observed: list[Observation] = []
+    if apply:
+        # where the bucket lifecycle has moved scheduled checkpoints since: the plan starts from there
+        observed = [o for o in observe_scheduled_task(store, prefix, states) if o.arrived]
+        if observed:
+            record_task(catalog, [events.transition_observed(o, run_id) for o in observed])
+            states = current_states_task(catalog)
+    kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
+    plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, now if now is not None else time.time())
+    print(render_text(plan))
+    publish_markdown_task("tier-plan", render_markdown(plan), "what the policy would do, and what it costs")
+    report: dict[str, Any] = {
+        "applied": False,
+        "actions": [a.kind for a in plan.actions],
+        "monthly_before": plan.summary.total_before,
+        "monthly_after": plan.summary.total_after,
+    }
+    if not apply:
+        return report
+    mode = cfg.policy.apply_mode
+    classes = class_map(kind, cfg.policy.classes)
+    if rules := rules_to_install(prefix, classes, cfg.policy):
+        install_lifecycle_task(store, rules)
+    skipped: list[EvictionCheck] = []
+    scheduled: list[Scheduled] = []
+    done: list[Action] = []
+    for order in orders(plan, states, cfg.policy, prefix, classes):
+        a = order.action
+        if isinstance(order, Expire):
+            r = expire_task(store, prefix, a.run, a.step, a.save)
+            record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id, save=a.save)])
+            done.append(a)
+            continue
+        # the store re-check of this checkpoint's eviction found objects missing: moving them would fail
+        if any(c.store and c.key == (a.run, a.step, a.save) for c in skipped):
+            continue
+        manifest = load_manifest_task(store, prefix, a.run, a.step, a.save)
+        if isinstance(order, EvictLocal):
+            ev = evict_local_task(store, prefix, manifest)
+            if not ev.evicted:
+                skipped.append(ev.check)
+                record_task(catalog, [events.evict_skipped(ev.check, a.reason, run_id)])
+                continue
+            record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)])
+        elif isinstance(order, ScheduleTransition):
+            sched = tag_for_server_task(store, prefix, manifest, order.tier, order.milestone, order.rule)
+            scheduled.append(sched)
+            record_task(catalog, [events.transition_scheduled(manifest, sched, a.reason, run_id)])
+        else:
+            transition_task(store, prefix, manifest, order.action.to_class or "", order.tier, order.milestone)
+            record_task(catalog, [events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])
+        done.append(a)
+    report["applied"] = True
+    report["evict_skipped"] = [skipped_record(c) for c in skipped]
+    report["scheduled"] = [scheduled_record(x) for x in scheduled]
+    report["observed"] = [observed_record(o) for o in observed]
+    applied = render_applied(skipped, scheduled, observed)
+    publish_markdown_task("tier-applied", applied, "what the apply did, left to the bucket lifecycle, or skipped")
+    # one file per event recorded adds up: merge every partition's and refresh its snapshot, time boxed
+    # (a dry run writes nothing, compaction included)
+    report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time())
+    digest = applied_by_run(plan, states, tier_names(classes, cfg.policy), done)
+    url = flow_run_url()
+    sent = [
+        alerts.evict_skipped(c.run, c.step, c.save, list(map(str, c.local)), list(map(str, c.store)), url)
+        for c in skipped
+    ]
+    sent += [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url, d.scheduled) for d in digest]
+    notify_task(cfg, store, sent)
+    return report

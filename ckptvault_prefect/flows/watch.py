@@ -1,0 +1,28 @@
+"""The watch flow (hourly): runs that stopped checkpointing, and the storage budget. Wiring only."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow
+
+from ckptvault.catalog import Catalog
+from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.tasks.common import current_states_task, load_config_task, open_store_task
+from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.watch import assess_task, load_alert_state_task
+
+
+@flow(name="watch", log_prints=True, **HOOKS)
+def watch(now: float | None = None, config_path: str | None = None) -> dict[str, Any]:
+    cfg = load_config_task(config_path)
+    store = open_store_task(cfg)
+    states = current_states_task(Catalog(store, cfg.store.prefix))
+    state = load_alert_state_task(store, cfg.store.prefix)
+    t = now if now is not None else time.time()
+    found = assess_task(states, cfg, state, t, flow_run_url())
+    delivered = notify_task(cfg, store, found.alerts, found.state)
+    for a in found.alerts:
+        print(a.text())
+    return {"alerts": [a.kind for a in found.alerts], "delivered": delivered, "monthly_usd": found.monthly_usd}

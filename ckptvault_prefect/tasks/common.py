@@ -1,0 +1,51 @@
+"""Prefect tasks every flow uses: configuration, the store, the catalog, manifests, artifacts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prefect.artifacts import create_markdown_artifact
+
+from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
+from ckptvault.config import Config, load_config
+from ckptvault.manifest import Manifest
+from ckptvault.restore import steps as restore_lib
+from ckptvault.store import ObjectStore, open_store
+from ckptvault_prefect.tasks.retry import io_task, local_task
+
+
+@local_task("load-config")
+def load_config_task(config_path: str | None) -> Config:
+    return load_config(config_path)
+
+
+@io_task("open-store")
+def open_store_task(cfg: Config) -> ObjectStore:
+    store = open_store(cfg.store)
+    store.check_bucket()
+    return store
+
+
+@io_task("record-events")
+def record_task(catalog: Catalog, events: Sequence[Event]) -> str | None:
+    return catalog.append(events)
+
+
+@io_task("catalog-current")
+def current_states_task(catalog: Catalog, run: str | None = None) -> list[CheckpointState]:
+    return catalog.current(run)
+
+
+@io_task("compact-catalog")
+def compact_catalog_task(catalog: Catalog, older_than: float, runs: Sequence[str] | None = None) -> int:
+    return catalog.compact(older_than, runs=runs, max_seconds=COMPACT_SECONDS)
+
+
+@io_task("load-manifest")
+def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> Manifest:
+    return restore_lib.load_manifest(store, prefix, run, step, save)
+
+
+@local_task("publish-markdown", record_only=True)
+def publish_markdown_task(key: str, markdown: str, description: str) -> None:
+    create_markdown_artifact(key=key, markdown=markdown, description=description)

@@ -1,0 +1,29 @@
+"""Prefect tasks of the drill flow's selection and coverage: one library call each."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ckptvault.catalog import CheckpointState
+from ckptvault.restore import drill as lib
+from ckptvault_prefect.tasks.retry import local_task
+
+
+@local_task("select-drill")
+def select_task(
+    states: Sequence[CheckpointState], sample: int, cover_days: float | None, interval_days: float | None
+) -> lib.Selection:
+    sel = lib.select(states, sample, cover_days=cover_days, interval_days=interval_days)
+    print(
+        f"drilling {len(sel.chosen)} of {sel.drillable} drillable: {len(sel.newest)} run newest, "
+        f"{len(sel.suspect)} suspect, {len(sel.queued)} from the rotation (share {sel.sample}; every checkpoint "
+        f"within {sel.window} drill(s))"
+    )
+    return sel
+
+
+@local_task("drill-coverage")
+def coverage_task(
+    states: Sequence[CheckpointState], now: float, sample: int, cover_days: float | None, interval_days: float | None
+) -> lib.Coverage:
+    return lib.coverage(states, now, sample, cover_days=cover_days, interval_days=interval_days)

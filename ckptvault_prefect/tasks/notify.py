@@ -1,0 +1,33 @@
+"""Prefect side of alerting: the Secret-block loader, the flow-run link, and the send task."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from prefect.runtime import flow_run
+
+from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.sending import send_alerts
+from ckptvault.alerts.watch import AlertState
+from ckptvault.config import Config
+from ckptvault.store import ObjectStore
+from ckptvault_prefect.tasks.retry import local_task
+
+
+def load_secret(name: str) -> str | None:
+    from prefect.blocks.system import Secret
+
+    block: Any = Secret.load(name)  # sync here: we are not in an event loop
+    value = block.get()
+    return str(value) if value is not None else None
+
+
+def flow_run_url() -> str | None:
+    url = flow_run.ui_url
+    return str(url) if url else None
+
+
+@local_task("notify")
+def notify_task(cfg: Config, store: ObjectStore, alerts: Sequence[Alert], state: AlertState | None = None) -> int:
+    return send_alerts(cfg, store, alerts, load_secret, state)

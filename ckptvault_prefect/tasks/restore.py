@@ -1,0 +1,106 @@
+"""Prefect tasks of the restore and drill flows: one library call each."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from ckptvault.catalog import Catalog, CheckpointState, fold
+from ckptvault.manifest import Manifest
+from ckptvault.restore import drill as drill_lib
+from ckptvault.restore import from_manifests
+from ckptvault.restore import steps as lib
+from ckptvault.restore.loadcheck import LoadReport
+from ckptvault.store import ObjectStore, ProgressFn
+from ckptvault.tiering.cost import PriceTable
+from ckptvault_prefect.tasks.retry import io_task, local_task
+
+log = logging.getLogger("ckptvault.restore")
+
+
+@io_task("restore-states")
+def restore_states_task(catalog: Catalog, run: str) -> tuple[list[CheckpointState], dict[str, str]]:
+    """The run's states, from its manifests too when an object of its catalog cannot be read."""
+    got, unreadable = from_manifests.run_events(catalog, run)
+    if unreadable:
+        log.warning("%s", from_manifests.fallback_warning(run, unreadable))
+    return fold(got), unreadable
+
+
+@local_task("resolve-step")
+def resolve_task(
+    states: Sequence[CheckpointState], run: str, step: str, save: int | None, force: bool
+) -> lib.Resolution:
+    return lib.resolve(states, run, lib.parse_step(step), save, force)
+
+
+@io_task("plan-objects")
+def plan_objects_task(store: ObjectStore, prefix: str, manifest: Manifest) -> list[lib.ObjectPlan]:
+    return lib.plan_objects(store, prefix, manifest)
+
+
+@local_task("estimate")
+def estimate_task(
+    manifest: Manifest,
+    plans: Sequence[lib.ObjectPlan],
+    prices: PriceTable,
+    tier: str,
+    egress: str = "in-region",
+    throughput_mib_s: float | None = None,
+) -> lib.Estimate:
+    est = lib.estimate(manifest, plans, prices, tier, egress, throughput_mib_s)
+    print(est.describe())
+    return est
+
+
+@io_task("restore-throughput")
+def restore_throughput_task(catalog: Catalog, run: str) -> float | None:
+    return lib.restore_throughput(catalog.events(run))
+
+
+@io_task("request-thaw")
+def request_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], tier: str) -> dict[str, int]:
+    return lib.request_thaw(store, plans, tier)
+
+
+@io_task("wait-for-thaw")
+def wait_for_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], deadline_s: float) -> list[lib.ObjectPlan]:
+    return lib.wait_for_thaw(store, plans, deadline_s)
+
+
+@local_task("check-destination")
+def check_destination_task(dest: Path, force: bool) -> None:
+    lib.check_destination(dest, force)
+
+
+@local_task("stage")
+def staging_dir_task(dest: Path) -> Path:
+    return lib.staging_dir(dest)
+
+
+@io_task("download-file", task_run_name="download-{plan.path}")
+def download_one_task(
+    store: ObjectStore, plan: lib.ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None
+) -> str:
+    return lib.download_one(store, plan, into, manifest, progress)
+
+
+@local_task("write-pointer")
+def write_pointer_task(staged: Path, manifest: Manifest) -> str | None:
+    return lib.write_pointer(staged, manifest)
+
+
+@local_task("finalize")
+def finalize_task(staged: Path, dest: Path, force: bool) -> Path | None:
+    return lib.finalize(staged, dest, force)
+
+
+@local_task("discard-staging")
+def discard_task(staged: Path) -> None:
+    lib.discard(staged)
+
+
+@local_task("load-check")
+def load_report_task(ckpt_path: Path) -> LoadReport:
+    return drill_lib.load_report(ckpt_path)

@@ -1,0 +1,162 @@
+"""A task that runs either as a Prefect task or, in direct mode, as a plain call with the same retries.
+
+Why direct mode: with no Prefect API configured, Prefect starts a temporary API server before the
+first flow or task runs (10-30 s), and tears it down noisily at exit. The command line's one-shot
+commands then spend far longer waiting for Prefect than working. In direct mode the flow's own
+function runs as written (the same wiring, the same library calls, the same catalog events and
+alerts); each step is called in-process, retried on transient store errors exactly as its Prefect
+task would be, and mapped steps fan out over a thread pool. Only the Prefect-side records (flow and
+task runs, artifacts) are absent: without a server there is nowhere to keep them.
+
+Nothing in a flow changes: a flow calls `step(...)`, `step.map(...)`, and waits with `settle`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar, copy_context
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+
+from prefect import Task
+from prefect.utilities.annotations import BaseAnnotation
+
+from ckptvault.store import TransientStoreError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+_direct: ContextVar[int] = ContextVar("ckptvault_direct_workers", default=0)
+
+
+class StepFuture(Protocol[R_co]):
+    """What a mapped step returns per item, in either mode (PrefectFuture has this shape)."""
+
+    def result(self, timeout: float | None = None, raise_on_failure: bool = True) -> Any: ...
+
+
+@contextmanager
+def direct_mode(max_workers: int = 4) -> Iterator[None]:
+    """Inside: every Step runs as a plain call; mapped steps share `max_workers` threads per map."""
+    token = _direct.set(max(1, max_workers))
+    try:
+        yield
+    finally:
+        _direct.reset(token)
+
+
+def in_direct_mode() -> bool:
+    return _direct.get() > 0
+
+
+class _Done:
+    """A finished direct call, shaped like a PrefectFuture."""
+
+    def __init__(self, future: Future[Any]) -> None:
+        self._future = future
+
+    def wait(self, timeout: float | None = None) -> None:
+        self._future.exception(timeout)
+
+    def result(self, timeout: float | None = None, raise_on_failure: bool = True) -> Any:
+        error = self._future.exception(timeout)
+        if error is None:
+            return self._future.result()
+        if raise_on_failure:
+            raise error
+        return error
+
+
+def _unwrap(value: Any) -> Any:
+    return value.unwrap() if isinstance(value, BaseAnnotation) else value
+
+
+class Step(Generic[P, R]):
+    """A Prefect task and how to run it directly. `retries` and `delays` mirror the task's own."""
+
+    def __init__(
+        self,
+        task: Task[P, R],
+        *,
+        retries: int = 0,
+        delays: Sequence[float] = (),
+        jitter: float = 0.0,
+        record_only: bool = False,
+    ) -> None:
+        self.task = task
+        self.fn: Callable[P, R] = task.fn
+        self.retries, self.delays, self.jitter = retries, list(delays), jitter
+        # A step that only records into Prefect (an artifact): in direct mode there is nowhere to record.
+        self.record_only = record_only
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        if not in_direct_mode():
+            return self.task(*args, **kwargs)
+        return self._direct(*args, **kwargs)
+
+    def _direct(self, *args: Any, **kwargs: Any) -> R:
+        if self.record_only:
+            return None  # type: ignore[return-value]
+        attempt = 0
+        while True:
+            try:
+                return self.fn(*args, **kwargs)
+            except TransientStoreError:
+                # the policy of ckptvault_prefect.tasks.retry.only_transient: only transient store errors retried
+                if attempt >= self.retries:
+                    raise
+                delay = self.delays[min(attempt, len(self.delays) - 1)] if self.delays else 0.0
+                time.sleep(delay * (1 + random.uniform(-self.jitter, self.jitter)))
+                attempt += 1
+
+    def map(self, *args: Any, **kwargs: Any) -> list[StepFuture[R]]:
+        if not in_direct_mode():
+            return list(self.task.map(*args, **kwargs))
+        calls = _expand(args, kwargs)
+        workers = _direct.get()
+        pool = ThreadPoolExecutor(max_workers=min(workers, max(1, len(calls))))
+        try:
+            # each thread runs in a copy of this context, so nested steps stay in direct mode
+            futures = [pool.submit(copy_context().run, self._direct, *a, **kw) for a, kw in calls]
+            out: list[StepFuture[R]] = [_Done(f) for f in futures]
+            wait_all(out)
+        except BaseException:
+            # Ctrl-C: start nothing new and do not wait for what is in flight (an upload left half-way is
+            # resumed by the next run; nothing is committed before every file is verified)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return out
+
+
+def _expand(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[list[Any], dict[str, Any]]]:
+    """Prefect's map semantics: iterables are zipped, `unmapped(x)` is passed whole to every call."""
+    mapped = [i for i, a in enumerate(args) if not isinstance(a, BaseAnnotation)]
+    mapped_kw = [k for k, v in kwargs.items() if not isinstance(v, BaseAnnotation)]
+    lengths = {len(list(args[i])) for i in mapped} | {len(list(kwargs[k])) for k in mapped_kw}
+    if len(lengths) > 1:
+        raise ValueError(f"mapped arguments differ in length: {sorted(lengths)}")
+    n = lengths.pop() if lengths else 0
+    columns = {i: list(args[i]) for i in mapped}
+    kw_columns = {k: list(kwargs[k]) for k in mapped_kw}
+    calls = []
+    for j in range(n):
+        a = [columns[i][j] if i in columns else _unwrap(v) for i, v in enumerate(args)]
+        kw = {k: (kw_columns[k][j] if k in kw_columns else _unwrap(v)) for k, v in kwargs.items()}
+        calls.append((a, kw))
+    return calls
+
+
+def wait_all(futures: Iterable[StepFuture[Any]]) -> None:
+    """Wait for every future of either kind."""
+    from prefect.futures import PrefectFuture, wait
+
+    items = list(futures)
+    wait([f for f in items if isinstance(f, PrefectFuture)])
+    for f in items:
+        if isinstance(f, _Done):
+            f.wait()
