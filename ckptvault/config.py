@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ckptvault.errors import CkptvaultError, InvalidArgumentError
+from ckptvault.formats import LAYOUTS
 
-FORMATS = ("auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo")
 ENV_VAR = "CKPTVAULT_CONFIG"
 # "auto": each file stored as shuffle-zstd frames when a sample of it compresses (docs/FORMAT.md,
 # "Compressed files"); "off": every object is the file, byte for byte, readable by any S3 tool.
@@ -76,10 +76,17 @@ class StoreConfig(_Strict):
 class SourceConfig(_Strict):
     run: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     path: Path
-    format: Literal["auto", "hf", "dcp", "megatron", "deepspeed", "orbax", "lightning", "nemo"] = "auto"
+    format: str = "auto"  # "auto" or a name in formats.LAYOUTS, the one list of layouts
     settle_seconds: Annotated[float, Field(ge=0)] = 60
     stale_after_hours: Annotated[float, Field(gt=0)] | None = None
     compression: Compression | None = None  # None: the store's `compression`
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, v: str) -> str:
+        if v != "auto" and v not in LAYOUTS:
+            raise ValueError("Input should be " + ", ".join(repr(n) for n in ("auto", *LAYOUTS)))
+        return v
 
 
 class KeepBest(_Strict):
@@ -249,7 +256,7 @@ def _explain(err: ValidationError, origin: str) -> str:
         else:
             got = e.get("input")
             shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
-            lines.append(f"  - {where}: {e['msg']}{shown}.")
+            lines.append(f"  - {where}: {e['msg'].removeprefix('Value error, ')}{shown}.")
     return "\n".join(lines)
 
 
