@@ -37,6 +37,7 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/compression.py --json bench/results/compression.json
 
 # The store (shared with `make demo`'s when there is one), a Prefect server and a worker: infra/local/README.md.
 up: $(STAMP)

@@ -1,0 +1,133 @@
+"""`make bench` row for issue [M]: `ckptvault ingest` and `ckptvault restore` of the same mixed
+checkpoint (BF16 weights in a safetensors file + FP32 optimizer state in a torch zip, 1:4 by bytes as
+in a 70B model's checkpoint) with `[store] compression` "off" and "auto", on the same SeaweedFS,
+interleaved. Reports wall MB/s (checkpoint bytes), CPU s/GB and peak RSS of the ckptvault process
+tree (bench/run.py's `measure`), and stored / original bytes. Every restore is compared byte for byte.
+
+    .venv/bin/python bench/compression.py [--size-gib 1] [--reps 2] [--json bench/results/compression.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import os
+import shutil
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as b  # bench/run.py: servers, measure, configs
+
+MODES = ("off", "auto")
+
+
+def _bf16_safetensors(path: Path, nbytes: int) -> None:
+    """BF16 normal values (the top halves of float32s, as trained weights are), written in 64 MiB pieces."""
+    piece = 64 * b.MiB
+    n = nbytes // piece * piece or piece
+    header = {"model.weight": {"dtype": "BF16", "shape": [n // 2], "data_offsets": [0, n]}}
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    rng = np.random.default_rng(0)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for _ in range(n // piece):
+            f32 = rng.standard_normal(piece // 2, dtype=np.float32) * 0.02
+            f.write((f32.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+
+
+def write_mixed(root: Path, size: int) -> Path:
+    from ckptvault_cli.synthetic import write_checkpoint, write_torch_zip
+
+    ck = write_checkpoint(root, "hf", b.STEP, 3 * b.MiB, shards=1)
+    _bf16_safetensors(ck / "model.safetensors", size // 5)
+    write_torch_zip(ck / "optimizer.pt", size - size // 5)  # FP32 normal values, as Adam's moments
+    old = time.time() - 600  # settled: discovery would otherwise wait settle_seconds
+    for p in [*ck.rglob("*"), ck]:
+        os.utime(p, (old, old))
+    return ck
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size-gib", type=float, default=1.0)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--scratch", type=Path, default=b.BENCH / ".scratch-compression")
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    scratch: Path = args.scratch
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "logs").mkdir(parents=True)
+    size = int(args.size_gib * b.GiB)
+    server = b.Server("seaweedfs", scratch, 4 * size)
+    rows: list[dict[str, Any]] = []
+    try:
+        server.up()
+        client = b.s3_client(server)
+        client.create_bucket(Bucket=b.BUCKET)
+        src_root = scratch / "hot"
+        ck = write_mixed(src_root, size)
+        total = b.dir_bytes(ck)
+        env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
+        env.update(AWS_ACCESS_KEY_ID=b.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=b.SECRET_KEY, AWS_REGION=server.region,
+                   AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(b.REPO))  # fmt: skip
+        ckv = str(b.VENV_BIN / "ckptvault")
+        for rep in range(args.reps):
+            for mode in MODES if rep % 2 == 0 else MODES[::-1]:
+                prefix = f"{mode}-{rep}"
+                cfg = b.write_config(scratch / f"{prefix}.toml", server, prefix, src_root, f'compression = "{mode}"')
+                up = b.measure([ckv, "--config", str(cfg), "ingest"], env, scratch / "logs" / f"ingest-{prefix}.log")
+                objects = b.list_objects(client, f"{prefix}/{b.RUN}/")
+                stored = sum(o["Size"] for o in objects if not o["Key"].rpartition("/")[2].startswith("_"))
+                dest = scratch / "out" / prefix
+                cmd = [ckv, "--config", str(cfg), "restore", b.RUN, "--step", str(b.STEP), "--dest", str(dest)]
+                down = b.measure(cmd, env, scratch / "logs" / f"restore-{prefix}.log")
+                same = down["rc"] == 0 and all(
+                    filecmp.cmp(f, dest / ck.name / f.name, shallow=False) for f in ck.iterdir()
+                )
+                if not same:  # keep what says why: the scratch directory goes at the end
+                    shutil.copytree(scratch / "logs", b.BENCH / ".compression-logs", dirs_exist_ok=True)
+                rows.append({"mode": mode, "rep": rep, "ingest": up, "restore": down, "stored": stored,
+                             "bytes": total, "identical": same})  # fmt: skip
+                b.log(f"{prefix}: ingest {up['seconds']:.1f} s, restore {down['seconds']:.1f} s, "
+                      f"stored {stored / total:.3f}x, identical {same}")  # fmt: skip
+                shutil.rmtree(dest, ignore_errors=True)
+                b.delete_prefix(client, server, f"{prefix}/")
+                server.vacuum()
+    finally:
+        server.down()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(render(rows))
+    if args.json:
+        args.json.write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1))
+    return 0 if all(r["identical"] and r["ingest"]["rc"] == 0 and r["restore"]["rc"] == 0 for r in rows) else 1
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    out = [
+        "| compression | op | MB/s | CPU s/GB | peak RSS MiB | stored / original |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+    for mode in MODES:
+        mine = [r for r in rows if r["mode"] == mode]
+        for op in ("ingest", "restore"):
+            ms = [r[op] for r in mine]
+            n = mine[0]["bytes"]
+            mbs = statistics.median(n / 1e6 / m["seconds"] for m in ms)
+            cpu = statistics.median(m["cpu_seconds"] / (n / 1e9) for m in ms)
+            rss = max(m["max_rss_mib"] for m in ms)
+            ratio = statistics.median(r["stored"] / r["bytes"] for r in mine)
+            out.append(f"| {mode} | {op} | {mbs:.0f} | {cpu:.2f} | {rss:.0f} | {ratio:.3f} |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
