@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ckptvault.errors import CkptvaultError
+from ckptvault.errors import CkptvaultError, InvalidArgumentError
 
 # Called with the number of bytes just transferred; used for progress bars and artifacts.
 ProgressFn = Callable[[int], None]
@@ -140,15 +140,17 @@ class TransferConfig:
 
     def __post_init__(self) -> None:
         if self.part_size < 5 * 1024 * 1024:
-            raise ValueError(f"part_size must be at least 5 MiB (S3's minimum part), got {self.part_size}")
+            raise InvalidArgumentError(f"part_size must be at least 5 MiB (S3's minimum part), got {self.part_size}")
         if self.part_size > 5 * 1024**3:
-            raise ValueError(f"part_size must be at most 5 GiB (S3's maximum part), got {self.part_size}")
+            raise InvalidArgumentError(f"part_size must be at most 5 GiB (S3's maximum part), got {self.part_size}")
         if self.multipart_threshold < self.part_size:
-            raise ValueError("multipart_threshold must be >= part_size")
+            raise InvalidArgumentError("multipart_threshold must be >= part_size")
         if not 1 <= self.max_concurrency <= 64:
-            raise ValueError(f"max_concurrency must be between 1 and 64, got {self.max_concurrency}")
+            raise InvalidArgumentError(f"max_concurrency must be between 1 and 64, got {self.max_concurrency}")
         if self.buffer_budget and self.buffer_budget < self.part_size:
-            raise ValueError(f"buffer_budget ({self.buffer_budget}) must hold at least one part ({self.part_size})")
+            raise InvalidArgumentError(
+                f"buffer_budget ({self.buffer_budget}) must hold at least one part ({self.part_size})"
+            )
 
 
 class ObjectStore(Protocol):
