@@ -4,11 +4,11 @@
 
 Builds RUNS runs x CKPTS checkpoints x 5 events (discovered, uploaded and verified with metrics, distinct
 in every checkpoint, and a fingerprint in `detail`, transitioned, drilled) through the library's own
-`Catalog.append` (one call per run: one event file per partition) and `Catalog.compact` (one snapshot per partition),
-in the
-in-memory store of tests/unit/test_catalog_layout.py. Then times `Catalog.current()` (every run) and
-`Catalog.current(run)` (one run), REPS times each, and prints one line per measurement, then peak RSS
-(`resource.getrusage`, the whole process: the catalog built in memory included).
+`Catalog.append` (one call per run: one event file per partition) and `Catalog.compact` (one snapshot per
+partition), in the in-memory store of tests/unit/test_catalog_layout.py. Then times `Catalog.current()`
+(every run), `render_json` of it (what `ls --json` prints) and `Catalog.current(run)` (one run), REPS
+times each, and prints one line per measurement, then peak RSS (`resource.getrusage`, the whole process:
+the catalog built in memory included).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckptvault.catalog import Catalog, Event
+from ckptvault.listing import render_json
 from tests.unit.test_catalog_layout import MemStore
 
 
@@ -64,8 +65,14 @@ def main() -> None:
     n = 0
     for i in range(a.reps):
         t = time.perf_counter()
-        n = len(cat.current())
-        print(f"current() all runs, rep {i + 1}: {time.perf_counter() - t:.3f} s, {n} states")
+        states = cat.current()
+        n = len(states)
+        t_read = time.perf_counter() - t
+        t = time.perf_counter()
+        render_json(states)  # what `ls --json` prints
+        t_render = time.perf_counter() - t
+        print(f"current() all runs, rep {i + 1}: {t_read:.3f} s, {n} states; render_json {t_render:.3f} s")
+        del states
         store.got.clear()
     one = f"team/run-{a.runs // 2:04d}"
     for i in range(a.reps):

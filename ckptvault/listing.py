@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +14,9 @@ from ckptvault.catalog import CheckpointState
 
 
 def _iso(t: float | None) -> str | None:
-    return None if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # time.gmtime, not datetime: the same text (seconds floored either way), a third of the cost, and
+    # `ls --json` formats three per save
+    return None if t is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -76,7 +79,11 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
 
 
 def render_json(states: Sequence[CheckpointState]) -> str:
-    return json.dumps([as_record(s) for s in states], indent=1)
+    """One JSON list, a save per line. Not json.dumps(indent=...): with an indent the standard library
+    encodes in pure Python, 10-20 s for 200,000 saves here, where its C encoder per record takes ~1 s."""
+    if not states:
+        return "[]"
+    return "[\n" + ",\n".join(json.dumps(as_record(s)) for s in states) + "\n]"
 
 
 def render_table(states: Sequence[CheckpointState]) -> str:

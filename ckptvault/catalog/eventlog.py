@@ -10,10 +10,13 @@ racing each other all read as if the merge were atomic (docs/FORMAT.md).
 
 from __future__ import annotations
 
+import gc
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -36,6 +39,25 @@ from ckptvault.catalog.snapshot import _Snapshot, read_snapshot
 from ckptvault.store.port import NotFoundError, ObjectStore
 
 _READERS = 8
+_gc_lock = threading.Lock()
+_gc_state = {"inside": 0, "was_enabled": True}
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic GC off while any thread is inside (it is process-wide), back as it was after."""
+    with _gc_lock:
+        if _gc_state["inside"] == 0:
+            _gc_state["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _gc_state["inside"] += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_state["inside"] -= 1
+            if _gc_state["inside"] == 0 and _gc_state["was_enabled"]:
+                gc.enable()
 log = logging.getLogger("ckptvault.catalog")
 
 
@@ -164,7 +186,10 @@ class Catalog:
             with ThreadPoolExecutor(max_workers=_READERS) as pool:
                 return [s for states in pool.map(one, runs) for s in states]
 
-        got: list[CheckpointState] = self._retrying(read)
+        # Every state is a long-lived object: the cyclic GC would walk all of them again and again as
+        # they are built (none is garbage), ~a third of the read of 200,000. Paused for the read only.
+        with gc_paused():
+            got: list[CheckpointState] = self._retrying(read)
         return got
 
     def _snapshot(self, keys: Sequence[str]) -> _Snapshot | None:

@@ -1,0 +1,57 @@
+"""`ls` rendering and the catalog read's GC pause: the fast paths say exactly what the plain ones did."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from datetime import UTC, datetime
+
+from ckptvault.catalog import Event, fold
+from ckptvault.catalog.eventlog import gc_paused
+from ckptvault.listing import _iso, as_record, render_json
+
+
+def test_render_json_is_one_list_a_save_per_line_equal_to_the_records() -> None:
+    events = [
+        Event("r", 1, "uploaded", 1.7e9, bytes=5, storage_class="STANDARD", created_at=1.7e9 - 3.25),
+        Event("r", 1, "verified", 1.7e9 + 1),
+        Event("r\u00e9/\"x", 2, "discovered", 1.7e9 + 2.999),
+        Event("r", 3, "drilled", 1.7e9 + 3, ok=False),
+    ]
+    states = fold(events)
+    text = render_json(states)
+    assert json.loads(text) == [as_record(s) for s in states]
+    assert text.splitlines()[0] == "[" and text.splitlines()[-1] == "]"
+    assert len(text.splitlines()) == len(states) + 2
+    assert render_json([]) == "[]"
+    for t in (0.0, 1.7e9 + 0.999, -1.5, 4102444799.9):
+        assert _iso(t) == datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_gc_paused_nests_across_threads_and_restores_what_was_there() -> None:
+    assert gc.isenabled()
+    inside = threading.Event()
+    leave = threading.Event()
+
+    def other() -> None:
+        with gc_paused():
+            inside.set()
+            leave.wait(10)
+
+    t = threading.Thread(target=other)
+    with gc_paused():
+        t.start()
+        inside.wait(10)
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the other thread is still inside
+    leave.set()
+    t.join(10)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # off before, off after
+    finally:
+        gc.enable()
