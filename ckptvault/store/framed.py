@@ -33,9 +33,8 @@ from ckptvault.checksum import StreamHasher, crc32c_combine, from_b64, to_b64
 from ckptvault.store import download, upload
 from ckptvault.store.buffers import shared
 from ckptvault.store.errors import is_transient, translate
+from ckptvault.store.limits import MIN_PART
 from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, TransientStoreError, UploadResult
-
-MIN_PART = 5 * 1024 * 1024  # S3's smallest part but the last
 
 
 def _fixed_mmap_threshold() -> None:

@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import StoreConfig
 from ckptvault.store import lifecycle, memory_transfer
+from ckptvault.store.limits import MAX_PUT, MAX_TAGS
 from ckptvault.store.memory_multipart import Uploads, etag
 from ckptvault.store.port import (
     ARCHIVE_CLASSES,
@@ -53,8 +54,6 @@ from ckptvault.store.port import (
 )
 from ckptvault.store.s3 import transfer_config  # the [store] section's tuning, not S3's
 
-MAX_PUT = 5 * 1024**3  # S3's largest single PUT (EntityTooLarge)
-MAX_TAGS = 10
 AWS_STORAGE_CLASSES = frozenset(
     {"STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"}
 )

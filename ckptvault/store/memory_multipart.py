@@ -14,14 +14,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
+from ckptvault.store.limits import MAX_PARTS, MIN_PART
 from ckptvault.store.port import ChecksumMismatchError, NotFoundError, ObjectInfo, StoreError
 
 if TYPE_CHECKING:
     from ckptvault.store.memory import MemoryStore
 
-MIB = 1024 * 1024
-MIN_PART = 5 * MIB
-MAX_PART_NUMBER = 10_000
 
 
 def etag(data: bytes) -> str:
@@ -78,8 +76,8 @@ class Uploads:
     def upload_part(self, key: str, upload_id: str, number: int, data: bytes, crc32c: str | None = None) -> str:
         """Store part `number` (1..10,000), replacing an earlier one of that number, and return its ETag."""
         where = self._store.where(key)
-        if not 1 <= number <= MAX_PART_NUMBER:
-            raise StoreError(f"uploading {where}: part number {number} is not in 1..{MAX_PART_NUMBER}")
+        if not 1 <= number <= MAX_PARTS:
+            raise StoreError(f"uploading {where}: part number {number} is not in 1..{MAX_PARTS}")
         if crc32c is not None and from_b64(crc32c) != crc32c_update(data):
             raise ChecksumMismatchError(
                 f"uploading part {number} of {where}: the part's bytes do not match its CRC32C {crc32c} (BadDigest)"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ckptvault.errors import CkptvaultError, InvalidArgumentError
+from ckptvault.store.limits import MAX_PART, MIN_PART
 
 # Called with the number of bytes just transferred; used for progress bars and artifacts.
 ProgressFn = Callable[[int], None]
@@ -139,9 +140,9 @@ class TransferConfig:
         return self.buffer_budget or self.part_size * (self.max_concurrency + 1)
 
     def __post_init__(self) -> None:
-        if self.part_size < 5 * 1024 * 1024:
+        if self.part_size < MIN_PART:
             raise InvalidArgumentError(f"part_size must be at least 5 MiB (S3's minimum part), got {self.part_size}")
-        if self.part_size > 5 * 1024**3:
+        if self.part_size > MAX_PART:
             raise InvalidArgumentError(f"part_size must be at most 5 GiB (S3's maximum part), got {self.part_size}")
         if self.multipart_threshold < self.part_size:
             raise InvalidArgumentError("multipart_threshold must be >= part_size")

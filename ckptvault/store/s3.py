@@ -30,6 +30,7 @@ from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
 from ckptvault.store import download, lifecycle, upload
 from ckptvault.store.errors import error_code, http_status, translate
+from ckptvault.store.limits import MIB
 from ckptvault.store.port import (
     ARCHIVE_CLASSES,
     Capabilities,
@@ -49,7 +50,6 @@ from ckptvault.store.probe import detect_capabilities, kind_from_headers
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-MIB = 1024 * 1024
 PROBE_DIR = "_ckptvault_probe/"
 
 

@@ -41,6 +41,7 @@ from botocore.exceptions import ClientError
 from ckptvault.checksum import StreamHasher, crc32c_update, from_b64, to_b64
 from ckptvault.store.buffers import PartBuffers, shared
 from ckptvault.store.errors import error_code, translate
+from ckptvault.store.limits import MAX_COPY, MAX_PART, MAX_PARTS, MIB
 from ckptvault.store.port import (
     Capabilities,
     ChecksumMismatchError,
@@ -53,9 +54,6 @@ from ckptvault.store.port import (
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-MAX_PARTS = 10_000
-MAX_PART = 5 * 1024**3
-MIB = 1024 * 1024
 
 
 class BufferReader(io.RawIOBase):
@@ -362,7 +360,7 @@ def _verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: s
     return etag
 
 
-COPY_LIMIT = 5 * 1024**3  # largest object a single CopyObject may copy
+COPY_LIMIT = MAX_COPY
 COPY_PART = 512 * MIB
 
 
