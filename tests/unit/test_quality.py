@@ -363,8 +363,8 @@ assert "pandas" not in sys.modules, "pandas imported in the parent"
 
 
 def test_a_child_that_does_not_finish_is_an_error_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ckptvault.ingest import quality
-    monkeypatch.setattr(quality, "CHILD_TIMEOUT", 0.05)
+    from ckptvault.ingest import quality, quality_child
+    monkeypatch.setattr(quality_child, "CHILD_TIMEOUT", 0.05)
     run = Run()
     with pytest.raises(quality.QualityError, match=r"did not finish within 0 s.*isolate = false"):
         validate_candidate(run.next(), run.history, run.previous, ValidationRules())
@@ -385,12 +385,12 @@ def test_a_child_that_fails_is_an_error_naming_its_exit(monkeypatch: pytest.Monk
 def test_the_child_leaves_the_optional_dependencies_out_and_agrees() -> None:
     """The gate child blocks pyarrow, sqlalchemy and boto3 (~60 MiB it never needs): it says it ran lean,
     none of them got imported, and its verdicts are the in-process engine's."""
-    from ckptvault.ingest import quality
+    from ckptvault.ingest import quality_child
     run = Run()
     bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
     isolated = validate_candidate(bad, run.history, run.previous, ValidationRules())
-    assert quality.last_child["lean"] is True
-    assert quality.last_child["blocked_loaded"] == ()
+    assert quality_child.last_child["lean"] is True
+    assert quality_child.last_child["blocked_loaded"] == ()
     here = check(run, bad)
     assert [(x.rule, x.verdict) for x in isolated.results] == [(x.rule, x.verdict) for x in here.results]
 
@@ -398,26 +398,26 @@ def test_the_child_leaves_the_optional_dependencies_out_and_agrees() -> None:
 def test_a_lean_import_that_fails_starts_over_with_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """If a future GX needed a blocked module, the child must start over with the full import, not fail:
     blocking numpy (which GX needs) forces that path."""
-    from ckptvault.ingest import quality
+    from ckptvault.ingest import quality, quality_child
     monkeypatch.setenv(quality.LEAN_ENV, "numpy")
     run = Run()
     bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
     isolated = validate_candidate(bad, run.history, run.previous, ValidationRules())
-    assert quality.last_child["lean"] is False
+    assert quality_child.last_child["lean"] is False
     assert any(x.rule == "loss_finite" and x.verdict == "block" for x in isolated.results)
 
 
 def test_a_prewarmed_child_is_used_once_and_an_unused_one_is_stopped() -> None:
-    from ckptvault.ingest import quality
+    from ckptvault.ingest import quality, quality_child
     quality.prewarm()
     quality.prewarm()  # idempotent: still one child
-    assert len(quality._warm) == 1
-    warm = quality._warm[0]
+    assert len(quality_child._warm) == 1
+    warm = quality_child._warm[0]
     run = Run()
     report = validate_candidate(run.next(), run.history, run.previous, ValidationRules())
-    assert quality._warm == [] and warm.returncode == 0  # the validation took it and it answered
+    assert quality_child._warm == [] and warm.returncode == 0  # the validation took it and it answered
     assert not report.blocked
     quality.prewarm()
-    unused = quality._warm[0]
+    unused = quality_child._warm[0]
     quality.discard_prewarmed()
-    assert quality._warm == [] and unused.returncode is not None
+    assert quality_child._warm == [] and unused.returncode is not None
