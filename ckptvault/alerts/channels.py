@@ -30,7 +30,7 @@ from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryInterv
 from slack_sdk.web import WebClient
 from slack_sdk.webhook import WebhookClient
 
-from ckptvault.alerts.kinds import Alert, escape
+from ckptvault.alerts.alert import Alert, escape
 from ckptvault.alerts.watch import AlertState
 from ckptvault.config import NotifyConfig
 from ckptvault.errors import InvalidArgumentError

@@ -26,8 +26,8 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.channels import SENT_RETENTION_SECONDS, build_notifier
-from ckptvault.alerts.kinds import Alert
 from ckptvault.alerts.watch import AlertState, forget_sent_before, merge_states
 from ckptvault.config import Config
 from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, StoreError

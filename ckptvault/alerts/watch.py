@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ckptvault.alerts.kinds import Alert, budget_exceeded, run_recovered, run_stale
+from ckptvault.alerts.alert import Alert
+from ckptvault.alerts.messages_health import budget_exceeded, run_recovered, run_stale
 from ckptvault.errors import InvalidArgumentError
 
 SCHEMA = "ckptvault.alerts/1"

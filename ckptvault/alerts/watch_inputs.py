@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.watch import AlertState, budget_alert, stale_runs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import SourceConfig

@@ -7,7 +7,7 @@ from typing import Any
 
 from prefect.runtime import flow_run
 
-from ckptvault.alerts.kinds import Alert
+from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import send_alerts
 from ckptvault.alerts.watch import AlertState
 from ckptvault.config import Config

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import itertools
 
+from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.channels import DedupNotifier
-from ckptvault.alerts.kinds import Alert
 from ckptvault.alerts.watch import AlertState, Episode, forget_sent_before, merge_episodes, merge_states, stale_runs
 
 H = 3600.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.channels import DedupNotifier
-from ckptvault.alerts.kinds import Alert
 from ckptvault.alerts.watch import AlertState, Episode, budget_alert, stale_runs
 
 H = 3600.0

@@ -1,0 +1,202 @@
+"""Messages of the lifecycle stages: ingest, validation, drills, tiering, eviction, restore.
+
+One builder per kind; see ckptvault/alerts/alert.py for whom the wording is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ckptvault.alerts.alert import ALL_RUNS, Alert
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB"
+
+
+def ingest_failed(run: str, step: int, error: str, attempts: int, flow_run_url: str | None = None) -> Alert:
+    return Alert(
+        kind="ingest_failed",
+        run=run,
+        step=step,
+        summary=f"Upload of {run} step {step} failed after {attempts} attempts; it is NOT in the store",
+        details=[f"Last error: {error}"],
+        next_step=(
+            "The local checkpoint is untouched; do not delete it. Fix the cause above (store reachable? "
+            "credentials? disk?), then run `ckptvault ingest` again: files already uploaded are skipped."
+        ),
+        severity="error",
+        flow_run_url=flow_run_url,
+        reason=f"step={step}",
+    )
+
+
+def validation_blocked(run: str, step: int, problems: Sequence[str], flow_run_url: str | None = None) -> Alert:
+    return Alert(
+        kind="validation_blocked",
+        run=run,
+        step=step,
+        summary=f"Checkpoint {run} step {step} was quarantined: validation blocked it",
+        details=list(problems),
+        next_step=(
+            "Look at the training job first: the failed checks above often mean a crash mid-save or a "
+            "diverging loss. If the checkpoint is fine, relax that rule in [validation] and run "
+            "`ckptvault ingest` again."
+        ),
+        severity="error",
+        flow_run_url=flow_run_url,
+        reason=f"step={step}",
+    )
+
+
+def validation_warned(run: str, step: int, problems: Sequence[str], flow_run_url: str | None = None) -> Alert:
+    return Alert(
+        kind="validation_warned",
+        run=run,
+        step=step,
+        summary=f"Checkpoint {run} step {step} was uploaded with validation warnings",
+        details=list(problems),
+        next_step="No action needed tonight. Check the warnings above against the training job tomorrow.",
+        severity="warning",
+        flow_run_url=flow_run_url,
+        reason=f"step={step}",
+    )
+
+
+def drill_failed(run: str, step: int, problems: Sequence[str], flow_run_url: str | None = None) -> Alert:
+    return Alert(
+        kind="drill_failed",
+        run=run,
+        step=step,
+        summary=f"Restore drill FAILED for {run} step {step}: the stored copy could not be restored intact",
+        details=list(problems),
+        next_step=(
+            "Treat this stored checkpoint as unusable. Keep the local copy if it still exists, and "
+            "run `ckptvault drill` again to tell a one-off from a damaged object before re-uploading."
+        ),
+        severity="error",
+        flow_run_url=flow_run_url,
+        reason=f"step={step}",
+    )
+
+
+def drill_digest(
+    passed: Sequence[tuple[str, int]],
+    failed: Sequence[tuple[str, int]],
+    flow_run_url: str | None = None,
+) -> Alert:
+    total = len(passed) + len(failed)
+    bad = bool(failed)
+    tail = f", {len(failed)} FAILED" if bad else ""
+    return Alert(
+        kind="drill_digest",
+        run=ALL_RUNS,
+        step=None,
+        summary=f"Restore drills: {len(passed)} of {total} passed{tail}",
+        details=[f"FAILED: {r} step {s}" for r, s in failed] + [f"ok: {r} step {s}" for r, s in passed],
+        next_step=(
+            "Each failure was alerted on its own: start there."
+            if bad
+            else "Nothing to do: every sampled checkpoint restored and matched its checksums."
+        ),
+        severity="warning" if bad else "info",
+        flow_run_url=flow_run_url,
+        reason="failed" if bad else "passed",
+    )
+
+
+def tier_applied(
+    run: str,
+    moved: Mapping[str, int],
+    bytes_moved: int,
+    saved_usd_per_month: float,
+    flow_run_url: str | None = None,
+    scheduled: Mapping[str, int] | None = None,
+) -> Alert:
+    """`moved`: checkpoints moved per target tier, e.g. {"cold": 3, "expired": 1}; `scheduled`: per
+    tier, those left to the bucket lifecycle (tagged, moved from the rule's date)."""
+    n = sum(moved.values())
+    later = dict(scheduled or {})
+    k = sum(later.values())
+    what = f"{n} checkpoints moved" + (f", {k} scheduled to move by the bucket lifecycle" if k else "")
+    return Alert(
+        kind="tier_applied",
+        run=run,
+        step=None,
+        summary=f"Tier plan applied to {run}: {what} ({_gb(bytes_moved)}), saving ${saved_usd_per_month:,.2f}/month",
+        details=[f"{tier}: {count}" for tier, count in sorted(moved.items())]
+        + [f"{tier}: {count} (scheduled)" for tier, count in sorted(later.items())],
+        next_step="Nothing to do. Restoring from cold or archive tiers takes longer; plan restores ahead.",
+        severity="info",
+        flow_run_url=flow_run_url,
+        reason=f"n={n},bytes={bytes_moved}" + (f",scheduled={k}" if k else ""),
+    )
+
+
+def evict_skipped(
+    run: str,
+    step: int,
+    save: int,
+    local: Sequence[str],
+    store: Sequence[str],
+    flow_run_url: str | None = None,
+) -> Alert:
+    """The tier run did not delete a local copy: re-checked before deleting, it (`local`) or the stored
+    copy (`store`) no longer matched the manifest. Each item names a file and what differs."""
+    broken_store = bool(store)
+    why = "the stored copy is incomplete or changed" if broken_store else "the local files changed after upload"
+    if broken_store:
+        next_step = (
+            "Keep the local copy: it may now be the only intact one. Find out who deleted or overwrote the "
+            f"objects above behind ckptvault (versioning, another tool); `ckptvault restore {run} --step "
+            f"{step} --save {save} --dest /scratch/check` shows whether the stored copy still restores. "
+            "Every tier run checks again and evicts nothing until the store holds it all."
+        )
+    else:
+        next_step = (
+            "Nothing was deleted. Check what rewrote these files (a restarted job saving this step again?); "
+            "the next `ckptvault ingest` uploads a rewritten step as a new save, and this save's local copy "
+            "is then no longer its to evict. Every tier run checks again; nothing is lost meanwhile."
+        )
+    return Alert(
+        kind="evict_skipped",
+        run=run,
+        step=step,
+        summary=f"Local copy of {run} step {step} save {save} was NOT evicted: {why}",
+        details=[f"store: {m}" for m in store] + [f"local: {m}" for m in local],
+        next_step=next_step,
+        severity="error" if broken_store else "warning",
+        flow_run_url=flow_run_url,
+        reason=f"step={step},save={save},{'store' if broken_store else 'local'}",
+    )
+
+
+def restore_completed(run: str, step: int, destination: str, seconds: float, flow_run_url: str | None = None) -> Alert:
+    return Alert(
+        kind="restore_completed",
+        run=run,
+        step=step,
+        summary=f"Restore of {run} step {step} finished in {seconds:,.0f} s; checksums verified",
+        details=[f"Restored to: {destination}"],
+        next_step="Resume training from the path above.",
+        severity="info",
+        flow_run_url=flow_run_url,
+        reason=f"step={step},to={destination}",
+    )
+
+
+def restore_failed(run: str, step: int, error: str, flow_run_url: str | None = None) -> Alert:
+    return Alert(
+        kind="restore_failed",
+        run=run,
+        step=step,
+        summary=f"Restore of {run} step {step} FAILED",
+        details=[f"Error: {error}"],
+        next_step=(
+            "If the error says the object is archived, the thaw is still running: rerun the same "
+            f"`ckptvault restore` later. Otherwise restore an earlier step (`ckptvault ls --run {run}`)."
+        ),
+        severity="error",
+        flow_run_url=flow_run_url,
+        reason=f"step={step}",
+    )
