@@ -16,7 +16,8 @@ from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
 from ckptvault.events import verified as verified_event
 from ckptvault.ingest.steps import commit_manifest, find_checkpoints, plan_upload, upload_one
-from ckptvault.restore.steps import download_one, load_manifest, plan_objects
+from ckptvault.restore.plan import load_manifest, plan_objects
+from ckptvault.restore.steps import download_one
 from ckptvault.store import open_store
 
 INGEST_FILES_AT_ONCE = 2  # ckptvault_prefect/flows/ingest.py: ThreadPoolTaskRunner(max_workers=2)

@@ -22,7 +22,7 @@ from ckptvault import events, humanize
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
 from ckptvault.progress import ProgressBar
-from ckptvault.restore.steps import RestoreError
+from ckptvault.restore.resolve import RestoreError
 from ckptvault.tiering.cost import load_prices
 from ckptvault_prefect.flows.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (

@@ -9,7 +9,7 @@ from prefect.artifacts import create_markdown_artifact
 from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
 from ckptvault.config import Config, load_config
 from ckptvault.manifest import Manifest
-from ckptvault.restore import steps as restore_lib
+from ckptvault.restore.plan import load_manifest
 from ckptvault.store import ObjectStore, open_store
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
@@ -43,7 +43,7 @@ def compact_catalog_task(catalog: Catalog, older_than: float, runs: Sequence[str
 
 @io_task("load-manifest")
 def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> Manifest:
-    return restore_lib.load_manifest(store, prefix, run, step, save)
+    return load_manifest(store, prefix, run, step, save)
 
 
 @local_task("publish-markdown", record_only=True)

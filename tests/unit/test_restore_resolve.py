@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ckptvault.catalog import CheckpointState, Event, fold
-from ckptvault.restore.steps import RestoreError, parse_step, resolve
+from ckptvault.restore.resolve import RestoreError, parse_step, resolve
 
 
 def life(*events: Event) -> list[CheckpointState]:
@@ -85,7 +85,7 @@ def test_parse_step() -> None:
 
 
 def test_throughput_is_the_newest_large_restore_or_passing_drill() -> None:
-    from ckptvault.restore.steps import restore_throughput
+    from ckptvault.restore.estimate import restore_throughput
 
     def ev(kind: str, at: float, mib_s: float, nbytes: int, ok: bool | None = None) -> Event:
         return Event("r", 1, kind, at, ok=ok, detail=json.dumps({"mib_per_s": mib_s, "bytes": nbytes}))
@@ -100,7 +100,8 @@ def test_throughput_is_the_newest_large_restore_or_passing_drill() -> None:
 
 def test_the_estimate_says_bytes_classes_thaw_download_and_cost() -> None:
     from ckptvault.manifest import FileEntry, Manifest
-    from ckptvault.restore.steps import ObjectPlan, estimate
+    from ckptvault.restore.estimate import estimate
+    from ckptvault.restore.plan import ObjectPlan
     from ckptvault.tiering.cost import load_prices
 
     gib = 2**30
