@@ -30,11 +30,12 @@ from typing import Any
 
 from ckptvault import codec
 from ckptvault.checksum import StreamHasher, crc32c_combine, from_b64, to_b64
-from ckptvault.store import download, upload
+from ckptvault.store import download, multipart
 from ckptvault.store.buffers import shared
 from ckptvault.store.errors import is_transient, translate
 from ckptvault.store.limits import MIN_PART
 from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, TransientStoreError, UploadResult
+from ckptvault.store.upload_request import UploadRequest, check_unchanged, part_size_for, tagging, verify
 
 
 def _fixed_mmap_threshold() -> None:
@@ -69,7 +70,7 @@ def _encode(data: bytes, typesize: int, crc: int, index: int, path: object) -> b
     return stored
 
 
-def upload_framed(req: upload.UploadRequest, typesize: int) -> UploadResult:
+def upload_framed(req: UploadRequest, typesize: int) -> UploadResult:
     """Upload `req.path` encoded with `typesize`; the result's size and crc32c are the original's."""
     if typesize not in (1, 2, 4, 8):
         raise StoreError(f"{req.path}: typesize {typesize} is not one of 1, 2, 4, 8")
@@ -80,16 +81,16 @@ def upload_framed(req: upload.UploadRequest, typesize: int) -> UploadResult:
         return _upload(req, f, before, typesize)
 
 
-def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize: int) -> UploadResult:
+def _upload(req: UploadRequest, f: Any, before: os.stat_result, typesize: int) -> UploadResult:
     size = before.st_size
     nframes = -(-size // codec.FRAME_SIZE)
     # A part is flushed once the next frame might not fit, so it holds at least `least` stored bytes:
     # sized for S3's 10,000 parts even if nothing compresses, and never under S3's 5 MiB minimum.
-    least = max(MIN_PART, upload.part_size_for(size + nframes * codec.MAX_OVERHEAD, req.transfer.part_size))
+    least = max(MIN_PART, part_size_for(size + nframes * codec.MAX_OVERHEAD, req.transfer.part_size))
     worst_frame = codec.FRAME_SIZE + codec.MAX_OVERHEAD
     capacity = max(least + worst_frame, req.transfer.part_size)
     caps = req.caps
-    create: dict[str, Any] = {**req.put_args, **upload._tagging(req.tags)}
+    create: dict[str, Any] = {**req.put_args, **tagging(req.tags)}
     if caps.checksums_validated:
         create["ChecksumAlgorithm"] = "CRC32C"
         if caps.full_object_checksums:
@@ -104,7 +105,7 @@ def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize:
     stored_hash = StreamHasher()
     frames: list[codec.Frame] = []
     limit = req.transfer.max_concurrency + 1
-    st = upload._Parts(limit, capacity, shared(req.transfer.budget))
+    st = multipart.Parts(limit, capacity, shared(req.transfer.budget))
     senders = ThreadPoolExecutor(req.transfer.max_concurrency, thread_name_prefix="ckptvault-upload")
     workers = encoder_threads()
     encoders = ThreadPoolExecutor(workers, thread_name_prefix="ckptvault-encode")
@@ -123,7 +124,7 @@ def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize:
             part_crc = stored_hash.update(view)
             # progress counts original bytes, as the caller's total does, once the part is up
             part_req = dataclasses.replace(req, progress=_report(req, covered))
-            sent.append(senders.submit(upload._upload_part, part_req, st, upload_id, nparts, buf, view, part_crc))
+            sent.append(senders.submit(multipart.upload_part, part_req, st, upload_id, nparts, buf, view, part_crc))
             buf, fill, covered = None, 0, 0
 
         def place(fut: Future[bytes], n: int, crc: int) -> None:
@@ -157,22 +158,22 @@ def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize:
             flush()
         for s in sent:
             s.result()
-        upload._check_unchanged(f, before, req.path)
+        check_unchanged(f, before, req.path)
         stored_crc = stored_hash.crc32c_b64
-        composite = upload._complete(req, upload_id, st, nparts, stored_crc)
+        composite = multipart.complete(req, upload_id, st, nparts, stored_crc)
     except BaseException:
         st.failed.set()
         encoders.shutdown(wait=True, cancel_futures=True)
         senders.shutdown(wait=True, cancel_futures=True)
-        upload._abort(req, upload_id)
+        multipart.abort(req, upload_id)
         raise
     finally:
         encoders.shutdown(wait=True)
         senders.shutdown(wait=True)
     if req.tags:
-        upload._retag(req)
+        multipart.retag(req)
     stored_size = stored_hash.size
-    etag = upload._verify(req, size=stored_size, parts=nparts, crc=stored_crc, composite=composite)
+    etag = verify(req, size=stored_size, parts=nparts, crc=stored_crc, composite=composite)
     return UploadResult(
         req.key,
         size,
@@ -189,14 +190,14 @@ def _upload(req: upload.UploadRequest, f: Any, before: os.stat_result, typesize:
     )
 
 
-def _report(req: upload.UploadRequest, original: int) -> ProgressFn | None:
+def _report(req: UploadRequest, original: int) -> ProgressFn | None:
     progress = req.progress
     if progress is None:
         return None
     return lambda _stored: progress(original)
 
 
-def upload_read(f: Any, n: int, req: upload.UploadRequest) -> bytes:
+def upload_read(f: Any, n: int, req: UploadRequest) -> bytes:
     data = codec._read_full(f, n)
     if len(data) != n:
         raise StoreError(f"{req.path} shrank while it was being uploaded; not uploading a torn copy. Retry later")

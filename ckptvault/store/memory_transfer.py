@@ -28,7 +28,7 @@ from ckptvault.store.port import (
     TransientStoreError,
     UploadResult,
 )
-from ckptvault.store.upload import part_size_for
+from ckptvault.store.upload_request import part_size_for
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

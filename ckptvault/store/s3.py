@@ -46,6 +46,7 @@ from ckptvault.store.port import (
     UploadResult,
 )
 from ckptvault.store.probe import detect_capabilities, kind_from_headers
+from ckptvault.store.upload_request import UploadRequest
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -337,7 +338,7 @@ class S3Store:
         progress: ProgressFn | None = None,
         typesize: int | None = None,
     ) -> UploadResult:
-        req = upload.UploadRequest(
+        req = UploadRequest(
             client=self.client,
             bucket=self.bucket,
             key=key,

@@ -1,0 +1,177 @@
+"""Multipart upload of one file: the reading thread fills part buffers and hashes them in file order,
+a thread pool sends them (UploadPart), and CompleteMultipartUpload carries the whole-file or the
+composite CRC32C where the server checks it (ckptvault/store/upload.py says which and why). The
+framed upload (store/framed.py) sends its parts through the same pieces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import IO, Any, cast
+
+from ckptvault.checksum import StreamHasher, crc32c_update, from_b64, to_b64
+from ckptvault.store.buffers import PartBuffers, shared
+from ckptvault.store.errors import translate
+from ckptvault.store.port import ChecksumMismatchError, UploadResult
+from ckptvault.store.upload_request import (
+    BufferReader,
+    UploadRequest,
+    check_unchanged,
+    part_size_for,
+    read_exactly,
+    tagging,
+    verify,
+)
+
+
+class Parts:
+    """Bookkeeping shared by the reader and the part workers of one file. Buffers come from the
+    process-wide pool (store/buffers.py); at most `limit` of them per file, so one big file cannot
+    starve the others of the budget."""
+
+    def __init__(self, limit: int, part_size: int, pool: PartBuffers) -> None:
+        self.part_size = part_size
+        self.pool = pool
+        self.slots = threading.Semaphore(limit)
+        self.failed = threading.Event()
+        self.done: dict[int, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+
+    def take(self) -> mmap.mmap:
+        self.slots.acquire()  # blocks while this file has `limit` parts in flight
+        try:
+            return self.pool.take(self.part_size)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def give(self, buf: mmap.mmap) -> None:
+        self.pool.give(buf)
+        self.slots.release()
+
+
+def upload_multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadResult:
+    size = before.st_size
+    part_size = part_size_for(size, req.transfer.part_size)
+    nparts = -(-size // part_size)
+    caps = req.caps
+    create: dict[str, Any] = {**req.put_args, **tagging(req.tags)}
+    if caps.checksums_validated:
+        create["ChecksumAlgorithm"] = "CRC32C"
+        if caps.full_object_checksums:
+            create["ChecksumType"] = "FULL_OBJECT"
+    try:
+        upload_id = req.client.create_multipart_upload(Bucket=req.bucket, Key=req.key, **create)["UploadId"]
+    except Exception as e:
+        raise translate(e, op="starting the upload of", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+
+    hasher = StreamHasher(sha256=req.sha256)
+    st = Parts(min(nparts, req.transfer.max_concurrency + 1), part_size, shared(req.transfer.budget))
+    futures: list[Future[None]] = []
+    pool = ThreadPoolExecutor(req.transfer.max_concurrency, thread_name_prefix="ckptvault-upload")
+    try:
+        for i in range(nparts):
+            buf = st.take()
+            if st.failed.is_set():
+                st.give(buf)
+                break
+            want = min(part_size, size - i * part_size)
+            view = memoryview(buf)[:want]
+            read_exactly(f, view, req.path)
+            part_crc = hasher.update(view)
+            futures.append(pool.submit(upload_part, req, st, upload_id, i + 1, buf, view, part_crc))
+        for fut in futures:
+            fut.result()  # re-raises the first part failure
+        check_unchanged(f, before, req.path)
+        whole = hasher.crc32c_b64
+        composite = complete(req, upload_id, st, nparts, whole)
+    except BaseException:
+        st.failed.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        abort(req, upload_id)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    if req.tags:
+        retag(req)
+    etag = verify(req, size=size, parts=nparts, crc=whole, composite=composite)
+    return UploadResult(req.key, size, whole, hasher.sha256_hex, etag, nparts, caps.checksums_validated)
+
+
+def upload_part(
+    req: UploadRequest, st: Parts, upload_id: str, number: int, buf: mmap.mmap, view: memoryview, crc: int
+) -> None:
+    try:
+        if st.failed.is_set():
+            return
+        extra: dict[str, Any] = {"ChecksumCRC32C": to_b64(crc)} if req.caps.checksums_validated else {}
+        try:
+            resp = req.client.upload_part(
+                Bucket=req.bucket,
+                Key=req.key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=cast(IO[bytes], BufferReader(view)),
+                ContentLength=len(view),
+                **extra,
+            )
+        except Exception as e:
+            raise translate(
+                e, op=f"uploading part {number} of", bucket=req.bucket, key=req.key, endpoint=req.endpoint
+            ) from e
+        echoed = resp.get("ChecksumCRC32C")
+        if extra and echoed and echoed != extra["ChecksumCRC32C"]:
+            raise ChecksumMismatchError(
+                f"s3://{req.bucket}/{req.key} part {number}: server stored CRC32C {echoed}, we sent {to_b64(crc)}"
+            )
+        entry: dict[str, Any] = {"PartNumber": number, "ETag": resp["ETag"], **extra}
+        with st.lock:
+            st.done[number] = entry
+        if req.progress:
+            req.progress(len(view))
+    except BaseException:
+        st.failed.set()
+        raise
+    finally:
+        view.release()
+        st.give(buf)
+
+
+def complete(req: UploadRequest, upload_id: str, st: Parts, nparts: int, whole: str) -> str | None:
+    parts: Any = [st.done[n] for n in range(1, nparts + 1)]
+    extra: dict[str, Any] = {}
+    composite = None
+    if req.caps.checksums_validated:
+        if req.caps.full_object_checksums:
+            extra = {"ChecksumCRC32C": whole, "ChecksumType": "FULL_OBJECT"}
+        else:
+            # S3's composite checksum: CRC32C over the concatenated raw part CRCs, suffixed "-N".
+            raw = b"".join(from_b64(p["ChecksumCRC32C"]).to_bytes(4, "big") for p in parts)
+            composite = f"{to_b64(crc32c_update(raw))}-{nparts}"
+    try:
+        req.client.complete_multipart_upload(
+            Bucket=req.bucket, Key=req.key, UploadId=upload_id, MultipartUpload={"Parts": parts}, **extra
+        )
+    except Exception as e:
+        raise translate(e, op="completing the upload of", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+    return composite
+
+
+def retag(req: UploadRequest) -> None:
+    # Ceph RGW 16.2 drops the Tagging header of CreateMultipartUpload; one PutObjectTagging per
+    # multipart object (each is >= one part, tens of MB) is cheap and makes tags uniform everywhere.
+    tagset: Any = [{"Key": k, "Value": v} for k, v in (req.tags or {}).items()]
+    try:
+        req.client.put_object_tagging(Bucket=req.bucket, Key=req.key, Tagging={"TagSet": tagset})
+    except Exception as e:
+        raise translate(e, op="tagging", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+
+
+def abort(req: UploadRequest, upload_id: str) -> None:
+    with contextlib.suppress(Exception):  # best effort: the abort-incomplete-MPU lifecycle rule is the backstop
+        req.client.abort_multipart_upload(Bucket=req.bucket, Key=req.key, UploadId=upload_id)

@@ -1,0 +1,131 @@
+"""What every upload of one file shares, single PUT or multipart, raw or framed: the request, a
+part's bytes as a file botocore can rewind, the part size, and the checks around the bytes (the file
+did not change while read, and one HEAD says the server holds what we sent). Why the CRC32C goes where
+it does: ckptvault/store/upload.py.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ckptvault.store.errors import translate
+from ckptvault.store.limits import MAX_PART, MAX_PARTS, MIB
+from ckptvault.store.port import Capabilities, ChecksumMismatchError, ProgressFn, StoreError, TransferConfig
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+class BufferReader(io.RawIOBase):
+    """A seekable file over a memoryview, so botocore can stream (and on retry rewind) a part
+    without copying it into a bytes object."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__()
+        self._view = view
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self._view) - self._pos)
+        b[:n] = self._view[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        end = len(self._view) if size is None or size < 0 else min(len(self._view), self._pos + size)
+        out = bytes(self._view[self._pos : end])
+        self._pos = max(self._pos, end)
+        return out
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: len(self._view)}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+
+@dataclass(frozen=True)
+class UploadRequest:
+    client: S3Client
+    bucket: str
+    key: str
+    path: Path
+    transfer: TransferConfig
+    caps: Capabilities
+    put_args: Mapping[str, Any]  # SSE and ContentType, passed to PutObject / CreateMultipartUpload
+    tags: Mapping[str, str] | None
+    sha256: bool
+    progress: ProgressFn | None
+    endpoint: str | None
+
+
+def part_size_for(size: int, configured: int) -> int:
+    """The configured part size, grown (in whole MiB) where a file would need more than 10,000 parts."""
+    need = -(-size // MAX_PARTS)
+    part = max(configured, -(-need // MIB) * MIB)
+    if part > MAX_PART:
+        raise StoreError(f"a file of {size} bytes exceeds S3's limit of {MAX_PARTS} parts of 5 GiB")
+    return part
+
+
+def tagging(tags: Mapping[str, str] | None) -> dict[str, Any]:
+    # %20, not "+", for spaces: Ceph RGW takes "+" literally.
+    return {"Tagging": urllib.parse.urlencode(dict(tags), quote_via=urllib.parse.quote)} if tags else {}
+
+
+def read_exactly(f: io.FileIO, view: memoryview, path: Path) -> None:
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise StoreError(f"{path} shrank while it was being uploaded (got {got} of {len(view)} bytes)")
+        got += n
+
+
+def check_unchanged(f: io.FileIO, before: os.stat_result, path: Path) -> None:
+    after = os.fstat(f.fileno())
+    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        raise StoreError(f"{path} changed while it was being uploaded; not uploading a torn copy. Retry later")
+
+
+def verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: str | None) -> str:
+    """HEAD the new object and compare what the server reports with what we read and sent."""
+    try:
+        head = req.client.head_object(Bucket=req.bucket, Key=req.key, ChecksumMode="ENABLED")
+    except Exception as e:
+        raise translate(e, op="verifying the upload of", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+    where = f"s3://{req.bucket}/{req.key}"
+    etag = str(head.get("ETag", ""))
+    problems = []
+    if head["ContentLength"] != size:
+        problems.append(f"size {head['ContentLength']} != {size} bytes read")
+    suffix = etag.strip('"').rpartition("-")[2]
+    if parts and "-" in etag and suffix.isdigit() and int(suffix) != parts:
+        problems.append(f"ETag says {suffix} parts, we uploaded {parts}")
+    if not parts and head.get("Metadata", {}).get("crc32c", crc) != crc:
+        problems.append(f"metadata crc32c {head['Metadata']['crc32c']} != {crc}")
+    server = head.get("ChecksumCRC32C")
+    if server and req.caps.checksums_validated:
+        expected = composite if (composite and "-" in server) else crc
+        if server != expected:
+            problems.append(f"server CRC32C {server} != {expected}")
+    if problems:
+        raise ChecksumMismatchError(f"{where}: the uploaded object does not match {req.path}: " + "; ".join(problems))
+    return etag
