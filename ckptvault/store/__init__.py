@@ -22,7 +22,8 @@ from ckptvault.store.port import (
     TransientStoreError,
     UploadResult,
 )
-from ckptvault.store.s3 import S3Store, ensure_bucket, open_store, transfer_config
+from ckptvault.store.s3 import S3Store, ensure_bucket, open_store
+from ckptvault.store.s3_client import transfer_config
 
 __all__ = [
     "ABORT_MPU_RULE_NAME",

@@ -52,7 +52,7 @@ from ckptvault.store.port import (
     TransferConfig,
     UploadResult,
 )
-from ckptvault.store.s3 import transfer_config  # the [store] section's tuning, not S3's
+from ckptvault.store.s3_client import transfer_config  # the [store] section's tuning, not S3's
 
 AWS_STORAGE_CLASSES = frozenset(
     {"STANDARD", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER_IR", "GLACIER", "DEEP_ARCHIVE"}

@@ -1,39 +1,24 @@
 """The S3 adapter: `ObjectStore` on boto3, for AWS S3 and S3-compatible servers (Ceph RGW,
-SeaweedFS, MinIO, moto).
-
-Client settings and why:
-- request_checksum_calculation / response_checksum_validation = "when_required": boto3 >= 1.36
-  otherwise sends aws-chunked CRC trailers that several servers reject (Ceph Pacific over HTTPS).
-  We send our own precomputed x-amz-checksum-crc32c where the server validates it (no awscrt needed).
-- standard retry mode, 5 attempts: botocore retries throttling, 5xx and connection errors itself.
-- payload signing per [store] sign_payload (signs_payload): by default bodies are hashed into the
-  signature over plain HTTP only, as the AWS SDKs do.
-- path-style addressing with a custom endpoint: local and on-prem servers rarely have wildcard DNS.
-- credentials from boto3's standard chain only (environment, profile, role); never from our config.
+SeaweedFS, MinIO, moto). The client, its settings and the probe of the server are
+ckptvault/store/s3_client.py; the transfers are upload.py, download.py and framed.py.
 """
 
 from __future__ import annotations
 
-import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-import boto3
-import botocore.session
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
 from ckptvault.store import download, lifecycle, upload
 from ckptvault.store.errors import error_code, http_status, translate
-from ckptvault.store.limits import MIB
 from ckptvault.store.port import (
     ARCHIVE_CLASSES,
-    Capabilities,
     ChecksumMismatchError,
     LifecycleRules,
     NotFoundError,
@@ -42,191 +27,14 @@ from ckptvault.store.port import (
     ProgressFn,
     RestoreState,
     StoreError,
-    TransferConfig,
     UploadResult,
 )
-from ckptvault.store.probe import detect_capabilities, kind_from_headers
+from ckptvault.store.s3_client import S3Connection
 from ckptvault.store.upload_request import UploadRequest
 
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
 
-PROBE_DIR = "_ckptvault_probe/"
-
-
-def transfer_config(cfg: StoreConfig) -> TransferConfig:
-    part = cfg.part_size_mb * MIB
-    # Single PUT up to one part; anything bigger streams as multipart.
-    budget = cfg.buffer_mb * MIB if cfg.buffer_mb else 0
-    return TransferConfig(
-        part_size=part, multipart_threshold=part, max_concurrency=cfg.max_concurrency, buffer_budget=budget
-    )
-
-
-def make_client(
-    cfg: StoreConfig,
-    max_pool: int,
-    *,
-    attempts: int = 5,
-    connect_timeout: float = 10,
-    sign_payload: bool | None = None,
-) -> S3Client:
-    """A client for `cfg`; `sign_payload` None follows [store] sign_payload (signs_payload)."""
-    signed = signs_payload(cfg) if sign_payload is None else sign_payload
-    botocfg = BotoConfig(
-        region_name=cfg.region,
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-        retries={"mode": "standard", "max_attempts": attempts},
-        max_pool_connections=max_pool,
-        connect_timeout=connect_timeout,
-        read_timeout=120,
-        s3={
-            "payload_signing_enabled": signed,
-            **({"addressing_style": "path"} if cfg.endpoint_url else {}),
-        },
-    )
-    verify: bool | str = cfg.ca_bundle if cfg.ca_bundle else cfg.verify_tls
-    # A fresh session per client, so each resolves credentials anew (tests and long-lived workers
-    # change them), sharing one loader: loading and parsing S3's service model is most of the ~60 ms a
-    # new session costs, and a CLI run makes four clients. A botocore session, not a boto3 one: boto3's
-    # appends its resource path to the loader's search path on every construction, and a client needs
-    # nothing boto3 adds (we use neither its resources nor its transfer methods).
-    session = botocore.session.Session()
-    session.register_component("data_loader", _shared_loader())
-    client = session.create_client("s3", endpoint_url=cfg.endpoint_url, verify=verify, config=botocfg)
-    return cast("S3Client", client)  # the same class boto3.client("s3") builds, minus boto3's add-ons
-
-
-def signs_payload(cfg: StoreConfig) -> bool:
-    """Whether request bodies are SHA-256 hashed into their signatures ([store] sign_payload).
-
-    botocore decides this itself only when a Content-MD5 or a checksum it computed is present, and
-    we send our own precomputed CRC32C: left alone, it would hash every byte even over TLS (~0.7 CPU
-    s/GB in `make bench`, one more pass over each part). "auto" follows the AWS SDKs' rule: unsigned over HTTPS,
-    signed over plain HTTP. No endpoint means AWS, over HTTPS."""
-    if cfg.sign_payload != "auto":
-        return cfg.sign_payload == "always"
-    return urllib.parse.urlsplit(cfg.endpoint_url or "https://s3.amazonaws.com").scheme != "https"
-
-
-_loader: Any = None
-_loader_lock = threading.Lock()
-
-
-def _shared_loader() -> Any:
-    global _loader
-    with _loader_lock:
-        if _loader is None:
-            _loader = botocore.session.Session().get_component("data_loader")
-        return _loader
-
-
-class S3Store:
+class S3Store(S3Connection):
     """One bucket of an S3-like store (see ckptvault.store.port.ObjectStore for the contract)."""
-
-    def __init__(
-        self, cfg: StoreConfig, *, transfer: TransferConfig | None = None, client: S3Client | None = None
-    ) -> None:
-        self.cfg = cfg
-        self.bucket = cfg.bucket
-        self.transfer = transfer or transfer_config(cfg)
-        self.endpoint = cfg.endpoint_url
-        # Flows move up to 4 files at once, each with max_concurrency part requests, and downloads pool
-        # their ranges (download_connections): a smaller connection pool would drop and reopen
-        # connections under load.
-        self.client: S3Client = client or make_client(cfg, self.download_connections + 2)
-        self._signing: S3Client | None = None
-        self._caps: Capabilities | None = None
-        self._caps_lock = threading.Lock()
-        self._kind: str | None = None if cfg.kind == "auto" else cfg.kind
-
-    # -- pickling: a store crosses process boundaries (Dask worker processes) as its configuration --
-    # A boto3 client cannot be pickled (SSLContext, dynamically created classes), nor can a lock. We
-    # send the configuration and what was already learnt (capabilities, server kind) so the receiving
-    # process neither re-probes the server nor shares a connection pool; it builds its own client.
-    # A client injected into __init__ (tests) is not carried over: the copy uses make_client(cfg).
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        del state["client"], state["_caps_lock"], state["_signing"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._caps_lock = threading.Lock()
-        self.client = make_client(self.cfg, self.download_connections + 2)
-        self._signing = None
-
-    @property
-    def download_connections(self) -> int:
-        """Range GETs in flight for the whole process, shared by every file being downloaded."""
-        return 4 * self.transfer.max_concurrency
-
-    @property
-    def _at(self) -> str:
-        return self.endpoint or "AWS S3"
-
-    def _err(self, e: Exception, op: str, key: str | None = None) -> StoreError:
-        return translate(e, op=op, bucket=self.bucket, key=key, endpoint=self.endpoint)
-
-    # -- capabilities and health ------------------------------------------------------------
-
-    def kind(self) -> str:
-        """The configured server kind, or the one guessed from a HEAD bucket's response headers."""
-        if self._kind is None:
-            try:
-                resp = self.client.head_bucket(Bucket=self.bucket)
-            except Exception as e:
-                raise self._err(e, "checking") from e
-            self._kind = kind_from_headers(resp["ResponseMetadata"].get("HTTPHeaders", {}), self.endpoint)
-        return self._kind
-
-    def _signing_client(self) -> S3Client:
-        """For the requests whose (small) bodies stay signed whatever [store] sign_payload says: Ceph
-        RGW 16 refuses an unsigned RestoreObject as a malformed browser upload (InvalidArgument,
-        "Request Content-Type is not multipart/form-data"). Every other request, data or control,
-        takes an unsigned payload on every server we test."""
-        if signs_payload(self.cfg):
-            return self.client
-        with self._caps_lock:
-            if self._signing is None:
-                self._signing = make_client(self.cfg, 2, sign_payload=True)
-            return self._signing
-
-    def capabilities(self) -> Capabilities:
-        if self._caps is None:
-            signing = self._signing_client()  # the probe asks RestoreObject too
-            with self._caps_lock:
-                if self._caps is None:
-                    prefix = f"{self.cfg.prefix}/{PROBE_DIR}" if self.cfg.prefix else PROBE_DIR
-                    self._caps = detect_capabilities(
-                        signing, self.bucket, prefix, kind=self.kind(), endpoint=self.endpoint
-                    )
-        return self._caps
-
-    def check_bucket(self) -> None:
-        # A client that fails fast: an operator running `ckptvault check` against a dead endpoint
-        # should not wait through five backed-off attempts.
-        quick = make_client(self.cfg, 2, attempts=2, connect_timeout=5)
-        try:
-            quick.head_bucket(Bucket=self.bucket)
-        except ClientError as e:
-            status = http_status(e)
-            if status == 404 or error_code(e) == "NoSuchBucket":
-                raise NotFoundError(
-                    f"bucket {self.bucket} does not exist at {self._at}. "
-                    f"Create it (aws s3 mb s3://{self.bucket}) or fix [store].bucket"
-                ) from e
-            if status in (401, 403):
-                raise StoreError(
-                    f"access to bucket {self.bucket} at {self._at} was denied ({status}): "
-                    f"{_credentials_source()} Check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
-                    "AWS_PROFILE, and that the user may access this bucket"
-                ) from e
-            raise self._err(e, "checking") from e
-        except Exception as e:
-            raise self._err(e, "checking") from e
 
     # -- objects ------------------------------------------------------------------------------
 
@@ -501,13 +309,6 @@ class S3Store:
             return False  # already in place: do not rewrite the bucket config
         self.put_lifecycle(merged)
         return True
-
-
-def _credentials_source() -> str:
-    creds = boto3.session.Session().get_credentials()
-    if creds is None:
-        return "boto3 found no credentials."
-    return f"boto3 found credentials via {creds.method!r} (not shown)."
 
 
 def open_store(cfg: StoreConfig) -> S3Store:

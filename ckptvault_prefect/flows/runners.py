@@ -17,7 +17,7 @@ Two things to know (docs in infra/k8s/README.md, "Scale-out"):
   profile, or a temporary setting) when the flow starts. Without one, every worker process would start
   its own ephemeral API server and time out. We refuse that early with a clear error.
 - Task arguments are pickled to reach worker processes. S3Store pickles as its configuration and
-  rebuilds its boto3 client on the other side (ckptvault.store.s3.S3Store.__getstate__). The
+  rebuilds its boto3 client on the other side (ckptvault.store.s3_client.S3Connection.__getstate__). The
   terminal ProgressBar handed to every upload task holds a lock and a stream: importing this module
   registers a reducer that sends it as a silent bar of the same size (a worker process cannot draw
   on the flow's terminal; progress is in the Prefect UI as task states).

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from ckptvault.config import StoreConfig
-from ckptvault.store.s3 import S3Store, signs_payload
+from ckptvault.store.s3 import S3Store
+from ckptvault.store.s3_client import signs_payload
 from tests.faultproxy import FaultProxy
 from tests.helpers import self_signed_cert
 

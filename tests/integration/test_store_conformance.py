@@ -318,13 +318,13 @@ def test_endpoint_down_message(monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead endpoint is reported after at most three tries: check_bucket's own client (attempts=2,
     which botocore counts as retries after the first), not the data client's six with backoff. That
     bound holds however slow the machine; bench/micro.py endpoint-down measures how fast it is."""
-    from ckptvault.store import s3
+    from ckptvault.store import s3_client
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEY")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-that-must-not-leak")
     url = f"http://127.0.0.1:{_free_port()}"
     attempts: list[str] = []
-    real_make_client = s3.make_client
+    real_make_client = s3_client.make_client
 
     def counting_client(*args: Any, **kwargs: Any) -> Any:
         client = real_make_client(*args, **kwargs)
@@ -332,7 +332,7 @@ def test_endpoint_down_message(monkeypatch: pytest.MonkeyPatch) -> None:
         client.meta.events.register("before-send.s3", lambda request, **_: attempts.append(request.url))
         return client
 
-    monkeypatch.setattr(s3, "make_client", counting_client)
+    monkeypatch.setattr(s3_client, "make_client", counting_client)
     store = S3Store(StoreConfig(bucket="anything", endpoint_url=url))
     with pytest.raises(StoreError) as err:
         store.check_bucket()

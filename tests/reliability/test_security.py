@@ -13,7 +13,8 @@ import pytest
 from ckptvault.catalog import Catalog
 from ckptvault.config import StoreConfig, load_config
 from ckptvault.store import open_store
-from ckptvault.store.s3 import S3Store, make_client
+from ckptvault.store.s3 import S3Store
+from ckptvault.store.s3_client import make_client
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy
