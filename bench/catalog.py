@@ -1,20 +1,26 @@
 """The catalog's read of every run from snapshots, against an in-memory store (no server).
 
-    .venv/bin/python bench/catalog.py [--runs 1000] [--ckpts 200] [--reps 3]
+    .venv/bin/python bench/catalog.py [--runs 1000] [--ckpts 200] [--reps 3] [--path states|table]
+                                      [--save FILE | --load FILE]
 
 Builds RUNS runs x CKPTS checkpoints x 5 events (discovered, uploaded and verified with metrics, distinct
 in every checkpoint, and a fingerprint in `detail`, transitioned, drilled) through the library's own
 `Catalog.append` (one call per run: one event file per partition) and `Catalog.compact` (one snapshot per
 partition), in the in-memory store of tests/unit/test_catalog_layout.py. Then times `Catalog.current()`
-(every run), `render_json` of it (what `ls --json` prints) and `Catalog.current(run)` (one run), REPS
+(every run), `render_json` of it (what `ls --json` printed before) and `Catalog.current(run)` (one run), REPS
 times each, and prints one line per measurement, then peak RSS (`resource.getrusage`, the whole process:
-the catalog built in memory included).
+the catalog built in memory included). `--path table` times what `ls --json` runs now instead
+(`table_view.current_table` and `write_json_table` to /dev/null, no `CheckpointState`); `states` the states and
+`render_json`. `--save` pickles the built catalog's objects, `--load` reads them instead of building, so
+an A/B compares fresh processes on one catalog and peak RSS is the read's, not the build's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import pickle
 import resource
 import sys
 import time
@@ -23,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog.table_view import current_table, write_json_table
 from ckptvault.listing import render_json
 from tests.unit.test_catalog_layout import MemStore
 
@@ -48,31 +55,50 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--ckpts", type=int, default=200)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--path", choices=["states", "table"], default="states")
+    ap.add_argument("--save", type=Path)
+    ap.add_argument("--load", type=Path)
     a = ap.parse_args()
     store = MemStore()
     cat = Catalog(store, "bench")  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    for r in range(a.runs):
-        run = f"team/run-{r:04d}"
-        cat.append([e for s in range(a.ckpts) for e in _life(run, s * 100, 1.7e9 + r * 1e5 + s * 10)])
-    t1 = time.perf_counter()
-    cat.compact(time.time() + 10)
-    t2 = time.perf_counter()
-    snaps = sum("/snapshot/" in k for k in store.objects)
-    print(f"build: {a.runs} runs x {a.ckpts} checkpoints x 5 events: append {t1 - t0:.1f} s, "
-          f"compact {t2 - t1:.1f} s, {snaps} snapshots, rss {_rss_mib():.0f} MiB")  # fmt: skip
+    if a.load:
+        store.objects = pickle.loads(a.load.read_bytes())
+        print(f"loaded {len(store.objects)} objects, rss {_rss_mib():.0f} MiB")
+    else:
+        t0 = time.perf_counter()
+        for r in range(a.runs):
+            run = f"team/run-{r:04d}"
+            cat.append([e for s in range(a.ckpts) for e in _life(run, s * 100, 1.7e9 + r * 1e5 + s * 10)])
+        t1 = time.perf_counter()
+        cat.compact(time.time() + 10)
+        t2 = time.perf_counter()
+        snaps = sum("/snapshot/" in k for k in store.objects)
+        print(f"build: {a.runs} runs x {a.ckpts} checkpoints x 5 events: append {t1 - t0:.1f} s, "
+              f"compact {t2 - t1:.1f} s, {snaps} snapshots, rss {_rss_mib():.0f} MiB")  # fmt: skip
+    if a.save:
+        a.save.write_bytes(pickle.dumps(store.objects))
     store.got.clear()
     n = 0
     for i in range(a.reps):
         t = time.perf_counter()
-        states = cat.current()
-        n = len(states)
-        t_read = time.perf_counter() - t
-        t = time.perf_counter()
-        render_json(states)  # what `ls --json` prints
+        if a.path == "table":
+            table = current_table(cat)
+            n = table.num_rows
+            t_read = time.perf_counter() - t
+            t = time.perf_counter()
+            with open(os.devnull, "wb") as out:
+                write_json_table(table, out)  # what `ls --json` writes to stdout
+            del table
+        else:
+            states = cat.current()
+            n = len(states)
+            t_read = time.perf_counter() - t
+            t = time.perf_counter()
+            render_json(states)  # what `ls --json` printed before the table path
+            del states
         t_render = time.perf_counter() - t
-        print(f"current() all runs, rep {i + 1}: {t_read:.3f} s, {n} states; render_json {t_render:.3f} s")
-        del states
+        print(f"{a.path}: read all runs, rep {i + 1}: {t_read:.3f} s, {n} saves; render {t_render:.3f} s, "
+              f"both {t_read + t_render:.3f} s")  # fmt: skip
         store.got.clear()
     one = f"team/run-{a.runs // 2:04d}"
     for i in range(a.reps):

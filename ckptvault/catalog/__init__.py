@@ -9,6 +9,7 @@
     eventlog    `Catalog`: append, read events and current state
     compaction  merging event files, writing snapshots, migrating the flat layout, setting aside
     rebuild     the catalog from the manifests alone, the source of truth
+    table_view  `ls --json` from the snapshots' Arrow columns, no CheckpointState per save
 
 Only this package imports pyarrow.
 """
