@@ -32,10 +32,10 @@ from ckptvault import codec
 from ckptvault.checksum import StreamHasher, crc32c_combine, from_b64, to_b64
 from ckptvault.store import download, multipart
 from ckptvault.store.buffers import shared
-from ckptvault.store.errors import is_transient, translate
+from ckptvault.store.errors import is_transient
 from ckptvault.store.limits import MIN_PART
 from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, TransientStoreError, UploadResult
-from ckptvault.store.upload_request import UploadRequest, check_unchanged, part_size_for, tagging, verify
+from ckptvault.store.upload_request import UploadRequest, check_unchanged, part_size_for, verify
 
 
 def _fixed_mmap_threshold() -> None:
@@ -90,17 +90,7 @@ def _upload(req: UploadRequest, f: Any, before: os.stat_result, typesize: int) -
     worst_frame = codec.FRAME_SIZE + codec.MAX_OVERHEAD
     capacity = max(least + worst_frame, req.transfer.part_size)
     caps = req.caps
-    create: dict[str, Any] = {**req.put_args, **tagging(req.tags)}
-    if caps.checksums_validated:
-        create["ChecksumAlgorithm"] = "CRC32C"
-        if caps.full_object_checksums:
-            create["ChecksumType"] = "FULL_OBJECT"
-    try:
-        upload_id = req.client.create_multipart_upload(Bucket=req.bucket, Key=req.key, **create)["UploadId"]
-    except Exception as e:
-        raise translate(
-            e, op="starting the upload of", bucket=req.bucket, key=req.key, endpoint=req.endpoint
-        ) from e
+    upload_id = multipart.create_upload(req)
     original = StreamHasher(sha256=req.sha256)
     stored_hash = StreamHasher()
     frames: list[codec.Frame] = []

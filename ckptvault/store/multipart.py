@@ -55,20 +55,26 @@ class Parts:
         self.slots.release()
 
 
+def create_upload(req: UploadRequest) -> str:
+    """Start the multipart upload of `req` (its object arguments and tags); parts then carry CRC32C,
+    whole-object where the server validates that. Returns the upload id."""
+    create: dict[str, Any] = {**req.put_args, **tagging(req.tags)}
+    if req.caps.checksums_validated:
+        create["ChecksumAlgorithm"] = "CRC32C"
+        if req.caps.full_object_checksums:
+            create["ChecksumType"] = "FULL_OBJECT"
+    try:
+        return req.client.create_multipart_upload(Bucket=req.bucket, Key=req.key, **create)["UploadId"]
+    except Exception as e:
+        raise translate(e, op="starting the upload of", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+
+
 def upload_multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadResult:
     size = before.st_size
     part_size = part_size_for(size, req.transfer.part_size)
     nparts = -(-size // part_size)
     caps = req.caps
-    create: dict[str, Any] = {**req.put_args, **tagging(req.tags)}
-    if caps.checksums_validated:
-        create["ChecksumAlgorithm"] = "CRC32C"
-        if caps.full_object_checksums:
-            create["ChecksumType"] = "FULL_OBJECT"
-    try:
-        upload_id = req.client.create_multipart_upload(Bucket=req.bucket, Key=req.key, **create)["UploadId"]
-    except Exception as e:
-        raise translate(e, op="starting the upload of", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+    upload_id = create_upload(req)
 
     hasher = StreamHasher(sha256=req.sha256)
     st = Parts(min(nparts, req.transfer.max_concurrency + 1), part_size, shared(req.transfer.budget))
