@@ -168,17 +168,7 @@ class Catalog:
         partition's newest snapshot and only the events written since (docs/FORMAT.md)."""
 
         def read() -> list[CheckpointState]:
-            flat, parts = self._listing(run)
-            flat_by_run: dict[str, pa.Table] = {}
-            if flat:
-                ft = _concat(self._read_tables(flat, _FOLD_COLUMNS))
-                if ft is not None:
-                    for r in pc.unique(ft["run"]).to_pylist():
-                        if run is None or r == run:
-                            flat_by_run[r] = ft.filter(pc.equal(ft["run"], r))
-            runs = sorted(set(parts) | set(flat_by_run))
-            if run is not None:
-                runs = [r for r in runs if r == run]
+            runs, parts, flat_by_run = self._partitions(run)
 
             def one(r: str) -> list[CheckpointState]:
                 return self._current_part(r, parts.get(r, _Part([], [])), flat_by_run.get(r))
@@ -191,6 +181,22 @@ class Catalog:
         with gc_paused():
             got: list[CheckpointState] = self._retrying(read)
         return got
+
+    def _partitions(self, run: str | None) -> tuple[list[str], dict[str, _Part], dict[str, pa.Table]]:
+        """What a read of `run` (or of every run) covers: the runs in order, each run's partition, and
+        each run's rows still in the flat layout of older versions."""
+        flat, parts = self._listing(run)
+        flat_by_run: dict[str, pa.Table] = {}
+        if flat:
+            ft = _concat(self._read_tables(flat, _FOLD_COLUMNS))
+            if ft is not None:
+                for r in pc.unique(ft["run"]).to_pylist():
+                    if run is None or r == run:
+                        flat_by_run[r] = ft.filter(pc.equal(ft["run"], r))
+        runs = sorted(set(parts) | set(flat_by_run))
+        if run is not None:
+            runs = [r for r in runs if r == run]
+        return runs, parts, flat_by_run
 
     def _snapshot(self, keys: Sequence[str]) -> _Snapshot | None:
         """The newest readable snapshot of these."""

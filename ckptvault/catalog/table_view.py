@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ckptvault.catalog.codec import _FOLD_COLUMNS, _concat
 from ckptvault.catalog.layout import _Part
 from ckptvault.catalog.model import LIFECYCLE_STATES, CatalogError, CheckpointState
 from ckptvault.catalog.snapshot import _ADDED, _STATE_COLUMNS, SNAPSHOT_TAG
@@ -84,17 +83,7 @@ def current_table(cat: Catalog, run: str | None = None) -> pa.Table:
     """What `cat.current(run)` holds in `_COLUMNS`, as one table in the same (run, step, save) order."""
 
     def read() -> pa.Table:
-        flat, parts = cat._listing(run)
-        flat_by_run: dict[str, pa.Table] = {}
-        if flat:
-            ft = _concat(cat._read_tables(flat, _FOLD_COLUMNS))
-            if ft is not None:
-                for r in pc.unique(ft["run"]).to_pylist():
-                    if run is None or r == run:
-                        flat_by_run[r] = ft.filter(pc.equal(ft["run"], r))
-        runs = sorted(set(parts) | set(flat_by_run))
-        if run is not None:
-            runs = [r for r in runs if r == run]
+        runs, parts, flat_by_run = cat._partitions(run)
 
         def one(r: str) -> pa.Table:
             return _part_table(cat, r, parts.get(r, _Part([], [])), flat_by_run.get(r))
