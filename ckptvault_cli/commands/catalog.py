@@ -1,0 +1,154 @@
+"""The commands that read or append to the catalog without a flow: `ls`, `catalog stats`, `catalog
+rebuild` and `accept`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from ckptvault.config import Config
+from ckptvault.errors import CkptvaultError
+from ckptvault_cli.output import emit_json, say
+from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight
+
+if TYPE_CHECKING:
+    from ckptvault.catalog import Catalog  # imported when a command reads it: pyarrow costs start-up
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import time
+
+    from ckptvault.catalog import LIFECYCLE_STATES, Catalog
+    from ckptvault.listing import SINCE_EXAMPLES, parse_since, render_table, select
+    from ckptvault.store import open_store
+
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, time.time())
+        except ValueError as e:
+            raise UsageError(f"--since {e}; give {SINCE_EXAMPLES}") from None
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit {args.limit}: give a number of checkpoint saves, 1 or more (e.g. --limit 20)")
+    if args.state and args.state not in LIFECYCLE_STATES:
+        raise UsageError(f"--state {args.state!r} is not a state; one of: {', '.join(LIFECYCLE_STATES)}")
+    cfg = preflight(args, need_sources=False)
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    if args.json:
+        # from the Arrow tables, without a CheckpointState per save: the same text, a fraction of the time
+        from ckptvault.catalog.table_view import current_table, select_table, write_json_table
+
+        table = select_table(current_table(catalog, args.run), args.state, since, args.limit)
+        alert_unreadable(cfg, catalog)
+        sys.stdout.flush()
+        write_json_table(table, sys.stdout.buffer)  # bytes a slice at a time: no str of the whole document
+        sys.stdout.buffer.write(b"\n")  # as print() ended it
+        sys.stdout.flush()
+        return EXIT_OK
+    states = catalog.current(args.run)
+    alert_unreadable(cfg, catalog)
+    if args.state:
+        states = [s for s in states if s.state == args.state]
+    states = select(states, since, args.limit)
+    print(render_table(states))
+    return EXIT_OK
+
+
+def alert_unreadable(cfg: Config, catalog: Catalog) -> None:
+    """Say on stderr which catalog objects could not be read (skipped: the rest is listed), and send a
+    `catalog_unreadable` alert per run: deduplicated like every alert, never what makes the command fail."""
+    from ckptvault.alerts import kinds
+    from ckptvault.alerts.sending import send_alerts
+
+    if not catalog.unreadable:
+        return
+    for key, why in sorted(catalog.unreadable.items()):
+        say(f"ckptvault: warning: skipped the unreadable catalog object {key}: {why}")
+    found = catalog.unreadable_by_run()
+    alerts = [kinds.catalog_unreadable(run or kinds.ALL_RUNS, objs) for run, objs in sorted(found.items(), key=str)]
+    try:
+        send_alerts(cfg, catalog.store, alerts)
+    except CkptvaultError as e:
+        say(f"ckptvault: could not send the catalog_unreadable alert ({e})")
+
+
+def cmd_catalog_stats(args: argparse.Namespace) -> int:
+    from ckptvault import humanize
+    from ckptvault.catalog import Catalog
+    from ckptvault.store import open_store
+
+    cfg = preflight(args, need_sources=False)
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    st = catalog.stats()
+    alert_unreadable(cfg, catalog)
+    if args.json:
+        emit_json(st.as_dict())
+        return EXIT_OK
+    print(f"{st.runs} runs, {st.checkpoints} checkpoint saves, {st.events} events")
+    print(f"catalog objects: {st.event_files} event files, {st.snapshots} snapshots, {st.flat_files} in the flat "
+          f"layout, {st.set_aside} set aside ({humanize.size(st.catalog_bytes)})")  # fmt: skip
+    print("by state: " + (", ".join(f"{k} {v}" for k, v in sorted(st.by_state.items())) or "-"))
+    for cls, (n, b) in sorted(st.by_class.items()):
+        print(f"{cls:20} {n:8} saves  {humanize.size(b)}")
+    for key in sorted(st.unreadable):
+        print(f"unreadable: {key}")
+    return EXIT_OK
+
+
+def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
+    from ckptvault.catalog import Catalog
+    from ckptvault.store import open_store
+
+    cfg = preflight(args, need_sources=False)
+    from ckptvault import events as event_builders
+    from ckptvault.catalog import fold
+    from ckptvault.progress import ProgressBar
+    from ckptvault.saves import replay_supersedes
+
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    # on stderr, and only on a terminal: --json keeps stdout one document
+    events = catalog.rebuild_from_manifests(lambda n: ProgressBar(n, "rebuild", unit="manifests"))
+    found = len(events)
+    # Manifests say which saves exist, not which are current: replay the commits in the order written.
+    replaced = [
+        event_builders.superseded(x.state.run, x.state.step, x.state.save, x.reason, *x.by)
+        for x in replay_supersedes(fold(events))
+    ]
+    events += replaced
+    key = catalog.append(events) if args.write and events else None
+    if args.json:
+        emit_json({"saves_found": found, "superseded": len(replaced), "written": key is not None, "key": key})
+    elif key is not None:
+        print(f"appended {len(events)} events rebuilt from manifests to {key}")
+    else:
+        print(
+            f"{found} checkpoint saves found by their manifests, {len(replaced)} of them superseded "
+            "(pass --write to append them to the catalog)"
+        )
+    return EXIT_OK
+
+
+def cmd_accept(args: argparse.Namespace) -> int:
+    """Release a quarantined checkpoint after human review; the next ingest uploads it."""
+    import getpass
+
+    from ckptvault import events
+    from ckptvault.catalog import Catalog
+    from ckptvault.store import open_store
+
+    cfg = preflight(args, need_sources=False)
+    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    from ckptvault.catalog import newest_saves
+
+    current = {step: s for (_, step), s in newest_saves(catalog.current(args.run)).items()}
+    s = current.get(args.step)
+    if s is None or s.state != "invalid":
+        shown = "not in the catalog" if s is None else f"in state {s.state!r}"
+        raise UsageError(
+            f"{args.run} step {args.step} is {shown}; only an invalid (quarantined) checkpoint can be accepted. "
+            f"See `ckptvault ls --run {args.run} --state invalid`."
+        )
+    catalog.append([events.accepted(args.run, args.step, s.format, getpass.getuser(), args.reason, save=s.save)])
+    print(f"accepted {args.run} step {args.step}; the next ingest pass uploads it")
+    return EXIT_OK

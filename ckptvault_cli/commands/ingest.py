@@ -1,0 +1,71 @@
+"""`ckptvault ingest`: one ingest pass over every [[sources]] entry, and how its outcomes are printed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from ckptvault_cli import process, running
+from ckptvault_cli.output import emit_json, jsonable, say
+from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, UsageError, preflight, start_prefect_note
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    cfg_path = args.config
+    cfg = preflight(args, need_sources=True)
+    from ckptvault_prefect.flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
+
+    try:
+        choice = choose_runner(
+            cfg.scale,
+            address_flag=args.dask_address,
+            workers_flag=args.dask_workers,
+            api_url=os.environ.get("PREFECT_API_URL"),
+        )
+        if choice.kind == "cluster":
+            check_scheduler(choice)  # bounded: a wrong address is exit 2 now, not a hang in the flow
+    except (RunnerChoiceError, SchedulerUnreachable) as e:
+        raise UsageError(str(e)) from None
+    if cfg.validation.enabled and cfg.validation.isolate and not choice.needs_prefect:
+        from ckptvault.ingest import quality
+        # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
+        # instead of after them; with nothing new to validate the flow stops it after discovery.
+        quality.prewarm()
+    start_prefect_note(force_prefect=choice.needs_prefect)
+    from ckptvault.outcomes import IngestIncomplete
+    from ckptvault_prefect.flows.ingest import ingest
+
+    process.imports_done()
+    if choice.needs_prefect:
+        from ckptvault_prefect.flows.runners import task_runner_for
+
+        ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
+    # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
+    result = running.run_flow(ingest, 2, force_prefect=choice.needs_prefect, config_path=cfg_path)
+    if isinstance(result, IngestIncomplete):
+        print_outcomes(result.outcomes, args.json)
+        say(str(result))
+        return EXIT_FAILED
+    if isinstance(result, BaseException):
+        if args.json:
+            emit_json({"ok": False, "error": str(result), "outcomes": []})
+        say(f"ingest failed: {result}")
+        return EXIT_FAILED
+    print_outcomes(result, args.json)
+    return EXIT_OK
+
+
+def print_outcomes(outcomes: Sequence[object], as_json: bool = False) -> None:
+    from ckptvault.ingest.steps import Outcome
+
+    if as_json:
+        rows = [{**jsonable(o), "ok": o.ok} for o in outcomes if isinstance(o, Outcome)]  # type: ignore[dict-item]
+        emit_json({"ok": all(r["ok"] for r in rows), "outcomes": rows})
+        return
+    for o in outcomes:
+        assert isinstance(o, Outcome)
+        extra = f"  {o.message}" if o.message else ""
+        save = f" save {o.save}" if o.save != 1 else ""
+        size = f"{o.bytes / 2**20:.1f} MiB"
+        print(f"{o.result:9} {o.run} step {o.step}{save} ({o.format}, {size}, {o.files} files){extra}")

@@ -1,0 +1,110 @@
+"""`ckptvault restore` and `ckptvault drill`: bring a checkpoint back, or prove a sample of them loads."""
+
+from __future__ import annotations
+
+import argparse
+
+from ckptvault_cli import process, running
+from ckptvault_cli.output import emit_json, say
+from ckptvault_cli.preflight import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    check_destination_or_usage,
+    preflight,
+    start_prefect_note,
+)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    cfg = preflight(args, need_sources=False)
+    from ckptvault.catalog import Catalog, fold
+    from ckptvault.restore import from_manifests
+    from ckptvault.restore import steps as lib
+    from ckptvault.store import open_store
+    from ckptvault.tiering.cost import load_prices
+
+    store = open_store(cfg.store)
+    # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
+    run_events, unreadable = from_manifests.run_events(Catalog(store, cfg.store.prefix), args.run)
+    if unreadable:
+        say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, unreadable)}")
+    try:
+        # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
+        # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
+        chosen = lib.resolve(fold(run_events), args.run, lib.parse_step(args.step), args.save, args.force)
+    except lib.RestoreError as e:
+        raise UsageError(str(e)) from None
+    check_destination_or_usage(lib.check_destination, args)
+    if not args.json:
+        # What it will cost and how long, on stdout, before anything starts: the manifest and one LIST.
+        for note in chosen.notes:
+            print(note, flush=True)
+        manifest = lib.load_manifest(store, cfg.store.prefix, args.run, chosen.step, chosen.save)
+        plans = lib.plan_objects(store, cfg.store.prefix, manifest)
+        throughput = lib.restore_throughput(run_events)
+        prices = load_prices(cfg.policy.prices)
+        print(lib.estimate(manifest, plans, prices, args.tier, cfg.store.egress, throughput).report(), flush=True)
+    start_prefect_note()
+    from ckptvault_prefect.flows.restore import restore
+
+    process.imports_done()
+    result = running.run_flow(
+        restore,
+        4,
+        run=args.run,
+        dest=args.dest,
+        step=str(chosen.step),
+        save=chosen.save,
+        tier=args.tier,
+        wait=not args.no_wait,
+        force=args.force,
+        wait_hours=args.wait_hours,
+        config_path=args.config,
+    )
+    if isinstance(result, BaseException):
+        if args.json:
+            emit_json({"status": "failed", "run": args.run, "step": chosen.step, "save": chosen.save,
+                        "error": str(result)})  # fmt: skip
+        say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
+        return EXIT_FAILED
+    if args.json:
+        emit_json(result)
+        return EXIT_OK if result["status"] == "restored" or args.no_wait else EXIT_FAILED
+    if result["status"] == "restored":
+        print(f"restored {chosen.label} to {result['dest']} (every CRC32C verified)")
+        if result.get("pointer"):
+            print(f"pointer file {result['pointer']} written: the framework resumes from this checkpoint")
+        if result.get("replaced"):
+            print(f"the previous contents of the destination were kept at {result['replaced']}")
+        return EXIT_OK
+    print(result.get("message", "still thawing"))
+    return EXIT_OK if args.no_wait else EXIT_FAILED
+
+
+def cmd_drill(args: argparse.Namespace) -> int:
+    preflight(args, need_sources=False)
+    start_prefect_note()
+    import json
+
+    from ckptvault.outcomes import DrillFailed
+    from ckptvault_prefect.flows.drill import drill
+
+    process.imports_done()
+    result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config)
+    if isinstance(result, DrillFailed):
+        if args.json:
+            print(json.dumps(result.report, indent=1))
+        say(str(result))
+        return EXIT_FAILED
+    if isinstance(result, BaseException):
+        say(f"drill failed: {result}")
+        return EXIT_FAILED
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return EXIT_OK
+    for r in result["drilled"]:
+        print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['run']} step {r['step']} restored and loaded in {r['seconds']} s")
+    if not result["drilled"]:
+        print("nothing to drill: no verified checkpoints in the catalog")
+    return EXIT_OK

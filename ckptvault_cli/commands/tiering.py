@@ -1,0 +1,69 @@
+"""`ckptvault plan`, `tier` and `watch`: the tiering plan (read-only, or carried out) and the hourly watch."""
+
+from __future__ import annotations
+
+import argparse
+
+from ckptvault_cli import process, running
+from ckptvault_cli.output import emit_json, say
+from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, preflight, start_prefect_note
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """The tiering plan without Prefect: fast, read-only, what `tier --apply` would do."""
+    import time
+
+    from ckptvault.catalog import Catalog
+    from ckptvault.store import open_store
+    from ckptvault.tiering.cost import load_prices
+    from ckptvault.tiering.policy import plan
+    from ckptvault.tiering.report import plan_record, render_text
+
+    cfg = preflight(args, need_sources=False)
+    store = open_store(cfg.store)
+    kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
+    states = Catalog(store, cfg.store.prefix).current()
+    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time())
+    if args.json:
+        emit_json(plan_record(p))
+    else:
+        print(render_text(p))
+    return EXIT_OK
+
+
+def cmd_tier(args: argparse.Namespace) -> int:
+    preflight(args, need_sources=False)
+    start_prefect_note()
+    from ckptvault_prefect.flows.tier import tier
+
+    process.imports_done()
+    result = running.run_flow(tier, 4, apply=args.apply, config_path=args.config)
+    if isinstance(result, BaseException):
+        if args.json:
+            emit_json({"applied": False, "error": str(result)})
+        say(f"tier failed: {result}")
+        return EXIT_FAILED
+    if args.json:
+        emit_json(result)
+    if not args.apply:
+        say("dry run: nothing was changed. Pass --apply to carry out this plan.")
+    return EXIT_OK
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    preflight(args, need_sources=False)
+    start_prefect_note()
+    from ckptvault_prefect.flows.watch import watch
+
+    process.imports_done()
+    result = running.run_flow(watch, 4, config_path=args.config)
+    if isinstance(result, BaseException):
+        if args.json:
+            emit_json({"error": str(result)})
+        say(f"watch failed: {result}")
+        return EXIT_FAILED
+    if args.json:
+        emit_json(result)
+        return EXIT_OK
+    print(f"{len(result['alerts'])} alert(s); storage ${result['monthly_usd']:.2f}/month")
+    return EXIT_OK

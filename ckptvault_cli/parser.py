@@ -1,0 +1,120 @@
+"""The `ckptvault` argument parser: every subcommand, its flags and their help, and which `cmd_*` runs it."""
+
+from __future__ import annotations
+
+import argparse
+
+from ckptvault_cli.commands.catalog import cmd_accept, cmd_catalog_rebuild, cmd_catalog_stats, cmd_ls
+from ckptvault_cli.commands.ingest import cmd_ingest
+from ckptvault_cli.commands.restore import cmd_drill, cmd_restore
+from ckptvault_cli.commands.serve import cmd_serve
+from ckptvault_cli.commands.tiering import cmd_plan, cmd_tier, cmd_watch
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ckptvault import __version__
+    config_help = "the TOML config (default: $CKPTVAULT_CONFIG)"
+    p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
+    p.add_argument("--config", help=config_help)
+    p.add_argument("--version", action="version", version=f"ckptvault {__version__}")
+    # The global options again on every subcommand, so `ckptvault ingest --config c.toml` works as well
+    # as `ckptvault --config c.toml ingest`. SUPPRESS: a subcommand sets it only when it is given there.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=argparse.SUPPRESS, help=config_help)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
+    s.add_argument(
+        "--dask-workers", type=int, metavar="N", help="fan file uploads out over a new local Dask cluster of N workers"
+    )
+    s.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help="fan file uploads out over the existing Dask cluster of this scheduler (overrides [scale])",
+    )
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.set_defaults(fn=cmd_ingest)
+
+    s = sub.add_parser("ls", parents=[common], help="list checkpoints from the catalog")
+    s.add_argument("--run", help="only this run")
+    s.add_argument(
+        "--state",
+        metavar="STATE",
+        help="only this lifecycle state: pending, invalid, accepted, verified, suspect, superseded, expired",
+    )
+    s.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only saves written at or after WHEN: 2026-11-01, 2026-11-01T12:00:00Z, or back from now: 7d, 12h, 30m",
+    )
+    s.add_argument("--limit", type=int, metavar="N", help="only the N newest saves (listed in the usual order)")
+    s.add_argument("--json", action="store_true", help="one JSON object per checkpoint save (schema in the README)")
+    s.set_defaults(fn=cmd_ls)
+
+    s = sub.add_parser(
+        "restore", parents=[common], help="bring back a checkpoint to a directory the framework resumes from"
+    )
+    s.add_argument("run", help="the run name, as in [[sources]] run = ... (see `ckptvault ls`)")
+    s.add_argument(
+        "--step", default="latest", help="a step number or 'latest' (newest good: verified, not superseded or suspect)"
+    )
+    s.add_argument(
+        "--save", type=int, metavar="K", help="which save of --step N (default: its newest; see `ls --run R`)"
+    )
+    s.add_argument("--dest", required=True, help="an empty or new directory (the run root to resume from)")
+    s.add_argument(
+        "--tier",
+        default="Standard",
+        choices=["Expedited", "Standard", "Bulk"],
+        help="thaw speed for archived objects (cost rises with speed)",
+    )
+    s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="restore into a non-empty destination (kept aside, not deleted), or restore a suspect checkpoint",
+    )
+    s.set_defaults(fn=cmd_restore)
+
+    s = sub.add_parser("drill", parents=[common], help="restore a rotating sample into scratch and prove it loads")
+    s.add_argument("--sample", type=int, help="how many checkpoints (default [drill].sample)")
+    s.add_argument("--tier", choices=["Expedited", "Standard", "Bulk"], help="thaw tier (default [drill].restore_tier)")
+    s.add_argument("--json", action="store_true", help="the drill report as JSON (README, Restore drills)")
+    s.set_defaults(fn=cmd_drill)
+
+    s = sub.add_parser("plan", parents=[common], help="show the tiering plan and its cost (read-only, no Prefect)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.set_defaults(fn=cmd_plan)
+
+    s = sub.add_parser("tier", parents=[common], help="run the tier flow: the plan, and with --apply, carry it out")
+    s.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.set_defaults(fn=cmd_tier)
+
+    s = sub.add_parser("watch", parents=[common], help="stale runs and storage budget; alerts")
+    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.set_defaults(fn=cmd_watch)
+
+    s = sub.add_parser("accept", parents=[common], help="release a quarantined (invalid) checkpoint after review")
+    s.add_argument("run", help="the run name (see `ckptvault ls --state invalid`)")
+    s.add_argument("step", type=int, help="the quarantined step")
+    s.add_argument("--reason", required=True, help="why it is fine: recorded in the catalog with your user name")
+    s.set_defaults(fn=cmd_accept)
+
+    s = sub.add_parser(
+        "serve", parents=[common], help="serve all five deployments from this process (one machine, no work pool)"
+    )
+    s.set_defaults(fn=cmd_serve)
+
+    s = sub.add_parser("catalog", parents=[common], help="catalog maintenance")
+    csub = s.add_subparsers(dest="catalog_command", required=True)
+    r = csub.add_parser("rebuild", parents=[common], help="reconstruct catalog events from the manifests in the bucket")
+    r.add_argument("--write", action="store_true", help="append the rebuilt events to the catalog")
+    r.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    r.set_defaults(fn=cmd_catalog_rebuild)
+    r = csub.add_parser("stats", parents=[common], help="runs, checkpoints, events, catalog files, bytes per class")
+    r.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    r.set_defaults(fn=cmd_catalog_stats)
+    return p

@@ -1,0 +1,66 @@
+"""The exit codes, and what every command checks before it touches anything (config, paths, the
+bucket): bad input or environment is a UsageError, exit 2, before a flow run exists."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+
+from ckptvault.config import Config, check_sources, load_config
+from ckptvault_cli import running
+from ckptvault_cli.output import say
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """Bad input or environment: exit 2 with the message."""
+
+
+def quiet_prefect_env() -> None:
+    # Telemetry off, always: offline it fails noisily, and we promise users it is off.
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def preflight(args: argparse.Namespace, *, need_sources: bool) -> Config:
+    """Everything that can be checked before touching anything: config, source paths, the bucket."""
+    from ckptvault.store import StoreError, open_store
+
+    cfg = load_config(args.config)
+    if need_sources:
+        problems = check_sources(cfg)
+        if problems:
+            raise UsageError("\n".join(problems))
+        if not cfg.sources:
+            raise UsageError("no [[sources]] in the configuration: add one per training run to ingest.")
+    try:
+        open_store(cfg.store).check_bucket()
+    except StoreError as e:
+        raise UsageError(str(e)) from None
+    return cfg
+
+
+_noted: list[bool] = []
+
+
+def start_prefect_note(force_prefect: bool = False) -> None:
+    quiet_prefect_env()
+    if (force_prefect or not running.direct()) and not os.environ.get("PREFECT_API_URL") and not _noted:
+        _noted.append(True)  # the temporary API lives as long as this process: say it once
+        say(
+            "starting a temporary Prefect API for this command (10-30 s; "
+            "set PREFECT_API_URL to a running server, e.g. `make up`, to skip this)"
+        )
+
+
+def check_destination_or_usage(check: Callable[..., None], args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from ckptvault.restore.steps import RestoreError
+
+    try:
+        check(Path(args.dest).expanduser().resolve(), args.force)
+    except RestoreError as e:
+        raise UsageError(str(e)) from None
