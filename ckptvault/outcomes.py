@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ckptvault.ingest.steps import Outcome
+    from ckptvault.restore.drill import DrillReport
 
 
 class AlreadyAlerted(Exception):
@@ -28,12 +29,11 @@ class IngestIncomplete(AlreadyAlerted):
 class DrillFailed(AlreadyAlerted):
     """At least one drilled checkpoint did not restore intact or did not load."""
 
-    def __init__(self, rows: Sequence[dict[str, object]], report: dict[str, object] | None = None) -> None:
-        self.rows = list(rows)
-        # the whole drill report (README "Restore drills"), so `drill --json` prints it for a failed drill too
-        self.report = report if report is not None else {"drilled": self.rows}
-        bad = [r for r in self.rows if not r["ok"]]
-        lines = [f"{len(bad)} of {len(self.rows)} drilled checkpoint(s) FAILED:"]
-        lines += [f"  {r['run']} step {r['step']}" + (f" save {r['save']}" if r.get("save", 1) != 1 else "")
-                  + f": {r['problems']}" for r in bad]  # fmt: skip
+    def __init__(self, report: DrillReport) -> None:
+        # the whole drill report, so `drill --json` prints it for a failed drill too
+        self.report = report
+        bad = report.failed
+        lines = [f"{len(bad)} of {len(report.drilled)} drilled checkpoint(s) FAILED:"]
+        lines += [f"  {r.run} step {r.step}" + (f" save {r.save}" if r.save != 1 else "") + f": {list(r.problems)}"
+                  for r in bad]  # fmt: skip
         super().__init__("\n".join(lines))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.watch import AlertState, budget_alert, stale_runs
@@ -43,6 +44,22 @@ class WatchResult:
     alerts: list[Alert]
     state: AlertState
     monthly_usd: float
+
+
+@dataclass(frozen=True)
+class WatchReport:
+    """What the watch flow reports of a pass: `as_dict` is the `ckptvault watch --json` document (README)."""
+
+    alerts: tuple[str, ...]  # the kind of each alert found, delivered or not
+    delivered: int  # how many of them went out (the rest were sent before, or a channel failed)
+    monthly_usd: float
+
+    @classmethod
+    def of(cls, found: WatchResult, delivered: int) -> WatchReport:
+        return cls(tuple(a.kind for a in found.alerts), delivered, found.monthly_usd)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"alerts": list(self.alerts), "delivered": self.delivered, "monthly_usd": self.monthly_usd}
 
 
 def assess(

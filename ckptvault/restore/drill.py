@@ -257,6 +257,26 @@ def coverage(
     )
 
 
+@dataclass(frozen=True)
+class DrillReport:
+    """What one drill reports: `as_dict` is the `ckptvault drill --json` document (README, "Restore drills")."""
+
+    drilled: tuple[DrillResult, ...]
+    pending: tuple[Key, ...]  # (run, step, save) still thawing: the next drill selects them again
+    coverage: Coverage  # after this drill's events: what the next drill starts from
+
+    @property
+    def failed(self) -> tuple[DrillResult, ...]:
+        return tuple(r for r in self.drilled if not r.ok)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "drilled": [r.row() for r in self.drilled],
+            "pending": [{"run": run, "step": step, "save": save} for run, step, save in self.pending],
+            "coverage": self.coverage.as_dict(),
+        }
+
+
 def load_report(ckpt_path: Path) -> loadcheck.LoadReport:
     """Every load check of the restored checkpoint (a directory or one file), per file, saying what was
     checked and how; nothing from the bucket is executed (ckptvault/restore/loadcheck.py)."""

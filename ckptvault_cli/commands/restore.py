@@ -69,16 +69,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
         say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
         return EXIT_FAILED
     if args.json:
-        emit_json(result)
-        return EXIT_OK if result["status"] == "restored" or args.no_wait else EXIT_FAILED
-    if result["status"] == "restored":
-        print(f"restored {chosen.label} to {result['dest']} (every CRC32C verified)")
-        if result.get("pointer"):
-            print(f"pointer file {result['pointer']} written: the framework resumes from this checkpoint")
-        if result.get("replaced"):
-            print(f"the previous contents of the destination were kept at {result['replaced']}")
+        emit_json(result.as_dict())
+        return EXIT_OK if result.status == "restored" or args.no_wait else EXIT_FAILED
+    if result.status == "restored":
+        print(f"restored {chosen.label} to {result.dest} (every CRC32C verified)")
+        if result.pointer:
+            print(f"pointer file {result.pointer} written: the framework resumes from this checkpoint")
+        if result.replaced:
+            print(f"the previous contents of the destination were kept at {result.replaced}")
         return EXIT_OK
-    print(result.get("message", "still thawing"))
+    print(result.message or "still thawing")
     return EXIT_OK if args.no_wait else EXIT_FAILED
 
 
@@ -94,17 +94,18 @@ def cmd_drill(args: argparse.Namespace) -> int:
     result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config)
     if isinstance(result, DrillFailed):
         if args.json:
-            print(json.dumps(result.report, indent=1))
+            print(json.dumps(result.report.as_dict(), indent=1))
         say(str(result))
         return EXIT_FAILED
     if isinstance(result, BaseException):
         say(f"drill failed: {result}")
         return EXIT_FAILED
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json.dumps(result.as_dict(), indent=1))
         return EXIT_OK
-    for r in result["drilled"]:
-        print(f"{'ok  ' if r['ok'] else 'FAIL'} {r['run']} step {r['step']} restored and loaded in {r['seconds']} s")
-    if not result["drilled"]:
+    for r in result.drilled:
+        seconds = round(r.seconds, 2)
+        print(f"{'ok  ' if r.ok else 'FAIL'} {r.run} step {r.step} restored and loaded in {seconds} s")
+    if not result.drilled:
         print("nothing to drill: no verified checkpoints in the catalog")
     return EXIT_OK

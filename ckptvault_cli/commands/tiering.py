@@ -44,7 +44,7 @@ def cmd_tier(args: argparse.Namespace) -> int:
         say(f"tier failed: {result}")
         return EXIT_FAILED
     if args.json:
-        emit_json(result)
+        emit_json(result.as_dict())
     if not args.apply:
         say("dry run: nothing was changed. Pass --apply to carry out this plan.")
     return EXIT_OK
@@ -63,7 +63,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         say(f"watch failed: {result}")
         return EXIT_FAILED
     if args.json:
-        emit_json(result)
+        emit_json(result.as_dict())
         return EXIT_OK
-    print(f"{len(result['alerts'])} alert(s); storage ${result['monthly_usd']:.2f}/month")
+    print(f"{len(result.alerts)} alert(s); storage ${result.monthly_usd:.2f}/month")
     return EXIT_OK

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, unmapped
 from prefect.runtime import flow_run
@@ -20,7 +19,7 @@ from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
 from ckptvault.outcomes import DrillFailed
 from ckptvault.progress import ProgressBar
-from ckptvault.restore.drill import DrillResult, label, render_markdown
+from ckptvault.restore.drill import DrillReport, DrillResult, Key, label, render_markdown
 from ckptvault.restore.steps import checkpoint_name
 from ckptvault_prefect.flows.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
@@ -56,8 +55,8 @@ def drill(
     thaw_wait_minutes: float = 5.0,
     config_path: str | None = None,
     interval_days: float = INTERVAL_DAYS,
-) -> dict[str, Any]:
-    """Returns the drill report: {"drilled": [...], "pending": [...], "coverage": {...}} (README, "Restore drills")."""
+) -> DrillReport:
+    """Returns the drill report (README, "Restore drills"); raises DrillFailed, carrying it, if any failed."""
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     catalog = Catalog(store, cfg.store.prefix)
@@ -67,7 +66,7 @@ def drill(
     cover_days = cfg.drill.cover_days
     chosen = select_task(current_states_task(catalog), n, cover_days, interval_days).chosen
     results: list[DrillResult] = []
-    pending: list[dict[str, Any]] = []
+    pending: list[Key] = []
     for s in chosen:
         t0 = time.monotonic()
         try:
@@ -76,7 +75,7 @@ def drill(
             if any(not p.thawed for p in plans):
                 request_thaw_task(store, plans, tier)
                 if wait_for_thaw_task(store, plans, thaw_wait_minutes * 60):
-                    pending.append({"run": s.run, "step": s.step, "save": s.save})
+                    pending.append(s.key)
                     continue
             scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}-{s.save}"
             staged = staging_dir_task(scratch)
@@ -101,13 +100,12 @@ def drill(
     record_task(catalog, events.drilled(results, str(flow_run.id or "")))
     # Coverage after this drill's events: what the next drill starts from.
     cov = coverage_task(current_states_task(catalog), time.time(), n, cover_days, interval_days)
-    pending_names = [label(p["run"], p["step"], p["save"]) for p in pending]
+    pending_names = [label(*p) for p in pending]
     publish_markdown_task(
         "drill-report", render_markdown(results, pending_names, cov), "restore drill: time and load check"
     )
-    rows = [r.row() for r in results]
-    report: dict[str, Any] = {"drilled": rows, "pending": pending, "coverage": cov.as_dict()}
-    failed = [r for r in results if not r.ok]
+    report = DrillReport(tuple(results), tuple(pending), cov)
+    failed = report.failed
     url = flow_run_url()
     notify_task(
         cfg,
@@ -116,5 +114,5 @@ def drill(
         + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)],
     )
     if failed:
-        raise DrillFailed(rows, report)
+        raise DrillFailed(report)
     return report

@@ -10,9 +10,9 @@ idempotent, the destination is untouched until every byte is verified).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, unmapped
 from prefect.runtime import deployment, flow_run
@@ -23,6 +23,7 @@ from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
 from ckptvault.progress import ProgressBar
 from ckptvault.restore.resolve import RestoreError
+from ckptvault.restore.result import RestoreResult
 from ckptvault.tiering.cost import load_prices
 from ckptvault_prefect.flows.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
@@ -63,7 +64,7 @@ def restore(
     wait_hours: float = 48.0,
     reschedule: bool = False,
     config_path: str | None = None,
-) -> dict[str, Any]:
+) -> RestoreResult:
     t0 = time.monotonic()
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
@@ -85,10 +86,9 @@ def restore(
     publish_markdown_task(
         "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
     )
-    report: dict[str, Any] = {
-        "run": run, "step": n, "save": chosen.save, "notes": list(chosen.notes), "dest": str(target),
-        "estimate": est.describe(), "estimate_detail": est.as_record(),
-    }  # fmt: skip
+    # "thawing" until every byte is restored and verified
+    begun = RestoreResult(run, n, chosen.save, tuple(chosen.notes), str(target), est.describe(), est.as_record(),
+                          status="thawing")  # fmt: skip
     if est.frozen:
         requested = request_thaw_task(store, plans, tier)
         record_task(
@@ -96,7 +96,6 @@ def restore(
         )
         frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
         if frozen:
-            report.update(status="thawing", frozen=len(frozen))
             msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
             if reschedule and deployment.name:
                 from prefect.deployments import run_deployment
@@ -110,8 +109,7 @@ def restore(
                 )
                 msg += f"; a follow-up run is scheduled for {later:%Y-%m-%d %H:%M} UTC"
             print(msg)
-            report["message"] = msg
-            return report
+            return replace(begun, frozen=len(frozen), message=msg)
     staged = staging_dir_task(target)
     try:
         bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
@@ -131,7 +129,8 @@ def restore(
     download_s = time.monotonic() - t_download
     record_task(catalog, [events.restored(manifest, str(target), str(flow_run.id or ""), download_s)])
     notify_task(cfg, store, [alerts.restore_completed(run, n, str(target), time.monotonic() - t0, flow_run_url())])
-    report.update(
+    report = replace(
+        begun,
         status="restored",
         pointer=pointer,
         replaced=str(aside) if aside else None,

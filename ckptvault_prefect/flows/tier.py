@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import replace
 
 from prefect import flow
 from prefect.runtime import flow_run
@@ -18,13 +18,11 @@ from ckptvault.tiering.orders import EvictLocal, Expire, ScheduleTransition, ord
 from ckptvault.tiering.policy import Action
 from ckptvault.tiering.report import (
     applied_by_run,
-    observed_record,
     render_applied,
     render_markdown,
     render_text,
-    scheduled_record,
-    skipped_record,
 )
+from ckptvault.tiering.result import TierResult
 from ckptvault_prefect.flows.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
@@ -48,7 +46,7 @@ from ckptvault_prefect.tasks.tier import (
 
 
 @flow(name="tier", log_prints=True, **HOOKS)
-def tier(apply: bool = False, now: float | None = None, config_path: str | None = None) -> dict[str, Any]:
+def tier(apply: bool = False, now: float | None = None, config_path: str | None = None) -> TierResult:
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     catalog = Catalog(store, cfg.store.prefix)
@@ -66,14 +64,9 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, now if now is not None else time.time())
     print(render_text(plan))
     publish_markdown_task("tier-plan", render_markdown(plan), "what the policy would do, and what it costs")
-    report: dict[str, Any] = {
-        "applied": False,
-        "actions": [a.kind for a in plan.actions],
-        "monthly_before": plan.summary.total_before,
-        "monthly_after": plan.summary.total_after,
-    }
+    planned = TierResult.planned(plan)
     if not apply:
-        return report
+        return planned
     mode = cfg.policy.apply_mode
     classes = class_map(kind, cfg.policy.classes)
     if rules := rules_to_install(prefix, classes, cfg.policy):
@@ -107,15 +100,13 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             transition_task(store, prefix, manifest, order.action.to_class or "", order.tier, order.milestone)
             record_task(catalog, [events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])
         done.append(a)
-    report["applied"] = True
-    report["evict_skipped"] = [skipped_record(c) for c in skipped]
-    report["scheduled"] = [scheduled_record(x) for x in scheduled]
-    report["observed"] = [observed_record(o) for o in observed]
     applied = render_applied(skipped, scheduled, observed)
     publish_markdown_task("tier-applied", applied, "what the apply did, left to the bucket lifecycle, or skipped")
     # one file per event recorded adds up: merge every partition's and refresh its snapshot, time boxed
     # (a dry run writes nothing, compaction included)
-    report["catalog_files_compacted"] = compact_catalog_task(catalog, time.time())
+    compacted = compact_catalog_task(catalog, time.time())
+    report = replace(planned, applied=True, evict_skipped=tuple(skipped), scheduled=tuple(scheduled),
+                     observed=tuple(observed), catalog_files_compacted=compacted)  # fmt: skip
     digest = applied_by_run(plan, states, tier_names(classes, cfg.policy), done)
     url = flow_run_url()
     sent = [

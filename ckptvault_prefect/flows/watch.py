@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from prefect import flow
 
+from ckptvault.alerts.watch_inputs import WatchReport
 from ckptvault.catalog import Catalog
 from ckptvault_prefect.flows.hooks import HOOKS
 from ckptvault_prefect.tasks.common import current_states_task, load_config_task, open_store_task
@@ -15,7 +15,7 @@ from ckptvault_prefect.tasks.watch import assess_task, load_alert_state_task
 
 
 @flow(name="watch", log_prints=True, **HOOKS)
-def watch(now: float | None = None, config_path: str | None = None) -> dict[str, Any]:
+def watch(now: float | None = None, config_path: str | None = None) -> WatchReport:
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     states = current_states_task(Catalog(store, cfg.store.prefix))
@@ -25,4 +25,4 @@ def watch(now: float | None = None, config_path: str | None = None) -> dict[str,
     delivered = notify_task(cfg, store, found.alerts, found.state)
     for a in found.alerts:
         print(a.text())
-    return {"alerts": [a.kind for a in found.alerts], "delivered": delivered, "monthly_usd": found.monthly_usd}
+    return WatchReport.of(found, delivered)

@@ -134,10 +134,10 @@ def test_compression_auto_round_trip_targets_and_a_bad_frame(
     for run, step, src in (("z", 10, bf16), ("z", 20, mixed), ("raw", 10, plain)):
         dest = tmp_path / f"out-{run}-{step}"
         report = restore(run=run, step=str(step), dest=str(dest), config_path=str(cfg))
-        assert report["status"] == "restored"
+        assert report.status == "restored"
         assert _tree(dest / src.name) == _tree(src)
-    rows = drill(config_path=str(cfg))["drilled"]
-    assert sorted((r["run"], r["step"], r["ok"]) for r in rows) == [("raw", 10, True), ("z", 10, True), ("z", 20, True)]
+    rows = drill(config_path=str(cfg)).drilled
+    assert sorted((r.run, r.step, r.ok) for r in rows) == [("raw", 10, True), ("z", 10, True), ("z", 20, True)]
 
     # Tiering moves the stored objects as they are (a server-side copy) and checks their stored size.
     from ckptvault.config import parse_config

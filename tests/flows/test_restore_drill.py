@@ -61,7 +61,7 @@ def test_restore_latest_recreates_pointer_and_bytes(
     root, cfg = _ingested(seaweedfs, bucket_factory(seaweedfs), tmp_path, fmt, [100, 200])
     dest = tmp_path / "restored"
     report = restore(run="r", dest=str(dest), config_path=str(cfg))
-    assert report["status"] == "restored" and report["step"] == 200
+    assert report.status == "restored" and report.step == 200
     newest = max((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name)
     assert _tree(dest / newest.name) == _tree(newest)
     assert (dest / pointer).read_text().strip() == (root / pointer).read_text().strip()
@@ -135,8 +135,8 @@ def test_restore_thaws_glacier_objects_on_moto(
     with pytest.raises(client.exceptions.InvalidObjectState):
         client.get_object(Bucket=bucket, Key=data_keys[0])
     report = restore(run="r", dest=str(tmp_path / "out"), tier="Bulk", config_path=str(cfg))
-    assert report["status"] == "restored"
-    assert archive_class in report["estimate"]
+    assert report.status == "restored"
+    assert archive_class in report.estimate
     src = next(p for p in root.iterdir() if p.is_dir())
     assert _tree(tmp_path / "out" / src.name) == _tree(src)
 
@@ -149,8 +149,8 @@ def test_drill_passes_then_catches_a_bit_flip(
     _env(monkeypatch, seaweedfs)
     bucket = bucket_factory(seaweedfs)
     _, cfg = _ingested(seaweedfs, bucket, tmp_path, "hf", [10, 20])
-    rows = drill(config_path=str(cfg))["drilled"]
-    assert sorted((r["step"], r["ok"]) for r in rows) == [(10, True), (20, True)]
+    rows = drill(config_path=str(cfg)).drilled
+    assert sorted((r.step, r.ok) for r in rows) == [(10, True), (20, True)]
     client = seaweedfs.client()
     key = next(
         o["Key"]
@@ -247,7 +247,7 @@ def test_restored_files_keep_their_mode(
     manifest = json.loads(seaweedfs.client().get_object(Bucket=bucket, Key=key)["Body"].read())
     assert {f["path"]: f["mode"] for f in manifest["files"]}[files[0].relative_to(ckpt).as_posix()] == 0o600
     dest = tmp_path / "restored"
-    assert restore(run="r", dest=str(dest), config_path=str(cfg))["status"] == "restored"
+    assert restore(run="r", dest=str(dest), config_path=str(cfg)).status == "restored"
     for p in files:
         back = dest / ckpt.name / p.relative_to(ckpt)
         assert stat.S_IMODE(back.stat().st_mode) == stat.S_IMODE(p.stat().st_mode), p.name

@@ -65,12 +65,12 @@ def test_client_mode_moves_all_but_the_newest_to_cold_on_ceph(
     )
     cfg = _ingest(ceph, bucket, tmp_path, [10, 20, 30], policy)
     dry = tier(config_path=str(cfg), now=time.time() + 30 * DAY)
-    assert dry["applied"] is False
+    assert dry.applied is False
     client = ceph.client()
     assert set(_classes(client, bucket, "t/").values()) == {"STANDARD"}, "a dry run changed something"
 
     report = tier(apply=True, config_path=str(cfg), now=time.time() + 30 * DAY)
-    assert report["applied"] is True
+    assert report.applied is True
     for step, want in ((10, "COLD"), (20, "COLD"), (30, "STANDARD")):
         classes = _classes(client, bucket, checkpoint_prefix("t", "r", step))
         data = {k: c for k, c in classes.items() if not k.endswith(MANIFEST_NAME) and "_VALIDATION" not in k}
@@ -81,10 +81,10 @@ def test_client_mode_moves_all_but_the_newest_to_cold_on_ceph(
     assert states[30].storage_class == "STANDARD"
     # a second apply converges: nothing more to move
     again = tier(apply=True, config_path=str(cfg), now=time.time() + 30 * DAY)
-    assert "transition" not in again["actions"]
+    assert "transition" not in again.actions
     # what sits in COLD restores intact
     out = restore(run="r", step="10", dest=str(tmp_path / "out"), config_path=str(cfg))
-    assert out["status"] == "restored"
+    assert out.status == "restored"
     assert (tmp_path / "out" / "checkpoint-10" / "trainer_state.json").exists()
 
 
@@ -117,8 +117,8 @@ def test_server_mode_records_the_schedule_then_the_move_cephs_lifecycle_engine_m
     assert (s10.storage_class, s10.last_event, s10.scheduled_class) == ("STANDARD", "transition_scheduled", "COLD")
     assert s10.scheduled_at is not None and s10.scheduled_at % DAY == 0
     assert before + DAY <= s10.scheduled_at <= before + 2 * DAY
-    (sched,) = first["scheduled"]
-    assert (sched["step"], sched["rule"], sched["takes_effect"]) == (10, "ckptvault-tier-cold-t", s10.scheduled_at)
+    (sched,) = first.scheduled
+    assert (sched.step, sched.rule, sched.takes_effect) == (10, "ckptvault-tier-cold-t", s10.scheduled_at)
     # rgw_lc_debug_interval makes a lifecycle "day" a few seconds: wait for Ceph itself to move it
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline:
@@ -131,8 +131,8 @@ def test_server_mode_records_the_schedule_then_the_move_cephs_lifecycle_engine_m
     assert {c for k, c in _classes(client, bucket, newest).items()} == {"STANDARD"}
     # the next tier run sees the move in the listing and records it; nothing is scheduled again
     second = tier(apply=True, config_path=str(cfg), now=time.time() + 30 * DAY)
-    assert [(o["step"], o["storage_class"]) for o in second["observed"]] == [(10, "COLD")]
-    assert second["scheduled"] == [] and "transition" not in second["actions"]
+    assert [(o.step, o.scheduled_class) for o in second.observed] == [(10, "COLD")]
+    assert second.scheduled == () and "transition" not in second.actions
     s10 = _states(cfg)[10]
     assert (s10.storage_class, s10.last_event, s10.scheduled_class, s10.scheduled_at) == (
         "COLD", "transitioned", "", None,
@@ -156,7 +156,7 @@ def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
     client = moto_server.client()
     # 1 MiB checkpoints at list prices: request fees and per-object overhead outweigh the saving
     small = tier(apply=True, config_path=str(cfg), now=time.time() + 40 * DAY)
-    assert "transition" not in small["actions"] and small["actions"].count("skip") == 3
+    assert "transition" not in small.actions and small.actions.count("skip") == 3
     assert set(_classes(client, bucket, "t/").values()) == {"STANDARD"}
     # at prices where the moves pay, they happen: the planner judges money, not size
     cfg.write_text(cfg.read_text() + "[policy.prices]\nSTANDARD = 40.0\nGLACIER = 20.0\n")
@@ -178,7 +178,7 @@ def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
         write_checkpoint(tmp_path / "hot", "hf", step, 1 * MiB, shards=1, seed=step)
     ingest(config_path=str(cfg))
     later = tier(apply=True, config_path=str(cfg), now=time.time() + 100 * DAY)
-    assert later["actions"].count("transition") == 2
+    assert later.actions.count("transition") == 2
     assert [data_classes(s) for s in (10, 20, 30, 40, 50, 60)] == [{"GLACIER"}] * 3 + [{"DEEP_ARCHIVE"}] * 2 + [
         {"STANDARD"}
     ]
@@ -186,7 +186,7 @@ def test_archive_on_moto_only_when_it_pays_and_restores_with_a_thaw(
     assert all(states[s].verified for s in (10, 20, 30, 40, 50, 60)), "a checkpoint was lost"
     for step, cls in ((10, "GLACIER"), (40, "DEEP_ARCHIVE")):
         out = restore(run="r", step=str(step), dest=str(tmp_path / f"out{step}"), tier="Bulk", config_path=str(cfg))
-        assert out["status"] == "restored" and cls in out["estimate"]
+        assert out.status == "restored" and cls in out.estimate
         src = tmp_path / "hot" / f"checkpoint-{step}"
         got = tmp_path / f"out{step}" / f"checkpoint-{step}"
         assert {p.name: p.read_bytes() for p in src.iterdir()} == {p.name: p.read_bytes() for p in got.iterdir()}
@@ -254,9 +254,9 @@ def test_eviction_skips_a_local_copy_rewritten_after_upload_and_evicts_the_other
     state = tier(apply=True, config_path=str(cfg), return_state=True)
     assert state.is_completed(), state
     report = state.result()
-    assert [(s["run"], s["step"], s["save"]) for s in report["evict_skipped"]] == [("r", 10, 1)]
-    (skip,) = report["evict_skipped"]
-    assert skip["store"] == [] and len(skip["local"]) == 1 and str(victim) in skip["local"][0]
+    assert [s.key for s in report.evict_skipped] == [("r", 10, 1)]
+    (skip,) = report.evict_skipped
+    assert skip.store == () and len(skip.local) == 1 and str(victim) in str(skip.local[0])
     # nothing of step 10 was deleted; step 20 was evicted; the newest stays
     assert _local_files(hot / "checkpoint-10") == before[10] and victim.read_bytes() == bytes(data)
     assert _local_files(hot / "checkpoint-20") == set()
@@ -266,7 +266,7 @@ def test_eviction_skips_a_local_copy_rewritten_after_upload_and_evicts_the_other
     assert (states[10].last_event, states[10].local_evicted) == ("evict_skipped", False)
     assert states[10].state == "verified"  # the stored copy is still good: only the local one changed
     detail = json.loads(states[10].detail)
-    assert detail["local"] == skip["local"] and "local files differ" in detail["skipped"]
+    assert detail["local"] == [str(m) for m in skip.local] and "local files differ" in detail["skipped"]
     assert states[20].local_evicted and not states[30].local_evicted
     posts = [p["text"] for p in (r.payload for r in slack.delivered()) if "NOT evicted" in p["text"]]
     assert len(posts) == 1 and "r step 10 save 1" in posts[0]
@@ -274,7 +274,7 @@ def test_eviction_skips_a_local_copy_rewritten_after_upload_and_evicts_the_other
 
     # every tier run checks again, and still deletes nothing of the rewritten copy
     again = tier(apply=True, config_path=str(cfg), return_state=True)
-    assert again.is_completed() and [s["step"] for s in again.result()["evict_skipped"]] == [10]
+    assert again.is_completed() and [s.step for s in again.result().evict_skipped] == [10]
     assert _local_files(hot / "checkpoint-10") == before[10]
 
 
@@ -301,8 +301,8 @@ def test_eviction_skips_a_checkpoint_whose_object_vanished_from_the_store_and_th
 
     state = tier(apply=True, config_path=str(cfg), now=time.time() + 40 * DAY, return_state=True)
     assert state.is_completed(), state
-    (skip,) = state.result()["evict_skipped"]
-    assert (skip["step"], skip["local"]) == (20, []) and skip["store"] == [f"{gone}: missing from the store"]
+    (skip,) = state.result().evict_skipped
+    assert (skip.step, skip.local) == (20, ()) and [str(m) for m in skip.store] == [f"{gone}: missing from the store"]
     assert _local_files(hot / "checkpoint-20") == before[20], "the only complete copy was deleted"
     assert _local_files(hot / "checkpoint-10") == set()
     # the rest of the plan was carried out: step 10 moved; step 20, incomplete in the store, was left alone
@@ -335,7 +335,7 @@ def test_server_mode_on_moto_dates_the_move_by_the_rule_and_records_it_once_the_
     client = moto_server.client()
     old = checkpoint_prefix("t", "r", 10)
     first = tier(apply=True, config_path=str(cfg), now=time.time() + 10 * DAY)
-    assert first["actions"].count("transition") == 1
+    assert first.actions.count("transition") == 1
     assert _data_classes(client, bucket, old) == {"STANDARD"}  # nothing was copied
     listed = client.list_objects_v2(Bucket=bucket, Prefix=old)["Contents"]
     data = [o for o in listed if not o["Key"].endswith(("_MANIFEST.json", "_VALIDATION.json"))]
@@ -346,8 +346,8 @@ def test_server_mode_on_moto_dates_the_move_by_the_rule_and_records_it_once_the_
 
     # the engine has not moved it: a later run observes nothing and schedules nothing again
     waiting = tier(apply=True, config_path=str(cfg), now=time.time() + 11 * DAY)
-    assert (waiting["observed"], waiting["scheduled"]) == ([], [])
-    assert "transition" not in waiting["actions"]
+    assert (waiting.observed, waiting.scheduled) == ((), ())
+    assert "transition" not in waiting.actions
     assert _states(cfg)[10].scheduled_class == "STANDARD_IA"
 
     # play the lifecycle engine: moto has none. CopyObject in place into the scheduled class
@@ -357,7 +357,7 @@ def test_server_mode_on_moto_dates_the_move_by_the_rule_and_records_it_once_the_
             StorageClass="STANDARD_IA", MetadataDirective="COPY",
         )  # fmt: skip
     seen = tier(apply=True, config_path=str(cfg), now=time.time() + 12 * DAY)
-    assert [(o["step"], o["storage_class"]) for o in seen["observed"]] == [(10, "STANDARD_IA")]
+    assert [(o.step, o.scheduled_class) for o in seen.observed] == [(10, "STANDARD_IA")]
     s10 = _states(cfg)[10]
     assert (s10.storage_class, s10.last_event, s10.scheduled_class) == ("STANDARD_IA", "transitioned", "")
 
@@ -369,7 +369,7 @@ def test_server_mode_on_moto_dates_the_move_by_the_rule_and_records_it_once_the_
                         extra=policy.replace('"server"', '"both"'))  # fmt: skip
     ingest(config_path=str(cfg2))
     out = tier(apply=True, config_path=str(cfg2), now=time.time() + 10 * DAY)
-    assert out["scheduled"] == [] and out["actions"].count("transition") == 1
+    assert out.scheduled == () and out.actions.count("transition") == 1
     assert _data_classes(client, bucket2, old) == {"STANDARD_IA"}
     s10 = _states(cfg2)[10]
     assert (s10.storage_class, s10.last_event, s10.scheduled_class) == ("STANDARD_IA", "transitioned", "")

@@ -47,11 +47,11 @@ def test_stale_run_alerts_once_then_recovers_once(
     cfg.write_text(cfg.read_text().replace("settle_seconds = 0", "settle_seconds = 0\nstale_after_hours = 2"))
     ingest(config_path=str(cfg))
     t = time.time()
-    assert watch(config_path=str(cfg), now=t + 0.5 * HOUR)["alerts"] == []
+    assert watch(config_path=str(cfg), now=t + 0.5 * HOUR).alerts == ()
     first = watch(config_path=str(cfg), now=t + 3 * HOUR)
-    assert first["alerts"] == ["run_stale"]
+    assert first.alerts == ("run_stale",)
     for h in (4, 5, 6):
-        assert watch(config_path=str(cfg), now=t + h * HOUR)["alerts"] == []
+        assert watch(config_path=str(cfg), now=t + h * HOUR).alerts == ()
     stale_posts = [p for p in _posts(slack) if "stale" in json.dumps(p).lower()]
     assert len(stale_posts) == 1
     assert stale_posts[0]["channel"] == "#ckpt-test" and "r" in stale_posts[0]["text"]
@@ -59,8 +59,8 @@ def test_stale_run_alerts_once_then_recovers_once(
     write_checkpoint(root, "deepspeed", 200, 1 * MiB)
     ingest(config_path=str(cfg))
     recovered = watch(config_path=str(cfg), now=time.time() + 60)
-    assert recovered["alerts"] == ["run_recovered"]
-    assert watch(config_path=str(cfg), now=time.time() + 120)["alerts"] == []
+    assert recovered.alerts == ("run_recovered",)
+    assert watch(config_path=str(cfg), now=time.time() + 120).alerts == ()
     kinds = [p["text"] for p in _posts(slack)]
     assert sum("checkpointing again" in k for k in kinds) == 1
 

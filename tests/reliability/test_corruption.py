@@ -77,7 +77,7 @@ def test_drill_and_restore_detect_every_kind_of_damage_naming_the_file(
     extra = f'[drill]\nscratch = "{scratch}"\nsample = {len(DAMAGE)}\n'
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")], extra=extra)
     assert sorted(o.result for o in ingest(config_path=str(cfg))) == ["uploaded"] * len(DAMAGE)
-    assert all(r["ok"] for r in drill(config_path=str(cfg))["drilled"]), "the undamaged checkpoints must drill clean"
+    assert all(r.ok for r in drill(config_path=str(cfg)).drilled), "the undamaged checkpoints must drill clean"
 
     client = seaweedfs.client()
     for step in DAMAGE:
@@ -86,10 +86,10 @@ def test_drill_and_restore_detect_every_kind_of_damage_naming_the_file(
     state = drill(config_path=str(cfg), return_state=True)
     err = state.result(raise_on_failure=False)
     assert isinstance(err, DrillFailed), err
-    rows = {r["step"]: r for r in err.rows}
+    rows = {r.step: r for r in err.report.drilled}
     for step, (what, name) in DAMAGE.items():
-        assert not rows[step]["ok"], f"drill missed the {what} at step {step}"
-        assert name in " ".join(map(str, rows[step]["problems"])), f"drill report for the {what} lacks {name}"
+        assert not rows[step].ok, f"drill missed the {what} at step {step}"
+        assert name in " ".join(rows[step].problems), f"drill report for the {what} lacks {name}"
     assert not list(scratch.glob("*ckptvault-partial*")), "drill left scratch data behind"
     states = {c.step: c for c in Catalog(open_store(load_config(str(cfg)).store), "t").current("r")}
     assert {s: states[s].last_drill_ok for s in DAMAGE} == dict.fromkeys(DAMAGE, False)

@@ -61,13 +61,13 @@ def test_ingest_tier_restore_complete_under_injected_faults(
         after_ingest = proxy.summary()
 
         report = tier(apply=True, config_path=str(cfg))
-        assert report["applied"] and report["actions"].count("transition") == 2, report
+        assert report.applied and report.actions.count("transition") == 2, report
         after_tier = proxy.summary()
 
         for s in STEPS:
             dest = tmp_path / f"restored-{s}"
             out = restore(run="r", step=str(s), dest=str(dest), config_path=str(cfg))
-            assert out["status"] == "restored"
+            assert out.status == "restored"
             assert tree(dest / sources[s].name) == tree(sources[s]), f"step {s}: restored bytes differ"
         summary = proxy.summary()
         counts = dict(proxy.counts)
@@ -115,7 +115,7 @@ def test_lost_responses_of_applied_writes_at_30_percent_faults(
         outcomes = ingest(config_path=str(cfg))
         assert sorted((o.step, o.result) for o in outcomes) == [(s, "uploaded") for s in STEPS]
         report = tier(apply=True, config_path=str(cfg))
-        assert report["applied"] and report["actions"].count("transition") == 2, report
+        assert report.applied and report.actions.count("transition") == 2, report
         summary, counts = proxy.summary(), dict(proxy.counts)
     client = seaweedfs.client()
     for s in STEPS:

@@ -1,0 +1,38 @@
+"""What one run of the restore flow reports: the checkpoint resolved, the estimate, and how it ended
+(restored, or still thawing). `as_dict` is the `ckptvault restore --json` document (README)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    run: str
+    step: int
+    save: int
+    notes: tuple[str, ...]  # what the resolution said (e.g. which newer saves it passed over)
+    dest: str
+    estimate: str  # Estimate.describe()
+    estimate_detail: dict[str, object]  # Estimate.as_record()
+    status: Literal["restored", "thawing"]
+    # thawing: how many objects are still frozen, and what to do about it
+    frozen: int = 0
+    message: str = ""
+    # restored:
+    pointer: str | None = None  # the framework's pointer file written, if its layout has one
+    replaced: str | None = None  # where the destination's previous contents were kept (--force)
+    bytes: int = 0
+    files: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "run": self.run, "step": self.step, "save": self.save, "notes": list(self.notes), "dest": self.dest,
+            "estimate": self.estimate, "estimate_detail": self.estimate_detail, "status": self.status,
+        }  # fmt: skip
+        if self.status == "thawing":
+            doc.update(frozen=self.frozen, message=self.message)
+        else:
+            doc.update(pointer=self.pointer, replaced=self.replaced, bytes=self.bytes, files=self.files)
+        return doc
