@@ -1,7 +1,10 @@
-"""The catalog's read of every run from snapshots, against an in-memory store (no server).
+"""The catalog's read of every run from snapshots: against an in-memory store (no server, the decode and
+fold alone; the default), or with `--store seaweedfs` the fleet-scale bench of bench/catalog_fleet.py.
 
     .venv/bin/python bench/catalog.py [--runs 1000] [--ckpts 200] [--reps 3] [--path states|table]
                                       [--save FILE | --load FILE]
+    .venv/bin/python bench/catalog.py --store seaweedfs [--runs 1000] [--ckpts 200] [--reps 3]
+                                      [--manifests 100000] [--day-saves 6] [--json FILE] [--keep-logs]
 
 Builds RUNS runs x CKPTS checkpoints x 5 events (discovered, uploaded and verified with metrics, distinct
 in every checkpoint, and a fingerprint in `detail`, transitioned, drilled) through the library's own
@@ -50,15 +53,7 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=1000)
-    ap.add_argument("--ckpts", type=int, default=200)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--path", choices=["states", "table"], default="states")
-    ap.add_argument("--save", type=Path)
-    ap.add_argument("--load", type=Path)
-    a = ap.parse_args()
+def memory_main(a: argparse.Namespace) -> None:
     store = MemStore()
     cat = Catalog(store, "bench")  # type: ignore[arg-type]
     if a.load:
@@ -107,6 +102,30 @@ def main() -> None:
         print(f"current(run), rep {i + 1}: {(time.perf_counter() - t) * 1000:.1f} ms, {m} states")
     print(f"peak rss: {_rss_mib():.0f} MiB")
     assert n == a.runs * a.ckpts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", choices=["memory", "seaweedfs"], default="memory",
+                    help="memory: the decode and fold alone; seaweedfs: bench/catalog_fleet.py")  # fmt: skip
+    ap.add_argument("--runs", type=int, default=1000)
+    ap.add_argument("--ckpts", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--path", choices=["states", "table"], default="states", help="memory only")
+    ap.add_argument("--save", type=Path, help="memory only")
+    ap.add_argument("--load", type=Path, help="memory only")
+    ap.add_argument("--manifests", default="100000",
+                    help="seaweedfs only: manifests for catalog rebuild, or sizes to grow through (10000,30000)")
+    ap.add_argument("--day-saves", type=int, default=6, help="seaweedfs only: new saves per run in a day")
+    ap.add_argument("--json", type=Path, help="seaweedfs only: the results as JSON")
+    ap.add_argument("--keep-logs", action="store_true", help="seaweedfs only: keep the logs in bench/.catalog-logs")
+    a = ap.parse_args()
+    if a.store == "seaweedfs":
+        from catalog_fleet import fleet_main
+
+        fleet_main(a)
+    else:
+        memory_main(a)
 
 
 if __name__ == "__main__":

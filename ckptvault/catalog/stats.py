@@ -27,8 +27,11 @@ class CatalogStats:
     set_aside: int  # under _catalog/unreadable/
     catalog_bytes: int
     by_state: dict[str, int]
-    by_class: dict[str, tuple[int, int]]  # storage class -> (saves, bytes) of what is in the store
+    by_class: dict[str, tuple[int, int]]  # storage class -> (saves, original bytes) of what is in the store
     unreadable: dict[str, str] = field(default_factory=dict)
+    # storage class -> what those saves' objects occupy (compressed size where compressed): what the
+    # class bills; by_class's bytes are the files' original sizes, what a restore writes
+    stored_by_class: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -36,7 +39,8 @@ class CatalogStats:
             "files": {"events": self.event_files, "snapshots": self.snapshots, "flat": self.flat_files,
                       "set_aside": self.set_aside},
             "catalog_bytes": self.catalog_bytes, "by_state": dict(sorted(self.by_state.items())),
-            "by_class": {c: {"checkpoints": n, "bytes": b} for c, (n, b) in sorted(self.by_class.items())},
+            "by_class": {c: {"checkpoints": n, "bytes": b, "stored_bytes": self.stored_by_class.get(c, b)}
+                         for c, (n, b) in sorted(self.by_class.items())},
             "unreadable": dict(sorted(self.unreadable.items())),
         }  # fmt: skip
 
@@ -73,15 +77,17 @@ def stats(cat: Catalog) -> CatalogStats:
                 events += snap.count()
         events += len(extra)
     by_class: dict[str, tuple[int, int]] = {}
+    stored: Counter[str] = Counter()
     for s in states:
         if s.uploaded_at is None or s.expired:
             continue  # not, or no longer, in the store
         cls = s.storage_class or "STANDARD"
         n, b = by_class.get(cls, (0, 0))
         by_class[cls] = (n + 1, b + s.bytes)
+        stored[cls] += s.billed_bytes
     return CatalogStats(
         runs=len({s.run for s in states}), checkpoints=len(states), events=events,
         event_files=kinds["events"], snapshots=kinds["snapshot"], flat_files=kinds["flat"],
         set_aside=kinds["set_aside"], catalog_bytes=size, by_state=dict(Counter(s.state for s in states)),
-        by_class=by_class, unreadable=dict(cat.unreadable),
+        by_class=by_class, unreadable=dict(cat.unreadable), stored_by_class=dict(stored),
     )  # fmt: skip

@@ -123,8 +123,8 @@ def test_catalog_stats_counts_runs_checkpoints_events_files_and_bytes_per_class(
     assert doc["catalog_bytes"] > 0
     assert doc["by_state"] == {"expired": 1, "pending": 1, "verified": 2}
     assert doc["by_class"] == {
-        "GLACIER_IR": {"checkpoints": 1, "bytes": 2000},
-        "STANDARD": {"checkpoints": 1, "bytes": 1000},
+        "GLACIER_IR": {"checkpoints": 1, "bytes": 2000, "stored_bytes": 2000},  # uncompressed: the same
+        "STANDARD": {"checkpoints": 1, "bytes": 1000, "stored_bytes": 1000},
     }
     assert doc["unreadable"] == {}
     capsys.readouterr()

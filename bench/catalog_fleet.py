@@ -1,0 +1,278 @@
+"""The catalog at fleet scale on a real SeaweedFS (issue [K]): `bench/catalog.py --store seaweedfs`.
+
+Starts SeaweedFS the way bench/run.py does (infra/local/seaweedfs.sh with bench-only state and ports),
+builds RUNS runs x CKPTS saves x 5 events through the library's own `Catalog.append` (one call per run,
+as the in-memory mode) and `Catalog.compact`, then times, each in a fresh process (bench/run.py's
+`measure`: wall, and peak RSS of the process tree):
+
+    ls --json            `ckptvault ls --json` of every run, stdout to /dev/null (the Arrow table path)
+    ls --run R           `ckptvault ls --run R` (the table a person reads) and `ls --run R --json`
+    restore read         what `ckptvault restore R` reads of the catalog before the flow starts
+                         (`from_manifests.run_events` + `fold`)
+    ingest read          what an ingest pass reads per `[[sources]]` entry (`known_states`)
+    compaction of a day  DAY_SAVES new saves in every run, as the flows append them: one file per save
+                         by ingest (discovered, uploaded, verified), one per save by tier (transitioned),
+                         one per run by drill (drilled); then `Catalog.compact(now)` of every run, as
+                         `tier --apply` calls it (without its 60 s time box, to see the whole cost)
+    rebuild              `ckptvault catalog rebuild --json` over MANIFESTS manifests (12 files each) in a
+                         prefix of their own, written in parallel through the store port
+
+    .venv/bin/python bench/catalog.py --store seaweedfs [--runs 1000] [--ckpts 200] [--reps 3]
+                     [--manifests 100000] [--day-saves 6] [--json bench/results/catalog-fleet.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import run as b  # bench/run.py: servers, measure, configs
+
+PREFIX = "fleet"
+REBUILD_PREFIX = "manifests"
+
+
+def _run_name(r: int) -> str:
+    return f"team/run-{r:04d}"
+
+
+def _config(path: Path, server: b.Server, prefix: str) -> Path:
+    path.write_text(
+        f'[store]\nbucket = "{b.BUCKET}"\nprefix = "{prefix}"\nendpoint_url = "{server.url}"\n'
+        f'region = "{server.region}"\n'
+    )
+    return path
+
+
+def _store(cfg_path: Path) -> Any:
+    from ckptvault.config import load_config
+    from ckptvault.store import open_store
+
+    return open_store(load_config(str(cfg_path)).store), load_config(str(cfg_path)).store.prefix
+
+
+def build(cfg_path: Path, runs: int, ckpts: int) -> dict[str, float]:
+    from bench.catalog import _life
+    from ckptvault.catalog import Catalog
+
+    store, prefix = _store(cfg_path)
+    cat = Catalog(store, prefix)
+    t0 = time.perf_counter()
+
+    def one(r: int) -> None:
+        run = _run_name(r)
+        cat.append([e for s in range(ckpts) for e in _life(run, s * 100, 1.7e9 + r * 1e5 + s * 10)])
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(runs)))
+    t1 = time.perf_counter()
+    cat.compact(time.time() + 10)
+    t2 = time.perf_counter()
+    return {"append_s": t1 - t0, "compact_s": t2 - t1}
+
+
+def day(cfg_path: Path, runs: int, ckpts: int, saves: int, first: int = 0, tier: bool = True) -> int:
+    """A day's events in every run, appended as the flows append them; returns how many files."""
+    from ckptvault.catalog import Catalog, Event
+
+    store, prefix = _store(cfg_path)
+    cat = Catalog(store, prefix)
+    t = time.time()
+
+    def one(r: int) -> int:
+        run = _run_name(r)
+        steps = [(ckpts + i) * 100 for i in range(saves)]
+        m = json.dumps({"metrics": {"loss": 0.5 / (r + 1)}})
+        for s in steps:  # ingest: one append per checkpoint
+            cat.append([Event(run, s, "discovered", t, format="hf", created_at=t - 5),
+                        Event(run, s, "uploaded", t + 1, bytes=10 << 20, files=12, storage_class="STANDARD",
+                              detail=m),
+                        Event(run, s, "verified", t + 2, detail=m)])  # fmt: skip
+        if not tier:
+            return saves
+        for s in steps:  # tier: one append per action
+            cat.append([Event(run, s, "transitioned", t + 3, storage_class="GLACIER_IR")])
+        cat.append([Event(run, s, "drilled", t + 4, ok=True) for s in steps])  # drill: one per pass
+        return 2 * saves + 1
+
+    with ThreadPoolExecutor(8) as pool:
+        return sum(pool.map(one, range(first, first + runs)))
+
+
+def write_manifests(cfg_path: Path, n: int, start: int = 0, per_run: int = 1000) -> float:
+    """Manifests number `start` to `n` (runs of `per_run` saves), 12 files each, 32 PUTs at a time."""
+    from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
+
+    store, prefix = _store(cfg_path)
+    files = tuple(FileEntry(f"model-{i:05d}-of-00012.safetensors", 1 << 30, 1.7e9, "AAAAAA==") for i in range(12))
+    t0 = time.perf_counter()
+
+    def one(i: int) -> None:
+        run, step = f"run-{i // per_run:04d}", (i % per_run + 1) * 100
+        m = Manifest(run=run, step=step, format="hf", files=files, created_at=1.7e9 + i, uploaded_at=1.7e9 + i + 60,
+                     source=f"/ckpt/{run}", metrics={"loss": 1.0 / (i + 1)})  # fmt: skip
+        store.put_bytes(checkpoint_prefix(prefix, run, step) + MANIFEST_NAME, m.to_json())
+
+    with ThreadPoolExecutor(32) as pool:
+        list(pool.map(one, range(start, n)))
+    return time.perf_counter() - t0
+
+
+# --- the children, one library call each (their RSS is theirs) -------------------------------------
+
+
+def child(op: str, cfg_path: Path, args: list[str]) -> None:
+    from ckptvault.catalog import Catalog, fold
+
+    store, prefix = _store(cfg_path)
+    cat = Catalog(store, prefix)
+    t0 = time.perf_counter()
+    if op == "restore-read":
+        from ckptvault.restore import from_manifests
+
+        events, bad = from_manifests.run_events(cat, args[0])
+        print(f"{len(fold(events))} saves of {args[0]} from {len(events)} events, {len(bad)} unreadable")
+    elif op == "ingest-read":
+        from ckptvault.ingest.steps import known_states
+
+        n = sum(len(known_states(cat, r)) for r in args)
+        print(f"{n} known steps in {len(args)} runs")
+    elif op == "ls-json":  # what cmd_ls --json runs, without the CLI's start-up
+        from ckptvault.catalog.table_view import current_table, select_table, write_json_table
+
+        with open(os.devnull, "wb") as out:
+            write_json_table(select_table(current_table(cat, args[0] if args else None), None, None, None), out)
+    elif op == "ls-run":  # what cmd_ls runs for the table
+        from ckptvault.listing import render_table, select
+
+        print(render_table(select(cat.current(args[0]), None, None)).count("\n"), "lines")
+    elif op == "compact":
+        print(f"compacted {cat.compact(time.time())} event files")
+    elif op == "compact-runs":  # what an ingest pass compacts after itself: its sources' runs
+        from ckptvault.catalog import COMPACT_SECONDS
+
+        print(f"compacted {cat.compact(time.time(), runs=args, max_seconds=COMPACT_SECONDS)} event files")
+    else:
+        raise SystemExit(f"unknown child op {op}")
+    took = time.perf_counter() - t0
+    print(f"in-process {took:.3f} s")
+    if os.environ.get("CATALOG_BENCH_TIMES"):
+        with open(os.environ["CATALOG_BENCH_TIMES"], "a") as f:
+            f.write(f"{took}\n")
+
+
+# --- the driver ------------------------------------------------------------------------------------
+
+
+def _measure(cmd: list[str], env: dict[str, str], log: Path, reps: int, out: Path | None = None) -> dict[str, Any]:
+    times = log.parent / "inproc.txt"
+    times.unlink(missing_ok=True)
+    got = [b.measure(cmd, {**env, "CATALOG_BENCH_TIMES": str(times)}, out or log) for _ in range(reps)]
+    inproc = [float(x) for x in times.read_text().split()] if times.exists() else []
+    bad = [g for g in got if g["rc"] != 0]
+    if bad:
+        raise SystemExit(f"failed (rc {bad[0]['rc']}): {' '.join(cmd)}; see {log}")
+    return {
+        "seconds": statistics.median(g["seconds"] for g in got),
+        "all_seconds": [round(g["seconds"], 3) for g in got],
+        "max_rss_mib": max(g["max_rss_mib"] for g in got),
+        # the library call alone, timed inside the child: the rest is the process's start-up and imports
+        "in_process_seconds": statistics.median(inproc) if inproc else None,
+    }
+
+
+def fleet_main(a: argparse.Namespace) -> None:
+    scratch: Path = b.BENCH / f".scratch-catalog-{os.getpid()}"  # its own: two runs never share a server
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "logs").mkdir(parents=True)
+    log = scratch / "logs" / "catalog.log"
+    server = b.Server("seaweedfs", scratch, 8 * b.GiB)
+    os.environ.update(AWS_ACCESS_KEY_ID=b.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=b.SECRET_KEY,
+                      AWS_REGION=server.region, AWS_EC2_METADATA_DISABLED="true")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
+    env["PYTHONPATH"] = str(b.REPO)
+    ckv = str(b.VENV_BIN / "ckptvault")
+    py = [sys.executable, str(Path(__file__).resolve())]
+    res: dict[str, Any] = {"runs": a.runs, "ckpts": a.ckpts, "events": a.runs * a.ckpts * 5, "rows": {}}
+    rows = res["rows"]
+    try:
+        server.up()
+        b.s3_client(server).create_bucket(Bucket=b.BUCKET)
+        cfg = _config(scratch / "fleet.toml", server, PREFIX)
+        one = _run_name(a.runs // 2)
+        if a.runs:
+            res["build"] = build(cfg, a.runs, a.ckpts)
+            b.log(f"built {a.runs} runs x {a.ckpts} saves x 5 events: {res['build']}")
+            # once with its output kept: every save listed
+            full = scratch / "ls.json"
+            with full.open("wb") as f:
+                subprocess.run([ckv, "--config", str(cfg), "ls", "--json"], env=env, stdout=f, check=True)
+            listed = len(json.loads(full.read_bytes()))
+            assert listed == a.runs * a.ckpts, listed
+            full.unlink()
+            base = [ckv, "--config", str(cfg)]
+            # the floor under every command: the interpreter and the CLI's imports, no catalog read
+            rows["ckptvault --version (start-up)"] = _measure([ckv, "--version"], env, log, a.reps)
+            rows["ls --json"] = _measure([*base, "ls", "--json"], env, log, a.reps, Path(os.devnull))
+            rows["ls --json: its library calls"] = _measure([*py, "child", "ls-json", str(cfg)], env, log, a.reps)
+            rows["ls --run R"] = _measure([*base, "ls", "--run", one], env, log, a.reps)
+            rows["ls --run R: its library calls"] = _measure([*py, "child", "ls-run", str(cfg), one], env, log, a.reps)
+            rows["ls --run R --json"] = _measure([*base, "ls", "--run", one, "--json"], env, log, a.reps)
+            rows["restore's catalog read"] = _measure([*py, "child", "restore-read", str(cfg), one], env, log, a.reps)
+            rows["ingest's catalog read"] = _measure([*py, "child", "ingest-read", str(cfg), one], env, log, a.reps)
+            for name, row in rows.items():
+                b.log(f"{name}: {row}")
+            t = time.perf_counter()
+            res["day_files"] = day(cfg, a.runs, a.ckpts, a.day_saves)
+            b.log(f"a day: {res['day_files']} event files in {time.perf_counter() - t:.1f} s")
+            rows["compaction of a day"] = _measure([*py, "child", "compact", str(cfg)], env, log, 1)
+            b.log(f"compaction of a day: {rows['compaction of a day']}")
+            # what ingest does after each pass: its run's new file (one save) folded into the snapshot
+            day(cfg, 1, a.ckpts + 100, 1, first=a.runs // 2, tier=False)
+            rows["compaction after an ingest pass (1 run)"] = _measure([*py, "child", "compact-runs", str(cfg), one],
+                                                                       env, log, 1)  # fmt: skip
+            # after it, the listing is one snapshot per run again
+            rows["ls --json, after"] = _measure([*base, "ls", "--json"], env, log, 1, Path(os.devnull))
+        written = 0
+        for n in sorted({int(x) for x in str(a.manifests).split(",") if int(x) > 0}):
+            # one prefix, grown to each size in turn: rebuild reads every manifest under it
+            rcfg = _config(scratch / "rebuild.toml", server, REBUILD_PREFIX)
+            res[f"manifests_write_s_{n}"] = write_manifests(rcfg, n, start=written)
+            written = n
+            b.log(f"wrote manifests up to {n} in {res[f'manifests_write_s_{n}']:.1f} s")
+            cmd = [ckv, "--config", str(rcfg), "catalog", "rebuild", "--json"]
+            rows[f"catalog rebuild, {n} manifests"] = _measure(cmd, env, log, 1)
+            b.log(f"rebuild of {n}: {rows[f'catalog rebuild, {n} manifests']}")
+    finally:
+        server.down()
+        if a.keep_logs:
+            shutil.copytree(scratch / "logs", b.BENCH / ".catalog-logs", dirs_exist_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(render(res))
+    if a.json:
+        a.json.write_text(json.dumps({"cpus": os.cpu_count(), **res}, indent=1))
+
+
+def render(res: dict[str, Any]) -> str:
+    out = ["| operation | wall s (median) | each rep | in-process s | peak RSS MiB |",
+           "| --- | ---: | --- | ---: | ---: |"]  # fmt: skip
+    for name, r in res["rows"].items():
+        inproc = "" if r["in_process_seconds"] is None else f"{r['in_process_seconds']:.2f}"
+        out.append(f"| {name} | {r['seconds']:.2f} | {', '.join(f'{s:.2f}' for s in r['all_seconds'])} "
+                   f"| {inproc} | {r['max_rss_mib']:.0f} |")  # fmt: skip
+    return "\n".join(out)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["child"]:
+    child(sys.argv[2], Path(sys.argv[3]), sys.argv[4:])
