@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import struct
 import warnings
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -268,6 +270,54 @@ def encode_file(
                     return
 
     return enc, frames()
+
+
+@dataclass(frozen=True)
+class Reencoded:
+    """What uploading a file with a typesize would store, computed without uploading it."""
+
+    frames: tuple[Frame, ...]
+    size: int  # original bytes read
+    crc32c: str  # of the original bytes
+    sha256: str | None
+    stored_size: int
+    stored_crc32c: str  # of the stored bytes: what a server's whole-object checksum of the object is
+
+
+def reencode(
+    path: Path, typesize: int, *, workers: int = 1, sha256: bool = False, limit: int | None = None
+) -> Reencoded | None:
+    """Encode `path` again, on `workers` threads, keeping only the index and the checksums: how a rerun
+    recognises the complete compressed object a crashed ingest left (c-blosc's output is a function
+    of the bytes and the parameters). None as soon as the stored bytes exceed `limit` (the object
+    there is smaller, so it is not this file's encoding): no need to read the rest."""
+    original, stored = StreamHasher(sha256=sha256), StreamHasher()
+    frames: list[Frame] = []
+    pending: deque[tuple[Future[bytes], int, int]] = deque()
+
+    def take() -> bool:
+        fut, n, crc = pending.popleft()
+        data = fut.result()
+        frames.append(Frame(stored.size, len(data), n, to_b64(crc)))
+        stored.update(data)
+        return limit is None or stored.size <= limit
+
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="ckptvault-reencode") as pool:
+        try:
+            with path.open("rb", buffering=0) as f:
+                while data := _read_full(f, FRAME_SIZE):
+                    pending.append((pool.submit(encode_frame, data, typesize), len(data), original.update(data)))
+                    if len(pending) > workers and not take():
+                        return None
+            while pending:
+                if not take():
+                    return None
+        finally:
+            for fut, _, _ in pending:
+                fut.cancel()
+    return Reencoded(
+        tuple(frames), original.size, original.crc32c_b64, original.sha256_hex, stored.size, stored.crc32c_b64
+    )
 
 
 def _read_full(f: Any, n: int) -> bytes:

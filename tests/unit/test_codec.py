@@ -228,3 +228,36 @@ def test_manifest_entries_carry_the_codec_and_old_ones_read_as_none() -> None:
     doc["files"][0]["frames"] = [[0, 5, 8]]
     with pytest.raises(ManifestError, match="malformed"):
         Manifest.from_json(json.dumps(doc).encode())
+
+
+def test_stored_crc32c_is_written_when_known_and_absent_reads_as_before() -> None:
+    packed = FileEntry("m.bin", 12, 1.0, "AAAAAA==", codec="shuffle-zstd", typesize=2, stored_size=9,
+                       frames=((0, 9, 12, "x"),), stored_crc32c="AAAABw==")  # fmt: skip
+    doc = json.loads(_manifest(packed).to_json())
+    assert doc["files"][0]["stored_crc32c"] == "AAAABw=="
+    assert Manifest.from_json(json.dumps(doc).encode()).files[0] == packed
+    del doc["files"][0]["stored_crc32c"]  # a compressed entry written before the field existed
+    assert Manifest.from_json(json.dumps(doc).encode()).files[0].stored_crc32c is None
+    plain = FileEntry("a.bin", 12, 1.0, "AAAAAA==", stored_crc32c="AAAABw==")  # never written for `none`
+    assert "stored_crc32c" not in json.loads(_manifest(plain).to_json())["files"][0]
+
+
+def test_reencode_gives_exactly_the_index_and_stored_checksum_of_the_upload(tmp_path: Path) -> None:
+    """What a rerun compares with the object a crashed ingest left: the same frames, stored size and
+    CRC32C of the stored bytes as encode_file's, on any number of threads; None past `limit`."""
+    from ckptvault.checksum import StreamHasher
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(_normals(3 * 1024 * 1024 + 5).tobytes())  # 12 MiB + 20 bytes: 4 frames
+    enc, frames = codec.encode_file(path, 4, sha256=True)
+    stored = StreamHasher()
+    for fr in frames:
+        stored.update(fr)
+    for workers in (1, 3):
+        got = codec.reencode(path, 4, workers=workers, sha256=True)
+        assert got is not None and list(got.frames) == enc.frames
+        assert (got.size, got.crc32c, got.sha256) == (path.stat().st_size, file_crc32c(path), enc.hasher.sha256_hex)
+        assert (got.stored_size, got.stored_crc32c) == (enc.stored_size, stored.crc32c_b64)
+    assert codec.reencode(path, 4, workers=2, limit=enc.stored_size - 1) is None
+    other = codec.reencode(path, 2)  # another typesize: other bytes, so an object of typesize 4 is not kept
+    assert other is not None and other.stored_crc32c != stored.crc32c_b64
