@@ -261,3 +261,30 @@ def test_reencode_gives_exactly_the_index_and_stored_checksum_of_the_upload(tmp_
     assert codec.reencode(path, 4, workers=2, limit=enc.stored_size - 1) is None
     other = codec.reencode(path, 2)  # another typesize: other bytes, so an object of typesize 4 is not kept
     assert other is not None and other.stored_crc32c != stored.crc32c_b64
+
+
+def test_a_torch_save_zip_gives_the_element_size_of_its_storages(tmp_path: Path) -> None:
+    """A real torch.save: the storages its data.pkl names (read by opcodes, never unpickled), weighed by
+    their bytes in the zip, decide; the pickle is not run even when it would run code."""
+    import torch  # the framework tests' dependency: installed wherever the suite runs
+
+    bf16 = {"w": torch.randn(256, 256).to(torch.bfloat16), "step": torch.tensor(3)}
+    torch.save(bf16, tmp_path / "model.pt")
+    assert codec.header_hint(tmp_path / "model.pt") == (2, "torch storages")
+    mixed = {**bf16, "exp_avg": torch.randn(256, 256), "exp_avg_sq": torch.randn(256, 256) ** 2}  # FP32: most bytes
+    torch.save(mixed, tmp_path / "optim.pt")
+    assert codec.header_typesize(tmp_path / "optim.pt") == 4
+    choice = codec.choose(tmp_path / "optim.pt", (tmp_path / "optim.pt").stat().st_size)
+    assert choice.typesize == 4 and "torch storages" in choice.why
+
+    class Boom:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    torch.save({"x": torch.zeros(1000, dtype=torch.float16), "evil": Boom()}, tmp_path / "evil.pt")
+    assert codec.header_typesize(tmp_path / "evil.pt") == 2 and not (tmp_path / "ran").exists()
+    # the synthetic torch zip's pickle names no storage: no hint, the trial decides
+    synthetic.write_torch_zip(tmp_path / "synthetic.pt", 64 * 1024)
+    assert codec.header_hint(tmp_path / "synthetic.pt") is None
+    (tmp_path / "torn.pt").write_bytes((tmp_path / "optim.pt").read_bytes()[:5000])
+    assert codec.header_hint(tmp_path / "torn.pt") is None
