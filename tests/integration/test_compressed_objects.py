@@ -140,7 +140,7 @@ def _crashed_ingest(endpoint: Any, bucket: str, tmp_path: Path, monkeypatch: pyt
     return found, {e.path: e for e in first}
 
 
-@pytest.mark.parametrize("kind", ["seaweedfs", "moto"])
+@pytest.mark.parametrize("kind", ["seaweedfs", pytest.param("ceph", marks=pytest.mark.ceph), "moto"])
 def test_a_rerun_after_a_crash_keeps_the_complete_compressed_objects(
     kind: str, request: pytest.FixtureRequest, bucket_factory: Callable[[Any], str],
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -154,7 +154,7 @@ def test_a_rerun_after_a_crash_keeps_the_complete_compressed_objects(
     from ckptvault.manifest import checkpoint_prefix
     from tests.faultproxy import FaultProxy
 
-    endpoint = request.getfixturevalue({"seaweedfs": "seaweedfs", "moto": "moto_server"}[kind])
+    endpoint = request.getfixturevalue({"seaweedfs": "seaweedfs", "ceph": "ceph", "moto": "moto_server"}[kind])
     bucket = bucket_factory(endpoint)
     found, first = _crashed_ingest(endpoint, bucket, tmp_path, monkeypatch)
     base = checkpoint_prefix("t", "r", 7)
