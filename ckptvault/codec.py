@@ -13,15 +13,17 @@ time, so memory is a few frames whatever the file's size.
 
 from __future__ import annotations
 
-import json
 import struct
 import warnings
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ckptvault.checksum import StreamHasher, crc32c_update, to_b64
+from ckptvault.codec_hints import header_hint, header_typesize
 from ckptvault.errors import CkptvaultError
 
 if TYPE_CHECKING:
@@ -51,31 +53,8 @@ MIN_RATIO = 1.05  # a file whose sample compresses less than this stays `none`: 
 SAMPLE_FRAMES = 3  # frames of the file the trial compresses (start, middle, end of the data)
 SAMPLE_BYTES = 1024 * 1024  # of each
 TYPESIZES = (1, 2, 4)  # the trial's candidates when the file's header names no element size
+__all__ = ["header_hint", "header_typesize"]  # re-exported: where the element size comes from
 
-# safetensors dtype -> bytes per element (the format's own list)
-_ST_SIZES = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E5M2": 1,
-    "F8_E4M3": 1,
-    "F8_E8M0": 1,
-    "F4": 1,
-    "F6_E2M3": 1,
-    "F6_E3M2": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-    "C64": 8,
-}
-_ST_MAX_HEADER = 100 * 1024 * 1024  # the safetensors reference reader's limit
 
 
 class CodecError(CkptvaultError, ValueError):
@@ -159,39 +138,6 @@ def decode_into(frame: Buffer, expected: Frame, out: memoryview) -> memoryview:
     return dest
 
 
-def header_typesize(path: Path) -> int | None:
-    """The element size the file's own header declares, where it has one: the dtype holding most of a
-    safetensors file's bytes. None for anything else (torch zips, raw shards): the trial decides."""
-    if path.suffix != ".safetensors":
-        return None
-    try:
-        with path.open("rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                return None
-            (n,) = struct.unpack("<Q", raw)
-            if n > _ST_MAX_HEADER:
-                return None
-            header = json.loads(f.read(n))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None  # the structural check reports a broken header; here it only means "no hint"
-    if not isinstance(header, dict):
-        return None
-    weight: dict[int, int] = {}
-    for name, info in header.items():
-        if name == "__metadata__" or not isinstance(info, dict):
-            continue
-        ts = _ST_SIZES.get(str(info.get("dtype")))
-        offsets = info.get("data_offsets")
-        if ts is None or not isinstance(offsets, list) or len(offsets) != 2:
-            continue
-        try:
-            weight[ts] = weight.get(ts, 0) + max(0, int(offsets[1]) - int(offsets[0]))
-        except (TypeError, ValueError):
-            continue
-    return max(weight, key=lambda t: weight[t]) if weight else None
-
-
 def _samples(path: Path, size: int) -> list[bytes]:
     """Up to SAMPLE_FRAMES slices of SAMPLE_BYTES: at the start, the middle and the end of the file,
     each starting on an 8-byte boundary so every candidate typesize sees whole elements."""
@@ -205,11 +151,14 @@ def _samples(path: Path, size: int) -> list[bytes]:
     return out
 
 
-def choose(path: Path, size: int, *, min_ratio: float = MIN_RATIO) -> Choice:
-    """Decide a file's codec from a few MiB of it (reads at most SAMPLE_FRAMES * SAMPLE_BYTES)."""
+def choose(path: Path, size: int, *, min_ratio: float = MIN_RATIO, use_header: bool = True) -> Choice:
+    """Decide a file's codec from a few MiB of it (reads at most SAMPLE_FRAMES * SAMPLE_BYTES).
+    `use_header` False: the sampled trial even where the header names the element size (the bench's
+    comparison)."""
     if size == 0:
         return Choice(NONE, 1, 1.0, "empty")
-    hinted = header_typesize(path)
+    hint = header_hint(path) if use_header else None
+    hinted = hint[0] if hint is not None else None
     candidates = (hinted,) if hinted is not None else TYPESIZES
     samples = _samples(path, size)
     raw = sum(len(s) for s in samples)
@@ -219,7 +168,7 @@ def choose(path: Path, size: int, *, min_ratio: float = MIN_RATIO) -> Choice:
         ratio = raw / stored if stored else 1.0
         if ratio > best:
             best_ts, best = ts, ratio
-    source = "safetensors header" if hinted is not None else "sampled trial"
+    source = hint[1] if hint is not None else "sampled trial"
     if best < min_ratio:
         return Choice(NONE, best_ts, best, f"sampled ratio {best:.3f} < {min_ratio} (typesize {best_ts}, {source})")
     return Choice(SHUFFLE_ZSTD, best_ts, best, f"sampled ratio {best:.3f} with typesize {best_ts} ({source})")
@@ -268,6 +217,54 @@ def encode_file(
                     return
 
     return enc, frames()
+
+
+@dataclass(frozen=True)
+class Reencoded:
+    """What uploading a file with a typesize would store, computed without uploading it."""
+
+    frames: tuple[Frame, ...]
+    size: int  # original bytes read
+    crc32c: str  # of the original bytes
+    sha256: str | None
+    stored_size: int
+    stored_crc32c: str  # of the stored bytes: what a server's whole-object checksum of the object is
+
+
+def reencode(
+    path: Path, typesize: int, *, workers: int = 1, sha256: bool = False, limit: int | None = None
+) -> Reencoded | None:
+    """Encode `path` again, on `workers` threads, keeping only the index and the checksums: how a rerun
+    recognises the complete compressed object a crashed ingest left (c-blosc's output is a function
+    of the bytes and the parameters). None as soon as the stored bytes exceed `limit` (the object
+    there is smaller, so it is not this file's encoding): no need to read the rest."""
+    original, stored = StreamHasher(sha256=sha256), StreamHasher()
+    frames: list[Frame] = []
+    pending: deque[tuple[Future[bytes], int, int]] = deque()
+
+    def take() -> bool:
+        fut, n, crc = pending.popleft()
+        data = fut.result()
+        frames.append(Frame(stored.size, len(data), n, to_b64(crc)))
+        stored.update(data)
+        return limit is None or stored.size <= limit
+
+    with ThreadPoolExecutor(max(1, workers), thread_name_prefix="ckptvault-reencode") as pool:
+        try:
+            with path.open("rb", buffering=0) as f:
+                while data := _read_full(f, FRAME_SIZE):
+                    pending.append((pool.submit(encode_frame, data, typesize), len(data), original.update(data)))
+                    if len(pending) > workers and not take():
+                        return None
+            while pending:
+                if not take():
+                    return None
+        finally:
+            for fut, _, _ in pending:
+                fut.cancel()
+    return Reencoded(
+        tuple(frames), original.size, original.crc32c_b64, original.sha256_hex, stored.size, stored.crc32c_b64
+    )
 
 
 def _read_full(f: Any, n: int) -> bytes:

@@ -99,7 +99,10 @@ def _codec_fields(f: dict[str, Any], origin: str) -> dict[str, Any]:
     if codec == CODEC_NONE:
         return {}
     frames = tuple((int(a), int(b), int(c), str(e)) for a, b, c, e in f["frames"])
-    return {"codec": codec, "typesize": int(f["typesize"]), "stored_size": int(f["stored_size"]), "frames": frames}
+    out = {"codec": codec, "typesize": int(f["typesize"]), "stored_size": int(f["stored_size"]), "frames": frames}
+    if f.get("stored_crc32c") is not None:  # absent in entries written before the field existed
+        out["stored_crc32c"] = str(f["stored_crc32c"])
+    return out
 
 
 @dataclass(frozen=True)
@@ -119,14 +122,19 @@ class FileEntry:
     # [stored offset, stored length, original length, crc32c of the original bytes] per frame; plain
     # tuples, not ckptvault.codec.Frame, so reading a manifest never imports the compression library
     frames: tuple[tuple[int, int, int, str], ...] = ()
+    # CRC32C of the object's stored bytes, what a server's whole-object checksum is compared with
+    # (the eviction re-check); None in compressed entries written before it was recorded
+    stored_crc32c: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if self.codec == CODEC_NONE:
-            for k in ("codec", "typesize", "stored_size", "frames"):
+            for k in ("codec", "typesize", "stored_size", "frames", "stored_crc32c"):
                 d.pop(k)
         else:
             d["frames"] = [list(f) for f in self.frames]
+            if self.stored_crc32c is None:
+                d.pop("stored_crc32c")
         return d
 
     @property

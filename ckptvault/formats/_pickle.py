@@ -58,8 +58,10 @@ def _set(target: Any, pairs: list[tuple[Any, Any]]) -> None:
                 target[k] = v
 
 
-def read(stream: IO[bytes] | bytes) -> Any:
-    """The symbolic value of the pickle in `stream`; ValueError if it is truncated or garbled."""
+def read(stream: IO[bytes] | bytes, persids: list[PersId] | None = None) -> Any:
+    """The symbolic value of the pickle in `stream`; ValueError if it is truncated or garbled.
+    `persids`, when given, gains every persistent id as it is read, also those inside values the
+    symbolic copy cannot keep (the items of an OrderedDict, which is a Call here)."""
     stack: list[Any] = []
     memo: dict[int, Any] = {}
     for op, arg, pos in pickletools.genops(stream):
@@ -118,10 +120,10 @@ def read(stream: IO[bytes] | bytes) -> Any:
             stack.append(Call(func, args))
         elif name == "BUILD":
             stack.pop()  # the state set on the object: not followed
-        elif name == "BINPERSID":
-            stack.append(PersId(stack.pop()))
-        elif name == "PERSID":
-            stack.append(PersId(arg))
+        elif name in ("BINPERSID", "PERSID"):
+            stack.append(PersId(stack.pop() if name == "BINPERSID" else arg))
+            if persids is not None:
+                persids.append(stack[-1])
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
             memo[int(arg or 0)] = stack[-1]
         elif name == "MEMOIZE":
@@ -182,3 +184,30 @@ def scalar(z: zipfile.ZipFile, prefix: str, value: Any) -> float | None:
     if fmt == "bf16":  # the high half of a float32
         return float(struct.unpack("<f", b"\0\0" + raw)[0])
     return float(struct.unpack(fmt, raw)[0])
+
+
+# Bytes per element of a torch storage class (`torch.<Name>Storage`); complex ones by their component,
+# which is what a byte shuffle should group.
+_ELEMENT = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+            "Byte": 1, "Bool": 1, "ComplexDouble": 8, "ComplexFloat": 4, "UInt16": 2, "UInt32": 4, "UInt64": 8,
+            "QInt8": 1, "QUInt8": 1, "QInt32": 4}  # fmt: skip
+
+
+def element_size(storage_class: str) -> int | None:
+    """Bytes per element of `torch.FloatStorage` and the like (float8 kinds: 1); None if unknown."""
+    name = storage_class.removeprefix("torch.").removesuffix("Storage")
+    return 1 if name.startswith("Float8") else _ELEMENT.get(name)
+
+
+def storages(z: zipfile.ZipFile, pkl: str) -> list[tuple[str, str]]:
+    """(storage class, key) of every storage the torch.save pickle `pkl` in `z` refers to, by its
+    opcodes (nothing unpickled); ValueError if the pickle is garbled."""
+    pids: list[PersId] = []
+    with z.open(pkl) as f:
+        read(f, pids)
+    out = []
+    for p in pids:
+        pid = p.pid
+        if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[1], Global):
+            out.append((pid[1].name, str(pid[2])))
+    return out

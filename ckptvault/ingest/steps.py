@@ -55,6 +55,9 @@ class FileJob:
     key: str
     upload: bool
     known_crc32c: str | None = None  # when skipped: the CRC32C already verified for the stored object
+    # (size, CRC32C of its bytes) of an object already there that may be this file compressed by a
+    # crashed ingest: upload_one encodes the file again and keeps the object if they match
+    stored: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,10 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found, save: int = FIRST
     """One LIST of the checkpoint's prefix decides what a rerun must (re)send.
 
     An object of the right size whose stored CRC32C equals the local file's is kept: that costs one
-    local read pass instead of an upload. Anything else (absent, other size, unknown or different
-    CRC32C) is uploaded again, which overwrites whatever partial or wrong object is there. When
+    local read pass instead of an upload. An object smaller than the file, with a known CRC32C, may
+    be its compressed encoding: the job carries its size and CRC32C for upload_one to check. Anything
+    else (absent, other size, unknown or different CRC32C) is uploaded again, which overwrites
+    whatever partial or wrong object is there. When
     anything is to be sent, stale incomplete multipart uploads under the checkpoint (a crashed run's,
     older than STALE_UPLOAD_SECONDS) are aborted first.
     """
@@ -152,15 +157,14 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found, save: int = FIRST
     for f in found.files:
         key = base + f.rel
         obj = existing.get(key)
+        if obj is not None and obj.size != f.size and _may_be_encoded(obj.size, f.size):
+            crc = _stored_crc32c(store, key)
+            jobs.append(FileJob(f, key, upload=True, stored=(obj.size, crc) if crc else None))
+            continue
         if obj is None or obj.size != f.size:
             jobs.append(FileJob(f, key, upload=True))
             continue
-        head = store.head(key)
-        stored = head.crc32c if head else None
-        if stored is None and head is not None and head.parts:
-            # multipart on a server that keeps no whole-object checksum (Ceph): our tag, set after
-            # the upload verified, records the CRC32C of the bytes we sent
-            stored = store.get_tags(key).get(CRC_TAG)
+        stored = _stored_crc32c(store, key)
         if stored is not None and stored == file_crc32c(f.path):
             jobs.append(FileJob(f, key, upload=False, known_crc32c=stored))
         else:
@@ -168,6 +172,23 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found, save: int = FIRST
     if any(j.upload for j in jobs):
         store.abort_multipart_uploads(base, older_than=time.time() - STALE_UPLOAD_SECONDS)
     return jobs
+
+
+def _stored_crc32c(store: ObjectStore, key: str) -> str | None:
+    """The CRC32C of the object's bytes as the store knows it, or None."""
+    head = store.head(key)
+    stored = head.crc32c if head else None
+    if stored is None and head is not None and head.parts:
+        # multipart on a server that keeps no whole-object checksum (Ceph): our tag, set after the
+        # upload verified, records the CRC32C of the bytes we sent
+        stored = store.get_tags(key).get(CRC_TAG)
+    return stored
+
+
+def _may_be_encoded(stored: int, size: int) -> bool:
+    """Whether an object of `stored` bytes can be the frames of a file of `size` (docs/FORMAT.md: a frame
+    is at most its 4 MiB of original + 16 bytes). Decided without importing the Blosc library."""
+    return size >= MIN_COMPRESS_SIZE and 0 < stored <= size + 16 * (size // (4 * 1024 * 1024) + 1)
 
 
 def upload_one(
@@ -193,11 +214,17 @@ def upload_one(
     if save != FIRST_SAVE:
         tags["save"] = str(save)
     typesize = _typesize(f, compression)
+    if typesize is not None and job.stored is not None:
+        kept = _already_encoded(job, typesize, mode, sha256)
+        if kept is not None:
+            if progress:
+                progress(f.size)
+            return kept
     coded = {"typesize": typesize} if typesize is not None else {}  # as restore's `frames`: only when used
     result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress, **coded)
     if result.parts and not result.server_verified:
-        # the CRC32C of the object's bytes (for frames, not the file's): plan_upload keeps an object
-        # only when it equals the local file's, which a compressed object never does
+        # the CRC32C of the object's bytes (for frames, not the file's): a rerun keeps a plain object
+        # when it equals the local file's, a compressed one when it equals the file encoded again
         store.put_tags(job.key, {**tags, CRC_TAG: result.stored_crc32c or result.crc32c})
     return FileEntry(
         path=f.rel,
@@ -210,6 +237,34 @@ def upload_one(
         typesize=result.typesize,
         stored_size=result.stored_size,
         frames=result.frames,
+        stored_crc32c=result.stored_crc32c if result.frames else None,
+    )
+
+
+def _already_encoded(job: FileJob, typesize: int, mode: int | None, sha256: bool) -> FileEntry | None:
+    """The entry of the object a crashed ingest left, when encoding the file again gives exactly its
+    bytes (size and CRC32C of the stored bytes): one local read and encode instead of an upload."""
+    from ckptvault import codec
+    from ckptvault.store.framed import encoder_threads
+
+    assert job.stored is not None
+    stored_size, stored_crc = job.stored
+    f = job.file
+    got = codec.reencode(f.path, typesize, workers=encoder_threads(), sha256=sha256, limit=stored_size)
+    if got is None or got.size != f.size or (got.stored_size, got.stored_crc32c) != (stored_size, stored_crc):
+        return None
+    return FileEntry(
+        path=f.rel,
+        size=f.size,
+        mtime=f.mtime,
+        crc32c=got.crc32c,
+        sha256=got.sha256,
+        mode=mode,
+        codec=codec.SHUFFLE_ZSTD,
+        typesize=typesize,
+        stored_size=stored_size,
+        frames=tuple((fr.offset, fr.length, fr.size, fr.crc32c) for fr in got.frames),
+        stored_crc32c=stored_crc,
     )
 
 

@@ -1,6 +1,6 @@
 """Local eviction: the hot copy of a checkpoint is deleted only when, re-checked just before, every file
 still matches (size, mtime) the manifest entry that was verified and the store still holds every object
-(size, CRC32C where the store reports it); anything else skips that checkpoint and says why."""
+(size, and CRC32C of the stored bytes where the store reports one); anything else skips that checkpoint and says why."""
 
 from __future__ import annotations
 
@@ -116,8 +116,9 @@ def compare_local(targets: Sequence[tuple[Path, FileEntry]], stats: Mapping[Path
 def compare_store(manifest: Manifest, base: str, found: Mapping[str, ObjectInfo]) -> list[Mismatch]:
     """Objects of the manifest the store no longer holds as verified: missing, another size, or (where
     the store reports one) another CRC32C. Multipart objects on stores without full-object checksums
-    (Ceph) report no CRC32C: for them the size is all a metadata request can check. Neither can it for
-    a compressed object: the store's CRC32C is of the frames, the manifest's of the original file."""
+    (Ceph) report no CRC32C: for them the size is all a metadata request can check. A compressed
+    object's CRC32C is of its frames: it is compared with the entry's `stored_crc32c`, and an entry
+    written before that field existed is checked by its size alone."""
     out = []
     for f in manifest.files:
         key = base + safe_relpath(f.path)
@@ -126,9 +127,14 @@ def compare_store(manifest: Manifest, base: str, found: Mapping[str, ObjectInfo]
             out.append(Mismatch(key, "missing from the store"))
         elif info.size != f.stored_bytes:
             out.append(Mismatch(key, f"size {info.size} in the store, {f.stored_bytes} in the manifest"))
-        elif info.crc32c is not None and f.codec == CODEC_NONE and info.crc32c != f.crc32c:
-            out.append(Mismatch(key, f"CRC32C {info.crc32c} in the store, {f.crc32c} in the manifest"))
+        elif info.crc32c is not None and (want := _stored_crc32c(f)) is not None and info.crc32c != want:
+            out.append(Mismatch(key, f"CRC32C {info.crc32c} in the store, {want} in the manifest"))
     return out
+
+
+def _stored_crc32c(f: FileEntry) -> str | None:
+    """The CRC32C the object's bytes must have: the file's when stored as it is, else the frames'."""
+    return f.crc32c if f.codec == CODEC_NONE else f.stored_crc32c
 
 
 def eviction_check(

@@ -170,3 +170,41 @@ def test_compression_auto_round_trip_targets_and_a_bad_frame(
     err = state.result(raise_on_failure=False)
     assert isinstance(err, DrillFailed)
     assert "optimizer.pt: frame 1" in str(err), str(err)
+
+
+@pytest.mark.parametrize("kind", ["moto", pytest.param("ceph", marks=pytest.mark.ceph)])
+def test_a_mixed_codec_checkpoint_round_trips_byte_identical(
+    kind: str, prefect_api: None, request: pytest.FixtureRequest, bucket_factory: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Ingest with "auto" and restore on moto and Ceph: one checkpoint holding BF16 frames (typesize 2),
+    FP32 frames (4), a file that does not compress and small files as they are; restored byte-identical,
+    every compressed object decoded by numcodecs alone, and a rerun sends nothing."""
+    from ckptvault_prefect.flows.ingest import ingest
+    from ckptvault_prefect.flows.restore import restore
+
+    endpoint = request.getfixturevalue({"moto": "moto_server", "ceph": "ceph"}[kind])
+    for k, v in endpoint.env().items():
+        monkeypatch.setenv(k, v)
+    bucket = bucket_factory(endpoint)
+    root = tmp_path / "hot"
+    ck = _checkpoint(root, 30, weights=6 * MiB, optimizer=10 * MiB)
+    (ck / "rng.bin").write_bytes(np.random.default_rng(1).bytes(2 * MiB))  # random: does not compress
+    (ck / "trainer_state.json").touch()
+    cfg = _config(tmp_path, endpoint, bucket, [("z", root, "")])
+    assert [o.result for o in ingest(config_path=str(cfg))] == ["uploaded"]
+    client = endpoint.client()
+    m = _manifest(client, bucket, "z", 30)
+    codecs = {f.path: (f.codec, f.typesize) for f in m.files}
+    assert codecs["model.safetensors"] == ("shuffle-zstd", 2) and codecs["optimizer.pt"] == ("shuffle-zstd", 4)
+    assert codecs["rng.bin"] == ("none", None) and codecs["config.json"] == ("none", None)
+    base = checkpoint_prefix("t", "z", 30)
+    for f in m.files:
+        if f.codec != "none":
+            out = tmp_path / f"decoded-{f.path}"
+            decode_from_bucket(client, bucket, base + f.path, {"frames": [list(fr) for fr in f.frames]}, out)
+            assert out.read_bytes() == (ck / f.path).read_bytes(), f.path
+    dest = tmp_path / "out"
+    assert restore(run="z", step="30", dest=str(dest), config_path=str(cfg))["status"] == "restored"
+    assert _tree(dest / ck.name) == _tree(ck)
+    assert [o.result for o in ingest(config_path=str(cfg))] == ["present"]

@@ -5,6 +5,7 @@ decoded by numcodecs alone with ranged GETs as FORMAT.md shows, a corrupted fram
 from __future__ import annotations
 
 import base64
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -106,3 +107,111 @@ def test_the_object_decodes_with_numcodecs_alone_and_a_bad_frame_is_named(
     with pytest.raises(ChecksumMismatchError, match=r"c/w\.bin: frame 2 \(original bytes 8388608-12582911\)"):
         store.download_file("c/w.bin", back, size=res.size, crc32c=res.crc32c, frames=res.frames)
     assert not back.exists()
+
+
+def test_frames_round_trip_on_moto(
+    moto_server: Any, bucket_factory: Callable[[Any], str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _round_trip(_store(moto_server, bucket_factory(moto_server), monkeypatch), tmp_path)
+
+
+def _put_with_crc32c(client: Any, bucket: str, key: str, body: bytes) -> None:
+    """A PUT behind ckptvault's back whose object the server keeps a CRC32C of (what any S3 tool
+    sending x-amz-checksum-crc32c gets): the checksum is there, it is just not ours."""
+    import crc32c
+
+    crc = base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode()
+    client.put_object(Bucket=bucket, Key=key, Body=body, ChecksumCRC32C=crc)
+
+
+def _crashed_ingest(endpoint: Any, bucket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A deepspeed checkpoint (FP32 torch zips of 6 MiB: compressed, typesize 4) whose every object is
+    up, with compression "auto", and no manifest: what an ingest killed just before its commit leaves."""
+    from ckptvault.ingest import steps
+    from ckptvault.ingest.discovery import discover
+    from ckptvault_cli.synthetic import write_checkpoint
+
+    root = tmp_path / "hot"
+    write_checkpoint(root, "deepspeed", 7, 18 * MIB, seed=7)
+    found = discover("r", root, "deepspeed", 0, time.time() + 10).found[0]
+    store = _store(endpoint, bucket, monkeypatch)
+    first = [steps.upload_one(store, j, found, compression="auto") for j in steps.plan_upload(store, "t", found)]
+    assert {e.codec for e in first} == {"shuffle-zstd"} and not steps.is_committed(store, "t", found)
+    return found, {e.path: e for e in first}
+
+
+@pytest.mark.parametrize("kind", ["seaweedfs", pytest.param("ceph", marks=pytest.mark.ceph), "moto"])
+def test_a_rerun_after_a_crash_keeps_the_complete_compressed_objects(
+    kind: str, request: pytest.FixtureRequest, bucket_factory: Callable[[Any], str],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The rerun recognises each compressed object the crash left complete (the file encoded again has
+    its size and stored CRC32C), uploads none of them, and commits their index; a deleted object and
+    one replaced by other bytes of the same size are sent again. Counted in the requests the server got."""
+    import dataclasses
+
+    from ckptvault.ingest import steps
+    from ckptvault.manifest import checkpoint_prefix
+    from tests.faultproxy import FaultProxy
+
+    endpoint = request.getfixturevalue({"seaweedfs": "seaweedfs", "ceph": "ceph", "moto": "moto_server"}[kind])
+    bucket = bucket_factory(endpoint)
+    found, first = _crashed_ingest(endpoint, bucket, tmp_path, monkeypatch)
+    base = checkpoint_prefix("t", "r", 7)
+    client = endpoint.client()
+    names = sorted(first)
+    gone, changed, kept = names[0], names[1], names[2:]
+    assert kept, names
+    client.delete_object(Bucket=bucket, Key=base + gone)
+    body = bytearray(client.get_object(Bucket=bucket, Key=base + changed)["Body"].read())
+    body[len(body) // 2] ^= 0x01  # same size, other bytes: not this file's encoding
+    _put_with_crc32c(client, bucket, base + changed, bytes(body))
+
+    with FaultProxy(endpoint.url) as proxy:
+        store = _store(dataclasses.replace(endpoint, url=proxy.url), bucket, monkeypatch)
+        store.capabilities()  # the server's probe (its own PUTs and a multipart upload) before counting
+        proxy.requests.clear()
+        jobs = steps.plan_upload(store, "t", found)
+        entries = [steps.upload_one(store, j, found, compression="auto") for j in jobs]
+        steps.commit_manifest(store, "t", found, entries)
+        requests = dict(proxy.requests)
+    print(f"\n[rerun {kind}] requests: {requests}")
+    # one multipart upload each for the deleted and the changed file, nothing for the others
+    assert requests.get("CreateMultipartUpload") == 2, requests
+    assert requests.get("PutObject") == 1, requests  # the manifest
+    again = {e.path: e for e in entries}
+    for name in kept:
+        assert again[name] == first[name], name  # the same index, stored size and checksums
+    for e in entries:
+        back = tmp_path / "back" / e.path
+        back.parent.mkdir(parents=True, exist_ok=True)
+        store.download_file(base + e.path, back, size=e.size, crc32c=e.crc32c, frames=e.frames)
+        assert back.read_bytes() == (found.path / e.path).read_bytes(), e.path
+
+
+def test_eviction_refuses_a_wrong_compressed_object_of_the_right_size(
+    seaweedfs: Any, bucket_factory: Callable[[Any], str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The re-check before deleting the local copy compares the store's CRC32C of a compressed object
+    with the manifest's `stored_crc32c`: one flipped byte, the size unchanged, keeps the local copy."""
+    from ckptvault.ingest import steps
+    from ckptvault.manifest import checkpoint_prefix
+    from ckptvault.tiering.eviction import evict_local, recheck_eviction
+
+    bucket = bucket_factory(seaweedfs)
+    found, first = _crashed_ingest(seaweedfs, bucket, tmp_path, monkeypatch)
+    store = _store(seaweedfs, bucket, monkeypatch)
+    manifest = steps.commit_manifest(store, "t", found, list(first.values()))
+    assert all(f.stored_crc32c for f in manifest.files)
+    assert recheck_eviction(store, "t", manifest).ok  # as uploaded: may be evicted
+
+    key = checkpoint_prefix("t", "r", 7) + manifest.files[0].path
+    client = seaweedfs.client()
+    body = bytearray(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[len(body) // 3] ^= 0x01
+    _put_with_crc32c(client, bucket, key, bytes(body))
+    out = evict_local(store, "t", manifest)
+    assert not out.evicted and out.files == 0
+    [mismatch] = out.check.store
+    assert mismatch.path == key and mismatch.what.startswith("CRC32C ") and "in the manifest" in mismatch.what
+    assert all((found.path / f.path).exists() for f in manifest.files)  # nothing deleted

@@ -17,6 +17,7 @@ import pytest
 
 from ckptvault.manifest import MANIFEST_NAME
 from tests.helpers import crc32c_b64
+from tests.integration.test_compressed_objects import decode_from_bucket
 
 MiB = 2**20
 REPO = Path(__file__).resolve().parents[2]
@@ -84,12 +85,22 @@ def check_committed(
         path = source / f["path"]
         assert f["size"] == path.stat().st_size, f"{base}{f['path']}: size"
         assert f["crc32c"] == crc32c_b64(path), f"{base}{f['path']}: manifest CRC32C != independent CRC32C"
-        if read_bytes:
+        compressed = f.get("codec", "none") != "none"
+        if read_bytes and compressed:
+            # decoded by numcodecs alone, as docs/FORMAT.md says anyone can (no ckptvault code)
+            decoded = path.with_name(path.name + ".decoded-check")
+            try:
+                decode_from_bucket(client, bucket, base + f["path"], f, decoded)
+                assert decoded.read_bytes() == path.read_bytes(), f"{base}{f['path']}: decoded bytes differ"
+            finally:
+                decoded.unlink(missing_ok=True)
+        elif read_bytes:
             body = client.get_object(Bucket=bucket, Key=base + f["path"])["Body"].read()
             assert body == path.read_bytes(), f"{base}{f['path']}: stored bytes differ from the source"
         else:
             head = client.head_object(Bucket=bucket, Key=base + f["path"])
-            assert head["ContentLength"] == f["size"], f"{base}{f['path']}: stored size"
+            want = f["stored_size"] if compressed else f["size"]
+            assert head["ContentLength"] == want, f"{base}{f['path']}: stored size"
     return dict(m)
 
 

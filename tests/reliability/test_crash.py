@@ -48,6 +48,9 @@ from tests.reliability.conftest import (
 )
 
 KILL_POINTS = int(os.environ.get("CKPTVAULT_KILL_POINTS", "20"))
+# With compression on, fewer: the kills exercise the same protocol; what is new is the frames' upload
+# and a rerun recognising the compressed objects a kill left complete.
+COMPRESSED_KILL_POINTS = int(os.environ.get("CKPTVAULT_COMPRESSED_KILL_POINTS", "4"))
 SEED = 20261130
 STEPS = (100, 200, 300)
 
@@ -60,10 +63,13 @@ def _versions(client: Any, bucket: str, prefix: str) -> Counter[str]:
     return n
 
 
-def _config(tmp_path: Path, endpoint: Any, bucket: str, prefix: str, root: Path, extra: str = "") -> Path:
+def _config(
+    tmp_path: Path, endpoint: Any, bucket: str, prefix: str, root: Path, extra: str = "", compression: str = "off"
+) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = write_config(tmp_path / f"{prefix}.toml", endpoint, bucket, [("r", root, "deepspeed")], prefix=prefix)
-    text = cfg.read_text().replace("part_size_mb = 5", "part_size_mb = 5\nmax_concurrency = 1")
+    store = f'part_size_mb = 5\nmax_concurrency = 1\ncompression = "{compression}"'
+    text = cfg.read_text().replace("part_size_mb = 5", store)
     cfg.write_text(text + extra)
     return cfg
 
@@ -90,8 +96,9 @@ def _upload_window(proc: Any, client: Any, bucket: str, prefix: str) -> tuple[fl
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
+@pytest.mark.parametrize("compression", ["off", "auto"])
 def test_ingest_killed_at_20_random_points_then_rerun(
-    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any, compression: str
 ) -> None:
     from ckptvault_prefect.flows.ingest import ingest
 
@@ -112,19 +119,20 @@ def test_ingest_killed_at_20_random_points_then_rerun(
     # Calibrate: when, after "go", the first object appears and the last manifest is committed.
     # The quality gates (Great Expectations) are not what is tested here, and cost seconds per run.
     no_gates = "[validation]\nenabled = false\n"
-    calib = _config(tmp_path, slow, bucket, "calib", root, no_gates)
+    calib = _config(tmp_path, slow, bucket, "calib", root, no_gates, compression)
+    kill_points = KILL_POINTS if compression == "off" else COMPRESSED_KILL_POINTS
     first, last, duration = _upload_window(prewarmed(cli_cmd(calib, "ingest"), env), client, bucket, "calib/")
 
     rng = random.Random(SEED)
-    offsets = sorted(round(rng.uniform(max(0.0, first - 0.5), last + 0.5), 2) for _ in range(KILL_POINTS))
+    offsets = sorted(round(rng.uniform(max(0.0, first - 0.5), last + 0.5), 2) for _ in range(kill_points))
     seen = Counter[str]()
     leftovers = 0
-    cfgs = [_config(tmp_path, slow, bucket, f"k{i:02d}", root, no_gates) for i in range(KILL_POINTS)]
+    cfgs = [_config(tmp_path, slow, bucket, f"k{i:02d}", root, no_gates, compression) for i in range(kill_points)]
     warm = prewarmed(cli_cmd(cfgs[0], "ingest"), env)
     for i, offset in enumerate(offsets):
         prefix, cfg = f"k{i:02d}", cfgs[i]
         killed, _ = go_and_kill(warm, offset)
-        if i + 1 < KILL_POINTS:  # starts up while this kill point is checked
+        if i + 1 < kill_points:  # starts up while this kill point is checked
             warm = prewarmed(cli_cmd(cfgs[i + 1], "ingest"), env)
         seen["killed while running" if killed else "finished before the kill"] += 1
 
@@ -145,6 +153,11 @@ def test_ingest_killed_at_20_random_points_then_rerun(
         rerun = ingest(config_path=str(cfg))  # the same flow the CLI runs, in this process: no start-up
         print(f"kill point {i}: offset {offset} s, killed={killed}, rerun {time.monotonic() - t1:.1f} s", flush=True)
         assert sorted((o.step, o.ok) for o in rerun) == [(s, True) for s in STEPS], rerun
+        if compression == "auto":  # the frames were really exercised (FP32 torch zips compress)
+            m = json.loads(
+                client.get_object(Bucket=bucket, Key=checkpoint_prefix(prefix, "r", 100) + MANIFEST_NAME)["Body"].read()
+            )
+            assert {f.get("codec") for f in m["files"]} == {"shuffle-zstd"}, m["files"]
 
         # Every checkpoint committed exactly once, whole, bytes equal to the source.
         assert manifest_keys(client, bucket, prefix + "/") == [
@@ -180,11 +193,12 @@ def test_ingest_killed_at_20_random_points_then_rerun(
     abort_rules = {r["ID"]: (rule_prefix(r), r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
                    for r in rules if "AbortIncompleteMultipartUpload" in r}  # fmt: skip
     # every prefix of the shared bucket keeps its own rule (one ID for all would cover only the last)
-    want = {rule_id(ABORT_MPU_RULE_NAME, f"k{i:02d}"): (f"k{i:02d}/", 1) for i in range(KILL_POINTS)}
+    want = {rule_id(ABORT_MPU_RULE_NAME, f"k{i:02d}"): (f"k{i:02d}/", 1) for i in range(kill_points)}
     assert want.items() <= abort_rules.items(), abort_rules
     print(
-        f"\n[crash ingest] one ingest takes {duration:.1f} s, objects written from {first:.1f} s to {last:.1f} s; "
-        f"{KILL_POINTS} SIGKILLs at offsets {offsets}; "
+        f"\n[crash ingest, compression {compression}] one ingest takes {duration:.1f} s, "
+        f"objects written from {first:.1f} s to {last:.1f} s; "
+        f"{kill_points} SIGKILLs at offsets {offsets}; "
         f"{json.dumps(dict(seen), sort_keys=True)}; {leftovers} incomplete multipart uploads left by kills, "
         "all aborted by the cleanup"
     )

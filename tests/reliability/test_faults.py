@@ -37,9 +37,37 @@ POLICY = {
 RESULTS: dict[str, Any] = {}
 
 
+def _compressing(cfg: Path, compression: str) -> Path:
+    """`[store] compression` set in a config written by write_config."""
+    cfg.write_text(cfg.read_text().replace("part_size_mb = 5", f'part_size_mb = 5\ncompression = "{compression}"', 1))
+    return cfg
+
+
+def _assert_compressed(client: Any, bucket: str, compression: str) -> None:
+    """With "auto", the frames really were what went through the faults (FP32 torch zips compress)."""
+    if compression == "auto":
+        for key in manifest_keys(client, bucket):
+            m = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+            assert {f.get("codec") for f in m["files"]} == {"shuffle-zstd"}, (key, m["files"])
+
+
 @pytest.mark.slow
 def test_ingest_tier_restore_complete_under_injected_faults(
     prefect_api: None, pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+) -> None:
+    _ingest_tier_restore_under_faults(pipeline_s3, bucket_factory, tmp_path, s3_env, "off")
+
+
+@pytest.mark.slow
+def test_ingest_tier_restore_complete_under_injected_faults_with_compression(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+) -> None:
+    """The same with `compression = "auto"`: frames uploaded, tiered and decoded through the faults."""
+    _ingest_tier_restore_under_faults(seaweedfs, bucket_factory, tmp_path, s3_env, "auto")
+
+
+def _ingest_tier_restore_under_faults(
+    pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any, compression: str
 ) -> None:
     from ckptvault_prefect.flows.ingest import ingest
     from ckptvault_prefect.flows.restore import restore
@@ -55,6 +83,7 @@ def test_ingest_tier_restore_complete_under_injected_faults(
         via_proxy = dataclasses.replace(pipeline_s3, url=proxy.url)
         extra = f'[policy]\nkeep_hot = 1\napply_mode = "client"\n{policy}'
         cfg = write_config(tmp_path / "c.toml", via_proxy, bucket, [("r", root, "deepspeed")], extra=extra)
+        _compressing(cfg, compression)
 
         outcomes = ingest(config_path=str(cfg))
         assert sorted((o.step, o.result) for o in outcomes) == [(s, "uploaded") for s in STEPS]
@@ -75,27 +104,32 @@ def test_ingest_tier_restore_complete_under_injected_faults(
     # Checked on the real server, not through the proxy or our own code.
     client = pipeline_s3.client()
     assert manifest_keys(client, bucket) == [checkpoint_prefix("t", "r", s) + "_MANIFEST.json" for s in STEPS]
+    _assert_compressed(client, bucket, compression)
     for s in STEPS:
         m = check_committed(client, bucket, checkpoint_prefix("t", "r", s) + "_MANIFEST.json", sources[s])
         want = "STANDARD" if s == STEPS[-1] else cold_class
         for f in m["files"]:
             head = client.head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", s) + f["path"])
             assert head.get("StorageClass", "STANDARD") == want, f"step {s} {f['path']}"
+            assert head["ContentLength"] == f.get("stored_size", f["size"]), f"step {s} {f['path']}"
     real = load_config(str(cfg)).store.model_copy(update={"endpoint_url": pipeline_s3.url})
     states = Catalog(open_store(real), "t").current("r")
     assert [(c.step, c.verified) for c in states] == [(s, True) for s in STEPS]
 
-    print(f"\n[faults {pipeline_s3.kind}] after ingest: {after_ingest}")
-    print(f"[faults {pipeline_s3.kind}] after tier:   {after_tier}")
-    print(f"[faults {pipeline_s3.kind}] after restore: {summary}")
-    print(f"[faults {pipeline_s3.kind}] by operation: {json.dumps(counts, sort_keys=True)}")
+    what = f"{pipeline_s3.kind}, compression {compression}"
+    print(f"\n[faults {what}] after ingest: {after_ingest}")
+    print(f"[faults {what}] after tier:   {after_tier}")
+    print(f"[faults {what}] after restore: {summary}")
+    print(f"[faults {what}] by operation: {json.dumps(counts, sort_keys=True)}")
     assert proxy.injected > 0, "the proxy injected nothing: the test proved nothing"
-    RESULTS[pipeline_s3.kind] = counts
+    if compression == "off":
+        RESULTS[pipeline_s3.kind] = counts
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("compression", ["off", "auto"])
 def test_lost_responses_of_applied_writes_at_30_percent_faults(
-    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any, compression: str
 ) -> None:
     """The hard case at a high rate: the server applies a conditional PUT (manifest, catalog event) or
     a CompleteMultipartUpload, the response is lost, and botocore's retry meets "already exists"
@@ -111,13 +145,16 @@ def test_lost_responses_of_applied_writes_at_30_percent_faults(
     with FaultProxy(seaweedfs.url, rates, seed=4) as proxy:
         via_proxy = dataclasses.replace(seaweedfs, url=proxy.url)
         extra = f'[policy]\nkeep_hot = 1\napply_mode = "client"\n{POLICY["seaweedfs"][0]}'
-        cfg = write_config(tmp_path / "c.toml", via_proxy, bucket, [("r", root, "deepspeed")], extra=extra)
+        cfg = _compressing(
+            write_config(tmp_path / "c.toml", via_proxy, bucket, [("r", root, "deepspeed")], extra=extra), compression
+        )
         outcomes = ingest(config_path=str(cfg))
         assert sorted((o.step, o.result) for o in outcomes) == [(s, "uploaded") for s in STEPS]
         report = tier(apply=True, config_path=str(cfg))
         assert report.applied and report.actions.count("transition") == 2, report
         summary, counts = proxy.summary(), dict(proxy.counts)
     client = seaweedfs.client()
+    _assert_compressed(client, bucket, compression)
     for s in STEPS:
         check_committed(client, bucket, checkpoint_prefix("t", "r", s) + "_MANIFEST.json", sources[s])
     real = load_config(str(cfg)).store.model_copy(update={"endpoint_url": seaweedfs.url})
@@ -125,5 +162,6 @@ def test_lost_responses_of_applied_writes_at_30_percent_faults(
     assert [(c.step, c.verified, c.storage_class) for c in states] == [
         (100, True, "STANDARD_IA"), (200, True, "STANDARD_IA"), (300, True, "STANDARD")
     ]  # fmt: skip
-    print(f"\n[faults 30%] {summary}\n[faults 30%] by operation: {json.dumps(counts, sort_keys=True)}")
+    print(f"\n[faults 30%, compression {compression}] {summary}")
+    print(f"[faults 30%, compression {compression}] by operation: {json.dumps(counts, sort_keys=True)}")
     assert counts.get("reset_response PutObject", 0) > 0, "no lost PUT response was injected"

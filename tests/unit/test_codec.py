@@ -228,3 +228,63 @@ def test_manifest_entries_carry_the_codec_and_old_ones_read_as_none() -> None:
     doc["files"][0]["frames"] = [[0, 5, 8]]
     with pytest.raises(ManifestError, match="malformed"):
         Manifest.from_json(json.dumps(doc).encode())
+
+
+def test_stored_crc32c_is_written_when_known_and_absent_reads_as_before() -> None:
+    packed = FileEntry("m.bin", 12, 1.0, "AAAAAA==", codec="shuffle-zstd", typesize=2, stored_size=9,
+                       frames=((0, 9, 12, "x"),), stored_crc32c="AAAABw==")  # fmt: skip
+    doc = json.loads(_manifest(packed).to_json())
+    assert doc["files"][0]["stored_crc32c"] == "AAAABw=="
+    assert Manifest.from_json(json.dumps(doc).encode()).files[0] == packed
+    del doc["files"][0]["stored_crc32c"]  # a compressed entry written before the field existed
+    assert Manifest.from_json(json.dumps(doc).encode()).files[0].stored_crc32c is None
+    plain = FileEntry("a.bin", 12, 1.0, "AAAAAA==", stored_crc32c="AAAABw==")  # never written for `none`
+    assert "stored_crc32c" not in json.loads(_manifest(plain).to_json())["files"][0]
+
+
+def test_reencode_gives_exactly_the_index_and_stored_checksum_of_the_upload(tmp_path: Path) -> None:
+    """What a rerun compares with the object a crashed ingest left: the same frames, stored size and
+    CRC32C of the stored bytes as encode_file's, on any number of threads; None past `limit`."""
+    from ckptvault.checksum import StreamHasher
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(_normals(3 * 1024 * 1024 + 5).tobytes())  # 12 MiB + 20 bytes: 4 frames
+    enc, frames = codec.encode_file(path, 4, sha256=True)
+    stored = StreamHasher()
+    for fr in frames:
+        stored.update(fr)
+    for workers in (1, 3):
+        got = codec.reencode(path, 4, workers=workers, sha256=True)
+        assert got is not None and list(got.frames) == enc.frames
+        assert (got.size, got.crc32c, got.sha256) == (path.stat().st_size, file_crc32c(path), enc.hasher.sha256_hex)
+        assert (got.stored_size, got.stored_crc32c) == (enc.stored_size, stored.crc32c_b64)
+    assert codec.reencode(path, 4, workers=2, limit=enc.stored_size - 1) is None
+    other = codec.reencode(path, 2)  # another typesize: other bytes, so an object of typesize 4 is not kept
+    assert other is not None and other.stored_crc32c != stored.crc32c_b64
+
+
+def test_a_torch_save_zip_gives_the_element_size_of_its_storages(tmp_path: Path) -> None:
+    """A real torch.save: the storages its data.pkl names (read by opcodes, never unpickled), weighed by
+    their bytes in the zip, decide; the pickle is not run even when it would run code."""
+    import torch  # the framework tests' dependency: installed wherever the suite runs
+
+    bf16 = {"w": torch.randn(256, 256).to(torch.bfloat16), "step": torch.tensor(3)}
+    torch.save(bf16, tmp_path / "model.pt")
+    assert codec.header_hint(tmp_path / "model.pt") == (2, "torch storages")
+    mixed = {**bf16, "exp_avg": torch.randn(256, 256), "exp_avg_sq": torch.randn(256, 256) ** 2}  # FP32: most bytes
+    torch.save(mixed, tmp_path / "optim.pt")
+    assert codec.header_typesize(tmp_path / "optim.pt") == 4
+    choice = codec.choose(tmp_path / "optim.pt", (tmp_path / "optim.pt").stat().st_size)
+    assert choice.typesize == 4 and "torch storages" in choice.why
+
+    class Boom:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (os.system, ("touch " + str(tmp_path / "ran"),))
+
+    torch.save({"x": torch.zeros(1000, dtype=torch.float16), "evil": Boom()}, tmp_path / "evil.pt")
+    assert codec.header_typesize(tmp_path / "evil.pt") == 2 and not (tmp_path / "ran").exists()
+    # the synthetic torch zip's pickle names no storage: no hint, the trial decides
+    synthetic.write_torch_zip(tmp_path / "synthetic.pt", 64 * 1024)
+    assert codec.header_hint(tmp_path / "synthetic.pt") is None
+    (tmp_path / "torn.pt").write_bytes((tmp_path / "optim.pt").read_bytes()[:5000])
+    assert codec.header_hint(tmp_path / "torn.pt") is None

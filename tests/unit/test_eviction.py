@@ -148,3 +148,30 @@ def test_the_skip_is_recorded_alerted_and_reported_with_run_step_save_and_files(
     md = render_applied([check])
     assert f"| r | 10 | 2 | {ROOT} |" in md and "NOT evicted" in md
     assert "No action of the plan was skipped" in render_applied([])
+
+
+def test_a_compressed_object_is_checked_by_the_crc32c_of_its_stored_bytes() -> None:
+    """A compressed entry's object is its frames: the store's CRC32C is compared with `stored_crc32c`
+    (never with the original file's), and an entry written before that field by its size alone."""
+    frames = ((0, 700, 1000, "AAAAAQ=="),)
+    entry = FileEntry("w.bin", 1000, 100.0, "AAAAAQ==", codec="shuffle-zstd", typesize=2, stored_size=700,
+                      frames=frames, stored_crc32c="AAAABw==")  # fmt: skip
+    m = Manifest(run="r", step=10, format="hf", files=(entry,), created_at=101.0, uploaded_at=200.0,
+                 source=ROOT, single_file=False, save=2)  # fmt: skip
+    key = BASE + "w.bin"
+
+    def stored(crc: str | None) -> dict[str, ObjectInfo]:
+        return {key: ObjectInfo(key, 700, '"e-2"', "STANDARD", 200.0, server_crc32c=crc)}
+
+    assert compare_store(m, BASE, stored("AAAABw==")) == []
+    assert compare_store(m, BASE, stored(None)) == []  # Ceph multipart: the size is all there is
+    # the right size, other bytes: refused, as a plain object with another CRC32C is
+    assert compare_store(m, BASE, stored("AAAACA==")) == [
+        Mismatch(key, "CRC32C AAAACA== in the store, AAAABw== in the manifest")
+    ]
+    # an entry from before stored_crc32c was recorded: checked by its size, as it was when written
+    old = Manifest(**{**m.__dict__, "files": (FileEntry(**{**entry.__dict__, "stored_crc32c": None}),)})
+    assert compare_store(old, BASE, stored("AAAACA==")) == []
+    assert [mm.what for mm in compare_store(old, BASE, {key: ObjectInfo(key, 699, '"e"', "STANDARD", 1.0)})] == [
+        "size 699 in the store, 700 in the manifest"
+    ]

@@ -1,0 +1,78 @@
+"""Issue [M]: the element size from a torch.save zip's own storages against the sampled trial.
+
+Writes real `torch.save` files of a BF16 + FP32 state dict (BF16 weights, FP32 Adam moments, 1:4 by
+bytes as in a 70B checkpoint) and, for comparison, a BF16-only and an FP32-only one; for each, the
+typesize ckptvault.codec.choose takes from the header and the one the sampled trial takes (the
+choice before torch storages were read), and the whole file's stored / original bytes with each,
+every frame encoded as an upload encodes it.
+
+    .venv/bin/python bench/compression_typesize.py [--mib 160] [--scratch DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ckptvault import codec
+
+MiB = 1 << 20
+
+
+def state_dicts(mib: int) -> dict[str, dict[str, object]]:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    w_elems = mib * MiB // 5 // 2  # a fifth of the bytes BF16 weights
+    m_elems = mib * MiB * 4 // 5 // 4 // 2  # the rest FP32, two moments
+    weights = {f"layer{i}.weight": (torch.randn(w_elems // 8, generator=g) * 0.02).to(torch.bfloat16) for i in range(8)}
+    exp_avg = {f"layer{i}.exp_avg": torch.randn(m_elems // 8, generator=g) * 1e-3 for i in range(8)}
+    exp_avg_sq = {f"layer{i}.exp_avg_sq": (torch.randn(m_elems // 8, generator=g) * 1e-3) ** 2 for i in range(8)}
+    return {
+        "mixed (BF16 weights + FP32 Adam, one file)": {"model": weights, "optimizer": {**exp_avg, **exp_avg_sq}},
+        "BF16 weights only": {"model": weights},
+        "FP32 Adam moments only": {"optimizer": {**exp_avg, **exp_avg_sq}},
+    }
+
+
+def stored_ratio(path: Path, typesize: int) -> float:
+    got = codec.reencode(path, typesize)
+    assert got is not None
+    return got.stored_size / got.size
+
+
+def main() -> int:
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mib", type=int, default=160)
+    p.add_argument("--scratch", type=Path, default=Path(__file__).resolve().parent / ".scratch-typesize")
+    args = p.parse_args()
+    shutil.rmtree(args.scratch, ignore_errors=True)
+    args.scratch.mkdir(parents=True)
+    rows = ["| torch.save of | MiB | header typesize | trial typesize | stored / original, header | trial | "
+            "best of 1, 2, 4 |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    try:
+        for name, sd in state_dicts(args.mib).items():
+            path = args.scratch / "ckpt.pt"
+            torch.save(sd, path)
+            size = path.stat().st_size
+            header = codec.header_typesize(path)
+            trial = codec.choose(path, size, use_header=False)  # as before torch storages were read
+            ratios = {ts: stored_ratio(path, ts) for ts in (1, 2, 4)}
+            assert header is not None
+            rows.append(f"| {name} | {size / MiB:.0f} | {header} | {trial.typesize} | {ratios[header]:.3f} | "
+                        f"{ratios[trial.typesize]:.3f} | {min(ratios.values()):.3f} (typesize "
+                        f"{min(ratios, key=lambda t: ratios[t])}) |")  # fmt: skip
+            path.unlink()
+    finally:
+        shutil.rmtree(args.scratch, ignore_errors=True)
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
