@@ -7,6 +7,7 @@ Slack uses an environment variable or a Prefect Secret block named in `[notify]`
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
@@ -80,6 +81,39 @@ class SourceConfig(_Strict):
     settle_seconds: Annotated[float, Field(ge=0)] = 60
     stale_after_hours: Annotated[float, Field(gt=0)] | None = None
     compression: Compression | None = None  # None: the store's `compression`
+    # "node": each node holds its own ranks' files on its local disk, at this same `path` (README,
+    # "Node-local shards"); every file is read and uploaded by the Dask worker of its node.
+    locality: Literal["shared", "node"] = "shared"
+    nodes: Annotated[int, Field(ge=1, le=100_000)] | None = None  # node-0 .. node-(N-1), with "node"
+    # searched in each file's path inside the checkpoint; its group `rank` (or `node`) says the node;
+    # files it does not match (metadata, configs, tracker files) are node 0's, where rank 0 writes them
+    node_pattern: str | None = None
+    ranks_per_node: Annotated[int, Field(ge=1)] = 1
+
+    @field_validator("node_pattern")
+    @classmethod
+    def _one_group(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            groups = re.compile(v).groupindex
+        except re.error as e:
+            raise ValueError(f"{v!r} is not a regular expression ({e})") from None
+        if ("rank" in groups) == ("node" in groups):
+            raise ValueError(
+                f"{v!r} needs exactly one named group: (?P<rank>\\d+) for a rank number (node = rank // "
+                "ranks_per_node) or (?P<node>\\d+) for a node number"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _node_keys(self) -> SourceConfig:
+        node_keys = self.nodes is not None or self.node_pattern is not None
+        if self.locality == "node" and (self.nodes is None or self.node_pattern is None):
+            raise ValueError('locality = "node" needs nodes = N and node_pattern (README, "Node-local shards")')
+        if self.locality == "shared" and node_keys:
+            raise ValueError('nodes and node_pattern apply only with locality = "node"')
+        return self
 
     @field_validator("format")
     @classmethod
@@ -189,6 +223,9 @@ class ScaleConfig(_Strict):
     # How long to wait for the scheduler before giving up with exit 2: a typo'd host must not hang
     # the command for Dask's default 30 s, nor the 10-minute schedule.
     connect_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 10
+    # How long a node's worker may take to list a node-local checkpoint (locality = "node"): a node
+    # whose worker vanished is named after this long, never waited on for ever.
+    node_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120
 
     @field_validator("dask_address")
     @classmethod
@@ -297,11 +334,33 @@ def load_config(cli_value: str | None = None) -> Config:
     return parse_config(text, str(path))
 
 
+NODE_ENV = "CKPTVAULT_NODE"
+NODE_PLACEHOLDER = "${CKPTVAULT_NODE}"
+
+
+def expand_node(path: Path, node: str | None = None) -> Path | None:
+    """`path` as one node sees it: CKPTVAULT_NODE replaced by `node` (default: this process's
+    CKPTVAULT_NODE); None when the path needs a node name and there is none."""
+    text = os.fspath(path)
+    if NODE_PLACEHOLDER not in text:
+        return path
+    node = node if node is not None else os.environ.get(NODE_ENV)
+    return Path(text.replace(NODE_PLACEHOLDER, node)) if node else None
+
+
 def check_sources(cfg: Config) -> list[str]:
-    """Problems with the configured source paths, each naming the key and the fix (empty if fine)."""
+    """Problems with the configured source paths, each naming the key and the fix (empty if fine).
+    A node-local source's path is checked as this node sees it: the other nodes check their own."""
     problems = []
-    for i, s in enumerate(cfg.sources):
-        key = f"sources[{i}].path (run {s.run!r})"
+    for i, src in enumerate(cfg.sources):
+        key = f"sources[{i}].path (run {src.run!r})"
+        path = expand_node(src.path)
+        if path is None:
+            problems.append(
+                f"{key}: {src.path} names {NODE_PLACEHOLDER}, but {NODE_ENV} is not set; set it to this node's name"
+            )
+            continue
+        s = src.model_copy(update={"path": path})
         if not s.path.exists() and s.path.is_symlink():
             problems.append(
                 f"{key}: {s.path} is a symbolic link that does not resolve (dangling, or a loop). "

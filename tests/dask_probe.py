@@ -23,15 +23,34 @@ LOG_NAME = "tasks.jsonl"
 
 class WhereTasksRan(WorkerPlugin):
     def setup(self, worker: Any) -> None:
+        self.worker = worker
         self.name = str(worker.name)
         self.address = str(worker.address)
         self.log = Path(os.environ["CKPTVAULT_NODE_DIR"]) / LOG_NAME
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "executing" or start == "executing":  # started, and how it ended (memory, error, ...)
-            line = {"key": str(key), "event": finish, "node": self.name, "address": self.address, "pid": os.getpid()}
+            line = {"key": str(key), "event": finish, "node": self.name, "address": self.address, "pid": os.getpid(),
+                    **self._what(key)}  # fmt: skip
             with self.log.open("a") as f:
                 f.write(json.dumps(line) + "\n")
+
+    def _what(self, key: Any) -> dict[str, Any]:
+        """Which file an upload task sends (`rel`), which node a listing task lists (`lists`): read from
+        the Prefect task run's parameters, which prefect-dask passes as the Dask task's `parameters`."""
+        ts = self.worker.state.tasks.get(key)
+        kwargs = getattr(getattr(ts, "run_spec", None), "kwargs", None) or {}
+        params = kwargs.get("parameters")
+        if not isinstance(params, dict):
+            return {}
+        out: dict[str, Any] = {}
+        job = params.get("job")
+        if job is not None and hasattr(job, "file"):
+            out["rel"] = job.file.rel
+            out["path"] = str(job.file.path)
+        if isinstance(params.get("node"), int):
+            out["lists"] = params["node"]
+        return out
 
 
 def install(address: str) -> None:

@@ -22,6 +22,7 @@ from ckptvault.config import Compression, SourceConfig, ValidationRules
 from ckptvault.formats import read_metrics
 from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault.ingest.gates import GateSubject, ValidationReport
+from ckptvault.ingest.nodes import node_path
 from ckptvault.ingest.structure import check_structure
 from ckptvault.manifest import (
     FIRST_SAVE,
@@ -58,6 +59,9 @@ class FileJob:
     # (size, CRC32C of its bytes) of an object already there that may be this file compressed by a
     # crashed ingest: upload_one encodes the file again and keeps the object if they match
     stored: tuple[int, str] | None = None
+    # a node-local file the flow cannot read: the stored object's CRC32C, compared with the file's by
+    # the worker on its node, which then keeps the object instead of sending it again
+    check_crc32c: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,8 @@ class Outcome:
 
 def find_checkpoints(source: SourceConfig, now: float | None = None) -> DiscoveryResult:
     """Every checkpoint-shaped entry under the source's run root, with readiness judged."""
-    return discover(source.run, source.path, source.format, source.settle_seconds, time.time() if now is None else now)
+    path = node_path(source.path) if source.locality == "node" else source.path
+    return discover(source.run, path, source.format, source.settle_seconds, time.time() if now is None else now)
 
 
 def known_states(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
@@ -140,7 +145,9 @@ def write_validation(
     return key
 
 
-def plan_upload(store: ObjectStore, prefix: str, found: Found, save: int = FIRST_SAVE) -> list[FileJob]:
+def plan_upload(
+    store: ObjectStore, prefix: str, found: Found, save: int = FIRST_SAVE, read_local: bool = True
+) -> list[FileJob]:
     """One LIST of the checkpoint's prefix decides what a rerun must (re)send.
 
     An object of the right size whose stored CRC32C equals the local file's is kept: that costs one
@@ -149,7 +156,8 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found, save: int = FIRST
     else (absent, other size, unknown or different CRC32C) is uploaded again, which overwrites
     whatever partial or wrong object is there. When
     anything is to be sent, stale incomplete multipart uploads under the checkpoint (a crashed run's,
-    older than STALE_UPLOAD_SECONDS) are aborted first.
+    older than STALE_UPLOAD_SECONDS) are aborted first. `read_local` False (a node-local source,
+    whose files only their nodes can read): the CRC32C comparison is left to the upload task there.
     """
     base = checkpoint_prefix(prefix, found.run, found.step, save)
     existing: dict[str, ObjectInfo] = {o.key: o for o in store.list(base)}
@@ -165,7 +173,9 @@ def plan_upload(store: ObjectStore, prefix: str, found: Found, save: int = FIRST
             jobs.append(FileJob(f, key, upload=True))
             continue
         stored = _stored_crc32c(store, key)
-        if stored is not None and stored == file_crc32c(f.path):
+        if stored is not None and not read_local:
+            jobs.append(FileJob(f, key, upload=True, check_crc32c=stored))
+        elif stored is not None and stored == file_crc32c(f.path):
             jobs.append(FileJob(f, key, upload=False, known_crc32c=stored))
         else:
             jobs.append(FileJob(f, key, upload=True))
@@ -206,6 +216,8 @@ def upload_one(
     (ckptvault.codec.choose) and, when it compresses, the object is its frames."""
     f = job.file
     mode = _mode(f.path)
+    if job.check_crc32c is not None and file_crc32c(f.path) == job.check_crc32c:
+        job = replace(job, upload=False, known_crc32c=job.check_crc32c)
     if not job.upload and job.known_crc32c is not None:
         if progress:
             progress(f.size)

@@ -154,11 +154,20 @@ def _check_dcp_dirs(present: set[str]) -> list[str]:
 
 def check_structure(fmt: str, ckpt_path: Path, files: Sequence[LocalFile]) -> list[str]:
     """Every structural problem in one checkpoint (empty list = structurally sound)."""
+    return check_names(fmt, ckpt_path, files, readable=files)
+
+
+def check_names(
+    fmt: str, ckpt_path: Path, files: Sequence[LocalFile], readable: Sequence[LocalFile]
+) -> list[str]:
+    """The checks over the whole checkpoint's names and sizes, plus the per-file checks of the files
+    this process can read (`readable`: all of them, or for a node-local source those its own node
+    holds; the other nodes check their own: ckptvault.ingest.nodes.list_node)."""
     present = {f.rel for f in files}
     problems: list[str] = []
     if not files:
         problems.append(f"{ckpt_path}: checkpoint has no files")
-    for f in files:
+    for f in readable:
         problems += _check_file(f, present)
     problems += _check_dcp_dirs(present)
     if fmt == "dcp" and ".metadata" not in present and not any(r.endswith(".distcp") for r in present):

@@ -13,17 +13,27 @@ from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
-from ckptvault.config import Config
+from ckptvault.config import Config, SourceConfig
 from ckptvault.ingest.decision import Seen, decide, records_rejection
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.gates import ValidationReport
-from ckptvault.ingest.steps import Outcome, local_fingerprint, previous_verified
-from ckptvault.manifest import Manifest
+from ckptvault.ingest.nodes import (
+    Gathered,
+    Placement,
+    checkpoint_rel,
+    jobs_by_node,
+    listing_timed_out,
+    merge,
+    require_workers,
+)
+from ckptvault.ingest.steps import FileJob, Outcome, local_fingerprint, previous_verified
+from ckptvault.manifest import FileEntry, Manifest
 from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore
 from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.flows.scale import pinned, worker_resources
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     load_config_task,
@@ -39,16 +49,19 @@ from ckptvault_prefect.tasks.ingest import (
     find_checkpoints_task,
     is_committed_task,
     known_states_task,
+    list_node_task,
     plan_upload_task,
     publish_outcomes_task,
     quality_gate_task,
     release_gate_child_task,
     upload_one_task,
+    validate_gathered_task,
     validate_structure_task,
     write_validation_task,
 )
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.retry import RETRIES
+from ckptvault_prefect.tasks.step import StepFuture
 
 
 def _gate(
@@ -64,9 +77,12 @@ def _gate(
 
 def _validate(
     cfg: Config, store: ObjectStore, found: Found, known: dict[int, CheckpointState],
-    reports: list[ValidationReport], save: int,
+    reports: list[ValidationReport], save: int, gathered: Gathered | None, placement: Placement | None,
 ) -> tuple[list[str], list[str]]:  # fmt: skip
-    problems = validate_structure_task(found)
+    if gathered is not None and placement is not None:
+        problems = validate_gathered_task(gathered, placement)
+    else:
+        problems = validate_structure_task(found)
     if problems or not cfg.validation.enabled:
         return problems, []
     report = _gate(cfg, store, found, known, save)
@@ -97,11 +113,54 @@ def _committed(
     known[manifest.step] = state
 
 
+def _gather(cfg: Config, source: SourceConfig, placement: Placement, found: Found) -> Gathered:
+    """A node-local checkpoint from every node's listing, each made by that node's own worker."""
+    require_workers(placement, worker_resources(), found.run, found.step)
+    rel = checkpoint_rel(source.path, found.path)
+    futures = []
+    for i in range(placement.nodes):
+        with pinned(placement.name(i)):
+            futures += list_node_task.map(unmapped(source.path), unmapped(rel), [i], unmapped(placement))
+    listings = []
+    deadline = time.monotonic() + cfg.scale.node_timeout_seconds  # one bound for all nodes, not one each
+    for i, future in enumerate(futures):
+        try:
+            listings.append(future.result(timeout=max(0.0, deadline - time.monotonic())))
+        except TimeoutError:
+            raise listing_timed_out(placement, i, found.run, found.step, cfg.scale.node_timeout_seconds) from None
+    gathered = merge(found, placement, listings, source.settle_seconds, time.time())
+    for note in gathered.notes:
+        print(f"{found.run} step {found.step}: {note}")
+    return gathered
+
+
+def _upload(
+    cfg: Config, store: ObjectStore, found: Found, jobs: list[FileJob], save: int, placement: Placement | None
+) -> list[StepFuture[FileEntry]]:
+    bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
+    args = (unmapped(found), unmapped(cfg.sha256), unmapped(bar), unmapped(save),
+            unmapped(cfg.compression_for(found.run)))  # fmt: skip
+    if placement is None:
+        return upload_one_task.map(unmapped(store), jobs, *args)
+    futures: list[StepFuture[FileEntry]] = []
+    for node, node_jobs in jobs_by_node(placement, jobs).items():
+        if node_jobs:
+            with pinned(placement.name(node)):  # each file is read by the worker of the node that holds it
+                futures += upload_one_task.map(unmapped(store), node_jobs, *args)
+    return futures
+
+
 def _ingest_one(
     cfg: Config, store: ObjectStore, catalog: Catalog, found: Found, known: dict[int, CheckpointState],
     reports: list[ValidationReport], run_id: str, restarts: dict[str, list[Supersede]],
 ) -> Outcome:  # fmt: skip
     t0 = time.monotonic()
+    source = next(s for s in cfg.sources if s.run == found.run)
+    placement = Placement.of(source) if source.locality == "node" else None
+    gathered = None
+    if placement is not None and found.ready:
+        gathered = _gather(cfg, source, placement, found)
+        found = gathered.found
     base = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
     prefix = cfg.store.prefix
     newest = known.get(found.step)
@@ -120,7 +179,7 @@ def _ingest_one(
         elif d.action == "check_commit":
             seen = seen.learn(committed=is_committed_task(store, prefix, found, d.save))
         else:  # validate
-            problems, warnings = _validate(cfg, store, found, known, reports, d.save)
+            problems, warnings = _validate(cfg, store, found, known, reports, d.save, gathered, placement)
             seen = seen.learn(problems=tuple(problems), warnings=tuple(warnings))
     base = base.with_save(d.save)
     if d.action in ("waiting", "present"):
@@ -134,12 +193,8 @@ def _ingest_one(
         if records_rejection(seen):
             record_task(catalog, [events.rejected(found, seen.problems or (), run_id, save=d.save)])
         return base.with_result("invalid", d.message)
-    jobs = plan_upload_task(store, prefix, found, d.save)
-    bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
-    futures = upload_one_task.map(
-        unmapped(store), jobs, unmapped(found), unmapped(cfg.sha256), unmapped(bar), unmapped(d.save),
-        unmapped(cfg.compression_for(found.run)),
-    )  # fmt: skip
+    jobs = plan_upload_task(store, prefix, found, d.save, placement is None)
+    futures = _upload(cfg, store, found, jobs, d.save, placement)
     errors = settle(futures)
     if errors:
         return base.with_result("failed", "; ".join(errors), time.monotonic() - t0)

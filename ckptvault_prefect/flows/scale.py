@@ -11,6 +11,7 @@ operator typed for this one run. Both flags at once is an error, as are both key
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -117,3 +118,24 @@ def check_scheduler(choice: RunnerChoice) -> int:
             "--dask-workers N"
         )
     return workers
+
+
+def worker_resources() -> list[dict[str, float]] | None:
+    """The resources of every worker of this flow run's Dask cluster (node-0=1 ...), or None when the
+    flow's tasks do not run on Dask (threads, or direct mode): node-local sources need Dask."""
+    from prefect.context import FlowRunContext
+
+    ctx = FlowRunContext.get()
+    runner = ctx.task_runner if ctx is not None else None
+    if runner is None or type(runner).__name__ not in ("DaskTaskRunner", "CkptvaultDaskTaskRunner"):
+        return None
+    info = runner.client.scheduler_info(n_workers=-1)["workers"]  # type: ignore[attr-defined]
+    return [dict(w.get("resources") or {}) for w in info.values()]
+
+
+def pinned(resource: str) -> AbstractContextManager[None]:
+    """Tasks submitted inside run only on a worker that has `resource` (Dask worker resources: the
+    Prefect Dask client's submit merges dask.annotate's annotations into each task's)."""
+    from dask.base import annotate
+
+    return annotate(resources={resource: 1})

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from prefect.artifacts import create_table_artifact
 
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import Compression, SourceConfig, ValidationRules
-from ckptvault.ingest import quality
+from ckptvault.ingest import nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
 from ckptvault.ingest.gates import ValidationReport
@@ -64,8 +65,21 @@ def write_validation_task(
 
 
 @io_task("plan-upload")
-def plan_upload_task(store: ObjectStore, prefix: str, found: Found, save: int = 1) -> list[lib.FileJob]:
-    return lib.plan_upload(store, prefix, found, save)
+def plan_upload_task(
+    store: ObjectStore, prefix: str, found: Found, save: int = 1, read_local: bool = True
+) -> list[lib.FileJob]:
+    return lib.plan_upload(store, prefix, found, save, read_local)
+
+
+@local_task("list-node", task_run_name="list-{ckpt_rel}-node-{node}")
+def list_node_task(source_path: Path, ckpt_rel: str, node: int, placement: nodes.Placement) -> nodes.NodeListing:
+    """Runs pinned to the node's worker: what that node's own disk holds of the checkpoint."""
+    return nodes.list_node(source_path, ckpt_rel, node, placement)
+
+
+@local_task("validate-node-structure")
+def validate_gathered_task(gathered: nodes.Gathered, placement: nodes.Placement) -> list[str]:
+    return nodes.validate_gathered(gathered, placement)
 
 
 @io_task("upload-file", task_run_name="upload-{job.file.rel}")

@@ -11,7 +11,8 @@
 #
 # Worker i (0-based) is named node-i and stands for one node: its own directory STATE_DIR/node-i (its
 # Dask local directory, and CKPTVAULT_NODE_DIR in its environment), CKPTVAULT_NODE=node-i, and a Dask
-# resource node-i=1, so work can later be pinned to the node that holds a file. Each worker runs under
+# resource node-i=1, which pins the work of a node-local source (locality = "node") to the node that
+# holds its files (docs/OPERATIONS.md, "Node-local shards"). Each worker runs under
 # its own nanny (Dask's default), which restarts a worker process that dies; `up` on a running cluster
 # starts any worker whose nanny is gone. The address to use is printed: `Dask scheduler ready at
 # tcp://127.0.0.1:PORT`.

@@ -189,3 +189,21 @@ def test_a_drill_selects_restores_load_checks_and_records_the_newest_checkpoint(
     assert 600 in drilled
     assert all(states[step].last_drill_ok is True for step in drilled)
     assert all(states[step].last_drill_at is None for step in states.keys() - drilled)
+
+
+def test_a_node_local_rerun_leaves_the_crc_check_to_the_node_and_sends_only_what_changed(tmp_path: Path) -> None:
+    store = RecordingStore("b")
+    manifest, src = _ingest(store, tmp_path / "run", 100)
+    # the same size, other bytes: only a CRC32C comparison can tell
+    (src / "config.json").write_text(json.dumps({"model_type": "tiny", "hidden_size": 64}))
+    result = ingest.find_checkpoints(SourceConfig(run="r", path=tmp_path / "run", format="hf", settle_seconds=0))
+    [found] = result.found
+    jobs = ingest.plan_upload(store, PREFIX, found, read_local=False)  # the flow cannot read node files
+    same_size = [j for j in jobs if j.check_crc32c is not None]
+    assert len(same_size) == len(jobs) and all(j.upload for j in jobs)  # none kept without the node's look
+    store.writes.clear()
+    entries = [ingest.upload_one(store, j, found) for j in jobs]  # on the node: compared there
+    kept = {e.path for e in entries} - {k.rsplit("/", 1)[-1] for k in store.writes}
+    assert kept == {"model.safetensors", "trainer_state.json"}  # the node kept every unchanged object ...
+    assert {k.rsplit("/", 1)[-1] for k in store.writes} == {"config.json"}  # ... and sent the changed one
+    assert {e.path: e.crc32c for e in entries}.keys() == {f.path for f in manifest.files}

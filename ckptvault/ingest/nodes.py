@@ -1,0 +1,223 @@
+"""Node-local checkpoints (`locality = "node"`): which node holds each file, and what one node holds.
+
+Megatron, DCP and DeepSpeed write one file per rank, and large jobs write them to each node's local
+NVMe, which only that node can read. Such a source names its nodes (`nodes = N`: node-0 .. node-N-1)
+and a `node_pattern` that places a file from its path: a regular expression searched in the file's
+path inside the checkpoint, whose group `rank` gives node = rank // ranks_per_node, or whose group
+`node` gives the node itself. A file the pattern does not match (`.metadata`, configs, `latest`) is
+node 0's: every framework writes those from rank 0.
+
+How a pass reads such a source (docs/OPERATIONS.md, "Node-local shards"): the flow runs on node 0 and
+finds the checkpoints there, by the layout's rules, as for any source; then every node's Dask worker
+lists the same checkpoint directory on its own disk (`list_node`), keeping the files placed on it and
+checking their headers there; `merge` makes one checkpoint of the listings. It is ready only when
+every node has sent files and none changed for settle_seconds: the commit waits for the last node.
+
+`CKPTVAULT_NODE` in a source path is replaced by the node name of the process that reads it: the
+path is the same string on every node, and nodes whose mounts differ by name can still share it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from ckptvault.config import NODE_ENV, NODE_PLACEHOLDER, SourceConfig, expand_node
+from ckptvault.errors import CkptvaultError
+from ckptvault.ingest.discovery import Found, LocalFile, _quiet_reason, walk
+from ckptvault.ingest.structure import INDEX_SUFFIX, _check_file, check_names
+
+
+class NodeError(CkptvaultError):
+    """A node-local source cannot be read as configured: the message names the node and the fix."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where each file of a node-local source lives. A pure value: the same answer on every node."""
+
+    nodes: int
+    pattern: str
+    ranks_per_node: int = 1
+
+    @classmethod
+    def of(cls, source: SourceConfig) -> Placement:
+        assert source.locality == "node" and source.nodes is not None and source.node_pattern is not None
+        return cls(source.nodes, source.node_pattern, source.ranks_per_node)
+
+    def node_of(self, rel: str) -> int:
+        """The node index that holds the file at `rel` (its path inside the checkpoint)."""
+        m = re.search(self.pattern, rel)
+        if m is None:
+            return 0
+        rank = m.groupdict().get("rank")
+        node = int(rank) // self.ranks_per_node if rank is not None else int(m["node"])
+        if not 0 <= node < self.nodes:
+            raise NodeError(
+                f"{rel}: node_pattern places it on node {node}, but the source has nodes = {self.nodes} "
+                f"(node-0 .. node-{self.nodes - 1}); raise nodes or fix ranks_per_node"
+            )
+        return node
+
+    @staticmethod
+    def name(node: int) -> str:
+        """The node's name: its CKPTVAULT_NODE, and the Dask worker resource that pins work to it."""
+        return f"node-{node}"
+
+    def names(self) -> list[str]:
+        return [self.name(i) for i in range(self.nodes)]
+
+
+def missing_workers(placement: Placement, worker_resources: list[dict[str, float]]) -> list[str]:
+    """The nodes no Dask worker serves (no worker advertises the node's resource): their files cannot
+    be read, and work pinned to them would wait for such a worker for ever."""
+    served = {name for resources in worker_resources for name, amount in resources.items() if amount > 0}
+    return [n for n in placement.names() if n not in served]
+
+
+def require_workers(placement: Placement, worker_resources: list[dict[str, float]] | None, run: str,
+                    step: int) -> None:  # fmt: skip
+    """NodeError, naming the fix, unless every node of the source has a Dask worker to read its files.
+    `worker_resources` None: the pass runs without Dask (threads, or no Prefect at all)."""
+    if worker_resources is None:
+        raise NodeError(
+            f'run {run!r}: locality = "node" reads each node\'s files on that node, by its Dask worker; '
+            "this pass has no Dask cluster: set [scale] dask_address (or --dask-address) to a cluster with "
+            f"a worker per node, started with --resources node-I=1 ({', '.join(placement.names()[:3])}, ...)"
+        )
+    missing = missing_workers(placement, worker_resources)
+    if missing:
+        raise NodeError(
+            f"{run} step {step}: no Dask worker for {', '.join(missing)}, so "
+            f"{'their' if len(missing) > 1 else 'its'} files cannot be read; start one on each such node "
+            f"(`dask worker ADDRESS --resources {missing[0]}=1`, infra/local/dask.sh up)"
+        )
+
+
+def listing_timed_out(placement: Placement, node: int, run: str, step: int, seconds: float) -> NodeError:
+    return NodeError(
+        f"{run} step {step}: {placement.name(node)} did not list its files within {seconds:g} s "
+        "([scale] node_timeout_seconds); is its worker alive?"
+    )
+
+
+def checkpoint_rel(source_path: Path, ckpt_path: Path) -> str:
+    """Where a checkpoint the flow found (on its node) lies under the source path: the same on every node."""
+    rel = ckpt_path.relative_to(node_path(source_path)).as_posix()
+    return "" if rel == "." else rel
+
+
+def node_path(path: Path, node: str | None = None) -> Path:
+    """`path` as this node sees it: CKPTVAULT_NODE replaced by `node` (default: this process's)."""
+    out = expand_node(path, node)
+    if out is None:
+        raise NodeError(
+            f"{path}: names {NODE_PLACEHOLDER}, but {NODE_ENV} is not set in this process; set it to the "
+            "node's name (node-0, node-1, ...) where the flow and each Dask worker run"
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class NodeListing:
+    """What one node holds of one checkpoint."""
+
+    node: int
+    files: tuple[LocalFile, ...]  # the files placed on this node, sorted by rel
+    newest_mtime: float
+    problems: tuple[str, ...]  # structural (headers) or unreadable: each names the file and the node
+    elsewhere: tuple[str, ...]  # files here that the pattern places on another node: not archived from here
+
+
+def list_node(source_path: Path, ckpt_rel: str, node: int, placement: Placement) -> NodeListing:
+    """Run on the node itself: the checkpoint `ckpt_rel` (relative to the source path) on its own disk.
+
+    Each file's header is checked here, where it can be read. An index file's check that its shards
+    exist needs every node's names: node 0's index files are checked by the flow, on node 0, with
+    every node's names (`readable_index_files`); those on other nodes are not checked."""
+    name = placement.name(node)
+    # this task is pinned to the worker that serves `name`: that is who we are, whatever the env says
+    root = node_path(source_path, name)
+    top = root / ckpt_rel if ckpt_rel else root
+    walk_problems: list[str] = []
+    if not top.exists():
+        return NodeListing(node, (), 0.0, (), ())
+    if top.is_file():
+        st = top.stat()
+        files = [LocalFile(top.name, top, st.st_size, st.st_mtime)]
+        newest = st.st_mtime
+    else:
+        files, newest, error = walk(top, walk_problems)
+        if error:
+            walk_problems.append(f"{name}: {error}")
+    mine = tuple(f for f in files if placement.node_of(f.rel) == node)
+    present = {f.rel for f in mine}
+    problems = [
+        f"{name}: {p}" for f in mine if not f.rel.endswith(INDEX_SUFFIX) for p in _check_file(f, present)
+    ]
+    elsewhere = tuple(f.rel for f in files if placement.node_of(f.rel) != node)
+    return NodeListing(node, mine, newest, tuple(walk_problems + problems), elsewhere)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """A node-local checkpoint made whole from its nodes' listings."""
+
+    found: Found  # every node's files; ready only when every node has sent some and all are settled
+    problems: tuple[str, ...]  # the nodes' structural problems: the checkpoint is invalid
+    notes: tuple[str, ...]  # said, not fatal: copies of a file on a node that does not hold it
+
+
+def merge(found: Found, placement: Placement, listings: list[NodeListing], settle_seconds: float,
+          now: float) -> Gathered:  # fmt: skip
+    """One checkpoint from every node's listing of it; `found` is the flow's own discovery of it."""
+    by_node = {x.node: x for x in listings}
+    assert sorted(by_node) == list(range(placement.nodes)), sorted(by_node)
+    files = tuple(sorted(f for x in listings for f in x.files))
+    empty = [placement.name(x.node) for x in sorted(listings, key=lambda x: x.node) if not x.files]
+    newest = max([found.newest_mtime, *(x.newest_mtime for x in listings if x.files)])
+    reason = ""
+    if empty:
+        reason = f"waiting for {', '.join(empty)}: none of {'their' if len(empty) > 1 else 'its'} files are there yet"
+    else:
+        reason = _quiet_reason(newest, settle_seconds, now)
+    notes = tuple(
+        f"{placement.name(x.node)}: {rel} is there too, but node_pattern places it on "
+        f"{placement.name(placement.node_of(rel))}; archived from there only"
+        for x in listings
+        for rel in x.elsewhere
+    )
+    merged = replace(found, files=files, ready=found.ready and not reason, reason=found.reason or reason,
+                     newest_mtime=newest)  # fmt: skip
+    return Gathered(merged, tuple(p for x in listings for p in x.problems), notes)
+
+
+class _Job(Protocol):
+    @property
+    def file(self) -> LocalFile: ...
+
+
+J = TypeVar("J", bound=_Job)
+
+
+def jobs_by_node(placement: Placement, jobs: Sequence[J]) -> dict[int, list[J]]:
+    """The upload jobs each node runs, by node index (every node present, maybe with none)."""
+    out: dict[int, list[J]] = {i: [] for i in range(placement.nodes)}
+    for job in jobs:
+        out[placement.node_of(job.file.rel)].append(job)
+    return out
+
+
+def readable_index_files(placement: Placement, files: tuple[LocalFile, ...]) -> list[LocalFile]:
+    """The index files the flow (on node 0) can read, to check their shards against every node's names."""
+    return [f for f in files if f.rel.endswith(INDEX_SUFFIX) and placement.node_of(f.rel) == 0]
+
+
+def validate_gathered(gathered: Gathered, placement: Placement) -> list[str]:
+    """Every structural problem of a node-local checkpoint: the nodes' own (headers, checked where
+    each file is) and those over the whole checkpoint's names, on the flow's node."""
+    f = gathered.found
+    return check_names(f.format, f.path, f.files, readable_index_files(placement, f.files)) + list(gathered.problems)
