@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/compression.py --json bench/results/compression.json
+	$(BIN)/python bench/scale.py --json bench/results/scale.json
 	$(MAKE) bench-catalog
 
 # The catalog at fleet scale (bench/README.md): 1,000 runs x 200 saves x 5 events on SeaweedFS, every
