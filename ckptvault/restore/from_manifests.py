@@ -9,9 +9,33 @@ commit in that order would have recorded; the rest of a restore reads manifests,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ckptvault import events as event_builders
-from ckptvault.catalog import Catalog, Event, fold
+from ckptvault.catalog import Catalog, CheckpointState, Event, fold
+from ckptvault.restore.estimate import restore_throughput
 from ckptvault.saves import replay_supersedes
+
+
+@dataclass(frozen=True)
+class RunHistory:
+    """A run's events as a restore reads them, once (`read_run`): the checkpoint is resolved from them
+    and the estimate's throughput measured on them, without a second read of the catalog."""
+
+    events: tuple[Event, ...]
+    unreadable: dict[str, str]  # catalog objects of the run that could not be read: key -> why
+
+    def states(self) -> list[CheckpointState]:
+        return fold(self.events)
+
+    def throughput(self) -> float | None:
+        """MiB/s of the run's newest measured restore or drill (None: none yet)."""
+        return restore_throughput(self.events)
+
+
+def read_run(catalog: Catalog, run: str) -> RunHistory:
+    got, unreadable = run_events(catalog, run)
+    return RunHistory(tuple(got), unreadable)
 
 
 def run_events(catalog: Catalog, run: str) -> tuple[list[Event], dict[str, str]]:

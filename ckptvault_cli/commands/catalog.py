@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ckptvault.config import Config
 from ckptvault.errors import CkptvaultError
 from ckptvault_cli.output import emit_json, say
-from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight
+from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight_store
 
 if TYPE_CHECKING:
     from ckptvault.catalog import Catalog  # imported when a command reads it: pyarrow costs start-up
@@ -21,7 +21,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
     from ckptvault.catalog import LIFECYCLE_STATES, Catalog
     from ckptvault.listing import SINCE_EXAMPLES, parse_since, render_table, select
-    from ckptvault.store import open_store
 
     since = None
     if args.since is not None:
@@ -33,8 +32,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
         raise UsageError(f"--limit {args.limit}: give a number of checkpoint saves, 1 or more (e.g. --limit 20)")
     if args.state and args.state not in LIFECYCLE_STATES:
         raise UsageError(f"--state {args.state!r} is not a state; one of: {', '.join(LIFECYCLE_STATES)}")
-    cfg = preflight(args, need_sources=False)
-    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    cfg, store = preflight_store(args, need_sources=False)
+    catalog = Catalog(store, cfg.store.prefix)
     if args.json:
         # from the Arrow tables, without a CheckpointState per save: the same text, a fraction of the time
         from ckptvault.catalog.table_view import current_table, select_table, write_json_table
@@ -76,10 +75,9 @@ def alert_unreadable(cfg: Config, catalog: Catalog) -> None:
 def cmd_catalog_stats(args: argparse.Namespace) -> int:
     from ckptvault import humanize
     from ckptvault.catalog import Catalog
-    from ckptvault.store import open_store
 
-    cfg = preflight(args, need_sources=False)
-    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    cfg, store = preflight_store(args, need_sources=False)
+    catalog = Catalog(store, cfg.store.prefix)
     st = catalog.stats()
     alert_unreadable(cfg, catalog)
     if args.json:
@@ -98,15 +96,14 @@ def cmd_catalog_stats(args: argparse.Namespace) -> int:
 
 def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     from ckptvault.catalog import Catalog
-    from ckptvault.store import open_store
 
-    cfg = preflight(args, need_sources=False)
+    cfg, store = preflight_store(args, need_sources=False)
     from ckptvault import events as event_builders
     from ckptvault.catalog import fold
     from ckptvault.progress import ProgressBar
     from ckptvault.saves import replay_supersedes
 
-    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    catalog = Catalog(store, cfg.store.prefix)
     # on stderr, and only on a terminal: --json keeps stdout one document
     events = catalog.rebuild_from_manifests(lambda n: ProgressBar(n, "rebuild", unit="manifests"))
     found = len(events)
@@ -135,10 +132,9 @@ def cmd_accept(args: argparse.Namespace) -> int:
 
     from ckptvault import events
     from ckptvault.catalog import Catalog
-    from ckptvault.store import open_store
 
-    cfg = preflight(args, need_sources=False)
-    catalog = Catalog(open_store(cfg.store), cfg.store.prefix)
+    cfg, store = preflight_store(args, need_sources=False)
+    catalog = Catalog(store, cfg.store.prefix)
     from ckptvault.catalog import newest_saves
 
     current = {step: s for (_, step), s in newest_saves(catalog.current(args.run)).items()}

@@ -12,27 +12,26 @@ from ckptvault_cli.preflight import (
     UsageError,
     check_destination_or_usage,
     preflight,
+    preflight_store,
     start_prefect_note,
 )
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    cfg = preflight(args, need_sources=False)
-    from ckptvault.catalog import Catalog, fold
+    cfg, store = preflight_store(args, need_sources=False)
+    from ckptvault.catalog import Catalog
     from ckptvault.restore import from_manifests
     from ckptvault.restore import steps as lib
-    from ckptvault.store import open_store
     from ckptvault.tiering.cost import load_prices
 
-    store = open_store(cfg.store)
     # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
-    run_events, unreadable = from_manifests.run_events(Catalog(store, cfg.store.prefix), args.run)
-    if unreadable:
-        say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, unreadable)}")
+    history = from_manifests.read_run(Catalog(store, cfg.store.prefix), args.run)
+    if history.unreadable:
+        say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, history.unreadable)}")
     try:
         # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
         # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
-        chosen = lib.resolve(fold(run_events), args.run, lib.parse_step(args.step), args.save, args.force)
+        chosen = lib.resolve(history.states(), args.run, lib.parse_step(args.step), args.save, args.force)
     except lib.RestoreError as e:
         raise UsageError(str(e)) from None
     check_destination_or_usage(lib.check_destination, args)
@@ -42,9 +41,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
             print(note, flush=True)
         manifest = lib.load_manifest(store, cfg.store.prefix, args.run, chosen.step, chosen.save)
         plans = lib.plan_objects(store, cfg.store.prefix, manifest)
-        throughput = lib.restore_throughput(run_events)
         prices = load_prices(cfg.policy.prices)
-        print(lib.estimate(manifest, plans, prices, args.tier, cfg.store.egress, throughput).report(), flush=True)
+        est = lib.estimate(manifest, plans, prices, args.tier, cfg.store.egress, history.throughput())
+        print(est.report(), flush=True)
     start_prefect_note()
     from ckptvault_prefect.flows.restore import restore
 

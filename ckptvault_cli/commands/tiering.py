@@ -6,7 +6,7 @@ import argparse
 
 from ckptvault_cli import process, running
 from ckptvault_cli.output import emit_json, say
-from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, preflight, start_prefect_note
+from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, preflight, preflight_store, start_prefect_note
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -14,13 +14,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import time
 
     from ckptvault.catalog import Catalog
-    from ckptvault.store import open_store
     from ckptvault.tiering.cost import load_prices
     from ckptvault.tiering.policy import plan
     from ckptvault.tiering.report import plan_record, render_text
 
-    cfg = preflight(args, need_sources=False)
-    store = open_store(cfg.store)
+    cfg, store = preflight_store(args, need_sources=False)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
     p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time())

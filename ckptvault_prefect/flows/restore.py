@@ -44,8 +44,7 @@ from ckptvault_prefect.tasks.restore import (
     plan_objects_task,
     request_thaw_task,
     resolve_task,
-    restore_states_task,
-    restore_throughput_task,
+    restore_history_task,
     staging_dir_task,
     wait_for_thaw_task,
     write_pointer_task,
@@ -72,17 +71,17 @@ def restore(
     prefix = cfg.store.prefix
     target = Path(dest).expanduser().resolve()
     check_destination_task(target, force)
-    states, unreadable = restore_states_task(catalog, run)
-    if unreadable:
-        notify_task(cfg, store, [alerts.catalog_unreadable(run, unreadable, flow_run_url())])
-    chosen = resolve_task(states, run, step, save, force)
+    history = restore_history_task(catalog, run)  # the one read of the run's catalog
+    if history.unreadable:
+        notify_task(cfg, store, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
+    chosen = resolve_task(history.states(), run, step, save, force)
     for note in chosen.notes:
         print(note)
     n = chosen.step
     manifest = load_manifest_task(store, prefix, run, n, chosen.save)
     plans = plan_objects_task(store, prefix, manifest)
-    throughput = restore_throughput_task(catalog, run)
-    est = estimate_task(manifest, plans, load_prices(cfg.policy.prices), tier, cfg.store.egress, throughput)
+    prices = load_prices(cfg.policy.prices)
+    est = estimate_task(manifest, plans, prices, tier, cfg.store.egress, history.throughput())
     publish_markdown_task(
         "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
     )

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from ckptvault.catalog import Catalog, CheckpointState, fold
+from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.manifest import Manifest
 from ckptvault.restore import drill as drill_lib
 from ckptvault.restore import from_manifests
@@ -19,13 +19,13 @@ from ckptvault_prefect.tasks.retry import io_task, local_task
 log = logging.getLogger("ckptvault.restore")
 
 
-@io_task("restore-states")
-def restore_states_task(catalog: Catalog, run: str) -> tuple[list[CheckpointState], dict[str, str]]:
-    """The run's states, from its manifests too when an object of its catalog cannot be read."""
-    got, unreadable = from_manifests.run_events(catalog, run)
-    if unreadable:
-        log.warning("%s", from_manifests.fallback_warning(run, unreadable))
-    return fold(got), unreadable
+@io_task("restore-history")
+def restore_history_task(catalog: Catalog, run: str) -> from_manifests.RunHistory:
+    """The run's events, from its manifests too when an object of its catalog cannot be read."""
+    history = from_manifests.read_run(catalog, run)
+    if history.unreadable:
+        log.warning("%s", from_manifests.fallback_warning(run, history.unreadable))
+    return history
 
 
 @local_task("resolve-step")
@@ -52,11 +52,6 @@ def estimate_task(
     est = lib.estimate(manifest, plans, prices, tier, egress, throughput_mib_s)
     print(est.describe())
     return est
-
-
-@io_task("restore-throughput")
-def restore_throughput_task(catalog: Catalog, run: str) -> float | None:
-    return lib.restore_throughput(catalog.events(run))
 
 
 @io_task("request-thaw")
