@@ -20,6 +20,7 @@ from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import ConfigError, parse_config
 from ckptvault.outcomes import DrillFailed
 from ckptvault.restore.drill import (
+    DrillReport,
     DrillResult,
     coverage,
     render_markdown,
@@ -296,8 +297,8 @@ def test_report_rows_and_markdown_name_the_save() -> None:
     md = render_markdown([r], ["r step 300 save 2"], coverage(fold(one_run(3)), 10.0, 2))
     assert "| r | 200 | 2 | **NO** |" in md and "r step 300 save 2" in md and "3 drillable" in md
     assert "could not run" in md and "- r step 200 save 2: a/: Orbax item" in md
-    err = DrillFailed([r.row()], {"drilled": [r.row()], "pending": [], "coverage": {}})
-    assert "r step 200 save 2" in str(err) and err.report["pending"] == []
+    err = DrillFailed(DrillReport((r,), (), coverage(fold(one_run(3)), 10.0, 2)))
+    assert "r step 200 save 2" in str(err) and err.report.pending == ()
 
 
 # --- configuration and schedule -------------------------------------------------------------------------
