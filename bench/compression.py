@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -83,7 +83,8 @@ def main() -> int:
         server.up()
         if args.link_mb_s:
             cap = LinkCap(server.port, args.link_mb_s).start()
-        via = SimpleNamespace(url=cap.url if cap else server.url, region=server.region)
+        # what write_config reads of a Server (url, region), pointing at the cap when there is one
+        via = cast(b.Server, SimpleNamespace(url=cap.url if cap else server.url, region=server.region))
         client = b.s3_client(server)
         client.create_bucket(Bucket=b.BUCKET)
         src_root = scratch / "hot"
