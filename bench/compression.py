@@ -5,6 +5,11 @@ interleaved. Reports wall MB/s (checkpoint bytes), CPU s/GB and peak RSS of the 
 tree (bench/run.py's `measure`), and stored / original bytes. Every restore is compared byte for byte.
 
     .venv/bin/python bench/compression.py [--size-gib 1] [--reps 2] [--json bench/results/compression.json]
+        [--link-mb-s 100] [--s5cmd PATH]
+
+--link-mb-s puts bench/linkcap.py (a TCP proxy capping each direction at that many MB/s) between
+the tools and the server, as a production link to the store is; --s5cmd adds s5cmd's `cp` of the
+same files up and down through the same cap (the issue's comparison).
 """
 
 from __future__ import annotations
@@ -19,12 +24,14 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run as b  # bench/run.py: servers, measure, configs
+from linkcap import LinkCap
 
 MODES = ("off", "auto")
 
@@ -62,6 +69,8 @@ def main() -> int:
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--scratch", type=Path, default=b.BENCH / ".scratch-compression")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--link-mb-s", type=float, default=None, help="cap each direction of the link (MB/s)")
+    p.add_argument("--s5cmd", type=str, default=None, help="an s5cmd binary: its cp up and down, compared")
     args = p.parse_args()
     scratch: Path = args.scratch
     shutil.rmtree(scratch, ignore_errors=True)
@@ -69,8 +78,13 @@ def main() -> int:
     size = int(args.size_gib * b.GiB)
     server = b.Server("seaweedfs", scratch, 4 * size)
     rows: list[dict[str, Any]] = []
+    cap: LinkCap | None = None
     try:
         server.up()
+        if args.link_mb_s:
+            cap = LinkCap(server.port, args.link_mb_s).start()
+        # what write_config reads of a Server (url, region), pointing at the cap when there is one
+        via = cast(b.Server, SimpleNamespace(url=cap.url if cap else server.url, region=server.region))
         client = b.s3_client(server)
         client.create_bucket(Bucket=b.BUCKET)
         src_root = scratch / "hot"
@@ -80,10 +94,14 @@ def main() -> int:
         env.update(AWS_ACCESS_KEY_ID=b.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=b.SECRET_KEY, AWS_REGION=server.region,
                    AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(b.REPO))  # fmt: skip
         ckv = str(b.VENV_BIN / "ckptvault")
+        modes = (*MODES, "s5cmd") if args.s5cmd else MODES
         for rep in range(args.reps):
-            for mode in MODES if rep % 2 == 0 else MODES[::-1]:
+            for mode in modes if rep % 2 == 0 else modes[::-1]:
                 prefix = f"{mode}-{rep}"
-                cfg = b.write_config(scratch / f"{prefix}.toml", server, prefix, src_root, f'compression = "{mode}"')
+                if mode == "s5cmd":
+                    rows.append(_s5cmd(args.s5cmd, via.url, ck, scratch, prefix, env, client, server, total))
+                    continue
+                cfg = b.write_config(scratch / f"{prefix}.toml", via, prefix, src_root, f'compression = "{mode}"')
                 up = b.measure([ckv, "--config", str(cfg), "ingest"], env, scratch / "logs" / f"ingest-{prefix}.log")
                 objects = b.list_objects(client, f"{prefix}/{b.RUN}/")
                 stored = sum(o["Size"] for o in objects if not o["Key"].rpartition("/")[2].startswith("_"))
@@ -103,20 +121,49 @@ def main() -> int:
                 b.delete_prefix(client, server, f"{prefix}/")
                 server.vacuum()
     finally:
+        if cap:
+            cap.stop()
         server.down()
         shutil.rmtree(scratch, ignore_errors=True)
-    print(render(rows))
+    print(render(rows, modes))
     if args.json:
-        args.json.write_text(json.dumps({"cpus": os.cpu_count(), "rows": rows}, indent=1))
+        args.json.write_text(json.dumps({"cpus": os.cpu_count(), "link_mb_s": args.link_mb_s, "rows": rows}, indent=1))
     return 0 if all(r["identical"] and r["ingest"]["rc"] == 0 and r["restore"]["rc"] == 0 for r in rows) else 1
 
 
-def render(rows: list[dict[str, Any]]) -> str:
+def _s5cmd(
+    s5: str, url: str, ck: Path, scratch: Path, prefix: str, env: dict[str, str], client: Any, server: Any, total: int
+) -> dict[str, Any]:
+    """s5cmd's cp of the checkpoint's files up, then down, through the same endpoint; stored = uploaded."""
+    logs = scratch / "logs"
+    up = b.measure(
+        [s5, "--endpoint-url", url, "cp", f"{ck}/*", f"s3://{b.BUCKET}/{prefix}/"], env, logs / f"{prefix}.log"
+    )
+    dest = scratch / "out" / prefix
+    dest.mkdir(parents=True)
+    down = b.measure([s5, "--endpoint-url", url, "cp", f"s3://{b.BUCKET}/{prefix}/*", f"{dest}/"], env,
+                     logs / f"{prefix}.log")  # fmt: skip
+    same = all(filecmp.cmp(f, dest / f.name, shallow=False) for f in ck.iterdir())
+    b.log(f"{prefix}: up {up['seconds']:.1f} s, down {down['seconds']:.1f} s, identical {same}")
+    shutil.rmtree(dest, ignore_errors=True)
+    b.delete_prefix(client, server, f"{prefix}/")
+    return {
+        "mode": "s5cmd",
+        "rep": 0,
+        "ingest": up,
+        "restore": down,
+        "stored": total,
+        "bytes": total,
+        "identical": same,
+    }
+
+
+def render(rows: list[dict[str, Any]], modes: tuple[str, ...] = MODES) -> str:
     out = [
         "| compression | op | MB/s | CPU s/GB | peak RSS MiB | stored / original |",
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
-    for mode in MODES:
+    for mode in modes:
         mine = [r for r in rows if r["mode"] == mode]
         for op in ("ingest", "restore"):
             ms = [r[op] for r in mine]
