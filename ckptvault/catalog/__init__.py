@@ -14,6 +14,8 @@
 Only this package imports pyarrow.
 """
 
+# first: it answers pyarrow's pandas question before any module below converts a list (see _arrow)
+from ckptvault.catalog import _arrow  # noqa: F401
 from ckptvault.catalog.codec import SCHEMA_TAG, decode_events, encode_events
 from ckptvault.catalog.compaction import COMPACT_SECONDS, MIGRATE_FILES
 from ckptvault.catalog.eventlog import Catalog

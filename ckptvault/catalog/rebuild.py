@@ -40,42 +40,30 @@ def rebuild_from_manifests(
             classes.setdefault(ckpt, Counter())[o.storage_class] += 1
     tick = progress(len(manifests)) if progress is not None else None
 
-    def fetch(item: tuple[str, float]) -> bytes:
-        data = cat.store.get_bytes(item[0])
+    def event_of(item: tuple[str, float]) -> Event:
+        key, modified = item
+        body = cat.store.get_bytes(key)
         if tick is not None:
             tick(1)
-        return data
-
-    # Each GET is mostly a round trip: fetched concurrently, in listing order for a deterministic result.
-    with ThreadPoolExecutor(max_workers=_MANIFEST_READERS) as pool:
-        bodies = list(pool.map(fetch, manifests))
-    out = []
-    for (key, modified), body in zip(manifests, bodies, strict=True):
         run, sdir = key[len(root) :].split("/")[:2]
-        ckpt = f"{run}/{sdir}"
         try:
             m = Manifest.from_json(body, origin=key)
         except ManifestError as e:
             # Unreadable manifest: the checkpoint does not exist for readers, but say so.
             step, save = parse_save_dir(sdir) or (0, 1)
-            out.append(
-                Event(
-                    run=run,
-                    step=step,
-                    save=save,
-                    event="invalid",
-                    at=modified,
-                    detail=json.dumps({"source": "rebuild_from_manifests", "reason": str(e)}),
-                )
-            )
-            continue
-        counts = classes.get(ckpt)
+            detail = json.dumps({"source": "rebuild_from_manifests", "reason": str(e)})
+            return Event(run=run, step=step, save=save, event="invalid", at=modified, detail=detail)
+        counts = classes.get(f"{run}/{sdir}")
         # Ties go to the alphabetically first class so a rebuild is deterministic.
         cls = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counts else "STANDARD"
         detail = json.dumps({"source": "rebuild_from_manifests", "manifest": key, "metrics": m.metrics})
-        out.append(Event(
+        return Event(
             run=m.run, step=m.step, save=m.save, event="verified", at=m.uploaded_at, format=m.format,
             bytes=m.total_bytes, files=len(m.files), storage_class=cls, created_at=m.created_at,
             detail=detail, stored_bytes=0 if m.stored_bytes == m.total_bytes else m.stored_bytes,
-        ))  # fmt: skip
-    return out
+        )  # fmt: skip
+
+    # Each GET is mostly a round trip: fetched concurrently, in listing order for a deterministic result.
+    # Each manifest becomes its event as it arrives, so only the events are held, never every body.
+    with ThreadPoolExecutor(max_workers=_MANIFEST_READERS) as pool:
+        return list(pool.map(event_of, manifests))
