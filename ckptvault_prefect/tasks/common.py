@@ -8,7 +8,6 @@ from prefect.artifacts import create_markdown_artifact
 
 from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
 from ckptvault.config import Config, load_config
-from ckptvault.manifest import Manifest
 from ckptvault.restore.plan import load_manifest
 from ckptvault.store import ObjectStore, open_store
 from ckptvault_prefect.tasks.retry import io_task, local_task
@@ -41,9 +40,7 @@ def compact_catalog_task(catalog: Catalog, older_than: float, runs: Sequence[str
     return catalog.compact(older_than, runs=runs, max_seconds=COMPACT_SECONDS)
 
 
-@io_task("load-manifest")
-def load_manifest_task(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> Manifest:
-    return load_manifest(store, prefix, run, step, save)
+load_manifest_task = io_task("load-manifest")(load_manifest)
 
 
 @local_task("publish-markdown", record_only=True)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from prefect.artifacts import create_table_artifact
 
-from ckptvault.catalog import Catalog, CheckpointState
-from ckptvault.config import Compression, SourceConfig, ValidationRules
+from ckptvault.config import Compression, SourceConfig
 from ckptvault.ingest import nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
-from ckptvault.ingest.gates import ValidationReport
-from ckptvault.manifest import FileEntry, Manifest
+from ckptvault.manifest import FileEntry
 from ckptvault.store import ObjectStore, ProgressFn
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
@@ -24,9 +21,7 @@ def ensure_bucket_rules_task(store: ObjectStore) -> bool:
     return store.ensure_abort_incomplete_mpu_rule(1)
 
 
-@io_task("catalog-state")
-def known_states_task(catalog: Catalog, run: str) -> dict[int, CheckpointState]:
-    return lib.known_states(catalog, run)
+known_states_task = io_task("catalog-state")(lib.known_states)
 
 
 @local_task("discover", task_run_name="discover-{source.run}")
@@ -34,21 +29,13 @@ def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
     return lib.find_checkpoints(source)
 
 
-@io_task("is-committed")
-def is_committed_task(store: ObjectStore, prefix: str, found: Found, save: int = 1) -> bool:
-    return lib.is_committed(store, prefix, found, save)
+is_committed_task = io_task("is-committed")(lib.is_committed)
 
 
-@local_task("validate-structure")
-def validate_structure_task(found: Found) -> list[str]:
-    return lib.validate_structure(found)
+validate_structure_task = local_task("validate-structure")(lib.validate_structure)
 
 
-@local_task("quality-gate")
-def quality_gate_task(
-    found: Found, known: dict[int, CheckpointState], previous: Manifest | None, rules: ValidationRules
-) -> ValidationReport:
-    return lib.quality_gate(found, known, previous, rules)
+quality_gate_task = local_task("quality-gate")(lib.quality_gate)
 
 
 @local_task("release-gate-child")
@@ -57,29 +44,17 @@ def release_gate_child_task() -> None:
     quality.discard_prewarmed()
 
 
-@io_task("write-validation")
-def write_validation_task(
-    store: ObjectStore, prefix: str, found: Found, report: ValidationReport, save: int = 1
-) -> str:
-    return lib.write_validation(store, prefix, found, report, save)
+write_validation_task = io_task("write-validation")(lib.write_validation)
 
 
-@io_task("plan-upload")
-def plan_upload_task(
-    store: ObjectStore, prefix: str, found: Found, save: int = 1, read_local: bool = True
-) -> list[lib.FileJob]:
-    return lib.plan_upload(store, prefix, found, save, read_local)
+plan_upload_task = io_task("plan-upload")(lib.plan_upload)
 
 
-@local_task("list-node", task_run_name="list-{ckpt_rel}-node-{node}")
-def list_node_task(source_path: Path, ckpt_rel: str, node: int, placement: nodes.Placement) -> nodes.NodeListing:
-    """Runs pinned to the node's worker: what that node's own disk holds of the checkpoint."""
-    return nodes.list_node(source_path, ckpt_rel, node, placement)
+# Runs pinned to the node's worker: what that node's own disk holds of the checkpoint.
+list_node_task = local_task("list-node", task_run_name="list-{ckpt_rel}-node-{node}")(nodes.list_node)
 
 
-@local_task("validate-node-structure")
-def validate_gathered_task(gathered: nodes.Gathered, placement: nodes.Placement) -> list[str]:
-    return nodes.validate_gathered(gathered, placement)
+validate_gathered_task = local_task("validate-node-structure")(nodes.validate_gathered)
 
 
 @io_task("upload-file", task_run_name="upload-{job.file.rel}")
@@ -92,14 +67,12 @@ def upload_one_task(
     save: int = 1,
     compression: Compression = "off",
 ) -> FileEntry:
+    # its own signature, not the library's: Task.map passes every argument by position, and
+    # lib.upload_one takes its options by keyword only
     return lib.upload_one(store, job, found, sha256=sha256, progress=progress, save=save, compression=compression)
 
 
-@io_task("commit-manifest")
-def commit_manifest_task(
-    store: ObjectStore, prefix: str, found: Found, entries: list[FileEntry], save: int = 1
-) -> Manifest:
-    return lib.commit_manifest(store, prefix, found, entries, save)
+commit_manifest_task = io_task("commit-manifest")(lib.commit_manifest)
 
 
 @local_task("publish-outcomes", record_only=True)

@@ -11,8 +11,7 @@ from ckptvault.manifest import Manifest
 from ckptvault.restore import drill as drill_lib
 from ckptvault.restore import from_manifests
 from ckptvault.restore import steps as lib
-from ckptvault.restore.loadcheck import LoadReport
-from ckptvault.store import ObjectStore, ProgressFn
+from ckptvault.store import ObjectStore
 from ckptvault.tiering.cost import PriceTable
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
@@ -35,9 +34,7 @@ def resolve_task(
     return lib.resolve(states, run, lib.parse_step(step), save, force)
 
 
-@io_task("plan-objects")
-def plan_objects_task(store: ObjectStore, prefix: str, manifest: Manifest) -> list[lib.ObjectPlan]:
-    return lib.plan_objects(store, prefix, manifest)
+plan_objects_task = io_task("plan-objects")(lib.plan_objects)
 
 
 @local_task("estimate")
@@ -69,26 +66,16 @@ def check_destination_task(dest: Path, force: bool) -> None:
     lib.check_destination(dest, force)
 
 
-@local_task("stage")
-def staging_dir_task(dest: Path) -> Path:
-    return lib.staging_dir(dest)
+staging_dir_task = local_task("stage")(lib.staging_dir)
 
 
-@io_task("download-file", task_run_name="download-{plan.path}")
-def download_one_task(
-    store: ObjectStore, plan: lib.ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None
-) -> str:
-    return lib.download_one(store, plan, into, manifest, progress)
+download_one_task = io_task("download-file", task_run_name="download-{plan.path}")(lib.download_one)
 
 
-@local_task("write-pointer")
-def write_pointer_task(staged: Path, manifest: Manifest) -> str | None:
-    return lib.write_pointer(staged, manifest)
+write_pointer_task = local_task("write-pointer")(lib.write_pointer)
 
 
-@local_task("finalize")
-def finalize_task(staged: Path, dest: Path, force: bool) -> Path | None:
-    return lib.finalize(staged, dest, force)
+finalize_task = local_task("finalize")(lib.finalize)
 
 
 @local_task("discard-staging")
@@ -96,6 +83,4 @@ def discard_task(staged: Path) -> None:
     lib.discard(staged)
 
 
-@local_task("load-check")
-def load_report_task(ckpt_path: Path) -> LoadReport:
-    return drill_lib.load_report(ckpt_path)
+load_report_task = local_task("load-check")(drill_lib.load_report)

@@ -22,11 +22,7 @@ def plan_task(
     return policy.plan(states, cfg, prices, store_kind, now)
 
 
-@io_task("transition", task_run_name="transition-{manifest.run}-{manifest.step}")
-def transition_task(
-    store: ObjectStore, prefix: str, manifest: Manifest, to_class: str, tier: str, milestone: bool
-) -> tiering.StepResult:
-    return tiering.transition(store, prefix, manifest, to_class, tier, milestone)
+transition_task = io_task("transition", task_run_name="transition-{manifest.run}-{manifest.step}")(tiering.transition)
 
 
 @io_task("tag-for-lifecycle", task_run_name="tag-{manifest.run}-{manifest.step}-{manifest.save}")
@@ -36,23 +32,15 @@ def tag_for_server_task(
     return tiering.tag_for_server(store, prefix, manifest, tier, milestone, rule)
 
 
-@io_task("observe-scheduled")
-def observe_scheduled_task(
-    store: ObjectStore, prefix: str, states: Sequence[CheckpointState]
-) -> list[tiering.Observation]:
-    return tiering.observe_scheduled(store, prefix, states)
+observe_scheduled_task = io_task("observe-scheduled")(tiering.observe_scheduled)
 
 
-@io_task("expire", task_run_name="expire-{run}-{step}")
-def expire_task(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> tiering.StepResult:
-    return tiering.expire(store, prefix, run, step, save)
+expire_task = io_task("expire", task_run_name="expire-{run}-{step}")(tiering.expire)
 
 
-@io_task("evict-local", task_run_name="evict-{manifest.run}-{manifest.step}-{manifest.save}")
-def evict_local_task(store: ObjectStore, prefix: str, manifest: Manifest) -> eviction.Eviction:
-    return eviction.evict_local(store, prefix, manifest)
+evict_local_task = io_task("evict-local", task_run_name="evict-{manifest.run}-{manifest.step}-{manifest.save}")(
+    eviction.evict_local
+)
 
 
-@io_task("install-lifecycle")
-def install_lifecycle_task(store: ObjectStore, rules: list[dict[str, Any]]) -> int:
-    return tiering.install_lifecycle(store, rules)
+install_lifecycle_task = io_task("install-lifecycle")(tiering.install_lifecycle)

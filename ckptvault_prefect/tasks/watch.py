@@ -8,14 +8,10 @@ from ckptvault.alerts import sending as alerting
 from ckptvault.alerts import watch, watch_inputs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import Config
-from ckptvault.store import ObjectStore
 from ckptvault.tiering.cost import load_prices
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
-
-@io_task("load-alert-state")
-def load_alert_state_task(store: ObjectStore, prefix: str) -> watch.AlertState:
-    return alerting.load_alert_state(store, prefix)
+load_alert_state_task = io_task("load-alert-state")(alerting.load_alert_state)
 
 
 @local_task("assess")
