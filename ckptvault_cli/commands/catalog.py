@@ -88,7 +88,9 @@ def cmd_catalog_stats(args: argparse.Namespace) -> int:
           f"layout, {st.set_aside} set aside ({humanize.size(st.catalog_bytes)})")  # fmt: skip
     print("by state: " + (", ".join(f"{k} {v}" for k, v in sorted(st.by_state.items())) or "-"))
     for cls, (n, b) in sorted(st.by_class.items()):
-        print(f"{cls:20} {n:8} saves  {humanize.size(b)}")
+        stored = st.stored_by_class.get(cls, b)
+        kept = f" ({humanize.size(stored)} stored)" if stored != b else ""  # compressed saves occupy less
+        print(f"{cls:20} {n:8} saves  {humanize.size(b)}{kept}")
     for key in sorted(st.unreadable):
         print(f"unreadable: {key}")
     return EXIT_OK

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ckptvault import humanize
 from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.outcomes import DrillFailed
 from ckptvault_cli.synthetic import write_checkpoint, write_torch_zip
@@ -117,6 +118,9 @@ def test_compression_auto_round_trip_targets_and_a_bad_frame(
     assert main(["--config", str(cfg), "plan", "--json"]) == 0
     cost = {r["run"]: (r["bytes"], r["stored_bytes"]) for r in json.loads(capsys.readouterr().out)["cost"]}
     assert cost == {"z": (m10.total_bytes + m20.total_bytes, stored10 + stored20), "raw": (raw_bytes, raw_bytes)}
+    assert main(["--config", str(cfg), "catalog", "stats"]) == 0  # the class's original and stored sizes
+    stats_text = capsys.readouterr().out
+    assert f"({humanize.size(stored10 + stored20 + raw_bytes)} stored)" in stats_text, stats_text
 
     # The bucket's object decodes with numcodecs alone, as docs/FORMAT.md shows.
     decoded = tmp_path / "decoded.safetensors"
@@ -205,6 +209,6 @@ def test_a_mixed_codec_checkpoint_round_trips_byte_identical(
             decode_from_bucket(client, bucket, base + f.path, {"frames": [list(fr) for fr in f.frames]}, out)
             assert out.read_bytes() == (ck / f.path).read_bytes(), f.path
     dest = tmp_path / "out"
-    assert restore(run="z", step="30", dest=str(dest), config_path=str(cfg))["status"] == "restored"
+    assert restore(run="z", step="30", dest=str(dest), config_path=str(cfg)).status == "restored"
     assert _tree(dest / ck.name) == _tree(ck)
     assert [o.result for o in ingest(config_path=str(cfg))] == ["present"]
