@@ -16,6 +16,7 @@ from ckptvault.alerts.alert import Severity as Severity
 from ckptvault.alerts.alert import escape as escape
 from ckptvault.alerts.messages_health import budget_exceeded as budget_exceeded
 from ckptvault.alerts.messages_health import catalog_unreadable as catalog_unreadable
+from ckptvault.alerts.messages_health import catalog_unreadable_by_run as catalog_unreadable_by_run
 from ckptvault.alerts.messages_health import flow_failed as flow_failed
 from ckptvault.alerts.messages_health import run_recovered as run_recovered
 from ckptvault.alerts.messages_health import run_restarted as run_restarted

@@ -153,3 +153,11 @@ def catalog_unreadable(run: str, objects: Mapping[str, str], flow_run_url: str |
         flow_run_url=flow_run_url,
         reason=",".join(keys),
     )
+
+
+def catalog_unreadable_by_run(
+    by_run: Mapping[str | None, Mapping[str, str]], flow_run_url: str | None = None
+) -> list[Alert]:
+    """One `catalog_unreadable` alert per run whose partition holds unreadable objects (`None`, the flat
+    layout: ALL_RUNS), in run order: what every command that reads the catalog sends (`Catalog.unreadable_by_run`)."""
+    return [catalog_unreadable(run or ALL_RUNS, objs, flow_run_url) for run, objs in sorted(by_run.items(), key=str)]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ckptvault.alerts.alert import Alert
+from ckptvault.alerts.messages_health import catalog_unreadable_by_run
 from ckptvault.alerts.watch import AlertState, budget_alert, stale_runs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import SourceConfig
@@ -70,11 +71,15 @@ def assess(
     state: AlertState,
     now: float,
     flow_run_url: str | None = None,
+    unreadable: Mapping[str | None, Mapping[str, str]] | None = None,
 ) -> WatchResult:
-    """The whole watch decision, pure: stale runs (per source's stale_after_hours) and the budget."""
+    """The whole watch decision, pure: stale runs (per source's stale_after_hours), the budget, and the
+    catalog objects the read of `states` could not read (`Catalog.unreadable_by_run`): the hourly watch
+    is where a fleet hears of them even when nobody runs `ls`."""
     latest_at, latest_step = latest_by_run(states)
     watched = {s.run: s.stale_after_hours for s in sources if s.stale_after_hours is not None}
     found, new_state = stale_runs(latest_at, watched, state, now, latest_step, flow_run_url)
     spend = monthly_spend(states, prices)
     over = budget_alert(spend, budget_usd_per_month, flow_run_url=flow_run_url)
-    return WatchResult([*found, *([over] if over else [])], new_state, spend)
+    damaged = catalog_unreadable_by_run(unreadable or {}, flow_run_url)
+    return WatchResult([*found, *([over] if over else []), *damaged], new_state, spend)

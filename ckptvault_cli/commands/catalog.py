@@ -64,8 +64,7 @@ def alert_unreadable(cfg: Config, catalog: Catalog) -> None:
         return
     for key, why in sorted(catalog.unreadable.items()):
         say(f"ckptvault: warning: skipped the unreadable catalog object {key}: {why}")
-    found = catalog.unreadable_by_run()
-    alerts = [kinds.catalog_unreadable(run or kinds.ALL_RUNS, objs) for run, objs in sorted(found.items(), key=str)]
+    alerts = kinds.catalog_unreadable_by_run(catalog.unreadable_by_run())
     try:
         send_alerts(cfg, catalog.store, alerts)
     except CkptvaultError as e:

@@ -52,6 +52,11 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
     states = current_states_task(catalog)
+    if catalog.unreadable:
+        # the plan leaves out what could not be read; the watch and `ls` name it too (deduplicated)
+        for key, why in sorted(catalog.unreadable.items()):
+            print(f"warning: skipped the unreadable catalog object {key}: {why}")
+        notify_task(cfg, store, alerts.catalog_unreadable_by_run(catalog.unreadable_by_run(), flow_run_url()))
     run_id = str(flow_run.id or "")
     observed: list[Observation] = []
     if apply:

@@ -18,10 +18,11 @@ from ckptvault_prefect.tasks.watch import assess_task, load_alert_state_task
 def watch(now: float | None = None, config_path: str | None = None) -> WatchReport:
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
-    states = current_states_task(Catalog(store, cfg.store.prefix))
+    catalog = Catalog(store, cfg.store.prefix)
+    states = current_states_task(catalog)  # skips what it cannot read, and names it in catalog.unreadable
     state = load_alert_state_task(store, cfg.store.prefix)
     t = now if now is not None else time.time()
-    found = assess_task(states, cfg, state, t, flow_run_url())
+    found = assess_task(states, cfg, state, t, flow_run_url(), catalog.unreadable_by_run())
     delivered = notify_task(cfg, store, found.alerts, found.state)
     for a in found.alerts:
         print(a.text())

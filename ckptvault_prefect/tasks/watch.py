@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ckptvault.alerts import sending as alerting
 from ckptvault.alerts import watch, watch_inputs
@@ -16,8 +16,13 @@ load_alert_state_task = io_task("load-alert-state")(alerting.load_alert_state)
 
 @local_task("assess")
 def assess_task(
-    states: Sequence[CheckpointState], cfg: Config, state: watch.AlertState, now: float, url: str | None
+    states: Sequence[CheckpointState],
+    cfg: Config,
+    state: watch.AlertState,
+    now: float,
+    url: str | None,
+    unreadable: Mapping[str | None, Mapping[str, str]] | None = None,
 ) -> watch_inputs.WatchResult:
-    return watch_inputs.assess(
-        states, cfg.sources, cfg.notify.budget_usd_per_month, load_prices(cfg.policy.prices), state, now, url
-    )
+    prices = load_prices(cfg.policy.prices)
+    budget = cfg.notify.budget_usd_per_month
+    return watch_inputs.assess(states, cfg.sources, budget, prices, state, now, url, unreadable)

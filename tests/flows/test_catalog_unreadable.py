@@ -86,3 +86,40 @@ def test_garbage_in_a_runs_partition_ls_warns_and_lists_the_rest_and_restore_use
     # nothing of the user's was deleted on the way: the garbage is still there for a person
     left = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=part)["Contents"]}
     assert set(keys) | {stray} <= left
+
+
+def test_garbage_in_the_catalog_is_alerted_by_the_watch_and_by_tier(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], slack: SlackRecorder,
+) -> None:  # fmt: skip
+    """The hourly watch is where a fleet hears of a damaged catalog even when nobody runs `ls`; tier
+    plans from the rest and says so. Both exit 0: an unreadable object never blocks a command."""
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("CKPTVAULT_SLACK_TOKEN", SLACK_TOKEN)
+    bucket = bucket_factory(seaweedfs)
+    hot = tmp_path / "r"
+    write_checkpoint(hot, "deepspeed", 100, 1 * MiB, seed=1)
+    notify = f'[notify]\nslack_base_url = "{slack.base_url}"\nchannel = "#ckpt"\n[validation]\nenabled = false\n'
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "deepspeed")], extra=notify)
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    client = seaweedfs.client()
+    stray = f"t/_catalog/run=r/events/00000000000000000001-{'e' * 32}.parquet"
+    client.put_object(Bucket=bucket, Key=stray, Body=b"PAR1 truncated")
+
+    def forget_sent_alerts() -> None:  # so the next command's alert is not deduplicated away
+        for o in client.list_objects_v2(Bucket=bucket, Prefix="t/_state/alerts").get("Contents", []):
+            client.delete_object(Bucket=bucket, Key=o["Key"])
+        slack.clear()
+
+    for command in (["watch"], ["tier"]):
+        forget_sent_alerts()
+        capsys.readouterr()
+        assert main(["--config", str(cfg), *command]) == 0, command
+        out = capsys.readouterr()
+        alerts = _unreadable_alerts(slack)
+        assert len(alerts) == 1 and stray in alerts[0] and "run r" in alerts[0], (command, alerts)
+        assert stray in out.out + out.err and "Traceback" not in out.err, command
+    # nothing of the user's was deleted on the way
+    assert client.get_object(Bucket=bucket, Key=stray)["Body"].read() == b"PAR1 truncated"

@@ -201,3 +201,11 @@ def test_assess_is_the_whole_watch_decision() -> None:
     assert abs(found.monthly_usd - 501 * 0.023) < 1e-6
     # no budget: no budget alert; the stale alert comes back, since nobody was told yet
     assert kinds(assess(states, sources, None, load_prices(), found.state, t0 + 7 * H).alerts) == ["run_stale"]
+    # catalog objects the read skipped: one catalog_unreadable alert per run, the flat layout as every run
+    bad = {"busy": {"p/_catalog/run=busy/events/1-a.parquet": "not Parquet"}, None: {"p/_catalog/events/x": "torn"}}
+    found = assess(states, sources, None, load_prices(), found.state, t0 + 7 * H, "http://ui/run", bad)
+    damaged = [a for a in found.alerts if a.kind == "catalog_unreadable"]
+    assert [(a.run, a.reason, a.flow_run_url) for a in damaged] == [
+        ("busy", "p/_catalog/run=busy/events/1-a.parquet", "http://ui/run"),
+        ("*", "p/_catalog/events/x", "http://ui/run"),
+    ]
