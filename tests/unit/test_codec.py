@@ -7,6 +7,7 @@ import json
 import os
 import struct
 import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -288,3 +289,8 @@ def test_a_torch_save_zip_gives_the_element_size_of_its_storages(tmp_path: Path)
     assert codec.header_hint(tmp_path / "synthetic.pt") is None
     (tmp_path / "torn.pt").write_bytes((tmp_path / "optim.pt").read_bytes()[:5000])
     assert codec.header_hint(tmp_path / "torn.pt") is None
+    # a well-formed zip whose data.pkl is garbage (a pickle the opcode reader chokes on): no hint either
+    with zipfile.ZipFile(tmp_path / "garbled.pt", "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x02(t\x94\x85R.")  # MARK, TUPLE, MEMOIZE, TUPLE1 on nothing, REDUCE
+        z.writestr("archive/data/0", b"\0" * 4096)
+    assert codec.header_hint(tmp_path / "garbled.pt") is None
