@@ -266,6 +266,10 @@ class Config(_Strict):
         own = next((s.compression for s in self.sources if s.run == run), None)
         return own if own is not None else self.store.compression
 
+    def node_local_runs(self) -> frozenset[str]:
+        """The runs whose files live on each node's own disk (`locality = "node"`)."""
+        return frozenset(s.run for s in self.sources if s.locality == "node")
+
     def source(self, run: str) -> SourceConfig:
         for s in self.sources:
             if s.run == run:

@@ -67,6 +67,16 @@ def _committed(s: CheckpointState | None) -> bool:
     return s is not None and (s.verified or s.expired)
 
 
+def present_without_nodes(newest: CheckpointState | None, why: str) -> Decision | None:
+    """A node-local checkpoint that some node could not list (no worker, a listing timed out): its
+    committed save stays present, with `why` named, so a job whose nodes are gone does not fail every
+    pass for checkpoints already safe. None (the failure stands) when nothing of that step is committed."""
+    if not _committed(newest):
+        return None
+    assert newest is not None
+    return Decision("present", newest.save, f"{why}; the committed save {newest.save} holds (not checked again)")
+
+
 def decide(seen: Seen) -> Decision:
     if not seen.ready:
         return Decision("waiting", message=seen.reason)

@@ -53,8 +53,15 @@ class Placement:
         m = re.search(self.pattern, rel)
         if m is None:
             return 0
-        rank = m.groupdict().get("rank")
-        node = int(rank) // self.ranks_per_node if rank is not None else int(m["node"])
+        groups = m.groupdict()
+        key = "rank" if "rank" in groups else "node"
+        value = groups.get(key)
+        if value is None or not re.fullmatch(r"[0-9]+", value):
+            raise NodeError(
+                f"{rel}: node_pattern {self.pattern!r} matches it, but its {key} group is {value!r}, not a number; "
+                f"make the group match digits only, e.g. (?P<{key}>\\d+)"
+            )
+        node = int(value) // self.ranks_per_node if key == "rank" else int(value)
         if not 0 <= node < self.nodes:
             raise NodeError(
                 f"{rel}: node_pattern places it on node {node}, but the source has nodes = {self.nodes} "

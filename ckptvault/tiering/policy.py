@@ -262,15 +262,28 @@ def _no_gc_pauses() -> Iterator[None]:
 
 
 def plan(
-    states: Sequence[CheckpointState], policy: PolicyConfig, prices: PriceTable, store_kind: str, now: float
+    states: Sequence[CheckpointState],
+    policy: PolicyConfig,
+    prices: PriceTable,
+    store_kind: str,
+    now: float,
+    node_local: frozenset[str] = frozenset(),
 ) -> Plan:
-    """One storage action (keep/transition/expire/skip) per live checkpoint, plus evict_local actions."""
+    """One storage action (keep/transition/expire/skip) per live checkpoint, plus evict_local actions.
+    `node_local`: runs whose files live on each node's own disk, which tier (one host) cannot reach: their
+    local copies are never evicted, since deleting node 0's share would record an eviction that left the
+    other nodes' files in place."""
     with _no_gc_pauses():
-        return _plan(states, policy, prices, store_kind, now)
+        return _plan(states, policy, prices, store_kind, now, node_local)
 
 
 def _plan(
-    states: Sequence[CheckpointState], policy: PolicyConfig, prices: PriceTable, store_kind: str, now: float
+    states: Sequence[CheckpointState],
+    policy: PolicyConfig,
+    prices: PriceTable,
+    store_kind: str,
+    now: float,
+    node_local: frozenset[str],
 ) -> Plan:
     pl = _Planner(policy, prices, store_kind, now)
     live = _live(states)
@@ -304,7 +317,7 @@ def _plan(
         # A superseded save's local directory now holds the save that replaced it (or the abandoned
         # branch's leftovers): it is not this save's copy to evict.
         evictable = s.verified and not s.local_evicted and not s.superseded
-        if policy.keep_local and evictable and s.key not in local_keep:
+        if policy.keep_local and evictable and s.key not in local_keep and s.run not in node_local:
             evict = Action(s.run, s.step, "evict_local", None, evict_why, s.bytes * evict_usd_per_byte, save=s.save)
             actions.append(evict)
         actions.append(a)

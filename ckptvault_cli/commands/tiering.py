@@ -21,7 +21,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cfg, store = preflight_store(args, need_sources=False)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
-    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time())
+    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time(), cfg.node_local_runs())
     if args.json:
         emit_json(plan_record(p))
     else:

@@ -14,11 +14,12 @@ from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
 from ckptvault.config import Config, SourceConfig
-from ckptvault.ingest.decision import Seen, decide, records_rejection
+from ckptvault.ingest.decision import Seen, decide, present_without_nodes, records_rejection
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.gates import ValidationReport
 from ckptvault.ingest.nodes import (
     Gathered,
+    NodeError,
     Placement,
     checkpoint_rel,
     jobs_by_node,
@@ -159,7 +160,14 @@ def _ingest_one(
     placement = Placement.of(source) if source.locality == "node" else None
     gathered = None
     if placement is not None and found.ready:
-        gathered = _gather(cfg, source, placement, found)
+        try:
+            gathered = _gather(cfg, source, placement, found)
+        except NodeError as e:
+            kept = present_without_nodes(known.get(found.step), str(e))
+            if kept is None:
+                raise
+            lone = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
+            return lone.with_save(kept.save).with_result(kept.action, kept.message)
         found = gathered.found
     base = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
     prefix = cfg.store.prefix

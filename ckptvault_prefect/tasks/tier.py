@@ -17,9 +17,14 @@ from ckptvault_prefect.tasks.retry import io_task, local_task
 
 @local_task("plan")
 def plan_task(
-    states: Sequence[CheckpointState], cfg: PolicyConfig, prices: PriceTable, store_kind: str, now: float
+    states: Sequence[CheckpointState],
+    cfg: PolicyConfig,
+    prices: PriceTable,
+    store_kind: str,
+    now: float,
+    node_local: frozenset[str] = frozenset(),
 ) -> policy.Plan:
-    return policy.plan(states, cfg, prices, store_kind, now)
+    return policy.plan(states, cfg, prices, store_kind, now, node_local)
 
 
 transition_task = io_task("transition", task_run_name="transition-{manifest.run}-{manifest.step}")(tiering.transition)

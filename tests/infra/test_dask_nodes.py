@@ -164,10 +164,22 @@ def test_each_node_uploads_its_own_files_once_the_last_node_has_them_and_stores_
         node = p.name(p.node_of(r["rel"]))
         assert r["node"] == node and r["path"].startswith(f"{c.state_dir}/{node}/{name}/"), r
     assert {r["node"] for r in uploads} == {"node-0", "node-1"}
-    lists = [r for r in records if r["key"].startswith("list_node_task")]
+    # a Dask key starts with the function's name: here the library's, declared a task
+    lists = [r for r in records if r["key"].startswith("list_node-")]
     assert lists and all(r["node"] == f"node-{r['lists']}" for r in lists)
     pids = c.worker_pids()
     assert {(r["node"], r["pid"]) for r in uploads} == set(pids.items())
+
+    # the job's nodes gone (here: a node-2 no worker serves): committed checkpoints stay present, named,
+    # instead of failing every pass; nothing is sent or changed
+    (tmp_path / "gone").mkdir()
+    gone = _node_config(tmp_path / "gone", seaweedfs, bucket, path, c.address, nodes=3)
+    rc, outcomes, err = _ingest(capsys, gone)
+    assert rc == 0 and "Traceback" not in err, err[-3000:]
+    assert [(o["step"], o["result"]) for o in outcomes] == [(s, "present") for s in STEPS]
+    assert all("no Dask worker for node-2" in o["message"] and "committed save 1 holds" in o["message"]
+               for o in outcomes), outcomes  # fmt: skip
+    assert _stored(seaweedfs.client(), bucket) == (objects, manifests)
 
 
 def test_a_node_without_a_worker_fails_the_checkpoint_naming_it_in_bounded_time(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import CheckpointState, Event, fold
-from ckptvault.ingest.decision import FINAL, Decision, Seen, decide, records_rejection
+from ckptvault.ingest.decision import FINAL, Decision, Seen, decide, present_without_nodes, records_rejection
 from ckptvault.ingest.discovery import LocalFile
 from ckptvault.manifest import FileEntry
 from ckptvault.saves import FileDiff, diff_files, restart_point, superseded_by
@@ -205,3 +205,15 @@ def test_replay_supersedes_finds_what_the_commits_recorded() -> None:
     ]
     out = replay_supersedes(history)
     assert sorted((x.state.step, x.state.save, x.by) for x in out) == [(300, 1, (300, 2)), (400, 1, (300, 2))]
+
+
+def test_a_node_local_checkpoint_a_node_cannot_list_stays_present_only_when_committed() -> None:
+    why = "r step 300: no Dask worker for node-2"
+    kept = present_without_nodes(state(300, 2), why)
+    assert kept is not None and (kept.action, kept.save, kept.final) == ("present", 2, True)
+    assert why in kept.message and "committed save 2 holds" in kept.message
+    assert present_without_nodes(state(300, 1, "verified", "expired"), why) is not None  # expired: was stored
+    # nothing of the step committed (unknown, invalid, or uploaded but never verified): the failure stands
+    assert present_without_nodes(None, why) is None
+    assert present_without_nodes(state(300, 1, "invalid"), why) is None
+    assert present_without_nodes(state(300, 1, "discovered", "uploaded"), why) is None  # never verified

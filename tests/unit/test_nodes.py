@@ -79,6 +79,12 @@ def test_a_rank_beyond_the_nodes_is_an_error_naming_the_file() -> None:
         Placement(3, DCP, 8).node_of("__24_0.distcp")
 
 
+@pytest.mark.parametrize("pattern", [r"(?:__(?P<rank>\d+)_)?", r"__(?P<rank>\w+)_0"])
+def test_a_rank_group_that_matches_no_number_is_an_error_naming_the_file_and_the_fix(pattern: str) -> None:
+    with pytest.raises(NodeError, match=r"__x_0.distcp: node_pattern .* not a number; make the group match digits"):
+        Placement(2, pattern, 1).node_of("__x_0.distcp")
+
+
 def test_missing_workers_names_the_nodes_no_worker_serves() -> None:
     p = Placement(3, DCP, 8)
     assert missing_workers(p, [{"node-0": 1}, {"node-2": 1}, {"GPU": 1}]) == ["node-1"]

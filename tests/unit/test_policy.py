@@ -163,6 +163,10 @@ def test_keep_local_evicts_older_verified_copies_only() -> None:
     assert [a.step for a in evicted] == [1]
     assert evicted[0].saving_usd == pytest.approx(100 * 0.10 * 365 / 30)
     assert p.actions.index(evicted[0]) < p.actions.index(by_step(p)[1])  # evict before the storage action
+    # a node-local run: tier, on one host, cannot reach the other nodes' files, so it never evicts
+    on_nodes = plan(states, PolicyConfig(keep_local=2), PRICES, "aws", NOW, node_local=frozenset({"r"}))
+    assert [a for a in on_nodes.actions if a.kind == "evict_local"] == []
+    assert [a for a in on_nodes.actions if a.kind != "evict_local"] == [a for a in p.actions if a.kind != "evict_local"]
 
 
 def test_expired_checkpoints_get_no_action() -> None:
