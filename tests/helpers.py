@@ -4,6 +4,7 @@ test does when a tool it needs is missing (skip it, or with CI=true fail it)."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -87,3 +88,20 @@ def self_signed_cert(tmp_path: Path) -> tuple[str, str]:
         check=True, capture_output=True,
     )  # fmt: skip
     return str(cert), str(key)
+
+
+def stored_checkpoints(
+    client: Any, bucket: str, prefix: str, ignore: tuple[str, ...] = ("uploaded_at",)
+) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
+    """Every object's bytes under `prefix`, and every manifest minus the fields in `ignore` (those that
+    differ between two ingests of the same files), by key: what two ingests are compared on."""
+    objects: dict[str, bytes] = {}
+    manifests: dict[str, dict[str, Any]] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            body = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+            if o["Key"].endswith("/_MANIFEST.json"):
+                manifests[o["Key"]] = {k: v for k, v in json.loads(body).items() if k not in ignore}
+            else:
+                objects[o["Key"]] = body
+    return objects, manifests

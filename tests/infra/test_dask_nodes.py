@@ -31,7 +31,7 @@ from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe
 from tests.dask_cluster import DaskCluster
-from tests.helpers import write_config
+from tests.helpers import stored_checkpoints, write_config
 
 MiB = 2**20
 RUN, STEPS, RANKS, PER_NODE = "llm", (100, 200), 4, 2  # ranks 0-1 on node-0, 2-3 on node-1
@@ -107,18 +107,8 @@ def _ingest(capsys: pytest.CaptureFixture[str], cfg: Path) -> tuple[int, list[di
 
 
 def _stored(client: Any, bucket: str) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
-    """Objects by key, and manifests minus the two fields that differ between two ingests of the same
-    files: uploaded_at, and `source` (the directory read: the nodes' path, or the one directory)."""
-    objects: dict[str, bytes] = {}
-    manifests: dict[str, dict[str, Any]] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"t/{RUN}/"):
-        for o in page.get("Contents", []):
-            body = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
-            if o["Key"].endswith("/_MANIFEST.json"):
-                manifests[o["Key"]] = {k: v for k, v in json.loads(body).items() if k not in ("uploaded_at", "source")}
-            else:
-                objects[o["Key"]] = body
-    return objects, manifests
+    # `source` differs too: the directory read (the nodes' path, or the one directory)
+    return stored_checkpoints(client, bucket, f"t/{RUN}/", ignore=("uploaded_at", "source"))
 
 
 def test_each_node_uploads_its_own_files_once_the_last_node_has_them_and_stores_the_same(

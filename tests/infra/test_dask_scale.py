@@ -28,7 +28,7 @@ from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe
 from tests.dask_cluster import DaskCluster
 from tests.faultproxy import FaultProxy
-from tests.helpers import write_config
+from tests.helpers import stored_checkpoints, write_config
 
 MiB = 2**20
 
@@ -133,18 +133,7 @@ def _ingest(capsys: pytest.CaptureFixture[str], cfg: Path, *flags: str) -> list[
 
 
 def _stored(client: Any, bucket: str) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
-    """Every checkpoint object's bytes, and every manifest minus uploaded_at (the one field that
-    differs between two ingests of the same files), by key."""
-    objects: dict[str, bytes] = {}
-    manifests: dict[str, dict[str, Any]] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"t/{RUN}/"):
-        for o in page.get("Contents", []):
-            body = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
-            if o["Key"].endswith("/_MANIFEST.json"):
-                manifests[o["Key"]] = {k: v for k, v in json.loads(body).items() if k != "uploaded_at"}
-            else:
-                objects[o["Key"]] = body
-    return objects, manifests
+    return stored_checkpoints(client, bucket, f"t/{RUN}/")  # uploaded_at: the one field that differs
 
 
 def _single_process(capsys: pytest.CaptureFixture[str], tmp_path: Path, seaweedfs: Any, bucket_factory: Any,
