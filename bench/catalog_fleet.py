@@ -5,7 +5,8 @@ builds RUNS runs x CKPTS saves x 5 events through the library's own `Catalog.app
 as the in-memory mode) and `Catalog.compact`, then times, each in a fresh process (bench/run.py's
 `measure`: wall, and peak RSS of the process tree):
 
-    ls --json            `ckptvault ls --json` of every run, stdout to /dev/null (the Arrow table path)
+    ls --json            `ckptvault ls --json` of every run, stdout to /dev/null (the Arrow table path);
+                         again with the combined snapshot set aside (every partition read, as before it)
     ls --run R           `ckptvault ls --run R` (the table a person reads) and `ls --run R --json`
     restore read         what `ckptvault restore R` reads of the catalog before the flow starts
                          (`from_manifests.run_events` + `fold`)
@@ -226,6 +227,18 @@ def fleet_main(a: argparse.Namespace) -> None:
             rows["ckptvault --version (start-up)"] = _measure([ckv, "--version"], env, log, a.reps)
             rows["ls --json"] = _measure([*base, "ls", "--json"], env, log, a.reps, Path(os.devnull))
             rows["ls --json: its library calls"] = _measure([*py, "child", "ls-json", str(cfg)], env, log, a.reps)
+            # the same catalog without its combined snapshot: every partition read, as before there was one
+            store, _ = _store(cfg)
+            combined = {o.key: store.get_bytes(o.key) for o in store.list(f"{PREFIX}/_catalog/_combined/")}
+            res["combined_snapshot_bytes"] = sum(len(v) for v in combined.values())
+            for k in combined:
+                store.delete(k)
+            rows["ls --json, no combined snapshot"] = _measure([*base, "ls", "--json"], env, log, a.reps,
+                                                               Path(os.devnull))  # fmt: skip
+            rows["ls --json, no combined snapshot: its library calls"] = _measure(
+                [*py, "child", "ls-json", str(cfg)], env, log, a.reps)  # fmt: skip
+            for k, v in combined.items():
+                store.put_bytes(k, v)
             rows["ls --run R"] = _measure([*base, "ls", "--run", one], env, log, a.reps)
             rows["ls --run R: its library calls"] = _measure([*py, "child", "ls-run", str(cfg), one], env, log, a.reps)
             rows["ls --run R --json"] = _measure([*base, "ls", "--run", one, "--json"], env, log, a.reps)

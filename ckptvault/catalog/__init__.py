@@ -6,6 +6,7 @@
     fold        events -> current state, one at a time (the definition) and column at a time (pyarrow)
     layout      object keys: partitions, the flat layout before them, what a listing holds
     snapshot    a partition's folded state as one Parquet object
+    combined    every run's state as one Parquet object, with what each run's rows cover
     eventlog    `Catalog`: append, read events and current state
     compaction  merging event files, writing snapshots, migrating the flat layout, setting aside
     rebuild     the catalog from the manifests alone, the source of truth

@@ -10,11 +10,14 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ckptvault.catalog.codec import _ORIGIN, _concat, _full, _to_bytes
-from ckptvault.catalog.fold import _fold_table
-from ckptvault.catalog.layout import _key_time_ns, _Vanished
+from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
+from ckptvault.catalog.fold import _STATE_FIELDS, _fold_table
+from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
+from ckptvault.catalog.model import CatalogError
 from ckptvault.catalog.snapshot import _snapshot_bytes
 
 if TYPE_CHECKING:
@@ -48,9 +51,10 @@ def compact(
     wanted = None if runs is None else set(runs)
     if wanted is not None and len(wanted) == 1:
         [only] = wanted
-        _, parts = cat._listing(only)
+        flat, parts, _ = cat._list(only)
+        combined = None  # listed after the partitions, below: one run's listing has none
     else:
-        _, parts = cat._listing(None)
+        flat, parts, combined = cat._list(None)
     todo = []
     for run, p in parts.items():
         if wanted is not None and run not in wanted:
@@ -62,24 +66,98 @@ def compact(
     if max_partitions is not None:
         todo = todo[:max_partitions]
 
-    def one(item: tuple[int, str, list[str], list[str]]) -> int:
+    deadline = None if max_seconds is None else t0 + max_seconds
+
+    def one(item: tuple[int, str, list[str], list[str]]) -> tuple[int, _Piece | None]:
         # the time box, checked as each partition starts: what has not started waits for the next call
-        if max_seconds is not None and time.monotonic() - t0 > max_seconds:
-            return 0
+        if deadline is not None and time.monotonic() > deadline:
+            return 0, None
         _, run, old, snaps = item
         try:
             return _compact_part(cat, run, old, snaps)
         except _Vanished:
-            return 0  # another compaction got there first
+            return 0, None  # another compaction got there first
 
     # Partitions are independent (each one's keys, merged file and snapshot are its own), so several
     # at once are as safe as one: the crash and race guarantees are per partition (docs/FORMAT.md).
     with ThreadPoolExecutor(max_workers=_COMPACTORS) as pool:
-        done += sum(pool.map(one, todo))
+        got = list(pool.map(one, todo))
+    done += sum(n for n, _ in got)
+    if not flat:  # while flat files remain no reader uses a combined snapshot
+        if combined is None:
+            combined = [o.key for o in cat.store.list(cat.root + COMBINED_DIR) if o.key.endswith(".parquet")]
+        pieces = [p for _, p in got if p is not None]
+        _write_combined(cat, pieces, parts if runs is None else None, combined, deadline)
     return done
 
 
-def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> int:
+_Piece = tuple[str, str, bytes]  # a compacted partition's (run, snapshot key, snapshot bytes)
+
+
+def _write_combined(
+    cat: Catalog, pieces: list[_Piece], listed: dict[str, _Part] | None, keys: list[str], deadline: float | None
+) -> None:
+    """A new combined snapshot (docs/FORMAT.md, "Compaction"): the newest previous one's rows, those of
+    the runs compacted now replaced by their snapshots (`pieces`, in memory); with `listed` (every
+    run's partition, as this compaction listed it) also each run it does not cover whose partition is
+    clean, from that one snapshot. Then the older ones are deleted, the unreadable set aside."""
+    try:
+        prev = cat._combined(keys)
+    except _Vanished:
+        return  # a compaction racing this one has just written a newer one; these runs read as partitions
+    tables, runs = [], {}
+    refreshed = 0
+    for run, key, data in pieces:
+        t, cover = from_snapshot(key, data)
+        tables.append(t)
+        runs[run] = cover
+    dropped = False
+    if listed is not None:
+        stale = [
+            (r, p) for r, p in sorted(listed.items())
+            if r not in runs and len(p.snapshots) == 1 and not (prev is not None and prev.covers(r, p))
+        ]  # fmt: skip
+
+        def refresh(item: tuple[str, _Part]) -> tuple[str, pa.Table, RunCover] | None:
+            r, p = item
+            if deadline is not None and time.monotonic() > deadline:
+                return None  # keeps its previous rows, if any, until a later compaction
+            try:
+                t, cover = from_snapshot(p.snapshots[0], cat._get(p.snapshots[0]) or b"")
+            except _Vanished:
+                return None
+            except CatalogError as e:
+                cat._skip(p.snapshots[0], e)
+                return None
+            return (r, t, cover) if all(k in cover.covers for k in p.events) else None
+
+        with ThreadPoolExecutor(max_workers=_COMPACTORS) as pool:
+            for item in pool.map(refresh, stale):
+                if item is not None:
+                    tables.append(item[1])
+                    runs[item[0]] = item[2]
+                    refreshed += 1
+        dropped = prev is not None and any(r not in listed for r in prev.runs)
+    if prev is not None:
+        keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)]
+        if keep:
+            tables.append(prev.table(_STATE_FIELDS, keep))
+            runs.update((r, prev.runs[r]) for r in keep)
+    if prev is not None and len(keys) == 1 and not pieces and not refreshed and not dropped:
+        return  # nothing new: the one there is still says all this one would
+    if not runs:
+        return
+    key = new_key(cat.root, "_combined")
+    cat.store.put_bytes(key, combined_bytes(tables, runs), if_none_match=True,
+                        content_type="application/vnd.apache.parquet")  # fmt: skip
+    for k in keys:  # only after the new one is written: a crash leaves one to read
+        if k in cat.unreadable:
+            _set_aside(cat, k)
+        else:
+            cat.store.delete(k)
+
+
+def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
     tables = cat._read_tables(old)
     t = _concat(tables)
     readable = [k for k in old if k not in cat.unreadable]
@@ -89,12 +167,11 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> i
         cat.store.put_bytes(
             merged, _to_bytes(_full(t)), if_none_match=True, content_type="application/vnd.apache.parquet"
         )
+    piece = None
     if t is not None:
         covers = [*readable, *([merged] if merged else [])]
-        cat.store.put_bytes(
-            cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers),
-            if_none_match=True, content_type="application/vnd.apache.parquet",
-        )  # fmt: skip
+        piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers))
+        cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
     for k in old:
         if k in cat.unreadable:
             _set_aside(cat, k)
@@ -102,7 +179,7 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> i
             cat.store.delete(k)
     for k in snaps:
         cat.store.delete(k)
-    return len(old) if merged is not None else 0
+    return (len(old) if merged is not None else 0), piece
 
 def _migrate(cat: Catalog) -> int:
     """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md)."""

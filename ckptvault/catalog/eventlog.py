@@ -32,6 +32,7 @@ from ckptvault.catalog.codec import (
     _parquet,
     encode_events,
 )
+from ckptvault.catalog.combined import Combined, read_combined
 from ckptvault.catalog.fold import _fold_one, _fold_table, _states
 from ckptvault.catalog.layout import CATALOG_DIR, _Part, _Vanished, classify, new_key, run_partition
 from ckptvault.catalog.model import CatalogError, CheckpointState, Event
@@ -68,6 +69,7 @@ class Catalog:
         self.root = f"{self.prefix}/_catalog/" if self.prefix else "_catalog/"
         self.dir = f"{self.prefix}/{CATALOG_DIR}" if self.prefix else CATALOG_DIR  # the flat layout
         self.unreadable: dict[str, str] = {}  # catalog files this catalog could not read, and why
+        self._combined_seen: Combined | None = None
 
     def _part_dir(self, run: str) -> str:
         return self.root + run_partition(run)
@@ -82,18 +84,38 @@ class Catalog:
     def _listing(self, run: str | None) -> tuple[list[str], dict[str, _Part]]:
         """(flat files, partitions by run): one LIST of `_catalog/` for every run, or of the run's
         partition and of the flat directory for one."""
+        flat, parts, _ = self._list(run)
+        return flat, parts
+
+    def _list(self, run: str | None) -> tuple[list[str], dict[str, _Part], list[str]]:
+        """`_listing`, and the combined snapshots (listed only with every run)."""
         parts: dict[str, _Part] = {}
         flat: list[str] = []
+        combined: list[str] = []
         prefixes = [self.root] if run is None else [self.dir, self._part_dir(run)]
         for prefix in prefixes:
             for o in self.store.list(prefix):
                 kind, r = classify(self.root, o.key)
                 if kind == "flat":
                     flat.append(o.key)
+                elif kind == "combined":
+                    combined.append(o.key)
                 elif r is not None:
                     p = parts.setdefault(r, _Part([], []))
                     (p.events if kind == "events" else p.snapshots).append(o.key)
-        return flat, parts
+        return flat, parts, combined
+
+    def _combined(self, keys: Sequence[str]) -> Combined | None:
+        """The newest readable combined snapshot of these (kept: a key is never rewritten)."""
+        for key in sorted(keys, reverse=True):
+            if self._combined_seen is not None and self._combined_seen.key == key:
+                return self._combined_seen
+            try:
+                self._combined_seen = read_combined(key, self._get(key) or b"")
+                return self._combined_seen
+            except CatalogError as e:
+                self._skip(key, e)
+        return None
 
     def _get(self, key: str) -> bytes | None:
         try:
@@ -168,9 +190,15 @@ class Catalog:
         partition's newest snapshot and only the events written since (docs/FORMAT.md)."""
 
         def read() -> list[CheckpointState]:
-            runs, parts, flat_by_run = self._partitions(run)
+            runs, parts, flat_by_run, comb = self._partitions(run)
+            # a run the combined snapshot covers is its rows (one GET for all of them); the rest as
+            # each partition reads (docs/FORMAT.md, "The combined snapshot")
+            use = [r for r in runs if comb.covers(r, parts[r])] if comb is not None else []
+            whole = comb.states(use) if comb is not None and use else {}
 
             def one(r: str) -> list[CheckpointState]:
+                if r in whole:
+                    return whole[r]
                 return self._current_part(r, parts.get(r, _Part([], [])), flat_by_run.get(r))
 
             with ThreadPoolExecutor(max_workers=_READERS) as pool:
@@ -182,10 +210,14 @@ class Catalog:
             got: list[CheckpointState] = self._retrying(read)
         return got
 
-    def _partitions(self, run: str | None) -> tuple[list[str], dict[str, _Part], dict[str, pa.Table]]:
-        """What a read of `run` (or of every run) covers: the runs in order, each run's partition, and
-        each run's rows still in the flat layout of older versions."""
-        flat, parts = self._listing(run)
+    def _partitions(
+        self, run: str | None
+    ) -> tuple[list[str], dict[str, _Part], dict[str, pa.Table], Combined | None]:
+        """What a read of `run` (or of every run) covers: the runs in order, each run's partition,
+        each run's rows still in the flat layout of older versions, and (every run, no flat layout)
+        the newest readable combined snapshot."""
+        flat, parts, combined = self._list(run)
+        comb = self._combined(combined) if run is None and not flat and combined else None
         flat_by_run: dict[str, pa.Table] = {}
         if flat:
             ft = _concat(self._read_tables(flat, _FOLD_COLUMNS))
@@ -196,7 +228,7 @@ class Catalog:
         runs = sorted(set(parts) | set(flat_by_run))
         if run is not None:
             runs = [r for r in runs if r == run]
-        return runs, parts, flat_by_run
+        return runs, parts, flat_by_run, comb
 
     def _snapshot(self, keys: Sequence[str]) -> _Snapshot | None:
         """The newest readable snapshot of these."""
@@ -258,7 +290,8 @@ class Catalog:
         return {k: why for k, why in self.unreadable.items() if k.startswith(mine)}
 
     def unreadable_by_run(self) -> dict[str | None, dict[str, str]]:
-        """What `unreadable` holds, by the run whose partition it is in (None: the flat layout)."""
+        """What `unreadable` holds, by the run whose partition it is in (None: the flat layout or a
+        combined snapshot, every run's)."""
         out: dict[str | None, dict[str, str]] = {}
         for k, why in self.unreadable.items():
             out.setdefault(classify(self.root, k)[1], {})[k] = why

@@ -39,12 +39,14 @@ def new_key(part_dir: str, kind: str = "events", time_ns: int | None = None) -> 
 
 def classify(root: str, key: str) -> tuple[str, str | None]:
     """What a key under `root` (`.../_catalog/`) is: ("flat", None), ("events" or "snapshot", run), or
-    ("", None) for anything else (a set-aside file, a stray object)."""
+    ("combined", None), or ("", None) for anything else (a set-aside file, a stray object)."""
     if not key.endswith(".parquet"):
         return "", None
     rel = key[len(root) :].split("/")
     if len(rel) == 2 and rel[0] == "events":
         return "flat", None
+    if len(rel) == 2 and rel[0] == "_combined":
+        return "combined", None
     if len(rel) == 3 and rel[0].startswith("run=") and rel[1] in ("events", "snapshot"):
         return rel[1], unquote(rel[0][4:])
     return "", None

@@ -1,5 +1,6 @@
 """`ckptvault catalog stats`: how big the catalog is and what it describes, from one LIST of `_catalog/`,
-the current state, each partition's newest snapshot and the event files it does not cover."""
+the current state, and the combined snapshot, or for a run it does not cover its partition's newest
+snapshot and the event files that does not cover."""
 
 from __future__ import annotations
 
@@ -55,7 +56,9 @@ def stats(cat: Catalog) -> CatalogStats:
             kind = "set_aside"
         kinds[kind] += 1
     states = cat.current()
-    flat, parts = cat._listing(None)
+    flat, parts, combined = cat._list(None)
+    # the same combined snapshot `current` read (kept by key): its event counts for the runs it covers
+    comb = cat._combined(combined) if combined and not flat else None
     flat_ids: dict[str, set[tuple[str, int]]] = {}
     for t in cat._read_tables(flat, _ID_COLUMNS):
         for run, o, r in zip(t["run"].to_pylist(), t[_ORIGIN].to_pylist(), t[_ROW].to_pylist(), strict=True):
@@ -63,6 +66,9 @@ def stats(cat: Catalog) -> CatalogStats:
     events = 0
     for run in set(parts) | set(flat_ids):
         p = parts.get(run, _Part([], []))
+        if comb is not None and comb.covers(run, p):
+            events += comb.runs[run].events
+            continue
         snap = cat._snapshot(p.snapshots) if p.snapshots else None
         extra = set(flat_ids.get(run, ()))
         for t in cat._read_tables([k for k in p.events if snap is None or k not in snap.covers], _ID_COLUMNS):

@@ -83,14 +83,25 @@ def current_table(cat: Catalog, run: str | None = None) -> pa.Table:
     """What `cat.current(run)` holds in `_COLUMNS`, as one table in the same (run, step, save) order."""
 
     def read() -> pa.Table:
-        runs, parts, flat_by_run = cat._partitions(run)
+        runs, parts, flat_by_run, comb = cat._partitions(run)
+        # the runs the combined snapshot covers in one table (one GET); the rest partition by partition
+        whole = [r for r in runs if comb.covers(r, parts[r])] if comb is not None else []
+        rest = [r for r in runs if r not in set(whole)]
 
         def one(r: str) -> pa.Table:
             return _part_table(cat, r, parts.get(r, _Part([], [])), flat_by_run.get(r))
 
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            tables = list(pool.map(one, runs))
-        return pa.concat_tables(tables) if tables else _SCHEMA.empty_table()
+            tables = list(pool.map(one, rest))
+        if comb is not None and whole:
+            tables.append(comb.table(_COLUMNS, whole).cast(_SCHEMA))
+        if not tables:
+            return _SCHEMA.empty_table()
+        t = pa.concat_tables(tables)
+        if not (whole and rest):
+            return t  # already in (run, step, save) order
+        keys = [("run", "ascending"), ("step", "ascending"), ("save", "ascending")]
+        return t.take(pc.sort_indices(t, sort_keys=keys))
 
     got: pa.Table = cat._retrying(read)
     return got.combine_chunks()

@@ -30,7 +30,8 @@ def store(seaweedfs: Any, bucket_factory: Callable[[Any], str], monkeypatch: pyt
 
 
 def _catalog_keys(store: ObjectStore) -> list[str]:
-    return [o.key for o in store.list(f"{PREFIX}/_catalog/")]
+    """The catalog's keys but the combined snapshot's (test_a_read_of_every_run_over_the_combined_... counts it)."""
+    return [o.key for o in store.list(f"{PREFIX}/_catalog/") if "/_catalog/_combined/" not in o.key]
 
 
 def test_append_then_read_back_in_time_order(store: ObjectStore) -> None:
@@ -299,3 +300,48 @@ def test_one_runs_read_touches_only_its_partition(store: ObjectStore) -> None:
     assert [s.step for s in states] == [0, 1, 2, 7]
     assert sorted(counting.listed) == [f"{PREFIX}/_catalog/events/", f"{PREFIX}/_catalog/run=c%2Fd/"]
     assert counting.got and all(k.startswith(f"{PREFIX}/_catalog/run=c%2Fd/") for k in counting.got)
+
+
+def test_a_read_of_every_run_over_the_combined_snapshot_is_one_get_and_always_right(
+    store: ObjectStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Compaction writes one combined snapshot; a read of every run takes one GET and answers what the
+    partitions answer; a run with newer events, a garbage combined snapshot and a bucket without one
+    read right (docs/FORMAT.md, "The combined snapshot")."""
+    from ckptvault.catalog.table_view import current_table, render_json_table
+
+    cat = Catalog(store, PREFIX)
+    for r in ("a", "b", "c/d"):
+        for i in range(3):
+            cat.append([Event(r, i, "uploaded", float(i), bytes=10, storage_class="STANDARD"),
+                        Event(r, i, "verified", i + 0.5)])  # fmt: skip
+    cat.compact(time.time())
+    combined = [o.key for o in store.list(f"{PREFIX}/_catalog/_combined/")]
+    assert len(combined) == 1
+    counting = _Counting(store)
+    assert Catalog(counting, PREFIX).current() == fold(cat.events())
+    assert counting.got == combined and counting.listed == [f"{PREFIX}/_catalog/"]
+    over_combined = render_json_table(current_table(Catalog(store, PREFIX)))
+    saved = store.get_bytes(combined[0])
+    store.delete(combined[0])  # a bucket from before combined snapshots: every partition, the same answer
+    assert render_json_table(current_table(Catalog(store, PREFIX))) == over_combined
+    assert over_combined.count('"state": "verified"') == 9
+    store.put_bytes(combined[0], saved)
+
+    cat.append([Event("b", 1, "expired", 50.0)])  # newer than the combined snapshot: b read from its partition
+    assert Catalog(store, PREFIX).current() == fold(cat.events())
+    assert [s.state for s in Catalog(store, PREFIX).current() if s.run == "b"] == ["verified", "expired", "verified"]
+
+    garbage = f"{PREFIX}/_catalog/_combined/{time.time_ns():020d}-{'e' * 32}.parquet"
+    store.put_bytes(garbage, b"not parquet")
+    fresh = Catalog(store, PREFIX)
+    with caplog.at_level("WARNING", logger="ckptvault.catalog"):
+        assert fresh.current() == fold(cat.events())
+    assert garbage in caplog.text and garbage in fresh.unreadable
+    fresh.compact(time.time())  # a new one, then the garbage set aside and the old one deleted
+    keys = [o.key for o in store.list(f"{PREFIX}/_catalog/")]
+    assert garbage not in keys and f"{PREFIX}/_catalog/unreadable/_combined/{garbage.rsplit('/', 1)[1]}" in keys
+    assert [k for k in keys if "/_catalog/_combined/" in k] != combined
+    assert len([k for k in keys if "/_catalog/_combined/" in k]) == 1
+    counting = _Counting(store)
+    assert Catalog(counting, PREFIX).current() == fold(cat.events()) and len(counting.got) == 1

@@ -1,6 +1,7 @@
-"""A compaction SIGKILLed at each point between its writes and its deletes, in a separate process, on
-SeaweedFS: afterwards nothing is lost and nothing doubled (the events and the fold are the ones before),
-and the next compaction converges (one snapshot, one event file, then nothing left to do)."""
+"""A compaction SIGKILLed at each point between its writes and its deletes (the combined snapshot's
+among them), in a separate process, on SeaweedFS: afterwards nothing is lost and nothing doubled (the
+events and the fold are the ones before), and the next compaction converges (one snapshot, one event
+file, one combined snapshot, then nothing left to do)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def _keys(store: ObjectStore, kind: str) -> list[str]:
     return sorted(o.key for o in store.list(f"{PREFIX}/_catalog/run=r/{kind}/"))
 
 
+def _combined(store: ObjectStore) -> list[str]:
+    return sorted(o.key for o in store.list(f"{PREFIX}/_catalog/_combined/"))
+
+
 def _build(cat: Catalog) -> None:
     """Run r with a snapshot (of a first compaction) and four event files written after it: the next
     compaction merges five event files, writes a snapshot, then deletes the five and the old snapshot."""
@@ -88,6 +93,8 @@ def _build(cat: Catalog) -> None:
         (2, "after the snapshot is written, before any delete"),
         (3, "after the first merged source is deleted"),
         (7, "after the last merged source is deleted, before the old snapshot"),
+        (8, "after the old snapshot is deleted, before the combined snapshot is written"),
+        (9, "after the combined snapshot is written, before the old one is deleted"),
     ],
 )
 def test_sigkill_mid_compaction_loses_nothing_doubles_nothing_and_the_next_converges(
@@ -97,6 +104,7 @@ def test_sigkill_mid_compaction_loses_nothing_doubles_nothing_and_the_next_conve
     cat = Catalog(store, PREFIX)
     _build(cat)
     assert (len(_keys(store, "events")), len(_keys(store, "snapshot"))) == (5, 1)
+    assert len(_combined(store)) == 1  # the first compaction's
     events_before, current_before, q_before = cat.events("r"), cat.current("r"), cat.current("q")
     assert len(events_before) == 14
 
@@ -119,8 +127,9 @@ def test_sigkill_mid_compaction_loses_nothing_doubles_nothing_and_the_next_conve
     assert child.wait(timeout=30) == -signal.SIGKILL
     # the writes come first, then the deletes: the kill landed where the parameter says
     kinds = [c.split(" ", 1)[0] for c in calls]
-    assert kinds == ["put_bytes", "put_bytes", "delete", "delete", "delete", "delete", "delete"][:stop_after]
-    assert ("/snapshot/" in calls[-1]) == (stop_after == 2)
+    assert kinds == ["put_bytes", "put_bytes", *["delete"] * 6, "put_bytes", "delete"][:stop_after]
+    assert ("/snapshot/" in calls[-1]) == (stop_after in (2, 8))
+    assert ("/_combined/" in calls[-1]) == (stop_after == 9)
 
     fresh = Catalog(store, PREFIX)
     assert fresh.events("r") == events_before, where  # nothing lost, nothing doubled
@@ -136,3 +145,5 @@ def test_sigkill_mid_compaction_loses_nothing_doubles_nothing_and_the_next_conve
     assert again.current("r") == current_before
     assert again.compact(time.time() + 60, runs=["r"]) == 0
     assert (len(_keys(store, "events")), len(_keys(store, "snapshot"))) == (1, 1)
+    assert len(_combined(store)) == 1, where  # the older one deleted once a newer one is there
+    assert Catalog(store, PREFIX).current() == [*q_before, *current_before]

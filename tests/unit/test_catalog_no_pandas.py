@@ -18,6 +18,7 @@ from ckptvault.store import MemoryStore
 cat = Catalog(MemoryStore("b"), "vault")
 cat.append([Event("r", 1, "uploaded", 1.0, bytes=5, storage_class="STANDARD"), Event("r", 1, "verified", 2.0)])
 cat.compact(time.time() + 10)
+assert current_table(cat).num_rows == 1 and len(cat.current()) == 1  # over the combined snapshot
 cat.append([Event("r", 2, "discovered", 3.0)])
 assert [s.state for s in cat.current()] == ["verified", "pending"], cat.current()
 assert current_table(cat).num_rows == 2 and len(cat.events("r")) == 3
