@@ -13,7 +13,9 @@ the dump folder, and its `checkpoint/` is searched too.
 
 from __future__ import annotations
 
+import posixpath
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from ckptvault.formats import _fs
@@ -23,6 +25,7 @@ NAME = re.compile(r"^(?:step[-_])?(\d+)$")
 METADATA = ".metadata"
 SUFFIX = ".distcp"
 TORCHTITAN_FOLDER = "checkpoint"
+SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")  # __<rank>_<file of that rank>.distcp
 
 
 def _roots(root: Path) -> list[Path]:
@@ -38,6 +41,23 @@ def judge_dcp_dir(path: Path) -> tuple[bool, str]:
     if METADATA + ".tmp" in present:
         return False, ".metadata.tmp present: the coordinator has not renamed it to .metadata yet"
     return False, "no .metadata yet (written last, after every rank's .distcp file)"
+
+
+def rank_gaps(rels: Iterable[str]) -> list[str]:
+    """The ranks without a shard in a directory of `.distcp` files, by name (`rels`: paths inside the
+    checkpoint): `DIR/__R_*.distcp` for each R in 0..max that has none. torch's FileSystemWriter
+    (single_file_per_rank, the default) writes at least one file per rank, empty or not. A missing
+    *last* rank leaves no gap (`.metadata` names it, but it is a pickle, not read here). Used over a
+    node-local checkpoint's merged names, where `.metadata` on node 0 says nothing of the others' disks."""
+    ranks: dict[str, set[int]] = {}
+    for rel in rels:
+        d, name = posixpath.split(rel)
+        if m := SHARD.match(name):
+            ranks.setdefault(d, set()).add(int(m[1]))
+    return [
+        posixpath.join(d, f"__{r}_*{SUFFIX}") for d, have in sorted(ranks.items()) for r in range(max(have) + 1)
+        if r not in have
+    ]  # fmt: skip
 
 
 class DCPLayout:

@@ -75,6 +75,14 @@ def _missing(names: list[str], what: str) -> str:
 
 def missing_rank_files(files: set[str]) -> str:
     """Why the rank files in a tag directory (`files`: its names) are not a whole checkpoint, or ''."""
+    what, gaps = rank_file_gaps(files)
+    return _missing(gaps, what) if gaps else what
+
+
+def rank_file_gaps(files: set[str]) -> tuple[str, list[str]]:
+    """The rank files missing from a tag directory whose names are `files`: (which ranks, their file
+    names), or (why, []) when what is wrong is not a missing file, or ('', []) when it is whole.
+    Names only, so a node-local tag is checked over every node's names (ckptvault.ingest.nodes)."""
     mp: set[int] = set()
     zero3: set[tuple[int, int]] = set()  # (dp rank, mp rank) of ZeRO-3 model states
     optim: dict[tuple[int, int], str] = {}  # (dp rank, mp rank) -> file name
@@ -90,23 +98,21 @@ def missing_rank_files(files: set[str]) -> str:
             prefixes.add(m[1] or "")
     mp |= {x for _, x in zero3}
     if not mp:
-        return "no mp_rank_XX_model_states.pt yet (DeepSpeed's model states)"
+        return "no mp_rank_XX_model_states.pt yet (DeepSpeed's model states)", []
     gaps = [f"mp_rank_{x:02d}_model_states.pt" for x in range(max(mp) + 1) if x not in mp]
     if gaps:
-        return _missing(gaps, "model-parallel ranks")
+        return "model-parallel ranks", gaps
     dp = {r for r, _ in optim} | {r for r, _ in zero3}
     if not dp:
-        return ""
+        return "", []
     if len(prefixes) > 1:
-        return "ZeRO optimizer states both with and without the bf16_ prefix: two saves mixed in one tag"
+        return "ZeRO optimizer states both with and without the bf16_ prefix: two saves mixed in one tag", []
     prefix = next(iter(prefixes), "")
     want = [(r, x) for r in range(max(dp) + 1) for x in sorted(mp)]
     gaps = [f"{prefix}zero_pp_rank_{r}_mp_rank_{x:02d}_optim_states.pt" for r, x in want if (r, x) not in optim]
     if zero3:
         gaps += [f"zero_pp_rank_{r}_mp_rank_{x:02d}_model_states.pt" for r, x in want if (r, x) not in zero3]
-    if gaps:
-        return _missing(gaps, f"data-parallel ranks 0..{max(dp)} of mp ranks 0..{max(mp)}")
-    return ""
+    return (f"data-parallel ranks 0..{max(dp)} of mp ranks 0..{max(mp)}", gaps) if gaps else ("", [])
 
 
 class _Dict:

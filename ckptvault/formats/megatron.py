@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ckptvault.formats import _fs
@@ -40,14 +41,26 @@ def _has_torch_file(rank_dir: Path) -> bool:
 
 def missing_ranks(ckpt: Path) -> str:
     """Why a legacy iteration's rank directories are not a whole grid, or '' (also for torch_dist)."""
+    what, gaps = rank_grid_gaps(_fs.names(ckpt), lambda d: _has_torch_file(ckpt / d))
+    if not gaps:
+        return what
+    more = f" and {len(gaps) - 3} more" if len(gaps) > 3 else ""
+    return f"{', '.join(gaps[:3])}{more} missing (a rank that never finished its save)"
+
+
+def rank_grid_gaps(entries: Iterable[str], has_torch_file: Callable[[str], bool]) -> tuple[str, list[str]]:
+    """The grid positions missing from an iteration whose top-level names are `entries`: ('', names
+    of the missing rank directories or their torch files), or (why, []) when the grid has two
+    shapes, or ('', []) when it is whole. `has_torch_file(rank_dir)` says whether one holds a .pt.
+    Names only, so a node-local iteration is checked over every node's names (ckptvault.ingest.nodes)."""
     ranks: dict[tuple[int, ...], str] = {}
-    for entry in _fs.names(ckpt):
+    for entry in entries:
         if m := RANK_DIR.match(entry):
             ranks[(int(m[1]), *(int(x) for x in m[2].split("_")[1:]))] = entry
     if not ranks:
-        return ""
+        return "", []
     if len({len(r) for r in ranks}) > 1:
-        return f"rank directories of different shapes ({', '.join(sorted(ranks.values())[:4])}): two layouts mixed"
+        return f"rank directories of different shapes ({', '.join(sorted(ranks.values())[:4])}): two layouts mixed", []
     tops = [max(r[i] for r in ranks) for i in range(len(next(iter(ranks))))]
     want: list[tuple[int, ...]] = [()]
     for top in tops:
@@ -57,11 +70,8 @@ def missing_ranks(ckpt: Path) -> str:
         return "mp_rank_" + "_".join([f"{r[0]:02d}", *(f"{x:03d}" for x in r[1:])])
 
     gaps = [name(r) + "/" for r in want if r not in ranks]
-    gaps += [f"{ranks[r]}/{LEGACY_FILE}" for r in want if r in ranks and not _has_torch_file(ckpt / ranks[r])]
-    if not gaps:
-        return ""
-    more = f" and {len(gaps) - 3} more" if len(gaps) > 3 else ""
-    return f"{', '.join(gaps[:3])}{more} missing (a rank that never finished its save)"
+    gaps += [f"{ranks[r]}/{LEGACY_FILE}" for r in want if r in ranks and not has_torch_file(ranks[r])]
+    return "", gaps
 
 
 def _judge(step: int, is_release: bool, tracker: str | None) -> tuple[bool, str]:

@@ -27,6 +27,7 @@ from typing import Protocol, TypeVar
 
 from ckptvault.config import NODE_ENV, NODE_PLACEHOLDER, SourceConfig, expand_node
 from ckptvault.errors import CkptvaultError
+from ckptvault.formats import dcp, deepspeed, megatron
 from ckptvault.ingest.discovery import Found, LocalFile, _quiet_reason, walk
 from ckptvault.ingest.structure import INDEX_SUFFIX, _check_file, check_names
 
@@ -223,8 +224,35 @@ def readable_index_files(placement: Placement, files: tuple[LocalFile, ...]) -> 
     return [f for f in files if f.rel.endswith(INDEX_SUFFIX) and placement.node_of(f.rel) == 0]
 
 
+def rank_gaps(placement: Placement, fmt: str, rels: Sequence[str]) -> list[str]:
+    """The layout's rank-completeness rule over every node's names, each missing file named with the
+    node that should hold it. Discovery runs these rules on the flow's node, which sees node 0's
+    files only: a rank file missing on another node, while that node has others, shows only here.
+    By now every node has sent files and they have settled, so a gap is a rank that did not save or a
+    node that lost the file: the checkpoint is invalid (not waiting), and valid again once it appears."""
+    top = {r for r in rels if "/" not in r}
+    what = ""
+    gaps: list[str] = []
+    if fmt == deepspeed.LAYOUT_NAME:
+        what, gaps = deepspeed.rank_file_gaps(top)
+    elif fmt == "megatron":
+        with_pt = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith(".pt")}
+        what, gaps = megatron.rank_grid_gaps({r.split("/")[0] for r in rels}, with_pt.__contains__)
+    if what and not gaps:
+        return [f"{what}, over every node's files"]
+    gaps += dcp.rank_gaps(rels)  # every layout that writes .distcp shards (DCP, Megatron torch_dist, NeMo)
+    # a DCP gap is `__R_*.distcp`: place it by a concrete name of that rank
+    return [
+        f"{g}: missing on {placement.name(placement.node_of(g.replace('*', '0')))}"
+        f"{f' ({what})' if what else ''}: its rank did not save it, or that node lost it"
+        for g in gaps
+    ]
+
+
 def validate_gathered(gathered: Gathered, placement: Placement) -> list[str]:
     """Every structural problem of a node-local checkpoint: the nodes' own (headers, checked where
-    each file is) and those over the whole checkpoint's names, on the flow's node."""
+    each file is) and those over the whole checkpoint's names, on the flow's node: the layout's
+    rank-completeness rules included (`rank_gaps`)."""
     f = gathered.found
-    return check_names(f.format, f.path, f.files, readable_index_files(placement, f.files)) + list(gathered.problems)
+    names = check_names(f.format, f.path, f.files, readable_index_files(placement, f.files))
+    return names + rank_gaps(placement, f.format, [x.rel for x in f.files]) + list(gathered.problems)

@@ -11,8 +11,9 @@ by the workers themselves (tests/dask_probe.py).
 Checked: a checkpoint waits, naming the node, while one node's files are absent; once they are there,
 each worker uploads only its own node's files, from its own directory, and the bucket holds the same
 objects and manifests as a single-process ingest of the same files from one directory; a node with
-no worker fails the checkpoint naming it, in bounded time, with nothing committed; without Dask the
-source is refused with the fix."""
+no worker fails the checkpoint naming it, in bounded time, with nothing committed; a rank file lost on
+node-1 makes the checkpoint invalid, naming it and node-1; without Dask the source is refused with
+the fix."""
 
 from __future__ import annotations
 
@@ -188,6 +189,27 @@ def test_a_node_without_a_worker_fails_the_checkpoint_naming_it_in_bounded_time(
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "failed") for s in STEPS]
     assert all("no Dask worker for node-2" in o["message"] and "--resources node-2=1" in o["message"]
                for o in outcomes)  # fmt: skip
+    assert _stored(seaweedfs.client(), bucket) == ({}, {})
+
+
+def test_a_rank_file_lost_on_another_node_makes_the_checkpoint_invalid_naming_it_and_its_node(
+    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, checkpoints: Path, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster, node_root: tuple[str, str],
+) -> None:  # fmt: skip
+    """The flow's own discovery sees node 0's files only; node-1 still has rank 3's shard, so only the
+    rank rule over every node's names finds rank 2's missing."""
+    c = dask_cluster_2
+    path, name = node_root
+    _place(checkpoints, c, name, {0, 1})
+    lost = sorted((c.node_dir(1) / name).rglob("__2_0.distcp"))
+    assert len(lost) == len(STEPS)
+    for f in lost:
+        f.unlink()
+    bucket = bucket_factory(seaweedfs)
+    rc, outcomes, err = _ingest(capsys, _node_config(tmp_path, seaweedfs, bucket, path, c.address))
+    assert rc == 1 and "Traceback" not in err, err[-3000:]
+    assert [(o["step"], o["result"]) for o in outcomes] == [(s, "invalid") for s in STEPS], outcomes
+    assert all("__2_*.distcp: missing on node-1" in o["message"] for o in outcomes), outcomes
     assert _stored(seaweedfs.client(), bucket) == ({}, {})
 
 

@@ -13,6 +13,7 @@ from ckptvault.config import ConfigError, parse_config
 from ckptvault.formats.base import Candidate
 from ckptvault.ingest.discovery import Found, LocalFile
 from ckptvault.ingest.nodes import (
+    Gathered,
     NodeError,
     NodeListing,
     Placement,
@@ -23,6 +24,7 @@ from ckptvault.ingest.nodes import (
     missing_workers,
     node_path,
     require_workers,
+    validate_gathered,
 )
 from ckptvault.ingest.steps import FileJob
 
@@ -175,3 +177,47 @@ def test_checkpoint_rel_is_the_checkpoints_place_under_the_source_path(monkeypat
     monkeypatch.setenv("CKPTVAULT_NODE", "node-0")
     assert checkpoint_rel(Path("/x/${CKPTVAULT_NODE}/ckpt"), Path("/x/node-0/ckpt/step-5")) == "step-5"
     assert checkpoint_rel(Path("/nvme/ckpt"), Path("/nvme/ckpt")) == ""  # a source that is one checkpoint
+
+
+def _gathered(tmp_path: Path, fmt: str, rels: list[str]) -> Gathered:
+    files = tuple(LocalFile(r, tmp_path / r, 10, 100.0) for r in sorted(rels))
+    return Gathered(Found("llm", Candidate(fmt, 5, tmp_path, True, ""), files, True, "", 100.0), (), ())
+
+
+ZERO = [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "pattern", "rels", "missing", "node"),
+    [
+        # DeepSpeed ZeRO, ranks 0-1 on node 0 (with the model states), 2-3 on node 1: rank 2's file lost
+        ("deepspeed", r"zero_pp_rank_(?P<rank>\d+)_", ["mp_rank_00_model_states.pt", *ZERO[:2], ZERO[3]],
+         ZERO[2], "node-1"),
+        # Megatron legacy, tensor ranks 0-1 on node 0, 2-3 on node 1: rank 2's directory absent
+        ("megatron", r"mp_rank_(?P<rank>\d+)/", [f"mp_rank_{r:02d}/model_optim_rng.pt" for r in (0, 1, 3)],
+         "mp_rank_02/", "node-1"),
+        # ... or there, without its torch file
+        ("megatron", r"mp_rank_(?P<rank>\d+)/",
+         [*(f"mp_rank_{r:02d}/model_optim_rng.pt" for r in (0, 1, 3)), "mp_rank_02/notes.txt"],
+         "mp_rank_02/model_optim_rng.pt", "node-1"),
+        # DCP: rank 2's shard gone from node 1, rank 3's there
+        ("dcp", DCP, [".metadata", "__0_0.distcp", "__1_0.distcp", "__3_0.distcp"], "__2_*.distcp", "node-1"),
+    ],
+)  # fmt: skip
+def test_a_rank_file_missing_on_another_node_makes_the_checkpoint_invalid_naming_it_and_its_node(
+    tmp_path: Path, fmt: str, pattern: str, rels: list[str], missing: str, node: str
+) -> None:
+    """Discovery, on node 0, sees node 0's files only: the layout's rank rule must run over all of them."""
+    p = Placement(2, pattern, 2)
+    problems = validate_gathered(_gathered(tmp_path, fmt, rels), p)
+    assert len(problems) == 1 and problems[0].startswith(f"{missing}: missing on {node}"), problems
+    # the same checkpoint with that file there is whole
+    present = missing.replace("*", "0").rstrip("/") + ("/model_optim_rng.pt" if missing.endswith("/") else "")
+    whole = [r for r in rels if r != "mp_rank_02/notes.txt"] + [present]
+    assert validate_gathered(_gathered(tmp_path, fmt, whole), p) == []
+
+
+def test_a_deepspeed_tag_without_model_states_over_every_node_is_invalid(tmp_path: Path) -> None:
+    p = Placement(2, r"zero_pp_rank_(?P<rank>\d+)_", 2)
+    problems = validate_gathered(_gathered(tmp_path, "deepspeed", ZERO), p)
+    assert problems == ["no mp_rank_XX_model_states.pt yet (DeepSpeed's model states), over every node's files"]
