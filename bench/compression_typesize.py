@@ -93,7 +93,8 @@ def main() -> int:
             rows.append(row(f"torch.save: {name}", path)[0])
             path.unlink()
         if args.dcp_mib:
-            for name, sd in list(state_dicts(args.dcp_mib).items())[:2]:  # mixed, then its BF16 weights alone
+            for long_name, sd in list(state_dicts(args.dcp_mib).items())[:2]:  # mixed, then its BF16 weights alone
+                name = long_name.replace(", one file", "")  # two writer threads: two files
                 files = dcp_save(args.scratch / "dcp", sd)
                 total = by_header = by_trial = 0
                 for f in files:

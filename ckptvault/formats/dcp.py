@@ -28,8 +28,8 @@ NAME = re.compile(r"^(?:step[-_])?(\d+)$")
 METADATA = ".metadata"
 SUFFIX = ".distcp"
 TORCHTITAN_FOLDER = "checkpoint"
-# A larger .metadata is not read for a hint (the trial decides): the opcode reader takes ~5 CPU s and
-# ~25 MiB per MiB of it (bench/README.md), and this one is ~10,000 chunks (700 tensors on 16 ranks).
+# A larger .metadata is not read for a hint (the trial decides): the opcode reader takes ~6 CPU s and
+# ~25 MiB per MiB of it (bench/README.md); 700 tensors on 16 ranks (11,200 chunks) is 1.7 MB.
 MAX_METADATA = 2 * 1024 * 1024
 _MD = "torch.distributed.checkpoint.metadata."
 _FS = "torch.distributed.checkpoint.filesystem."
