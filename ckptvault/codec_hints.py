@@ -5,19 +5,22 @@ BF16/FP16, 4 for FP32. Read from the file's header, it is exact and costs no tri
 - safetensors: the dtype holding most of the data bytes (the header's dtypes and offsets);
 - a torch.save zip (`.pt`, `.bin`, DeepSpeed and Megatron shards...): the storages its `data.pkl`
   names, each `torch.<Dtype>Storage` weighed by its member's size in the zip. The pickle is read by
-  its opcodes (ckptvault.formats._pickle): nothing is unpickled, imported or run.
-Anything else (raw shards, DCP's `.distcp`, a zip whose pickle names no storage) has no hint: the
-sampled trial decides.
+  its opcodes (ckptvault.formats._pickle): nothing is unpickled, imported or run;
+- a DCP `__<rank>_<n>.distcp`: the dtypes of the items stored in it, which the `.metadata` beside it
+  lists (ckptvault.formats.dcp.element_bytes, read by opcodes the same way), weighed by their lengths.
+Anything else (raw shards, a zip whose pickle names no storage, a `.distcp` without a readable
+`.metadata`) has no hint: the sampled trial decides.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 import zipfile
 from pathlib import Path
 
-from ckptvault.formats import _pickle
+from ckptvault.formats import _pickle, dcp
 
 # safetensors dtype -> bytes per element (the format's own list)
 _ST_SIZES = {
@@ -56,6 +59,9 @@ def header_hint(path: Path) -> tuple[int, str] | None:
     if path.suffix == ".safetensors":
         ts = _safetensors(path)
         return (ts, "safetensors header") if ts is not None else None
+    if path.suffix == dcp.SUFFIX:
+        ts = _distcp(path)
+        return (ts, "DCP metadata") if ts is not None else None
     ts = _torch_zip(path)
     return (ts, "torch storages") if ts is not None else None
 
@@ -111,3 +117,18 @@ def _torch_zip(path: Path) -> int | None:
     except Exception:  # a hint only: a torn or hostile zip or pickle must never fail the upload
         return None  # not a zip we can read: no hint, the trial decides (the drill reports a broken one)
     return _heaviest(weight)
+
+
+def _distcp(path: Path) -> int | None:
+    meta = path.parent / dcp.METADATA
+    try:
+        st = meta.stat()
+        by_file = _dcp_element_bytes(str(meta), st.st_mtime_ns, st.st_size)
+    except Exception:  # a hint only, as for a zip: a missing, torn or hostile .metadata means no hint
+        return None
+    return _heaviest(by_file.get(path.name, {}))
+
+
+@functools.lru_cache(maxsize=4)  # every .distcp of a save asks about the one .metadata: read it once
+def _dcp_element_bytes(meta: str, _mtime_ns: int, _size: int) -> dict[str, dict[int, int]]:
+    return dcp.element_bytes(Path(meta))

@@ -105,3 +105,25 @@ def stored_checkpoints(
             else:
                 objects[o["Key"]] = body
     return objects, manifests
+
+
+def dcp_save(path: Path, state: dict[str, Any], threads: int = 1) -> list[Path]:
+    """`torch.distributed.checkpoint.save` in one process (the framework fixtures' writer does the same
+    in a child): the save's `.distcp` data files, sorted."""
+    import warnings
+
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+    from torch.distributed.checkpoint.state_dict_saver import save
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "torch.distributed is ... uninitialized": one process
+        save(state, storage_writer=FileSystemWriter(str(path), thread_count=threads))
+    return sorted(path.glob("*.distcp"))
+
+
+def torch_weights(dtype: Any, seed: int = 0, layers: int = 4) -> dict[str, Any]:
+    """`layers` 512x512 weights of a model's scale (normal, std 0.02) in `dtype`: 0.5 MiB each in BF16."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {f"layer{i}.weight": (torch.randn(512, 512, generator=g) * 0.02).to(dtype) for i in range(layers)}

@@ -2,9 +2,10 @@
 
 `read` walks `pickletools.genops` and keeps a symbolic copy of what the pickle would build: dicts,
 lists, tuples and scalars as themselves, a class or function it names as `Global`, a call
-(REDUCE/NEWOBJ) as `Call`, a torch storage reference as `PersId`. Nothing is imported, constructed
-or called, so a checkpoint from anywhere is safe to read this way; what cannot be followed
-(BUILD's state, sets, extension codes) is left out or kept as `None`. A tensor is a `Call` of
+(REDUCE/NEWOBJ) as `Call`, a torch storage reference as `PersId`; BUILD's state (a dataclass's fields,
+e.g. DCP's `.metadata`) is kept on its `Call` as `state`. Nothing is imported, constructed or called,
+so a checkpoint from anywhere is safe to read this way; what cannot be followed (sets, extension
+codes) is left out or kept as `None`. A tensor is a `Call` of
 `torch._utils._rebuild_tensor_v2` whose first argument is the `PersId` of its storage (torch/serialization.py
 `_save`, `persistent_id`: `("storage", <storage class>, key, location, numel)`, the bytes in the
 zip's `<archive>/data/<key>`), which `scalar` reads for a one-element tensor: the checkpoint's few
@@ -26,10 +27,11 @@ class Global:
     name: str  # module.qualname
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)  # compared and hashed by identity: distinct objects of one class are distinct dict keys
 class Call:
     func: Any
     args: Any
+    state: Any = None  # what BUILD set on the object (pickle's __setstate__ argument), if anything
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,9 @@ def read(stream: IO[bytes] | bytes, persids: list[PersId] | None = None) -> Any:
             args, func = stack.pop(), stack.pop()
             stack.append(Call(func, args))
         elif name == "BUILD":
-            stack.pop()  # the state set on the object: not followed
+            state = stack.pop()
+            if stack and isinstance(stack[-1], Call):  # the memo holds this same Call: later GETs see the state
+                stack[-1].state = state
         elif name in ("BINPERSID", "PERSID"):
             stack.append(PersId(stack.pop() if name == "BINPERSID" else arg))
             if persids is not None:
@@ -197,6 +201,22 @@ def element_size(storage_class: str) -> int | None:
     """Bytes per element of `torch.FloatStorage` and the like (float8 kinds: 1); None if unknown."""
     name = storage_class.removeprefix("torch.").removesuffix("Storage")
     return 1 if name.startswith("Float8") else _ELEMENT.get(name)
+
+
+# torch.dtype names as a pickle names them (`GLOBAL torch bfloat16`: torch.dtype.__reduce__) -> bytes per
+# element, complex ones by their component as above.
+_DTYPE_SIZES = {"float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
+                "int64": 8, "long": 8, "int32": 4, "int": 4, "int16": 2, "short": 2, "int8": 1, "uint8": 1,
+                "bool": 1, "complex128": 8, "cdouble": 8, "complex64": 4, "cfloat": 4, "uint16": 2,
+                "uint32": 4, "uint64": 8, "qint8": 1, "quint8": 1, "qint32": 4}  # fmt: skip
+
+
+def dtype_size(dtype: Any) -> int | None:
+    """Bytes per element of a pickled torch dtype (`Global("torch.bfloat16")`); None if unknown."""
+    if not (isinstance(dtype, Global) and dtype.name.startswith("torch.")):
+        return None
+    name = dtype.name.removeprefix("torch.")
+    return 1 if name.startswith(("float8", "float4")) else _DTYPE_SIZES.get(name)  # float4_e2m1fn_x2: 2 per byte
 
 
 def storages(z: zipfile.ZipFile, pkl: str) -> list[tuple[str, str]]:

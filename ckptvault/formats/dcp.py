@@ -9,6 +9,10 @@ Where: the run root itself (`dcp.save(..., checkpoint_id=<root>/step-<N>)`), or 
 `<job.dump_folder>/<checkpoint.folder>/step-<N>` with `folder = "checkpoint"` (torchtitan
 docs/checkpoint.md, `CheckpointManager` in torchtitan/components/checkpoint.py): a source may point at
 the dump folder, and its `checkpoint/` is searched too.
+
+`element_bytes` reads which dtypes each `.distcp` file holds out of `.metadata`, for the codec's element
+size (ckptvault.codec_hints). `.metadata` is `pickle.dump(Metadata)` (filesystem.py `finish`): dataclasses
+whose fields are BUILD state, read by opcodes (ckptvault.formats._pickle), never unpickled.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import posixpath
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from ckptvault.formats import _fs
+from ckptvault.formats import _fs, _pickle
 from ckptvault.formats.base import Candidate
 
 NAME = re.compile(r"^(?:step[-_])?(\d+)$")
@@ -26,6 +31,11 @@ METADATA = ".metadata"
 SUFFIX = ".distcp"
 TORCHTITAN_FOLDER = "checkpoint"
 SHARD = re.compile(r"^__(\d+)_\d+\.distcp$")  # __<rank>_<file of that rank>.distcp
+# A larger .metadata is not read for a hint (the trial decides): the opcode reader takes ~6 CPU s and
+# ~25 MiB per MiB of it (bench/README.md); 700 tensors on 16 ranks (11,200 chunks) is 1.7 MB.
+MAX_METADATA = 2 * 1024 * 1024
+_MD = "torch.distributed.checkpoint.metadata."
+_FS = "torch.distributed.checkpoint.filesystem."
 
 
 def _roots(root: Path) -> list[Path]:
@@ -58,6 +68,52 @@ def rank_gaps(rels: Iterable[str]) -> list[str]:
         posixpath.join(d, f"__{r}_*{SUFFIX}") for d, have in sorted(ranks.items()) for r in range(max(have) + 1)
         if r not in have
     ]  # fmt: skip
+
+
+def _fields(obj: Any, cls: str) -> dict[str, Any]:
+    """The fields of a pickled dataclass `cls` (its BUILD state); ValueError if `obj` is not one."""
+    if isinstance(obj, _pickle.Call) and obj.func == _pickle.Global(cls) and isinstance(obj.state, dict):
+        return obj.state
+    raise ValueError(f"not a {cls}: {obj!r:.80}")
+
+
+def _dtype(props: Any) -> Any:
+    """TensorProperties' dtype: its `__getstate__` is (dtype, layout, requires_grad, memory format,
+    pin_memory) in torch 2.x; a dict of fields is read as well."""
+    state = props.state if isinstance(props, _pickle.Call) else None
+    if isinstance(state, tuple) and state:
+        return state[0]
+    return state.get("dtype") if isinstance(state, dict) else None
+
+
+def element_bytes(metadata: Path) -> dict[str, dict[int, int]]:
+    """{data file's relative path: {element size: bytes of the tensors of that size stored in it}} from a
+    DCP `.metadata` (`Metadata.state_dict_metadata` gives each item's dtype, `storage_data` maps each
+    chunk to `_StorageInfo(relative_path, offset, length)`). Bytes items (pickled objects) and chunks a
+    DCP extension transformed (`transform_descriptors`: compressed, not the tensor's bytes) are left
+    out. ValueError (or any error of a garbled pickle) if it is not the Metadata torch writes."""
+    with metadata.open("rb") as f:
+        raw = f.read(MAX_METADATA + 1)  # read whole: genops is faster on bytes than on a file
+    if len(raw) > MAX_METADATA:
+        raise ValueError(f"{metadata} is over {MAX_METADATA} bytes")
+    md = _fields(_pickle.read(raw), _MD + "Metadata")
+    sizes: dict[str, int] = {}
+    for fqn, item in dict(md["state_dict_metadata"]).items():
+        if isinstance(item, _pickle.Call) and item.func == _pickle.Global(_MD + "TensorStorageMetadata"):
+            ts = _pickle.dtype_size(_dtype(_fields(item, _MD + "TensorStorageMetadata").get("properties")))
+            if ts is not None:
+                sizes[fqn] = ts
+    out: dict[str, dict[int, int]] = {}
+    for index, info in dict(md["storage_data"]).items():
+        chunk = _fields(info, _FS + "_StorageInfo")
+        fqn = _fields(index, _MD + "MetadataIndex").get("fqn")
+        ts = sizes.get(fqn) if isinstance(fqn, str) else None
+        path, length = chunk.get("relative_path"), chunk.get("length")
+        if ts is None or chunk.get("transform_descriptors") or not isinstance(path, str) or not isinstance(length, int):
+            continue
+        weight = out.setdefault(path, {})
+        weight[ts] = weight.get(ts, 0) + length
+    return out
 
 
 class DCPLayout:

@@ -189,6 +189,43 @@ def test_a_rerun_after_a_crash_keeps_the_complete_compressed_objects(
         assert back.read_bytes() == (found.path / e.path).read_bytes(), e.path
 
 
+@pytest.mark.parametrize("metadata", ["torch", "garbled"])
+def test_a_dcp_save_uploads_compressed_with_or_without_a_readable_metadata(
+    metadata: str, moto_server: Any, bucket_factory: Callable[[Any], str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """A real DCP save of BF16 weights: its `.distcp` is stored shuffle-zstd with typesize 2, from the
+    `.metadata` or, when that is garbled, from the sampled trial; the upload succeeds either way and
+    the checkpoint restores byte-identical."""
+    import torch
+
+    from ckptvault.ingest import steps
+    from ckptvault.ingest.discovery import discover
+    from ckptvault.manifest import checkpoint_prefix
+    from tests.helpers import dcp_save, torch_weights
+
+    root = tmp_path / "hot"
+    (distcp,) = dcp_save(root / "step-7", {**torch_weights(torch.bfloat16, layers=8), "step": 7})
+    meta = root / "step-7" / ".metadata"
+    if metadata == "garbled":
+        meta.write_bytes(meta.read_bytes()[:-40])  # torn: no STOP
+    assert (codec.header_hint(distcp) is None) == (metadata == "garbled")
+    found = discover("r", root, "dcp", 0, time.time() + 10).found[0]
+    store = _store(moto_server, bucket_factory(moto_server), monkeypatch)
+    entries = [steps.upload_one(store, j, found, compression="auto") for j in steps.plan_upload(store, "t", found)]
+    manifest = steps.commit_manifest(store, "t", found, entries)
+    by_path = {e.path: e for e in manifest.files}
+    assert (by_path[distcp.name].codec, by_path[distcp.name].typesize) == ("shuffle-zstd", 2)
+    stored = by_path[distcp.name].stored_size
+    assert stored is not None and stored <= 0.75 * distcp.stat().st_size
+    for e in manifest.files:
+        back = tmp_path / "back" / e.path
+        back.parent.mkdir(parents=True, exist_ok=True)
+        key = checkpoint_prefix("t", "r", 7) + e.path
+        store.download_file(key, back, size=e.size, crc32c=e.crc32c, frames=e.frames)
+        assert back.read_bytes() == (found.path / e.path).read_bytes(), e.path
+
+
 def test_eviction_refuses_a_wrong_compressed_object_of_the_right_size(
     seaweedfs: Any, bucket_factory: Callable[[Any], str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
