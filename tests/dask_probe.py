@@ -1,5 +1,5 @@
 """Where each task ran on a Dask cluster, recorded by the workers themselves: a worker plugin that
-appends one JSON line per finished or started task to tasks.jsonl in the worker's node directory
+appends one JSON line per finished or started task, with when, to tasks.jsonl in the worker's node directory
 (CKPTVAULT_NODE_DIR, set by infra/local/dask.sh). Sent to the workers by value (cloudpickle), since
 they do not have the tests package on their path; so is everything else here a test runs on a worker."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ class WhereTasksRan(WorkerPlugin):
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         if finish == "executing" or start == "executing":  # started, and how it ended (memory, error, ...)
             line = {"key": str(key), "event": finish, "node": self.name, "address": self.address, "pid": os.getpid(),
-                    **self._what(key)}  # fmt: skip
+                    "t": time.time(), **self._what(key)}  # fmt: skip
             with self.log.open("a") as f:
                 f.write(json.dumps(line) + "\n")
 

@@ -16,6 +16,7 @@ branch of the ingest decision lives here, reachable by a unit test without Prefe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -121,3 +122,13 @@ def _toward_upload(seen: Seen, save: int, supersedes: int | None = None, changes
 def records_rejection(seen: Seen) -> bool:
     """Quarantine is recorded once: not again on every pass while the checkpoint stays invalid."""
     return seen.newest is None or seen.newest.last_event != "invalid" or seen.newest.verified
+
+
+def gates_wait_for_run(pending: Sequence[str | None], run: str) -> list[int]:
+    """Which of the pass's checkpoints must be settled (committed and recorded, or failed) before the
+    gates judge one of `run`: `pending[i]` is the run of checkpoint i if its uploads are still in
+    flight, else None. The gates compare a checkpoint with its run's verified history and the newest
+    verified checkpoint below it, which an upload of the same run still in flight may become; settling
+    those first gives the gates what a one-checkpoint-at-a-time pass gave them. Other runs' uploads
+    go on: a run's history is its own."""
+    return [i for i, r in enumerate(pending) if r == run]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 
 from prefect import flow, unmapped
 from prefect.runtime import flow_run
@@ -14,7 +16,14 @@ from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
 from ckptvault.config import Config, SourceConfig
-from ckptvault.ingest.decision import Seen, decide, present_without_nodes, records_rejection
+from ckptvault.ingest.decision import (
+    Decision,
+    Seen,
+    decide,
+    gates_wait_for_run,
+    present_without_nodes,
+    records_rejection,
+)
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.gates import ValidationReport
 from ckptvault.ingest.nodes import (
@@ -62,7 +71,7 @@ from ckptvault_prefect.tasks.ingest import (
 )
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.retry import RETRIES
-from ckptvault_prefect.tasks.step import StepFuture
+from ckptvault_prefect.tasks.step import StepFuture, in_direct_mode
 
 
 def _gate(
@@ -79,6 +88,7 @@ def _gate(
 def _validate(
     cfg: Config, store: ObjectStore, found: Found, known: dict[int, CheckpointState],
     reports: list[ValidationReport], save: int, gathered: Gathered | None, placement: Placement | None,
+    before_gates: Callable[[], None],
 ) -> tuple[list[str], list[str]]:  # fmt: skip
     if gathered is not None and placement is not None:
         problems = validate_gathered_task(gathered, placement)
@@ -86,6 +96,7 @@ def _validate(
         problems = validate_structure_task(found)
     if problems or not cfg.validation.enabled:
         return problems, []
+    before_gates()
     report = _gate(cfg, store, found, known, save)
     reports.append(report)
     if report.blocked:
@@ -151,23 +162,48 @@ def _upload(
     return futures
 
 
-def _ingest_one(
-    cfg: Config, store: ObjectStore, catalog: Catalog, found: Found, known: dict[int, CheckpointState],
-    reports: list[ValidationReport], run_id: str, restarts: dict[str, list[Supersede]],
-) -> Outcome:  # fmt: skip
+@dataclass
+class _Pending:
+    """A checkpoint whose uploads are submitted: what `_finish` needs to settle, commit and record it."""
+
+    base: Outcome
+    found: Found
+    decision: Decision
+    warnings: tuple[str, ...]
+    jobs: list[FileJob]
+    futures: list[StepFuture[FileEntry]]
+    t0: float
+
+
+def _nodes_listed(cfg: Config, found: Found, known: dict[int, CheckpointState]) -> Gathered | Outcome | None:
+    """A ready node-local checkpoint from every node's listing (None: not node-local, or not ready).
+    Every listing of the pass is made before any upload is submitted: a listing pinned to a node
+    would otherwise queue behind that node's uploads and time out."""
+    source = next(s for s in cfg.sources if s.run == found.run)
+    if source.locality != "node" or not found.ready:
+        return None
+    try:
+        return _gather(cfg, source, Placement.of(source), found)
+    except NodeError as e:
+        kept = present_without_nodes(known.get(found.step), str(e))
+        if kept is None:
+            raise
+        lone = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
+        return lone.with_save(kept.save).with_result(kept.action, kept.message)
+
+
+def _prepare(
+    cfg: Config, store: ObjectStore, catalog: Catalog, found: Found, gathered: Gathered | None,
+    known: dict[int, CheckpointState], reports: list[ValidationReport], run_id: str,
+    restarts: dict[str, list[Supersede]], before_gates: Callable[[str], None],
+) -> Outcome | _Pending:  # fmt: skip
+    """Decide one checkpoint and do what is decided up to its uploads, which are submitted, not
+    awaited: a final Outcome, or the pending upload. `before_gates(run)` settles the run's pending
+    checkpoints (decision.gates_wait_for_run says why)."""
     t0 = time.monotonic()
     source = next(s for s in cfg.sources if s.run == found.run)
     placement = Placement.of(source) if source.locality == "node" else None
-    gathered = None
-    if placement is not None and found.ready:
-        try:
-            gathered = _gather(cfg, source, placement, found)
-        except NodeError as e:
-            kept = present_without_nodes(known.get(found.step), str(e))
-            if kept is None:
-                raise
-            lone = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
-            return lone.with_save(kept.save).with_result(kept.action, kept.message)
+    if gathered is not None:
         found = gathered.found
     base = Outcome(found.run, found.step, found.format, "", found.total_bytes, len(found.files))
     prefix = cfg.store.prefix
@@ -187,7 +223,8 @@ def _ingest_one(
         elif d.action == "check_commit":
             seen = seen.learn(committed=is_committed_task(store, prefix, found, d.save))
         else:  # validate
-            problems, warnings = _validate(cfg, store, found, known, reports, d.save, gathered, placement)
+            gates = partial(before_gates, found.run)
+            problems, warnings = _validate(cfg, store, found, known, reports, d.save, gathered, placement, gates)
             seen = seen.learn(problems=tuple(problems), warnings=tuple(warnings))
     base = base.with_save(d.save)
     if d.action in ("waiting", "present"):
@@ -203,22 +240,35 @@ def _ingest_one(
         return base.with_result("invalid", d.message)
     jobs = plan_upload_task(store, prefix, found, d.save, placement is None)
     futures = _upload(cfg, store, found, jobs, d.save, placement)
-    errors = settle(futures)
+    return _Pending(base, found, d, seen.warnings, jobs, futures, t0)
+
+
+def _finish(
+    cfg: Config, store: ObjectStore, catalog: Catalog, p: _Pending, known: dict[int, CheckpointState],
+    run_id: str, restarts: dict[str, list[Supersede]],
+) -> Outcome:  # fmt: skip
+    """Wait for a pending checkpoint's uploads; commit its manifest once, after every file is verified."""
+    found, d, base = p.found, p.decision, p.base
+    errors = settle(p.futures)
     if errors:
-        return base.with_result("failed", "; ".join(errors), time.monotonic() - t0)
-    manifest = commit_manifest_task(store, prefix, found, [f.result() for f in futures], d.save)
-    warnings = list(seen.warnings)
+        return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
+    manifest = commit_manifest_task(store, cfg.store.prefix, found, [f.result() for f in p.futures], d.save)
+    warnings = list(p.warnings)
     flagged = [events.rejected(found, warnings, run_id, kind="warned", save=d.save)] if warnings else []
     _committed(catalog, manifest, known, flagged, run_id, d.changes, restarts)
-    sent = sum(1 for j in jobs if j.upload)
+    sent = sum(1 for j in p.jobs if j.upload)
     message = "; ".join(warnings)
     if d.supersedes is not None:
         message = "; ".join(
             m for m in (f"new save {d.save} of step {found.step} ({d.changes}); save {d.supersedes} kept, superseded",
                         message) if m
         )  # fmt: skip
-    outcome = base.with_result("warned" if warnings else "uploaded", message, time.monotonic() - t0)
+    outcome = base.with_result("warned" if warnings else "uploaded", message, time.monotonic() - p.t0)
     return outcome.with_uploaded(sent)
+
+
+def _failed(found: Found, e: Exception) -> Outcome:
+    return Outcome(found.run, found.step, found.format, "failed", found.total_bytes, len(found.files), message=str(e))
 
 
 def _restart_alerts(
@@ -242,22 +292,55 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
     ensure_bucket_rules_task(store)
     catalog = Catalog(store, cfg.store.prefix)
     run_id = str(flow_run.id or "")
-    outcomes: list[Outcome] = []
     reports: list[ValidationReport] = []
     restarts: dict[str, list[Supersede]] = {}
     known_before: dict[str, dict[int, CheckpointState]] = {}
+    known_by_run: dict[str, dict[int, CheckpointState]] = {}
+    founds: list[Found] = []
     for source in cfg.sources:
-        known = known_states_task(catalog, source.run)
-        known_before[source.run] = dict(known)
+        known_by_run[source.run] = known_states_task(catalog, source.run)
+        known_before[source.run] = dict(known_by_run[source.run])
         result = find_checkpoints_task(source)
         for problem in result.problems:
             print(f"{source.run}: {problem}")
-        for found in result.found:
+        founds += result.found
+    # Every checkpoint's uploads are submitted before any is awaited, so a backlog overlaps on the
+    # workers (the task runner's concurrency bounds what runs, and so the memory; the rest queues).
+    # Each step below is per checkpoint: one broken checkpoint must not stop the others.
+    slots: list[Outcome | _Pending] = []
+    listed: list[Gathered | Outcome | Exception | None] = []
+    for found in founds:
+        try:
+            listed.append(_nodes_listed(cfg, found, known_by_run[found.run]))
+        except Exception as e:
+            listed.append(e)
+
+    def finish(i: int) -> None:
+        p = slots[i]
+        if isinstance(p, _Pending):
             try:
-                outcomes.append(_ingest_one(cfg, store, catalog, found, known, reports, run_id, restarts))
-            except Exception as e:  # one broken checkpoint must not stop the others
-                outcomes.append(Outcome(found.run, found.step, found.format, "failed", found.total_bytes,
-                                        len(found.files), message=str(e)))  # fmt: skip
+                slots[i] = _finish(cfg, store, catalog, p, known_by_run[p.found.run], run_id, restarts)
+            except Exception as e:
+                slots[i] = _failed(founds[i], e)
+
+    def before_gates(run: str) -> None:
+        for i in gates_wait_for_run([p.found.run if isinstance(p, _Pending) else None for p in slots], run):
+            finish(i)
+
+    for found, got in zip(founds, listed, strict=True):
+        if isinstance(got, (Outcome, Exception)):
+            slots.append(got if isinstance(got, Outcome) else _failed(found, got))
+            continue
+        try:
+            slots.append(_prepare(cfg, store, catalog, found, got, known_by_run[found.run], reports, run_id,
+                                  restarts, before_gates))  # fmt: skip
+        except Exception as e:
+            slots.append(_failed(found, e))
+        if in_direct_mode():
+            finish(len(slots) - 1)  # its uploads ran inline: commit now rather than after the next ones'
+    for i in range(len(slots)):
+        finish(i)
+    outcomes = [o for o in slots if isinstance(o, Outcome)]
     release_gate_child_task()
     publish_outcomes_task(outcomes)
     if reports:

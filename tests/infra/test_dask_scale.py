@@ -9,8 +9,10 @@ checkpoint: the pass completes, nothing is committed twice, the restore is byte-
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -190,10 +192,30 @@ def test_dask_address_runs_the_uploads_on_the_clusters_workers_and_stores_the_sa
     outcomes = _ingest(capsys, cfg)
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "uploaded") for s in STEPS]
     _same_as_single_process(_stored(seaweedfs.client(), bucket), single)
-    done = _uploads(dask_probe.records(dirs))
+    records = dask_probe.records(dirs)
+    done = _uploads(records)
     assert len(done) == sum(o["files"] for o in outcomes)
     pids = c.worker_pids()
     assert {(r["node"], r["pid"]) for r in done} == {(n, p) for n, p in pids.items()}  # both nodes worked
+    # the checkpoints overlap on the workers: a later checkpoint's uploads start before an earlier one's
+    # have all ended (one after another, each started only once the one before was committed)
+    spans = _spans(records)
+    assert sorted(spans) == list(STEPS)
+    overlaps = [(a, b) for a, b in itertools.pairwise(STEPS) if spans[b][0] < spans[a][1]]
+    assert overlaps, spans
+
+
+def _spans(records: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
+    """Per checkpoint step: when its first upload task started and its last ended, on any worker."""
+    started = {r["key"]: r for r in _uploads(records, "executing")}
+    out: dict[int, tuple[float, float]] = {}
+    for r in _uploads(records):
+        m = re.search(r"/checkpoint-(\d+)/", r["path"])  # hot/checkpoint-<step>/...
+        assert m is not None, r
+        step = int(m[1])
+        first, last = out.get(step, (float("inf"), 0.0))
+        out[step] = (min(first, started[r["key"]]["t"]), max(last, r["t"]))
+    return out
 
 
 def _pid_with_local_port(pids: list[int], port: int) -> int:

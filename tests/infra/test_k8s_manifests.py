@@ -1,5 +1,6 @@
 """infra/k8s: every manifest parses, has the kinds we expect, mounts the hot tier read-only into the flow-run
-jobs, takes credentials from a Secret only, and holds no literal secret."""
+jobs, takes credentials from a Secret only, and holds no literal secret; the Dask cluster's port, address and
+node resources agree with the config and with ckptvault's node placement."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ EXPECTED_KINDS = {
     "hot-tier.yaml": ["PersistentVolume", "PersistentVolumeClaim"],
     "config.yaml": ["ConfigMap", "ConfigMap"],
     "worker.yaml": ["Deployment", "Job"],
+    "dask.yaml": ["Deployment", "Service", "Deployment", "Deployment"],
     "secret.example.yaml": ["Secret"],
     "kustomization.yaml": ["Kustomization"],
 }
@@ -179,6 +181,45 @@ def test_worker_and_pool_job_agree_on_the_pool() -> None:
     assert create[create.index("--base-job-template") + 1] == "/etc/ckptvault-pool/base-job-template.json"
 
 
+def _arg(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_the_dask_cluster_agrees_with_the_config_and_the_node_placement() -> None:
+    """The scheduler's port, its Service and the config's dask_address name one address; every worker
+    dials it; a node-local worker's resource is the name ckptvault pins that node's work to."""
+    from ckptvault.config import parse_config
+    from ckptvault.ingest.nodes import Placement, missing_workers
+
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests()["dask.yaml"]}
+    scheduler = docs[("Deployment", "dask-scheduler")]["spec"]["template"]["spec"]["containers"][0]
+    (port,) = docs[("Service", "dask-scheduler")]["spec"]["ports"]
+    (container_port,) = scheduler["ports"]
+    assert int(_arg(scheduler["args"], "--port")) == port["port"] == container_port["containerPort"] == 8786
+    assert port["targetPort"] == container_port["name"]
+    toml = next(d for d in manifests()["config.yaml"] if d["metadata"]["name"] == "ckptvault-config")
+    address = parse_config(toml["data"]["ckptvault.toml"]).scale.dask_address
+    assert address == f"tcp://dask-scheduler.ckptvault.svc.cluster.local:{port['port']}"
+
+    workers = {name: d for (kind, name), d in docs.items() if kind == "Deployment" and name != "dask-scheduler"}
+    assert set(workers) == {"dask-worker", "dask-worker-node-0"}
+    for name, d in workers.items():
+        spec = d["spec"]["template"]["spec"]
+        (c,) = spec["containers"]
+        assert c["args"][:3] == ["dask", "worker", address], name
+        assert int(_arg(c["args"], "--nworkers")) >= 1 and _arg(c["args"], "--nthreads") == "1", name
+        assert {"configMapRef": {"name": "ckptvault-env"}} in c["envFrom"], name  # PREFECT_API_URL
+    assert "--resources" not in workers["dask-worker"]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    spec = workers["dask-worker-node-0"]["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    resource, amount = _arg(c["args"], "--resources").split("=")
+    env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    assert resource == Placement.name(0) == env["CKPTVAULT_NODE"] == spec["nodeSelector"]["ckptvault.io/node"]
+    assert missing_workers(Placement(1, r"__(?P<rank>\d+)_", 1), [{resource: float(amount)}]) == []
+    assert float(amount) == 1  # one task per worker process, as OPERATIONS.md sizes it
+
+
 def test_kustomize_builds_offline() -> None:
     kubectl = require_tool("kubectl", "apt-get install kubernetes-client (Debian's; .ci/run does when it is missing)")
     out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
@@ -186,6 +227,7 @@ def test_kustomize_builds_offline() -> None:
     kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
     assert sorted(kinds) == sorted(
         ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap",
-         "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Deployment", "Job"]
+         "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Deployment", "Job",
+         "Deployment", "Service", "Deployment", "Deployment"]
     )  # fmt: skip
     assert "kind: Secret" not in out.stdout

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import CheckpointState, Event, fold
-from ckptvault.ingest.decision import FINAL, Decision, Seen, decide, present_without_nodes, records_rejection
+from ckptvault.ingest.decision import (
+    FINAL,
+    Decision,
+    Seen,
+    decide,
+    gates_wait_for_run,
+    present_without_nodes,
+    records_rejection,
+)
 from ckptvault.ingest.discovery import LocalFile
 from ckptvault.manifest import FileEntry
 from ckptvault.saves import FileDiff, diff_files, restart_point, superseded_by
@@ -217,3 +225,11 @@ def test_a_node_local_checkpoint_a_node_cannot_list_stays_present_only_when_comm
     assert present_without_nodes(None, why) is None
     assert present_without_nodes(state(300, 1, "invalid"), why) is None
     assert present_without_nodes(state(300, 1, "discovered", "uploaded"), why) is None  # never verified
+
+
+def test_the_gates_of_a_run_wait_for_that_runs_uploads_in_flight_only() -> None:
+    # checkpoints 0 and 3 of run a, 2 of run b still uploading; 1 finished (None)
+    pending = ["a", None, "b", "a"]
+    assert gates_wait_for_run(pending, "a") == [0, 3]  # either may become the newest verified below
+    assert gates_wait_for_run(pending, "b") == [2]
+    assert gates_wait_for_run(pending, "c") == []  # another run's uploads go on
