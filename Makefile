@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/compression.py --json bench/results/compression.json
+	nice -n 10 $(BIN)/python bench/compression_trained.py --json bench/results/compression-trained.json
 	$(BIN)/python bench/scale.py --json bench/results/scale.json
 	$(MAKE) bench-catalog
 
