@@ -106,12 +106,11 @@ def _write_combined(
         prev = cat._combined(keys)
     except _Vanished:
         return  # a compaction racing this one has just written a newer one; these runs read as partitions
-    tables, runs = [], {}
-    refreshed = 0
+    fresh: dict[str, pa.Table] = {}
+    runs: dict[str, RunCover] = {}
     for run, key, data in pieces:
-        t, cover = from_snapshot(key, data)
-        tables.append(t)
-        runs[run] = cover
+        fresh[run], runs[run] = from_snapshot(key, data)
+    refreshed = 0
     dropped = False
     if listed is not None:
         stale = [
@@ -135,21 +134,20 @@ def _write_combined(
         with ThreadPoolExecutor(max_workers=_COMPACTORS) as pool:
             for item in pool.map(refresh, stale):
                 if item is not None:
-                    tables.append(item[1])
-                    runs[item[0]] = item[2]
+                    fresh[item[0]], runs[item[0]] = item[1], item[2]
                     refreshed += 1
         dropped = prev is not None and any(r not in listed for r in prev.runs)
-    if prev is not None:
-        keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)]
-        if keep:
-            tables.append(prev.table(_STATE_FIELDS, keep))
-            runs.update((r, prev.runs[r]) for r in keep)
+    keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)] if prev is not None else []
     if prev is not None and len(keys) == 1 and not pieces and not refreshed and not dropped:
         return  # nothing new: the one there is still says all this one would
-    if not runs:
+    if not runs and not keep:
         return
+    prev_rows = None
+    if prev is not None and keep:
+        runs.update((r, prev.runs[r]) for r in keep)
+        prev_rows = prev.table(_STATE_FIELDS, prev.runs)  # all of it: sliced per run, not copied
     key = new_key(cat.root, "_combined")
-    cat.store.put_bytes(key, combined_bytes(tables, runs), if_none_match=True,
+    cat.store.put_bytes(key, combined_bytes(prev_rows, fresh, runs), if_none_match=True,
                         content_type="application/vnd.apache.parquet")  # fmt: skip
     for k in keys:  # only after the new one is written: a crash leaves one to read
         if k in cat.unreadable:

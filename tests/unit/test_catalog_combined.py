@@ -100,13 +100,13 @@ def test_a_run_compacted_after_the_combined_snapshot_shows_its_new_state(monkeyp
 def test_the_next_compaction_reads_only_what_changed() -> None:
     store, everything = _built()
     [old] = _combined(store)
-    later = [Event("d", 1, "drilled", 3000.0, ok=False)]
-    _cat(store).append(later)
+    later = [Event("d", 1, "drilled", 3000.0, ok=False), Event("b/c", 2, "expired", 3001.0)]
+    _cat(store).append(later)  # the last run and one between the others: its rows are spliced in
     everything += later
     store.got.clear()
-    assert _cat(store).compact(time.time()) == 2
-    # d's partition and the previous combined snapshot; not a's or b/c's
-    assert store.got and all(k.startswith(("p/_catalog/run=d/", old)) for k in store.got), store.got
+    assert _cat(store).compact(time.time()) == 4
+    # d's and b/c's partitions and the previous combined snapshot; not a's
+    assert store.got and all(k.startswith(("p/_catalog/run=d/", "p/_catalog/run=b%2Fc/", old)) for k in store.got)
     [new] = _combined(store)
     assert new > old
     _same_as_partitions(store, everything)
