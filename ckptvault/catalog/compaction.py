@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from ckptvault.catalog.codec import _ORIGIN, _concat, _full, _to_bytes
 from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
-from ckptvault.catalog.fold import _STATE_FIELDS, _fold_table
+from ckptvault.catalog.fold import _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
 from ckptvault.catalog.model import CatalogError
 from ckptvault.catalog.snapshot import _snapshot_bytes
@@ -142,12 +142,20 @@ def _write_combined(
         return  # nothing new: the one there is still says all this one would
     if not runs and not keep:
         return
-    prev_rows = None
-    if prev is not None and keep:
+    if prev is not None:
         runs.update((r, prev.runs[r]) for r in keep)
-        prev_rows = prev.table(_STATE_FIELDS, prev.runs)  # all of it: sliced per run, not copied
+    try:
+        data = combined_bytes(prev, keep, fresh, runs)
+    except CatalogError as e:
+        assert prev is not None  # only the previous one's rows can be out of order
+        cat._skip(prev.key, e)  # its runs read from their partitions until each is compacted again
+        for r in keep:
+            del runs[r]
+        if not runs:
+            return
+        data = combined_bytes(None, (), fresh, runs)
     key = new_key(cat.root, "_combined")
-    cat.store.put_bytes(key, combined_bytes(prev_rows, fresh, runs), if_none_match=True,
+    cat.store.put_bytes(key, data, if_none_match=True,
                         content_type="application/vnd.apache.parquet")  # fmt: skip
     for k in keys:  # only after the new one is written: a crash leaves one to read
         if k in cat.unreadable:
