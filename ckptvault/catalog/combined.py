@@ -6,14 +6,14 @@ of 1,000 runs is one GET instead of 1,000 (bench/README.md)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ckptvault.catalog.codec import _to_bytes
 from ckptvault.catalog.fold import _STATE_FIELDS
 from ckptvault.catalog.layout import _Part
 from ckptvault.catalog.model import CatalogError, CheckpointState
@@ -116,9 +116,70 @@ def from_snapshot(key: str, data: bytes) -> tuple[pa.Table, RunCover]:
     return t, RunCover(frozenset([key, *covers]), events)
 
 
-def combined_bytes(tables: Sequence[pa.Table], runs: dict[str, RunCover]) -> bytes:
-    """The combined snapshot of these rows (any order) and covers."""
-    t = pa.concat_tables([x.cast(_SCHEMA) for x in tables]) if tables else _SCHEMA.empty_table()
-    t = t.take(pc.sort_indices(t, sort_keys=_ORDER))
+# Rows a rewrite holds before it writes them as one row group: the memory of a compaction that
+# rewrites the combined snapshot is this and one row group of the previous one, not every save.
+_BATCH_ROWS = 16_384
+
+
+def combined_bytes(
+    prev: Combined | None, keep: Collection[str], fresh: dict[str, pa.Table], runs: dict[str, RunCover]
+) -> bytes:
+    """The combined snapshot of `runs`: the rows of the runs in `fresh` from there, those of `keep`
+    from `prev`, read a row group at a time and spliced in run order. CatalogError when `prev`'s rows
+    are not in run order (the format says they are)."""
     doc = {r: {"covers": sorted(c.covers), "events": c.events} for r, c in sorted(runs.items())}
-    return _to_bytes(t.replace_schema_metadata({b"schema": COMBINED_TAG, b"ckptvault.runs": json.dumps(doc)}))
+    schema = _SCHEMA.with_metadata({b"schema": COMBINED_TAG, b"ckptvault.runs": json.dumps(doc)})
+    sink = pa.BufferOutputStream()
+    held: list[pa.Table] = []
+    with pq.ParquetWriter(sink, schema, compression="zstd") as w:
+
+        def put(t: pa.Table) -> None:
+            held.append(t)
+            if sum(x.num_rows for x in held) >= _BATCH_ROWS:
+                w.write_table(pa.concat_tables(held).replace_schema_metadata(schema.metadata), _BATCH_ROWS)
+                held.clear()
+
+        todo = sorted(fresh)
+        i = 0
+        for r, seg in _segments(prev, keep):
+            while i < len(todo) and todo[i] < r:
+                put(_in_order(fresh[todo[i]]))
+                i += 1
+            put(seg)
+        for r in todo[i:]:
+            put(_in_order(fresh[r]))
+        if held:
+            w.write_table(pa.concat_tables(held).replace_schema_metadata(schema.metadata), _BATCH_ROWS)
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
+
+
+def _in_order(t: pa.Table) -> pa.Table:
+    t = t.cast(_SCHEMA)
+    return t.take(pc.sort_indices(t, sort_keys=_ORDER[1:]))
+
+
+def _segments(prev: Combined | None, keep: Collection[str]) -> Iterator[tuple[str, pa.Table]]:
+    """(run, its rows) of `prev` for the runs in `keep`, in run order, one row group read at a time."""
+    if prev is None or not keep:
+        return
+    pf = pq.ParquetFile(pa.BufferReader(prev.data))
+    have = set(pf.schema_arrow.names)
+    last = ""
+    for g in range(pf.num_row_groups):
+        t = pf.read_row_group(g, columns=[c for c in _STATE_FIELDS if c in have])
+        for c in _STATE_FIELDS:
+            if c not in have:
+                t = t.append_column(c, pa.repeat(pa.scalar(_ADDED[c], _SCHEMA.field(c).type), t.num_rows))
+        t = t.select(_STATE_FIELDS).replace_schema_metadata(None).cast(_SCHEMA)
+        if not t.num_rows:
+            continue
+        idx = pc.dictionary_encode(t["run"].combine_chunks()).indices.to_numpy()
+        cut = [0, *(np.flatnonzero(np.diff(idx)) + 1).tolist(), len(idx)]
+        names = t["run"].take(pa.array(cut[:-1], pa.int64())).to_pylist()
+        for r, a, b in zip(names, cut[:-1], cut[1:], strict=True):
+            if r < last:  # the same run again after another: not in (run, step, save) order
+                raise CatalogError(f"{prev.key}: rows not in run order")
+            last = r
+            if r in keep:
+                yield r, t.slice(a, b - a)

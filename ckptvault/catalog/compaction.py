@@ -15,10 +15,11 @@ import pyarrow.compute as pc
 
 from ckptvault.catalog.codec import _ORIGIN, _concat, _full, _to_bytes
 from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
-from ckptvault.catalog.fold import _STATE_FIELDS, _fold_table
+from ckptvault.catalog.fold import _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
 from ckptvault.catalog.model import CatalogError
 from ckptvault.catalog.snapshot import _snapshot_bytes
+from ckptvault.store.port import StoreError
 
 if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog
@@ -105,12 +106,11 @@ def _write_combined(
         prev = cat._combined(keys)
     except _Vanished:
         return  # a compaction racing this one has just written a newer one; these runs read as partitions
-    tables, runs = [], {}
-    refreshed = 0
+    fresh: dict[str, pa.Table] = {}
+    runs: dict[str, RunCover] = {}
     for run, key, data in pieces:
-        t, cover = from_snapshot(key, data)
-        tables.append(t)
-        runs[run] = cover
+        fresh[run], runs[run] = from_snapshot(key, data)
+    refreshed = 0
     dropped = False
     if listed is not None:
         stale = [
@@ -134,21 +134,28 @@ def _write_combined(
         with ThreadPoolExecutor(max_workers=_COMPACTORS) as pool:
             for item in pool.map(refresh, stale):
                 if item is not None:
-                    tables.append(item[1])
-                    runs[item[0]] = item[2]
+                    fresh[item[0]], runs[item[0]] = item[1], item[2]
                     refreshed += 1
         dropped = prev is not None and any(r not in listed for r in prev.runs)
-    if prev is not None:
-        keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)]
-        if keep:
-            tables.append(prev.table(_STATE_FIELDS, keep))
-            runs.update((r, prev.runs[r]) for r in keep)
+    keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)] if prev is not None else []
     if prev is not None and len(keys) == 1 and not pieces and not refreshed and not dropped:
         return  # nothing new: the one there is still says all this one would
-    if not runs:
+    if not runs and not keep:
         return
+    if prev is not None:
+        runs.update((r, prev.runs[r]) for r in keep)
+    try:
+        data = combined_bytes(prev, keep, fresh, runs)
+    except CatalogError as e:
+        assert prev is not None  # only the previous one's rows can be out of order
+        cat._skip(prev.key, e)  # its runs read from their partitions until each is compacted again
+        for r in keep:
+            del runs[r]
+        if not runs:
+            return
+        data = combined_bytes(None, (), fresh, runs)
     key = new_key(cat.root, "_combined")
-    cat.store.put_bytes(key, combined_bytes(tables, runs), if_none_match=True,
+    cat.store.put_bytes(key, data, if_none_match=True,
                         content_type="application/vnd.apache.parquet")  # fmt: skip
     for k in keys:  # only after the new one is written: a crash leaves one to read
         if k in cat.unreadable:
@@ -175,8 +182,14 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
     for k in old:
         if k in cat.unreadable:
             _set_aside(cat, k)
-        elif merged is not None:
-            cat.store.delete(k)
+    if merged is not None:
+        # one DeleteObjects for the merged sources, not one DELETE each: most of a day's compaction
+        # was deletes (bench/README.md)
+        failed = cat.store.delete_many([k for k in old if k not in cat.unreadable])
+        if failed:
+            k, why = next(iter(sorted(failed.items())))
+            raise StoreError(f"catalog: could not delete {len(failed)} merged event files of run {run} "
+                             f"(they read once, beside the merged file), e.g. {k}: {why}")  # fmt: skip
     for k in snaps:
         cat.store.delete(k)
     return (len(old) if merged is not None else 0), piece

@@ -10,3 +10,4 @@ MAX_PARTS = 10_000  # part numbers run 1..MAX_PARTS
 MAX_PUT = 5 * 1024**3  # largest single PUT (EntityTooLarge above)
 MAX_COPY = 5 * 1024**3  # largest object one CopyObject copies; above it, UploadPartCopy
 MAX_TAGS = 10  # tags per object; keys 1-128 characters, values up to 256
+DELETE_BATCH = 1000  # keys per S3 DeleteObjects request, its limit

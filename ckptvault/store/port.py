@@ -242,6 +242,12 @@ class ObjectStore(Protocol):
         """Delete one object; absent is not an error."""
         ...
 
+    def delete_many(self, keys: Sequence[str]) -> dict[str, str]:
+        """Delete these objects in as few requests as the store allows (S3: DeleteObjects, at most
+        DELETE_BATCH keys each); absent is not an error. Returns the keys it could not delete, and why;
+        a request that fails as a whole raises StoreError."""
+        ...
+
     def abort_multipart_uploads(self, prefix: str, older_than: float | None = None) -> int:
         """Abort incomplete multipart uploads under prefix (initiated before `older_than`, unix s)."""
         ...

@@ -257,7 +257,9 @@ def test_a_compaction_killed_after_its_writes_loses_and_doubles_nothing(
     def die(key: str) -> None:
         raise _DiesAtDelete(key)
 
-    monkeypatch.setattr(store, "delete", die)  # the write half runs, the process dies at the first delete
+    # the write half runs, the process dies at the first delete (one, or a DeleteObjects of many)
+    monkeypatch.setattr(store, "delete", die)
+    monkeypatch.setattr(store, "delete_many", die)
     with pytest.raises(_DiesAtDelete):
         cat.compact(time.time())
     monkeypatch.undo()

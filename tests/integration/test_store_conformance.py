@@ -15,6 +15,7 @@ import random
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from ckptvault.store import (
     StoreError,
 )
 from ckptvault.store.lifecycle import rule_id, rule_prefix
+from ckptvault.store.limits import DELETE_BATCH
 from ckptvault.store.memory import MemoryStore
 from ckptvault.store.upload import copy_in_place
 from ckptvault.tiering.apply import install_lifecycle, lifecycle_rules
@@ -159,6 +161,19 @@ def test_small_objects_and_conditional_write(store: ObjectStore) -> None:
     store.delete("ck/a")
     store.delete("ck/a")  # absent is fine
     assert [o.key for o in store.list("ck/")] == ["ck/b/c", key]
+
+
+def test_delete_many_deletes_in_batches_and_absent_keys_are_no_error(store: ObjectStore) -> None:
+    # more than one DeleteObjects request's worth (DELETE_BATCH): a store that sent them in one
+    # request would be refused (S3 allows 1,000 keys)
+    keys = [f"dm/{i:05d}" for i in range(DELETE_BATCH + 5)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda k: store.put_bytes(k, b"x"), [*keys, "dm-kept"]))
+    assert store.delete_many([*keys, "dm/absent"]) == {}
+    assert [o.key for o in store.list("dm")] == ["dm-kept"]
+    assert store.delete_many([]) == {}
+    assert store.delete_many(keys[:3]) == {}  # already gone: still no error
+    assert store.get_bytes("dm-kept") == b"x"
 
 
 def test_failed_multipart_upload_is_aborted(store: ObjectStore, backend: Backend, tmp_path: Path) -> None:

@@ -100,13 +100,13 @@ def test_a_run_compacted_after_the_combined_snapshot_shows_its_new_state(monkeyp
 def test_the_next_compaction_reads_only_what_changed() -> None:
     store, everything = _built()
     [old] = _combined(store)
-    later = [Event("d", 1, "drilled", 3000.0, ok=False)]
-    _cat(store).append(later)
+    later = [Event("d", 1, "drilled", 3000.0, ok=False), Event("b/c", 2, "expired", 3001.0)]
+    _cat(store).append(later)  # the last run and one between the others: its rows are spliced in
     everything += later
     store.got.clear()
-    assert _cat(store).compact(time.time()) == 2
-    # d's partition and the previous combined snapshot; not a's or b/c's
-    assert store.got and all(k.startswith(("p/_catalog/run=d/", old)) for k in store.got), store.got
+    assert _cat(store).compact(time.time()) == 4
+    # d's and b/c's partitions and the previous combined snapshot; not a's
+    assert store.got and all(k.startswith(("p/_catalog/run=d/", "p/_catalog/run=b%2Fc/", old)) for k in store.got)
     [new] = _combined(store)
     assert new > old
     _same_as_partitions(store, everything)
@@ -182,3 +182,40 @@ def test_rows_are_the_per_run_state_columns_with_covers_per_run() -> None:
         # its snapshot and merged file, and the three appended files merged into it (since deleted)
         assert set(part) < c.runs[r].covers and len(c.runs[r].covers) == len(part) + 3 == 5
         assert c.runs[r].events == 15
+
+
+def test_a_rewrite_reads_the_previous_one_a_row_group_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptvault.catalog import combined
+
+    monkeypatch.setattr(combined, "_BATCH_ROWS", 2)  # row groups smaller than a run: runs span them
+    store, everything = _built()
+    [key] = _combined(store)
+    assert pq.ParquetFile(pa.BufferReader(store.objects[key])).num_row_groups > 3
+    later = [Event("b/c", 0, "expired", 4000.0)]
+    _cat(store).append(later)
+    everything += later
+    _cat(store).compact(time.time(), runs=["b/c"])
+    [new] = _combined(store)
+    assert new != key
+    _same_as_partitions(store, everything)
+    store.got.clear()
+    assert _cat(store).current() == _fold_python(everything) and store.got == [new]
+
+
+def test_a_previous_one_out_of_run_order_is_named_and_not_copied(caplog: pytest.LogCaptureFixture) -> None:
+    store, everything = _built()
+    [key] = _combined(store)
+    t = pq.read_table(pa.BufferReader(store.objects[key]))
+    sink = pa.BufferOutputStream()
+    pq.write_table(t.take(pa.array(list(range(t.num_rows))[::-1])), sink)  # same metadata, rows reversed
+    store.objects[key] = sink.getvalue().to_pybytes()
+    later = [Event("d", 2, "expired", 4000.0)]
+    _cat(store).append(later)
+    everything += later
+    with caplog.at_level("WARNING", logger="ckptvault.catalog"):
+        _cat(store).compact(time.time(), runs=["d"])
+    assert key in caplog.text and "not in run order" in caplog.text
+    [new] = _combined(store)
+    c = _cat(store)._combined([new])
+    assert c is not None and sorted(c.runs) == ["d"]  # the others read from their partitions
+    _same_as_partitions(store, everything)

@@ -47,6 +47,11 @@ class MemStore:
     def delete(self, key: str) -> None:
         self.objects.pop(key, None)
 
+    def delete_many(self, keys: Any) -> dict[str, str]:
+        for k in keys:
+            self.objects.pop(k, None)
+        return {}
+
 
 def _cat(store: MemStore) -> Catalog:
     return Catalog(store, "p")  # type: ignore[arg-type]
