@@ -14,6 +14,7 @@ from ckptvault_cli.output import say
 
 if TYPE_CHECKING:
     from ckptvault.store import ObjectStore
+    from ckptvault_prefect.flows.scale import RunnerChoice
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -50,6 +51,23 @@ def preflight_store(args: argparse.Namespace, *, need_sources: bool) -> tuple[Co
     except StoreError as e:
         raise UsageError(str(e)) from None
     return cfg, store
+
+
+def preflight_runner(cfg: Config, *, address_flag: str | None = None, workers_flag: int | None = None) -> RunnerChoice:
+    """Where ingest's uploads run (flags, then `[scale]`: ckptvault_prefect.flows.scale decides), and for
+    an existing cluster one bounded handshake: a wrong address is exit 2 now, not a hang in a flow run.
+    Shared by `ckptvault ingest` and `ckptvault serve`."""
+    from ckptvault_prefect.flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
+
+    try:
+        choice = choose_runner(
+            cfg.scale, address_flag=address_flag, workers_flag=workers_flag, api_url=os.environ.get("PREFECT_API_URL")
+        )
+        if choice.kind == "cluster":
+            check_scheduler(choice)
+    except (RunnerChoiceError, SchedulerUnreachable) as e:
+        raise UsageError(str(e)) from None
+    return choice
 
 
 _noted: list[bool] = []

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 from ckptvault_cli import process, running
 from ckptvault_cli.output import emit_json, jsonable, say
-from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, UsageError, preflight, start_prefect_note
+from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, preflight, preflight_runner, start_prefect_note
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
     cfg = preflight(args, need_sources=True)
-    from ckptvault_prefect.flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
-
-    try:
-        choice = choose_runner(
-            cfg.scale,
-            address_flag=args.dask_address,
-            workers_flag=args.dask_workers,
-            api_url=os.environ.get("PREFECT_API_URL"),
-        )
-        if choice.kind == "cluster":
-            check_scheduler(choice)  # bounded: a wrong address is exit 2 now, not a hang in the flow
-    except (RunnerChoiceError, SchedulerUnreachable) as e:
-        raise UsageError(str(e)) from None
+    choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
     if cfg.validation.enabled and cfg.validation.isolate and not choice.needs_prefect:
         from ckptvault.ingest import quality
         # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery

@@ -9,13 +9,18 @@ flows themselves are bound here. The process needs a Prefect API: PREFECT_API_UR
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 from prefect import Flow, serve
+from prefect.exceptions import TerminationSignal
+from prefect.runner import Runner
 from prefect.schedules import Cron, Interval, Schedule
+from prefect.task_runners import TaskRunner
 
 from ckptvault_prefect.flows.drill import drill
 from ckptvault_prefect.flows.ingest import ingest
@@ -50,33 +55,64 @@ def _schedule(spec: dict[str, Any]) -> Schedule:
     raise ValueError(f"{PREFECT_YAML}: only interval and cron schedules are supported here, not {spec}")
 
 
-def build_deployments(config_path: str | None = None) -> list[Any]:
-    """One RunnerDeployment per prefect.yaml entry; `config_path`, when given, becomes every deployment's
-    default config_path parameter (otherwise flow runs read $CKPTVAULT_CONFIG of this process)."""
-    out: list[Any] = []
+def _options(spec: dict[str, Any], config_path: str | None) -> dict[str, Any]:
+    """What a prefect.yaml entry says about its deployment, as to_deployment/add_flow keywords."""
+    params = dict(spec.get("parameters") or {})
+    if config_path:
+        params["config_path"] = config_path
+    return {
+        "name": spec["name"],
+        "description": spec.get("description"),
+        "tags": spec.get("tags"),
+        "schedules": [_schedule(s) for s in spec.get("schedules") or []],
+        "parameters": params,
+        "concurrency_limit": spec.get("concurrency_limit"),
+    }
+
+
+def served_flows(
+    config_path: str | None = None, ingest_runner: TaskRunner[Any] | None = None
+) -> list[tuple[Flow[..., Any], dict[str, Any]]]:
+    """Each prefect.yaml entry's flow and its deployment keywords; `ingest_runner`, when given, is the
+    ingest flow's task runner (ckptvault_prefect.flows.runners.task_runner_for of the config's [scale])."""
+    out: list[tuple[Flow[..., Any], dict[str, Any]]] = []
     for spec in deployment_specs():
         flow = FLOWS[spec["entrypoint"]]
-        params = dict(spec.get("parameters") or {})
-        if config_path:
-            params["config_path"] = config_path
-        out.append(
-            flow.to_deployment(
-                name=spec["name"],
-                description=spec.get("description"),
-                tags=spec.get("tags"),
-                schedules=[_schedule(s) for s in spec.get("schedules") or []],
-                parameters=params,
-                concurrency_limit=spec.get("concurrency_limit"),
-            )
-        )
+        if flow is ingest and ingest_runner is not None:
+            flow = ingest.with_options(task_runner=ingest_runner)
+        out.append((flow, _options(spec, config_path)))
     return out
 
 
-def serve_all(config_path: str | None = None) -> None:
+def build_deployments(config_path: str | None = None) -> list[Any]:
+    """One RunnerDeployment per prefect.yaml entry; `config_path`, when given, becomes every deployment's
+    default config_path parameter (otherwise flow runs read $CKPTVAULT_CONFIG of this process)."""
+    return [flow.to_deployment(**options) for flow, options in served_flows(config_path)]
+
+
+def serve_all(config_path: str | None = None, ingest_runner: TaskRunner[Any] | None = None) -> None:
     """Register the five deployments and run their flow runs in this process until interrupted.
 
     Ctrl-C (SIGINT) or SIGTERM ends it; Prefect then pauses the schedules (pause_on_shutdown), so no
     scheduled runs pile up as Late while nothing serves them. The next `ckptvault serve` re-registers the
     deployments and resumes the schedules.
+
+    `ingest_runner`: the task runner of ingest's runs (a Dask one, from [scale]). A deployment's runs
+    are otherwise started as `python -m prefect.engine`, which imports the flow from its entrypoint
+    with the decorator's thread pool: a `with_options` copy would be lost. Runner.add_flow keeps the
+    flow object and runs that object itself in each run's subprocess (Prefect's DirectSubprocessStarter,
+    cloudpickled), so its task runner is the one its runs get.
     """
-    serve(*build_deployments(config_path))
+    if ingest_runner is None:
+        serve(*build_deployments(config_path))
+        return
+    runner = Runner(pause_on_shutdown=True)
+    for flow, options in served_flows(config_path, ingest_runner):
+        if flow.name == ingest.name:
+            runner.add_flow(flow, **options)
+        else:
+            deployment: Any = flow.to_deployment(**options)  # sync here: a RunnerDeployment
+            runner.add_deployment(deployment)
+    # as prefect.serve: the runner has paused the schedules on its way out
+    with contextlib.suppress(KeyboardInterrupt, TerminationSignal):
+        asyncio.run(runner.start())

@@ -1,0 +1,110 @@
+"""`ckptvault serve` with `[scale]`: the served ingest deployment's runs use the task runner the config
+names, as `ckptvault ingest` does. Checked on the deployment objects serve builds, by `serve` refusing a
+scheduler that does not answer (exit 2 at start), and by one served run against a real Prefect server,
+SeaweedFS and the real 2-worker cluster: the uploads ran on the cluster's workers (each worker records
+where its tasks ran: tests/dask_probe.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault_cli.synthetic import write_checkpoint
+from tests import dask_probe
+from tests.dask_cluster import DaskCluster
+from tests.deployments import local_prefect
+from tests.deployments.local_prefect import wait_for
+from tests.deployments.test_serve import _stop_group, prefect_server  # noqa: F401 - the fixture
+from tests.helpers import write_config
+from tests.infra.test_dask_scale import _closed_port
+
+pytestmark = pytest.mark.timeout(600)
+MiB = 2**20
+CKPTVAULT = str(Path(sys.executable).parent / "ckptvault")
+
+
+def test_serve_binds_the_ingest_deployment_to_the_configs_task_runner() -> None:
+    from ckptvault.config import ScaleConfig
+    from ckptvault_prefect.deployments.serve import served_flows
+    from ckptvault_prefect.flows.runners import CkptvaultDaskTaskRunner, task_runner_for
+    from ckptvault_prefect.flows.scale import choose_runner
+
+    address = "tcp://10.0.0.5:8786"
+    choice = choose_runner(ScaleConfig(dask_address=address), address_flag=None, workers_flag=None, api_url="http://x/api")
+    runner = task_runner_for(choice)
+    bound = {opts["name"]: flow for flow, opts in served_flows("/etc/c.toml", runner)}
+    assert isinstance(bound["ingest"].task_runner, CkptvaultDaskTaskRunner)
+    assert bound["ingest"].task_runner.address == address
+    # the others, and ingest without [scale], keep their own runner
+    plain = {opts["name"]: flow for flow, opts in served_flows("/etc/c.toml")}
+    assert type(plain["ingest"].task_runner).__name__ == "ThreadPoolTaskRunner"
+    assert all(bound[n].task_runner is plain[n].task_runner for n in ("tier", "drill", "watch", "restore"))
+
+
+def test_serve_with_an_unreachable_scheduler_is_exit_2_naming_it(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path
+) -> None:
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket_factory(seaweedfs), [],
+                       extra=f'[scale]\ndask_address = "{address}"\nconnect_timeout_seconds = 1\n')  # fmt: skip
+    env = local_prefect.telemetry_off_env(**seaweedfs.env(), PREFECT_API_URL=f"http://127.0.0.1:{_closed_port()}/api")
+    proc = subprocess.run([CKPTVAULT, "--config", str(cfg), "serve"], env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"[scale] dask_address: no Dask scheduler answered at {address} within 1 s" in proc.stderr
+    assert "infra/local/dask.sh up" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_served_ingest_run_uploads_on_the_clusters_workers(
+    prefect_server: local_prefect.PrefectServer,  # noqa: F811 - the fixture
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, dask_cluster_2: DaskCluster,
+) -> None:  # fmt: skip
+    c = dask_cluster_2
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    dask_probe.clear(dirs)
+    bucket = bucket_factory(seaweedfs)
+    hot = tmp_path / "hot"
+    write_checkpoint(hot, "hf", 10, 12 * MiB, shards=2, seed=10)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")],
+                       extra=f'[validation]\nenabled = false\n[scale]\ndask_address = "{c.address}"\n')  # fmt: skip
+    log = tmp_path / "serve.log"
+    env = prefect_server.cli_env(**seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"))
+    with open(log, "w") as out:
+        proc = subprocess.Popen([CKPTVAULT, "--config", str(cfg), "serve"], env=env, cwd=tmp_path,
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)  # fmt: skip
+    try:
+
+        def ingest_deployment() -> dict[str, Any] | None:
+            if proc.poll() is not None:
+                raise AssertionError(f"ckptvault serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+            ds = {d["name"]: d for d in prefect_server.deployments()}
+            return ds.get("ingest") if len(ds) == 5 else None
+
+        deployment = wait_for("ckptvault serve registers five deployments", ingest_deployment, 120)
+        t0 = time.monotonic()
+        run = prefect_server.post(f"/deployments/{deployment['id']}/create_flow_run", {})
+        state = wait_for(
+            "the served ingest run ends",
+            lambda: (
+                (s := prefect_server.flow_run(run["id"])["state"])["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s
+            ),
+            300,
+        )
+        assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
+        print(f"\nserve on Dask: the ingest run completed in {time.monotonic() - t0:.1f} s")
+    finally:
+        _stop_group(proc, 60)
+    seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+    done = [r for r in dask_probe.records(dirs) if r["key"].startswith("upload_one_task") and r["event"] == "memory"]
+    files = [p for p in (hot / "checkpoint-10").rglob("*") if p.is_file()]
+    assert len(done) == len(files)  # every upload ran on a worker of the cluster, none in the serve process
+    pids = c.worker_pids()
+    assert {(r["node"], r["pid"]) for r in done} == set(pids.items())  # both workers worked
