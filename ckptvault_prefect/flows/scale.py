@@ -127,6 +127,8 @@ def worker_resources() -> list[dict[str, float]] | None:
 
     ctx = FlowRunContext.get()
     runner = ctx.task_runner if ctx is not None else None
+    if hasattr(runner, "resolved"):  # ckptvault_prefect.flows.configured: the runner the run's [scale] chose
+        runner = runner.resolved()  # type: ignore[union-attr]
     if runner is None or type(runner).__name__ not in ("DaskTaskRunner", "CkptvaultDaskTaskRunner"):
         return None
     info = runner.client.scheduler_info(n_workers=-1)["workers"]  # type: ignore[attr-defined]

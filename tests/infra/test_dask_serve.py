@@ -108,3 +108,55 @@ def test_a_served_ingest_run_uploads_on_the_clusters_workers(
     assert len(done) == len(files)  # every upload ran on a worker of the cluster, none in the serve process
     pids = c.worker_pids()
     assert {(r["node"], r["pid"]) for r in done} == set(pids.items())  # both workers worked
+
+
+REGISTER = """
+import sys
+from prefect.types.entrypoint import EntrypointType
+from ckptvault_prefect.flows.configured import ingest
+d = ingest.to_deployment(
+    name="scaled", entrypoint_type=EntrypointType.MODULE_PATH, parameters={"config_path": sys.argv[1]}
+)
+d.entrypoint = "ckptvault_prefect.flows.configured.ingest"  # as prefect.yaml names it; the flow's own fn is ingest.py's
+print(d.apply())
+"""
+
+
+@pytest.mark.parametrize("scale", [True, False], ids=["scale", "no-scale"])
+def test_a_worker_started_run_of_the_configured_entrypoint_follows_scale(
+    prefect_server: local_prefect.PrefectServer,  # noqa: F811 - the fixture
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, dask_cluster_2: DaskCluster, scale: bool,
+) -> None:  # fmt: skip
+    """The run is started as a process worker starts it: `python -m prefect.engine` with
+    PREFECT__FLOW_RUN_ID, importing the flow from the deployment's entrypoint. With `[scale]` its
+    uploads run on the cluster's workers; without, in the run's own 2 threads (none on the cluster)."""
+    c = dask_cluster_2
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    dask_probe.clear(dirs)
+    bucket = bucket_factory(seaweedfs)
+    hot = tmp_path / "hot"
+    write_checkpoint(hot, "hf", 10, 12 * MiB, shards=2, seed=10)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")],
+                       extra="[validation]\nenabled = false\n"
+                       + (f'[scale]\ndask_address = "{c.address}"\n' if scale else ""))  # fmt: skip
+    env = prefect_server.cli_env(**seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"))
+    reg = subprocess.run([sys.executable, "-c", REGISTER, str(cfg)], env=env, capture_output=True, text=True,
+                         timeout=120, check=False, cwd=tmp_path)  # fmt: skip
+    assert reg.returncode == 0, reg.stderr[-3000:]
+    deployment_id = reg.stdout.strip().splitlines()[-1]
+    run = prefect_server.post(f"/deployments/{deployment_id}/create_flow_run", {})
+    t0 = time.monotonic()
+    engine = subprocess.run([sys.executable, "-m", "prefect.engine"], env={**env, "PREFECT__FLOW_RUN_ID": run["id"]},
+                            capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path)  # fmt: skip
+    state = prefect_server.flow_run(run["id"])["state"]
+    assert state["type"] == "COMPLETED", f"{state}\n{engine.stdout[-2000:]}\n{engine.stderr[-3000:]}"
+    print(f"\nworker-style run (scale={scale}): completed in {time.monotonic() - t0:.1f} s")
+    seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+    done = [r for r in dask_probe.records(dirs) if r["key"].startswith("upload_one_task") and r["event"] == "memory"]
+    if not scale:
+        assert done == []
+        return
+    files = [p for p in (hot / "checkpoint-10").rglob("*") if p.is_file()]
+    assert len(done) == len(files)
+    assert {(r["node"], r["pid"]) for r in done} == set(c.worker_pids().items())
