@@ -28,6 +28,7 @@ class ConfiguredTaskRunner(TaskRunner[Any]):
         self._default: TaskRunner[Any] = default or ThreadPoolTaskRunner(max_workers=2)
         self._chosen: TaskRunner[Any] | None = None
         self._stack = ExitStack()
+        self._failed: Exception | None = None
         self._lock = threading.Lock()  # tasks may be submitted from more than one thread
 
     def duplicate(self) -> ConfiguredTaskRunner:
@@ -44,8 +45,14 @@ class ConfiguredTaskRunner(TaskRunner[Any]):
     def resolved(self) -> TaskRunner[Any]:
         """The runner this run uses (chosen and entered now if no task was submitted yet)."""
         with self._lock:
+            if self._failed is not None:  # one handshake per run: each checkpoint gets the same error
+                raise self._failed
             if self._chosen is None:
-                self._chosen = self._stack.enter_context(self._choose())
+                try:
+                    self._chosen = self._stack.enter_context(self._choose())
+                except Exception as e:
+                    self._failed = e
+                    raise
             return self._chosen
 
     def _choose(self) -> TaskRunner[Any]:
@@ -77,7 +84,7 @@ class ConfiguredTaskRunner(TaskRunner[Any]):
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> None:
         self._stack.__exit__(exc_type, exc_value, traceback)
-        self._chosen = None
+        self._chosen = self._failed = None
         super().__exit__(exc_type, exc_value, traceback)
 
 

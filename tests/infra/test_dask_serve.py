@@ -110,6 +110,27 @@ def test_a_served_ingest_run_uploads_on_the_clusters_workers(
     assert {(r["node"], r["pid"]) for r in done} == set(pids.items())  # both workers worked
 
 
+def test_the_configured_runner_names_an_unreachable_scheduler_once_per_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from ckptvault_prefect.flows.configured import ConfiguredTaskRunner
+    from ckptvault_prefect.flows.scale import SchedulerUnreachable
+
+    address = f"tcp://127.0.0.1:{_closed_port()}"
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[store]\nbucket = "bkt"\n[scale]\ndask_address = "{address}"\nconnect_timeout_seconds = 1\n')
+    monkeypatch.setenv("CKPTVAULT_CONFIG", str(cfg))  # no flow run here: the flow's fallback, as config_path=None
+    with temporary_settings({PREFECT_API_URL: "http://127.0.0.1:1/api"}), ConfiguredTaskRunner().duplicate() as r:
+        with pytest.raises(SchedulerUnreachable, match=f"no Dask scheduler answered at {address} within 1 s") as first:
+            r.resolved()
+        t0 = time.monotonic()
+        with pytest.raises(SchedulerUnreachable) as again:
+            r.resolved()
+        assert again.value is first.value and time.monotonic() - t0 < 0.5  # not a second handshake
+
+
 REGISTER = """
 import sys
 from prefect.types.entrypoint import EntrypointType
