@@ -53,6 +53,7 @@ METHOD_ACTIONS: dict[str, frozenset[str]] = {
     "copy_object": frozenset({"s3:GetObject", "s3:PutObject", "s3:GetObjectTagging", "s3:PutObjectTagging"}),
     "upload_part_copy": frozenset({"s3:GetObject", "s3:PutObject"}),
     "delete_object": frozenset({"s3:DeleteObject"}),
+    "delete_objects": frozenset({"s3:DeleteObject"}),  # DeleteObjects: checked per key as DeleteObject
     "restore_object": frozenset({"s3:RestoreObject"}),
     "put_object_tagging": frozenset({"s3:PutObjectTagging"}),
     "get_object_tagging": frozenset({"s3:GetObjectTagging"}),
@@ -225,7 +226,7 @@ def test_the_scan_sees_the_calls_we_know_of() -> None:
 def test_the_scanner_catches_a_new_call_however_it_is_written() -> None:
     source = """
 def a(self):
-    self.client.delete_objects(Bucket="b", Delete={})
+    self.client.delete_bucket(Bucket="b")
 def b(req):
     req.client.get_object_attributes(Bucket="b", Key="k", ObjectAttributes=[])
 def c(client: "S3Client"):
@@ -241,7 +242,7 @@ def not_s3(req):
 """
     found = {c.method: c.function for c in scan_source(source, "example.py")}
     assert found == {
-        "delete_objects": "a",
+        "delete_bucket": "a",
         "get_object_attributes": "b",
         "list_object_versions": "c",
         "put_bucket_policy": "d",
