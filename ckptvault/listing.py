@@ -86,9 +86,17 @@ def render_json(states: Sequence[CheckpointState]) -> str:
     return "[\n" + ",\n".join(json.dumps(as_record(s)) for s in states) + "\n]"
 
 
-def render_table(states: Sequence[CheckpointState]) -> str:
-    if not states:
+def nothing_listed(filters: Sequence[str]) -> str:
+    """What `ls` prints when no save is listed. With filters (`--run R` and the like, as typed) a
+    mistyped run name must not read as an empty catalog."""
+    if not filters:
         return "(no checkpoints in the catalog yet)"
+    return f"(no checkpoint save matches {' '.join(filters)}; `ckptvault ls` without them lists every run)"
+
+
+def render_table(states: Sequence[CheckpointState], filters: Sequence[str] = ()) -> str:
+    if not states:
+        return nothing_listed(filters)
     header = ("RUN", "STEP", "SAVE", "FORMAT", "STATE", "LAST EVENT", "SIZE", "STORED", "FILES", "CLASS", "UPLOADED")
     rows = [
         (

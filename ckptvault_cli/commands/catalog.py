@@ -50,7 +50,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.state:
         states = [s for s in states if s.state == args.state]
     states = select(states, since, args.limit)
-    print(render_table(states))
+    given = (("--run", args.run), ("--state", args.state), ("--since", args.since))
+    filters = [f"{flag} {v}" for flag, v in given if v]
+    print(render_table(states, filters))
     return EXIT_OK
 
 

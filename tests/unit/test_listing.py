@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from ckptvault.catalog import Event, fold
 from ckptvault.catalog.eventlog import gc_paused
-from ckptvault.listing import _iso, as_record, render_json
+from ckptvault.listing import _iso, as_record, render_json, render_table
 
 
 def test_render_json_is_one_list_a_save_per_line_equal_to_the_records() -> None:
@@ -55,3 +55,11 @@ def test_gc_paused_nests_across_threads_and_restores_what_was_there() -> None:
         assert not gc.isenabled()  # off before, off after
     finally:
         gc.enable()
+
+
+def test_an_empty_listing_with_filters_names_them_not_an_empty_catalog() -> None:
+    assert render_table([]) == "(no checkpoints in the catalog yet)"
+    text = render_table([], ["--run llama-8b", "--state verified"])
+    assert "no checkpoint save matches --run llama-8b --state verified" in text
+    assert "catalog yet" not in text
+    assert "`ckptvault ls` without them" in text
