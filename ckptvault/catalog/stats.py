@@ -33,12 +33,13 @@ class CatalogStats:
     # storage class -> what those saves' objects occupy (compressed size where compressed): what the
     # class bills; by_class's bytes are the files' original sizes, what a restore writes
     stored_by_class: dict[str, int] = field(default_factory=dict)
+    combined: int = 0  # combined snapshots under _catalog/_combined/ (one, or two while a compaction ends)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "runs": self.runs, "checkpoints": self.checkpoints, "events": self.events,
-            "files": {"events": self.event_files, "snapshots": self.snapshots, "flat": self.flat_files,
-                      "set_aside": self.set_aside},
+            "files": {"events": self.event_files, "snapshots": self.snapshots, "combined": self.combined,
+                      "flat": self.flat_files, "set_aside": self.set_aside},
             "catalog_bytes": self.catalog_bytes, "by_state": dict(sorted(self.by_state.items())),
             "by_class": {c: {"checkpoints": n, "bytes": b, "stored_bytes": self.stored_by_class.get(c, b)}
                          for c, (n, b) in sorted(self.by_class.items())},
@@ -96,4 +97,5 @@ def stats(cat: Catalog) -> CatalogStats:
         event_files=kinds["events"], snapshots=kinds["snapshot"], flat_files=kinds["flat"],
         set_aside=kinds["set_aside"], catalog_bytes=size, by_state=dict(Counter(s.state for s in states)),
         by_class=by_class, unreadable=dict(cat.unreadable), stored_by_class=dict(stored),
+        combined=kinds["combined"],
     )  # fmt: skip

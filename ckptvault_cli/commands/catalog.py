@@ -85,8 +85,9 @@ def cmd_catalog_stats(args: argparse.Namespace) -> int:
         emit_json(st.as_dict())
         return EXIT_OK
     print(f"{st.runs} runs, {st.checkpoints} checkpoint saves, {st.events} events")
-    print(f"catalog objects: {st.event_files} event files, {st.snapshots} snapshots, {st.flat_files} in the flat "
-          f"layout, {st.set_aside} set aside ({humanize.size(st.catalog_bytes)})")  # fmt: skip
+    print(f"catalog objects: {st.event_files} event files, {st.snapshots} snapshots, {st.combined} combined, "
+          f"{st.flat_files} in the flat layout, {st.set_aside} set aside "
+          f"({humanize.size(st.catalog_bytes)})")  # fmt: skip
     print("by state: " + (", ".join(f"{k} {v}" for k, v in sorted(st.by_state.items())) or "-"))
     for cls, (n, b) in sorted(st.by_class.items()):
         stored = st.stored_by_class.get(cls, b)

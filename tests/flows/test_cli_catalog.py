@@ -119,7 +119,7 @@ def test_catalog_stats_counts_runs_checkpoints_events_files_and_bytes_per_class(
     assert doc["runs"] == 2
     assert doc["checkpoints"] == 4
     assert doc["events"] == 6 + 4 + 1 + 1
-    assert doc["files"] == {"events": 4, "snapshots": 1, "flat": 0, "set_aside": 0}
+    assert doc["files"] == {"events": 4, "snapshots": 1, "combined": 1, "flat": 0, "set_aside": 0}
     assert doc["catalog_bytes"] > 0
     assert doc["by_state"] == {"expired": 1, "pending": 1, "verified": 2}
     assert doc["by_class"] == {
@@ -131,4 +131,5 @@ def test_catalog_stats_counts_runs_checkpoints_events_files_and_bytes_per_class(
     assert main(["--config", str(cfg), "catalog", "stats"]) == 0
     text = capsys.readouterr().out
     assert "2 runs, 4 checkpoint saves, 12 events" in text
+    assert "1 snapshots, 1 combined," in text
     assert "GLACIER_IR" in text
