@@ -86,6 +86,11 @@ def read_combined(key: str, data: bytes) -> Combined:
         lost = [c for c in _STATE_FIELDS if c not in have and c not in _ADDED]
         if lost:
             raise KeyError(lost[0])
+        # The footer alone says nothing of the data pages. A damaged page found later, in a read of
+        # every run or in a compaction's rewrite, would fail every command instead of being skipped and
+        # set aside: decode each row group once here (one at a time: memory stays one row group).
+        for g in range(pf.num_row_groups):
+            pf.read_row_group(g)
     except CatalogError:
         raise
     except (pa.ArrowInvalid, OSError, KeyError, ValueError, TypeError, AttributeError) as e:

@@ -19,7 +19,7 @@ from ckptvault.catalog.fold import _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
 from ckptvault.catalog.model import CatalogError
 from ckptvault.catalog.snapshot import _snapshot_bytes
-from ckptvault.store.port import StoreError
+from ckptvault.store.port import NotFoundError, StoreError
 
 if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog
@@ -102,6 +102,8 @@ def _write_combined(
     the runs compacted now replaced by their snapshots (`pieces`, in memory); with `listed` (every
     run's partition, as this compaction listed it) also each run it does not cover whose partition is
     clean, from that one snapshot. Then the older ones are deleted, the unreadable set aside."""
+    if listed is None and not pieces and len(keys) <= 1:
+        return  # nothing compacted, nothing to refresh, no older one to clear: no GET of it either
     try:
         prev = cat._combined(keys)
     except _Vanished:
@@ -188,8 +190,10 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
         failed = cat.store.delete_many([k for k in old if k not in cat.unreadable])
         if failed:
             k, why = next(iter(sorted(failed.items())))
-            raise StoreError(f"catalog: could not delete {len(failed)} merged event files of run {run} "
-                             f"(they read once, beside the merged file), e.g. {k}: {why}")  # fmt: skip
+            raise StoreError(f"catalog: could not delete {len(failed)} merged event files of run {run}, e.g. "
+                             f"{k}: {why}. Nothing is lost or doubled: their events are also in {merged} and are "
+                             f"read once; the next compaction deletes them. If it keeps failing, check that the "
+                             f"worker may s3:DeleteObject under {cat.root}")  # fmt: skip
     for k in snaps:
         cat.store.delete(k)
     return (len(old) if merged is not None else 0), piece
@@ -221,7 +225,11 @@ def _set_aside(cat: Catalog, key: str) -> None:
     events someone can still recover by hand."""
     rel = key[len(cat.root) :]
     aside = cat.root + "unreadable/" + (rel[len("events/") :] if rel.startswith("events/") else rel)
-    cat.store.put_bytes(aside, cat.store.get_bytes(key), content_type="application/octet-stream")
+    try:
+        data = cat.store.get_bytes(key)
+    except NotFoundError:
+        return  # a compaction racing this one has set it aside already
+    cat.store.put_bytes(aside, data, content_type="application/octet-stream")
     cat.store.delete(key)
     log.warning("catalog: set the unreadable catalog file %s aside as %s", key, aside)
 

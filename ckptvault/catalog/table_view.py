@@ -86,7 +86,8 @@ def current_table(cat: Catalog, run: str | None = None) -> pa.Table:
         runs, parts, flat_by_run, comb = cat._partitions(run)
         # the runs the combined snapshot covers in one table (one GET); the rest partition by partition
         whole = [r for r in runs if comb.covers(r, parts[r])] if comb is not None else []
-        rest = [r for r in runs if r not in set(whole)]
+        covered = set(whole)
+        rest = [r for r in runs if r not in covered]
 
         def one(r: str) -> pa.Table:
             return _part_table(cat, r, parts.get(r, _Part([], [])), flat_by_run.get(r))

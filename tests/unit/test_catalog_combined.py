@@ -221,3 +221,38 @@ def test_a_previous_one_out_of_run_order_is_named_and_not_copied(caplog: pytest.
     c = _cat(store)._combined([new])
     assert c is not None and sorted(c.runs) == ["d"]  # the others read from their partitions
     _same_as_partitions(store, everything)
+
+
+def test_a_damaged_data_page_is_named_skipped_and_set_aside_like_a_garbage_footer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, everything = _built()
+    [key] = _combined(store)
+    data = bytearray(store.objects[key])
+    col = pq.ParquetFile(pa.BufferReader(bytes(data))).metadata.row_group(0).column(0)
+    end = (col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size
+    data[end - 4 : end] = b"\xff\xff\xff\xff"  # the footer still reads: only the page behind it is bad
+    store.objects[key] = bytes(data)
+    with caplog.at_level("WARNING", logger="ckptvault.catalog"):
+        assert _cat(store).current() == _fold_python(everything)
+    assert key in caplog.text
+    cat = _cat(store)
+    cat.append(_life("a", 7, 700.0))
+    cat.compact(time.time())  # the rewrite must not decode it either: set aside, a new one written
+    assert key not in store.objects and f"p/_catalog/unreadable/_combined/{key.rsplit('/', 1)[1]}" in store.objects
+    assert len(_combined(store)) == 1
+    _same_as_partitions(store, [*everything, *_life("a", 7, 700.0)])
+
+
+def test_a_compaction_with_nothing_to_merge_does_not_fetch_the_combined_snapshot() -> None:
+    store, _ = _built()
+    store.got.clear()
+    assert _cat(store).compact(time.time(), runs=["a"]) == 0  # an ingest's compaction of a clean run
+    assert not [k for k in store.got if "/_combined/" in k], store.got
+
+
+def test_setting_aside_a_file_another_compaction_just_moved_is_not_an_error() -> None:
+    store, _ = _built()
+    gone = "p/_catalog/_combined/00000000000000000001-" + "e" * 32 + ".parquet"
+    compaction_module._set_aside(_cat(store), gone)  # NotFoundError before: the racing compaction's crash
+    assert not any(k.endswith(gone.rsplit("/", 1)[1]) for k in store.objects)
