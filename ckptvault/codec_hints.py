@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import struct
+import threading
 import zipfile
 from pathlib import Path
 
@@ -119,16 +120,26 @@ def _torch_zip(path: Path) -> int | None:
     return _heaviest(weight)
 
 
+# Uploads ask from parallel threads: one reads `.metadata` while the others wait for its answer
+_DCP_LOCK = threading.Lock()
+
+
 def _distcp(path: Path) -> int | None:
     meta = path.parent / dcp.METADATA
     try:
         st = meta.stat()
-        by_file = _dcp_element_bytes(str(meta), st.st_mtime_ns, st.st_size)
-    except Exception:  # a hint only, as for a zip: a missing, torn or hostile .metadata means no hint
+    except OSError:
         return None
+    if st.st_size > dcp.MAX_METADATA:  # from stat, before any open: the trial decides
+        return None
+    with _DCP_LOCK:
+        by_file = _dcp_element_bytes(str(meta), st.st_mtime_ns, st.st_size)
     return _heaviest(by_file.get(path.name, {}))
 
 
 @functools.lru_cache(maxsize=4)  # every .distcp of a save asks about the one .metadata: read it once
 def _dcp_element_bytes(meta: str, _mtime_ns: int, _size: int) -> dict[str, dict[int, int]]:
-    return dcp.element_bytes(Path(meta))
+    try:
+        return dcp.element_bytes(Path(meta))
+    except Exception:  # a hint only, as for a zip: a torn or hostile .metadata means no hint, remembered,
+        return {}  # so its parse (seconds for a large one) is not repeated for each .distcp of the save

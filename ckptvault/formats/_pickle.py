@@ -14,7 +14,6 @@ bytes of a score, never its weights.
 
 from __future__ import annotations
 
-import contextlib
 import pickletools
 import struct
 import zipfile
@@ -53,10 +52,16 @@ def _to_mark(stack: list[Any]) -> list[Any]:
     return items
 
 
+# Keys kept in a symbolic dict: hashing any of these is cheap. A tuple key is left out: a hostile pickle
+# can nest one 300,000 deep (the hash overflows the C stack: SIGSEGV, which no except catches) or share
+# it through the memo (exponential time), in a file far under any size limit.
+_KEYS = (str, int, float, bytes, bool, type(None), Global, Call)
+
+
 def _set(target: Any, pairs: list[tuple[Any, Any]]) -> None:
     if isinstance(target, dict):
         for k, v in pairs:
-            with contextlib.suppress(TypeError):  # an unhashable symbolic key: left out
+            if isinstance(k, _KEYS):
                 target[k] = v
 
 
@@ -116,7 +121,8 @@ def read(stream: IO[bytes] | bytes, persids: list[PersId] | None = None) -> Any:
             stack.append(Global(str(arg).replace(" ", ".", 1)))
         elif name == "STACK_GLOBAL":
             qual, mod = stack.pop(), stack.pop()
-            stack.append(Global(f"{mod}.{qual}"))
+            # str() of anything else could be exponential (memo-shared lists): only names make a Global
+            stack.append(Global(f"{mod}.{qual}") if isinstance(mod, str) and isinstance(qual, str) else None)
         elif name in ("REDUCE", "NEWOBJ"):
             args, func = stack.pop(), stack.pop()
             stack.append(Call(func, args))

@@ -74,7 +74,7 @@ def _fields(obj: Any, cls: str) -> dict[str, Any]:
     """The fields of a pickled dataclass `cls` (its BUILD state); ValueError if `obj` is not one."""
     if isinstance(obj, _pickle.Call) and obj.func == _pickle.Global(cls) and isinstance(obj.state, dict):
         return obj.state
-    raise ValueError(f"not a {cls}: {obj!r:.80}")
+    raise ValueError(f"not a {cls}: a {type(obj).__name__}")  # not its repr: exponential for shared lists
 
 
 def _dtype(props: Any) -> Any:

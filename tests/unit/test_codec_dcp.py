@@ -57,8 +57,9 @@ def test_a_garbled_or_hostile_metadata_gives_no_hint_and_runs_nothing(tmp_path: 
 
     meta.write_bytes(pickle.dumps(Boom()))
     assert codec.header_hint(f) is None and not (tmp_path / "ran").exists()
-    meta.write_bytes(pickle.dumps({"state_dict_metadata": {}, "storage_data": {}}))  # not torch's Metadata
-    assert codec.header_hint(f) is None
+    with pytest.raises(ValueError, match=r"not a torch\.distributed\.checkpoint\.metadata\.Metadata"):
+        dcp_format.element_bytes(_put(meta, pickle.dumps({"state_dict_metadata": {}, "storage_data": {}})))
+    assert codec.header_hint(f) is None  # a plain dict with Metadata's field names is not torch's Metadata
     meta.unlink()
     assert codec.header_hint(f) is None
     # the trial still decides, and BF16 weights still compress
@@ -76,3 +77,45 @@ def test_a_metadata_over_the_size_limit_is_not_read(tmp_path: Path, monkeypatch:
     assert codec.header_hint(f) is None
     monkeypatch.setattr(dcp_format, "MAX_METADATA", size)
     assert codec.header_hint(f) == (2, "DCP metadata")
+
+
+def _put(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+_HOSTILE = r"""
+import pickle, sys
+from pathlib import Path
+from ckptvault import codec
+d = Path(sys.argv[1])
+(d / "__0_0.distcp").write_bytes(b"\0" * (2 << 20))
+shared = []
+for _ in range(40):
+    shared = [shared, shared]  # 2**40 elements through the memo: a few hundred bytes
+flat = pickle.dumps(shared, protocol=2)[:-1]
+cases = {
+    # a dict key nested 300,000 tuples deep: hashing it overflows the C stack
+    "deep tuple key": b"\x80\x02}N" + b"\x85" * 300_000 + b"Ns.",
+    # a top-level object whose repr (in an error message) would be exponential
+    "shared list": pickle.dumps(shared, protocol=2),
+    # STACK_GLOBAL naming a module by that list: its str() would be exponential too
+    "shared global": flat + b"\x8c\x01x\x93.",
+}
+for name, data in cases.items():
+    (d / ".metadata").write_bytes(data)
+    codec_hint = codec.header_hint(d / "__0_0.distcp")
+    assert codec_hint is None, (name, codec_hint)
+    print("ok", name, len(data))
+"""
+
+
+def test_hostile_metadata_gives_no_hint_in_bounded_time_and_never_crashes(tmp_path: Path) -> None:
+    """Pickles far under the size limit that crashed (SIGSEGV, past any except) or ran for hours."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _HOSTILE, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.count("ok ") == 3, proc.stdout
