@@ -16,8 +16,9 @@ Faults, each at its own seeded rate (a fraction of requests), decided per reques
                    retry repeats something that already happened (a conditional PUT, a
                    CompleteMultipartUpload)
   latency          the request is delayed by `latency_s` seconds, then forwarded normally
-`hold(op, ...)` makes every request of those operations wait, unforwarded, until `release()`; `held`
-lists their clients' (host, port), so a test can tell which process is in the middle of one.
+`hold(op, ..., first=n)` makes every request of those operations (or only the first n of them) wait,
+unforwarded, until `release()`; `held` lists their clients' (host, port), so a test can tell which
+process is in the middle of one.
 `counts` says what was injected (per kind and per kind/S3 operation); `requests` counts every request;
 `peak_in_flight` is the most requests of each S3 operation the proxy was handling at the same moment.
 The same seed gives the same sequence of decisions (thread timing decides which request gets which).
@@ -116,6 +117,7 @@ class FaultProxy:
         self.in_flight: Counter[str] = Counter()
         self.peak_in_flight: Counter[str] = Counter()
         self.hold_ops: frozenset[str] = frozenset()
+        self._hold_left: int | None = None  # how many more requests of hold_ops to hold (None: all)
         self.held: list[tuple[str, int]] = []
         self.first_held = threading.Event()
         self._released = threading.Event()
@@ -166,9 +168,11 @@ class FaultProxy:
         finally:
             self.enabled = was
 
-    def hold(self, *ops: str) -> None:
-        """Requests of `ops` wait before they are read or forwarded, until release()."""
+    def hold(self, *ops: str, first: int | None = None) -> None:
+        """Requests of `ops` (only the first `first` of them, if given) wait before they are read or
+        forwarded, until release()."""
         self._released.clear()
+        self._hold_left = first
         self.hold_ops = frozenset(ops)
 
     def release(self) -> None:
@@ -179,6 +183,10 @@ class FaultProxy:
         if op not in self.hold_ops:
             return
         with self._lock:
+            if self._hold_left is not None:
+                if self._hold_left <= 0:
+                    return
+                self._hold_left -= 1
             self.held.append(client)
         self.first_held.set()
         self._released.wait(timeout=300)  # a test that forgets release() does not hang its server forever
