@@ -224,6 +224,9 @@ def readable_index_files(placement: Placement, files: tuple[LocalFile, ...]) -> 
     return [f for f in files if f.rel.endswith(INDEX_SUFFIX) and placement.node_of(f.rel) == 0]
 
 
+_RANK_FIX = "put the file back on its node (checked again next pass) or delete the checkpoint there"
+
+
 def rank_gaps(placement: Placement, fmt: str, rels: Sequence[str]) -> list[str]:
     """The layout's rank-completeness rule over every node's names, each missing file named with the
     node that should hold it. Discovery runs these rules on the flow's node, which sees node 0's
@@ -235,16 +238,16 @@ def rank_gaps(placement: Placement, fmt: str, rels: Sequence[str]) -> list[str]:
     gaps: list[str] = []
     if fmt == deepspeed.LAYOUT_NAME:
         what, gaps = deepspeed.rank_file_gaps(top)
-    elif fmt == "megatron":
+    elif fmt == megatron.MegatronLayout.name:
         with_pt = {r.split("/")[0] for r in rels if r.count("/") == 1 and r.endswith(".pt")}
         what, gaps = megatron.rank_grid_gaps({r.split("/")[0] for r in rels}, with_pt.__contains__)
     if what and not gaps:
-        return [f"{what}, over every node's files"]
+        return [f"{what}, over every node's files: {_RANK_FIX}"]
     gaps += dcp.rank_gaps(rels)  # every layout that writes .distcp shards (DCP, Megatron torch_dist, NeMo)
     # a DCP gap is `__R_*.distcp`: place it by a concrete name of that rank
     return [
         f"{g}: missing on {placement.name(placement.node_of(g.replace('*', '0')))}"
-        f"{f' ({what})' if what else ''}: its rank did not save it, or that node lost it"
+        f"{f' ({what})' if what else ''}: its rank did not save it, or that node lost it; {_RANK_FIX}"
         for g in gaps
     ]
 

@@ -73,7 +73,9 @@ class ConfiguredTaskRunner(TaskRunner[Any]):
                 check_scheduler(choice)  # one bounded handshake: a wrong address fails the run now
             from ckptvault_prefect.flows.runners import task_runner_for
 
-            runner = task_runner_for(choice) or self._default
+            chosen = task_runner_for(choice)
+            assert chosen is not None  # needs_prefect: a cluster or local workers, never the threads
+            runner = chosen
         return runner
 
     def submit(self, task: Any, parameters: dict[str, Any], wait_for: Any = None, dependencies: Any = None) -> Any:

@@ -308,12 +308,12 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
     # workers (the task runner's concurrency bounds what runs, and so the memory; the rest queues).
     # Each step below is per checkpoint: one broken checkpoint must not stop the others.
     slots: list[Outcome | _Pending] = []
-    listed: list[Gathered | Outcome | Exception | None] = []
+    listed: list[Gathered | Outcome | None] = []
     for found in founds:
         try:
             listed.append(_nodes_listed(cfg, found, known_by_run[found.run]))
         except Exception as e:
-            listed.append(e)
+            listed.append(_failed(found, e))
 
     def finish(i: int) -> None:
         p = slots[i]
@@ -328,8 +328,8 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
             finish(i)
 
     for found, got in zip(founds, listed, strict=True):
-        if isinstance(got, (Outcome, Exception)):
-            slots.append(got if isinstance(got, Outcome) else _failed(found, got))
+        if isinstance(got, Outcome):
+            slots.append(got)
             continue
         try:
             slots.append(_prepare(cfg, store, catalog, found, got, known_by_run[found.run], reports, run_id,

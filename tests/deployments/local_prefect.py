@@ -94,6 +94,20 @@ class PrefectServer:
         result: dict[str, Any] = self.get(f"/flow_runs/{flow_run_id}")
         return result
 
+    def run_deployment(self, deployment_id: str, timeout: float) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Create a flow run of the deployment and wait until it ends: (the run, its final state)."""
+        run: dict[str, Any] = self.post(f"/deployments/{deployment_id}/create_flow_run", {})
+        state: dict[str, Any] = wait_for(
+            "the deployment's run ends",
+            lambda: (s := self.flow_run(run["id"])["state"])["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s,
+            timeout,
+        )
+        return run, state
+
+    def task_runs(self, flow_run_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.post("/task_runs/filter", {"flow_runs": {"id": {"any_": [flow_run_id]}}})
+        return result
+
     def artifact_keys(self, flow_run_id: str) -> set[str]:
         arts = self.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run_id]}}})
         return {a["key"] for a in arts if a.get("key")}

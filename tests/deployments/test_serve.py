@@ -120,14 +120,7 @@ def test_ckptvault_serve_registers_and_runs_the_five_deployments(
 
         # A run of the served ingest deployment executes in the serve process (no worker, no pool).
         t1 = time.monotonic()
-        run = prefect_server.post(f"/deployments/{deployments['ingest']['id']}/create_flow_run", {})
-        state = wait_for(
-            "the served ingest run ends",
-            lambda: (
-                (s := prefect_server.flow_run(run["id"])["state"])["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s
-            ),
-            240,
-        )
+        _, state = prefect_server.run_deployment(deployments["ingest"]["id"], 240)
         assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
         print(f"serve: ingest run completed in {time.monotonic() - t1:.1f} s")
         seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)

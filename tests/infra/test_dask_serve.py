@@ -66,14 +66,9 @@ def test_a_served_ingest_run_uploads_on_the_clusters_workers(
     seaweedfs: Any, bucket_factory: Any, tmp_path: Path, dask_cluster_2: DaskCluster,
 ) -> None:  # fmt: skip
     c = dask_cluster_2
-    dirs = [c.node_dir(i) for i in range(c.workers)]
-    dask_probe.install(c.address)
-    dask_probe.clear(dirs)
+    dirs = _probed(c)
     bucket = bucket_factory(seaweedfs)
-    hot = tmp_path / "hot"
-    write_checkpoint(hot, "hf", 10, 12 * MiB, shards=2, seed=10)
-    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")],
-                       extra=f'[validation]\nenabled = false\n[scale]\ndask_address = "{c.address}"\n')  # fmt: skip
+    cfg, hot = _one_checkpoint(tmp_path, seaweedfs, bucket, c.address)
     log = tmp_path / "serve.log"
     env = prefect_server.cli_env(**seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"))
     with open(log, "w") as out:
@@ -90,24 +85,12 @@ def test_a_served_ingest_run_uploads_on_the_clusters_workers(
 
         deployment = wait_for("ckptvault serve registers five deployments", ingest_deployment, 120)
         t0 = time.monotonic()
-        run = prefect_server.post(f"/deployments/{deployment['id']}/create_flow_run", {})
-        state = wait_for(
-            "the served ingest run ends",
-            lambda: (
-                (s := prefect_server.flow_run(run["id"])["state"])["type"] in {"COMPLETED", "FAILED", "CRASHED"} and s
-            ),
-            300,
-        )
+        _, state = prefect_server.run_deployment(deployment["id"], 300)
         assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
         print(f"\nserve on Dask: the ingest run completed in {time.monotonic() - t0:.1f} s")
     finally:
         _stop_group(proc, 60)
-    seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
-    done = [r for r in dask_probe.records(dirs) if r["key"].startswith("upload_one_task") and r["event"] == "memory"]
-    files = [p for p in (hot / "checkpoint-10").rglob("*") if p.is_file()]
-    assert len(done) == len(files)  # every upload ran on a worker of the cluster, none in the serve process
-    pids = c.worker_pids()
-    assert {(r["node"], r["pid"]) for r in done} == set(pids.items())  # both workers worked
+    _assert_uploaded_on(c, dirs, seaweedfs, bucket, hot)  # none in the serve process
 
 
 def test_the_configured_runner_names_an_unreachable_scheduler_once_per_run(
@@ -152,15 +135,9 @@ def test_a_worker_started_run_of_the_configured_entrypoint_follows_scale(
     PREFECT__FLOW_RUN_ID, importing the flow from the deployment's entrypoint. With `[scale]` its
     uploads run on the cluster's workers; without, in the run's own 2 threads (none on the cluster)."""
     c = dask_cluster_2
-    dirs = [c.node_dir(i) for i in range(c.workers)]
-    dask_probe.install(c.address)
-    dask_probe.clear(dirs)
+    dirs = _probed(c)
     bucket = bucket_factory(seaweedfs)
-    hot = tmp_path / "hot"
-    write_checkpoint(hot, "hf", 10, 12 * MiB, shards=2, seed=10)
-    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")],
-                       extra="[validation]\nenabled = false\n"
-                       + (f'[scale]\ndask_address = "{c.address}"\n' if scale else ""))  # fmt: skip
+    cfg, hot = _one_checkpoint(tmp_path, seaweedfs, bucket, c.address if scale else None)
     env = prefect_server.cli_env(**seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"))
     reg = subprocess.run([sys.executable, "-c", REGISTER, str(cfg)], env=env, capture_output=True, text=True,
                          timeout=120, check=False, cwd=tmp_path)  # fmt: skip
@@ -173,11 +150,49 @@ def test_a_worker_started_run_of_the_configured_entrypoint_follows_scale(
     state = prefect_server.flow_run(run["id"])["state"]
     assert state["type"] == "COMPLETED", f"{state}\n{engine.stdout[-2000:]}\n{engine.stderr[-3000:]}"
     print(f"\nworker-style run (scale={scale}): completed in {time.monotonic() - t0:.1f} s")
-    seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
-    done = [r for r in dask_probe.records(dirs) if r["key"].startswith("upload_one_task") and r["event"] == "memory"]
-    if not scale:
-        assert done == []
+    if scale:
+        _assert_uploaded_on(c, dirs, seaweedfs, bucket, hot)
         return
-    files = [p for p in (hot / "checkpoint-10").rglob("*") if p.is_file()]
-    assert len(done) == len(files)
+    # without [scale]: every file's upload a completed task run of this flow run (its own threads),
+    # and none of them on the cluster
+    seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+    def uploads() -> list[dict[str, Any]]:  # task runs reach the API through events: a moment after the run
+        runs = [r for r in prefect_server.task_runs(run["id"]) if r["task_key"].startswith("upload_one_task")]
+        return runs if len(runs) == len(_files(hot)) and {r["state_type"] for r in runs} == {"COMPLETED"} else []
+
+    wait_for("every file's upload a completed task run of this flow run", uploads, 60)
+    assert _uploads_on_cluster(dirs) == []
+
+
+def _probed(c: DaskCluster) -> list[Path]:
+    """The cluster's node directories, its workers recording where each task runs, nothing recorded yet."""
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    dask_probe.clear(dirs)
+    return dirs
+
+
+def _one_checkpoint(tmp_path: Path, seaweedfs: Any, bucket: str, address: str | None) -> tuple[Path, Path]:
+    """A config of one hf checkpoint (gates off), with `[scale] dask_address` when an address is given."""
+    hot = tmp_path / "hot"
+    write_checkpoint(hot, "hf", 10, 12 * MiB, shards=2, seed=10)
+    scale = f'[scale]\ndask_address = "{address}"\n' if address else ""
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")],
+                       extra="[validation]\nenabled = false\n" + scale)  # fmt: skip
+    return cfg, hot
+
+
+def _files(hot: Path) -> list[Path]:
+    return [p for p in (hot / "checkpoint-10").rglob("*") if p.is_file()]
+
+
+def _uploads_on_cluster(dirs: list[Path]) -> list[dict[str, Any]]:
+    return [r for r in dask_probe.records(dirs) if r["key"].startswith("upload_one_task") and r["event"] == "memory"]
+
+
+def _assert_uploaded_on(c: DaskCluster, dirs: list[Path], seaweedfs: Any, bucket: str, hot: Path) -> None:
+    """The checkpoint is committed, and every file's upload ran on a worker of the cluster, both working."""
+    seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+    done = _uploads_on_cluster(dirs)
+    assert len(done) == len(_files(hot))
     assert {(r["node"], r["pid"]) for r in done} == set(c.worker_pids().items())

@@ -220,4 +220,5 @@ def test_a_rank_file_missing_on_another_node_makes_the_checkpoint_invalid_naming
 def test_a_deepspeed_tag_without_model_states_over_every_node_is_invalid(tmp_path: Path) -> None:
     p = Placement(2, r"zero_pp_rank_(?P<rank>\d+)_", 2)
     problems = validate_gathered(_gathered(tmp_path, "deepspeed", ZERO), p)
-    assert problems == ["no mp_rank_XX_model_states.pt yet (DeepSpeed's model states), over every node's files"]
+    assert problems == ["no mp_rank_XX_model_states.pt yet (DeepSpeed's model states), over every node's files: "
+                        "put the file back on its node (checked again next pass) or delete the checkpoint there"]
