@@ -11,6 +11,17 @@ from ckptvault_cli.commands.serve import cmd_serve
 from ckptvault_cli.commands.tiering import cmd_plan, cmd_tier, cmd_watch
 
 
+def _dask_flags(s: argparse.ArgumentParser, work: str) -> None:
+    s.add_argument(
+        "--dask-workers", type=int, metavar="N", help=f"fan file {work} out over a new local Dask cluster of N workers"
+    )
+    s.add_argument(
+        "--dask-address",
+        metavar="tcp://HOST:PORT",
+        help=f"fan file {work} out over the existing Dask cluster of this scheduler (overrides [scale])",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ckptvault import __version__
     config_help = "the TOML config (default: $CKPTVAULT_CONFIG)"
@@ -24,14 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
-    s.add_argument(
-        "--dask-workers", type=int, metavar="N", help="fan file uploads out over a new local Dask cluster of N workers"
-    )
-    s.add_argument(
-        "--dask-address",
-        metavar="tcp://HOST:PORT",
-        help="fan file uploads out over the existing Dask cluster of this scheduler (overrides [scale])",
-    )
+    _dask_flags(s, "uploads")
     s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.set_defaults(fn=cmd_ingest)
 
@@ -68,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["Expedited", "Standard", "Bulk"],
         help="thaw speed for archived objects (cost rises with speed)",
     )
+    _dask_flags(s, "downloads")
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
     s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")

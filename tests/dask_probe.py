@@ -37,7 +37,8 @@ class WhereTasksRan(WorkerPlugin):
                 f.write(json.dumps(line) + "\n")
 
     def _what(self, key: Any) -> dict[str, Any]:
-        """Which file an upload task sends (`rel`), which node a listing task lists (`lists`): read from
+        """Which file an upload task sends or a download fetches (`rel`; `download`: the object's key),
+        which node a listing task lists (`lists`): read from
         the Prefect task run's parameters, which prefect-dask passes as the Dask task's `parameters`."""
         ts = self.worker.state.tasks.get(key)
         kwargs = getattr(getattr(ts, "run_spec", None), "kwargs", None) or {}
@@ -49,6 +50,10 @@ class WhereTasksRan(WorkerPlugin):
         if job is not None and hasattr(job, "file"):
             out["rel"] = job.file.rel
             out["path"] = str(job.file.path)
+        plan = params.get("plan")
+        if plan is not None and hasattr(plan, "key"):  # a restore's download (ckptvault.restore.plan.ObjectPlan)
+            out["rel"] = plan.path
+            out["download"] = plan.key
         if isinstance(params.get("node"), int):
             out["lists"] = params["node"]
         return out

@@ -92,7 +92,9 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
             f"{manifest.run} step {manifest.step}: {len(missing)} objects named by the manifest are missing or wrong: "
             + ", ".join(missing[:10])
         )
-    return plans
+    # Largest first: the downloads fan out over threads or Dask workers in this order, and a big file
+    # started last would leave every other worker idle while it finishes (stable: ties keep the manifest's order)
+    return sorted(plans, key=lambda p: p.stored_bytes, reverse=True)
 
 
 def request_thaw(store: ObjectStore, plans: Sequence[ObjectPlan], tier: str, days: int = 3) -> dict[str, int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ckptvault_cli import process, running
 from ckptvault_cli.output import emit_json, say
@@ -12,9 +13,14 @@ from ckptvault_cli.preflight import (
     UsageError,
     check_destination_or_usage,
     preflight,
+    preflight_runner,
     preflight_store,
     start_prefect_note,
 )
+
+if TYPE_CHECKING:
+    from ckptvault.config import Config
+    from ckptvault_prefect.flows.scale import RunnerChoice
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -35,6 +41,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     except lib.RestoreError as e:
         raise UsageError(str(e)) from None
     check_destination_or_usage(lib.check_destination, args)
+    choice = restore_runner(cfg, args)
     if not args.json:
         # What it will cost and how long, on stdout, before anything starts: the manifest and one LIST.
         for note in chosen.notes:
@@ -48,9 +55,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from ckptvault_prefect.flows.restore import restore
 
     process.imports_done()
+    if choice.needs_prefect:
+        from ckptvault_prefect.flows.runners import task_runner_for
+
+        restore = restore.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     result = running.run_flow(
         restore,
         4,
+        force_prefect=choice.needs_prefect,
         run=args.run,
         dest=args.dest,
         step=str(chosen.step),
@@ -79,6 +91,28 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(result.message or "still thawing")
     return EXIT_OK if args.no_wait else EXIT_FAILED
+
+
+def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
+    """Where the downloads run: the flags, then `[scale]`, as for ingest; a cluster only if every one
+    of its workers sees the destination's file system (ckptvault_prefect.flows.scale.for_restore)."""
+    from pathlib import Path
+
+    from ckptvault_prefect.flows.scale import RunnerChoiceError, for_restore, workers_not_seeing
+
+    choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
+    if choice.kind != "cluster":
+        return choice
+    where = Path(args.dest).expanduser().resolve().parent
+    while not where.is_dir():  # the staging directory's parents are made at restore: the nearest that exists
+        where = where.parent
+    try:
+        chosen = for_restore(choice, workers_not_seeing(choice, where), where)
+    except RunnerChoiceError as e:
+        raise UsageError(str(e)) from None
+    if chosen is not choice:
+        say(f"ckptvault: restoring from this host, not on the Dask cluster of {chosen.origin}")
+    return chosen
 
 
 def cmd_drill(args: argparse.Namespace) -> int:

@@ -11,8 +11,11 @@ operator typed for this one run. Both flags at once is an error, as are both key
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from ckptvault.config import ScaleConfig, parse_dask_address
@@ -118,6 +121,45 @@ def check_scheduler(choice: RunnerChoice) -> int:
             "--dask-workers N"
         )
     return workers
+
+
+def for_restore(choice: RunnerChoice, blind: Sequence[str], where: Path) -> RunnerChoice:
+    """The runner for a restore into `where`, given the cluster's workers that cannot see it (`blind`).
+
+    The workers write into a staging directory that this process then renames into place, so every
+    worker must see the destination's file system at the same path. A cluster the operator named on
+    the command line that cannot is an error; `[scale]`'s cluster, set for ingest, is not what this
+    restore asked for, so the restore runs from this host instead (the caller says so)."""
+    if not blind:
+        return choice
+    if choice.origin.startswith("--"):
+        raise RunnerChoiceError(
+            f"{choice.origin} {choice.address}: its worker(s) {', '.join(blind)} do not see {where}, where the "
+            "restore stages its files: restore to a directory every worker mounts at the same path (a "
+            "shared file system), or drop --dask-address (--dask-workers N runs the downloads on this host)"
+        )
+    return RunnerChoice("threads", f"{choice.origin}, whose worker(s) {', '.join(blind)} do not see {where}")
+
+
+def workers_not_seeing(choice: RunnerChoice, where: Path) -> list[str]:
+    """The names of the cluster's workers that do not see `where` (an existing directory): a marker file
+    written here, looked for by every worker, then removed."""
+    assert choice.kind == "cluster" and choice.address is not None
+    import uuid
+
+    from distributed import Client
+
+    marker = where / f".ckptvault-visible-{uuid.uuid4().hex[:12]}"
+    marker.write_bytes(b"")
+    try:
+        with Client(  # type: ignore[no-untyped-call]
+            choice.address, timeout=choice.connect_timeout, set_as_default=False
+        ) as client:
+            seen: dict[str, bool] = client.run(os.path.exists, str(marker))
+            info = client.scheduler_info(n_workers=-1)["workers"]
+    finally:
+        marker.unlink(missing_ok=True)
+    return sorted(str(info.get(a, {}).get("name", a)) for a, ok in seen.items() if not ok)
 
 
 def worker_resources() -> list[dict[str, float]] | None:

@@ -76,6 +76,8 @@ def _ingest(store: MemoryStore, root: Path, step: int) -> tuple[Manifest, Path]:
 
 def _restore(store: MemoryStore, manifest: Manifest, dest: Path) -> Path:
     plans = restore.plan_objects(store, PREFIX, manifest)
+    # largest first, so the biggest download starts first on the threads or Dask workers
+    assert [p.stored_bytes for p in plans] == sorted((f.stored_bytes for f in manifest.files), reverse=True)
     staged = restore.staging_dir(dest)
     for plan in plans:
         restore.download_one(store, plan, staged, manifest)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ckptvault.config import ConfigError, ScaleConfig, parse_config, parse_dask_address
-from ckptvault_prefect.flows.scale import RunnerChoice, RunnerChoiceError, choose_runner
+from ckptvault_prefect.flows.scale import RunnerChoice, RunnerChoiceError, choose_runner, for_restore
 
 API = "http://127.0.0.1:4200/api"
 BASE = '[store]\nbucket = "ckpts"\n'
@@ -84,3 +86,27 @@ def test_both_keys_in_the_config_are_refused() -> None:
 def test_unknown_scale_key_names_it() -> None:
     with pytest.raises(ConfigError, match=r"scale\.workers: unknown key"):
         _scale("workers = 2\n")
+
+
+def _cluster(origin: str) -> RunnerChoice:
+    return RunnerChoice("cluster", origin, address="tcp://10.0.0.5:8786")
+
+
+def test_a_restore_runs_on_the_cluster_when_every_worker_sees_the_destination() -> None:
+    choice = _cluster("[scale] dask_address")
+    assert for_restore(choice, [], Path("/pfs/restore")) is choice
+
+
+def test_a_restore_on_a_named_cluster_whose_workers_do_not_see_the_destination_is_refused() -> None:
+    with pytest.raises(RunnerChoiceError) as e:
+        for_restore(_cluster("--dask-address"), ["node-1", "node-3"], Path("/scratch/me"))
+    msg = str(e.value)
+    assert "node-1, node-3" in msg and "/scratch/me" in msg and "tcp://10.0.0.5:8786" in msg
+    assert "--dask-workers N" in msg  # the way to restore anyway
+
+
+def test_a_restore_under_scale_whose_cluster_does_not_see_the_destination_runs_from_this_host() -> None:
+    # [scale] was set for ingest: a restore to a local directory still works, and says why it is local
+    chosen = for_restore(_cluster("[scale] dask_address"), ["node-0"], Path("/home/me/ckpt"))
+    assert chosen.kind == "threads" and not chosen.needs_prefect
+    assert "node-0" in chosen.origin and "/home/me/ckpt" in chosen.origin

@@ -1,0 +1,109 @@
+"""Restore on a real Dask cluster (a scheduler and 2 worker processes on loopback): the downloads run
+on the cluster's workers, into the one shared destination, byte-identical to what was ingested."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault_cli.main import main
+from ckptvault_cli.synthetic import write_checkpoint
+from tests import dask_probe
+from tests.dask_cluster import DaskCluster
+from tests.helpers import write_config
+
+MiB = 2**20
+RUN, STEP = "llm", 100
+
+
+@pytest.fixture
+def api_env(prefect_api: None, seaweedfs: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's credentials and the test Prefect API in this process's environment, where the
+    command line reads them."""
+    from prefect.settings import PREFECT_API_URL
+
+    for k, v in {**seaweedfs.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}.items():
+        monkeypatch.setenv(k, v)
+
+
+def _tree(d: Path) -> dict[str, bytes]:
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+
+
+def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[str, str]:
+    capsys.readouterr()
+    rc = main(argv)
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-3000:]
+    assert "Traceback" not in out.err
+    return out.out, out.err
+
+
+def test_restore_on_the_cluster_downloads_on_its_workers_into_the_shared_destination(
+    api_env: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    dask_cluster_2: DaskCluster,
+) -> None:  # fmt: skip
+    c = dask_cluster_2
+    hot = tmp_path / "hot"
+    # 2 shards of ~10 MiB (multipart at part_size_mb = 5) beside the small files, so the largest-first
+    # order has something to order
+    write_checkpoint(hot, "hf", STEP, 24 * MiB, shards=2, seed=7)
+    bucket = bucket_factory(seaweedfs)
+    plain = write_config(tmp_path / "plain.toml", seaweedfs, bucket, [(RUN, hot, "hf")],
+                         extra="[validation]\nenabled = false\n")  # fmt: skip
+    out, _ = _run(capsys, ["--config", str(plain), "ingest", "--json"])
+    assert [o["result"] for o in json.loads(out)["outcomes"]] == ["uploaded"]
+    source = _tree(hot / f"checkpoint-{STEP}")
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    pids = c.worker_pids()
+    scaled = write_config(tmp_path / "scaled.toml", seaweedfs, bucket, [(RUN, hot, "hf")],
+                          extra=f'[scale]\ndask_address = "{c.address}"\n')  # fmt: skip
+    # once through the flag, once through [scale]: both put every download on the cluster
+    for name, argv in (
+        ("flag", ["--config", str(plain), "restore", RUN, "--dask-address", c.address]),
+        ("scale", ["--config", str(scaled), "restore", RUN]),
+    ):
+        dask_probe.clear(dirs)
+        dest = tmp_path / f"restored-{name}"
+        out, err = _run(capsys, [*argv, "--dest", str(dest), "--json"])
+        result = json.loads(out)
+        assert result["status"] == "restored", result
+        assert "restoring from this host" not in err  # loopback workers see the destination
+        assert _tree(dest / f"checkpoint-{STEP}") == source, name
+        done = [r for r in dask_probe.records(dirs) if "download" in r and r["event"] == "memory"]
+        assert sorted(r["rel"] for r in done) == sorted(source), name  # every file, once, on the workers
+        assert {(r["node"], r["pid"]) for r in done} == set(pids.items()), name  # both workers downloaded
+        assert os.getpid() not in {r["pid"] for r in done}
+        assert not [p for p in dest.parent.iterdir() if ".ckptvault-" in p.name], name  # no marker or staging left
+
+
+def test_restore_naming_an_unreachable_scheduler_is_exit_2_and_touches_nothing(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    import socket
+
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    hot = tmp_path / "hot"
+    write_checkpoint(hot, "hf", STEP, MiB, seed=3)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket_factory(seaweedfs), [(RUN, hot, "hf")],
+                       extra="[validation]\nenabled = false\n[scale]\nconnect_timeout_seconds = 2\n")  # fmt: skip
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    _run(capsys, ["--config", str(cfg), "ingest"])  # direct mode: no Prefect API
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # a cluster needs one; never reached
+    with socket.socket() as s:  # bound and closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dest = tmp_path / "restored"
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "restore", RUN, "--dest", str(dest), "--dask-address",
+                 f"tcp://127.0.0.1:{port}"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert f"tcp://127.0.0.1:{port}" in err and "Traceback" not in err
+    assert not dest.exists() and not [p for p in tmp_path.iterdir() if ".ckptvault-" in p.name]
