@@ -10,7 +10,9 @@ having killed nothing)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from ckptvault.ingest.discovery import discover
@@ -53,27 +56,46 @@ KILLS = {
 }  # fmt: skip
 
 
+def _group_gone(pgid: int, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = []
+        for p in psutil.process_iter(["pid", "status"]):
+            with contextlib.suppress(psutil.Error, ProcessLookupError):
+                if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                    alive.append(p.pid)
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def _kill_mid_save(fw: str, root: Path, log: Path) -> dict[str, int]:
     """Train `fw` in a child and SIGKILL it while it writes the last checkpoint; the sizes it left."""
     k = KILLS[fw]
     cmd = [sys.executable, "-m", "tests.frameworks.writers", "train", fw, str(root), "--hidden", HIDDEN]
     watch, pointer = root / k.ckpt / k.watch, root / k.pointer
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        # its own process group, killed whole: Megatron's save forks writer processes, and a SIGKILL of
+        # the trainer alone left one alive (orphaned, ~460 MB) for the rest of the test session
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             deadline = time.monotonic() + 600
             while proc.poll() is None and time.monotonic() < deadline:
                 try:
                     if watch.stat().st_size > 0:
-                        proc.send_signal(signal.SIGKILL)
+                        os.killpg(proc.pid, signal.SIGKILL)
                         break
                 except FileNotFoundError:
                     pass
                 time.sleep(0.001)
             rc = proc.wait(timeout=60)
         finally:
+            with contextlib.suppress(ProcessLookupError):  # the group's survivors, whatever happened above
+                os.killpg(proc.pid, signal.SIGKILL)
             if proc.poll() is None:
                 proc.kill()
+    assert _group_gone(proc.pid), f"{fw}: a process of the killed writer's group is still alive"
     tail = log.read_text(errors="replace")[-4000:]
     assert rc == -signal.SIGKILL, f"{fw}: the writer was not killed mid-save (exit {rc}):\n{tail}"
     held = pointer.read_text().strip()
