@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="thaw speed for archived objects (cost rises with speed)",
     )
     _dask_flags(s, "downloads")
+    s.add_argument(
+        "--node-local",
+        action="store_true",
+        help="put each file back on the node that wrote it (the run's locality = \"node\" source), at --dest "
+        "as that node sees it; needs a Dask cluster with a worker per node",
+    )
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
     s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
     s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")

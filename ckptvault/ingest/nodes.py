@@ -87,12 +87,12 @@ def missing_workers(placement: Placement, worker_resources: list[dict[str, float
 
 
 def require_workers(placement: Placement, worker_resources: list[dict[str, float]] | None, run: str,
-                    step: int) -> None:  # fmt: skip
+                    step: int, done: str = "read") -> None:  # fmt: skip
     """NodeError, naming the fix, unless every node of the source has a Dask worker to read its files.
     `worker_resources` None: the pass runs without Dask (threads, or no Prefect at all)."""
     if worker_resources is None:
         raise NodeError(
-            f'run {run!r}: locality = "node" reads each node\'s files on that node, by its Dask worker; '
+            f'run {run!r}: locality = "node" has each node\'s files {done} on that node, by its Dask worker; '
             "this pass has no Dask cluster: set [scale] dask_address (or --dask-address) to a cluster with "
             f"a worker per node, started with --resources node-I=1 ({', '.join(placement.names()[:3])}, ...)"
         )
@@ -100,7 +100,7 @@ def require_workers(placement: Placement, worker_resources: list[dict[str, float
     if missing:
         raise NodeError(
             f"{run} step {step}: no Dask worker for {', '.join(missing)}, so "
-            f"{'their' if len(missing) > 1 else 'its'} files cannot be read; start one on each such node "
+            f"{'their' if len(missing) > 1 else 'its'} files cannot be {done}; start one on each such node "
             f"(`dask worker ADDRESS --resources {missing[0]}=1`, infra/local/dask.sh up)"
         )
 

@@ -40,7 +40,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         chosen = lib.resolve(history.states(), args.run, lib.parse_step(args.step), args.save, args.force)
     except lib.RestoreError as e:
         raise UsageError(str(e)) from None
-    check_destination_or_usage(lib.check_destination, args)
+    if not args.node_local:  # --node-local: each node checks its own destination
+        check_destination_or_usage(lib.check_destination, args)
     choice = restore_runner(cfg, args)
     if not args.json:
         # What it will cost and how long, on stdout, before anything starts: the manifest and one LIST.
@@ -72,6 +73,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         force=args.force,
         wait_hours=args.wait_hours,
         config_path=args.config,
+        node_local=args.node_local,
     )
     if isinstance(result, BaseException):
         if args.json:
@@ -98,9 +100,24 @@ def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
     of its workers sees the destination's file system (ckptvault_prefect.flows.scale.for_restore)."""
     from pathlib import Path
 
+    from ckptvault.restore import nodes
+    from ckptvault.restore.resolve import RestoreError
     from ckptvault_prefect.flows.scale import RunnerChoiceError, for_restore, workers_not_seeing
 
     choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
+    if args.node_local:
+        try:
+            nodes.placement_for(cfg, args.run)
+        except RestoreError as e:
+            raise UsageError(str(e)) from None
+        if choice.kind != "cluster":
+            raise UsageError(
+                "--node-local has each node's files written on that node by its Dask worker: give --dask-address "
+                "or set [scale] dask_address (a cluster with a worker per node, started with --resources node-I=1)"
+            )
+        return choice  # the destination is each node's own: no shared file system to check
+    if hint := nodes.shared_dest_hint(args.dest):
+        raise UsageError(hint)
     if choice.kind != "cluster":
         return choice
     where = Path(args.dest).expanduser().resolve().parent

@@ -10,9 +10,11 @@ idempotent, the destination is untouched until every byte is verified).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from prefect import flow, unmapped
 from prefect.runtime import deployment, flow_run
@@ -21,11 +23,18 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from ckptvault import events, humanize
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
+from ckptvault.config import Config
+from ckptvault.ingest.nodes import require_workers
+from ckptvault.manifest import Manifest
 from ckptvault.progress import ProgressBar
+from ckptvault.restore import nodes as on_nodes
+from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.result import RestoreResult
+from ckptvault.store import ObjectStore
 from ckptvault.tiering.cost import load_prices
 from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.flows.scale import pinned, worker_resources
 from ckptvault_prefect.tasks.common import (
     load_config_task,
     load_manifest_task,
@@ -37,18 +46,22 @@ from ckptvault_prefect.tasks.futures import settle
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.restore import (
     check_destination_task,
+    discard_on_node_task,
     discard_task,
     download_one_task,
     estimate_task,
+    finalize_on_node_task,
     finalize_task,
     plan_objects_task,
     request_thaw_task,
     resolve_task,
     restore_history_task,
+    stage_on_node_task,
     staging_dir_task,
     wait_for_thaw_task,
     write_pointer_task,
 )
+from ckptvault_prefect.tasks.step import StepFuture, wait_all
 
 
 @flow(name="restore", task_runner=ThreadPoolTaskRunner(max_workers=4), log_prints=True, **HOOKS)  # type: ignore[arg-type]
@@ -63,6 +76,7 @@ def restore(
     wait_hours: float = 48.0,
     reschedule: bool = False,
     config_path: str | None = None,
+    node_local: bool = False,
 ) -> RestoreResult:
     t0 = time.monotonic()
     cfg = load_config_task(config_path)
@@ -70,7 +84,8 @@ def restore(
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
     target = Path(dest).expanduser().resolve()
-    check_destination_task(target, force)
+    if not node_local:  # node-local: each node checks its own, where it stages
+        check_destination_task(target, force)
     history = restore_history_task(catalog, run)  # the one read of the run's catalog
     if history.unreadable:
         notify_task(cfg, store, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
@@ -109,37 +124,107 @@ def restore(
                 msg += f"; a follow-up run is scheduled for {later:%Y-%m-%d %H:%M} UTC"
             print(msg)
             return replace(begun, frozen=len(frozen), message=msg)
-    staged = staging_dir_task(target)
-    try:
-        bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
-        t_download = time.monotonic()
-        errors = settle(
-            download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
-        )
-        if errors:
-            raise RestoreError(
-                f"{len(errors)} of {len(plans)} files failed; nothing was changed at {target}:\n" + "\n".join(errors)
+    bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
+    t_download = time.monotonic()
+    if node_local:
+        pointer, aside = _on_nodes(cfg, store, manifest, plans, dest, force, bar)
+        where = dest
+    else:
+        staged = staging_dir_task(target)
+        try:
+            errors = settle(
+                download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
             )
-        pointer = write_pointer_task(staged, manifest)
-        aside = finalize_task(staged, target, force)
-    except BaseException:
-        discard_task(staged)
-        raise
+            if errors:
+                raise RestoreError(
+                    f"{len(errors)} of {len(plans)} files failed; nothing was changed at {target}:\n"
+                    + "\n".join(errors)
+                )
+            pointer = write_pointer_task(staged, manifest)
+            moved = finalize_task(staged, target, force)
+            aside = str(moved) if moved else None
+        except BaseException:
+            discard_task(staged)
+            raise
+        where = str(target)
     download_s = time.monotonic() - t_download
-    record_task(catalog, [events.restored(manifest, str(target), str(flow_run.id or ""), download_s)])
-    notify_task(cfg, store, [alerts.restore_completed(run, n, str(target), time.monotonic() - t0, flow_run_url())])
+    record_task(catalog, [events.restored(manifest, where, str(flow_run.id or ""), download_s)])
+    notify_task(cfg, store, [alerts.restore_completed(run, n, where, time.monotonic() - t0, flow_run_url())])
     report = replace(
         begun,
         status="restored",
         pointer=pointer,
-        replaced=str(aside) if aside else None,
+        replaced=aside,
         bytes=manifest.total_bytes,
         files=len(manifest.files),
     )
     publish_markdown_task(
         "restore-result",
-        f"### Restored {run} step {n}\n\n- destination: `{target}`\n- files: {len(manifest.files)}, "
+        f"### Restored {run} step {n}\n\n- destination: `{where}`\n- files: {len(manifest.files)}, "
         f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
         "what was restored and where",
     )
     return report
+
+
+def _on_nodes(
+    cfg: Config, store: ObjectStore, manifest: Manifest, plans: list[ObjectPlan], dest: str, force: bool,
+    bar: ProgressBar,
+) -> tuple[str | None, str | None]:  # fmt: skip
+    """--node-local: each node's files onto that node's disk, every step on that node's worker
+    (ckptvault/restore/nodes.py). Nothing is renamed into place on any node until every file on every
+    node is verified. Returns the pointer file and the kept-aside destinations (--force)."""
+    placement = on_nodes.placement_for(cfg, manifest.run)
+    require_workers(placement, worker_resources(), manifest.run, manifest.step, "written")
+    groups = on_nodes.plans_by_node(placement, plans)
+    names = {i: placement.name(i) for i in groups}
+
+    staged_on = _each(names, lambda i: stage_on_node_task.map(unmapped(dest), [names[i]], unmapped(force))[0])
+    staged = {i: p for i, p in staged_on.items() if isinstance(p, Path)}
+    try:
+        problems = [f"{names[i]}: {e}" for i, e in staged_on.items() if isinstance(e, BaseException)]
+        if problems:
+            raise RestoreError("the destination is not usable on every node; nothing was restored:\n"
+                               + "\n".join(problems))  # fmt: skip
+        futures = []
+        for i, group in groups.items():
+            if group:
+                with pinned(names[i]):  # each file is written by the worker of the node that holds it
+                    futures += download_one_task.map(unmapped(store), group, unmapped(staged[i]), unmapped(manifest),
+                                                     unmapped(bar))  # fmt: skip
+        errors = settle(futures)
+        if errors:
+            raise RestoreError(
+                f"{len(errors)} of {len(plans)} files failed; nothing was changed at {dest} on any node:\n"
+                + "\n".join(errors)
+            )
+        with pinned(names[0]):  # the pointer file is rank 0's, as the framework writes it
+            [written] = write_pointer_task.map([staged[0]], unmapped(manifest))
+        pointer: str | None = written.result()
+    except BaseException:
+        _each({i: names[i] for i in staged}, lambda i: discard_on_node_task.map([staged[i]], [names[i]])[0])
+        raise
+    moved = _each(
+        {i: names[i] for i in staged},
+        lambda i: finalize_on_node_task.map([staged[i]], unmapped(dest), [names[i]], unmapped(force))[0],
+    )
+    failed = {i: e for i, e in moved.items() if isinstance(e, BaseException)}
+    if failed:
+        done = ", ".join(names[i] for i in moved if i not in failed) or "none"
+        raise RestoreError(
+            f"every file was verified, but the final rename failed on {', '.join(names[i] for i in failed)} "
+            f"(done on: {done}); each failed node keeps its verified copy beside {dest}:\n"
+            + "\n".join(f"{names[i]}: {e}" for i, e in failed.items())
+        )
+    asides = [str(a) for a in moved.values() if a]
+    return pointer, ", ".join(asides) if asides else None
+
+
+def _each(names: dict[int, str], submit: Callable[[int], StepFuture[Any]]) -> dict[int, Any]:
+    """One task per node, each pinned to that node's worker; every result or exception, by node."""
+    futures = {}
+    for i, name in names.items():
+        with pinned(name):
+            futures[i] = submit(i)
+    wait_all(futures.values())
+    return {i: f.result(raise_on_failure=False) for i, f in futures.items()}

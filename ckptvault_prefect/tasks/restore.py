@@ -10,6 +10,7 @@ from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.manifest import Manifest
 from ckptvault.restore import drill as drill_lib
 from ckptvault.restore import from_manifests
+from ckptvault.restore import nodes as on_nodes
 from ckptvault.restore import steps as lib
 from ckptvault.store import ObjectStore
 from ckptvault.tiering.cost import PriceTable
@@ -84,3 +85,9 @@ def discard_task(staged: Path) -> None:
 
 
 load_report_task = local_task("load-check")(drill_lib.load_report)
+
+
+# --node-local: each runs pinned to one node's worker, on that node's own disk
+stage_on_node_task = local_task("stage-on-node", task_run_name="stage-on-{node}")(on_nodes.stage_on_node)
+finalize_on_node_task = local_task("finalize-on-node", task_run_name="finalize-on-{node}")(on_nodes.finalize_on_node)
+discard_on_node_task = local_task("discard-on-node", task_run_name="discard-on-{node}")(on_nodes.discard_on_node)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ckptvault.ingest.nodes import Placement
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe
@@ -106,4 +109,75 @@ def test_restore_naming_an_unreachable_scheduler_is_exit_2_and_touches_nothing(
                  f"tcp://127.0.0.1:{port}"]) == 2  # fmt: skip
     err = capsys.readouterr().err
     assert f"tcp://127.0.0.1:{port}" in err and "Traceback" not in err
-    assert not dest.exists() and not [p for p in tmp_path.iterdir() if ".ckptvault-" in p.name]
+    # --node-local for a run whose source is not node-local, and a per-node --dest without --node-local
+    for argv, expect in (
+        (["--dest", str(dest), "--node-local"], 'without locality = "node"'),
+        (["--dest", str(tmp_path / "${CKPTVAULT_NODE}" / "x")], "add --node-local"),
+    ):
+        assert main(["--config", str(cfg), "restore", RUN, *argv]) == 2
+        err = capsys.readouterr().err
+        assert expect in err and "Traceback" not in err, err
+    assert not dest.exists() and not [p for p in tmp_path.iterdir() if ".ckptvault-" in p.name or "$" in p.name]
+
+
+PATTERN, RANKS, PER_NODE = r"__(?P<rank>\d+)_\d+\.distcp$", 4, 2  # ranks 0-1 on node-0, 2-3 on node-1
+
+
+def test_node_local_restore_puts_each_file_back_on_its_own_node(
+    api_env: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    dask_cluster_2: DaskCluster, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Each node's disk is simulated as in tests/infra/test_dask_nodes.py: the path names
+    ${CKPTVAULT_NODE}, which each worker replaces with its own node's directory."""
+    c = dask_cluster_2
+    monkeypatch.setenv("CKPTVAULT_NODE", "node-0")  # the flow runs on node 0
+    hot = tmp_path / "all"
+    write_checkpoint(hot, "dcp", STEP, 12 * MiB, shards=RANKS, seed=5)
+    bucket = bucket_factory(seaweedfs)
+    plain = write_config(tmp_path / "plain.toml", seaweedfs, bucket, [(RUN, hot, "dcp")],
+                         extra="[validation]\nenabled = false\n")  # fmt: skip
+    out, _ = _run(capsys, ["--config", str(plain), "ingest", "--json"])
+    assert [o["result"] for o in json.loads(out)["outcomes"]] == ["uploaded"]
+    [ckpt] = [p for p in hot.iterdir() if p.is_dir()]
+    source = _tree(ckpt)
+    placement = Placement(c.workers, PATTERN, PER_NODE)
+    expected = {i: {k: v for k, v in source.items() if placement.node_of(k) == i} for i in range(c.workers)}
+    assert all(expected.values())  # both nodes have files to get back
+
+    name = f"restored-{uuid.uuid4().hex[:8]}"
+    cfg = write_config(tmp_path / "nodes.toml", seaweedfs, bucket, [], extra="")
+    cfg.write_text(
+        cfg.read_text()
+        + f'[[sources]]\nrun = "{RUN}"\npath = "{c.state_dir}/${{CKPTVAULT_NODE}}/hot"\nformat = "dcp"\n'
+        + f"locality = \"node\"\nnodes = {c.workers}\nnode_pattern = '{PATTERN}'\nranks_per_node = {PER_NODE}\n"
+        + f'[scale]\ndask_address = "{c.address}"\n'
+    )
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    dask_probe.clear(dirs)
+    pids = c.worker_pids()
+    try:
+        out, _ = _run(capsys, ["--config", str(cfg), "restore", RUN, "--node-local", "--json",
+                               "--dest", f"{c.state_dir}/${{CKPTVAULT_NODE}}/{name}"])  # fmt: skip
+        assert json.loads(out)["status"] == "restored"
+        for i in range(c.workers):
+            node_dest = c.node_dir(i) / name
+            assert _tree(node_dest / ckpt.name) == expected[i], f"node-{i}"  # its own files, nothing else
+            assert not [p for p in c.node_dir(i).iterdir() if ".ckptvault-" in p.name]  # no staging left
+        done = [r for r in dask_probe.records(dirs) if "download" in r and r["event"] == "memory"]
+        assert sorted(r["rel"] for r in done) == sorted(source)  # every file once, on a worker
+        for r in done:  # ... on the worker of the node that holds it
+            assert r["node"] == f"node-{placement.node_of(r['rel'])}" and r["pid"] == pids[r["node"]], r
+        # again, without --force: each node finds its destination full, says so, and nothing changes
+        (c.node_dir(1) / name / "mine.txt").write_text("the operator's own file")
+        capsys.readouterr()
+        assert main(["--config", str(cfg), "restore", RUN, "--node-local",
+                     "--dest", f"{c.state_dir}/${{CKPTVAULT_NODE}}/{name}"]) == 1  # fmt: skip
+        err = capsys.readouterr().err
+        assert "not usable on every node" in err and "node-0:" in err and "node-1:" in err, err[-2000:]
+        assert _tree(c.node_dir(0) / name / ckpt.name) == expected[0]
+        assert (c.node_dir(1) / name / "mine.txt").read_text() == "the operator's own file"
+        assert not [p for d in dirs for p in d.iterdir() if ".ckptvault-" in p.name]
+    finally:
+        for d in dirs:
+            shutil.rmtree(d / name, ignore_errors=True)

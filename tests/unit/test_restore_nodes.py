@@ -1,0 +1,70 @@
+"""Restoring a node-local checkpoint onto each node's disk: which file goes where, and the per-node
+stage and rename (ckptvault/restore/nodes.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ckptvault.config import parse_config
+from ckptvault.ingest.nodes import Placement
+from ckptvault.restore import nodes
+from ckptvault.restore.plan import ObjectPlan
+from ckptvault.restore.resolve import RestoreError
+
+BASE = '[store]\nbucket = "ckpts"\n'
+NODE_SOURCE = (
+    '[[sources]]\nrun = "big"\npath = "/nvme/ckpt"\nformat = "dcp"\nlocality = "node"\nnodes = 2\n'
+    "node_pattern = '__(?P<rank>\\d+)_\\d+\\.distcp$'\nranks_per_node = 2\n"
+)
+
+
+def _plan(path: str, size: int) -> ObjectPlan:
+    return ObjectPlan(f"k/{path}", path, size, "AAAAAA==", 0.0, "STANDARD", True)
+
+
+def test_the_placement_comes_from_the_runs_node_local_source() -> None:
+    got = nodes.placement_for(parse_config(BASE + NODE_SOURCE), "big")
+    assert got == Placement(2, r"__(?P<rank>\d+)_\d+\.distcp$", 2)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [("", "has no [[sources]] entry"), ('[[sources]]\nrun = "big"\npath = "/p"\nformat = "dcp"\n', "without locality")],
+)
+def test_a_run_without_a_node_local_source_is_refused_with_the_fix(extra: str, says: str) -> None:
+    with pytest.raises(RestoreError) as e:
+        nodes.placement_for(parse_config(BASE + extra), "big")
+    assert says in str(e.value) and "drop --node-local" in str(e.value)
+
+
+def test_each_file_goes_to_its_node_and_node_0_is_always_there() -> None:
+    placement = Placement(3, r"__(?P<rank>\d+)_\d+\.distcp$", 2)
+    plans = [_plan("__3_0.distcp", 30), _plan("__0_0.distcp", 20), _plan(".metadata", 1), _plan("__2_0.distcp", 10)]
+    got = nodes.plans_by_node(placement, plans)
+    assert {i: [p.path for p in g] for i, g in got.items()} == {
+        0: ["__0_0.distcp", ".metadata"],
+        1: ["__3_0.distcp", "__2_0.distcp"],  # order kept: largest first, as planned
+    }
+    assert nodes.plans_by_node(placement, [_plan("__2_0.distcp", 1)]) == {0: [], 1: [_plan("__2_0.distcp", 1)]}
+
+
+def test_stage_then_finalize_on_a_node_puts_the_copy_at_that_nodes_destination(tmp_path: Path) -> None:
+    dest = f"{tmp_path}/${{CKPTVAULT_NODE}}/restored"
+    staged = nodes.stage_on_node(dest, "node-1", force=False)
+    assert staged.parent == tmp_path / "node-1" and ".ckptvault-partial-" in staged.name
+    (staged / "f").write_text("x")
+    assert nodes.finalize_on_node(staged, dest, "node-1", force=False) is None
+    assert (tmp_path / "node-1" / "restored" / "f").read_text() == "x"
+    with pytest.raises(RestoreError, match="not empty"):  # checked on the node, before anything is staged
+        nodes.stage_on_node(dest, "node-1", force=False)
+    staged = nodes.stage_on_node(dest, "node-1", force=True)
+    aside = nodes.finalize_on_node(staged, dest, "node-1", force=True)
+    assert aside is not None and (Path(aside) / "f").read_text() == "x"  # kept aside, never deleted
+
+
+def test_a_per_node_dest_without_node_local_is_named() -> None:
+    assert nodes.shared_dest_hint("/pfs/restored") is None
+    hint = nodes.shared_dest_hint("/nvme/${CKPTVAULT_NODE}/r")
+    assert hint is not None and "add --node-local" in hint
