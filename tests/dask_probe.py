@@ -82,7 +82,11 @@ def records(node_dirs: list[Path]) -> list[dict[str, Any]]:
     for d in node_dirs:
         log = d / LOG_NAME
         if log.exists():
-            out += [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            for line in log.read_text().splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:  # the line a worker is still writing (read while the test runs)
+                    continue
     return out
 
 

@@ -64,9 +64,44 @@ def finalize_on_node(staged: Path, dest: str, node: str, force: bool) -> str | N
     return str(aside) if aside else None
 
 
+class PartialRestoreError(RestoreError):
+    """Some nodes' copies are in place and could not be put back: the message names each node's state."""
+
+
+def others_seen(own: Path, others: Sequence[Path], node: str) -> list[str]:
+    """On the node's worker: the other nodes' staging directories it finds beside its own (their names
+    are unique). Any means two nodes' destinations are one directory, where each node's rename would
+    replace the last one's. (Seeing another node's staging at another path is fine: per-node
+    directories on a shared file system, `${CKPTVAULT_NODE}` in --dest.)"""
+    return [str(p) for p in others if p != own and (own.parent / p.name).exists()]
+
+
+def undo_on_node(staged: Path, dest: str, node: str, aside: str | None) -> None:
+    """On the node's worker, after another node's rename failed: its copy moved back to its staging
+    name, and the old contents (--force) back to the destination."""
+    target = node_dest(dest, node)
+    target.rename(staged)
+    if aside is not None:
+        Path(aside).rename(target)
+
+
 def discard_on_node(staged: Path, node: str) -> None:
     """On the node's worker, after a failure on any node: its partial copy removed (only ours)."""
     discard(staged)
+
+
+def node_dest_problem(dest: str, this_node: str | None) -> str | None:
+    """What is wrong with `dest` for --node-local, seen from this host (None: fine). Each worker
+    resolves it on its own node, so it must be absolute; and a shell that expanded ${CKPTVAULT_NODE}
+    in double quotes has turned it into this host's node name, the same path on every node."""
+    if not dest.startswith("/"):
+        return f"--node-local: --dest {dest} is resolved on each node, so give an absolute path (no ~, no ./)"
+    if NODE_PLACEHOLDER not in dest and this_node and this_node in Path(dest).parts:
+        return (
+            f"--node-local: --dest {dest} names this host's node ({this_node}), the same path on every node; the "
+            f"shell replaced {NODE_PLACEHOLDER} inside double quotes: put --dest in single quotes"
+        )
+    return None
 
 
 def shared_dest_hint(dest: str) -> str | None:

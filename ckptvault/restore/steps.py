@@ -68,6 +68,8 @@ def download_one(
     """Fetch one object into the staging directory, CRC32C checked by the adapter (a compressed one
     decoded there, every frame checked): what lands in `into` is always the original bytes."""
     target = into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
+    if not into.is_dir():  # discarded after a failure or an abort elsewhere: never re-create it and refill it
+        raise RestoreError(f"{plan.path}: the staging directory {into} is gone (the restore was stopped); not fetched")
     target.parent.mkdir(parents=True, exist_ok=True)
     # `frames` only when there are some: a store adapter that predates frames still serves raw objects
     coded = {"frames": plan.frames} if plan.frames else {}
@@ -100,7 +102,14 @@ def finalize(staged: Path, dest: Path, force: bool) -> Path | None:
             dest.rename(aside)
         else:
             raise RestoreError(f"destination {dest} appeared while restoring; the restored copy is kept at {staged}")
-    staged.rename(dest)
+    try:
+        staged.rename(dest)
+    except OSError as e:
+        if aside is not None:  # put the old contents back where they were
+            aside.rename(dest)
+        raise RestoreError(
+            f"renaming the verified copy {staged} to {dest} failed ({e}); {dest} is as it was, and the copy is kept"
+        ) from None
     return aside
 
 

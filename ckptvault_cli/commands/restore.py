@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING
 
 from ckptvault_cli import process, running
@@ -79,7 +80,10 @@ def cmd_restore(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"status": "failed", "run": args.run, "step": chosen.step, "save": chosen.save,
                         "error": str(result)})  # fmt: skip
-        say(f"restore failed: {result}\nNothing at {args.dest} was changed.")
+        from ckptvault.restore.nodes import PartialRestoreError
+
+        changed = "" if isinstance(result, PartialRestoreError) else f"\nNothing at {args.dest} was changed."
+        say(f"restore failed: {result}{changed}")
         return EXIT_FAILED
     if args.json:
         emit_json(result.as_dict())
@@ -100,9 +104,10 @@ def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
     of its workers sees the destination's file system (ckptvault_prefect.flows.scale.for_restore)."""
     from pathlib import Path
 
+    from ckptvault.config import NODE_ENV
     from ckptvault.restore import nodes
     from ckptvault.restore.resolve import RestoreError
-    from ckptvault_prefect.flows.scale import RunnerChoiceError, for_restore, workers_not_seeing
+    from ckptvault_prefect.flows.scale import ProbeError, RunnerChoiceError, for_restore, workers_not_seeing
 
     choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
     if args.node_local:
@@ -110,6 +115,8 @@ def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
             nodes.placement_for(cfg, args.run)
         except RestoreError as e:
             raise UsageError(str(e)) from None
+        if problem := nodes.node_dest_problem(args.dest, os.environ.get(NODE_ENV)):
+            raise UsageError(problem)
         if choice.kind != "cluster":
             raise UsageError(
                 "--node-local has each node's files written on that node by its Dask worker: give --dask-address "
@@ -125,7 +132,7 @@ def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
         where = where.parent
     try:
         chosen = for_restore(choice, workers_not_seeing(choice, where), where)
-    except RunnerChoiceError as e:
+    except (RunnerChoiceError, ProbeError) as e:
         raise UsageError(str(e)) from None
     if chosen is not choice:
         say(f"ckptvault: restoring from this host, not on the Dask cluster of {chosen.origin}")

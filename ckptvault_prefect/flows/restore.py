@@ -52,12 +52,14 @@ from ckptvault_prefect.tasks.restore import (
     estimate_task,
     finalize_on_node_task,
     finalize_task,
+    others_seen_task,
     plan_objects_task,
     request_thaw_task,
     resolve_task,
     restore_history_task,
     stage_on_node_task,
     staging_dir_task,
+    undo_on_node_task,
     wait_for_thaw_task,
     write_pointer_task,
 )
@@ -141,11 +143,11 @@ def restore(
                     + "\n".join(errors)
                 )
             pointer = write_pointer_task(staged, manifest)
-            moved = finalize_task(staged, target, force)
-            aside = str(moved) if moved else None
         except BaseException:
             discard_task(staged)
             raise
+        moved = finalize_task(staged, target, force)  # a failure here keeps the verified copy (finalize says where)
+        aside = str(moved) if moved else None
         where = str(target)
     download_s = time.monotonic() - t_download
     record_task(catalog, [events.restored(manifest, where, str(flow_run.id or ""), download_s)])
@@ -173,7 +175,8 @@ def _on_nodes(
 ) -> tuple[str | None, str | None]:  # fmt: skip
     """--node-local: each node's files onto that node's disk, every step on that node's worker
     (ckptvault/restore/nodes.py). Nothing is renamed into place on any node until every file on every
-    node is verified. Returns the pointer file and the kept-aside destinations (--force)."""
+    node is verified; node 0 (the metadata) goes last, and a failed rename puts the others back.
+    Returns the pointer file and the kept-aside destinations (--force)."""
     placement = on_nodes.placement_for(cfg, manifest.run)
     require_workers(placement, worker_resources(), manifest.run, manifest.step, "written")
     groups = on_nodes.plans_by_node(placement, plans)
@@ -186,6 +189,17 @@ def _on_nodes(
         if problems:
             raise RestoreError("the destination is not usable on every node; nothing was restored:\n"
                                + "\n".join(problems))  # fmt: skip
+        paths = list(staged.values())
+        seen = _each(names, lambda i: others_seen_task.map([staged[i]], unmapped(paths), [names[i]])[0])
+        shared = [f"{names[i]} sees {', '.join(s)}" if isinstance(s, list) else f"{names[i]} could not check: {s}"
+                  for i, s in seen.items() if not isinstance(s, list) or s]  # fmt: skip
+        if shared:
+            raise RestoreError(
+                f"--node-local: the nodes share {dest} (or a node could not check), so each node's rename would "
+                "replace the last one's; nothing was restored. Give each node its own disk, e.g. "
+                "--dest '/local_nvme/${CKPTVAULT_NODE}/restored' (single quotes), or drop --node-local:\n"
+                + "\n".join(shared)
+            )
         futures = []
         for i, group in groups.items():
             if group:
@@ -198,26 +212,52 @@ def _on_nodes(
                 f"{len(errors)} of {len(plans)} files failed; nothing was changed at {dest} on any node:\n"
                 + "\n".join(errors)
             )
-        with pinned(names[0]):  # the pointer file is rank 0's, as the framework writes it
-            [written] = write_pointer_task.map([staged[0]], unmapped(manifest))
-        pointer: str | None = written.result()
+        # every node's ranks look for the framework's pointer file on their own disk
+        written = _each(names, lambda i: write_pointer_task.map([staged[i]], unmapped(manifest))[0])
+        if failed_pointer := [f"{names[i]}: {e}" for i, e in written.items() if isinstance(e, BaseException)]:
+            raise RestoreError("the pointer file could not be written; nothing was restored:\n"
+                               + "\n".join(failed_pointer))  # fmt: skip
     except BaseException:
         _each({i: names[i] for i in staged}, lambda i: discard_on_node_task.map([staged[i]], [names[i]])[0])
         raise
-    moved = _each(
-        {i: names[i] for i in staged},
-        lambda i: finalize_on_node_task.map([staged[i]], unmapped(dest), [names[i]], unmapped(force))[0],
-    )
+    asides = _finalize_on_nodes(names, staged, dest, force)
+    pointer = written[0]
+    return (pointer if isinstance(pointer, str) else None), ", ".join(asides) if asides else None
+
+
+def _finalize_on_nodes(names: dict[int, str], staged: dict[int, Path], dest: str, force: bool) -> list[str]:
+    """Each node's rename into place: the others first, node 0 (metadata and pointer) last; if one
+    fails, the ones done are put back, so a job never resumes from a checkpoint missing a node."""
+
+    def rename(nodes: list[int]) -> dict[int, Any]:
+        def one(i: int) -> StepFuture[Any]:
+            return finalize_on_node_task.map([staged[i]], unmapped(dest), [names[i]], unmapped(force))[0]
+
+        return _each({i: names[i] for i in nodes}, one)
+
+    moved = rename([i for i in staged if i != 0])
+    if not any(isinstance(r, BaseException) for r in moved.values()):
+        moved |= rename([0])
     failed = {i: e for i, e in moved.items() if isinstance(e, BaseException)}
-    if failed:
-        done = ", ".join(names[i] for i in moved if i not in failed) or "none"
-        raise RestoreError(
-            f"every file was verified, but the final rename failed on {', '.join(names[i] for i in failed)} "
-            f"(done on: {done}); each failed node keeps its verified copy beside {dest}:\n"
-            + "\n".join(f"{names[i]}: {e}" for i, e in failed.items())
+    if not failed:
+        return [str(a) for a in moved.values() if a]
+    done = [i for i in moved if i not in failed]
+    undone = _each({i: names[i] for i in done},
+                   lambda i: undo_on_node_task.map([staged[i]], unmapped(dest), [names[i]], [moved[i]])[0])  # fmt: skip
+    stuck = {i: e for i, e in undone.items() if isinstance(e, BaseException)}
+    why = "\n".join(f"{names[i]}: {e}" for i, e in failed.items())
+    if stuck:
+        raise on_nodes.PartialRestoreError(
+            f"every file was verified, but the rename into {dest} failed on {', '.join(names[i] for i in failed)}, "
+            f"and putting back the copies already in place failed on {', '.join(names[i] for i in stuck)}: those "
+            "nodes hold this checkpoint's files at --dest, the others do not; do not resume from it:\n"
+            + why + "\n" + "\n".join(f"{names[i]}: {e}" for i, e in stuck.items())
         )
-    asides = [str(a) for a in moved.values() if a]
-    return pointer, ", ".join(asides) if asides else None
+    _each({i: names[i] for i in staged}, lambda i: discard_on_node_task.map([staged[i]], [names[i]])[0])
+    raise RestoreError(
+        f"every file was verified, but the rename into {dest} failed on {', '.join(names[i] for i in failed)}; "
+        f"the nodes already done were put back, so nothing was changed on any node:\n{why}"
+    )
 
 
 def _each(names: dict[int, str], submit: Callable[[int], StepFuture[Any]]) -> dict[int, Any]:

@@ -12,6 +12,7 @@ operator typed for this one run. Both flags at once is an error, as are both key
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -141,25 +142,72 @@ def for_restore(choice: RunnerChoice, blind: Sequence[str], where: Path) -> Runn
     return RunnerChoice("threads", f"{choice.origin}, whose worker(s) {', '.join(blind)} do not see {where}")
 
 
-def workers_not_seeing(choice: RunnerChoice, where: Path) -> list[str]:
-    """The names of the cluster's workers that do not see `where` (an existing directory): a marker file
-    written here, looked for by every worker, then removed."""
+class ProbeError(RuntimeError):
+    """The shared-destination check could not be made (the marker could not be written, or the
+    cluster went away): the message names the path or the address."""
+
+
+def sees_and_writes(marker: str) -> bool:
+    """On a worker: whether it sees the marker this host wrote, and may create a file beside it."""
+    import tempfile
+
+    if not os.path.exists(marker):
+        return False
+    try:
+        with tempfile.NamedTemporaryFile(dir=os.path.dirname(marker), prefix=".ckptvault-visible-"):
+            return True
+    except OSError:
+        return False
+
+
+def workers_not_seeing(choice: RunnerChoice, where: Path, answer_s: float = 30.0) -> list[str]:
+    """The cluster's workers that do not see `where` (an existing directory) or may not write in it,
+    by name, with why: a marker file written here, looked for by every worker, then removed. A worker
+    that does not answer within `answer_s` (a hung mount) counts as not seeing it."""
     assert choice.kind == "cluster" and choice.address is not None
+    import threading
     import uuid
 
     from distributed import Client
 
     marker = where / f".ckptvault-visible-{uuid.uuid4().hex[:12]}"
-    marker.write_bytes(b"")
     try:
-        with Client(  # type: ignore[no-untyped-call]
-            choice.address, timeout=choice.connect_timeout, set_as_default=False
-        ) as client:
-            seen: dict[str, bool] = client.run(os.path.exists, str(marker))
+        marker.write_bytes(b"")
+    except OSError as e:
+        raise ProbeError(f"cannot write in {where}, where the restore stages its files: {e.strerror or e}") from None
+    answers: dict[str, object] = {}
+    try:
+        client = Client(choice.address, timeout=choice.connect_timeout, set_as_default=False)  # type: ignore[no-untyped-call]
+        try:
             info = client.scheduler_info(n_workers=-1)["workers"]
+
+            def ask(addr: str) -> None:
+                try:
+                    answers[addr] = client.run(sees_and_writes, str(marker), workers=[addr], on_error="return")[addr]
+                except Exception as e:  # the worker left, or the comm broke: not seeing it
+                    answers[addr] = e
+
+            askers = [threading.Thread(target=ask, args=(a,), daemon=True) for a in info]
+            for t in askers:
+                t.start()
+            deadline = time.monotonic() + answer_s
+            for t in askers:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            client.close(timeout=2)  # type: ignore[no-untyped-call]
+    except (OSError, TimeoutError) as e:
+        raise ProbeError(f"the Dask scheduler at {choice.address} went away while checking {where}: {e}") from None
     finally:
         marker.unlink(missing_ok=True)
-    return sorted(str(info.get(a, {}).get("name", a)) for a, ok in seen.items() if not ok)
+    blind = []
+    for addr, w in info.items():
+        name = str(w.get("name", addr))
+        got = answers.get(addr)
+        if got is None:
+            blind.append(f"{name} (no answer in {answer_s:g} s)")
+        elif got is not True:
+            blind.append(name if got is False else f"{name} ({got})")
+    return sorted(blind)
 
 
 def worker_resources() -> list[dict[str, float]] | None:

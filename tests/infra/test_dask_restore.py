@@ -120,7 +120,8 @@ def test_restore_naming_an_unreachable_scheduler_is_exit_2_and_touches_nothing(
     assert not dest.exists() and not [p for p in tmp_path.iterdir() if ".ckptvault-" in p.name or "$" in p.name]
 
 
-PATTERN, RANKS, PER_NODE = r"__(?P<rank>\d+)_\d+\.distcp$", 4, 2  # ranks 0-1 on node-0, 2-3 on node-1
+# DeepSpeed: a pointer file (`latest`) that every node's ranks read from their own disk
+PATTERN, RANKS, PER_NODE = r"zero_pp_rank_(?P<rank>\d+)_", 4, 2  # ranks 0-1 on node-0, 2-3 on node-1
 
 
 def test_node_local_restore_puts_each_file_back_on_its_own_node(
@@ -132,9 +133,9 @@ def test_node_local_restore_puts_each_file_back_on_its_own_node(
     c = dask_cluster_2
     monkeypatch.setenv("CKPTVAULT_NODE", "node-0")  # the flow runs on node 0
     hot = tmp_path / "all"
-    write_checkpoint(hot, "dcp", STEP, 12 * MiB, shards=RANKS, seed=5)
+    write_checkpoint(hot, "deepspeed", STEP, 12 * MiB, shards=RANKS, seed=5)
     bucket = bucket_factory(seaweedfs)
-    plain = write_config(tmp_path / "plain.toml", seaweedfs, bucket, [(RUN, hot, "dcp")],
+    plain = write_config(tmp_path / "plain.toml", seaweedfs, bucket, [(RUN, hot, "deepspeed")],
                          extra="[validation]\nenabled = false\n")  # fmt: skip
     out, _ = _run(capsys, ["--config", str(plain), "ingest", "--json"])
     assert [o["result"] for o in json.loads(out)["outcomes"]] == ["uploaded"]
@@ -148,7 +149,7 @@ def test_node_local_restore_puts_each_file_back_on_its_own_node(
     cfg = write_config(tmp_path / "nodes.toml", seaweedfs, bucket, [], extra="")
     cfg.write_text(
         cfg.read_text()
-        + f'[[sources]]\nrun = "{RUN}"\npath = "{c.state_dir}/${{CKPTVAULT_NODE}}/hot"\nformat = "dcp"\n'
+        + f'[[sources]]\nrun = "{RUN}"\npath = "{c.state_dir}/${{CKPTVAULT_NODE}}/hot"\nformat = "deepspeed"\n'
         + f"locality = \"node\"\nnodes = {c.workers}\nnode_pattern = '{PATTERN}'\nranks_per_node = {PER_NODE}\n"
         + f'[scale]\ndask_address = "{c.address}"\n'
     )
@@ -160,9 +161,11 @@ def test_node_local_restore_puts_each_file_back_on_its_own_node(
         out, _ = _run(capsys, ["--config", str(cfg), "restore", RUN, "--node-local", "--json",
                                "--dest", f"{c.state_dir}/${{CKPTVAULT_NODE}}/{name}"])  # fmt: skip
         assert json.loads(out)["status"] == "restored"
+        pointer = (hot / "latest").read_text().strip()
         for i in range(c.workers):
             node_dest = c.node_dir(i) / name
             assert _tree(node_dest / ckpt.name) == expected[i], f"node-{i}"  # its own files, nothing else
+            assert (node_dest / "latest").read_text().strip() == pointer, f"node-{i}"  # every node's ranks read it
             assert not [p for p in c.node_dir(i).iterdir() if ".ckptvault-" in p.name]  # no staging left
         done = [r for r in dask_probe.records(dirs) if "download" in r and r["event"] == "memory"]
         assert sorted(r["rel"] for r in done) == sorted(source)  # every file once, on a worker
@@ -178,6 +181,13 @@ def test_node_local_restore_puts_each_file_back_on_its_own_node(
         assert _tree(c.node_dir(0) / name / ckpt.name) == expected[0]
         assert (c.node_dir(1) / name / "mine.txt").read_text() == "the operator's own file"
         assert not [p for d in dirs for p in d.iterdir() if ".ckptvault-" in p.name]
+        # a destination the nodes share (here: one machine): refused before any download, nothing left
+        shared = tmp_path / "shared-restore"
+        capsys.readouterr()
+        assert main(["--config", str(cfg), "restore", RUN, "--node-local", "--dest", str(shared)]) == 1
+        err = capsys.readouterr().err
+        assert "the nodes share" in err and "single quotes" in err and "Traceback" not in err, err[-2000:]
+        assert not shared.exists() and not [p for p in tmp_path.iterdir() if ".ckptvault-" in p.name]
     finally:
         for d in dirs:
             shutil.rmtree(d / name, ignore_errors=True)

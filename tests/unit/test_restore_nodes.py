@@ -68,3 +68,57 @@ def test_a_per_node_dest_without_node_local_is_named() -> None:
     assert nodes.shared_dest_hint("/pfs/restored") is None
     hint = nodes.shared_dest_hint("/nvme/${CKPTVAULT_NODE}/r")
     assert hint is not None and "add --node-local" in hint
+
+
+def test_a_node_local_dest_must_be_absolute_and_not_expanded_by_the_shell() -> None:
+    assert nodes.node_dest_problem("/nvme/${CKPTVAULT_NODE}/r", "node-0") is None
+    assert nodes.node_dest_problem("/nvme/restored", "node-0") is None  # the same path, each node's own disk
+    assert "absolute" in (nodes.node_dest_problem("~/r", None) or "")
+    assert "absolute" in (nodes.node_dest_problem("restored", None) or "")
+    # "/nvme/${CKPTVAULT_NODE}/r" in double quotes on node-0 reaches us as /nvme/node-0/r
+    assert "single quotes" in (nodes.node_dest_problem("/nvme/node-0/r", "node-0") or "")
+
+
+def test_the_nodes_sharing_a_disk_see_each_others_staging(tmp_path: Path) -> None:
+    a, b = nodes.stage_on_node(f"{tmp_path}/r", "node-0", False), nodes.stage_on_node(f"{tmp_path}/r", "node-1", False)
+    assert nodes.others_seen(a, [a, b], "node-0") == [str(b)]
+    # per-node directories (here on one file system): each sees the other's staging, but not beside its own
+    per_node = f"{tmp_path}/${{CKPTVAULT_NODE}}/r"
+    c, d = nodes.stage_on_node(per_node, "node-0", False), nodes.stage_on_node(per_node, "node-1", False)
+    assert d.exists() and nodes.others_seen(c, [c, d], "node-0") == [] and nodes.others_seen(d, [c, d], "node-1") == []
+
+
+def test_undo_puts_the_copy_back_to_its_staging_name_and_the_old_contents_back(tmp_path: Path) -> None:
+    dest = f"{tmp_path}/${{CKPTVAULT_NODE}}/r"
+    (tmp_path / "node-1" / "r").mkdir(parents=True)
+    (tmp_path / "node-1" / "r" / "old").write_text("mine")
+    staged = nodes.stage_on_node(dest, "node-1", force=True)
+    (staged / "new").write_text("restored")
+    aside = nodes.finalize_on_node(staged, dest, "node-1", force=True)
+    nodes.undo_on_node(staged, dest, "node-1", aside)
+    assert (tmp_path / "node-1" / "r" / "old").read_text() == "mine" and (staged / "new").read_text() == "restored"
+    assert aside is not None and not Path(aside).exists()
+
+
+def test_a_failed_final_rename_puts_the_old_contents_back(tmp_path: Path) -> None:
+    from ckptvault.restore import steps
+
+    dest = tmp_path / "r"
+    dest.mkdir()
+    (dest / "old").write_text("mine")
+    gone = tmp_path / ".r.ckptvault-partial-x"  # never made: the rename into place fails
+    with pytest.raises(RestoreError, match="is as it was"):
+        steps.finalize(gone, dest, force=True)
+    assert (dest / "old").read_text() == "mine"
+    assert [p.name for p in tmp_path.iterdir()] == ["r"]  # no .replaced-* left behind
+
+
+def test_a_download_into_a_discarded_staging_directory_is_refused(tmp_path: Path) -> None:
+    from ckptvault.manifest import Manifest
+    from ckptvault.restore import steps
+    from ckptvault.store.memory import MemoryStore
+
+    manifest = Manifest(run="r", step=1, format="hf", files=(), created_at=1.0, uploaded_at=2.0, source="/x")
+    with pytest.raises(RestoreError, match="is gone"):
+        steps.download_one(MemoryStore("b"), _plan("f", 1), tmp_path / "discarded", manifest)
+    assert not (tmp_path / "discarded").exists()  # not re-created
