@@ -116,7 +116,7 @@ def test_restore_brings_back_the_checkpoint_byte_identical_and_refuses_a_changed
     store.put_bytes(key, store.get_bytes(key)[:-1] + b"\0")  # same size, one byte changed
     [plan] = [p for p in restore.plan_objects(store, PREFIX, loaded) if p.key == key]
     with pytest.raises(ChecksumMismatchError, match=r"model\.safetensors"):
-        restore.download_one(store, plan, tmp_path / "staged", loaded)
+        restore.download_one(store, plan, restore.staging_dir(tmp_path / "again"), loaded)
 
 
 def test_tiering_moves_data_not_the_manifest_and_a_restore_thaws_first_then_expiry_removes_it(
@@ -135,7 +135,7 @@ def test_tiering_moves_data_not_the_manifest_and_a_restore_thaws_first_then_expi
     plans = restore.plan_objects(store, PREFIX, manifest)
     assert not any(p.thawed for p in plans)
     with pytest.raises(ObjectFrozenError):
-        restore.download_one(store, plans[0], tmp_path / "early", manifest)
+        restore.download_one(store, plans[0], restore.staging_dir(tmp_path / "early"), manifest)
     restore.request_thaw(store, plans, "Bulk")
     assert restore.still_frozen(store, plans) == []
     assert _tree(_restore(store, manifest, tmp_path / "dest")) == _tree(src)
