@@ -1,10 +1,11 @@
 """`ckptvault ingest` on Dask ([scale], --dask-address, --dask-workers), through the command line,
-against a real S3 server (SeaweedFS) and a real Prefect API: what is refused before any work, and with
-what message; that a multi-checkpoint source ingested on 2 Dask worker processes (a LocalCluster of
---dask-workers, or the infra/local/dask.sh cluster of dask_address) gives the same objects and
-manifests as a single-process ingest, with the uploads run by the workers (recorded by each worker:
-tests/dask_probe.py); and that a worker SIGKILLed in the middle of an upload costs a retry, not the
-checkpoint: the pass completes, nothing is committed twice, the restore is byte-identical."""
+against a real S3 server (SeaweedFS; the dask_address and killed-worker cases on Ceph RGW too) and a
+real Prefect API: what is refused before any work, and with what message; that a multi-checkpoint
+source ingested on 2 Dask worker processes (a LocalCluster of --dask-workers, or the
+infra/local/dask.sh cluster of dask_address) gives the same objects and manifests as a single-process
+ingest, with the uploads run by the workers (recorded by each worker: tests/dask_probe.py); and that a
+worker SIGKILLed in the middle of an upload costs a retry, not the checkpoint: the pass completes,
+nothing is committed twice, the restore is byte-identical."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe
 from tests.dask_cluster import DaskCluster
 from tests.faultproxy import FaultProxy
-from tests.helpers import stored_checkpoints, write_config
+from tests.helpers import PIPELINE_STORES, stored_checkpoints, write_config
 
 MiB = 2**20
 
@@ -111,12 +112,12 @@ def hot(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def api_env(prefect_api: None, seaweedfs: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def api_env(prefect_api: None, store: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The store's credentials and the test Prefect API, in this process's environment (the command
     line reads PREFECT_API_URL from there) and returned for a child process."""
     from prefect.settings import PREFECT_API_URL
 
-    env = {**seaweedfs.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    env = {**store.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     return env
@@ -139,12 +140,12 @@ def _stored(client: Any, bucket: str) -> tuple[dict[str, bytes], dict[str, dict[
     return stored_checkpoints(client, bucket, f"t/{RUN}/")  # uploaded_at: the one field that differs
 
 
-def _single_process(capsys: pytest.CaptureFixture[str], tmp_path: Path, seaweedfs: Any, bucket_factory: Any,
+def _single_process(capsys: pytest.CaptureFixture[str], tmp_path: Path, store: Any, bucket_factory: Any,
                     hot: Path) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:  # fmt: skip
-    bucket = bucket_factory(seaweedfs)
-    outcomes = _ingest(capsys, _config(tmp_path, "plain", seaweedfs, bucket, hot))
+    bucket = bucket_factory(store)
+    outcomes = _ingest(capsys, _config(tmp_path, "plain", store, bucket, hot))
     assert [o["result"] for o in outcomes] == ["uploaded"] * len(STEPS)
-    return _stored(seaweedfs.client(), bucket)
+    return _stored(store.client(), bucket)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,42 +168,43 @@ def _same_as_single_process(stored: Any, single: Any) -> None:
 
 
 def test_dask_workers_flag_runs_the_uploads_in_two_worker_processes_and_stores_the_same(
-    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
+    api_env: dict[str, str], store: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    single = _single_process(capsys, tmp_path, seaweedfs, bucket_factory, hot)
+    single = _single_process(capsys, tmp_path, store, bucket_factory, hot)
     nodes = tmp_path / "local-cluster"
     nodes.mkdir()
     # the LocalCluster's spawned workers inherit this environment, and their nannies hand them this
     # process's Dask config: the probe as a preload
     monkeypatch.setenv("CKPTVAULT_NODE_DIR", str(nodes))
-    bucket = bucket_factory(seaweedfs)
+    bucket = bucket_factory(store)
     with dask.config.set({"distributed.worker.preload": ["tests.dask_probe"]}):
-        outcomes = _ingest(capsys, _config(tmp_path, "dask", seaweedfs, bucket, hot), "--dask-workers", "2")
+        outcomes = _ingest(capsys, _config(tmp_path, "dask", store, bucket, hot), "--dask-workers", "2")
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "uploaded") for s in STEPS]
-    _same_as_single_process(_stored(seaweedfs.client(), bucket), single)
+    _same_as_single_process(_stored(store.client(), bucket), single)
     done = _uploads(dask_probe.records([nodes]))
     assert len(done) == sum(o["files"] for o in outcomes)
     pids = {r["pid"] for r in done}
     assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, neither this one
 
 
+@pytest.mark.parametrize("store", PIPELINE_STORES, indirect=True)
 def test_dask_address_runs_the_uploads_on_the_clusters_workers_and_stores_the_same(
-    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
+    api_env: dict[str, str], store: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster,
 ) -> None:  # fmt: skip
     c = dask_cluster_2
-    single = _single_process(capsys, tmp_path, seaweedfs, bucket_factory, hot)
+    single = _single_process(capsys, tmp_path, store, bucket_factory, hot)
     dirs = [c.node_dir(i) for i in range(c.workers)]
     dask_probe.install(c.address)
     dask_probe.clear(dirs)
-    bucket = bucket_factory(seaweedfs)
+    bucket = bucket_factory(store)
     # Through a proxy holding the first CompleteMultipartUpload (one of checkpoint 100's files, the first
     # submitted) until an upload of checkpoint 200 is running beside it. A flow that waited for one
     # checkpoint's uploads before submitting the next would never start one: the check is of the
     # flow's order, not of timing. The other worker finishes checkpoint 100's other files meanwhile.
-    proxy = FaultProxy(seaweedfs.url).start()
-    cfg = _config(tmp_path, "dask", _Front(proxy.url, seaweedfs.region), bucket, hot,
+    proxy = FaultProxy(store.url).start()
+    cfg = _config(tmp_path, "dask", _Front(proxy.url, store.region), bucket, hot,
                   f'[scale]\ndask_address = "{c.address}"\n')  # fmt: skip
     beside: list[set[str]] = []  # checkpoint 100's unfinished uploads when one of 200's was running
 
@@ -231,7 +233,7 @@ def test_dask_address_runs_the_uploads_on_the_clusters_workers_and_stores_the_sa
     assert beside, "no upload of checkpoint 200 ran while checkpoint 100's first upload was held"
     assert len(beside[0]) == 1, f"checkpoint 100's held upload was not running beside 200's: {beside}"
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "uploaded") for s in STEPS]
-    _same_as_single_process(_stored(seaweedfs.client(), bucket), single)
+    _same_as_single_process(_stored(store.client(), bucket), single)
     records = dask_probe.records(dirs)
     done = _uploads(records)
     assert len(done) == sum(o["files"] for o in outcomes)
@@ -261,17 +263,18 @@ def _pid_with_local_port(pids: list[int], port: int) -> int:
     raise AssertionError(f"no worker process among {pids} has a connection from port {port}")
 
 
+@pytest.mark.parametrize("store", PIPELINE_STORES, indirect=True)
 def test_a_worker_killed_mid_upload_costs_a_retry_not_the_checkpoint(
-    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
+    api_env: dict[str, str], store: Any, bucket_factory: Any, hot: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], dask_cluster_factory: Callable[[str], DaskCluster],
 ) -> None:  # fmt: skip
     c = dask_cluster_factory("kill")  # its own: this test kills one of its workers
-    single = _single_process(capsys, tmp_path, seaweedfs, bucket_factory, hot)
+    single = _single_process(capsys, tmp_path, store, bucket_factory, hot)
     dirs = [c.node_dir(i) for i in range(c.workers)]
     dask_probe.install(c.address)
-    bucket = bucket_factory(seaweedfs)
-    with FaultProxy(seaweedfs.url) as proxy:
-        via_proxy = dataclasses.replace(seaweedfs, url=proxy.url)
+    bucket = bucket_factory(store)
+    with FaultProxy(store.url) as proxy:
+        via_proxy = dataclasses.replace(store, url=proxy.url)
         cfg = _config(tmp_path, "dask", via_proxy, bucket, hot, f'[scale]\ndask_address = "{c.address}"\n')
         proxy.hold("UploadPart")  # every part waits at the proxy: a worker inside an upload, by construction
         cli = subprocess.Popen(
@@ -291,7 +294,7 @@ def test_a_worker_killed_mid_upload_costs_a_retry_not_the_checkpoint(
         assert [(o["step"], o["result"], o["save"]) for o in outcomes] == [(s, "uploaded", 1) for s in STEPS]
 
         # converged: the same objects and manifests as one process, one save per step, nothing left to do
-        _same_as_single_process(_stored(seaweedfs.client(), bucket), single)
+        _same_as_single_process(_stored(store.client(), bucket), single)
         again = _ingest(capsys, cfg)
         assert [(o["result"], o["uploaded_files"]) for o in again] == [("present", 0)] * len(STEPS)
         capsys.readouterr()
