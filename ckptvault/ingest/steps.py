@@ -184,8 +184,8 @@ def plan_upload(
         store.abort_multipart_uploads(base, older_than=time.time() - STALE_UPLOAD_SECONDS)
         # Every upload needs the server's capabilities. Learnt here, in the process that hands the store
         # to the upload tasks, each task's copy carries them (S3Store pickles what it has learnt);
-        # otherwise each task on a Dask worker unpickles an unprobed copy and probes again: ~10
-        # requests per file, three quarters of a pass's requests in tests/infra/test_dask_scale.py.
+        # otherwise each task on a Dask worker unpickles an unprobed copy and probes again, about ten
+        # requests (writes and deletes under the probe prefix) for every file sent.
         store.capabilities()
     return jobs
 

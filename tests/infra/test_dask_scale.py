@@ -232,7 +232,7 @@ def test_dask_address_runs_the_uploads_on_the_clusters_workers_and_stores_the_sa
         proxy.stop()
     assert len(proxy.held) == 1, "the proxy held no CompleteMultipartUpload: the test checked nothing"
     # the server's capabilities probed once, by the flow (RestoreObject: only the probe sends one), not
-    # again by each upload task's copy of the store (that was 28 probes for this pass's 27 files)
+    # again by each upload task's copy of the store (before plan_upload learnt them: 28 in this pass)
     assert proxy.requests["RestoreObject"] == 1, proxy.requests
     assert beside, "no upload of checkpoint 200 ran while checkpoint 100's first upload was held"
     assert len(beside[0]) == 1, f"checkpoint 100's held upload was not running beside 200's: {beside}"
