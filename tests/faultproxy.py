@@ -16,7 +16,8 @@ Faults, each at its own seeded rate (a fraction of requests), decided per reques
                    retry repeats something that already happened (a conditional PUT, a
                    CompleteMultipartUpload)
   latency          the request is delayed by `latency_s` seconds, then forwarded normally
-`hold(op, ..., first=n)` makes every request of those operations (or only the first n of them) wait,
+`hold(op, ..., first=n, under=s)` makes every request of those operations (or only the first n of them,
+or only those whose path contains s) wait,
 unforwarded, until `release()`; `held` lists their clients' (host, port), so a test can tell which
 process is in the middle of one.
 `counts` says what was injected (per kind and per kind/S3 operation); `requests` counts every request;
@@ -118,6 +119,7 @@ class FaultProxy:
         self.peak_in_flight: Counter[str] = Counter()
         self.hold_ops: frozenset[str] = frozenset()
         self._hold_left: int | None = None  # how many more requests of hold_ops to hold (None: all)
+        self._hold_under = ""
         self.held: list[tuple[str, int]] = []
         self.first_held = threading.Event()
         self._released = threading.Event()
@@ -168,19 +170,21 @@ class FaultProxy:
         finally:
             self.enabled = was
 
-    def hold(self, *ops: str, first: int | None = None) -> None:
-        """Requests of `ops` (only the first `first` of them, if given) wait before they are read or
-        forwarded, until release()."""
+    def hold(self, *ops: str, first: int | None = None, under: str = "") -> None:
+        """Requests of `ops` (only the first `first` of them, if given; only those whose path contains
+        `under`, e.g. a checkpoint's key prefix and not the capability probe's) wait before they are
+        read or forwarded, until release()."""
         self._released.clear()
         self._hold_left = first
+        self._hold_under = under
         self.hold_ops = frozenset(ops)
 
     def release(self) -> None:
         self.hold_ops = frozenset()
         self._released.set()
 
-    def wait_if_held(self, op: str, client: tuple[str, int]) -> None:
-        if op not in self.hold_ops:
+    def wait_if_held(self, op: str, path: str, client: tuple[str, int]) -> None:
+        if op not in self.hold_ops or self._hold_under not in path:
             return
         with self._lock:
             if self._hold_left is not None:
@@ -280,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.owner.leave(op)
 
     def _handle_op(self, op: str) -> None:
-        self.owner.wait_if_held(op, self.client_address[:2])
+        self.owner.wait_if_held(op, self.path, self.client_address[:2])
         fault = self.owner.decide(op)
         if fault == "reset_request":
             n = int(self.headers.get("Content-Length") or 0)

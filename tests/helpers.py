@@ -15,6 +15,13 @@ from typing import Any, NoReturn
 import crc32c
 import pytest
 
+# The stores the pipeline targets, for an indirect parametrization of a fixture that takes the kind as
+# its param (tests/infra/conftest.py `store`); a Ceph case carries the `ceph` marker like pipeline_s3's.
+PIPELINE_STORES = [
+    pytest.param("seaweedfs", id="seaweedfs"),
+    pytest.param("ceph", id="ceph", marks=pytest.mark.ceph),
+]
+
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}

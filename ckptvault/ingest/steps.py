@@ -156,7 +156,8 @@ def plan_upload(
     else (absent, other size, unknown or different CRC32C) is uploaded again, which overwrites
     whatever partial or wrong object is there. When
     anything is to be sent, stale incomplete multipart uploads under the checkpoint (a crashed run's,
-    older than STALE_UPLOAD_SECONDS) are aborted first. `read_local` False (a node-local source,
+    older than STALE_UPLOAD_SECONDS) are aborted first, and the store's capabilities are learnt (once
+    per store) so that the copies the upload tasks receive carry them. `read_local` False (a node-local source,
     whose files only their nodes can read): the CRC32C comparison is left to the upload task there.
     """
     base = checkpoint_prefix(prefix, found.run, found.step, save)
@@ -181,6 +182,11 @@ def plan_upload(
             jobs.append(FileJob(f, key, upload=True))
     if any(j.upload for j in jobs):
         store.abort_multipart_uploads(base, older_than=time.time() - STALE_UPLOAD_SECONDS)
+        # Every upload needs the server's capabilities. Learnt here, in the process that hands the store
+        # to the upload tasks, each task's copy carries them (S3Store pickles what it has learnt);
+        # otherwise each task on a Dask worker unpickles an unprobed copy and probes again, about ten
+        # requests (writes and deletes under the probe prefix) for every file sent.
+        store.capabilities()
     return jobs
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from ckptvault.config import StoreConfig
+from ckptvault.config import SourceConfig, StoreConfig
+from ckptvault.ingest.steps import find_checkpoints, plan_upload
 from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.store import S3Store
 from ckptvault_cli.synthetic import write_checkpoint
@@ -99,6 +100,21 @@ def test_s3store_pickles_as_its_config_and_rebuilds_its_client(creds: Any, bucke
     assert copy._caps == caps and copy.capabilities() == caps
     copy.put_bytes("t/pickled", b"hello")
     assert store.get_bytes("t/pickled") == b"hello"
+
+
+def test_a_store_planned_for_uploads_reaches_the_tasks_knowing_its_capabilities(
+    creds: Any, bucket_factory: Any, tmp_path: Path
+) -> None:
+    """plan_upload runs where the flow runs; the upload tasks get pickled copies of its store. Were the
+    capabilities not learnt before, every task's copy would probe the server again."""
+    store = S3Store(StoreConfig(bucket=bucket_factory(creds), prefix="t", endpoint_url=creds.url, region=creds.region))
+    write_checkpoint(tmp_path, "hf", 10, 2**16, seed=3)
+    [found] = find_checkpoints(SourceConfig(run="r", path=tmp_path, format="hf", settle_seconds=0)).found
+    assert store._caps is None  # opening a store does not probe
+    jobs = plan_upload(store, "t", found)
+    assert jobs and all(j.upload for j in jobs)
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy._caps is not None and copy._caps == store.capabilities()
 
 
 @pytest.mark.parametrize("processes", [True, False], ids=["processes", "threads"])

@@ -1,5 +1,6 @@
 """Node-local checkpoints (`locality = "node"`) on a real Dask cluster (infra/local/dask.sh: a scheduler
-and 2 worker processes, node-0 and node-1), a real Prefect API and SeaweedFS, through the command line.
+and 2 worker processes, node-0 and node-1), a real Prefect API and SeaweedFS (the node-per-worker and
+missing-node cases on Ceph RGW too), through the command line.
 
 How node-local disks are simulated, honestly: every node sees its own disk at the same source path.
 Here both "nodes" share one machine, so the path names `${CKPTVAULT_NODE}`, which each process
@@ -32,7 +33,7 @@ from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe
 from tests.dask_cluster import DaskCluster
-from tests.helpers import stored_checkpoints, write_config
+from tests.helpers import PIPELINE_STORES, stored_checkpoints, write_config
 
 MiB = 2**20
 RUN, STEPS, RANKS, PER_NODE = "llm", (100, 200), 4, 2  # ranks 0-1 on node-0, 2-3 on node-1
@@ -41,10 +42,10 @@ NO_GATES = "[validation]\nenabled = false\n"
 
 
 @pytest.fixture
-def api_env(prefect_api: None, seaweedfs: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def api_env(prefect_api: None, store: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     from prefect.settings import PREFECT_API_URL
 
-    env = {**seaweedfs.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    env = {**store.env(), "PREFECT_API_URL": str(PREFECT_API_URL.value())}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("CKPTVAULT_NODE", "node-0")  # the flow runs on node 0
@@ -112,23 +113,24 @@ def _stored(client: Any, bucket: str) -> tuple[dict[str, bytes], dict[str, dict[
     return stored_checkpoints(client, bucket, f"t/{RUN}/", ignore=("uploaded_at", "source"))
 
 
+@pytest.mark.parametrize("store", PIPELINE_STORES, indirect=True)
 def test_each_node_uploads_its_own_files_once_the_last_node_has_them_and_stores_the_same(
-    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, checkpoints: Path, tmp_path: Path,
+    api_env: dict[str, str], store: Any, bucket_factory: Any, checkpoints: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster, node_root: tuple[str, str],
 ) -> None:  # fmt: skip
     c = dask_cluster_2
     path, name = node_root
-    single_bucket = bucket_factory(seaweedfs)
-    plain = write_config(tmp_path / "plain.toml", seaweedfs, single_bucket, [(RUN, checkpoints, "dcp")], extra=NO_GATES)
+    single_bucket = bucket_factory(store)
+    plain = write_config(tmp_path / "plain.toml", store, single_bucket, [(RUN, checkpoints, "dcp")], extra=NO_GATES)
     rc, outcomes, err = _ingest(capsys, plain)
     assert rc == 0 and [o["result"] for o in outcomes] == ["uploaded"] * len(STEPS), err[-2000:]
-    single = _stored(seaweedfs.client(), single_bucket)
+    single = _stored(store.client(), single_bucket)
 
     dirs = [c.node_dir(i) for i in range(c.workers)]
     dask_probe.install(c.address)
     dask_probe.clear(dirs)
-    bucket = bucket_factory(seaweedfs)
-    cfg = _node_config(tmp_path, seaweedfs, bucket, path, c.address)
+    bucket = bucket_factory(store)
+    cfg = _node_config(tmp_path, store, bucket, path, c.address)
 
     # node-1 has not written its ranks yet: the checkpoints wait for it, by name, and nothing is sent
     _place(checkpoints, c, name, {0})
@@ -136,13 +138,13 @@ def test_each_node_uploads_its_own_files_once_the_last_node_has_them_and_stores_
     assert rc == 0, err[-3000:]
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "waiting") for s in STEPS]
     assert all("waiting for node-1: none of its files are there yet" in o["message"] for o in outcomes)
-    assert _stored(seaweedfs.client(), bucket) == ({}, {})
+    assert _stored(store.client(), bucket) == ({}, {})
 
     _place(checkpoints, c, name, {1})
     rc, outcomes, err = _ingest(capsys, cfg)
     assert rc == 0, err[-3000:]
     assert [(o["step"], o["result"], o["files"]) for o in outcomes] == [(s, "uploaded", RANKS + 1) for s in STEPS]
-    objects, manifests = _stored(seaweedfs.client(), bucket)
+    objects, manifests = _stored(store.client(), bucket)
     assert len(manifests) == len(STEPS) and manifests == single[1]
     assert objects.keys() == single[0].keys() and objects == single[0]
 
@@ -164,24 +166,25 @@ def test_each_node_uploads_its_own_files_once_the_last_node_has_them_and_stores_
     # the job's nodes gone (here: a node-2 no worker serves): committed checkpoints stay present, named,
     # instead of failing every pass; nothing is sent or changed
     (tmp_path / "gone").mkdir()
-    gone = _node_config(tmp_path / "gone", seaweedfs, bucket, path, c.address, nodes=3)
+    gone = _node_config(tmp_path / "gone", store, bucket, path, c.address, nodes=3)
     rc, outcomes, err = _ingest(capsys, gone)
     assert rc == 0 and "Traceback" not in err, err[-3000:]
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "present") for s in STEPS]
     assert all("no Dask worker for node-2" in o["message"] and "committed save 1 holds" in o["message"]
                for o in outcomes), outcomes  # fmt: skip
-    assert _stored(seaweedfs.client(), bucket) == (objects, manifests)
+    assert _stored(store.client(), bucket) == (objects, manifests)
 
 
+@pytest.mark.parametrize("store", PIPELINE_STORES, indirect=True)
 def test_a_node_without_a_worker_fails_the_checkpoint_naming_it_in_bounded_time(
-    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, checkpoints: Path, tmp_path: Path,
+    api_env: dict[str, str], store: Any, bucket_factory: Any, checkpoints: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster, node_root: tuple[str, str],
 ) -> None:  # fmt: skip
     c = dask_cluster_2
     path, name = node_root
     _place(checkpoints, c, name, {0, 1})
-    bucket = bucket_factory(seaweedfs)
-    cfg = _node_config(tmp_path, seaweedfs, bucket, path, c.address, nodes=3)  # node-2 has no worker
+    bucket = bucket_factory(store)
+    cfg = _node_config(tmp_path, store, bucket, path, c.address, nodes=3)  # node-2 has no worker
     t0 = time.monotonic()
     rc, outcomes, err = _ingest(capsys, cfg)
     assert time.monotonic() - t0 < 120
@@ -189,11 +192,11 @@ def test_a_node_without_a_worker_fails_the_checkpoint_naming_it_in_bounded_time(
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "failed") for s in STEPS]
     assert all("no Dask worker for node-2" in o["message"] and "--resources node-2=1" in o["message"]
                for o in outcomes)  # fmt: skip
-    assert _stored(seaweedfs.client(), bucket) == ({}, {})
+    assert _stored(store.client(), bucket) == ({}, {})
 
 
 def test_a_rank_file_lost_on_another_node_makes_the_checkpoint_invalid_naming_it_and_its_node(
-    api_env: dict[str, str], seaweedfs: Any, bucket_factory: Any, checkpoints: Path, tmp_path: Path,
+    api_env: dict[str, str], store: Any, bucket_factory: Any, checkpoints: Path, tmp_path: Path,
     capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster, node_root: tuple[str, str],
 ) -> None:  # fmt: skip
     """The flow's own discovery sees node 0's files only; node-1 still has rank 3's shard, so only the
@@ -205,12 +208,12 @@ def test_a_rank_file_lost_on_another_node_makes_the_checkpoint_invalid_naming_it
     assert len(lost) == len(STEPS)
     for f in lost:
         f.unlink()
-    bucket = bucket_factory(seaweedfs)
-    rc, outcomes, err = _ingest(capsys, _node_config(tmp_path, seaweedfs, bucket, path, c.address))
+    bucket = bucket_factory(store)
+    rc, outcomes, err = _ingest(capsys, _node_config(tmp_path, store, bucket, path, c.address))
     assert rc == 1 and "Traceback" not in err, err[-3000:]
     assert [(o["step"], o["result"]) for o in outcomes] == [(s, "invalid") for s in STEPS], outcomes
     assert all("__2_*.distcp: missing on node-1" in o["message"] for o in outcomes), outcomes
-    assert _stored(seaweedfs.client(), bucket) == ({}, {})
+    assert _stored(store.client(), bucket) == ({}, {})
 
 
 def test_without_dask_a_node_local_source_is_refused_with_the_fix(
