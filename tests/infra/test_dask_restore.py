@@ -191,3 +191,31 @@ def test_node_local_restore_puts_each_file_back_on_its_own_node(
     finally:
         for d in dirs:
             shutil.rmtree(d / name, ignore_errors=True)
+
+
+def test_restore_dask_workers_flag_downloads_in_two_local_worker_processes(
+    api_env: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    import dask.config
+
+    hot = tmp_path / "hot"
+    write_checkpoint(hot, "hf", STEP, 12 * MiB, shards=2, seed=9)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket_factory(seaweedfs), [(RUN, hot, "hf")],
+                       extra="[validation]\nenabled = false\n")  # fmt: skip
+    _run(capsys, ["--config", str(cfg), "ingest"])
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    # the LocalCluster's spawned workers inherit this environment and get the probe as a preload
+    monkeypatch.setenv("CKPTVAULT_NODE_DIR", str(probe_dir))
+    dest = tmp_path / "restored"
+    with dask.config.set({"distributed.worker.preload": ["tests.dask_probe"]}):
+        out, _ = _run(capsys, ["--config", str(cfg), "restore", RUN, "--dest", str(dest), "--dask-workers", "2",
+                                "--json"])  # fmt: skip
+    assert json.loads(out)["status"] == "restored"
+    source = _tree(hot / f"checkpoint-{STEP}")
+    assert _tree(dest / f"checkpoint-{STEP}") == source
+    done = [r for r in dask_probe.records([probe_dir]) if "download" in r and r["event"] == "memory"]
+    assert sorted(r["rel"] for r in done) == sorted(source)
+    pids = {r["pid"] for r in done}
+    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, neither this one
