@@ -90,25 +90,23 @@ def discard_on_node(staged: Path, node: str) -> None:
     discard(staged)
 
 
-def node_dest_problem(dest: str, this_node: str | None) -> str | None:
-    """What is wrong with `dest` for --node-local, seen from this host (None: fine). Each worker
-    resolves it on its own node, so it must be absolute; and a shell that expanded ${CKPTVAULT_NODE}
-    in double quotes has turned it into this host's node name, the same path on every node."""
+def dest_problem(dest: str, node_local: bool, this_node: str | None) -> str | None:
+    """What is wrong with `--dest` as typed, seen from this host (None: fine). With --node-local each
+    worker resolves it on its own node, so it must be absolute, and a shell that expanded
+    ${CKPTVAULT_NODE} inside double quotes has turned it into this host's node name, the same path on
+    every node. Without it, ${CKPTVAULT_NODE} would become a directory of that literal name."""
+    if not node_local:
+        if NODE_PLACEHOLDER in dest:
+            return (
+                f"--dest {dest} names {NODE_PLACEHOLDER}, which only --node-local replaces (each node's files on "
+                "that node's disk); add --node-local, or give a --dest without it"
+            )
+        return None
     if not dest.startswith("/"):
         return f"--node-local: --dest {dest} is resolved on each node, so give an absolute path (no ~, no ./)"
     if NODE_PLACEHOLDER not in dest and this_node and this_node in Path(dest).parts:
         return (
             f"--node-local: --dest {dest} names this host's node ({this_node}), the same path on every node; the "
             f"shell replaced {NODE_PLACEHOLDER} inside double quotes: put --dest in single quotes"
-        )
-    return None
-
-
-def shared_dest_hint(dest: str) -> str | None:
-    """What to say when `dest` names a per-node path but --node-local is not given."""
-    if NODE_PLACEHOLDER in dest:
-        return (
-            f"--dest {dest} names {NODE_PLACEHOLDER}, which only --node-local replaces (each node's files on "
-            "that node's disk); add --node-local, or give a --dest without it"
         )
     return None

@@ -94,9 +94,11 @@ def finalize(staged: Path, dest: Path, force: bool) -> Path | None:
     """Rename the verified staging directory into place. With --force an existing destination is
     renamed aside (returned) rather than deleted: a restore never destroys data."""
     aside = None
+    emptied = False
     if dest.exists():
         if dest.is_dir() and not any(dest.iterdir()):
             dest.rmdir()
+            emptied = True
         elif force:
             aside = dest.with_name(f"{dest.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
             dest.rename(aside)
@@ -107,6 +109,8 @@ def finalize(staged: Path, dest: Path, force: bool) -> Path | None:
     except OSError as e:
         if aside is not None:  # put the old contents back where they were
             aside.rename(dest)
+        elif emptied:
+            dest.mkdir()
         raise RestoreError(
             f"renaming the verified copy {staged} to {dest} failed ({e}); {dest} is as it was, and the copy is kept"
         ) from None

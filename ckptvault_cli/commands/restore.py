@@ -109,22 +109,20 @@ def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
     from ckptvault.restore.resolve import RestoreError
     from ckptvault_prefect.flows.scale import ProbeError, RunnerChoiceError, for_restore, workers_not_seeing
 
+    if problem := nodes.dest_problem(args.dest, args.node_local, os.environ.get(NODE_ENV)):
+        raise UsageError(problem)
     choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
     if args.node_local:
         try:
             nodes.placement_for(cfg, args.run)
         except RestoreError as e:
             raise UsageError(str(e)) from None
-        if problem := nodes.node_dest_problem(args.dest, os.environ.get(NODE_ENV)):
-            raise UsageError(problem)
         if choice.kind != "cluster":
             raise UsageError(
                 "--node-local has each node's files written on that node by its Dask worker: give --dask-address "
                 "or set [scale] dask_address (a cluster with a worker per node, started with --resources node-I=1)"
             )
         return choice  # the destination is each node's own: no shared file system to check
-    if hint := nodes.shared_dest_hint(args.dest):
-        raise UsageError(hint)
     if choice.kind != "cluster":
         return choice
     where = Path(args.dest).expanduser().resolve().parent

@@ -42,6 +42,11 @@ class RunnerChoice:
     connect_timeout: float = 10.0
 
     @property
+    def from_flag(self) -> bool:
+        """Typed for this one command (--dask-address, --dask-workers), not read from [scale]."""
+        return self.origin.startswith("--")
+
+    @property
     def needs_prefect(self) -> bool:
         """Dask workers run Prefect task runs: the flow must be a flow run, not direct mode."""
         return self.kind != "threads"
@@ -133,7 +138,7 @@ def for_restore(choice: RunnerChoice, blind: Sequence[str], where: Path) -> Runn
     restore asked for, so the restore runs from this host instead (the caller says so)."""
     if not blind:
         return choice
-    if choice.origin.startswith("--"):
+    if choice.from_flag:
         raise RunnerChoiceError(
             f"{choice.origin} {choice.address}: its worker(s) {', '.join(blind)} do not see {where}, where the "
             "restore stages its files: restore to a directory every worker mounts at the same path (a "

@@ -65,18 +65,19 @@ def test_stage_then_finalize_on_a_node_puts_the_copy_at_that_nodes_destination(t
 
 
 def test_a_per_node_dest_without_node_local_is_named() -> None:
-    assert nodes.shared_dest_hint("/pfs/restored") is None
-    hint = nodes.shared_dest_hint("/nvme/${CKPTVAULT_NODE}/r")
+    assert nodes.dest_problem("/pfs/restored", False, "node-0") is None
+    assert nodes.dest_problem("restored", False, None) is None  # relative is fine on one host
+    hint = nodes.dest_problem("/nvme/${CKPTVAULT_NODE}/r", False, None)
     assert hint is not None and "add --node-local" in hint
 
 
 def test_a_node_local_dest_must_be_absolute_and_not_expanded_by_the_shell() -> None:
-    assert nodes.node_dest_problem("/nvme/${CKPTVAULT_NODE}/r", "node-0") is None
-    assert nodes.node_dest_problem("/nvme/restored", "node-0") is None  # the same path, each node's own disk
-    assert "absolute" in (nodes.node_dest_problem("~/r", None) or "")
-    assert "absolute" in (nodes.node_dest_problem("restored", None) or "")
+    assert nodes.dest_problem("/nvme/${CKPTVAULT_NODE}/r", True, "node-0") is None
+    assert nodes.dest_problem("/nvme/restored", True, "node-0") is None  # the same path, each node's own disk
+    assert "absolute" in (nodes.dest_problem("~/r", True, None) or "")
+    assert "absolute" in (nodes.dest_problem("restored", True, None) or "")
     # "/nvme/${CKPTVAULT_NODE}/r" in double quotes on node-0 reaches us as /nvme/node-0/r
-    assert "single quotes" in (nodes.node_dest_problem("/nvme/node-0/r", "node-0") or "")
+    assert "single quotes" in (nodes.dest_problem("/nvme/node-0/r", True, "node-0") or "")
 
 
 def test_the_nodes_sharing_a_disk_see_each_others_staging(tmp_path: Path) -> None:
@@ -111,6 +112,11 @@ def test_a_failed_final_rename_puts_the_old_contents_back(tmp_path: Path) -> Non
         steps.finalize(gone, dest, force=True)
     assert (dest / "old").read_text() == "mine"
     assert [p.name for p in tmp_path.iterdir()] == ["r"]  # no .replaced-* left behind
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(RestoreError, match="is as it was"):
+        steps.finalize(gone, empty, force=False)
+    assert empty.is_dir()  # the empty destination it removed to rename into is back
 
 
 def test_a_download_into_a_discarded_staging_directory_is_refused(tmp_path: Path) -> None:
