@@ -226,6 +226,11 @@ class ScaleConfig(_Strict):
     # How long a node's worker may take to list a node-local checkpoint (locality = "node"): a node
     # whose worker vanished is named after this long, never waited on for ever.
     node_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120
+    # A file larger than this is split into ranges of about this many MiB (whole parts, at least one),
+    # each range its own task: on a cluster one big file is sent (ingest) or fetched (restore) by
+    # several workers at once. 0: every file is one task. Files stored compressed, and with
+    # `sha256 = true` (a whole-file hash cannot be combined from ranges), are never split.
+    split_size_mb: Annotated[int, Field(ge=0)] = 2048
 
     @field_validator("dask_address")
     @classmethod
