@@ -150,7 +150,7 @@ def _upload(req: UploadRequest, f: Any, before: os.stat_result, typesize: int) -
             s.result()
         check_unchanged(f, before, req.path)
         stored_crc = stored_hash.crc32c_b64
-        composite = multipart.complete(req, upload_id, st, nparts, stored_crc)
+        composite = multipart.complete(req, upload_id, [st.done[n] for n in range(1, nparts + 1)], stored_crc)
     except BaseException:
         st.failed.set()
         encoders.shutdown(wait=True, cancel_futures=True)

@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import StoreConfig
-from ckptvault.store import lifecycle, memory_transfer
+from ckptvault.store import lifecycle, memory_split, memory_transfer
 from ckptvault.store.limits import MAX_PUT, MAX_TAGS
 from ckptvault.store.memory_multipart import Uploads, etag
 from ckptvault.store.port import (
@@ -48,6 +48,8 @@ from ckptvault.store.port import (
     PreconditionFailedError,
     ProgressFn,
     RestoreState,
+    SentPart,
+    SplitUpload,
     StoreError,
     TransferConfig,
     UploadResult,
@@ -298,6 +300,22 @@ class MemoryStore:
                 self, Path(path), key, typesize=typesize, tags=tags, sha256=sha256, progress=progress
             )
         return memory_transfer.upload_file(self, Path(path), key, tags=tags, sha256=sha256, progress=progress)
+
+    def begin_upload(
+        self, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None = None
+    ) -> SplitUpload:
+        return memory_split.begin(self, Path(path), key, size=size, mtime=mtime, tags=tags)
+
+    def upload_parts(
+        self, upload: SplitUpload, first: int, count: int, *, progress: ProgressFn | None = None
+    ) -> tuple[SentPart, ...]:
+        return memory_split.send(self, upload, first, count, progress)
+
+    def complete_upload(self, upload: SplitUpload, parts: Sequence[SentPart]) -> UploadResult:
+        return memory_split.finish(self, upload, parts)
+
+    def abort_upload(self, upload: SplitUpload) -> None:
+        memory_split.abort(self, upload)
 
     def download_file(
         self,

@@ -39,7 +39,8 @@ class Parts:
         self.pool = pool
         self.slots = threading.Semaphore(limit)
         self.failed = threading.Event()
-        self.done: dict[int, dict[str, Any]] = {}
+        self.done: dict[int, dict[str, Any]] = {}  # CompleteMultipartUpload's entry of each part sent
+        self.crcs: dict[int, tuple[int, int]] = {}  # part number -> (CRC32C, size) of the bytes read
         self.lock = threading.Lock()
 
     def take(self) -> mmap.mmap:
@@ -75,38 +76,53 @@ def upload_multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -
     nparts = -(-size // part_size)
     caps = req.caps
     upload_id = create_upload(req)
-
     hasher = StreamHasher(sha256=req.sha256)
-    st = Parts(min(nparts, req.transfer.max_concurrency + 1), part_size, shared(req.transfer.budget))
-    futures: list[Future[None]] = []
-    pool = ThreadPoolExecutor(req.transfer.max_concurrency, thread_name_prefix="ckptvault-upload")
     try:
-        for i in range(nparts):
-            buf = st.take()
-            if st.failed.is_set():
-                st.give(buf)
-                break
-            want = min(part_size, size - i * part_size)
-            view = memoryview(buf)[:want]
-            read_exactly(f, view, req.path)
-            part_crc = hasher.update(view)
-            futures.append(pool.submit(upload_part, req, st, upload_id, i + 1, buf, view, part_crc))
-        for fut in futures:
-            fut.result()  # re-raises the first part failure
+        st = send_parts(req, f, upload_id, part_size, size, range(1, nparts + 1), hasher)
         check_unchanged(f, before, req.path)
         whole = hasher.crc32c_b64
-        composite = complete(req, upload_id, st, nparts, whole)
+        composite = complete(req, upload_id, [st.done[n] for n in range(1, nparts + 1)], whole)
     except BaseException:
-        st.failed.set()
-        pool.shutdown(wait=True, cancel_futures=True)
         abort(req, upload_id)
         raise
-    finally:
-        pool.shutdown(wait=True)
     if req.tags:
         retag(req)
     etag = verify(req, size=size, parts=nparts, crc=whole, composite=composite)
     return UploadResult(req.key, size, whole, hasher.sha256_hex, etag, nparts, caps.checksums_validated)
+
+
+def send_parts(
+    req: UploadRequest, f: io.FileIO, upload_id: str, part_size: int, size: int, numbers: range, hasher: StreamHasher
+) -> Parts:
+    """Read parts `numbers` of the file from where `f` stands, in order, hashing each (its CRC32C is
+    its UploadPart checksum and goes into `Parts.crcs`), and send them on a pool of
+    `max_concurrency` threads. Returns once every part is stored; the first failure stops the reading
+    and is raised (the caller aborts or leaves the upload, not this)."""
+    st = Parts(min(len(numbers), req.transfer.max_concurrency + 1), part_size, shared(req.transfer.budget))
+    futures: list[Future[None]] = []
+    pool = ThreadPoolExecutor(req.transfer.max_concurrency, thread_name_prefix="ckptvault-upload")
+    try:
+        for number in numbers:
+            buf = st.take()
+            if st.failed.is_set():
+                st.give(buf)
+                break
+            want = min(part_size, size - (number - 1) * part_size)
+            view = memoryview(buf)[:want]
+            read_exactly(f, view, req.path)
+            part_crc = hasher.update(view)
+            with st.lock:
+                st.crcs[number] = (part_crc, want)
+            futures.append(pool.submit(upload_part, req, st, upload_id, number, buf, view, part_crc))
+        for fut in futures:
+            fut.result()  # re-raises the first part failure
+    except BaseException:
+        st.failed.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    return st
 
 
 def upload_part(
@@ -148,8 +164,10 @@ def upload_part(
         st.give(buf)
 
 
-def complete(req: UploadRequest, upload_id: str, st: Parts, nparts: int, whole: str) -> str | None:
-    parts: Any = [st.done[n] for n in range(1, nparts + 1)]
+def complete(req: UploadRequest, upload_id: str, parts: Any, whole: str) -> str | None:
+    """CompleteMultipartUpload of `parts` (its entries, in order); returns S3's composite checksum
+    where the server reports one instead of the whole-object CRC32C."""
+    nparts = len(parts)
     extra: dict[str, Any] = {}
     composite = None
     if req.caps.checksums_validated:

@@ -126,6 +126,38 @@ class UploadResult:
 
 
 @dataclass(frozen=True)
+class SplitUpload:
+    """A multipart upload whose parts several tasks send (`[scale] split_size_mb`): what each range
+    task and the one that completes it need. Picklable, so it travels to Dask workers. `size` and
+    `mtime` are the file as discovery listed it: a range refuses a file that differs, so every part of
+    the object comes from one version of the file."""
+
+    key: str
+    upload_id: str
+    path: str
+    size: int
+    mtime: float
+    part_size: int
+    tags: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def parts(self) -> int:
+        return -(-self.size // self.part_size)
+
+
+@dataclass(frozen=True)
+class SentPart:
+    """One part of a SplitUpload as the server took it, with the CRC32C of its bytes (read in the same
+    pass that sent them): CompleteMultipartUpload lists the ETags, and the CRCs combine in order into
+    the whole file's."""
+
+    number: int
+    etag: str
+    crc32c: int
+    size: int
+
+
+@dataclass(frozen=True)
 class TransferConfig:
     """Validated transfer tuning. Upload memory is bounded by `buffer_budget` for the whole process
     (store/buffers.py); 0 means part_size * (max_concurrency + 1): one file's full pipeline."""
@@ -218,6 +250,34 @@ class ObjectStore(Protocol):
         `progress` is called once per part, possibly from worker threads. With `typesize` the object is
         the file's shuffle-zstd frames (docs/FORMAT.md), always multipart, and the result carries the
         codec fields; without it the object is the file."""
+        ...
+
+    def begin_upload(
+        self, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None = None
+    ) -> SplitUpload:
+        """Start a multipart upload of `path` (as listed: `size`, `mtime`) whose parts are sent by
+        `upload_parts` calls, possibly on other hosts, and completed by `complete_upload`. The part
+        size is the store's (grown where the file would need more than 10,000 parts)."""
+        ...
+
+    def upload_parts(
+        self, upload: SplitUpload, first: int, count: int, *, progress: ProgressFn | None = None
+    ) -> tuple[SentPart, ...]:
+        """Read parts first..first+count-1 (1-based) of the upload's file and send them, each with its
+        CRC32C where the server validates part checksums. StoreError if the file's size or mtime is not
+        the listed one, before or after the read (nothing of a changed file is completed). Sending a
+        part again replaces it: a retried or re-run range is harmless."""
+        ...
+
+    def complete_upload(self, upload: SplitUpload, parts: Sequence[SentPart]) -> UploadResult:
+        """Complete with every part 1..N exactly once (StoreError otherwise, naming what is missing).
+        The whole-file CRC32C is combined in order from the parts' and sent as a FULL_OBJECT checksum
+        where the server checks one; then the same HEAD check as `upload_file`, and the tags put again
+        (Ceph drops those of CreateMultipartUpload). A failed completion aborts the upload."""
+        ...
+
+    def abort_upload(self, upload: SplitUpload) -> None:
+        """Abort it, best effort (the bucket's abort-incomplete-MPU rule is the backstop)."""
         ...
 
     def download_file(

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
-from ckptvault.store import download, lifecycle, upload
+from ckptvault.store import download, lifecycle, multipart, split_upload, upload
 from ckptvault.store.errors import error_code, http_status, translate
 from ckptvault.store.limits import DELETE_BATCH
 from ckptvault.store.port import (
@@ -27,6 +27,8 @@ from ckptvault.store.port import (
     PreconditionFailedError,
     ProgressFn,
     RestoreState,
+    SentPart,
+    SplitUpload,
     StoreError,
     UploadResult,
 )
@@ -147,11 +149,27 @@ class S3Store(S3Connection):
         progress: ProgressFn | None = None,
         typesize: int | None = None,
     ) -> UploadResult:
-        req = UploadRequest(
+        req = self._upload_request(Path(path), key, tags=tags, sha256=sha256, progress=progress)
+        if typesize is not None:
+            from ckptvault.store import framed  # imports the codec library: only when compressing
+
+            return framed.upload_framed(req, typesize)
+        return upload.upload_file(req)
+
+    def _upload_request(
+        self,
+        path: Path,
+        key: str,
+        *,
+        tags: Mapping[str, str] | None = None,
+        sha256: bool = False,
+        progress: ProgressFn | None = None,
+    ) -> UploadRequest:
+        return UploadRequest(
             client=self.client,
             bucket=self.bucket,
             key=key,
-            path=Path(path),
+            path=path,
             transfer=self.transfer,
             caps=self.capabilities(),
             put_args=self._put_args(),
@@ -160,11 +178,24 @@ class S3Store(S3Connection):
             progress=progress,
             endpoint=self.endpoint,
         )
-        if typesize is not None:
-            from ckptvault.store import framed  # imports the codec library: only when compressing
 
-            return framed.upload_framed(req, typesize)
-        return upload.upload_file(req)
+    def begin_upload(
+        self, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None = None
+    ) -> SplitUpload:
+        return split_upload.begin(self._upload_request(Path(path), key, tags=tags), size, mtime)
+
+    def upload_parts(
+        self, upload: SplitUpload, first: int, count: int, *, progress: ProgressFn | None = None
+    ) -> tuple[SentPart, ...]:
+        req = self._upload_request(Path(upload.path), upload.key, progress=progress)
+        return split_upload.send(req, upload, first, count)
+
+    def complete_upload(self, upload: SplitUpload, parts: Sequence[SentPart]) -> UploadResult:
+        req = self._upload_request(Path(upload.path), upload.key, tags=dict(upload.tags))
+        return split_upload.finish(req, upload, parts)
+
+    def abort_upload(self, upload: SplitUpload) -> None:
+        multipart.abort(self._upload_request(Path(upload.path), upload.key), upload.upload_id)
 
     def download_file(
         self,

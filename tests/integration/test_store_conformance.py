@@ -11,6 +11,7 @@ store does instead. Nothing here replaces store code with a fake.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import socket
 import time
@@ -141,6 +142,52 @@ def test_download_detects_changed_bytes(store: ObjectStore, backend: Backend, tm
     backend.overwrite(store, res.key, b"short")
     with pytest.raises(ChecksumMismatchError, match="bytes"):
         store.download_file(res.key, dest, size=res.size, crc32c=res.crc32c)
+
+
+def test_split_upload_ranges_in_any_order_complete_once(store: ObjectStore, backend: Backend, tmp_path: Path) -> None:
+    # 3 parts of 5 MiB and a short 4th, sent by two "tasks" (ranges of parts), the later range first:
+    # the object is the file, its CRC32C combined from the parts' in order, the tags on it
+    size = 15 * MIB + 4321
+    src = _file(tmp_path, size, seed=11)
+    st = src.stat()
+    tags = {"run": "r 1/α", "step": "100"}
+    up = store.begin_upload(src, "ck/split.bin", size=size, mtime=st.st_mtime, tags=tags)
+    assert (up.parts, up.part_size) == (4, 5 * MIB)
+    seen: list[int] = []
+    later = store.upload_parts(up, 3, 2, progress=seen.append)
+    earlier = store.upload_parts(up, 1, 2)
+    assert [p.number for p in earlier + later] == [1, 2, 3, 4] and sum(seen) == size - 10 * MIB
+    assert store.head("ck/split.bin") is None  # nothing readable before completion
+    res = store.complete_upload(up, later + earlier)
+    assert res.crc32c == crc32c_b64(src) and (res.size, res.parts) == (size, 4)
+    assert res.server_verified == store.capabilities().checksums_validated
+    info = store.head("ck/split.bin")
+    assert info is not None and info.size == size and info.parts == 4
+    if backend.kind in ("seaweedfs", "memory"):
+        assert info.crc32c == res.crc32c  # the combined CRC32C, checked by the server as FULL_OBJECT
+    assert store.get_tags("ck/split.bin") == tags
+    dest = tmp_path / "out.bin"
+    store.download_file("ck/split.bin", dest, size=size, crc32c=res.crc32c)
+    assert dest.read_bytes() == src.read_bytes()
+    assert backend.incomplete_uploads(store, "ck/") == []
+
+
+def test_split_upload_refuses_a_changed_file_and_an_incomplete_set(
+    store: ObjectStore, backend: Backend, tmp_path: Path
+) -> None:
+    src = _file(tmp_path, 12 * MIB, seed=12)
+    st = src.stat()
+    up = store.begin_upload(src, "ck/torn.bin", size=st.st_size, mtime=st.st_mtime)
+    first = store.upload_parts(up, 1, 1)
+    os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # written again since it was listed
+    with pytest.raises(StoreError, match="changed since it was listed"):
+        store.upload_parts(up, 2, 2)
+    with pytest.raises(StoreError, match=r"parts absent \[2, 3\]"):
+        store.complete_upload(up, first)
+    assert backend.incomplete_uploads(store, "ck/") == []  # a failed completion aborts the upload
+    assert store.head("ck/torn.bin") is None
+    with pytest.raises(StoreError, match="not in 1..3"):
+        store.upload_parts(up, 3, 2)
 
 
 def test_small_objects_and_conditional_write(store: ObjectStore) -> None:

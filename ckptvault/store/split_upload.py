@@ -1,0 +1,105 @@
+"""One file's multipart upload sent by several tasks (`[scale] split_size_mb`): begin in the flow,
+ranges of whole parts read and sent where the file is (each range its own task, on any Dask worker
+that sees the file, or on the node that holds it), completed once by the flow with every part.
+
+The whole-file CRC32C is combined in part order from the parts' CRCs (each computed from the bytes in
+the pass that sent them), so it is the CRC of exactly the bytes the object is assembled from; where
+the server checks a FULL_OBJECT checksum (AWS, SeaweedFS) it checks that one against the assembled
+object at completion, as for a file sent by one task (ckptvault/store/upload.py). Each range refuses a
+file whose size or mtime is not the one discovery listed, before and after its read: the parts all
+come from one version of the file, which is what check_unchanged guarantees for an unsplit upload.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ckptvault.checksum import StreamHasher, crc32c_combine, to_b64
+from ckptvault.store.multipart import abort, complete, create_upload, retag, send_parts
+from ckptvault.store.port import SentPart, SplitUpload, StoreError, UploadResult
+from ckptvault.store.upload_request import UploadRequest, check_unchanged, part_size_for, verify
+
+
+def begin(req: UploadRequest, size: int, mtime: float) -> SplitUpload:
+    part_size = part_size_for(size, req.transfer.part_size)
+    upload_id = create_upload(req)
+    tags = tuple(sorted((req.tags or {}).items()))
+    return SplitUpload(req.key, upload_id, str(req.path), size, mtime, part_size, tags)
+
+
+def changed(upload: SplitUpload, st: os.stat_result) -> str | None:
+    """Why the file is not the one listed (None: it is)."""
+    if st.st_size != upload.size or st.st_mtime != upload.mtime:
+        return (
+            f"{upload.path} changed since it was listed (size {st.st_size}, was {upload.size}; mtime "
+            f"{st.st_mtime}, was {upload.mtime}); not uploading a torn copy. The next pass sends it again"
+        )
+    return None
+
+
+def send(req: UploadRequest, upload: SplitUpload, first: int, count: int) -> tuple[SentPart, ...]:
+    if first < 1 or count < 1 or first + count - 1 > upload.parts:
+        raise StoreError(f"{upload.path}: parts {first}..{first + count - 1} are not in 1..{upload.parts}")
+    with req.path.open("rb", buffering=0) as f:
+        fd = f.fileno()
+        before = os.fstat(fd)
+        problem = changed(upload, before)
+        if problem:
+            raise StoreError(problem)
+        start = (first - 1) * upload.part_size
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, start, 0, os.POSIX_FADV_SEQUENTIAL)
+        f.seek(start)
+        numbers = range(first, first + count)
+        st = send_parts(req, f, upload.upload_id, upload.part_size, upload.size, numbers, StreamHasher())
+        check_unchanged(f, before, req.path)
+    return tuple(SentPart(n, str(st.done[n]["ETag"]), *st.crcs[n]) for n in numbers)
+
+
+def missing(upload: SplitUpload, parts: Sequence[SentPart]) -> str | None:
+    """What is wrong with `parts` as the whole of `upload` (None: every part 1..N once, sizes adding up)."""
+    numbers = sorted(p.number for p in parts)
+    want = list(range(1, upload.parts + 1))
+    if numbers != want:
+        absent = sorted(set(want) - set(numbers))
+        twice = sorted({n for n in numbers if numbers.count(n) > 1})
+        extra = sorted(set(numbers) - set(want))
+        return (
+            f"{upload.path}: cannot complete its upload: parts absent {absent[:10]}, sent twice {twice[:10]}, "
+            f"not of this file {extra[:10]}"
+        )
+    if sum(p.size for p in parts) != upload.size:
+        return f"{upload.path}: its parts hold {sum(p.size for p in parts)} bytes, the file {upload.size}"
+    return None
+
+
+def whole_crc32c(parts: Sequence[SentPart]) -> int:
+    crc = 0
+    for p in sorted(parts, key=lambda p: p.number):
+        crc = crc32c_combine(crc, p.crc32c, p.size)
+    return crc
+
+
+def finish(req: UploadRequest, upload: SplitUpload, parts: Sequence[SentPart]) -> UploadResult:
+    problem = missing(upload, parts)
+    if problem:
+        abort(req, upload.upload_id)
+        raise StoreError(problem)
+    ordered = sorted(parts, key=lambda p: p.number)
+    whole = to_b64(whole_crc32c(ordered))
+    checksums = req.caps.checksums_validated
+    entries: Any = [
+        {"PartNumber": p.number, "ETag": p.etag, **({"ChecksumCRC32C": to_b64(p.crc32c)} if checksums else {})}
+        for p in ordered
+    ]
+    try:
+        composite = complete(req, upload.upload_id, entries, whole)
+    except BaseException:
+        abort(req, upload.upload_id)
+        raise
+    if req.tags:
+        retag(req)
+    etag = verify(req, size=upload.size, parts=upload.parts, crc=whole, composite=composite)
+    return UploadResult(req.key, upload.size, whole, None, etag, upload.parts, checksums)
