@@ -33,7 +33,7 @@ from ckptvault.manifest import (
     checkpoint_prefix,
     fingerprint,
 )
-from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn
+from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn, SentPart, SplitUpload
 
 CRC_TAG = "crc32c"
 # Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
@@ -62,6 +62,15 @@ class FileJob:
     # a node-local file the flow cannot read: the stored object's CRC32C, compared with the file's by
     # the worker on its node, which then keeps the object instead of sending it again
     check_crc32c: str | None = None
+
+
+@dataclass(frozen=True)
+class SentRange:
+    """What one range task of a split upload sent: its parts, and the file's permission bits (read by
+    the first range, on the host that has the file, for the manifest)."""
+
+    parts: tuple[SentPart, ...]
+    mode: int | None = None
 
 
 @dataclass(frozen=True)
@@ -228,9 +237,7 @@ def upload_one(
         if progress:
             progress(f.size)
         return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c, mode=mode)
-    tags = {"run": found.run, "step": str(found.step), "format": found.format}
-    if save != FIRST_SAVE:
-        tags["save"] = str(save)
+    tags = upload_tags(found, save)
     typesize = _typesize(f, compression)
     if typesize is not None and job.stored is not None:
         kept = _already_encoded(job, typesize, mode, sha256)
@@ -257,6 +264,45 @@ def upload_one(
         frames=result.frames,
         stored_crc32c=result.stored_crc32c if result.frames else None,
     )
+
+
+def upload_tags(found: Found, save: int) -> dict[str, str]:
+    """The tags on every data object of a checkpoint save (tiering and people find it by them)."""
+    tags = {"run": found.run, "step": str(found.step), "format": found.format}
+    if save != FIRST_SAVE:
+        tags["save"] = str(save)
+    return tags
+
+
+def begin_split(store: ObjectStore, job: FileJob, found: Found, save: int = FIRST_SAVE) -> SplitUpload:
+    """Start the multipart upload of a file whose ranges several tasks send (ingest/split.py says which)."""
+    f = job.file
+    return store.begin_upload(f.path, job.key, size=f.size, mtime=f.mtime, tags=upload_tags(found, save))
+
+
+def send_range(
+    store: ObjectStore, job: FileJob, upload: SplitUpload, first: int, count: int, progress: ProgressFn | None = None
+) -> SentRange:
+    """Read and send parts first..first+count-1 of the file, where the file is; the first range also
+    reads its permission bits."""
+    parts = store.upload_parts(upload, first, count, progress=progress)
+    return SentRange(parts, _mode(job.file.path) if first == 1 else None)
+
+
+def finish_split(store: ObjectStore, job: FileJob, upload: SplitUpload, sent: Sequence[SentRange]) -> FileEntry:
+    """Complete the split upload once every range is sent, and return the file's manifest entry."""
+    result = store.complete_upload(upload, [p for r in sent for p in r.parts])
+    if not result.server_verified:
+        # as upload_one: the CRC32C a rerun compares the local file with, on a server that keeps none
+        store.put_tags(job.key, {**dict(upload.tags), CRC_TAG: result.crc32c})
+    mode = next((r.mode for r in sent if r.mode is not None), None)
+    f = job.file
+    return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, mode=mode)
+
+
+def abort_split(store: ObjectStore, upload: SplitUpload) -> None:
+    """Give up a split upload whose ranges did not all arrive (best effort)."""
+    store.abort_upload(upload)
 
 
 def _already_encoded(job: FileJob, typesize: int, mode: int | None, sha256: bool) -> FileEntry | None:

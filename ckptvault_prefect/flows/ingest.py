@@ -36,12 +36,14 @@ from ckptvault.ingest.nodes import (
     merge,
     require_workers,
 )
-from ckptvault.ingest.steps import FileJob, Outcome, local_fingerprint, previous_verified
+from ckptvault.ingest.split import is_split, largest_first, part_ranges
+from ckptvault.ingest.steps import FileJob, Outcome, SentRange, local_fingerprint, previous_verified
 from ckptvault.manifest import FileEntry, Manifest
 from ckptvault.outcomes import IngestIncomplete
 from ckptvault.progress import ProgressBar
+from ckptvault.ranges import split_size
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
-from ckptvault.store import ObjectStore
+from ckptvault.store import ObjectStore, SplitUpload
 from ckptvault_prefect.flows.hooks import HOOKS
 from ckptvault_prefect.flows.scale import pinned, worker_resources
 from ckptvault_prefect.tasks.common import (
@@ -54,9 +56,12 @@ from ckptvault_prefect.tasks.common import (
 )
 from ckptvault_prefect.tasks.futures import settle
 from ckptvault_prefect.tasks.ingest import (
+    abort_split_task,
+    begin_split_task,
     commit_manifest_task,
     ensure_bucket_rules_task,
     find_checkpoints_task,
+    finish_split_task,
     is_committed_task,
     known_states_task,
     list_node_task,
@@ -64,6 +69,7 @@ from ckptvault_prefect.tasks.ingest import (
     publish_outcomes_task,
     quality_gate_task,
     release_gate_child_task,
+    send_range_task,
     upload_one_task,
     validate_gathered_task,
     validate_structure_task,
@@ -146,20 +152,60 @@ def _gather(cfg: Config, source: SourceConfig, placement: Placement, found: Foun
     return gathered
 
 
+@dataclass
+class _Split:
+    """A file sent by range tasks: its upload, begun in the flow, and the ranges' futures."""
+
+    job: FileJob
+    upload: SplitUpload
+    ranges: list[StepFuture[SentRange]]
+
+
 def _upload(
     cfg: Config, store: ObjectStore, found: Found, jobs: list[FileJob], save: int, placement: Placement | None
-) -> list[StepFuture[FileEntry]]:
+) -> tuple[list[StepFuture[FileEntry]], list[_Split]]:
     bar = ProgressBar(found.total_bytes, f"{found.run} step {found.step}")
-    args = (unmapped(found), unmapped(cfg.sha256), unmapped(bar), unmapped(save),
-            unmapped(cfg.compression_for(found.run)))  # fmt: skip
-    if placement is None:
-        return upload_one_task.map(unmapped(store), jobs, *args)
+    compression = cfg.compression_for(found.run)
+    args = (unmapped(found), unmapped(cfg.sha256), unmapped(bar), unmapped(save), unmapped(compression))
+    threshold = split_size(cfg.scale.split_size_mb)
     futures: list[StepFuture[FileEntry]] = []
+    splits: list[_Split] = []
+
+    def submit(some: list[FileJob]) -> None:
+        whole = []
+        for job in largest_first(some):  # the biggest file's ranges first, then files by size
+            if not is_split(job, threshold, sha256=cfg.sha256, compression=compression):
+                whole.append(job)
+                continue
+            upload = begin_split_task(store, job, found, save)
+            firsts, counts = zip(*part_ranges(upload, threshold), strict=True)
+            ranges = send_range_task.map(unmapped(store), unmapped(job), unmapped(upload), list(firsts),
+                                         list(counts), unmapped(bar))  # fmt: skip
+            splits.append(_Split(job, upload, ranges))
+        if whole:
+            futures.extend(upload_one_task.map(unmapped(store), whole, *args))
+
+    if placement is None:
+        submit(jobs)
+        return futures, splits
     for node, node_jobs in jobs_by_node(placement, jobs).items():
         if node_jobs:
             with pinned(placement.name(node)):  # each file is read by the worker of the node that holds it
-                futures += upload_one_task.map(unmapped(store), node_jobs, *args)
-    return futures
+                submit(node_jobs)
+    return futures, splits
+
+
+def _complete(store: ObjectStore, splits: list[_Split]) -> list[FileEntry]:
+    """Complete each split upload, every range of it sent; if one fails, abort the ones after it."""
+    entries = []
+    for i, s in enumerate(splits):
+        try:
+            entries.append(finish_split_task(store, s.job, s.upload, [f.result() for f in s.ranges]))
+        except Exception:
+            for rest in splits[i + 1 :]:
+                abort_split_task(store, rest.upload)
+            raise
+    return entries
 
 
 @dataclass
@@ -172,6 +218,7 @@ class _Pending:
     warnings: tuple[str, ...]
     jobs: list[FileJob]
     futures: list[StepFuture[FileEntry]]
+    splits: list[_Split]
     t0: float
 
 
@@ -239,8 +286,8 @@ def _prepare(
             record_task(catalog, [events.rejected(found, seen.problems or (), run_id, save=d.save)])
         return base.with_result("invalid", d.message)
     jobs = plan_upload_task(store, prefix, found, d.save, placement is None)
-    futures = _upload(cfg, store, found, jobs, d.save, placement)
-    return _Pending(base, found, d, seen.warnings, jobs, futures, t0)
+    futures, splits = _upload(cfg, store, found, jobs, d.save, placement)
+    return _Pending(base, found, d, seen.warnings, jobs, futures, splits, t0)
 
 
 def _finish(
@@ -249,10 +296,13 @@ def _finish(
 ) -> Outcome:  # fmt: skip
     """Wait for a pending checkpoint's uploads; commit its manifest once, after every file is verified."""
     found, d, base = p.found, p.decision, p.base
-    errors = settle(p.futures)
+    errors = settle([*p.futures, *(f for s in p.splits for f in s.ranges)])
     if errors:
+        for s in p.splits:
+            abort_split_task(store, s.upload)
         return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
-    manifest = commit_manifest_task(store, cfg.store.prefix, found, [f.result() for f in p.futures], d.save)
+    entries = [f.result() for f in p.futures] + _complete(store, p.splits)
+    manifest = commit_manifest_task(store, cfg.store.prefix, found, entries, d.save)
     warnings = list(p.warnings)
     flagged = [events.rejected(found, warnings, run_id, kind="warned", save=d.save)] if warnings else []
     _committed(catalog, manifest, known, flagged, run_id, d.changes, restarts)

@@ -11,7 +11,7 @@ from ckptvault.ingest import nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
 from ckptvault.manifest import FileEntry
-from ckptvault.store import ObjectStore, ProgressFn
+from ckptvault.store import ObjectStore, ProgressFn, SplitUpload
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
@@ -70,6 +70,29 @@ def upload_one_task(
     # its own signature, not the library's: Task.map passes every argument by position, and
     # lib.upload_one takes its options by keyword only
     return lib.upload_one(store, job, found, sha256=sha256, progress=progress, save=save, compression=compression)
+
+
+# A file over [scale] split_size_mb: begun and completed in the flow, its ranges of parts sent by
+# tasks that run wherever upload_one_task would (ckptvault/ingest/split.py says which files).
+begin_split_task = io_task("begin-split-upload")(lib.begin_split)
+
+
+@io_task("upload-range", task_run_name="upload-{job.file.rel}-from-part-{first}")
+def send_range_task(
+    store: ObjectStore,
+    job: lib.FileJob,
+    upload: SplitUpload,
+    first: int,
+    count: int,
+    progress: ProgressFn | None = None,
+) -> lib.SentRange:
+    return lib.send_range(store, job, upload, first, count, progress)
+
+
+finish_split_task = io_task("complete-split-upload")(lib.finish_split)
+
+
+abort_split_task = io_task("abort-split-upload")(lib.abort_split)
 
 
 commit_manifest_task = io_task("commit-manifest")(lib.commit_manifest)
