@@ -54,6 +54,8 @@ class WhereTasksRan(WorkerPlugin):
         if plan is not None and hasattr(plan, "key"):  # a restore's download (ckptvault.restore.plan.ObjectPlan)
             out["rel"] = plan.path
             out["download"] = plan.key
+        if isinstance(params.get("first"), int):  # a range of a split upload: its first part
+            out["first"] = params["first"]
         if isinstance(params.get("node"), int):
             out["lists"] = params["node"]
         return out

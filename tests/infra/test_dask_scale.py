@@ -247,6 +247,40 @@ def test_dask_address_runs_the_uploads_on_the_clusters_workers_and_stores_the_sa
     assert sorted(spans) == list(STEPS)
 
 
+@pytest.mark.parametrize("store", PIPELINE_STORES, indirect=True)
+def test_a_file_over_split_size_goes_up_in_ranges_on_both_workers_and_stores_the_same(
+    api_env: dict[str, str], store: Any, bucket_factory: Any, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster,
+) -> None:  # fmt: skip
+    c = dask_cluster_2
+    root = tmp_path / "big"
+    write_checkpoint(root, "hf", 500, 30 * MiB, shards=2, seed=9)  # optimizer.pt ~21 MiB: 5 parts of 5 MiB
+    big = root / "checkpoint-500" / "optimizer.pt"
+    assert 20 * MiB < big.stat().st_size <= 25 * MiB
+    plain = bucket_factory(store)  # one process, nothing split: what the cluster must store too
+    outcomes = _ingest(capsys, _config(tmp_path, "plain", store, plain, root, "[scale]\nsplit_size_mb = 0\n"))
+    assert [o["result"] for o in outcomes] == ["uploaded"]
+    single = stored_checkpoints(store.client(), plain, f"t/{RUN}/")
+
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    dask_probe.clear(dirs)
+    bucket = bucket_factory(store)
+    scale = f'[scale]\ndask_address = "{c.address}"\nsplit_size_mb = 10\n'
+    outcomes = _ingest(capsys, _config(tmp_path, "split", store, bucket, root, scale))
+    assert [o["result"] for o in outcomes] == ["uploaded"]
+    assert stored_checkpoints(store.client(), bucket, f"t/{RUN}/") == single  # same bytes, same manifest
+    assert store.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    records = dask_probe.records(dirs)
+    ranges = [r for r in records if r["key"].startswith("send_range_task") and r["event"] == "memory"]
+    # ranges of 2 parts, the last the rest: each its own task, on the workers, both of them sending
+    assert sorted((r["rel"], r["first"]) for r in ranges) == [("optimizer.pt", 1), ("optimizer.pt", 3),
+                                                              ("optimizer.pt", 5)]  # fmt: skip
+    assert {(r["node"], r["pid"]) for r in ranges} == set(c.worker_pids().items())
+    whole = {r["rel"] for r in _uploads(records)}
+    assert whole == {p.name for p in big.parent.iterdir()} - {big.name}  # the rest: one task a file
+
+
 def _spans(records: list[dict[str, Any]]) -> dict[int, tuple[float, float]]:
     """Per checkpoint step: when its first upload task started and its last ended, on any worker."""
     started = {r["key"]: r for r in _uploads(records, "executing")}
