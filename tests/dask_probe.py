@@ -37,8 +37,8 @@ class WhereTasksRan(WorkerPlugin):
                 f.write(json.dumps(line) + "\n")
 
     def _what(self, key: Any) -> dict[str, Any]:
-        """Which file an upload task sends or a download fetches (`rel`; `download`: the object's key),
-        which node a listing task lists (`lists`): read from
+        """Which file an upload task sends or a download fetches (`rel`; `download`: the object's key;
+        `offset`: where a range of a split file starts), which node a listing task lists (`lists`): read from
         the Prefect task run's parameters, which prefect-dask passes as the Dask task's `parameters`."""
         ts = self.worker.state.tasks.get(key)
         kwargs = getattr(getattr(ts, "run_spec", None), "kwargs", None) or {}
@@ -51,9 +51,13 @@ class WhereTasksRan(WorkerPlugin):
             out["rel"] = job.file.rel
             out["path"] = str(job.file.path)
         plan = params.get("plan")
-        if plan is not None and hasattr(plan, "key"):  # a restore's download (ckptvault.restore.plan.ObjectPlan)
+        # a restore's download (ckptvault.restore.plan.ObjectPlan); the steps that make and verify a split
+        # file take the plan too, but no store
+        if plan is not None and hasattr(plan, "key") and "store" in params:
             out["rel"] = plan.path
             out["download"] = plan.key
+            if isinstance(params.get("offset"), int):  # one range of a split file
+                out["offset"] = params["offset"]
         if isinstance(params.get("first"), int):  # a range of a split upload: its first part
             out["first"] = params["first"]
         if isinstance(params.get("node"), int):

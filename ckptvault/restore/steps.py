@@ -3,9 +3,10 @@
 Steps, each one call a task wraps: resolve the step (ckptvault/restore/resolve.py); load its manifest
 and plan its objects, warm up archived objects (RestoreObject) as its own step and check which are
 still frozen (plan.py); estimate bytes, classes, time and cost (estimate.py); then, here, download
-every file into a temporary directory beside the destination with every CRC32C checked, write the
-format's pointer file, rename into place. Nothing at the destination is touched until every byte is
-verified. The earlier steps' names are re-exported so a caller drives a restore through this module.
+every file into a temporary directory beside the destination with every CRC32C checked (a big file
+as ranges on several workers: ranged.py), write the format's pointer file, rename into place.
+Nothing at the destination is touched until every byte is verified. The earlier steps' names are
+re-exported so a caller drives a restore through this module.
 """
 
 from __future__ import annotations
@@ -62,21 +63,32 @@ def checkpoint_name(manifest: Manifest) -> str:
     return name if name not in ("", ".", "..") else f"step-{manifest.step}"
 
 
+def staged_path(into: Path, plan: ObjectPlan, manifest: Manifest) -> Path:
+    """Where the object's file goes in the staging directory; RestoreError if that directory is gone
+    (discarded after a failure or an abort elsewhere: never re-create it and refill it)."""
+    if not into.is_dir():
+        raise RestoreError(f"{plan.path}: the staging directory {into} is gone (the restore was stopped); not fetched")
+    return into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
+
+
+def set_attributes(target: Path, plan: ObjectPlan) -> None:
+    """The permission bits and modification time training gave the file, on its verified copy."""
+    if plan.mode is not None:
+        os.chmod(target, plan.mode & PERMISSION_BITS)
+    os.utime(target, (time.time(), plan.mtime))
+
+
 def download_one(
     store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest, progress: ProgressFn | None = None
 ) -> str:
     """Fetch one object into the staging directory, CRC32C checked by the adapter (a compressed one
     decoded there, every frame checked): what lands in `into` is always the original bytes."""
-    target = into / plan.path if manifest.single_file else into / checkpoint_name(manifest) / plan.path
-    if not into.is_dir():  # discarded after a failure or an abort elsewhere: never re-create it and refill it
-        raise RestoreError(f"{plan.path}: the staging directory {into} is gone (the restore was stopped); not fetched")
+    target = staged_path(into, plan, manifest)
     target.parent.mkdir(parents=True, exist_ok=True)
     # `frames` only when there are some: a store adapter that predates frames still serves raw objects
     coded = {"frames": plan.frames} if plan.frames else {}
     store.download_file(plan.key, target, size=plan.size, crc32c=plan.crc32c, progress=progress, **coded)
-    if plan.mode is not None:
-        os.chmod(target, plan.mode & PERMISSION_BITS)
-    os.utime(target, (time.time(), plan.mtime))
+    set_attributes(target, plan)
     return plan.path
 
 

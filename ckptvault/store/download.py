@@ -24,6 +24,10 @@ the page cache as before; `[store] direct_io = false` turns direct writes off. B
 handed to the kernel for writeback as soon as they are written (sync_file_range where Linux has it),
 so the fsync before the rename into place finds little left to flush.
 
+`download_range` fetches one span of an object the same way into a file the caller made, without
+truncating it: a restore splits a big file into such spans, one task each on several Dask workers
+(ckptvault/restore/ranged.py), and combines their CRCs itself; a span alone has nothing to compare.
+
 A range whose body read fails half-way (connection reset, read timeout) is fetched again from its
 start, twice at most: botocore retries requests, not the streaming of a response body.
 """
@@ -47,8 +51,15 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
+from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.errors import error_code, is_transient, translate
-from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, TransientStoreError
+from ckptvault.store.port import (
+    ChecksumMismatchError,
+    FetchedRange,
+    ProgressFn,
+    StoreError,
+    TransientStoreError,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -130,14 +141,18 @@ class _Target:
     until close(), after every worker is done: closing one under a worker could let its number be
     reused by another open file, and the worker's pwrite would land there."""
 
-    def __init__(self, path: Path, size: int, direct_io: bool) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    def __init__(self, path: Path, size: int, direct_io: bool, *, create: bool = True) -> None:
+        # create=False: one range of a file other tasks write too, made at its full size by the caller;
+        # truncating it would zero their bytes, and creating it would refill a discarded staging area
+        flags = os.O_CREAT | os.O_TRUNC if create else 0
+        self.fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | flags, 0o644)
         self.dfd = -1
         self.direct = False
         self.written = Written()
         self._lock = threading.Lock()
         try:
-            os.ftruncate(self.fd, size)  # sized up front so every worker can pwrite at its offset
+            if create:
+                os.ftruncate(self.fd, size)  # sized up front so every worker can pwrite at its offset
             if direct_io and _O_DIRECT and size >= DIRECT_ALIGN:
                 try:
                     self.dfd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | _O_DIRECT)
@@ -219,7 +234,7 @@ def download_file(req: DownloadRequest) -> Written:
         raise StoreError(f"downloading {where}: the expected CRC32C is not valid: {e}") from None
     target = _Target(req.dest, req.size, req.direct_io)
     try:
-        got = _fetch_all(req, target)
+        got, _ = _fetch_span(req, target, 0, req.size)
         if got != expected:
             raise ChecksumMismatchError(
                 f"downloading {where}: CRC32C mismatch: expected {req.crc32c}, got {to_b64(got)}. "
@@ -236,14 +251,33 @@ def download_file(req: DownloadRequest) -> Written:
     return target.written
 
 
-def _fetch_all(req: DownloadRequest, target: _Target) -> int:
+def download_range(req: DownloadRequest, offset: int, length: int) -> FetchedRange:
+    """Bytes [offset, offset + length) into the existing `req.dest` at `offset` (the port's
+    download_range); `req.crc32c` is not read: a range has no expected CRC, its caller combines them."""
+    where = f"s3://{req.bucket}/{req.key}"
+    if length <= 0 or offset < 0 or offset + length > req.size:
+        raise InvalidArgumentError(
+            f"downloading {where}: range {offset}+{length} is not a non-empty range of its {req.size} bytes"
+        )
+    target = _Target(req.dest, length, req.direct_io, create=False)
+    try:
+        crc, etag = _fetch_span(req, target, offset, offset + length)
+        # Other hosts may write other ranges of this file (a shared file system): this host's bytes
+        # must have reached the server before the caller, elsewhere, counts the file as verified.
+        os.fsync(target.fd)
+    finally:
+        target.close()
+    return FetchedRange(req.key, offset, length, to_b64(crc), etag)
+
+
+def _fetch_span(req: DownloadRequest, target: _Target, start: int, end: int) -> tuple[int, str]:
+    """CRC32C of bytes [start, end) fetched into `target` as part-sized ranges, and the one ETag seen."""
     buffers = _Buffers()
     try:
-        if req.size == 0:
-            crc, _ = _fetch(req, target, buffers, _Range(0, 0))
-            return crc
+        if end == start:  # an empty object: one plain GET, for the size and ETag checks
+            return _fetch(req, target, buffers, _Range(0, 0))
         ps = req.part_size
-        ranges = [_Range(s, min(req.size, s + ps)) for s in range(0, req.size, ps)]
+        ranges = [_Range(s, min(end, s + ps)) for s in range(start, end, ps)]
         workers = max(1, min(req.connections, len(ranges)))  # threads; the shared gate caps the GETs
         with ThreadPoolExecutor(workers, thread_name_prefix="ckptvault-download") as pool:
             futures: list[Future[tuple[int, str]]] = [pool.submit(_fetch, req, target, buffers, r) for r in ranges]
@@ -261,7 +295,7 @@ def _fetch_all(req: DownloadRequest, target: _Target) -> int:
     crc = 0
     for r, (piece, _) in zip(ranges, results, strict=True):
         crc = crc32c_combine(crc, piece, r.end - r.start)
-    return crc
+    return crc, etags.pop()
 
 
 def _fetch(req: DownloadRequest, target: _Target, buffers: _Buffers, r: _Range) -> tuple[int, str]:

@@ -41,6 +41,7 @@ from ckptvault.store.port import (
     ARCHIVE_CLASSES,
     Capabilities,
     ChecksumMismatchError,
+    FetchedRange,
     LifecycleRules,
     NotFoundError,
     ObjectFrozenError,
@@ -335,6 +336,20 @@ class MemoryStore:
             )
             return
         memory_transfer.download_file(self, key, Path(dest), size=size, crc32c=crc32c, progress=progress)
+
+    def download_range(
+        self,
+        key: str,
+        dest: Path,
+        *,
+        offset: int,
+        length: int,
+        size: int,
+        progress: ProgressFn | None = None,
+    ) -> FetchedRange:
+        return memory_transfer.download_range(
+            self, key, Path(dest), offset=offset, length=length, size=size, progress=progress
+        )
 
     # -- tiering, restore, tags, lifecycle --------------------------------------------------------
 

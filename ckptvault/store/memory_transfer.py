@@ -8,7 +8,9 @@ store/buffers.py, so `TransferConfig.buffer_budget` bounds this adapter's transf
 sent one after another: in memory there is no round trip for concurrency to hide.
 
 Download: ranged reads into `dest`, the ranges' CRCs combined and compared with the expected one;
-the object's size and ETag checked on every range; `dest` removed on any failure.
+the object's size and ETag checked on every range; `dest` removed on any failure. One range of an
+object (download_range) is written into the caller's existing file at its offset, and its CRC
+returned for the caller to combine; the file is left to the caller on failure.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptvault.checksum import StreamHasher, crc32c_combine, crc32c_update, from_b64, to_b64
+from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.buffers import shared
 from ckptvault.store.port import (
     ChecksumMismatchError,
+    FetchedRange,
     ProgressFn,
     StoreError,
     TransientStoreError,
@@ -149,3 +153,43 @@ def download_file(
     except BaseException:
         dest.unlink(missing_ok=True)  # never leave a partial or corrupt file that looks whole
         raise
+
+
+def download_range(
+    store: MemoryStore,
+    key: str,
+    dest: Path,
+    *,
+    offset: int,
+    length: int,
+    size: int,
+    progress: ProgressFn | None,
+) -> FetchedRange:
+    where = f"memory://{store.bucket}/{key}"
+    if length <= 0 or offset < 0 or offset + length > size:
+        raise InvalidArgumentError(
+            f"downloading {where}: range {offset}+{length} is not a non-empty range of its {size} bytes"
+        )
+    step = store.transfer.part_size
+    end = offset + length
+    # never created nor truncated: the caller made it, and other ranges are written into it too
+    fd = os.open(dest, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        crc, etags = 0, set()
+        for start in range(offset, end, step):
+            piece, total, etag = store.get_range(key, start, min(end, start + step))
+            if total != size:
+                raise ChecksumMismatchError(f"downloading {where}: the object has {total} bytes, expected {size}")
+            etags.add(etag)
+            written = 0
+            while written < len(piece):
+                written += os.pwrite(fd, memoryview(piece)[written:], start + written)
+            crc = crc32c_combine(crc, crc32c_update(piece), len(piece))
+            if progress:
+                progress(len(piece))
+        if len(etags) > 1:
+            raise TransientStoreError(f"downloading {where}: the object was replaced while it was being read; retry")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return FetchedRange(key, offset, length, to_b64(crc), etags.pop())

@@ -158,6 +158,18 @@ class SentPart:
 
 
 @dataclass(frozen=True)
+class FetchedRange:
+    """One range of an object written by `download_range`: what the caller needs to verify the whole
+    file once every range is in (crc32c_combine of the ranges' CRCs in offset order, and one ETag)."""
+
+    key: str
+    offset: int
+    length: int
+    crc32c: str  # base64 big-endian CRC32C of the range's bytes
+    etag: str  # the object's ETag as every GET of the range saw it
+
+
+@dataclass(frozen=True)
 class TransferConfig:
     """Validated transfer tuning. Upload memory is bounded by `buffer_budget` for the whole process
     (store/buffers.py); 0 means part_size * (max_concurrency + 1): one file's full pipeline."""
@@ -190,6 +202,10 @@ class ObjectStore(Protocol):
     """One bucket of an S3-like store."""
 
     bucket: str
+    # The transfer tuning. `part_size` is the size of one ranged GET (and upload part): a caller that
+    # splits a file into ranges cuts on its multiples, so each range is whole GETs and starts aligned
+    # for direct writes.
+    transfer: TransferConfig
 
     def kind(self) -> str:
         """The server kind ("aws", "ceph", "seaweedfs", "minio", "moto"): configured, or guessed once."""
@@ -296,6 +312,29 @@ class ObjectStore(Protocol):
         With `frames` (a manifest's frame index) the object is decoded frame by frame, each checked
         against its CRC32C of the original bytes (a failure names the frame); `size` and `crc32c` are
         the original file's."""
+        ...
+
+    def download_range(
+        self,
+        key: str,
+        dest: Path,
+        *,
+        offset: int,
+        length: int,
+        size: int,
+        progress: ProgressFn | None = None,
+    ) -> FetchedRange:
+        """Bytes [offset, offset + length) of the object into the existing file `dest` at the same
+        offset, as parallel ranged GETs of `transfer.part_size`, streamed (memory bounded by the GETs in
+        flight, never the range). `dest` is opened without truncation and never created: the caller
+        made it at the object's full size, and other ranges of the object may be written into it at the
+        same time, by other processes or hosts. Returns the range's CRC32C, for the caller to combine
+        with the others' (ckptvault.checksum.crc32c_combine) and compare with the whole object's: a
+        range alone has no expected value. ChecksumMismatchError if the object is not `size` bytes;
+        TransientStoreError if it was replaced while the range was read; InvalidArgumentError if the
+        range is empty or outside `size`; ObjectFrozenError if archived. On failure the range's bytes
+        are left as they are (the caller discards the file it made). Objects stored as frames are not
+        read this way: a frame decodes only from its start (use download_file)."""
         ...
 
     def delete(self, key: str) -> None:

@@ -21,6 +21,7 @@ from ckptvault.store.limits import DELETE_BATCH
 from ckptvault.store.port import (
     ARCHIVE_CLASSES,
     ChecksumMismatchError,
+    FetchedRange,
     LifecycleRules,
     NotFoundError,
     ObjectInfo,
@@ -215,6 +216,19 @@ class S3Store(S3Connection):
             framed.download_framed(req, [Frame(*f) for f in frames])
         else:
             download.download_file(req)
+
+    def download_range(
+        self,
+        key: str,
+        dest: Path,
+        *,
+        offset: int,
+        length: int,
+        size: int,
+        progress: ProgressFn | None = None,
+    ) -> FetchedRange:
+        req = self.download_request(key, dest, size=size, crc32c="", progress=progress)
+        return download.download_range(req, offset, length)
 
     def download_request(
         self, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None = None

@@ -27,7 +27,9 @@ from ckptvault.config import Config
 from ckptvault.ingest.nodes import require_workers
 from ckptvault.manifest import Manifest
 from ckptvault.progress import ProgressBar
+from ckptvault.ranges import split_size
 from ckptvault.restore import nodes as on_nodes
+from ckptvault.restore import ranged
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.result import RestoreResult
@@ -45,11 +47,13 @@ from ckptvault_prefect.tasks.common import (
 from ckptvault_prefect.tasks.futures import settle
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.restore import (
+    allocate_task,
     check_destination_task,
     discard_on_node_task,
     discard_task,
     download_one_task,
     estimate_task,
+    fetch_range_task,
     finalize_on_node_task,
     finalize_task,
     others_seen_task,
@@ -57,6 +61,7 @@ from ckptvault_prefect.tasks.restore import (
     request_thaw_task,
     resolve_task,
     restore_history_task,
+    seal_task,
     stage_on_node_task,
     staging_dir_task,
     undo_on_node_task,
@@ -134,14 +139,9 @@ def restore(
     else:
         staged = staging_dir_task(target)
         try:
-            errors = settle(
-                download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
-            )
+            failed, errors = _download(store, plans, staged, manifest, bar, split_size(cfg.scale.split_size_mb))
             if errors:
-                raise RestoreError(
-                    f"{len(errors)} of {len(plans)} files failed; nothing was changed at {target}:\n"
-                    + "\n".join(errors)
-                )
+                raise RestoreError(f"{failed}; nothing was changed at {target}:\n" + "\n".join(errors))
             pointer = write_pointer_task(staged, manifest)
         except BaseException:
             discard_task(staged)
@@ -167,6 +167,40 @@ def restore(
         "what was restored and where",
     )
     return report
+
+
+def _download(
+    store: ObjectStore, plans: list[ObjectPlan], staged: Path, manifest: Manifest, bar: ProgressBar, threshold: int
+) -> tuple[str, list[str]]:
+    """Every file into `staged`: a small one as one task, a big one as range tasks (spread over the
+    workers) between making it at its size and verifying it whole. Returns what failed, counted, and
+    every failure (none: all verified). Each phase waits for the last: a range must not write before
+    its file exists, nor a file be verified before all its ranges are in."""
+    cut = ranged.split_plans(plans, threshold, store.transfer.part_size)
+    if cut.split:
+        errors = settle(allocate_task.map(cut.split, unmapped(staged), unmapped(manifest)))
+        if errors:
+            return f"{len(errors)} of {len(cut.split)} files to fetch as ranges could not be created", errors
+    ranges_f = []
+    if cut.pieces:  # first: the biggest files, whose ranges keep every worker busy
+        ranges_f = fetch_range_task.map(unmapped(store), [p.plan for p in cut.pieces], unmapped(staged),
+                                        unmapped(manifest), [p.offset for p in cut.pieces],
+                                        [p.length for p in cut.pieces], unmapped(bar))  # fmt: skip
+    whole_f = []
+    if cut.whole:
+        whole_f = download_one_task.map(unmapped(store), cut.whole, unmapped(staged), unmapped(manifest),
+                                        unmapped(bar))  # fmt: skip
+    errors = settle([*ranges_f, *whole_f])
+    if errors:
+        if not cut.split:
+            return f"{len(errors)} of {len(plans)} files failed", errors
+        tasks = len(ranges_f) + len(whole_f)
+        return f"{len(errors)} of {tasks} downloads ({len(plans)} files, {len(cut.split)} as ranges) failed", errors
+    if not cut.split:
+        return "", []
+    fetched = ranged.by_file(cut.split, [f.result() for f in ranges_f])
+    errors = settle(seal_task.map(cut.split, unmapped(staged), unmapped(manifest), fetched))
+    return f"{len(errors)} of {len(cut.split)} files fetched as ranges failed their check", errors
 
 
 def _on_nodes(

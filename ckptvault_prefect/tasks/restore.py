@@ -9,7 +9,7 @@ from pathlib import Path
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.manifest import Manifest
 from ckptvault.restore import drill as drill_lib
-from ckptvault.restore import from_manifests
+from ckptvault.restore import from_manifests, ranged
 from ckptvault.restore import nodes as on_nodes
 from ckptvault.restore import steps as lib
 from ckptvault.store import ObjectStore
@@ -71,6 +71,12 @@ staging_dir_task = local_task("stage")(lib.staging_dir)
 
 
 download_one_task = io_task("download-file", task_run_name="download-{plan.path}")(lib.download_one)
+
+
+# a big file as ranges ([scale] split_size_mb): made at its size, its ranges fetched, then verified whole
+allocate_task = local_task("allocate-file", task_run_name="allocate-{plan.path}")(ranged.allocate)
+fetch_range_task = io_task("download-range", task_run_name="download-{plan.path}@{offset}")(ranged.fetch_range)
+seal_task = local_task("verify-file", task_run_name="verify-{plan.path}")(ranged.seal)
 
 
 write_pointer_task = local_task("write-pointer")(lib.write_pointer)

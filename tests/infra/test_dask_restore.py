@@ -48,12 +48,12 @@ def _run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[str, str]
 
 def test_restore_on_the_cluster_downloads_on_its_workers_into_the_shared_destination(
     api_env: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-    dask_cluster_2: DaskCluster,
+    dask_cluster_2: DaskCluster, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     c = dask_cluster_2
     hot = tmp_path / "hot"
-    # 2 shards of ~10 MiB (multipart at part_size_mb = 5) beside the small files, so the largest-first
-    # order has something to order
+    # 2 shards of ~4 MiB and optimizer.pt of ~16 MiB (multipart at part_size_mb = 5) beside the small
+    # files, so the largest-first order has something to order, and split_size_mb = 5 something to split
     write_checkpoint(hot, "hf", STEP, 24 * MiB, shards=2, seed=7)
     bucket = bucket_factory(seaweedfs)
     plain = write_config(tmp_path / "plain.toml", seaweedfs, bucket, [(RUN, hot, "hf")],
@@ -61,15 +61,21 @@ def test_restore_on_the_cluster_downloads_on_its_workers_into_the_shared_destina
     out, _ = _run(capsys, ["--config", str(plain), "ingest", "--json"])
     assert [o["result"] for o in json.loads(out)["outcomes"]] == ["uploaded"]
     source = _tree(hot / f"checkpoint-{STEP}")
+    big = len(source["optimizer.pt"])
+    assert 15 * MiB < big <= 20 * MiB and all(len(b) <= 5 * MiB for k, b in source.items() if k != "optimizer.pt")
     dirs = [c.node_dir(i) for i in range(c.workers)]
     dask_probe.install(c.address)
     pids = c.worker_pids()
     scaled = write_config(tmp_path / "scaled.toml", seaweedfs, bucket, [(RUN, hot, "hf")],
                           extra=f'[scale]\ndask_address = "{c.address}"\n')  # fmt: skip
-    # once through the flag, once through [scale]: both put every download on the cluster
+    split = write_config(tmp_path / "split.toml", seaweedfs, bucket, [(RUN, hot, "hf")],
+                         extra="[scale]\nsplit_size_mb = 5\n")  # fmt: skip
+    # once through the flag, once through [scale]: both put every download on the cluster; then with
+    # split_size_mb = 5, optimizer.pt as 4 ranges of 5 MiB (one part each), each range a task of its own
     for name, argv in (
         ("flag", ["--config", str(plain), "restore", RUN, "--dask-address", c.address]),
         ("scale", ["--config", str(scaled), "restore", RUN]),
+        ("split", ["--config", str(split), "restore", RUN, "--dask-address", c.address]),
     ):
         dask_probe.clear(dirs)
         dest = tmp_path / f"restored-{name}"
@@ -79,10 +85,33 @@ def test_restore_on_the_cluster_downloads_on_its_workers_into_the_shared_destina
         assert "restoring from this host" not in err  # loopback workers see the destination
         assert _tree(dest / f"checkpoint-{STEP}") == source, name
         done = [r for r in dask_probe.records(dirs) if "download" in r and r["event"] == "memory"]
-        assert sorted(r["rel"] for r in done) == sorted(source), name  # every file, once, on the workers
+        ranges = sorted((r["rel"], r["offset"]) for r in done if "offset" in r)
+        whole = sorted(r["rel"] for r in done if "offset" not in r)
+        if name == "split":
+            assert ranges == [("optimizer.pt", off) for off in range(0, big, 5 * MiB)]  # every range, once
+            assert {r["pid"] for r in done if "offset" in r} == set(pids.values())  # ... on both workers
+            assert whole == sorted(set(source) - {"optimizer.pt"})
+        else:  # split_size_mb's default (2 GiB): every file one task
+            assert not ranges and whole == sorted(source), name
         assert {(r["node"], r["pid"]) for r in done} == set(pids.items()), name  # both workers downloaded
         assert os.getpid() not in {r["pid"] for r in done}
         assert not [p for p in dest.parent.iterdir() if ".ckptvault-" in p.name], name  # no marker or staging left
+
+    # Direct mode (no Prefect API: the command line's default) splits too, on this process's threads.
+    monkeypatch.delenv("PREFECT_API_URL")
+    _run(capsys, ["--config", str(split), "restore", RUN, "--dest", str(tmp_path / "restored-direct")])
+    assert _tree(tmp_path / "restored-direct" / f"checkpoint-{STEP}") == source
+    # The same size, other bytes, behind ckptvault's back: every range reads fine, their CRC32Cs combined
+    # do not match the manifest's, and nothing is renamed into place or left behind.
+    listed = seaweedfs.client().list_objects_v2(Bucket=bucket, Prefix=f"t/{RUN}/")["Contents"]
+    [key] = [o["Key"] for o in listed if o["Key"].endswith("/optimizer.pt")]
+    seaweedfs.client().put_object(Bucket=bucket, Key=key, Body=os.urandom(big))
+    bad = tmp_path / "restored-bad"
+    capsys.readouterr()
+    assert main(["--config", str(split), "restore", RUN, "--dest", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "CRC32C mismatch" in err and "combined from 4 ranges" in err and key in err, err[-2000:]
+    assert not bad.exists() and not [p for p in tmp_path.iterdir() if ".ckptvault-" in p.name]
 
 
 def test_restore_naming_an_unreachable_scheduler_is_exit_2_and_touches_nothing(

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from ckptvault.checksum import file_crc32c
+from ckptvault.checksum import crc32c_combine, crc32c_update, file_crc32c, from_b64, to_b64
 from ckptvault.config import StoreConfig
+from ckptvault.errors import InvalidArgumentError
 from ckptvault.store import (
     ABORT_MPU_RULE_NAME,
     ChecksumMismatchError,
@@ -188,6 +189,45 @@ def test_split_upload_refuses_a_changed_file_and_an_incomplete_set(
     assert store.head("ck/torn.bin") is None
     with pytest.raises(StoreError, match=r"not in 1\.\.3"):
         store.upload_parts(up, 3, 2)
+
+def test_download_range_writes_its_span_in_place_and_the_ranges_crcs_combine(
+    store: ObjectStore, backend: Backend, tmp_path: Path
+) -> None:
+    """One range of a split restore: written at its offset into a file made by the caller (never
+    truncated, nothing outside the span touched), its CRC32C combining with the others' into the
+    whole object's, so the caller detects a changed object from the ranges alone."""
+    size, part = 12 * MIB, 5 * MIB
+    src = _file(tmp_path, size)
+    data = src.read_bytes()
+    res = store.upload_file(src, "ck/split.bin")
+    dest = tmp_path / "out.bin"
+    dest.write_bytes(b"\xaa" * size)  # made at its full size by the caller, as ranged.allocate does
+    seen: list[int] = []
+    tail = store.download_range(res.key, dest, offset=part, length=size - part, size=size, progress=seen.append)
+    assert (tail.key, tail.offset, tail.length) == (res.key, part, size - part)
+    assert tail.crc32c == to_b64(crc32c_update(data[part:]))  # two GETs (5 + 2 MiB), one CRC
+    got = dest.read_bytes()
+    assert got[part:] == data[part:] and got[:part] == b"\xaa" * part  # only its own span written
+    assert sum(seen) == size - part
+    head = store.download_range(res.key, dest, offset=0, length=part, size=size)
+    assert dest.read_bytes() == data and head.etag == tail.etag
+    combined = crc32c_combine(from_b64(head.crc32c), from_b64(tail.crc32c), tail.length)
+    assert to_b64(combined) == res.crc32c
+
+    # Same size, different bytes behind the adapter's back: each range reads fine, but the combined
+    # CRC32C is wrong, and the new ETag tells a caller the ranges came from two versions.
+    backend.overwrite(store, res.key, random.Random(99).randbytes(size))
+    again = store.download_range(res.key, dest, offset=part, length=size - part, size=size)
+    assert again.etag != head.etag
+    assert to_b64(crc32c_combine(from_b64(head.crc32c), from_b64(again.crc32c), again.length)) != res.crc32c
+    backend.overwrite(store, res.key, b"short")
+    with pytest.raises(ChecksumMismatchError, match="bytes"):
+        store.download_range(res.key, dest, offset=0, length=part, size=size)
+    with pytest.raises(InvalidArgumentError, match="not a non-empty range"):
+        store.download_range(res.key, dest, offset=part, length=size, size=size)
+    with pytest.raises(FileNotFoundError):  # never created: the caller makes the file
+        store.download_range(res.key, tmp_path / "absent.bin", offset=0, length=5, size=5)
+    assert not (tmp_path / "absent.bin").exists()
 
 
 def test_small_objects_and_conditional_write(store: ObjectStore) -> None:
