@@ -9,7 +9,12 @@ cluster, discovery, one HEAD). Reported: wall MB/s of the upload, the transfer r
 taken out, and CPU seconds per GB of the CLI, of the Dask workers (their whole process trees: nanny
 and worker) and of the SeaweedFS server, read from /proc before and after.
 
-    .venv/bin/python bench/scale.py [--size-gib 8] [--files 16] [--workers 1,2,4] [--json PATH]
+    .venv/bin/python bench/scale.py [--size-gib 8] [--files 16] [--workers 1,2,4] [--split-mb N]
+                                    [--compare-unsplit] [--json PATH]
+
+`--files 1` is the split case: one file, whose ranges (`[scale] split_size_mb`, default 2048) are the
+only work there is to spread; `--compare-unsplit` adds a row of the most workers with splitting off
+(split_size_mb = 0), the same file as one task, as before splitting existed.
 """
 
 from __future__ import annotations
@@ -102,6 +107,8 @@ def main() -> int:
     p.add_argument("--workers", default="1,2,4")
     p.add_argument("--scratch", type=Path, default=b.BENCH / ".scratch-scale")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--split-mb", type=int, default=None, help="[scale] split_size_mb (default: the config's)")
+    p.add_argument("--compare-unsplit", action="store_true", help="a last row: the most workers, split_size_mb = 0")
     args = p.parse_args()
     scratch: Path = args.scratch
     shutil.rmtree(scratch, ignore_errors=True)
@@ -126,12 +133,17 @@ def main() -> int:
         total = b.dir_bytes(ck)
         b.log(f"checkpoint: {total / b.GiB:.2f} GiB in {args.files} rank files + .metadata")
         server_pids = pids_in(server.state)
-        configs: list[tuple[str, int]] = [("threads", 0)] + [(f"dask-{n}", int(n)) for n in args.workers.split(",")]
-        for label, n in configs:
+        counts = [int(n) for n in args.workers.split(",")]
+        configs: list[tuple[str, int, int | None]] = [("threads", 0, args.split_mb)]
+        configs += [(f"dask-{n}", n, args.split_mb) for n in counts]
+        if args.compare_unsplit:
+            configs.append((f"dask-{max(counts)}-unsplit", max(counts), 0))
+        for label, n, split_mb in configs:
             prefix = label
             cfg = b.write_config(scratch / f"{prefix}.toml", server, prefix, src_root, "")
             text = cfg.read_text().replace('format = "hf"', 'format = "dcp"')
-            cfg.write_text(text + "[validation]\nenabled = false\n")
+            scale = f"[scale]\nsplit_size_mb = {split_mb}\n" if split_mb is not None else ""
+            cfg.write_text(text + "[validation]\nenabled = false\n" + scale)
             cluster = Cluster(scratch, n, env) if n else None
             try:
                 flags: list[str] = []
@@ -145,7 +157,7 @@ def main() -> int:
                 if cluster is not None:
                     cluster.down()
             stored = sum(o["Size"] for o in b.list_objects(client, f"{prefix}/{b.RUN}/"))
-            row.update(workers=n, bytes=total, stored=stored)
+            row.update(workers=n, bytes=total, stored=stored, split_size_mb=split_mb)
             rows.append(row)
             up, fixed = row["ingest"], row["fixed"]
             b.log(f"{label}: ingest {up['seconds']:.1f} s (rc {up['rc']}), nothing to send {fixed['seconds']:.1f} s, "
@@ -182,7 +194,7 @@ def render(rows: list[dict[str, Any]]) -> str:
         b1 = base["bytes"] / 1e6 / (base["ingest"]["seconds"] - base["fixed"]["seconds"])
         speedups = [
             f"{r['workers']} workers {r['bytes'] / 1e6 / (r['ingest']['seconds'] - r['fixed']['seconds']) / b1:.2f}x"
-            for r in rows if r["workers"]
+            for r in rows if r["workers"] and r["split_size_mb"] != 0
         ]  # fmt: skip
         out.append("\ntransfer rate against 1 worker: " + ", ".join(speedups))
     return "\n".join(out)

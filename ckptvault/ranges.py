@@ -20,9 +20,14 @@ def splits(size: int, threshold: int) -> bool:
 
 
 def ranges(size: int, unit: int, target: int) -> list[tuple[int, int]]:
-    """(offset, length) pieces covering bytes [0, size) in order: each a whole number of `unit` bytes,
-    as close to `target` as whole units allow and never under one unit; the last takes the rest."""
+    """(offset, length) pieces covering bytes [0, size) in order: as few as allow none over `target`
+    (unless one `unit` is), each a whole number of units, all of one length but the last, which takes
+    the rest. That length is the units spread over the pieces, so a file just over `target` is cut in
+    two halves, not into `target` and a sliver whose task would cost more than it sends."""
     if unit <= 0:
         raise ValueError(f"unit must be positive, got {unit}")
-    step = max(unit, target // unit * unit)
+    units = -(-size // unit)
+    most = max(1, target // unit)  # units in the largest range allowed
+    count = -(-units // most)  # fewest ranges
+    step = -(-units // count) * unit if count else unit  # spread the units evenly over them
     return [(off, min(step, size - off)) for off in range(0, size, step)]

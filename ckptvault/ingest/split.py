@@ -16,15 +16,22 @@ from collections.abc import Sequence
 from ckptvault.config import Compression
 from ckptvault.ingest.steps import FileJob, SentRange
 from ckptvault.ranges import ranges, splits
-from ckptvault.store import SplitUpload
+from ckptvault.store import SplitUpload, TransferConfig
+from ckptvault.store.upload_request import part_size_for
 
 __all__ = ["SentRange", "is_split", "largest_first", "part_ranges"]
 
 
-def is_split(job: FileJob, threshold: int, *, sha256: bool, compression: Compression) -> bool:
-    if not job.upload or job.stored is not None or job.check_crc32c is not None:
+def is_split(job: FileJob, threshold: int, transfer: TransferConfig, *, sha256: bool, compression: Compression) -> bool:
+    """Whether the job's file goes up as range tasks: a plain upload over the threshold that cuts into
+    at least two ranges of whole parts, and over the multipart threshold, so that its object is the one
+    an unsplit upload makes (the same parts)."""
+    if not job.upload or job.stored is not None or job.check_crc32c is not None or sha256 or compression != "off":
         return False
-    return not sha256 and compression == "off" and splits(job.file.size, threshold)
+    size = job.file.size
+    if not splits(size, threshold) or size <= transfer.multipart_threshold:
+        return False
+    return len(ranges(size, part_size_for(size, transfer.part_size), threshold)) >= 2
 
 
 def largest_first(jobs: Sequence[FileJob]) -> list[FileJob]:

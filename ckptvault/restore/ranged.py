@@ -70,7 +70,8 @@ def allocate(plan: ObjectPlan, into: Path, manifest: Manifest) -> str:
     """Create the split file in the staging directory at its full size (sparse), for its ranges."""
     target = staged_path(into, plan, manifest)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    # O_EXCL: a second allocate (a task run again) must fail, never truncate bytes ranges already wrote
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         os.ftruncate(fd, plan.size)
     finally:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.store.buffers import shared
 from ckptvault.store.port import ChecksumMismatchError, ProgressFn, SentPart, SplitUpload, StoreError, UploadResult
-from ckptvault.store.split_upload import changed, missing, whole_crc32c
+from ckptvault.store.split_upload import changed, missing, source, whole_crc32c
 from ckptvault.store.upload_request import part_size_for, read_exactly
 
 if TYPE_CHECKING:
@@ -49,14 +49,13 @@ def send(
             want = min(upload.part_size, upload.size - (number - 1) * upload.part_size)
             buf = pool.take(upload.part_size)
             try:
-                view = memoryview(buf)[:want]
-                read_exactly(f, view, path)
-                crc = crc32c_update(view)
-                etag = store.uploads.upload_part(upload.key, upload.upload_id, number, bytes(view), to_b64(crc))
-                view.release()
+                with memoryview(buf)[:want] as view:
+                    read_exactly(f, view, path)
+                    crc = crc32c_update(view)
+                    etag = store.uploads.upload_part(upload.key, upload.upload_id, number, bytes(view), to_b64(crc))
             finally:
                 pool.give(buf)
-            out.append(SentPart(number, etag, crc, want))
+            out.append(SentPart(number, etag, crc, want, source(before)))
             if progress:
                 progress(want)
         problem = changed(upload, os.fstat(f.fileno()))

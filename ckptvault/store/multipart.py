@@ -109,7 +109,12 @@ def send_parts(
                 break
             want = min(part_size, size - (number - 1) * part_size)
             view = memoryview(buf)[:want]
-            read_exactly(f, view, req.path)
+            try:
+                read_exactly(f, view, req.path)
+            except BaseException:
+                view.release()
+                st.give(buf)  # the pool is the process's: a lost buffer shrinks every later upload's budget
+                raise
             part_crc = hasher.update(view)
             with st.lock:
                 st.crcs[number] = (part_crc, want)

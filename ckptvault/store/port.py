@@ -155,6 +155,10 @@ class SentPart:
     etag: str
     crc32c: int
     size: int
+    # the file the part was read from, as its range's fstat saw it (device, inode, ctime): the parts of
+    # one object must all come from one file, not from a same-size, same-mtime copy renamed over it
+    # between two ranges
+    source: tuple[int, int, int] = (0, 0, 0)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ckptvault.checksum import StreamHasher, crc32c_combine, to_b64
 from ckptvault.store.multipart import abort, complete, create_upload, retag, send_parts
-from ckptvault.store.port import SentPart, SplitUpload, StoreError, UploadResult
+from ckptvault.store.port import SentPart, SplitUpload, StoreError, TransientStoreError, UploadResult
 from ckptvault.store.upload_request import UploadRequest, check_unchanged, part_size_for, verify
 
 
@@ -27,6 +27,11 @@ def begin(req: UploadRequest, size: int, mtime: float) -> SplitUpload:
     upload_id = create_upload(req)
     tags = tuple(sorted((req.tags or {}).items()))
     return SplitUpload(req.key, upload_id, str(req.path), size, mtime, part_size, tags)
+
+
+def source(st: os.stat_result) -> tuple[int, int, int]:
+    """Which file a range read: a rename-over changes the inode, a rewrite in place or a utime the ctime."""
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 def changed(upload: SplitUpload, st: os.stat_result) -> str | None:
@@ -55,7 +60,7 @@ def send(req: UploadRequest, upload: SplitUpload, first: int, count: int) -> tup
         numbers = range(first, first + count)
         st = send_parts(req, f, upload.upload_id, upload.part_size, upload.size, numbers, StreamHasher())
         check_unchanged(f, before, req.path)
-    return tuple(SentPart(n, str(st.done[n]["ETag"]), *st.crcs[n]) for n in numbers)
+    return tuple(SentPart(n, str(st.done[n]["ETag"]), *st.crcs[n], source(before)) for n in numbers)
 
 
 def missing(upload: SplitUpload, parts: Sequence[SentPart]) -> str | None:
@@ -72,6 +77,11 @@ def missing(upload: SplitUpload, parts: Sequence[SentPart]) -> str | None:
         )
     if sum(p.size for p in parts) != upload.size:
         return f"{upload.path}: its parts hold {sum(p.size for p in parts)} bytes, the file {upload.size}"
+    if len({p.source for p in parts}) > 1:
+        return (
+            f"{upload.path} was replaced or rewritten between two of its ranges (same size and mtime, another "
+            "file or a changed ctime); not completing a mixed copy. The next pass sends it again"
+        )
     return None
 
 
@@ -96,6 +106,10 @@ def finish(req: UploadRequest, upload: SplitUpload, parts: Sequence[SentPart]) -
     ]
     try:
         composite = complete(req, upload.upload_id, entries, whole)
+    except TransientStoreError:
+        # left open: the task's retry completes it (aborting would throw away every part sent); the
+        # flow aborts it once the retries are spent
+        raise
     except BaseException:
         abort(req, upload.upload_id)
         raise

@@ -174,7 +174,7 @@ def _upload(
     def submit(some: list[FileJob]) -> None:
         whole = []
         for job in largest_first(some):  # the biggest file's ranges first, then files by size
-            if not is_split(job, threshold, sha256=cfg.sha256, compression=compression):
+            if not is_split(job, threshold, store.transfer, sha256=cfg.sha256, compression=compression):
                 whole.append(job)
                 continue
             upload = begin_split_task(store, job, found, save)
@@ -185,24 +185,32 @@ def _upload(
         if whole:
             futures.extend(upload_one_task.map(unmapped(store), whole, *args))
 
-    if placement is None:
-        submit(jobs)
+    try:
+        if placement is None:
+            submit(jobs)
+            return futures, splits
+        for node, node_jobs in jobs_by_node(placement, jobs).items():
+            if node_jobs:
+                with pinned(placement.name(node)):  # each file is read by the worker of the node that holds it
+                    submit(node_jobs)
         return futures, splits
-    for node, node_jobs in jobs_by_node(placement, jobs).items():
-        if node_jobs:
-            with pinned(placement.name(node)):  # each file is read by the worker of the node that holds it
-                submit(node_jobs)
-    return futures, splits
+    except BaseException:
+        # a begin or a submission failed: the checkpoint fails, so what it started must not outlive it
+        settle([*futures, *(f for s in splits for f in s.ranges)])
+        for s in splits:
+            abort_split_task(store, s.upload)
+        raise
 
 
 def _complete(store: ObjectStore, splits: list[_Split]) -> list[FileEntry]:
-    """Complete each split upload, every range of it sent; if one fails, abort the ones after it."""
+    """Complete each split upload, every range of it sent; if one fails, abort it and the ones after it."""
     entries = []
     for i, s in enumerate(splits):
         try:
             entries.append(finish_split_task(store, s.job, s.upload, [f.result() for f in s.ranges]))
         except Exception:
-            for rest in splits[i + 1 :]:
+            # this one too: a completion that failed for good (its retries spent) left its upload open
+            for rest in splits[i:]:
                 abort_split_task(store, rest.upload)
             raise
     return entries

@@ -14,7 +14,7 @@ each worker uploads only its own node's files, from its own directory, and the b
 objects and manifests as a single-process ingest of the same files from one directory; a node with
 no worker fails the checkpoint naming it, in bounded time, with nothing committed; a rank file lost on
 node-1 makes the checkpoint invalid, naming it and node-1; without Dask the source is refused with
-the fix."""
+the fix; rank files over `split_size_mb` go up as ranges, every range read on its file's own node."""
 
 from __future__ import annotations
 
@@ -233,3 +233,40 @@ def test_without_dask_a_node_local_source_is_refused_with_the_fix(
     assert [o["result"] for o in outcomes] == ["failed"] * len(STEPS)
     assert all('locality = "node"' in o["message"] and "[scale] dask_address" in o["message"] for o in outcomes)
     assert _stored(seaweedfs.client(), bucket) == ({}, {})
+
+
+def test_a_node_local_file_over_split_size_goes_up_in_ranges_all_on_its_own_node(
+    api_env: dict[str, str], store: Any, bucket_factory: Any, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], dask_cluster_2: DaskCluster, node_root: tuple[str, str],
+) -> None:  # fmt: skip
+    c = dask_cluster_2
+    path, name = node_root
+    big = tmp_path / "big"
+    write_checkpoint(big, "dcp", 300, 44 * MiB, shards=RANKS, seed=3)  # 4 rank files of ~11 MiB: 3 parts each
+    single_bucket = bucket_factory(store)
+    plain = write_config(tmp_path / "plain.toml", store, single_bucket, [(RUN, big, "dcp")], extra=NO_GATES)
+    rc, outcomes, err = _ingest(capsys, plain)
+    assert rc == 0 and [o["result"] for o in outcomes] == ["uploaded"], err[-2000:]
+    single = _stored(store.client(), single_bucket)
+
+    dirs = [c.node_dir(i) for i in range(c.workers)]
+    dask_probe.install(c.address)
+    dask_probe.clear(dirs)
+    bucket = bucket_factory(store)
+    cfg = _node_config(tmp_path, store, bucket, path, c.address)
+    cfg.write_text(cfg.read_text().replace("[scale]\n", "[scale]\nsplit_size_mb = 5\n"))
+    _place(big, c, name, {0, 1})
+    rc, outcomes, err = _ingest(capsys, cfg)
+    assert rc == 0 and [o["result"] for o in outcomes] == ["uploaded"], err[-3000:]
+    assert _stored(store.client(), bucket) == single  # the same bytes and manifest as one process, unsplit
+
+    # every range read by its file's own node's worker, from that node's directory; each file's 3 parts
+    # as 3 ranges of one part
+    ranges = [r for r in dask_probe.records(dirs) if r["event"] == "memory" and r["key"].startswith("send_range_task")]
+    p = Placement(2, PATTERN, PER_NODE)
+    assert sorted((r["rel"], r["first"]) for r in ranges) == [(f"__{k}_0.distcp", n) for k in range(RANKS)
+                                                              for n in (1, 2, 3)]  # fmt: skip
+    for r in ranges:
+        node = p.name(p.node_of(r["rel"]))
+        assert r["node"] == node and r["path"].startswith(f"{c.state_dir}/{node}/{name}/"), r
+    assert store.client().list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

@@ -156,7 +156,8 @@ def test_split_upload_ranges_in_any_order_complete_once(store: ObjectStore, back
     assert (up.parts, up.part_size) == (4, 5 * MIB)
     seen: list[int] = []
     later = store.upload_parts(up, 3, 2, progress=seen.append)
-    earlier = store.upload_parts(up, 1, 2)
+    store.upload_parts(up, 1, 2)
+    earlier = store.upload_parts(up, 1, 2)  # a range run again (a retry, a lost worker's) replaces its parts
     assert [p.number for p in earlier + later] == [1, 2, 3, 4] and sum(seen) == size - 10 * MIB
     assert store.head("ck/split.bin") is None  # nothing readable before completion
     res = store.complete_upload(up, later + earlier)
@@ -171,6 +172,24 @@ def test_split_upload_ranges_in_any_order_complete_once(store: ObjectStore, back
     store.download_file("ck/split.bin", dest, size=size, crc32c=res.crc32c)
     assert dest.read_bytes() == src.read_bytes()
     assert backend.incomplete_uploads(store, "ck/") == []
+
+
+def test_split_upload_refuses_parts_of_two_files_renamed_over_each_other(
+    store: ObjectStore, backend: Backend, tmp_path: Path
+) -> None:
+    # same size, same mtime, other bytes, renamed over the file between two ranges (cp -p, rsync -t):
+    # size and mtime cannot tell, the file each range read can
+    src = _file(tmp_path, 12 * MIB, seed=13)
+    st = src.stat()
+    up = store.begin_upload(src, "ck/mixed.bin", size=st.st_size, mtime=st.st_mtime)
+    first = store.upload_parts(up, 1, 1)
+    other = _file(tmp_path, 12 * MIB, name="other.bin", seed=14)
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    other.rename(src)
+    rest = store.upload_parts(up, 2, 2)
+    with pytest.raises(StoreError, match="replaced or rewritten between two of its ranges"):
+        store.complete_upload(up, first + rest)
+    assert store.head("ck/mixed.bin") is None and backend.incomplete_uploads(store, "ck/") == []
 
 
 def test_split_upload_refuses_a_changed_file_and_an_incomplete_set(

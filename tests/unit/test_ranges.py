@@ -20,6 +20,8 @@ def test_only_files_over_a_nonzero_threshold_split() -> None:
         (12, 5, 3, [(0, 5), (5, 5), (10, 2)]),  # never under one unit
         (10, 5, 100, [(0, 10)]),  # one range when the target covers the file
         (0, 5, 10, []),
+        (2049, 32, 2048, [(0, 1056), (1056, 993)]),  # just over the target: halves, not 2048 and a sliver
+        (100, 10, 30, [(0, 30), (30, 30), (60, 30), (90, 10)]),  # 4 ranges needed: one length but the last
     ],
 )
 def test_ranges_cover_the_file_in_order_on_whole_units(

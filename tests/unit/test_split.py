@@ -7,27 +7,34 @@ import pytest
 from ckptvault.ingest.discovery import LocalFile
 from ckptvault.ingest.split import is_split, largest_first, part_ranges
 from ckptvault.ingest.steps import FileJob
-from ckptvault.store import SplitUpload
+from ckptvault.store import SplitUpload, TransferConfig
 
 MiB = 2**20
+FIVE = TransferConfig(part_size=5 * MiB, multipart_threshold=5 * MiB)
 
 
 def _job(size: int, name: str = "f", **kw: object) -> FileJob:
     return FileJob(LocalFile(name, Path("/hot") / name, size, 1.0), f"k/{name}", upload=True, **kw)  # type: ignore[arg-type]
 
 
-def test_only_a_plain_upload_over_the_threshold_splits() -> None:
+def test_only_a_plain_upload_over_the_threshold_in_two_ranges_or_more_splits() -> None:
     big = _job(11 * MiB)
-    assert is_split(big, 10 * MiB, sha256=False, compression="off")
-    assert not is_split(_job(10 * MiB), 10 * MiB, sha256=False, compression="off")  # at the threshold
-    assert not is_split(big, 0, sha256=False, compression="off")  # split_size_mb = 0: never
-    assert not is_split(big, 10 * MiB, sha256=True, compression="off")  # SHA-256 cannot be combined
-    assert not is_split(big, 10 * MiB, sha256=False, compression="auto")  # frames chosen where it is read
+    assert is_split(big, 10 * MiB, FIVE, sha256=False, compression="off")
+    assert not is_split(_job(10 * MiB), 10 * MiB, FIVE, sha256=False, compression="off")  # at the threshold
+    assert not is_split(big, 0, FIVE, sha256=False, compression="off")  # split_size_mb = 0: never
+    assert not is_split(big, 10 * MiB, FIVE, sha256=True, compression="off")  # SHA-256 cannot be combined
+    assert not is_split(big, 10 * MiB, FIVE, sha256=False, compression="auto")  # frames chosen where it is read
     # a crashed run's object to compare first, or a skipped file: the one-task path
-    assert not is_split(_job(11 * MiB, check_crc32c="AAAAAA=="), 10 * MiB, sha256=False, compression="off")
-    assert not is_split(_job(11 * MiB, stored=(5, "AAAAAA==")), 10 * MiB, sha256=False, compression="off")
+    assert not is_split(_job(11 * MiB, check_crc32c="AAAAAA=="), 10 * MiB, FIVE, sha256=False, compression="off")
+    assert not is_split(_job(11 * MiB, stored=(5, "AAAAAA==")), 10 * MiB, FIVE, sha256=False, compression="off")
     skipped = FileJob(big.file, big.key, upload=False, known_crc32c="AAAAAA==")
-    assert not is_split(skipped, 10 * MiB, sha256=False, compression="off")
+    assert not is_split(skipped, 10 * MiB, FIVE, sha256=False, compression="off")
+    # parts bigger than the threshold: a range is one part, and 11 MiB of 8 MiB parts is two of them
+    eight = TransferConfig(part_size=8 * MiB, multipart_threshold=8 * MiB)
+    assert is_split(_job(11 * MiB), 6 * MiB, eight, sha256=False, compression="off")
+    # under the multipart threshold an unsplit upload is one PUT: split, the object would differ
+    wide = TransferConfig(part_size=5 * MiB, multipart_threshold=64 * MiB)
+    assert not is_split(_job(20 * MiB), 10 * MiB, wide, sha256=False, compression="off")
 
 
 def test_work_goes_largest_first_keeping_the_order_of_equals() -> None:
