@@ -144,6 +144,16 @@ class FileEntry:
 
 
 @dataclass(frozen=True)
+class NodePlacement:
+    """Where a node-local checkpoint's files lived when it was ingested (its source's `nodes`,
+    `node_pattern`, `ranks_per_node`): the record restore --node-local places them by."""
+
+    nodes: int
+    node_pattern: str
+    ranks_per_node: int = 1
+
+
+@dataclass(frozen=True)
 class Manifest:
     run: str
     step: int
@@ -156,6 +166,7 @@ class Manifest:
     tool_version: str = ""
     metrics: dict[str, float] = field(default_factory=dict)  # from trainer_state.json where present
     save: int = FIRST_SAVE  # which save of this step (a restart re-saves steps); absent in old manifests: 1
+    placement: NodePlacement | None = None  # node-local sources only; absent in older manifests
     schema: str = SCHEMA
 
     @property
@@ -176,6 +187,8 @@ class Manifest:
         d: dict[str, Any] = asdict(self)
         d["total_bytes"] = self.total_bytes
         d["files"] = [f.to_dict() for f in self.files]
+        if self.placement is None:
+            del d["placement"]  # every other checkpoint's manifest stays as it was
         return json.dumps(d, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -211,6 +224,7 @@ class Manifest:
                 tool_version=str(d.get("tool_version", "")),
                 metrics={str(k): float(v) for k, v in d.get("metrics", {}).items()},
                 save=int(d.get("save", FIRST_SAVE)),
+                placement=_placement(d.get("placement")),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ManifestError):
@@ -219,3 +233,14 @@ class Manifest:
         if "total_bytes" in d and int(d["total_bytes"]) != m.total_bytes:
             raise ManifestError(f"{origin}: total_bytes {d['total_bytes']} disagrees with its files ({m.total_bytes})")
         return m
+
+
+def _placement(value: Any) -> NodePlacement | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"placement is not an object: {type(value).__name__}")
+    nodes, pattern, per = value["nodes"], value["node_pattern"], value.get("ranks_per_node", 1)
+    if not (isinstance(nodes, int) and isinstance(pattern, str) and isinstance(per, int)) or nodes < 1 or per < 1:
+        raise ValueError("placement needs nodes >= 1 and ranks_per_node >= 1 (integers) and a node_pattern string")
+    return NodePlacement(nodes, pattern, per)

@@ -30,6 +30,7 @@ from ckptvault.errors import CkptvaultError
 from ckptvault.formats import dcp, deepspeed, megatron
 from ckptvault.ingest.discovery import Found, LocalFile, _quiet_reason, walk
 from ckptvault.ingest.structure import INDEX_SUFFIX, _check_file, check_names
+from ckptvault.manifest import NodePlacement
 
 
 class NodeError(CkptvaultError):
@@ -69,6 +70,14 @@ class Placement:
                 f"(node-0 .. node-{self.nodes - 1}); raise nodes or fix ranks_per_node"
             )
         return node
+
+    def record(self) -> NodePlacement:
+        """What the manifest keeps of it (docs/FORMAT.md, `placement`)."""
+        return NodePlacement(self.nodes, self.pattern, self.ranks_per_node)
+
+    @classmethod
+    def from_record(cls, record: NodePlacement) -> Placement:
+        return cls(record.nodes, record.node_pattern, record.ranks_per_node)
 
     @staticmethod
     def name(node: int) -> str:

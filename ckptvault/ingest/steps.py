@@ -30,6 +30,7 @@ from ckptvault.manifest import (
     VALIDATION_NAME,
     FileEntry,
     Manifest,
+    NodePlacement,
     checkpoint_prefix,
     fingerprint,
 )
@@ -351,10 +352,16 @@ def _mode(path: Path) -> int | None:
 
 
 def commit_manifest(
-    store: ObjectStore, prefix: str, found: Found, entries: Sequence[FileEntry], save: int = FIRST_SAVE
+    store: ObjectStore,
+    prefix: str,
+    found: Found,
+    entries: Sequence[FileEntry],
+    save: int = FIRST_SAVE,
+    placement: NodePlacement | None = None,
 ) -> Manifest:
     """Write the manifest last. Losing the conditional write to another ingest is not an error:
-    the other writer committed the same checkpoint, and its manifest stands."""
+    the other writer committed the same checkpoint, and its manifest stands. `placement`: a node-local
+    source's, recorded so that a restore places the files as they were, whatever the config says later."""
     by_path = {e.path: e for e in entries}
     missing = [f.rel for f in found.files if f.rel not in by_path]
     if missing:
@@ -371,6 +378,7 @@ def commit_manifest(
         tool_version=__version__,
         metrics=read_metrics(found.format, found.path),
         save=save,
+        placement=placement,
     )
     key = checkpoint_prefix(prefix, found.run, found.step, save) + MANIFEST_NAME
     try:

@@ -1,7 +1,8 @@
 """Restoring a node-local checkpoint onto each node's own disk (`ckptvault restore --node-local`).
 
-The run's `[[sources]]` entry says where each file lives (`locality = "node"`, its `node_pattern`:
-ckptvault.ingest.nodes.Placement), so a restore puts each file back on the node that wrote it, at
+The placement recorded in the manifest at ingest (for older manifests, the run's `[[sources]]` entry:
+`locality = "node"`, its `node_pattern`; ckptvault.ingest.nodes.Placement) says where each file lives,
+so a restore puts each file back on the node that wrote it, at
 `--dest` as that node sees it (`${CKPTVAULT_NODE}` in it replaced by the node's name). Each node's
 worker checks its destination, stages into a directory beside it, downloads its files there, and
 renames it into place only after every file on every node is verified: the same promise as a
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ckptvault.config import NODE_PLACEHOLDER, Config, expand_node
 from ckptvault.ingest.nodes import Placement
+from ckptvault.manifest import Manifest
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.steps import check_destination, discard, finalize, staging_dir
@@ -33,6 +35,22 @@ def placement_for(cfg: Config, run: str) -> Placement:
             "restore every file into one directory"
         )
     return Placement.of(source)
+
+
+def placement_to_use(manifest: Manifest, configured: Placement) -> tuple[Placement, str | None]:
+    """The placement recorded in the manifest at ingest when it has one (the config may have changed
+    since: another node_pattern, nodes or ranks_per_node would send files to the wrong nodes), else the
+    configured one (manifests written before the record existed); and a note when the two differ."""
+    if manifest.placement is None:
+        return configured, None
+    recorded = Placement.from_record(manifest.placement)
+    if recorded == configured:
+        return recorded, None
+    return recorded, (
+        f"placing files as recorded at ingest (nodes = {recorded.nodes}, node_pattern = {recorded.pattern!r}, "
+        f"ranks_per_node = {recorded.ranks_per_node}), not as the config says now (nodes = {configured.nodes}, "
+        f"node_pattern = {configured.pattern!r}, ranks_per_node = {configured.ranks_per_node})"
+    )
 
 
 def plans_by_node(placement: Placement, plans: Sequence[ObjectPlan]) -> dict[int, list[ObjectPlan]]:

@@ -310,7 +310,9 @@ def _finish(
             abort_split_task(store, s.upload)
         return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
     entries = [f.result() for f in p.futures] + _complete(store, p.splits)
-    manifest = commit_manifest_task(store, cfg.store.prefix, found, entries, d.save)
+    source = next(s for s in cfg.sources if s.run == found.run)
+    placement = Placement.of(source).record() if source.locality == "node" else None
+    manifest = commit_manifest_task(store, cfg.store.prefix, found, entries, d.save, placement)
     warnings = list(p.warnings)
     flagged = [events.rejected(found, warnings, run_id, kind="warned", save=d.save)] if warnings else []
     _committed(catalog, manifest, known, flagged, run_id, d.changes, restarts)

@@ -211,7 +211,9 @@ def _on_nodes(
     (ckptvault/restore/nodes.py). Nothing is renamed into place on any node until every file on every
     node is verified; node 0 (the metadata) goes last, and a failed rename puts the others back.
     Returns the pointer file and the kept-aside destinations (--force)."""
-    placement = on_nodes.placement_for(cfg, manifest.run)
+    placement, note = on_nodes.placement_to_use(manifest, on_nodes.placement_for(cfg, manifest.run))
+    if note:
+        print(f"{manifest.run} step {manifest.step}: {note}")
     require_workers(placement, worker_resources(), manifest.run, manifest.step, "written")
     groups = on_nodes.plans_by_node(placement, plans)
     names = {i: placement.name(i) for i in groups}

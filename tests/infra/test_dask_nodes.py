@@ -109,8 +109,9 @@ def _ingest(capsys: pytest.CaptureFixture[str], cfg: Path) -> tuple[int, list[di
 
 
 def _stored(client: Any, bucket: str) -> tuple[dict[str, bytes], dict[str, dict[str, Any]]]:
-    # `source` differs too: the directory read (the nodes' path, or the one directory)
-    return stored_checkpoints(client, bucket, f"t/{RUN}/", ignore=("uploaded_at", "source"))
+    # `source` differs too: the directory read (the nodes' path, or the one directory); and `placement`,
+    # which only a node-local source's manifest records (checked on its own below)
+    return stored_checkpoints(client, bucket, f"t/{RUN}/", ignore=("uploaded_at", "source", "placement"))
 
 
 @pytest.mark.parametrize("store", PIPELINE_STORES, indirect=True)
@@ -147,6 +148,12 @@ def test_each_node_uploads_its_own_files_once_the_last_node_has_them_and_stores_
     objects, manifests = _stored(store.client(), bucket)
     assert len(manifests) == len(STEPS) and manifests == single[1]
     assert objects.keys() == single[0].keys() and objects == single[0]
+    # each manifest records where its files lived, for restore --node-local whatever the config says later
+    placed = {"nodes": 2, "node_pattern": PATTERN, "ranks_per_node": PER_NODE}
+    for key in manifests:
+        assert json.loads(store.client().get_object(Bucket=bucket, Key=key)["Body"].read())["placement"] == placed
+    assert all("placement" not in json.loads(store.client().get_object(Bucket=single_bucket, Key=k)["Body"].read())
+               for k in single[1])  # fmt: skip
 
     # where each task ran: every file read by the worker of its own node, from that node's directory
     records = [r for r in dask_probe.records(dirs) if r["event"] == "memory"]

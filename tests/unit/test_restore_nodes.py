@@ -3,12 +3,14 @@ stage and rename (ckptvault/restore/nodes.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from ckptvault.config import parse_config
 from ckptvault.ingest.nodes import Placement
+from ckptvault.manifest import Manifest, ManifestError, NodePlacement
 from ckptvault.restore import nodes
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
@@ -128,3 +130,32 @@ def test_a_download_into_a_discarded_staging_directory_is_refused(tmp_path: Path
     with pytest.raises(RestoreError, match="is gone"):
         steps.download_one(MemoryStore("b"), _plan("f", 1), tmp_path / "discarded", manifest)
     assert not (tmp_path / "discarded").exists()  # not re-created
+
+
+def _manifest(placement: NodePlacement | None) -> Manifest:
+    return Manifest(run="big", step=1, format="dcp", files=(), created_at=1.0, uploaded_at=2.0, source="/x",
+                    placement=placement)  # fmt: skip
+
+
+def test_the_placement_recorded_at_ingest_wins_over_a_changed_config_and_says_so() -> None:
+    configured = nodes.placement_for(parse_config(BASE + NODE_SOURCE), "big")
+    recorded = NodePlacement(4, r"__(?P<rank>\d+)_\d+\.distcp$", 2)  # the job ran on 4 nodes then
+    got, note = nodes.placement_to_use(_manifest(recorded), configured)
+    assert got == Placement.from_record(recorded) and got.node_of("__5_0.distcp") == 2
+    assert note is not None and "as recorded at ingest (nodes = 4" in note and f"nodes = {configured.nodes}" in note
+    assert nodes.placement_to_use(_manifest(configured.record()), configured) == (configured, None)
+    # a manifest written before placements were recorded: the config's, as before
+    assert nodes.placement_to_use(_manifest(None), configured) == (configured, None)
+
+
+def test_the_manifest_keeps_the_placement_and_other_manifests_are_unchanged() -> None:
+    recorded = NodePlacement(2, r"__(?P<rank>\d+)_\d+\.distcp$", 8)
+    m = _manifest(recorded)
+    assert Manifest.from_json(m.to_json()).placement == recorded
+    plain = _manifest(None)
+    assert "placement" not in json.loads(plain.to_json()) and Manifest.from_json(plain.to_json()).placement is None
+    for bad in ({"nodes": 0, "node_pattern": "x"}, {"nodes": 2}, "node-0", {"nodes": "2", "node_pattern": "x"}):
+        d = json.loads(m.to_json())
+        d["placement"] = bad
+        with pytest.raises(ManifestError, match=r"placement|node_pattern"):
+            Manifest.from_json(json.dumps(d).encode(), "m.json")
