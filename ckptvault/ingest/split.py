@@ -14,12 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ckptvault.config import Compression
-from ckptvault.ingest.steps import FileJob, SentRange
+from ckptvault.ingest.steps import FileJob
 from ckptvault.ranges import ranges, splits
 from ckptvault.store import SplitUpload, TransferConfig
 from ckptvault.store.upload_request import part_size_for
-
-__all__ = ["SentRange", "is_split", "largest_first", "part_ranges"]
 
 
 def is_split(job: FileJob, threshold: int, transfer: TransferConfig, *, sha256: bool, compression: Compression) -> bool:

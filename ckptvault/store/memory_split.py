@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.store.buffers import shared
 from ckptvault.store.port import ChecksumMismatchError, ProgressFn, SentPart, SplitUpload, StoreError, UploadResult
-from ckptvault.store.split_upload import changed, missing, source, whole_crc32c
+from ckptvault.store.split_upload import changed, check_range, missing, source, whole_crc32c
 from ckptvault.store.upload_request import part_size_for, read_exactly
 
 if TYPE_CHECKING:
@@ -34,16 +34,12 @@ def begin(
 def send(
     store: MemoryStore, upload: SplitUpload, first: int, count: int, progress: ProgressFn | None
 ) -> tuple[SentPart, ...]:
-    if first < 1 or count < 1 or first + count - 1 > upload.parts:
-        raise StoreError(f"{upload.path}: parts {first}..{first + count - 1} are not in 1..{upload.parts}")
     pool = shared(store.transfer.budget)
     out = []
     path = Path(upload.path)
     with path.open("rb", buffering=0) as f:
         before = os.fstat(f.fileno())
-        problem = changed(upload, before)
-        if problem:
-            raise StoreError(problem)
+        check_range(upload, first, count, before)
         f.seek((first - 1) * upload.part_size)
         for number in range(first, first + count):
             want = min(upload.part_size, upload.size - (number - 1) * upload.part_size)

@@ -44,15 +44,21 @@ def changed(upload: SplitUpload, st: os.stat_result) -> str | None:
     return None
 
 
-def send(req: UploadRequest, upload: SplitUpload, first: int, count: int) -> tuple[SentPart, ...]:
+def check_range(upload: SplitUpload, first: int, count: int, st: os.stat_result) -> None:
+    """StoreError if parts first..first+count-1 are not parts of the upload, or the open file (`st`) is
+    not the one listed: what every store checks before it reads a range."""
     if first < 1 or count < 1 or first + count - 1 > upload.parts:
         raise StoreError(f"{upload.path}: parts {first}..{first + count - 1} are not in 1..{upload.parts}")
+    problem = changed(upload, st)
+    if problem:
+        raise StoreError(problem)
+
+
+def send(req: UploadRequest, upload: SplitUpload, first: int, count: int) -> tuple[SentPart, ...]:
     with req.path.open("rb", buffering=0) as f:
         fd = f.fileno()
         before = os.fstat(fd)
-        problem = changed(upload, before)
-        if problem:
-            raise StoreError(problem)
+        check_range(upload, first, count, before)
         start = (first - 1) * upload.part_size
         if hasattr(os, "posix_fadvise"):
             os.posix_fadvise(fd, start, 0, os.POSIX_FADV_SEQUENTIAL)

@@ -227,6 +227,7 @@ class _Pending:
     jobs: list[FileJob]
     futures: list[StepFuture[FileEntry]]
     splits: list[_Split]
+    placement: Placement | None  # a node-local source's: recorded in the manifest
     t0: float
 
 
@@ -295,7 +296,7 @@ def _prepare(
         return base.with_result("invalid", d.message)
     jobs = plan_upload_task(store, prefix, found, d.save, placement is None)
     futures, splits = _upload(cfg, store, found, jobs, d.save, placement)
-    return _Pending(base, found, d, seen.warnings, jobs, futures, splits, t0)
+    return _Pending(base, found, d, seen.warnings, jobs, futures, splits, placement, t0)
 
 
 def _finish(
@@ -310,8 +311,7 @@ def _finish(
             abort_split_task(store, s.upload)
         return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
     entries = [f.result() for f in p.futures] + _complete(store, p.splits)
-    source = next(s for s in cfg.sources if s.run == found.run)
-    placement = Placement.of(source).record() if source.locality == "node" else None
+    placement = p.placement.record() if p.placement is not None else None
     manifest = commit_manifest_task(store, cfg.store.prefix, found, entries, d.save, placement)
     warnings = list(p.warnings)
     flagged = [events.rejected(found, warnings, run_id, kind="warned", save=d.save)] if warnings else []
