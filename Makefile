@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q -rs
+	$(BIN)/pytest -q -rs --durations=30
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -46,6 +46,9 @@ from tests.servers import S3Endpoint  # noqa: E402
 from tests.slack_recorder import SLACK_TOKEN, SlackRecorder  # noqa: E402
 
 
+pytest_plugins = ["tests.durations"]
+
+
 def ceph_unavailable_reason() -> str | None:
     if shutil.which("radosgw") is None:
         return "ceph: radosgw not installed; run infra/local/install-ceph.sh as root"
