@@ -45,7 +45,6 @@ from tests.helpers import in_ci  # noqa: E402
 from tests.servers import S3Endpoint  # noqa: E402
 from tests.slack_recorder import SLACK_TOKEN, SlackRecorder  # noqa: E402
 
-
 pytest_plugins = ["tests.durations"]
 
 
