@@ -15,6 +15,7 @@ exception, outside CI (CI=true) only: Ceph is skipped when radosgw is not instal
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -61,12 +62,16 @@ class _TestServers:
 
     def __init__(self) -> None:
         self.running: dict[str, servers.RunningServer] = {}
+        # Under pytest-xdist: the run's shared instances (servers.shared_server), stopped by the controller.
+        self.shared: dict[str, servers.RunningServer] = {}
         self.notes: list[str] = []
         self._reaped = False
 
     def require(self, kind: str) -> S3Endpoint:
         if kind in self.running:
             return self.running[kind].endpoint
+        if kind in self.shared:
+            return self.shared[kind].endpoint
         if kind == "ceph" and (reason := ceph_unavailable_reason()):
             if in_ci():
                 self.notes.append(f"{reason} (CI=true: failing, not skipping)")
@@ -77,6 +82,13 @@ class _TestServers:
             self._reaped = True
             for d in servers.reap_stale_test_state():
                 self.notes.append(f"stopped and removed the leftover of a dead test session: {d}")
+        if _XDIST_WORKER:
+            try:
+                server, _ = servers.shared_server(kind)
+            except servers.ServerStartError as e:
+                pytest.fail(f"{kind} test server failed to start:\n{e}", pytrace=False)
+            self.shared[kind] = server
+            return server.endpoint
         state_dir = servers.session_state_dir(kind)
         try:
             server = servers.start(kind, state_dir)
@@ -109,6 +121,8 @@ class _TestServers:
 
 
 _SERVERS = _TestServers()
+# pytest-xdist runs tests in worker processes, each its own session; they share one server of each kind.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 
 @pytest.fixture(scope="session")
@@ -218,12 +232,53 @@ def prefect_api() -> Iterator[None]:
         yield
 
 
+# Fixtures whose parameter names the server a test runs against (any_s3[moto], pipeline_s3[ceph], ...).
+_SERVER_PARAMS = ("any_s3", "any_store", "pipeline_s3", "store")
+
+
+def servers_of(item: pytest.Item) -> set[str]:
+    """The S3 servers a collected test will start or use: asked for by name, or by a parametrized fixture."""
+    names = set(getattr(item, "fixturenames", ()))
+    kinds = {kind for kind, fixture in _FIXTURE_FOR_KIND.items() if fixture in names}
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        kinds.update(str(callspec.params[f]) for f in _SERVER_PARAMS if f in callspec.params)
+    return kinds & set(_FIXTURE_FOR_KIND)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Tests that ask for Ceph directly get the `ceph` marker, like the ceph params of any_s3/pipeline_s3,
-    # so `-m "not ceph"` runs everything else without starting the cluster.
+    # Markers for running one area: each server a test needs (`-m ceph`, `-m "not ceph"` runs everything
+    # else without starting the cluster), `prefect` for a real Prefect API, `dask` for a real Dask cluster,
+    # `frameworks` for the checkpoints the real frameworks write (pyproject.toml lists them all).
     for item in items:
-        if "ceph" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.ceph)
+        for kind in servers_of(item):
+            item.add_marker(kind)
+        names = set(getattr(item, "fixturenames", ()))
+        if "prefect_api" in names:
+            item.add_marker(pytest.mark.prefect)
+        if names & {"dask_cluster_2", "dask_cluster_factory"}:
+            item.add_marker(pytest.mark.dask)
+        if item.nodeid.startswith("tests/frameworks/"):
+            item.add_marker(pytest.mark.frameworks)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        # The controller (or a run without xdist): its pid names the servers every worker will share.
+        os.environ[servers.SESSION_PID_VAR] = str(os.getpid())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput") or not session.config.pluginmanager.hasplugin("dsession"):
+        return
+    # The xdist controller, once every worker is done: stop the servers they shared, and say how each
+    # started (read from the record the worker that started it left).
+    for kind in servers.SPECS:
+        record = servers.state_dir_for(kind, os.getpid()) / "endpoint.json"
+        if record.exists():
+            d = json.loads(record.read_text())
+            _SERVERS.notes.append(f"{kind}: shared by the workers, ready in {d['startup_seconds']:.1f} s at {d['url']}")
+    _SERVERS.notes.extend(servers.stop_shared(os.getpid(), os.environ.get("CKPTVAULT_KEEP_TEST_STATE") == "1"))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -193,19 +193,88 @@ def _tail(text: str, lines: int = 80) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def session_state_dir(kind: str) -> Path:
-    """Where this session's instance of `kind` keeps its state (fresh: any leftover is stopped and removed).
+# Set by the pytest-xdist controller before it starts its workers (tests/conftest.py): the workers of one
+# run share one instance of each server, named by the controller's pid, which lives as long as the run.
+SESSION_PID_VAR = "CKPTVAULT_TEST_SESSION_PID"
 
-    Ceph's admin sockets live under it and a unix socket path is limited to 107 bytes, so a long checkout
-    path falls back to the system temp dir.
-    """
-    path = STATE_ROOT / f"test-{kind}-{os.getpid()}"
+
+def session_pid() -> int:
+    """The pid that names this test session's servers: the xdist controller's for its workers, else ours."""
+    return int(os.environ.get(SESSION_PID_VAR) or os.getpid())
+
+
+def state_dir_for(kind: str, pid: int) -> Path:
+    """Ceph's admin sockets live under a state dir and a unix socket path is limited to 107 bytes, so a
+    long checkout path falls back to the system temp dir."""
+    path = STATE_ROOT / f"test-{kind}-{pid}"
     if len(str(path)) > 70:
-        path = TMP_STATE_ROOT / f"ckptvault-test-{kind}-{os.getpid()}"
+        path = TMP_STATE_ROOT / f"ckptvault-test-{kind}-{pid}"
+    return path
+
+
+def session_state_dir(kind: str) -> Path:
+    """Where this session's instance of `kind` keeps its state (fresh: any leftover is stopped and removed)."""
+    path = state_dir_for(kind, os.getpid())
     if path.exists():
         stop(kind, path)
         shutil.rmtree(path, ignore_errors=True)
     return path
+
+
+_SHARED_RECORD = "endpoint.json"
+_SHARED_FAILURE = "start-failed.txt"
+
+
+def shared_server(kind: str) -> tuple[RunningServer, bool]:
+    """This run's one instance of `kind`, shared by every xdist worker: the first worker to ask starts it
+    (under an exclusive lock, so the others wait for it instead of starting their own) and records its
+    endpoint in its state dir; the others read the record. Returns (server, started by this call).
+
+    A failed start is recorded too, so the other workers fail at once with the same message instead of
+    each waiting out a start of their own. The controller stops it (stop_shared) when the run ends.
+    """
+    import fcntl
+    import json
+
+    state_dir = state_dir_for(kind, session_pid())
+    state_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(state_dir.parent / f".{state_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record, failure = state_dir / _SHARED_RECORD, state_dir / _SHARED_FAILURE
+        if record.exists():
+            d = json.loads(record.read_text())
+            endpoint = S3Endpoint(kind, d["url"], TEST_ACCESS_KEY, TEST_SECRET_KEY, SPECS[kind].region)
+            return RunningServer(endpoint, state_dir, float(d["startup_seconds"])), False
+        if failure.exists():
+            raise ServerStartError(failure.read_text())
+        if state_dir.exists():  # a start that died half-way (its worker was killed): start afresh
+            stop(kind, state_dir)
+            shutil.rmtree(state_dir, ignore_errors=True)
+        try:
+            server = start(kind, state_dir)
+        except ServerStartError as e:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            failure.write_text(str(e))
+            raise
+        record.write_text(json.dumps({"url": server.endpoint.url, "startup_seconds": server.startup_seconds}))
+        return server, True
+
+
+def stop_shared(pid: int, keep_state: bool = False) -> list[str]:
+    """Stop the shared instances a run (named by its controller's pid) started; one note per server."""
+    notes = []
+    for kind in SPECS:
+        state_dir = state_dir_for(kind, pid)
+        lock = state_dir.parent / f".{state_dir.name}.lock"
+        if state_dir.exists():
+            t0 = time.monotonic()
+            out = stop(kind, state_dir)
+            note = f"{kind}: stopped in {time.monotonic() - t0:.1f} s"
+            notes.append(note + (f" ({out.splitlines()[-1]})" if out else ""))
+            if not keep_state:
+                shutil.rmtree(state_dir, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+    return notes
 
 
 def start(kind: str, state_dir: Path, *, attempts: int = 3) -> RunningServer:

@@ -8,8 +8,10 @@ with CI=true and skips them elsewhere (tests.frameworks.need).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -65,12 +67,29 @@ def write_run(fw: str, root: Path, *extra: str, env: dict[str, str] | None = Non
 def framework_run(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """framework_run(fw) -> the run root `fw` wrote (6 steps, a checkpoint every 2), made once a session."""
     made: dict[str, Path] = {}
+    # Under pytest-xdist every worker is a session of its own: the trees are made once for the whole run,
+    # in the directory the workers' base temps share, by whichever worker asks first (the others wait on
+    # the lock, then read the finished tree).
+    shared = tmp_path_factory.getbasetemp().parent / "framework-runs" if os.environ.get("PYTEST_XDIST_WORKER") else None
 
     def get(fw: str) -> Path:
         need(MODULE[fw])
-        if fw not in made:
+        if fw in made:
+            return made[fw]
+        if shared is None:
             made[fw] = write_run(fw, tmp_path_factory.mktemp(f"run-{fw}") / "root")
-        return made[fw]
+            return made[fw]
+        shared.mkdir(exist_ok=True)
+        with open(shared / f"{fw}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            root, done = shared / fw / "root", shared / fw / "written"
+            if not done.exists():
+                shutil.rmtree(shared / fw, ignore_errors=True)  # a writer that failed half-way
+                (shared / fw).mkdir()
+                write_run(fw, root)
+                done.touch()
+        made[fw] = root
+        return root
 
     return get
 
