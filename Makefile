@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv demo test lint unit integration bench bench-catalog up down clean
+.PHONY: venv demo test test-fast check lint unit integration bench bench-catalog up down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,8 +28,21 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The whole suite on both cores (pytest-xdist): the workers share one server of each kind (tests/conftest.py);
+# a file's tests stay on one worker (--dist loadfile), so its module fixtures start once. WORKERS=0: serially.
+WORKERS ?= 2
 test: lint
-	$(BIN)/pytest -q -rs --durations=30
+	$(BIN)/pytest -q -rs --durations=30 -n $(WORKERS) --dist loadfile
+
+# The inner loop, no server: lint, types and the unit suite (the in-memory store, the architecture test).
+check: lint
+	$(BIN)/pytest -q -n $(WORKERS) tests/unit
+
+# One area against the real servers, picked by marker (pyproject.toml lists them): by default all but the
+# slow crash and fault suites, Ceph, Dask and the real frameworks. `make test-fast MARK=ceph`, MARK=dask, ...
+MARK ?= not slow and not ceph and not dask and not frameworks
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -rs -n $(WORKERS) --dist loadfile -m "$(MARK)"
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
