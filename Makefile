@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv demo test lint unit integration bench bench-catalog up down clean
+.PHONY: venv demo test lint docs unit integration bench bench-catalog up down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,7 +28,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: lint
+# The docs site (mkdocs.yml) into site/: the generated reference pages must match the code; any warning, a
+# broken link or anchor included, fails the build (not --quiet: mkdocs 1.6 does not count what it hides).
+docs: $(STAMP)
+	$(BIN)/python docs/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+test: lint docs
 	$(BIN)/pytest -q -rs --durations=30
 
 unit: $(STAMP)
