@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv demo test test-fast check lint unit integration bench bench-catalog up down clean
+.PHONY: venv demo test test-fast check lint docs unit integration bench bench-catalog up down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,10 +28,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
+# The docs site (mkdocs.yml) into site/: the generated reference pages must match the code; any warning, a
+# broken link or anchor included, fails the build (not --quiet: mkdocs 1.6 does not count what it hides).
+docs: $(STAMP)
+	$(BIN)/python docs/gen_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 # The whole suite on both cores (pytest-xdist): the workers share one server of each kind (tests/conftest.py);
 # a file's tests stay on one worker (--dist loadfile), so its module fixtures start once. WORKERS=0: serially.
 WORKERS ?= 2
-test: lint
+test: lint docs
 	$(BIN)/pytest -q -rs --durations=30 -n $(WORKERS) --dist loadfile
 
 # The inner loop, no server: lint, types and the unit suite (the in-memory store, the architecture test).

@@ -865,7 +865,7 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
             <= g("upload", "awscli", "cpu_s_per_gb"),
             "restore CPU s/GB <= awscli": g("download", "ckptvault", "cpu_s_per_gb")
             <= g("download", "awscli", "cpu_s_per_gb"),
-            # the same, for the data path without the one-shot CLI's fixed costs (see README)
+            # the same, for the data path without the one-shot CLI's fixed costs (see docs/performance.md)
             "data path: upload >= 1.0x s5cmd": g("upload", "ckptvault-lib", "mb_s") >= g("upload", "s5cmd", "mb_s"),
             "data path: upload >= 1.3x awscli": g("upload", "ckptvault-lib", "mb_s")
             >= 1.3 * g("upload", "awscli", "mb_s"),

@@ -10,7 +10,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -32,32 +32,83 @@ class _Strict(BaseModel):
 
 
 class StoreConfig(_Strict):
-    bucket: Annotated[str, Field(min_length=3, max_length=63)]
-    prefix: str = ""
-    endpoint_url: str | None = None
-    region: str = "us-east-1"
-    kind: Literal["auto", "aws", "ceph", "seaweedfs", "minio", "moto"] = "auto"
-    verify_tls: bool = True
-    ca_bundle: str | None = None
-    sse: Literal["none", "AES256", "aws:kms"] = "none"
-    sse_kms_key_id: str | None = None
-    part_size_mb: Annotated[int, Field(ge=5, le=5120)] = 32
-    max_concurrency: Annotated[int, Field(ge=1, le=64)] = 4
-    # Upload part buffers for the whole process; default part_size_mb * (max_concurrency + 1).
-    buffer_mb: Annotated[int, Field(ge=5)] | None = None
+    """`[store]`: the bucket every checkpoint, manifest and catalog object goes into, and how to reach it."""
+
+    bucket: Annotated[str, Field(min_length=3, max_length=63)] = Field(
+        description="The bucket (it must exist: ckptvault never creates one); credentials come from boto3's "
+        "standard chain (environment, profile, role), never from this file."
+    )
+    prefix: str = Field(
+        default="",
+        description="A key prefix inside the bucket, so that one bucket holds several deployments; "
+        "slashes at either end are dropped.",
+    )
+    endpoint_url: str | None = Field(
+        default=None, description="The S3 endpoint, e.g. `http://127.0.0.1:7480` for Ceph RGW; unset: AWS."
+    )
+    region: str = Field(default="us-east-1", description="The region requests are signed for.")
+    kind: Literal["auto", "aws", "ceph", "seaweedfs", "minio", "moto"] = Field(
+        default="auto",
+        description="The server's kind (storage classes, defaults, quirks); `auto` guesses it from the "
+        "response headers of a HEAD of the bucket.",
+    )
+    verify_tls: bool = Field(
+        default=True, description="Verify the endpoint's TLS certificate; `false` only for a throw-away test cluster."
+    )
+    ca_bundle: str | None = Field(
+        default=None,
+        description="A CA bundle (PEM) to verify the endpoint's certificate with, e.g. a Ceph cluster's own CA.",
+    )
+    sse: Literal["none", "AES256", "aws:kms"] = Field(
+        default="none",
+        description="Server-side encryption of every object written: SSE-S3 (`AES256`) or SSE-KMS "
+        "(`aws:kms`, with `sse_kms_key_id`).",
+    )
+    sse_kms_key_id: str | None = Field(
+        default=None, description='The KMS key of `sse = "aws:kms"`; unset: the bucket\'s default key.'
+    )
+    part_size_mb: Annotated[int, Field(ge=5, le=5120)] = Field(
+        default=32, description="The multipart upload part size and the ranged GET size, in MiB."
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=64)] = Field(
+        default=4,
+        description="Parts in flight per file; a restore shares 4 x this many connections among all its files.",
+    )
+    buffer_mb: Annotated[int, Field(ge=5)] | None = Field(
+        default=None,
+        description="Upload part buffers for the whole process, in MiB; unset: `part_size_mb` x "
+        "(`max_concurrency` + 1). Must hold at least one part.",
+    )
     # Restores write around the page cache (O_DIRECT) where the filesystem allows it: less CPU, and a
     # restore does not push out pages other jobs are using. Off: every write goes through the cache.
-    direct_io: bool = True
+    direct_io: bool = Field(
+        default=True,
+        description="Restores write around the page cache (O_DIRECT) where the file system allows it; "
+        "`false`: every write goes through the cache.",
+    )
     # SHA-256 of every request body in its SigV4 signature: "auto" only over plain HTTP, where it is
     # the sole guard against a body changed on the way (TLS guards it otherwise, and CRC32C checks
     # every byte against corruption either way); "always" also over TLS; "never" not even over HTTP.
-    sign_payload: Literal["auto", "always", "never"] = "auto"
+    sign_payload: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="SHA-256 of every request body in its signature: `auto` over plain HTTP only (TLS "
+        "guards the body otherwise; CRC32C checks every byte either way), `always` also over TLS, `never` not even "
+        "over HTTP (a network you trust).",
+    )
     # Where restores read from, for the egress price in their estimate: "in-region" (the training
     # cluster beside the bucket: free on AWS; on-prem stores have no egress) or "internet".
-    egress: Literal["in-region", "internet"] = "in-region"
+    egress: Literal["in-region", "internet"] = Field(
+        default="in-region",
+        description="Where restores read from, for the egress price in their estimate: `in-region` "
+        "(the training cluster beside the bucket) or `internet`.",
+    )
     # Off by default while buckets are read by plain S3 tools or by ckptvault versions that cannot
-    # decode frames (README.md, "Compression"); one source can turn it on with its own `compression`.
-    compression: Compression = "off"
+    # decode frames (docs/compression.md); one source can turn it on with its own `compression`.
+    compression: Compression = Field(
+        default="off",
+        description="`auto`: files that compress are stored as shuffle-zstd frames (docs/compression.md); "
+        "`off`: every object is the file, byte for byte. A source's own `compression` wins.",
+    )
 
     @model_validator(mode="after")
     def _budget_holds_a_part(self) -> StoreConfig:
@@ -75,20 +126,45 @@ class StoreConfig(_Strict):
 
 
 class SourceConfig(_Strict):
-    run: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
-    path: Path
-    format: str = "auto"  # "auto" or a name in formats.LAYOUTS, the one list of layouts
-    settle_seconds: Annotated[float, Field(ge=0)] = 60
-    stale_after_hours: Annotated[float, Field(gt=0)] | None = None
-    compression: Compression | None = None  # None: the store's `compression`
-    # "node": each node holds its own ranks' files on its local disk, at this same `path` (README,
-    # "Node-local shards"); every file is read and uploaded by the Dask worker of its node.
-    locality: Literal["shared", "node"] = "shared"
-    nodes: Annotated[int, Field(ge=1, le=100_000)] | None = None  # node-0 .. node-(N-1), with "node"
+    """`[[sources]]`: one training run's checkpoint root, one entry per run."""
+
+    run: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] = Field(
+        description="The run's name in the bucket and the catalog (letters, digits, `.`, `_`, `-`)."
+    )
+    path: Path = Field(description="The run's checkpoint root on the hot file system (it must exist).")
+    # "auto" or a name in formats.LAYOUTS, the one list of layouts
+    format: str = Field(default="auto", description="The checkpoint layout, or `auto` to detect it (docs/frameworks/).")
+    settle_seconds: Annotated[float, Field(ge=0)] = Field(
+        default=60, description="A finished checkpoint is picked up only once nothing in it changed for this long."
+    )
+    stale_after_hours: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Alert (`watch`) when the run saved no checkpoint for this long; unset: never."
+    )
+    compression: Compression | None = Field(
+        default=None, description="This run's `compression`, over `[store] compression`; unset: the store's."
+    )
+    # "node": each node holds its own ranks' files on its local disk, at this same `path`
+    # (docs/OPERATIONS.md, "Node-local shards"); every file is read and uploaded by the Dask worker of its node.
+    locality: Literal["shared", "node"] = Field(
+        default="shared",
+        description="`shared`: one file system every ingest host sees; `node`: each node holds its own "
+        "ranks' files on its local disk at this same `path`, read by that node's Dask worker.",
+    )
+    nodes: Annotated[int, Field(ge=1, le=100_000)] | None = Field(
+        default=None,
+        description='With `locality = "node"`: the number of nodes, `node-0` .. `node-(N-1)` (the workers\' '
+        "Dask resources).",
+    )
     # searched in each file's path inside the checkpoint; its group `rank` (or `node`) says the node;
     # files it does not match (metadata, configs, tracker files) are node 0's, where rank 0 writes them
-    node_pattern: str | None = None
-    ranks_per_node: Annotated[int, Field(ge=1)] = 1
+    node_pattern: str | None = Field(
+        default=None,
+        description='With `locality = "node"`: a regular expression searched in each file\'s path inside the '
+        "checkpoint, with one group `rank` or `node`; files it does not match are node 0's.",
+    )
+    ranks_per_node: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="With a `rank` group in `node_pattern`: node = rank // ranks_per_node."
+    )
 
     @field_validator("node_pattern")
     @classmethod
@@ -110,7 +186,9 @@ class SourceConfig(_Strict):
     def _node_keys(self) -> SourceConfig:
         node_keys = self.nodes is not None or self.node_pattern is not None
         if self.locality == "node" and (self.nodes is None or self.node_pattern is None):
-            raise ValueError('locality = "node" needs nodes = N and node_pattern (README, "Node-local shards")')
+            raise ValueError(
+                'locality = "node" needs nodes = N and node_pattern (docs/OPERATIONS.md, "Node-local shards")'
+            )
         if self.locality == "shared" and node_keys:
             raise ValueError('nodes and node_pattern apply only with locality = "node"')
         return self
@@ -124,73 +202,173 @@ class SourceConfig(_Strict):
 
 
 class KeepBest(_Strict):
-    metric: str
-    mode: Literal["min", "max"] = "min"
-    k: Annotated[int, Field(ge=1)] = 1
+    """`[policy] keep_best`: the best checkpoints of each run by a recorded metric are kept as milestones."""
+
+    metric: str = Field(description="The metric a checkpoint records, e.g. `eval_loss`.")
+    mode: Literal["min", "max"] = Field(
+        default="min", description="Whether the lowest (`min`) or highest value is best."
+    )
+    k: Annotated[int, Field(ge=1)] = Field(default=1, description="How many of each run's best are kept.")
 
 
 class TierStep(_Strict):
-    after_days: Annotated[float, Field(ge=0)]
-    tier: Literal["warm", "cold", "archive"]
+    """One entry of `[policy] tiers`: after so many days, move down to this tier."""
+
+    after_days: Annotated[float, Field(ge=0)] = Field(description="The checkpoint's age, in days, when it moves.")
+    tier: Literal["warm", "cold", "archive"] = Field(
+        description="The tier it moves to; `[policy.classes]` names its storage class."
+    )
 
 
 class PolicyConfig(_Strict):
-    keep_hot: Annotated[int, Field(ge=1)] = 3
-    milestone_every_steps: Annotated[int, Field(ge=1)] | None = None
-    milestone_every_hours: Annotated[float, Field(gt=0)] | None = None
-    keep_best: KeepBest | None = None
-    tiers: list[TierStep] = Field(default_factory=list)
-    expire_after_days: Annotated[float, Field(gt=0)] | None = None
-    keep_local: Annotated[int, Field(ge=1)] | None = None
-    horizon_days: Annotated[float, Field(gt=0)] = 365
-    apply_mode: Literal["client", "server", "both"] = "client"
+    """`[policy]`: retention and tiering, planned by `ckptvault plan` and carried out by `tier --apply`."""
+
+    keep_hot: Annotated[int, Field(ge=1)] = Field(
+        default=3, description="The newest N verified saves of a run stay in the hot class."
+    )
+    milestone_every_steps: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Steps that are multiples of this are milestones: never expired."
+    )
+    milestone_every_hours: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="The first checkpoint of each window of this many hours is a milestone."
+    )
+    keep_best: KeepBest | None = Field(
+        default=None,
+        description="Each run's k best checkpoints by a metric are milestones, e.g. "
+        '`{ metric = "eval_loss", mode = "min", k = 2 }`.',
+    )
+    tiers: list[TierStep] = Field(
+        default_factory=list,
+        description="When checkpoints move down the storage classes, e.g. "
+        '`[{ after_days = 7, tier = "warm" }, { after_days = 30, tier = "archive" }]`; empty: they stay hot.',
+    )
+    expire_after_days: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Delete non-milestone checkpoints this many days old; unset: never."
+    )
+    keep_local: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="Keep this many newest verified copies on the hot file system; older ones may be deleted "
+        "there after a re-check. Unset: nothing is deleted locally.",
+    )
+    horizon_days: Annotated[float, Field(gt=0)] = Field(
+        default=365, description="A move is planned only if it saves more than it costs over this many days."
+    )
+    apply_mode: Literal["client", "server", "both"] = Field(
+        default="client",
+        description="How moves happen: `client` (CopyObject now), `server` (tags + the bucket's lifecycle "
+        "rules, later) or `both` (copy now, lifecycle for archived objects).",
+    )
     # tier -> storage class name on this store; defaults depend on the store kind (cost.py)
-    classes: dict[str, str] = Field(default_factory=dict)
-    hot_fs_usd_per_gb_month: Annotated[float, Field(ge=0)] = 0.10
+    classes: dict[str, str] = Field(
+        default_factory=dict,
+        description='Tier -> storage class on this store, e.g. `{ cold = "COLD" }` on Ceph; '
+        "unset tiers take the store kind's defaults.",
+    )
+    hot_fs_usd_per_gb_month: Annotated[float, Field(ge=0)] = Field(
+        default=0.10, description="What the parallel file system costs per GB-month, for the saving `plan` shows."
+    )
     # user price overrides, class name -> $/GB-month (Ceph users set their own)
-    prices: dict[str, float] = Field(default_factory=dict)
+    prices: dict[str, float] = Field(
+        default_factory=dict,
+        description="Storage class -> $/GB-month, over ckptvault/data/prices.toml; a Ceph class must be priced here.",
+    )
 
 
 class ValidationRules(_Strict):
-    enabled: bool = True
+    """`[validation]`: the quality gates' thresholds and severities (`block` quarantines, `warn` uploads and flags)."""
+
+    enabled: bool = Field(default=True, description="Run the quality gates; `false`: record that nothing was checked.")
     # Evaluate Great Expectations in a short-lived child process (see ckptvault/ingest/quality.py).
-    isolate: bool = True
-    history: Annotated[int, Field(ge=1)] = 10
-    size_band: Annotated[float, Field(gt=0, lt=10)] = 0.20
-    size_severity: Literal["block", "warn"] = "block"
-    shape_severity: Literal["block", "warn"] = "warn"
-    missing_rank_severity: Literal["block", "warn"] = "block"
-    step_severity: Literal["block", "warn"] = "warn"
-    loss_jump_factor: Annotated[float, Field(gt=1)] = 3.0
-    loss_severity: Literal["block", "warn"] = "block"
-    interval_factor: Annotated[float, Field(gt=1)] = 3.0
-    loss_jump_severity: Literal["block", "warn"] = "warn"
-    interval_severity: Literal["block", "warn"] = "warn"
+    isolate: bool = Field(
+        default=True,
+        description="Evaluate the gates in a short-lived child process (its memory leaves with it); `false`: "
+        "in-process and warm.",
+    )
+    history: Annotated[int, Field(ge=1)] = Field(
+        default=10, description="How many of the run's last verified checkpoints are the baseline."
+    )
+    size_band: Annotated[float, Field(gt=0, lt=10)] = Field(
+        default=0.20, description="Total bytes must be within this fraction of the baseline's median."
+    )
+    size_severity: Literal["block", "warn"] = Field(default="block", description="Severity of the size band rule.")
+    shape_severity: Literal["block", "warn"] = Field(
+        default="warn", description="Severity of a changed file count or shard size against the previous checkpoint."
+    )
+    missing_rank_severity: Literal["block", "warn"] = Field(
+        default="block", description="Severity of a missing rank file."
+    )
+    step_severity: Literal["block", "warn"] = Field(
+        default="warn", description="Severity of a step that does not go up."
+    )
+    loss_jump_factor: Annotated[float, Field(gt=1)] = Field(
+        default=3.0, description="A loss above this times the recent median is a jump."
+    )
+    loss_severity: Literal["block", "warn"] = Field(
+        default="block", description="Severity of a loss that is not finite."
+    )
+    interval_factor: Annotated[float, Field(gt=1)] = Field(
+        default=3.0, description="A gap between checkpoints above this times the median interval is irregular."
+    )
+    loss_jump_severity: Literal["block", "warn"] = Field(default="warn", description="Severity of a loss jump.")
+    interval_severity: Literal["block", "warn"] = Field(
+        default="warn", description="Severity of an irregular interval."
+    )
     # A shard present in both checkpoints may change size by this fraction before it counts as a change.
-    shard_size_tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.10
+    shard_size_tolerance: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.10,
+        description="A shard in both checkpoints may change size by this fraction before it counts as changed.",
+    )
     # Statistical rules (size band, loss jump, interval) need this many points; fewer gives a note.
-    min_history: Annotated[int, Field(ge=1)] = 3
+    min_history: Annotated[int, Field(ge=1)] = Field(
+        default=3,
+        description="The statistical rules (size band, loss jump, interval) need this many points; fewer: a note.",
+    )
 
 
 class NotifyConfig(_Strict):
+    """`[notify]`: where alerts go. The console always; Slack when a token or webhook is found."""
+
     # "console" always; "slack" when a token or webhook is found in the environment or a Prefect Secret
-    channel: str = "#ckptvault"
-    slack_token_env: str = "CKPTVAULT_SLACK_TOKEN"
-    slack_webhook_env: str = "CKPTVAULT_SLACK_WEBHOOK"
-    slack_secret_block: str | None = None
-    slack_base_url: str | None = None  # for a Slack-compatible endpoint; default Slack's
-    dedup_window_minutes: Annotated[float, Field(ge=0)] = 60
-    budget_usd_per_month: Annotated[float, Field(gt=0)] | None = None
+    channel: str = Field(default="#ckptvault", description="The Slack channel a bot token posts to.")
+    slack_token_env: str = Field(
+        default="CKPTVAULT_SLACK_TOKEN", description="The environment variable holding a Slack bot token."
+    )
+    slack_webhook_env: str = Field(
+        default="CKPTVAULT_SLACK_WEBHOOK", description="The environment variable holding a Slack incoming-webhook URL."
+    )
+    slack_secret_block: str | None = Field(
+        default=None, description="A Prefect Secret block holding the Slack token (reading it needs a Prefect API)."
+    )
+    slack_base_url: str | None = Field(default=None, description="A Slack-compatible API endpoint; unset: Slack's.")
+    dedup_window_minutes: Annotated[float, Field(ge=0)] = Field(
+        default=60, description="The same alert is sent at most once per this many minutes."
+    )
+    budget_usd_per_month: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="Alert (`watch`) when the bucket's monthly cost exceeds this; unset: no budget."
+    )
 
 
 class DrillConfig(_Strict):
+    """`[drill]`: restore drills (docs/drills.md)."""
+
     # How many checkpoints each drill takes from the rotation, on top of each run's newest and any suspect.
-    sample: Annotated[int, Field(ge=1)] = 2
+    sample: Annotated[int, Field(ge=1)] = Field(
+        default=2,
+        description="Checkpoints each drill takes from the rotation, on top of each run's newest and any suspect.",
+    )
     # Grow the sample so that every drillable checkpoint is drilled within this many days at the drill
     # deployment's interval (see ckptvault/restore/drill.py); none: the sample stays as set.
-    cover_days: Annotated[float, Field(gt=0)] | None = None
-    scratch: Path = Path("/tmp/ckptvault-drill")
-    restore_tier: Literal["Expedited", "Standard", "Bulk"] = "Bulk"
+    cover_days: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="Grow the sample so every drillable checkpoint is drilled within this many days; unset: "
+        "the sample stays as set.",
+    )
+    scratch: Path = Field(
+        default=Path("/tmp/ckptvault-drill"), description="Where drills restore into (always cleaned)."
+    )
+    restore_tier: Literal["Expedited", "Standard", "Bulk"] = Field(
+        default="Bulk", description="The thaw tier for archived objects a drill restores."
+    )
 
 
 DASK_SCHEMES = ("tcp", "tls")
@@ -215,22 +393,36 @@ def parse_dask_address(value: str) -> str:
 
 
 class ScaleConfig(_Strict):
-    """Where ingest's per-file upload tasks run (README "Scale-out"). Neither key: a thread pool in the
-    flow's own process. The command line's --dask-address / --dask-workers take precedence."""
+    """`[scale]`: where ingest's per-file upload tasks (and restore's downloads) run (docs/OPERATIONS.md,
+    "Scale-out on Dask"). Neither key: a thread pool in the flow's own process. The command line's
+    --dask-address / --dask-workers take precedence."""
 
-    dask_address: str | None = None  # an existing cluster's scheduler, tcp://host:8786
-    local_workers: Annotated[int, Field(ge=1, le=256)] | None = None  # a LocalCluster of N workers
+    dask_address: str | None = Field(
+        default=None,
+        description="An existing Dask cluster's scheduler, `tcp://HOST:PORT` (or `tls://`); needs `PREFECT_API_URL`.",
+    )
+    local_workers: Annotated[int, Field(ge=1, le=256)] | None = Field(
+        default=None, description="Or a new LocalCluster of this many workers on this host."
+    )
     # How long to wait for the scheduler before giving up with exit 2: a typo'd host must not hang
     # the command for Dask's default 30 s, nor the 10-minute schedule.
-    connect_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = 10
+    connect_timeout_seconds: Annotated[float, Field(gt=0, le=300)] = Field(
+        default=10, description="A scheduler that does not answer by then is exit 2, naming it."
+    )
     # How long a node's worker may take to list a node-local checkpoint (locality = "node"): a node
     # whose worker vanished is named after this long, never waited on for ever.
-    node_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = 120
+    node_timeout_seconds: Annotated[float, Field(gt=0, le=3600)] = Field(
+        default=120, description="Node-local sources: a node's worker that does not list its files by then is named."
+    )
     # A file larger than this is split into ranges of about this many MiB (whole parts, at least one),
     # each range its own task: on a cluster one big file is sent (ingest) or fetched (restore) by
     # several workers at once. 0: every file is one task. Files stored compressed, and with
     # `sha256 = true` (a whole-file hash cannot be combined from ranges), are never split.
-    split_size_mb: Annotated[int, Field(ge=0)] = 2048
+    split_size_mb: Annotated[int, Field(ge=0)] = Field(
+        default=2048,
+        description="A bigger file goes up (and comes back) in ranges of about this many MiB, each its own "
+        "task; `0`: never split.",
+    )
 
     @field_validator("dask_address")
     @classmethod
@@ -248,14 +440,19 @@ class ScaleConfig(_Strict):
 
 
 class Config(_Strict):
-    store: StoreConfig
-    sources: list[SourceConfig] = Field(default_factory=list)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    validation: ValidationRules = Field(default_factory=ValidationRules)
-    notify: NotifyConfig = Field(default_factory=NotifyConfig)
-    drill: DrillConfig = Field(default_factory=DrillConfig)
-    scale: ScaleConfig = Field(default_factory=ScaleConfig)
-    sha256: bool = False
+    """The whole file: one `[store]`, a `[[sources]]` entry per run, and the optional sections."""
+
+    store: StoreConfig = Field(description="The bucket and how to reach it.")
+    sources: list[SourceConfig] = Field(default_factory=list, description="One entry per training run.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="Retention and tiering.")
+    validation: ValidationRules = Field(default_factory=ValidationRules, description="The quality gates.")
+    notify: NotifyConfig = Field(default_factory=NotifyConfig, description="Alerts.")
+    drill: DrillConfig = Field(default_factory=DrillConfig, description="Restore drills.")
+    scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Scale-out on Dask.")
+    sha256: bool = Field(
+        default=False,
+        description="Also record each file's SHA-256 in the manifest (such files are never split into ranges).",
+    )
 
     @model_validator(mode="after")
     def _unique_runs(self) -> Config:
@@ -296,7 +493,9 @@ def _explain(err: ValidationError, origin: str) -> str:
         where = _loc(tuple(e["loc"]))
         kind = e["type"]
         if kind == "extra_forbidden":
-            lines.append(f"  - {where}: unknown key. Remove it, or check its spelling against README.md#configuration.")
+            lines.append(
+                f"  - {where}: unknown key. Remove it, or check its spelling against docs/reference/config.md."
+            )
         elif kind == "missing":
             lines.append(f"  - {where}: required key is missing. Add it.")
         else:
@@ -312,6 +511,11 @@ def parse_config(text: str, origin: str = "<config>") -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{origin}: not valid TOML: {e}. Fix the syntax at that line.") from None
+    return validate_config(raw, origin)
+
+
+def validate_config(raw: dict[str, Any], origin: str = "<config>") -> Config:
+    """The configuration from TOML already parsed (a dict); raise ConfigError that names the key and the fix."""
     try:
         return Config.model_validate(raw)
     except ValidationError as e:

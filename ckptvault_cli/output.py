@@ -18,7 +18,7 @@ def jsonable(o: object) -> object:
 
 
 def emit_json(doc: object) -> None:
-    """The one JSON document a `--json` command prints on stdout (schemas in the README)."""
+    """The one JSON document a `--json` command prints on stdout (schemas in docs/commands.md)."""
     import json
 
     print(json.dumps(doc, indent=1, default=jsonable), flush=True)

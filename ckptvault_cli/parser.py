@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
     _dask_flags(s, "uploads")
-    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_ingest)
 
     s = sub.add_parser("ls", parents=[common], help="list checkpoints from the catalog")
@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="only saves written at or after WHEN: 2026-11-01, 2026-11-01T12:00:00Z, or back from now: 7d, 12h, 30m",
     )
     s.add_argument("--limit", type=int, metavar="N", help="only the N newest saves (listed in the usual order)")
-    s.add_argument("--json", action="store_true", help="one JSON object per checkpoint save (schema in the README)")
+    s.add_argument(
+        "--json", action="store_true", help="one JSON object per checkpoint save (its schema: docs/commands.md)"
+    )
     s.set_defaults(fn=cmd_ls)
 
     s = sub.add_parser(
@@ -80,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "as that node sees it; needs a Dask cluster with a worker per node",
     )
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
-    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")
     s.add_argument(
         "--force",
@@ -92,20 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("drill", parents=[common], help="restore a rotating sample into scratch and prove it loads")
     s.add_argument("--sample", type=int, help="how many checkpoints (default [drill].sample)")
     s.add_argument("--tier", choices=["Expedited", "Standard", "Bulk"], help="thaw tier (default [drill].restore_tier)")
-    s.add_argument("--json", action="store_true", help="the drill report as JSON (README, Restore drills)")
+    s.add_argument("--json", action="store_true", help="the drill report as JSON (its schema: docs/drills.md)")
     s.set_defaults(fn=cmd_drill)
 
     s = sub.add_parser("plan", parents=[common], help="show the tiering plan and its cost (read-only, no Prefect)")
-    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_plan)
 
     s = sub.add_parser("tier", parents=[common], help="run the tier flow: the plan, and with --apply, carry it out")
     s.add_argument("--apply", action="store_true", help="carry out the plan (default: dry run)")
-    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_tier)
 
     s = sub.add_parser("watch", parents=[common], help="stale runs and storage budget; alerts")
-    s.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_watch)
 
     s = sub.add_parser("accept", parents=[common], help="release a quarantined (invalid) checkpoint after review")
@@ -123,9 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     csub = s.add_subparsers(dest="catalog_command", required=True)
     r = csub.add_parser("rebuild", parents=[common], help="reconstruct catalog events from the manifests in the bucket")
     r.add_argument("--write", action="store_true", help="append the rebuilt events to the catalog")
-    r.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     r.set_defaults(fn=cmd_catalog_rebuild)
     r = csub.add_parser("stats", parents=[common], help="runs, checkpoints, events, catalog files, bytes per class")
-    r.add_argument("--json", action="store_true", help="print one JSON document (schema in the README)")
+    r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     r.set_defaults(fn=cmd_catalog_stats)
     return p

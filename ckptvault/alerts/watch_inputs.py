@@ -49,7 +49,7 @@ class WatchResult:
 
 @dataclass(frozen=True)
 class WatchReport:
-    """What the watch flow reports of a pass: `as_dict` is the `ckptvault watch --json` document (README)."""
+    """What the watch flow reports of a pass: `as_dict` is the `ckptvault watch --json` document (docs/commands.md)."""
 
     alerts: tuple[str, ...]  # the kind of each alert found, delivered or not
     delivered: int  # how many of them went out (the rest were sent before, or a channel failed)

@@ -259,7 +259,7 @@ def coverage(
 
 @dataclass(frozen=True)
 class DrillReport:
-    """What one drill reports: `as_dict` is the `ckptvault drill --json` document (README, "Restore drills")."""
+    """What one drill reports: `as_dict` is the `ckptvault drill --json` document (docs/drills.md)."""
 
     drilled: tuple[DrillResult, ...]
     pending: tuple[Key, ...]  # (run, step, save) still thawing: the next drill selects them again

@@ -67,7 +67,7 @@ class Estimate:
         return "\n".join(lines)
 
     def as_record(self) -> dict[str, object]:
-        """The estimate as `restore --json` reports it (README, Restore at 3 a.m.)."""
+        """The estimate as `restore --json` reports it (docs/runbook.md)."""
         return {
             "bytes": self.bytes,
             "objects": self.objects,

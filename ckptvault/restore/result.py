@@ -1,5 +1,5 @@
 """What one run of the restore flow reports: the checkpoint resolved, the estimate, and how it ended
-(restored, or still thawing). `as_dict` is the `ckptvault restore --json` document (README)."""
+(restored, or still thawing). `as_dict` is the `ckptvault restore --json` document (docs/commands.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What one run of the tier flow reports: the plan's actions and cost, and with --apply what was done
-beyond the plan's own moves. `as_dict` is the `ckptvault tier --json` document (README)."""
+beyond the plan's own moves. `as_dict` is the `ckptvault tier --json` document (docs/commands.md)."""
 
 from __future__ import annotations
 

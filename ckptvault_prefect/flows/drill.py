@@ -56,7 +56,7 @@ def drill(
     config_path: str | None = None,
     interval_days: float = INTERVAL_DAYS,
 ) -> DrillReport:
-    """Returns the drill report (README, "Restore drills"); raises DrillFailed, carrying it, if any failed."""
+    """Returns the drill report (docs/drills.md); raises DrillFailed, carrying it, if any failed."""
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     catalog = Catalog(store, cfg.store.prefix)

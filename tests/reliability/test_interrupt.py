@@ -1,5 +1,5 @@
 """Ctrl-C at 3 a.m.: SIGINT to the `ckptvault` process group in the middle of a 1 GiB file's multipart
-upload, with no Prefect API configured (the README's default), through the real console entry."""
+upload, with no Prefect API configured (direct mode, docs/concepts.md), through the real console entry."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_sigint_mid_upload_exits_130_with_the_message_and_a_rerun_converges(
     seaweedfs: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any, request: pytest.FixtureRequest, mode: str,
     compression: str,
 ) -> None:  # fmt: skip
-    """`direct`: no Prefect API configured (the README's default); `prefect`: PREFECT_API_URL names this
+    """`direct`: no Prefect API configured (direct mode, docs/concepts.md); `prefect`: PREFECT_API_URL names this
     session's running server, so the ingest is a flow run on it. `auto`: the file goes up as frames,
     its encoder threads interrupted with the upload."""
     s3_env(seaweedfs)

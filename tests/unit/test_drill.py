@@ -55,7 +55,7 @@ def result(s: CheckpointState, ok: bool = True) -> DrillResult:
 
 
 def drillable_keys(states: Iterable[CheckpointState]) -> set[Key]:
-    """Drillable as the README states it, independently of the module: verified, live, not superseded."""
+    """Drillable as docs/drills.md states it, independently of the module: verified, live, not superseded."""
     return {s.key for s in states if s.verified and s.state not in ("expired", "superseded")}
 
 

@@ -1,5 +1,5 @@
 """The records the drill, restore, tier and watch flows return: their `as_dict` is the `--json` document
-each command prints, so its keys, their order and the values' JSON types are the README's schemas."""
+each command prints, so its keys, their order and the values' JSON types are docs/commands.md's schemas."""
 
 from __future__ import annotations
 

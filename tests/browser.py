@@ -1,0 +1,64 @@
+"""Headless Chromium for the browser tests, set up as tests/deployments/test_deploy_ui.py does: Debian's
+chromium + chromium-driver through Selenium, no download. Outside CI a missing browser skips the test
+(with the reason); with CI=true (.ci/run installs both) it fails, through helpers.missing_tool."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.helpers import missing_tool
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+CHROME_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1600,1100",
+)
+
+
+def browser_missing() -> str | None:
+    """Why no browser test can run here (None: it can)."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
+    if missing:
+        return f"{' and '.join(missing)} not found: apt-get install chromium chromium-driver (.ci/run does)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed: pip install -e '.[dev]'"
+    return None
+
+
+@contextmanager
+def chromium(profile_parent: Path) -> Iterator[Any]:
+    """A headless Chromium WebDriver with its own profile under `profile_parent`; quit on exit."""
+    reason = browser_missing()
+    if reason:
+        missing_tool(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for flag in CHROME_FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-', dir=profile_parent)}")
+    # Selenium Manager must not try to download anything: the driver is given.
+    os.environ.setdefault("SE_OFFLINE", "true")
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
