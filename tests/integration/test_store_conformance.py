@@ -493,7 +493,10 @@ def test_concurrent_uploads_share_one_buffer_budget(backend: Backend, tmp_path: 
     never holds more than the budget, and every file still arrives whole."""
     from ckptvault.store.buffers import shared
 
-    budget_mb = 15
+    # 17 MiB holds three 5 MiB parts, not four. Not 15: the pools are per process and per budget, and 15 is
+    # the default of part_size_mb 5 x (max_concurrency 2 + 1), which a pytest-xdist worker's other tests
+    # share; one of their uploads still running when this test starts would show in in_use here.
+    budget_mb = 17
     store = backend.store(buffer_mb=budget_mb)
     pool = shared(budget_mb * MIB)
     srcs = [_file(tmp_path, 11 * MIB + i * 977, name=f"f{i}.bin", seed=i) for i in range(4)]
