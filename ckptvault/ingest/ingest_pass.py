@@ -15,7 +15,7 @@ Every call to the store, the catalog or a node's disk goes through the Submitter
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -86,10 +86,10 @@ class IngestPass:
 
     def __init__(
         self, cfg: Config, store: ObjectStore, catalog: Catalog, run_id: str,
-        known: dict[str, dict[int, CheckpointState]], submit: Submitter, say: Callable[[str], None] = print,
+        known: dict[str, dict[int, CheckpointState]], submit: Submitter,
     ) -> None:  # fmt: skip
         self.cfg, self.store, self.catalog, self.run_id = cfg, store, catalog, run_id
-        self.known, self.submit, self.say = known, submit, say
+        self.known, self.submit = known, submit
         self.known_before = {run: dict(states) for run, states in known.items()}
         self.reports: list[ValidationReport] = []
         self.restarts: dict[str, list[Supersede]] = {}
@@ -181,8 +181,8 @@ class IngestPass:
             except TimeoutError:
                 raise listing_timed_out(placement, i, found.run, found.step, timeout) from None
         gathered = merge(found, placement, listings, source.settle_seconds, time.time())
-        for note in gathered.notes:
-            self.say(f"{found.run} step {found.step}: {note}")
+        for note in gathered.notes:  # print, looked up now: a flow with log_prints logs it
+            print(f"{found.run} step {found.step}: {note}")
         return gathered
 
     def _prepare(self, found: Found, gathered: Gathered | None) -> Outcome | InFlight:

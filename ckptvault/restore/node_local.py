@@ -39,13 +39,13 @@ from ckptvault.submitter import Submitter, settle
 
 def restore_on_nodes(
     submit: Submitter, cfg: Config, store: ObjectStore, manifest: Manifest, plans: list[ObjectPlan], dest: str,
-    force: bool, bar: ProgressBar, say: Callable[[str], None] = print,
+    force: bool, bar: ProgressBar,
 ) -> tuple[str | None, str | None]:  # fmt: skip
     """Every node's files verified in its staging directory, then renamed into place. Returns the
     pointer file and the kept-aside destinations (--force)."""
     placement, note = placement_to_use(manifest, placement_for(cfg, manifest.run))
-    if note:
-        say(f"{manifest.run} step {manifest.step}: {note}")
+    if note:  # print, looked up now: a flow with log_prints logs it
+        print(f"{manifest.run} step {manifest.step}: {note}")
     require_workers(placement, submit.node_workers(), manifest.run, manifest.step, "written")
     groups = plans_by_node(placement, plans)
     names = {i: placement.name(i) for i in groups}

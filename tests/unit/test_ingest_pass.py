@@ -48,7 +48,7 @@ def _pass(cfg: Config, store: MemoryStore, submit: Plain) -> tuple[IngestPass, l
     for source in cfg.sources:
         known[source.run] = steps.known_states(catalog, source.run)
         founds += steps.find_checkpoints(source).found
-    ingest_pass = IngestPass(cfg, store, catalog, "flow-run", known, submit, say=lambda _: None)
+    ingest_pass = IngestPass(cfg, store, catalog, "flow-run", known, submit)
     return ingest_pass, ingest_pass.run(founds)
 
 

@@ -47,7 +47,7 @@ def _restore(ingested: tuple[MemoryStore, Config, Manifest], dest: str, submit: 
     store, cfg, manifest = ingested
     plans = plan.plan_objects(store, PREFIX, manifest)
     bar = ProgressBar(manifest.total_bytes, "restore")
-    restore_on_nodes(submit, cfg, store, manifest, plans, dest, force, bar, say=lambda _: None)
+    restore_on_nodes(submit, cfg, store, manifest, plans, dest, force, bar)
 
 
 def _node_of(call: Call) -> str:
