@@ -22,7 +22,8 @@ class Injected(Exception):
 
 @dataclass(frozen=True)
 class Call:
-    name: str  # the library function's name
+    fn: Callable[..., Any]  # the library function asked for (a stand-in may have run instead)
+    name: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     node: str | None
@@ -81,7 +82,7 @@ class Plain:
     def map(self, calls: Sequence[partial[R]], node: str | None = None) -> list[Any]:
         out = []
         for c in calls:
-            self.timeline.append(("submitted", Call(_name(c.func), c.args, c.keywords, node)))
+            self.timeline.append(("submitted", Call(c.func, _name(c.func), c.args, c.keywords, node)))
             later = _Later(self, c, node)
             if self._inline:
                 later.run()
@@ -92,7 +93,7 @@ class Plain:
         return self._workers
 
     def run(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], node: str | None) -> Any:
-        call = Call(_name(fn), args, kwargs, node)
+        call = Call(fn, _name(fn), args, kwargs, node)
         self.ran.append(call)
         self.timeline.append(("ran", call))
         if self._fail(call):

@@ -213,3 +213,24 @@ def test_the_alerts_name_each_failed_checkpoint_with_its_attempts(tmp_path: Path
     [alert] = ingest_pass.alerts(outcomes, "http://ui/run", 4)
     assert alert.kind == "ingest_failed" and alert.step == 100 and alert.flow_run_url == "http://ui/run"
     assert "commit_manifest" not in submit.names()
+
+
+def test_every_library_call_the_pass_makes_has_its_task_in_the_flows_steps(tmp_path: Path) -> None:
+    """The flow's submitter runs each call as the task STEPS names for it: a call missing there would
+    fail only in a flow."""
+    from ckptvault.ingest import nodes
+    from ckptvault_prefect.tasks.ingest import STEPS
+
+    def gate(found: Found, known: Any, previous: Any, rules: Any) -> ValidationReport:
+        return ValidationReport(found.run, found.step, ())
+
+    store, cfg = _store(), _cfg({"r": _split_checkpoint(tmp_path)}, split_mb=5, gates=True)
+    asked = set()
+    for fail in ("", "", "finish_split"):  # a new pass, a pass after a change, one whose completion fails
+        submit = Plain(inline=False, instead={"quality_gate": gate}, fail=lambda c, f=fail: c.name == f)
+        _pass(cfg, store, submit)
+        asked |= {c.fn for c in submit.ran}
+        (tmp_path / "r" / "checkpoint-100" / "config.json").write_text(f'{{"changed": "{fail}"}}')
+    assert {steps.commit_manifest, steps.begin_split, steps.abort_split, steps.quality_gate} <= asked
+    assert asked <= STEPS.keys(), asked - STEPS.keys()
+    assert {nodes.list_node, nodes.validate_gathered} <= STEPS.keys()  # node-local only

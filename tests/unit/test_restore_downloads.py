@@ -55,6 +55,9 @@ def test_big_files_come_back_as_ranges_made_first_and_verified_last(
     sealed = [i for i, n in enumerate(names) if n == "seal"]
     assert made and fetched and sealed and max(made) < min(fetched) and max(fetched) < min(sealed)
     assert names.index("write_pointer") < names.index("finalize")
+    from ckptvault_prefect.tasks.restore import STEPS  # how the flow runs each of these calls
+
+    assert {c.fn for c in submit.ran} <= STEPS.keys()
 
 
 def test_a_failed_range_changes_nothing_and_leaves_no_staging(

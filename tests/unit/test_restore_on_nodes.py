@@ -75,6 +75,18 @@ def test_each_node_gets_its_files_and_node_0_is_renamed_last(ingested: tuple[Mem
     assert all(c.node == _node_of(c) for c in submit.ran if c.name.endswith("_on_node") or c.name == "others_seen")
 
 
+def test_every_library_call_the_protocol_makes_has_its_task_in_the_flows_steps(
+    ingested: tuple[MemoryStore, Config, Manifest], tmp_path: Path
+) -> None:
+    from ckptvault_prefect.tasks.restore import STEPS
+
+    submit = Plain(workers=WORKERS, fail=lambda c: c.name == "finalize_on_node" and _node_of(c) == "node-2")
+    with pytest.raises(RestoreError):
+        _restore(ingested, f"{tmp_path}/${{CKPTVAULT_NODE}}/restored", submit)
+    asked = {c.fn for c in submit.ran}
+    assert len(asked) == 7 and asked <= STEPS.keys(), asked - STEPS.keys()  # stage .. undo, discard
+
+
 def _with_old_contents(tmp_path: Path) -> None:
     for i in range(NODES):
         (tmp_path / f"node-{i}" / "restored").mkdir(parents=True)
