@@ -1,6 +1,6 @@
 """Which of a checkpoint's uploads are split into range tasks (`[scale] split_size_mb`), the ranges,
-and the order work is handed to the task runner. Pure decisions, unit-tested; the flow only wires
-them (ckptvault_prefect/flows/ingest.py), the store does the transfer (ObjectStore.begin_upload,
+and the order work is handed to the task runner. Pure decisions, unit-tested; the ingest pass
+uses them (ckptvault/ingest/uploads.py), the store does the transfer (ObjectStore.begin_upload,
 upload_parts, complete_upload).
 
 Not split: a file compression may encode (its object is frames chosen on the worker that reads it),

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prefect.artifacts import create_table_artifact
 
+from ckptvault.catalog import Catalog
 from ckptvault.config import Compression, SourceConfig
 from ckptvault.ingest import nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
 from ckptvault.manifest import FileEntry
+from ckptvault.restore.plan import load_manifest
 from ckptvault.store import ObjectStore, ProgressFn, SplitUpload
+from ckptvault_prefect.tasks.common import load_manifest_task, record_task
 from ckptvault_prefect.tasks.retry import io_task, local_task
+from ckptvault_prefect.tasks.step import Step
 
 
 @io_task("ensure-bucket-rules")
@@ -116,3 +121,24 @@ def publish_outcomes_task(outcomes: Sequence[lib.Outcome]) -> None:
         for o in outcomes
     ]
     create_table_artifact(key="ingest-outcomes", table=rows, description="Each checkpoint seen by this ingest pass")
+
+
+# The task of each library call the ingest pass makes (ckptvault/ingest/ingest_pass.py), for the flow's
+# submitter: the pass names the library function, and this is how Prefect runs it.
+STEPS: dict[Callable[..., Any], Step[..., Any]] = {
+    Catalog.append: record_task,
+    load_manifest: load_manifest_task,
+    lib.is_committed: is_committed_task,
+    lib.validate_structure: validate_structure_task,
+    nodes.validate_gathered: validate_gathered_task,
+    lib.quality_gate: quality_gate_task,
+    lib.write_validation: write_validation_task,
+    lib.plan_upload: plan_upload_task,
+    nodes.list_node: list_node_task,
+    lib.upload_one: upload_one_task,
+    lib.begin_split: begin_split_task,
+    lib.send_range: send_range_task,
+    lib.finish_split: finish_split_task,
+    lib.abort_split: abort_split_task,
+    lib.commit_manifest: commit_manifest_task,
+}

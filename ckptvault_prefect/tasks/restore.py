@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.manifest import Manifest
@@ -15,6 +16,7 @@ from ckptvault.restore import steps as lib
 from ckptvault.store import ObjectStore
 from ckptvault.tiering.cost import PriceTable
 from ckptvault_prefect.tasks.retry import io_task, local_task
+from ckptvault_prefect.tasks.step import Step
 
 log = logging.getLogger("ckptvault.restore")
 
@@ -99,3 +101,23 @@ finalize_on_node_task = local_task("finalize-on-node", task_run_name="finalize-o
 discard_on_node_task = local_task("discard-on-node", task_run_name="discard-on-{node}")(on_nodes.discard_on_node)
 others_seen_task = local_task("shared-check-on-node", task_run_name="shared-check-on-{node}")(on_nodes.others_seen)
 undo_on_node_task = local_task("undo-on-node", task_run_name="undo-on-{node}")(on_nodes.undo_on_node)
+
+
+# The task of each library call the restore protocols make (ckptvault/restore/downloads.py and
+# node_local.py), for the flow's submitter: the protocol names the library function, and this is how
+# Prefect runs it.
+STEPS: dict[Callable[..., Any], Step[..., Any]] = {
+    lib.staging_dir: staging_dir_task,
+    lib.download_one: download_one_task,
+    ranged.allocate: allocate_task,
+    ranged.fetch_range: fetch_range_task,
+    ranged.seal: seal_task,
+    lib.write_pointer: write_pointer_task,
+    lib.discard: discard_task,
+    lib.finalize: finalize_task,
+    on_nodes.stage_on_node: stage_on_node_task,
+    on_nodes.others_seen: others_seen_task,
+    on_nodes.finalize_on_node: finalize_on_node_task,
+    on_nodes.undo_on_node: undo_on_node_task,
+    on_nodes.discard_on_node: discard_on_node_task,
+}
