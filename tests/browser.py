@@ -1,4 +1,4 @@
-"""Headless Chromium for the browser tests, set up as tests/deployments/test_deploy_ui.py does: Debian's
+"""Headless Chromium for the browser tests (the Prefect UI in tests/deployments, the docs site in tests/docs): Debian's
 chromium + chromium-driver through Selenium, no download. Outside CI a missing browser skips the test
 (with the reason); with CI=true (.ci/run installs both) it fails, through helpers.missing_tool."""
 

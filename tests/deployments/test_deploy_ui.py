@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,26 +30,14 @@ import pytest
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import servers
+from tests.browser import chromium
 from tests.deployments import local_prefect
 from tests.deployments.local_prefect import PrefectServer, wait_for
-from tests.helpers import missing_tool, write_config
+from tests.helpers import write_config
 
 pytestmark = pytest.mark.timeout(900)
 
 MiB = 2**20
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-CHROME_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1600,1100",
-)
 # What the Prefect 3.9 UI prints for each schedule of ckptvault_prefect/deployments/prefect.yaml (None: no schedule).
 UI_SCHEDULES: dict[str, str | None] = {
     "ingest": "Every 10 minutes",
@@ -194,38 +181,10 @@ def test_worker_ran_ingest_and_an_on_demand_restore(stack: Stack, seaweedfs: Any
 # ---------------------------------------------------------------------------------------------- browser
 
 
-def _browser_missing() -> str | None:
-    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
-    if missing:
-        return f"{' and '.join(missing)} not found: apt-get install chromium chromium-driver (.ci/run does)"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed: pip install -e '.[dev]'"
-    return None
-
-
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    reason = _browser_missing()
-    if reason:
-        missing_tool(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in CHROME_FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-', dir=tmp_path)}")
-    # Selenium Manager must not try to download anything: the driver is given.
-    os.environ.setdefault("SE_OFFLINE", "true")
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
-    driver.set_page_load_timeout(60)
-    try:
+    with chromium(tmp_path) as driver:  # tests/browser.py: skipped outside CI without Chromium, failed in CI
         yield driver
-    finally:
-        driver.quit()
 
 
 def _body(driver: Any) -> str:
