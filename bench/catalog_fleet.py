@@ -1,9 +1,9 @@
 """The catalog at fleet scale on a real SeaweedFS (issue [K]): `bench/catalog.py --store seaweedfs`.
 
-Starts SeaweedFS the way bench/run.py does (infra/local/seaweedfs.sh with bench-only state and ports),
-builds RUNS runs x CKPTS saves x 5 events through the library's own `Catalog.append` (one call per run,
-as the in-memory mode) and `Catalog.compact`, then times, each in a fresh process (bench/run.py's
-`measure`: wall, and peak RSS of the process tree):
+Starts SeaweedFS the way bench/run.py does (bench/servers.py: infra/local/seaweedfs.sh with bench-only
+state and ports), builds RUNS runs x CKPTS saves x 5 events through the library's own `Catalog.append`
+(one call per run, as the in-memory mode) and `Catalog.compact`, then times, each in a fresh process
+(bench/measure.py's `measure`: wall, and peak RSS of the process tree):
 
     ls --json            `ckptvault ls --json` of every run, stdout to /dev/null (the Arrow table path);
                          again with the combined snapshot set aside (every partition read, as before it)
@@ -36,9 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import run as b  # bench/run.py: servers, measure, configs
+from bench import bucket, measure, paths, servers, units
 
 PREFIX = "fleet"
 REBUILD_PREFIX = "manifests"
@@ -48,9 +47,9 @@ def _run_name(r: int) -> str:
     return f"team/run-{r:04d}"
 
 
-def _config(path: Path, server: b.Server, prefix: str) -> Path:
+def _config(path: Path, server: servers.Server, prefix: str) -> Path:
     path.write_text(
-        f'[store]\nbucket = "{b.BUCKET}"\nprefix = "{prefix}"\nendpoint_url = "{server.url}"\n'
+        f'[store]\nbucket = "{bucket.BUCKET}"\nprefix = "{prefix}"\nendpoint_url = "{server.url}"\n'
         f'region = "{server.region}"\n'
     )
     return path
@@ -179,7 +178,7 @@ def child(op: str, cfg_path: Path, args: list[str]) -> None:
 def _measure(cmd: list[str], env: dict[str, str], log: Path, reps: int, out: Path | None = None) -> dict[str, Any]:
     times = log.parent / "inproc.txt"
     times.unlink(missing_ok=True)
-    got = [b.measure(cmd, {**env, "CATALOG_BENCH_TIMES": str(times)}, out or log) for _ in range(reps)]
+    got = [measure.measure(cmd, {**env, "CATALOG_BENCH_TIMES": str(times)}, out or log) for _ in range(reps)]
     inproc = [float(x) for x in times.read_text().split()] if times.exists() else []
     bad = [g for g in got if g["rc"] != 0]
     if bad:
@@ -194,27 +193,27 @@ def _measure(cmd: list[str], env: dict[str, str], log: Path, reps: int, out: Pat
 
 
 def fleet_main(a: argparse.Namespace) -> None:
-    scratch: Path = b.BENCH / f".scratch-catalog-{os.getpid()}"  # its own: two runs never share a server
+    scratch: Path = paths.BENCH / f".scratch-catalog-{os.getpid()}"  # its own: two runs never share a server
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "logs").mkdir(parents=True)
     log = scratch / "logs" / "catalog.log"
-    server = b.Server("seaweedfs", scratch, 8 * b.GiB)
-    os.environ.update(AWS_ACCESS_KEY_ID=b.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=b.SECRET_KEY,
+    server = servers.Server("seaweedfs", scratch, 8 * units.GiB)
+    os.environ.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
                       AWS_REGION=server.region, AWS_EC2_METADATA_DISABLED="true")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
-    env["PYTHONPATH"] = str(b.REPO)
-    ckv = str(b.VENV_BIN / "ckptvault")
+    env["PYTHONPATH"] = str(paths.REPO)
+    ckv = str(paths.VENV_BIN / "ckptvault")
     py = [sys.executable, str(Path(__file__).resolve())]
     res: dict[str, Any] = {"runs": a.runs, "ckpts": a.ckpts, "events": a.runs * a.ckpts * 5, "rows": {}}
     rows = res["rows"]
     try:
         server.up()
-        b.s3_client(server).create_bucket(Bucket=b.BUCKET)
+        bucket.s3_client(server).create_bucket(Bucket=bucket.BUCKET)
         cfg = _config(scratch / "fleet.toml", server, PREFIX)
         one = _run_name(a.runs // 2)
         if a.runs:
             res["build"] = build(cfg, a.runs, a.ckpts)
-            b.log(f"built {a.runs} runs x {a.ckpts} saves x 5 events: {res['build']}")
+            measure.log(f"built {a.runs} runs x {a.ckpts} saves x 5 events: {res['build']}")
             # once with its output kept: every save listed
             full = scratch / "ls.json"
             with full.open("wb") as f:
@@ -245,12 +244,12 @@ def fleet_main(a: argparse.Namespace) -> None:
             rows["restore's catalog read"] = _measure([*py, "child", "restore-read", str(cfg), one], env, log, a.reps)
             rows["ingest's catalog read"] = _measure([*py, "child", "ingest-read", str(cfg), one], env, log, a.reps)
             for name, row in rows.items():
-                b.log(f"{name}: {row}")
+                measure.log(f"{name}: {row}")
             t = time.perf_counter()
             res["day_files"] = day(cfg, a.runs, a.ckpts, a.day_saves)
-            b.log(f"a day: {res['day_files']} event files in {time.perf_counter() - t:.1f} s")
+            measure.log(f"a day: {res['day_files']} event files in {time.perf_counter() - t:.1f} s")
             rows["compaction of a day"] = _measure([*py, "child", "compact", str(cfg)], env, log, 1)
-            b.log(f"compaction of a day: {rows['compaction of a day']}")
+            measure.log(f"compaction of a day: {rows['compaction of a day']}")
             # what ingest does after each pass: its run's new file (one save) folded into the snapshot
             day(cfg, 1, a.ckpts + 100, 1, first=a.runs // 2, tier=False)
             rows["compaction after an ingest pass (1 run)"] = _measure([*py, "child", "compact-runs", str(cfg), one],
@@ -263,14 +262,14 @@ def fleet_main(a: argparse.Namespace) -> None:
             rcfg = _config(scratch / "rebuild.toml", server, REBUILD_PREFIX)
             res[f"manifests_write_s_{n}"] = write_manifests(rcfg, n, start=written)
             written = n
-            b.log(f"wrote manifests up to {n} in {res[f'manifests_write_s_{n}']:.1f} s")
+            measure.log(f"wrote manifests up to {n} in {res[f'manifests_write_s_{n}']:.1f} s")
             cmd = [ckv, "--config", str(rcfg), "catalog", "rebuild", "--json"]
             rows[f"catalog rebuild, {n} manifests"] = _measure(cmd, env, log, 1)
-            b.log(f"rebuild of {n}: {rows[f'catalog rebuild, {n} manifests']}")
+            measure.log(f"rebuild of {n}: {rows[f'catalog rebuild, {n} manifests']}")
     finally:
         server.down()
         if a.keep_logs:
-            shutil.copytree(scratch / "logs", b.BENCH / ".catalog-logs", dirs_exist_ok=True)
+            shutil.copytree(scratch / "logs", paths.BENCH / ".catalog-logs", dirs_exist_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
     print(render(res))
     if a.json:

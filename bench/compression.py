@@ -2,7 +2,7 @@
 checkpoint (BF16 weights in a safetensors file + FP32 optimizer state in a torch zip, 1:4 by bytes as
 in a 70B model's checkpoint) with `[store] compression` "off" and "auto", on the same SeaweedFS,
 interleaved. Reports wall MB/s (checkpoint bytes), CPU s/GB and peak RSS of the ckptvault process
-tree (bench/run.py's `measure`), and stored / original bytes. Every restore is compared byte for byte.
+tree (bench/measure.py's `measure`), and stored / original bytes. Every restore is compared byte for byte.
 
     .venv/bin/python bench/compression.py [--size-gib 1] [--reps 2] [--json bench/results/compression.json]
         [--link-mb-s 100] [--s5cmd PATH]
@@ -29,16 +29,21 @@ from typing import Any, cast
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as b  # bench/run.py: servers, measure, configs
-from linkcap import LinkCap
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bucket import BUCKET, delete_prefix, list_objects, s3_client
+from bench.linkcap import LinkCap
+from bench.measure import log, measure
+from bench.paths import BENCH, REPO, VENV_BIN
+from bench.servers import ACCESS_KEY, SECRET_KEY, Server
+from bench.source import RUN, STEP, dir_bytes, write_config
+from bench.units import GiB, MiB
 
 MODES = ("off", "auto")
 
 
 def _bf16_safetensors(path: Path, nbytes: int) -> None:
     """BF16 normal values (the top halves of float32s, as trained weights are), written in 64 MiB pieces."""
-    piece = 64 * b.MiB
+    piece = 64 * MiB
     n = nbytes // piece * piece or piece
     header = {"model.weight": {"dtype": "BF16", "shape": [n // 2], "data_offsets": [0, n]}}
     raw = json.dumps(header).encode()
@@ -54,7 +59,7 @@ def _bf16_safetensors(path: Path, nbytes: int) -> None:
 def write_mixed(root: Path, size: int) -> Path:
     from ckptvault_cli.synthetic import write_checkpoint, write_torch_zip
 
-    ck = write_checkpoint(root, "hf", b.STEP, 3 * b.MiB, shards=1)
+    ck = write_checkpoint(root, "hf", STEP, 3 * MiB, shards=1)
     _bf16_safetensors(ck / "model.safetensors", size // 5)
     write_torch_zip(ck / "optimizer.pt", size - size // 5)  # FP32 normal values, as Adam's moments
     old = time.time() - 600  # settled: discovery would otherwise wait settle_seconds
@@ -67,7 +72,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size-gib", type=float, default=1.0)
     p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--scratch", type=Path, default=b.BENCH / ".scratch-compression")
+    p.add_argument("--scratch", type=Path, default=BENCH / ".scratch-compression")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--link-mb-s", type=float, default=None, help="cap each direction of the link (MB/s)")
     p.add_argument("--s5cmd", type=str, default=None, help="an s5cmd binary: its cp up and down, compared")
@@ -75,8 +80,8 @@ def main() -> int:
     scratch: Path = args.scratch
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "logs").mkdir(parents=True)
-    size = int(args.size_gib * b.GiB)
-    server = b.Server("seaweedfs", scratch, 4 * size)
+    size = int(args.size_gib * GiB)
+    server = Server("seaweedfs", scratch, 4 * size)
     rows: list[dict[str, Any]] = []
     cap: LinkCap | None = None
     try:
@@ -84,16 +89,16 @@ def main() -> int:
         if args.link_mb_s:
             cap = LinkCap(server.port, args.link_mb_s).start()
         # what write_config reads of a Server (url, region), pointing at the cap when there is one
-        via = cast(b.Server, SimpleNamespace(url=cap.url if cap else server.url, region=server.region))
-        client = b.s3_client(server)
-        client.create_bucket(Bucket=b.BUCKET)
+        via = cast(Server, SimpleNamespace(url=cap.url if cap else server.url, region=server.region))
+        client = s3_client(server)
+        client.create_bucket(Bucket=BUCKET)
         src_root = scratch / "hot"
         ck = write_mixed(src_root, size)
-        total = b.dir_bytes(ck)
+        total = dir_bytes(ck)
         env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
-        env.update(AWS_ACCESS_KEY_ID=b.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=b.SECRET_KEY, AWS_REGION=server.region,
-                   AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(b.REPO))  # fmt: skip
-        ckv = str(b.VENV_BIN / "ckptvault")
+        env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION=server.region,
+                   AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(REPO))  # fmt: skip
+        ckv = str(VENV_BIN / "ckptvault")
         modes = (*MODES, "s5cmd") if args.s5cmd else MODES
         for rep in range(args.reps):
             for mode in modes if rep % 2 == 0 else modes[::-1]:
@@ -101,24 +106,24 @@ def main() -> int:
                 if mode == "s5cmd":
                     rows.append(_s5cmd(args.s5cmd, via.url, ck, scratch, prefix, env, client, server, total))
                     continue
-                cfg = b.write_config(scratch / f"{prefix}.toml", via, prefix, src_root, f'compression = "{mode}"')
-                up = b.measure([ckv, "--config", str(cfg), "ingest"], env, scratch / "logs" / f"ingest-{prefix}.log")
-                objects = b.list_objects(client, f"{prefix}/{b.RUN}/")
+                cfg = write_config(scratch / f"{prefix}.toml", via, prefix, src_root, f'compression = "{mode}"')
+                up = measure([ckv, "--config", str(cfg), "ingest"], env, scratch / "logs" / f"ingest-{prefix}.log")
+                objects = list_objects(client, f"{prefix}/{RUN}/")
                 stored = sum(o["Size"] for o in objects if not o["Key"].rpartition("/")[2].startswith("_"))
                 dest = scratch / "out" / prefix
-                cmd = [ckv, "--config", str(cfg), "restore", b.RUN, "--step", str(b.STEP), "--dest", str(dest)]
-                down = b.measure(cmd, env, scratch / "logs" / f"restore-{prefix}.log")
+                cmd = [ckv, "--config", str(cfg), "restore", RUN, "--step", str(STEP), "--dest", str(dest)]
+                down = measure(cmd, env, scratch / "logs" / f"restore-{prefix}.log")
                 same = down["rc"] == 0 and all(
                     filecmp.cmp(f, dest / ck.name / f.name, shallow=False) for f in ck.iterdir()
                 )
                 if not same:  # keep what says why: the scratch directory goes at the end
-                    shutil.copytree(scratch / "logs", b.BENCH / ".compression-logs", dirs_exist_ok=True)
+                    shutil.copytree(scratch / "logs", BENCH / ".compression-logs", dirs_exist_ok=True)
                 rows.append({"mode": mode, "rep": rep, "ingest": up, "restore": down, "stored": stored,
                              "bytes": total, "identical": same})  # fmt: skip
-                b.log(f"{prefix}: ingest {up['seconds']:.1f} s, restore {down['seconds']:.1f} s, "
-                      f"stored {stored / total:.3f}x, identical {same}")  # fmt: skip
+                log(f"{prefix}: ingest {up['seconds']:.1f} s, restore {down['seconds']:.1f} s, "
+                    f"stored {stored / total:.3f}x, identical {same}")  # fmt: skip
                 shutil.rmtree(dest, ignore_errors=True)
-                b.delete_prefix(client, server, f"{prefix}/")
+                delete_prefix(client, server, f"{prefix}/")
                 server.vacuum()
     finally:
         if cap:
@@ -136,17 +141,15 @@ def _s5cmd(
 ) -> dict[str, Any]:
     """s5cmd's cp of the checkpoint's files up, then down, through the same endpoint; stored = uploaded."""
     logs = scratch / "logs"
-    up = b.measure(
-        [s5, "--endpoint-url", url, "cp", f"{ck}/*", f"s3://{b.BUCKET}/{prefix}/"], env, logs / f"{prefix}.log"
-    )
+    up = measure([s5, "--endpoint-url", url, "cp", f"{ck}/*", f"s3://{BUCKET}/{prefix}/"], env, logs / f"{prefix}.log")
     dest = scratch / "out" / prefix
     dest.mkdir(parents=True)
-    down = b.measure([s5, "--endpoint-url", url, "cp", f"s3://{b.BUCKET}/{prefix}/*", f"{dest}/"], env,
-                     logs / f"{prefix}.log")  # fmt: skip
+    down = measure([s5, "--endpoint-url", url, "cp", f"s3://{BUCKET}/{prefix}/*", f"{dest}/"], env,
+                   logs / f"{prefix}.log")  # fmt: skip
     same = all(filecmp.cmp(f, dest / f.name, shallow=False) for f in ck.iterdir())
-    b.log(f"{prefix}: up {up['seconds']:.1f} s, down {down['seconds']:.1f} s, identical {same}")
+    log(f"{prefix}: up {up['seconds']:.1f} s, down {down['seconds']:.1f} s, identical {same}")
     shutil.rmtree(dest, ignore_errors=True)
-    b.delete_prefix(client, server, f"{prefix}/")
+    delete_prefix(client, server, f"{prefix}/")
     return {
         "mode": "s5cmd",
         "rep": 0,

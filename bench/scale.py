@@ -32,16 +32,21 @@ from typing import Any
 
 import psutil
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as b  # bench/run.py: servers, measure, configs
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.bucket import BUCKET, delete_prefix, list_objects, s3_client
+from bench.measure import log, measure, run_quiet
+from bench.paths import BENCH, REPO, VENV_BIN
+from bench.servers import ACCESS_KEY, SECRET_KEY, PrefectServer, Server, free_block
+from bench.source import RUN, STEP, dir_bytes, write_config
+from bench.units import GiB
 
-DASK_SH = b.REPO / "infra/local/dask.sh"
+DASK_SH = REPO / "infra/local/dask.sh"
 
 
 def write_dcp(root: Path, size: int, files: int) -> Path:
     from ckptvault_cli.synthetic import write_checkpoint
 
-    ck = write_checkpoint(root, "dcp", b.STEP, size, shards=files, seed=1)
+    ck = write_checkpoint(root, "dcp", STEP, size, shards=files, seed=1)
     old = time.time() - 600  # settled: discovery would otherwise wait settle_seconds
     for p in [*ck.rglob("*"), ck]:
         os.utime(p, (old, old))
@@ -78,13 +83,13 @@ def pids_in(state: Path) -> list[int]:
 class Cluster:
     def __init__(self, scratch: Path, workers: int, env: dict[str, str]) -> None:
         self.state = scratch / f"dask-{workers}"
-        self.port = b.free_block([0, 1], 28786)
+        self.port = free_block([0, 1], 28786)
         self.address = f"tcp://127.0.0.1:{self.port}"
         self.env = {**env, "STATE_DIR": str(self.state), "PORT": str(self.port), "WORKERS": str(workers),
                     "STOP_TIMEOUT": "5"}  # fmt: skip
 
     def up(self) -> None:
-        b.run_quiet(["bash", str(DASK_SH), "up"], env=self.env, timeout=300)
+        run_quiet(["bash", str(DASK_SH), "up"], env=self.env, timeout=300)
 
     def down(self) -> None:
         subprocess.run(["bash", str(DASK_SH), "clean"], env=self.env, capture_output=True, timeout=120)
@@ -92,11 +97,11 @@ class Cluster:
 
 def one(label: str, flags: list[str], cfg: Path, env: dict[str, str], logs: Path, worker_pids: list[int],
         server_pids: list[int]) -> dict[str, Any]:  # fmt: skip
-    ckv = str(b.VENV_BIN / "ckptvault")
+    ckv = str(VENV_BIN / "ckptvault")
     w0, s0 = tree_cpu(worker_pids), tree_cpu(server_pids)
-    up = b.measure([ckv, "--config", str(cfg), "ingest", *flags], env, logs / f"ingest-{label}.log")
+    up = measure([ckv, "--config", str(cfg), "ingest", *flags], env, logs / f"ingest-{label}.log")
     w1, s1 = tree_cpu(worker_pids), tree_cpu(server_pids)
-    again = b.measure([ckv, "--config", str(cfg), "ingest", *flags], env, logs / f"again-{label}.log")
+    again = measure([ckv, "--config", str(cfg), "ingest", *flags], env, logs / f"again-{label}.log")
     return {"label": label, "ingest": up, "fixed": again, "worker_cpu": w1 - w0, "server_cpu": s1 - s0}
 
 
@@ -105,7 +110,7 @@ def main() -> int:
     p.add_argument("--size-gib", type=float, default=8.0)
     p.add_argument("--files", type=int, default=16)
     p.add_argument("--workers", default="1,2,4")
-    p.add_argument("--scratch", type=Path, default=b.BENCH / ".scratch-scale")
+    p.add_argument("--scratch", type=Path, default=BENCH / ".scratch-scale")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--split-mb", type=int, default=None, help="[scale] split_size_mb (default: the config's)")
     p.add_argument("--compare-unsplit", action="store_true", help="a last row: the most workers, split_size_mb = 0")
@@ -114,24 +119,24 @@ def main() -> int:
     shutil.rmtree(scratch, ignore_errors=True)
     logs = scratch / "logs"
     logs.mkdir(parents=True)
-    size = int(args.size_gib * b.GiB)
-    server = b.Server("seaweedfs", scratch, 2 * size)
-    prefect = b.PrefectServer(scratch / "prefect")
+    size = int(args.size_gib * GiB)
+    server = Server("seaweedfs", scratch, 2 * size)
+    prefect = PrefectServer(scratch / "prefect")
     rows: list[dict[str, Any]] = []
     try:
         env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG", "PREFECT_API_URL")}
-        env.update(AWS_ACCESS_KEY_ID=b.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=b.SECRET_KEY, AWS_REGION=server.region,
-                   AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(b.REPO), PREFECT_HOME=str(scratch / "prefect"),
+        env.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_REGION=server.region,
+                   AWS_EC2_METADATA_DISABLED="true", PYTHONPATH=str(REPO), PREFECT_HOME=str(scratch / "prefect"),
                    DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false")  # fmt: skip
         prefect.up(env)
         env["PREFECT_API_URL"] = prefect.url
         server.up()
-        client = b.s3_client(server)
-        client.create_bucket(Bucket=b.BUCKET)
+        client = s3_client(server)
+        client.create_bucket(Bucket=BUCKET)
         src_root = scratch / "hot"
         ck = write_dcp(src_root, size, args.files)
-        total = b.dir_bytes(ck)
-        b.log(f"checkpoint: {total / b.GiB:.2f} GiB in {args.files} rank files + .metadata")
+        total = dir_bytes(ck)
+        log(f"checkpoint: {total / GiB:.2f} GiB in {args.files} rank files + .metadata")
         server_pids = pids_in(server.state)
         counts = [int(n) for n in args.workers.split(",")]
         configs: list[tuple[str, int, int | None]] = [("threads", 0, args.split_mb)]
@@ -140,7 +145,7 @@ def main() -> int:
             configs.append((f"dask-{max(counts)}-unsplit", max(counts), 0))
         for label, n, split_mb in configs:
             prefix = label
-            cfg = b.write_config(scratch / f"{prefix}.toml", server, prefix, src_root, "")
+            cfg = write_config(scratch / f"{prefix}.toml", server, prefix, src_root, "")
             text = cfg.read_text().replace('format = "hf"', 'format = "dcp"')
             scale = f"[scale]\nsplit_size_mb = {split_mb}\n" if split_mb is not None else ""
             cfg.write_text(text + "[validation]\nenabled = false\n" + scale)
@@ -156,19 +161,19 @@ def main() -> int:
             finally:
                 if cluster is not None:
                     cluster.down()
-            stored = sum(o["Size"] for o in b.list_objects(client, f"{prefix}/{b.RUN}/"))
+            stored = sum(o["Size"] for o in list_objects(client, f"{prefix}/{RUN}/"))
             row.update(workers=n, bytes=total, stored=stored, split_size_mb=split_mb)
             rows.append(row)
             up, fixed = row["ingest"], row["fixed"]
-            b.log(f"{label}: ingest {up['seconds']:.1f} s (rc {up['rc']}), nothing to send {fixed['seconds']:.1f} s, "
-                  f"workers {row['worker_cpu']:.0f} CPU s, server {row['server_cpu']:.0f} CPU s")  # fmt: skip
-            b.delete_prefix(client, server, f"{prefix}/")
+            log(f"{label}: ingest {up['seconds']:.1f} s (rc {up['rc']}), nothing to send {fixed['seconds']:.1f} s, "
+                f"workers {row['worker_cpu']:.0f} CPU s, server {row['server_cpu']:.0f} CPU s")  # fmt: skip
+            delete_prefix(client, server, f"{prefix}/")
             server.vacuum()
     finally:
         server.down()
         prefect.down()
         if any(r["ingest"]["rc"] for r in rows):
-            shutil.copytree(logs, b.BENCH / ".scale-logs", dirs_exist_ok=True)
+            shutil.copytree(logs, BENCH / ".scale-logs", dirs_exist_ok=True)
         shutil.rmtree(scratch, ignore_errors=True)
     print(render(rows))
     if args.json:
