@@ -39,7 +39,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)  # numcodecs on t
 import blosc2  # noqa: E402
 import numcodecs  # noqa: E402
 
-from ckptvault import synthetic  # noqa: E402
+from ckptvault_cli import synthetic  # noqa: E402
 
 FRAME = 4 * 1024 * 1024
 
