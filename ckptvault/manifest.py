@@ -45,10 +45,6 @@ def checkpoint_prefix(prefix: str, run: str, step: int, save: int = FIRST_SAVE) 
     return "/".join(parts) + "/"
 
 
-def run_prefix(prefix: str, run: str) -> str:
-    return "/".join(p for p in (prefix.strip("/"), run) if p) + "/"
-
-
 def parse_save_dir(name: str) -> tuple[int, int] | None:
     """(step, save) of a checkpoint directory name, or None when it is not one."""
     if not name.startswith("step-"):
@@ -61,11 +57,6 @@ def parse_save_dir(name: str) -> tuple[int, int] | None:
     if not save.isdigit() or int(save) <= FIRST_SAVE or str(int(save)) != save:
         return None
     return int(digits), int(save)
-
-
-def parse_step_dir(name: str) -> int | None:
-    parsed = parse_save_dir(name)
-    return parsed[0] if parsed else None
 
 
 def safe_relpath(path: str) -> str:
