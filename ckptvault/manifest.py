@@ -91,7 +91,8 @@ def _codec_fields(f: dict[str, Any], origin: str) -> dict[str, Any]:
         return {}
     frames = tuple((int(a), int(b), int(c), str(e)) for a, b, c, e in f["frames"])
     out = {"codec": codec, "typesize": int(f["typesize"]), "stored_size": int(f["stored_size"]), "frames": frames}
-    if f.get("stored_crc32c") is not None:  # absent in entries written before the field existed
+    # Compat: reads compressed entries from before `stored_crc32c` (FORMAT.md); may go: never
+    if f.get("stored_crc32c") is not None:
         out["stored_crc32c"] = str(f["stored_crc32c"])
     return out
 
@@ -190,6 +191,7 @@ class Manifest:
             raise ManifestError(f"{origin}: not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise ManifestError(f"{origin}: not a ckptvault manifest (schema {SCHEMA!r} expected)")
+        # Compat: reads manifests from before `mode`, codecs, `save`, `placement`; may go: never (FORMAT.md)
         try:
             files = tuple(
                 FileEntry(
