@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 # Reflected CRC-32C (Castagnoli) polynomial.
 _POLY = 0x82F63B78
-EMPTY_B64 = "AAAAAA=="  # CRC32C of zero bytes
 
 
 def crc32c_update(data: Buffer, crc: int = 0) -> int:

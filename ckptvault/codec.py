@@ -41,7 +41,6 @@ _blosc.use_threads = False
 Codec = Literal["none", "shuffle-zstd"]
 NONE: Final[Codec] = "none"
 SHUFFLE_ZSTD: Final[Codec] = "shuffle-zstd"
-CODECS: tuple[Codec, ...] = (NONE, SHUFFLE_ZSTD)
 
 FRAME_SIZE = 4 * 1024 * 1024  # original bytes per frame: a ranged GET of a few MiB, a small index
 # c-blosc 1's block. Fixed, not automatic: its automatic block at level 1 is so small that zstd finds
@@ -69,15 +68,6 @@ class Frame:
     length: int  # stored bytes
     size: int  # original bytes
     crc32c: str  # of the original bytes, base64 big-endian like the file's
-
-    def to_list(self) -> list[Any]:
-        return [self.offset, self.length, self.size, self.crc32c]
-
-    @classmethod
-    def from_list(cls, v: Any) -> Frame:
-        if not isinstance(v, list | tuple) or len(v) != 4:
-            raise CodecError(f"a frame is [stored offset, stored length, original length, crc32c], got {v!r}")
-        return cls(int(v[0]), int(v[1]), int(v[2]), str(v[3]))
 
 
 @dataclass(frozen=True)

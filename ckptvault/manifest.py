@@ -45,10 +45,6 @@ def checkpoint_prefix(prefix: str, run: str, step: int, save: int = FIRST_SAVE) 
     return "/".join(parts) + "/"
 
 
-def run_prefix(prefix: str, run: str) -> str:
-    return "/".join(p for p in (prefix.strip("/"), run) if p) + "/"
-
-
 def parse_save_dir(name: str) -> tuple[int, int] | None:
     """(step, save) of a checkpoint directory name, or None when it is not one."""
     if not name.startswith("step-"):
@@ -61,11 +57,6 @@ def parse_save_dir(name: str) -> tuple[int, int] | None:
     if not save.isdigit() or int(save) <= FIRST_SAVE or str(int(save)) != save:
         return None
     return int(digits), int(save)
-
-
-def parse_step_dir(name: str) -> int | None:
-    parsed = parse_save_dir(name)
-    return parsed[0] if parsed else None
 
 
 def safe_relpath(path: str) -> str:
@@ -100,7 +91,8 @@ def _codec_fields(f: dict[str, Any], origin: str) -> dict[str, Any]:
         return {}
     frames = tuple((int(a), int(b), int(c), str(e)) for a, b, c, e in f["frames"])
     out = {"codec": codec, "typesize": int(f["typesize"]), "stored_size": int(f["stored_size"]), "frames": frames}
-    if f.get("stored_crc32c") is not None:  # absent in entries written before the field existed
+    # Compat: reads compressed entries from before `stored_crc32c` (FORMAT.md); may go: never
+    if f.get("stored_crc32c") is not None:
         out["stored_crc32c"] = str(f["stored_crc32c"])
     return out
 
@@ -199,6 +191,7 @@ class Manifest:
             raise ManifestError(f"{origin}: not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise ManifestError(f"{origin}: not a ckptvault manifest (schema {SCHEMA!r} expected)")
+        # Compat: reads manifests from before `mode`, codecs, `save`, `placement`; may go: never (FORMAT.md)
         try:
             files = tuple(
                 FileEntry(

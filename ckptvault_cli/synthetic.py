@@ -349,8 +349,3 @@ def finish_checkpoint(run_root: Path, fmt: str, step: int, *, loss: float | None
         (run_root / (_nemo_name(step) + "-unfinished")).unlink(missing_ok=True)
     else:
         raise InvalidArgumentError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
-
-
-def simulate_run(run_root: Path, fmt: str, steps: Sequence[int], size_bytes: int, **kw: Any) -> list[Path]:
-    """A run that saved at each of `steps` (in order); keyword arguments go to write_checkpoint."""
-    return [write_checkpoint(run_root, fmt, step, size_bytes, **kw) for step in steps]

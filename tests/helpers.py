@@ -1,5 +1,7 @@
-"""Shared test helpers: write a config for a real endpoint, compute CRC32C independently, and what a
-test does when a tool it needs is missing (skip it, or with CI=true fail it)."""
+"""Shared test helpers: write a config for a real endpoint, compute CRC32C independently, what a
+test does when a tool it needs is missing (skip it, or with CI=true fail it), and the references and
+writers only tests use (the fold one event at a time, `ls --json` of a table as text, a run of
+synthetic checkpoints)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,17 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import crc32c
 import pytest
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ckptvault.catalog import CheckpointState, Event
 
 # The stores the pipeline targets, for an indirect parametrization of a fixture that takes the kind as
 # its param (tests/infra/conftest.py `store`); a Ceph case carries the `ceph` marker like pipeline_s3's.
@@ -134,3 +141,31 @@ def torch_weights(dtype: Any, seed: int = 0, layers: int = 4) -> dict[str, Any]:
 
     g = torch.Generator().manual_seed(seed)
     return {f"layer{i}.weight": (torch.randn(512, 512, generator=g) * 0.02).to(dtype) for i in range(layers)}
+
+
+def fold_python(events: Iterable[Event]) -> list[CheckpointState]:
+    """`fold` one event at a time (`_fold_one`): the reference the vectorised fold is tested against."""
+    from ckptvault.catalog.fold import _fold_one
+
+    groups: dict[tuple[str, int, int], list[Event]] = {}
+    for e in sorted(events, key=lambda e: e.at):
+        groups.setdefault((e.run, e.step, e.save), []).append(e)
+    return [_fold_one(groups[k]) for k in sorted(groups)]
+
+
+def render_json_table(t: pa.Table) -> str:
+    """What `ckptvault.catalog.table_view.write_json_table` writes (`ls --json`), as text."""
+    import io
+
+    from ckptvault.catalog.table_view import write_json_table
+
+    buf = io.BytesIO()
+    write_json_table(t, buf)
+    return buf.getvalue().decode()
+
+
+def simulate_run(run_root: Path, fmt: str, steps: Sequence[int], size_bytes: int, **kw: Any) -> list[Path]:
+    """A run that saved at each of `steps` (in order); keyword arguments go to `write_checkpoint`."""
+    from ckptvault_cli.synthetic import write_checkpoint
+
+    return [write_checkpoint(run_root, fmt, step, size_bytes, **kw) for step in steps]

@@ -34,6 +34,7 @@ from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, S
 
 log = logging.getLogger("ckptvault.alerts")
 STATE_DIR = "_state/alerts/"
+# Compat: older versions' single state object, folded in; may go: never, an older writer may recreate it
 LEGACY_NAME = "_state/alerts.json"
 _FILE_RE = re.compile(r"\d{20}-[0-9a-f]{32}\.json")
 # A listing can name an object that a concurrent save folds and deletes before we GET it; its records

@@ -61,6 +61,7 @@ class AlertState:
                 str(run): Episode(float(e["newest_at"]), float(e["opened_at"]), bool(e["notified"]))
                 for run, e in doc["stale"].items()
             }
+            # Compat: reads documents from before `closed`; may go: with sending.LEGACY_NAME
             closed = {str(run): float(at) for run, at in doc.get("closed", {}).items()}
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise InvalidArgumentError(

@@ -39,6 +39,7 @@ _SCHEMA = pa.schema(
     metadata={b"schema": SCHEMA_TAG},
 )
 _FIELDS = [f.name for f in fields(Event)]
+# Compat: what an event file written before a column lacks reads as; may go: never (FORMAT.md)
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(Event) if f.name not in ("run", "step", "event", "at")}
 
 

@@ -200,6 +200,7 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
 
 def _migrate(cat: Catalog) -> int:
     """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md)."""
+    # Compat: reads the flat layout before partitions; may go: never, an older writer may still add to it
     flat = sorted(cat._keys())[:MIGRATE_FILES]
     if not flat:
         return 0

@@ -120,14 +120,6 @@ def _scheduled(detail: str) -> tuple[str, float | None]:
     return str(d["to_class"]), float(at)
 
 
-def _fold_python(events: Iterable[Event]) -> list[CheckpointState]:
-    """`fold` one event at a time (`_fold_one`): the reference the vectorised fold is tested against."""
-    groups: dict[tuple[str, int, int], list[Event]] = {}
-    for e in sorted(events, key=lambda e: e.at):
-        groups.setdefault((e.run, e.step, e.save), []).append(e)
-    return [_fold_one(groups[k]) for k in sorted(groups)]
-
-
 def fold(events: Iterable[Event]) -> list[CheckpointState]:
     """Current state of every checkpoint save, sorted by (run, step, save). Events must be in time
     order (as `Catalog.events` returns them); for equal times the input order is kept."""

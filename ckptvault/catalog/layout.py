@@ -43,6 +43,7 @@ def classify(root: str, key: str) -> tuple[str, str | None]:
     if not key.endswith(".parquet"):
         return "", None
     rel = key[len(root) :].split("/")
+    # Compat: the flat layout before partitions (FORMAT.md); may go: never, an older writer may add to it
     if len(rel) == 2 and rel[0] == "events":
         return "flat", None
     if len(rel) == 2 and rel[0] == "_combined":

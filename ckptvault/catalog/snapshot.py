@@ -34,7 +34,8 @@ _SNAPSHOT_SCHEMA = pa.schema(
     metadata={b"schema": SNAPSHOT_TAG},
 )  # fmt: skip
 _STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
-_ADDED = {"stored_bytes": 0}  # columns newer than the snapshot tag, with what their absence means
+# Compat: reads snapshots written before these columns (what their absence means); may go: never
+_ADDED = {"stored_bytes": 0}
 
 
 @dataclass

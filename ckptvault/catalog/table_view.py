@@ -5,7 +5,6 @@ definition stays there; this is only faster (bench/README.md)."""
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -217,10 +216,3 @@ def write_json_table(t: pa.Table, out: BinaryIO) -> None:
         end = int(offsets[-1]) - (2 if first + _CHUNK >= t.num_rows else 0)
         out.write(memoryview(lines.buffers()[2])[int(offsets[0]) : end])
     out.write(b"\n]")
-
-
-def render_json_table(t: pa.Table) -> str:
-    """What `write_json_table` writes, as text."""
-    buf = io.BytesIO()
-    write_json_table(t, buf)
-    return buf.getvalue().decode()

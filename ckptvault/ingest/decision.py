@@ -44,7 +44,6 @@ class Seen:
     committed: bool | None = None  # the target save's manifest exists in the store
     problems: tuple[str, ...] | None = None  # gates that blocked; () when they passed
     warnings: tuple[str, ...] = ()
-    gates: bool = True  # [validation] enabled
 
     def learn(self, **known: object) -> Seen:
         return replace(self, **known)  # type: ignore[arg-type]

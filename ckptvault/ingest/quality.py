@@ -64,9 +64,8 @@ if TYPE_CHECKING:
     from ckptvault.config import ValidationRules
     from ckptvault.manifest import Manifest
 
-__all__ = ["QualityError", "discard_prewarmed", "prewarm", "validate_candidate", "warm_up"]
+__all__ = ["QualityError", "discard_prewarmed", "prewarm", "validate_candidate"]
 
-log = logging.getLogger(__name__)
 _FLOAT_MAX = sys.float_info.max  # a finite bound: +-inf fall outside it, which is the point
 
 
@@ -176,12 +175,6 @@ def get_engine() -> _Engine:
     if _engine is None:
         _engine = _build_engine()
     return _engine
-
-
-def warm_up() -> None:
-    """Pay the import and context cost now (e.g. at the start of a long-running `serve`)."""
-    with _lock:
-        get_engine()
 
 
 def _frames(plan: GatePlan) -> tuple[Any, Any, Any, dict[str, float]]:

@@ -187,17 +187,6 @@ def select(
     )
 
 
-def select_sample(
-    states: Sequence[CheckpointState],
-    n: int,
-    *,
-    cover_days: float | None = None,
-    interval_days: float | None = None,
-) -> list[CheckpointState]:
-    """The checkpoints `select` picks, sorted by (run, step, save)."""
-    return list(select(states, n, cover_days=cover_days, interval_days=interval_days).chosen)
-
-
 @dataclass(frozen=True)
 class Coverage:
     """How far the rotation has got, from the catalog states at `now`."""
@@ -281,8 +270,3 @@ def load_report(ckpt_path: Path) -> loadcheck.LoadReport:
     """Every load check of the restored checkpoint (a directory or one file), per file, saying what was
     checked and how; nothing from the bucket is executed (ckptvault/restore/loadcheck.py)."""
     return loadcheck.check(ckpt_path)
-
-
-def load_check(ckpt_path: Path) -> list[str]:
-    """The problems `load_report` finds (empty: everything that could be checked loads)."""
-    return load_report(ckpt_path).problems

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ckptvault import humanize
 from ckptvault.catalog import Event
@@ -26,7 +26,6 @@ class Estimate:
     usd: float
     seconds_min: float
     seconds_max: float
-    objects_plan: tuple[ObjectPlan, ...] = field(repr=False, default=())
     egress: str = "in-region"
     egress_usd: float = 0.0
     throughput_mib_s: float | None = None  # this run's last measured restore or drill; None: never measured
@@ -127,7 +126,6 @@ def estimate(
         usd=usd,
         seconds_min=smin,
         seconds_max=smax,
-        objects_plan=tuple(plans),
         egress=egress,
         egress_usd=prices.egress(sum(p.stored_bytes for p in plans), egress),
         throughput_mib_s=throughput_mib_s,

@@ -41,6 +41,7 @@ def placement_to_use(manifest: Manifest, configured: Placement) -> tuple[Placeme
     """The placement recorded in the manifest at ingest when it has one (the config may have changed
     since: another node_pattern, nodes or ranks_per_node would send files to the wrong nodes), else the
     configured one (manifests written before the record existed); and a note when the two differ."""
+    # Compat: a manifest from before `placement` is placed as the config says; may go: never (FORMAT.md)
     if manifest.placement is None:
         return configured, None
     recorded = Placement.from_record(manifest.placement)

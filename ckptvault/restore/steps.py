@@ -73,6 +73,7 @@ def staged_path(into: Path, plan: ObjectPlan, manifest: Manifest) -> Path:
 
 def set_attributes(target: Path, plan: ObjectPlan) -> None:
     """The permission bits and modification time training gave the file, on its verified copy."""
+    # Compat: a manifest from before `mode` has none, the file keeps its bits; may go: never (FORMAT.md)
     if plan.mode is not None:
         os.chmod(target, plan.mode & PERMISSION_BITS)
     os.utime(target, (time.time(), plan.mtime))

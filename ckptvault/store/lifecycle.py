@@ -28,11 +28,13 @@ def rule_prefix(rule: Mapping[str, Any]) -> str:
         return str(filt["And"].get("Prefix", ""))
     if "Prefix" in filt:
         return str(filt["Prefix"])
-    return str(rule.get("Prefix", ""))  # the legacy top-level Prefix (Ceph returns it)
+    # Compat: S3's legacy top-level Prefix; may go: when no supported server (Ceph does) returns it
+    return str(rule.get("Prefix", ""))
 
 
 def plain_id(rule: Mapping[str, Any]) -> str:
     """The ID versions before per-prefix IDs gave this rule of ours (its ID without the prefix)."""
+    # Compat: finds rules those versions wrote to a bucket; may go: never, another prefix's may still run one
     prefix = rule_prefix(rule).strip("/")
     ident = str(rule.get("ID", ""))
     return ident.removesuffix(f"-{prefix}") if prefix else ident

@@ -143,12 +143,6 @@ class PriceTable:
         remaining = max(0.0, c.min_days - max(days_in_class, 0.0))
         return self.monthly_cost(nbytes, name, objects) * remaining / DAYS_PER_MONTH
 
-    def transition_cost(self, nbytes: int, objects: int, from_class: str, to_class: str, age_days: float) -> float:
-        """One-time USD to move a checkpoint between classes: the transition requests into `to_class`
-        plus the early-deletion charge of `from_class`, which it entered `age_days` ago."""
-        requests = objects * self.get(to_class).transition_per_1000 / 1000
-        return requests + self.early_deletion_fee(nbytes, objects, from_class, age_days)
-
     def restore_estimate(
         self, objects_by_class: Mapping[str, tuple[int, int]], tier: str
     ) -> tuple[float, float, float]:

@@ -72,9 +72,6 @@ class Plan:
     now: float
     pending: list[PendingMove] = field(default_factory=list)  # sorted by (run, step, save)
 
-    def of_kind(self, kind: ActionKind) -> list[Action]:
-        return [a for a in self.actions if a.kind == kind]
-
 
 def _date(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d") if ts is not None else "a date not recorded"

@@ -310,7 +310,8 @@ def test_a_read_of_every_run_over_the_combined_snapshot_is_one_get_and_always_ri
     """Compaction writes one combined snapshot; a read of every run takes one GET and answers what the
     partitions answer; a run with newer events, a garbage combined snapshot and a bucket without one
     read right (docs/FORMAT.md, "The combined snapshot")."""
-    from ckptvault.catalog.table_view import current_table, render_json_table
+    from ckptvault.catalog.table_view import current_table
+    from tests.helpers import render_json_table
 
     cat = Catalog(store, PREFIX)
     for r in ("a", "b", "c/d"):

@@ -233,9 +233,9 @@ stream_events = st.builds(
 @given(st.lists(stream_events, max_size=60))
 @settings(max_examples=400, deadline=None)
 def test_vectorised_fold_equals_the_fold_one_event_at_a_time(events: list[Event]) -> None:
-    from ckptvault.catalog.fold import _fold_python
+    from tests.helpers import fold_python
 
-    assert fold(events) == _fold_python(events)
+    assert fold(events) == fold_python(events)
 
 
 @given(st.lists(stream_events, min_size=1, max_size=40), st.integers(0, 40))

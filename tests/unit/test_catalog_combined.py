@@ -13,8 +13,8 @@ import pytest
 
 from ckptvault.catalog import Catalog, Event, encode_events, run_partition
 from ckptvault.catalog import compaction as compaction_module
-from ckptvault.catalog.fold import _fold_python
-from ckptvault.catalog.table_view import current_table, render_json_table
+from ckptvault.catalog.table_view import current_table
+from tests.helpers import fold_python, render_json_table
 from tests.unit.test_catalog_layout import MemStore, _life
 
 RUNS = ("a", "b/c", "d")
@@ -51,7 +51,7 @@ def _same_as_partitions(store: MemStore, everything: list[Event]) -> None:
     """Every reader of all runs over the combined snapshot answers what the partitions alone answer."""
     plain = _cat(_without_combined(store))
     cat = _cat(store)
-    assert cat.current() == plain.current() == _fold_python(everything)
+    assert cat.current() == plain.current() == fold_python(everything)
     t, u = current_table(cat), current_table(plain)
     assert t.equals(u) and render_json_table(t) == render_json_table(u)
     with_it, without = cat.stats().as_dict(), plain.stats().as_dict()
@@ -64,7 +64,7 @@ def test_compaction_writes_one_combined_snapshot_and_a_read_of_every_run_is_one_
     [key] = _combined(store)
     _same_as_partitions(store, everything)
     store.got.clear()
-    assert _cat(store).current() == _fold_python(everything)
+    assert _cat(store).current() == fold_python(everything)
     assert store.got == [key]  # not one snapshot per run
     store.got.clear()
     assert current_table(_cat(store)).num_rows == 9 and store.got == [key]
@@ -113,7 +113,7 @@ def test_the_next_compaction_reads_only_what_changed() -> None:
     assert new > old
     _same_as_partitions(store, everything)
     store.got.clear()
-    assert _cat(store).current() == _fold_python(everything) and store.got == [new]
+    assert _cat(store).current() == fold_python(everything) and store.got == [new]
     # nothing to compact, every run covered: no new combined snapshot
     assert _cat(store).compact(time.time()) == 0 and _combined(store) == [new]
 
@@ -126,7 +126,7 @@ def test_a_garbage_combined_snapshot_is_named_the_listing_is_right_and_compactio
     store.objects[bad] = b"garbage"
     cat = _cat(store)
     with caplog.at_level("WARNING", logger="ckptvault.catalog"):
-        assert cat.current() == _fold_python(everything)
+        assert cat.current() == fold_python(everything)
     assert bad in caplog.text and bad in cat.unreadable
     assert None in cat.unreadable_by_run()  # alerted as all runs'
     store.objects[bad] = encode_events(everything[:1])  # Parquet, but an event file: not combined either
@@ -144,12 +144,12 @@ def test_a_bucket_without_one_reads_as_before_and_the_first_full_compaction_writ
     for k in _combined(store):
         del store.objects[k]  # a bucket compacted by a version before combined snapshots
     store.got.clear()
-    assert _cat(store).current() == _fold_python(everything)
+    assert _cat(store).current() == fold_python(everything)
     assert sorted(store.got) == sorted(k for k in store.objects if "/snapshot/" in k)  # one per run, as before
     assert _cat(store).compact(time.time()) == 0  # nothing to merge; its clean snapshots are read once
     [key] = _combined(store)
     store.got.clear()
-    assert _cat(store).current() == _fold_python(everything) and store.got == [key]
+    assert _cat(store).current() == fold_python(everything) and store.got == [key]
 
 
 def test_with_flat_layout_files_left_it_is_neither_used_nor_written(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -159,7 +159,7 @@ def test_with_flat_layout_files_left_it_is_neither_used_nor_written(monkeypatch:
     store.put_bytes(f"p/_catalog/events/{time.time_ns():020d}-{'0' * 32}.parquet", encode_events(flat))
     everything += flat
     store.got.clear()
-    assert _cat(store).current() == _fold_python(everything)
+    assert _cat(store).current() == fold_python(everything)
     assert key not in store.got
     with monkeypatch.context() as m:
         m.setattr(compaction_module, "MIGRATE_FILES", 0)  # a migration that has not reached it yet
@@ -201,7 +201,7 @@ def test_a_rewrite_reads_the_previous_one_a_row_group_at_a_time(monkeypatch: pyt
     assert new != key
     _same_as_partitions(store, everything)
     store.got.clear()
-    assert _cat(store).current() == _fold_python(everything) and store.got == [new]
+    assert _cat(store).current() == fold_python(everything) and store.got == [new]
 
 
 def test_a_previous_one_out_of_run_order_is_named_and_not_copied(caplog: pytest.LogCaptureFixture) -> None:
@@ -234,7 +234,7 @@ def test_a_damaged_data_page_is_named_skipped_and_set_aside_like_a_garbage_foote
     data[end - 4 : end] = b"\xff\xff\xff\xff"  # the footer still reads: only the page behind it is bad
     store.objects[key] = bytes(data)
     with caplog.at_level("WARNING", logger="ckptvault.catalog"):
-        assert _cat(store).current() == _fold_python(everything)
+        assert _cat(store).current() == fold_python(everything)
     assert key in caplog.text
     cat = _cat(store)
     cat.append(_life("a", 7, 700.0))

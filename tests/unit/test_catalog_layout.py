@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptvault.catalog import Catalog, Event, encode_events, run_partition
-from ckptvault.catalog.fold import _fold_python
 from ckptvault.store import NotFoundError
 from ckptvault.store.port import ObjectInfo
+from tests.helpers import fold_python
 
 
 class MemStore:
@@ -92,18 +92,18 @@ def test_snapshot_then_events_since_then_an_old_event_fold_as_the_whole_log() ->
         everything += evs
     assert cat.compact(time.time()) == 4
     assert any("/snapshot/" in k for k in store.objects)
-    assert cat.current("r") == _fold_python(everything)
+    assert cat.current("r") == fold_python(everything)
     later = [Event("r", 1, "expired", 1000.0), Event("r", 9, "verified", 1001.0)]
     cat.append(later)  # continues the snapshot's rows
     everything += later
-    assert cat.current("r") == _fold_python(everything) == cat.current()
+    assert cat.current("r") == fold_python(everything) == cat.current()
     old = [Event("r", 2, "superseded", 150.0, detail='{"reason": "resave"}')]  # sorts inside the snapshot
     cat.append(old)
     everything += old
-    assert cat.current("r") == _fold_python(everything)
+    assert cat.current("r") == fold_python(everything)
     for k in [k for k in store.objects if "/snapshot/" in k]:  # snapshots are derived data
         del store.objects[k]
-    assert cat.current("r") == _fold_python(everything)
+    assert cat.current("r") == fold_python(everything)
 
 
 def test_an_unreadable_snapshot_is_skipped_and_the_events_fold_instead(caplog: pytest.LogCaptureFixture) -> None:
@@ -116,7 +116,7 @@ def test_an_unreadable_snapshot_is_skipped_and_the_events_fold_instead(caplog: p
     store.objects[snap] = b"garbage"
     # one run's read: a read of every run takes r's rows from the combined snapshot and never GETs this
     with caplog.at_level("WARNING", logger="ckptvault.catalog"):
-        assert cat.current("r") == _fold_python(_life("r", 1, 0.0) + _life("r", 2, 10.0))
+        assert cat.current("r") == fold_python(_life("r", 1, 0.0) + _life("r", 2, 10.0))
     assert snap in caplog.text
 
 
@@ -143,7 +143,7 @@ def test_the_flat_layout_is_read_then_migrated_once() -> None:
         store.put_bytes(key, encode_events([e]))
         flat.append(key)
     cat = _cat(store)
-    expected = _fold_python(evs)
+    expected = fold_python(evs)
     assert cat.current() == expected
     saved = dict(store.objects)
     assert cat.compact(time.time()) == len(evs)

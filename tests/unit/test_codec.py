@@ -91,7 +91,7 @@ def test_an_object_decodes_with_the_library_alone(tmp_path: Path, library: str) 
                 "codec": choice.codec,
                 "typesize": choice.typesize,
                 "stored_size": enc.stored_size,
-                "frames": [f.to_list() for f in enc.frames],
+                "frames": [[f.offset, f.length, f.size, f.crc32c] for f in enc.frames],
             }
         )
     )
@@ -189,9 +189,6 @@ def test_check_index_names_what_is_wrong() -> None:
     problems = codec.check_index([codec.Frame(0, 10, 8, "x"), codec.Frame(11, 5, 4, "y")], 12, 15, frame_size=8)
     assert any("starts at 11" in p for p in problems) and any("end at 16" in p for p in problems)
     assert codec.check_index(good[:1], 12, 10, frame_size=8) == ["1 frames for 12 bytes, 2 expected"]
-    with pytest.raises(ValueError):
-        codec.Frame.from_list([1, 2, 3])
-    assert codec.Frame.from_list(good[1].to_list()) == good[1]
 
 
 def _manifest(*files: FileEntry) -> Manifest:
@@ -220,7 +217,7 @@ def test_manifest_entries_carry_the_codec_and_old_ones_read_as_none() -> None:
     assert doc["files"][0]["frames"] == [[0, 5, 8, "x"], [5, 4, 4, "y"]]
     back = Manifest.from_json(json.dumps(doc).encode())
     assert back.files[0] == packed and back.files[0].stored_bytes == 9 and back.total_bytes == 12
-    assert [codec.Frame.from_list(list(f)) for f in back.files[0].frames][1] == codec.Frame(5, 4, 4, "y")
+    assert [codec.Frame(*f) for f in back.files[0].frames][1] == codec.Frame(5, 4, 4, "y")  # as restore reads it
 
     doc["files"][0]["codec"] = "zfp"
     with pytest.raises(ManifestError, match="codec 'zfp'"):

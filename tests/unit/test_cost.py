@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from ckptvault.config import PolicyConfig, TierStep
 from ckptvault.tiering.cost import GB, Holding, PriceError, PriceTable, class_map, load_prices, summarize
+from ckptvault.tiering.policy import plan
+from tests.unit.test_policy import DAY, NOW, ck
 
 KB = 1024
 TB = 1024 * GB
@@ -52,12 +55,20 @@ def test_small_objects_bill_the_minimum_size_in_ia(prices: PriceTable) -> None:
 
 
 def test_transition_cost_is_requests_plus_early_deletion(prices: PriceTable) -> None:
-    # 100 objects, 100 GB, from STANDARD_IA after 10 of its 30 days, to GLACIER.
+    # 100 objects, 100 GB, from STANDARD_IA after 10 of its 30 days, to GLACIER: the planner's fee.
     requests = 100 * 0.03 / 1000
     early = 100 * 0.0125 * 20 / 30
-    assert prices.transition_cost(100 * GB, 100, "STANDARD_IA", "GLACIER", 10) == pytest.approx(requests + early)
+    pol = PolicyConfig(keep_hot=1, tiers=[TierStep(after_days=30, tier="cold")], horizon_days=365)
+
+    def fee(days_in_class: float) -> float:
+        old = ck(1, 60, files=100, storage_class="STANDARD_IA", class_since=NOW - days_in_class * DAY)
+        [a] = [a for a in plan([old, ck(2, 0)], pol, prices, "aws", NOW).actions if a.step == 1]
+        assert (a.kind, a.to_class) == ("transition", "GLACIER")
+        return a.fee_usd
+
+    assert fee(10) == pytest.approx(requests + early)
     # After the minimum duration only the requests remain.
-    assert prices.transition_cost(100 * GB, 100, "STANDARD_IA", "GLACIER", 31) == pytest.approx(requests)
+    assert fee(31) == pytest.approx(requests)
 
 
 def test_restore_estimate_glacier_and_deep_archive(prices: PriceTable) -> None:

@@ -13,6 +13,7 @@ import pytest
 from ckptvault.formats import FormatError
 from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
 from ckptvault_cli import synthetic
+from tests.helpers import simulate_run
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 64 << 10
@@ -67,7 +68,7 @@ def test_fresh_checkpoint_is_not_quiescent(tmp_path: Path, fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_auto_format(tmp_path: Path, fmt: str) -> None:
-    synthetic.simulate_run(tmp_path, fmt, [30, 10, 20], SIZE)
+    simulate_run(tmp_path, fmt, [30, 10, 20], SIZE)
     res = discover("r", tmp_path, "auto", SETTLE, later())
     assert [(f.step, f.format, f.ready) for f in res.found] == [(10, fmt, True), (20, fmt, True), (30, fmt, True)]
 

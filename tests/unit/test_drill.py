@@ -26,7 +26,6 @@ from ckptvault.restore.drill import (
     render_markdown,
     rotating_share,
     select,
-    select_sample,
 )
 
 Key = tuple[str, int, int]
@@ -282,9 +281,9 @@ def test_coverage_counts_and_oldest_drill_age() -> None:
     }  # fmt: skip
 
 
-def test_select_sample_is_the_selection_sorted_by_key() -> None:
+def test_the_selection_is_sorted_by_key() -> None:
     states = fold(one_run(5, run="b") + one_run(5, run="a"))
-    assert [s.key for s in select_sample(states, 1)] == [("a", 100, 1), ("a", 500, 1), ("b", 500, 1)]
+    assert [s.key for s in select(states, 1).chosen] == [("a", 100, 1), ("a", 500, 1), ("b", 500, 1)]
 
 
 def test_report_rows_and_markdown_name_the_save() -> None:

@@ -14,6 +14,7 @@ from ckptvault.formats import hf as hf_mod
 from ckptvault.ingest.discovery import discover
 from ckptvault.ingest.structure import check_structure
 from ckptvault_cli import synthetic
+from tests.helpers import simulate_run
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 64 << 10
@@ -49,7 +50,7 @@ def test_complete_incomplete_finish(tmp_path: Path, fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_auto_detects_each_format(tmp_path: Path, fmt: str) -> None:
-    synthetic.simulate_run(tmp_path, fmt, [10, 20], SIZE)
+    simulate_run(tmp_path, fmt, [10, 20], SIZE)
     assert detect_layout(tmp_path).name == fmt
 
 
@@ -144,7 +145,7 @@ def test_deepspeed_latest_names_later_tag(tmp_path: Path) -> None:
 
 
 def test_orbax_commit_success_required_once_used(tmp_path: Path) -> None:
-    synthetic.simulate_run(tmp_path, "orbax", [1, 2], SIZE)
+    simulate_run(tmp_path, "orbax", [1, 2], SIZE)
     (tmp_path / "2" / "commit_success.txt").unlink()
     cands = get_layout("orbax").candidates(tmp_path)
     assert [(c.step, c.complete) for c in cands] == [(1, True), (2, False)]

@@ -13,6 +13,7 @@ import pytest
 from ckptvault.ingest.discovery import LocalFile, discover, walk
 from ckptvault.ingest.structure import check_structure
 from ckptvault_cli import synthetic
+from tests.helpers import simulate_run
 
 FORMATS = list(synthetic.FORMATS)
 SIZE = 256 << 10
@@ -44,7 +45,7 @@ def test_valid_synthetic_checkpoints_have_no_problems(tmp_path: Path, fmt: str, 
 
 
 def test_via_discovery_too(tmp_path: Path) -> None:
-    synthetic.simulate_run(tmp_path, "hf", [1, 2], SIZE)
+    simulate_run(tmp_path, "hf", [1, 2], SIZE)
     for f in discover("r", tmp_path, "hf", 60, time.time() + 3600).found:
         assert check_structure("hf", f.path, f.files) == []
 

@@ -15,6 +15,7 @@ from safetensors.numpy import load_file
 
 from ckptvault.formats import hf
 from ckptvault_cli import synthetic
+from tests.helpers import simulate_run
 
 FORMATS = list(synthetic.FORMATS)
 
@@ -32,7 +33,7 @@ def total(path: Path) -> int:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_deterministic_per_seed(tmp_path: Path, fmt: str) -> None:
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
-        synthetic.simulate_run(tmp_path / name, fmt, [10, 20], 200_000, seed=seed)
+        simulate_run(tmp_path / name, fmt, [10, 20], 200_000, seed=seed)
     a, b, c = (digest(tmp_path / n) for n in "abc")
     assert a == b
     assert a.keys() == c.keys() and a != c
@@ -88,7 +89,7 @@ def test_trainer_state_loss_and_metrics(tmp_path: Path) -> None:
     ("megatron", "latest_checkpointed_iteration.txt", "{}"),
 ])  # fmt: skip
 def test_pointer_files_move_forward(tmp_path: Path, fmt: str, pointer: str, expect: str) -> None:
-    synthetic.simulate_run(tmp_path, fmt, [10, 20], 1 << 16)
+    simulate_run(tmp_path, fmt, [10, 20], 1 << 16)
     assert (tmp_path / pointer).read_text().strip() == expect.format(20)
     synthetic.write_checkpoint(tmp_path, fmt, 30, 1 << 16, complete=False)
     assert (tmp_path / pointer).read_text().strip() == expect.format(20)
@@ -100,7 +101,7 @@ def test_pointer_files_move_forward(tmp_path: Path, fmt: str, pointer: str, expe
 
 
 def test_simulate_run_returns_paths_in_order(tmp_path: Path) -> None:
-    paths = synthetic.simulate_run(tmp_path, "nemo", [3, 1, 2], 1 << 16, shards=1)
+    paths = simulate_run(tmp_path, "nemo", [3, 1, 2], 1 << 16, shards=1)
     assert [p.name.split("--step=")[1].split("-")[0] for p in paths] == ["3", "1", "2"]
     assert all(p.is_dir() and (p / "weights").is_dir() and (p / "context").is_dir() for p in paths)
     assert not list(tmp_path.glob("*-unfinished"))
