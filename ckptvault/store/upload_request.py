@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptvault.store.errors import translate
+from ckptvault.store.botocore_errors import translate
 from ckptvault.store.limits import MAX_PART, MAX_PARTS, MIB
 from ckptvault.store.port import Capabilities, ChecksumMismatchError, ProgressFn, StoreError, TransferConfig
 
