@@ -21,7 +21,7 @@ from botocore.exceptions import (
     ResponseStreamingError,
 )
 
-from ckptvault.store.port import (
+from ckptvault.store.errors import (
     ChecksumMismatchError,
     NotFoundError,
     ObjectFrozenError,
