@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ckptvault.config import Config, check_sources, load_config
+from ckptvault.errors import CkptvaultError
 from ckptvault_cli import running
 from ckptvault_cli.output import say
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-class UsageError(Exception):
+class UsageError(CkptvaultError):
     """Bad input or environment: exit 2 with the message."""
 
 

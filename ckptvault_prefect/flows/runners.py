@@ -35,6 +35,7 @@ from typing import Any
 
 from prefect.settings import PREFECT_API_URL
 
+from ckptvault.errors import CkptvaultError
 from ckptvault_prefect.flows.scale import RunnerChoice
 
 try:
@@ -52,7 +53,7 @@ def scratch_dir() -> str:
     return path
 
 
-class NoPrefectApiError(RuntimeError):
+class NoPrefectApiError(CkptvaultError, RuntimeError):
     """Dask worker processes need a running Prefect server to report their task runs to."""
 
 

@@ -20,15 +20,16 @@ from pathlib import Path
 from typing import Literal
 
 from ckptvault.config import ScaleConfig, parse_dask_address
+from ckptvault.errors import CkptvaultError
 
 RunnerKind = Literal["threads", "local", "cluster"]
 
 
-class RunnerChoiceError(ValueError):
+class RunnerChoiceError(CkptvaultError, ValueError):
     """The flags and [scale] do not name a runner that can work: the message says which and the fix."""
 
 
-class SchedulerUnreachable(RuntimeError):
+class SchedulerUnreachable(CkptvaultError, RuntimeError):
     """The Dask scheduler did not answer, or has no workers: the message names the address and the fix."""
 
 
@@ -147,7 +148,7 @@ def for_restore(choice: RunnerChoice, blind: Sequence[str], where: Path) -> Runn
     return RunnerChoice("threads", f"{choice.origin}, whose worker(s) {', '.join(blind)} do not see {where}")
 
 
-class ProbeError(RuntimeError):
+class ProbeError(CkptvaultError, RuntimeError):
     """The shared-destination check could not be made (the marker could not be written, or the
     cluster went away): the message names the path or the address."""
 
