@@ -21,7 +21,7 @@ from ckptvault_cli import main as cli_main
 from ckptvault_cli import running
 from ckptvault_cli.commands import ingest as ingest_cmd
 from ckptvault_cli.preflight import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
-from ckptvault_prefect.flows import hooks
+from ckptvault_prefect.runtime import hooks
 
 FAILED = Outcome("r", 10, "hf", "failed", message="upload refused")
 

@@ -1,7 +1,7 @@
 """Which task runner an ingest pass gets, decided from the flags and `[scale]` (a pure function), and
 the one check that needs the network: the scheduler answers and has workers.
 
-Kept apart from ckptvault_prefect/flows/runners.py, which imports prefect-dask and distributed (~1 s): the default
+Kept apart from ckptvault_prefect/runtime/runners.py, which imports prefect-dask and distributed (~1 s): the default
 path (no Dask at all) decides here without paying for them.
 
 Precedence: a command-line flag wins over `[scale]`, and either flag replaces the whole section
@@ -223,7 +223,7 @@ def worker_resources() -> list[dict[str, float]] | None:
 
     ctx = FlowRunContext.get()
     runner = ctx.task_runner if ctx is not None else None
-    if hasattr(runner, "resolved"):  # ckptvault_prefect.flows.configured: the runner the run's [scale] chose
+    if hasattr(runner, "resolved"):  # ckptvault_prefect.runtime.configured: the runner the run's [scale] chose
         runner = runner.resolved()  # type: ignore[union-attr]
     if runner is None or type(runner).__name__ not in ("DaskTaskRunner", "CkptvaultDaskTaskRunner"):
         return None
