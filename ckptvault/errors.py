@@ -3,7 +3,9 @@
 Each concept keeps its own error class in its own module (ConfigError in config, StoreError in store,
 CatalogError in catalog, ...), all under `CkptvaultError`, so an entry point can tell "ckptvault said
 no, here is why" (print the message, exit non-zero, no traceback) from a bug (a traceback is right).
-Some also derive from ValueError, where callers catch that.
+Some also derive from ValueError or RuntimeError, the standard exception callers catch (or caught
+before the class joined this tree). The entry layers' own errors (the CLI's UsageError, the Prefect
+layer's runner errors) are CkptvaultErrors too: tests/unit/test_error_tree.py fails on one that is not.
 """
 
 from __future__ import annotations

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ckptvault.errors import CkptvaultError
+
 if TYPE_CHECKING:
     from ckptvault.ingest.steps import Outcome
     from ckptvault.restore.drill import DrillReport
 
 
-class AlreadyAlerted(Exception):
+class AlreadyAlerted(CkptvaultError):
     """A failure whose every part was alerted on by the flow itself: the failure hook stays quiet
     rather than saying the same thing twice."""
 

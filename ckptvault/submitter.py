@@ -3,7 +3,7 @@
 A protocol decides what to call, in which order, and what to undo when a step fails; how a call runs
 is not its business. It names the library function and the arguments, and its Submitter runs them:
 in the flows each call is the Prefect task that wraps that function (retried, recorded, placed on a
-node's worker: ckptvault_prefect/flows/submitter.py), in the unit tests a plain call. So the order
+node's worker: ckptvault_prefect/runtime/submitter.py), in the unit tests a plain call. So the order
 and the rollback are library code a unit test reaches on the in-memory store, and the flow only wires.
 """
 

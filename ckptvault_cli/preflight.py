@@ -9,17 +9,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ckptvault.config import Config, check_sources, load_config
+from ckptvault.errors import CkptvaultError
 from ckptvault_cli import running
 from ckptvault_cli.output import say
 
 if TYPE_CHECKING:
     from ckptvault.store import ObjectStore
-    from ckptvault_prefect.flows.scale import RunnerChoice
+    from ckptvault_prefect.runtime.scale import RunnerChoice
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
-class UsageError(Exception):
+class UsageError(CkptvaultError):
     """Bad input or environment: exit 2 with the message."""
 
 
@@ -54,10 +55,10 @@ def preflight_store(args: argparse.Namespace, *, need_sources: bool) -> tuple[Co
 
 
 def preflight_runner(cfg: Config, *, address_flag: str | None = None, workers_flag: int | None = None) -> RunnerChoice:
-    """Where ingest's uploads run (flags, then `[scale]`: ckptvault_prefect.flows.scale decides), and for
+    """Where ingest's uploads run (flags, then `[scale]`: ckptvault_prefect.runtime.scale decides), and for
     an existing cluster one bounded handshake: a wrong address is exit 2 now, not a hang in a flow run.
     Shared by `ckptvault ingest` and `ckptvault serve`."""
-    from ckptvault_prefect.flows.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
+    from ckptvault_prefect.runtime.scale import RunnerChoiceError, SchedulerUnreachable, check_scheduler, choose_runner
 
     try:
         choice = choose_runner(

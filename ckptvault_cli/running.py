@@ -27,7 +27,7 @@ def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **para
     `workers`: the threads a mapped step fans out over in direct mode (the flow's own task runner's
     size in Prefect mode)."""
     if direct() and not force_prefect:
-        from ckptvault_prefect.flows.hooks import alert_failed
+        from ckptvault_prefect.runtime.hooks import alert_failed
         from ckptvault_prefect.tasks.step import direct_mode
 
         # What a flow prints is its log (in a flow run, Prefect's console handler puts it on stderr):

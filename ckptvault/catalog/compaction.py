@@ -19,7 +19,7 @@ from ckptvault.catalog.fold import _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
 from ckptvault.catalog.model import CatalogError
 from ckptvault.catalog.snapshot import _snapshot_bytes
-from ckptvault.store.port import NotFoundError, StoreError
+from ckptvault.store.errors import NotFoundError, StoreError
 
 if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog

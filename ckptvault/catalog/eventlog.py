@@ -37,7 +37,8 @@ from ckptvault.catalog.fold import _fold_one, _fold_table, _states
 from ckptvault.catalog.layout import CATALOG_DIR, _Part, _Vanished, classify, new_key, run_partition
 from ckptvault.catalog.model import CatalogError, CheckpointState, Event
 from ckptvault.catalog.snapshot import _Snapshot, read_snapshot
-from ckptvault.store.port import NotFoundError, ObjectStore
+from ckptvault.store.errors import NotFoundError
+from ckptvault.store.port import ObjectStore
 
 _READERS = 8
 _gc_lock = threading.Lock()

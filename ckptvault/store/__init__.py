@@ -4,25 +4,27 @@
 Only this package imports boto3/botocore.
 """
 
+from ckptvault.store.errors import (
+    ChecksumMismatchError,
+    NotFoundError,
+    ObjectFrozenError,
+    PreconditionFailedError,
+    StoreError,
+    TransientStoreError,
+)
 from ckptvault.store.memory import MemoryStore
 from ckptvault.store.port import (
     ABORT_MPU_RULE_NAME,
     ARCHIVE_CLASSES,
     Capabilities,
-    ChecksumMismatchError,
     FetchedRange,
-    NotFoundError,
-    ObjectFrozenError,
     ObjectInfo,
     ObjectStore,
-    PreconditionFailedError,
     ProgressFn,
     RestoreState,
     SentPart,
     SplitUpload,
-    StoreError,
     TransferConfig,
-    TransientStoreError,
     UploadResult,
 )
 from ckptvault.store.s3 import S3Store, ensure_bucket, open_store

@@ -52,14 +52,9 @@ from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
 from ckptvault.errors import InvalidArgumentError
-from ckptvault.store.errors import error_code, is_transient, translate
-from ckptvault.store.port import (
-    ChecksumMismatchError,
-    FetchedRange,
-    ProgressFn,
-    StoreError,
-    TransientStoreError,
-)
+from ckptvault.store.botocore_errors import error_code, is_transient, translate
+from ckptvault.store.errors import ChecksumMismatchError, StoreError, TransientStoreError
+from ckptvault.store.port import FetchedRange, ProgressFn
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -31,10 +31,11 @@ from typing import Any
 from ckptvault import codec
 from ckptvault.checksum import StreamHasher, crc32c_combine, from_b64, to_b64
 from ckptvault.store import download, multipart
+from ckptvault.store.botocore_errors import is_transient
 from ckptvault.store.buffers import shared
-from ckptvault.store.errors import is_transient
+from ckptvault.store.errors import ChecksumMismatchError, StoreError, TransientStoreError
 from ckptvault.store.limits import MIN_PART
-from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, TransientStoreError, UploadResult
+from ckptvault.store.port import ProgressFn, UploadResult
 from ckptvault.store.upload_request import UploadRequest, check_unchanged, part_size_for, verify
 
 

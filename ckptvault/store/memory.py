@@ -35,23 +35,25 @@ from typing import Any, NoReturn
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import StoreConfig
 from ckptvault.store import lifecycle, memory_split, memory_transfer
+from ckptvault.store.errors import (
+    ChecksumMismatchError,
+    NotFoundError,
+    ObjectFrozenError,
+    PreconditionFailedError,
+    StoreError,
+)
 from ckptvault.store.limits import MAX_PUT, MAX_TAGS
 from ckptvault.store.memory_multipart import Uploads, etag
 from ckptvault.store.port import (
     ARCHIVE_CLASSES,
     Capabilities,
-    ChecksumMismatchError,
     FetchedRange,
     LifecycleRules,
-    NotFoundError,
-    ObjectFrozenError,
     ObjectInfo,
-    PreconditionFailedError,
     ProgressFn,
     RestoreState,
     SentPart,
     SplitUpload,
-    StoreError,
     TransferConfig,
     UploadResult,
 )

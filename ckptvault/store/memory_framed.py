@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from ckptvault import codec
 from ckptvault.checksum import StreamHasher, crc32c_combine, crc32c_update, from_b64, to_b64
-from ckptvault.store.port import ChecksumMismatchError, ProgressFn, StoreError, UploadResult
+from ckptvault.store.errors import ChecksumMismatchError, StoreError
+from ckptvault.store.port import ProgressFn, UploadResult
 
 if TYPE_CHECKING:
     from ckptvault.store.memory import MemoryStore

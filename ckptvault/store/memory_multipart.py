@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
+from ckptvault.store.errors import ChecksumMismatchError, NotFoundError, StoreError
 from ckptvault.store.limits import MAX_PARTS, MIN_PART
-from ckptvault.store.port import ChecksumMismatchError, NotFoundError, ObjectInfo, StoreError
+from ckptvault.store.port import ObjectInfo
 
 if TYPE_CHECKING:
     from ckptvault.store.memory import MemoryStore

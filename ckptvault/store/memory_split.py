@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.store.buffers import shared
-from ckptvault.store.port import ChecksumMismatchError, ProgressFn, SentPart, SplitUpload, StoreError, UploadResult
+from ckptvault.store.errors import ChecksumMismatchError, StoreError
+from ckptvault.store.port import ProgressFn, SentPart, SplitUpload, UploadResult
 from ckptvault.store.split_upload import changed, check_range, missing, source, whole_crc32c
 from ckptvault.store.upload_request import part_size_for, read_exactly
 

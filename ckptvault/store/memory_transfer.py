@@ -24,14 +24,8 @@ from typing import TYPE_CHECKING
 from ckptvault.checksum import StreamHasher, crc32c_combine, crc32c_update, from_b64, to_b64
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.buffers import shared
-from ckptvault.store.port import (
-    ChecksumMismatchError,
-    FetchedRange,
-    ProgressFn,
-    StoreError,
-    TransientStoreError,
-    UploadResult,
-)
+from ckptvault.store.errors import ChecksumMismatchError, StoreError, TransientStoreError
+from ckptvault.store.port import FetchedRange, ProgressFn, UploadResult
 from ckptvault.store.upload_request import part_size_for
 
 if TYPE_CHECKING:

@@ -15,9 +15,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, cast
 
 from ckptvault.checksum import StreamHasher, crc32c_update, from_b64, to_b64
+from ckptvault.store.botocore_errors import translate
 from ckptvault.store.buffers import PartBuffers, shared
-from ckptvault.store.errors import translate
-from ckptvault.store.port import ChecksumMismatchError, UploadResult
+from ckptvault.store.errors import ChecksumMismatchError
+from ckptvault.store.port import UploadResult
 from ckptvault.store.upload_request import (
     BufferReader,
     UploadRequest,

@@ -1,7 +1,7 @@
 """The object store port: what ckptvault needs from any S3-like store, and the contract of each call.
 
 Keys are full object keys (the adapter never adds a prefix). Every method raises `StoreError`
-(or a subclass) with a message that names the bucket and key; transient failures (timeouts,
+(or a subclass, ckptvault/store/errors.py) with a message that names the bucket and key; transient failures (timeouts,
 connection resets, 5xx, SlowDown) raise `TransientStoreError` so callers can retry only those.
 """
 
@@ -12,38 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ckptvault.errors import CkptvaultError, InvalidArgumentError
+from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.limits import MAX_PART, MIN_PART
 
 # Called with the number of bytes just transferred; used for progress bars and artifacts.
 ProgressFn = Callable[[int], None]
 # S3 lifecycle rules as boto3 spells them (dicts with ID, Status, Filter, Transitions, ...)
 LifecycleRules = list[dict[str, Any]]
-
-
-class StoreError(CkptvaultError):
-    """A store operation failed; the message names the bucket/key and, where known, the fix."""
-
-
-class TransientStoreError(StoreError):
-    """A failure worth retrying: network error, timeout, 5xx, throttling."""
-
-
-class NotFoundError(StoreError):
-    """The bucket or key does not exist."""
-
-
-class PreconditionFailedError(StoreError):
-    """A conditional write lost: the object already exists (If-None-Match: *)."""
-
-
-class ChecksumMismatchError(StoreError):
-    """Bytes read or written do not match the expected checksum. Never transient."""
-
-
-class ObjectFrozenError(StoreError):
-    """The object is in an archival class and must be restored before it can be read."""
-
 
 # Storage classes whose objects cannot be read until RestoreObject has completed.
 ARCHIVE_CLASSES = frozenset({"GLACIER", "DEEP_ARCHIVE"})

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_update, to_b64
-from ckptvault.store.errors import error_code, http_status, translate
+from ckptvault.store.botocore_errors import error_code, http_status, translate
 from ckptvault.store.port import Capabilities
 
 if TYPE_CHECKING:

@@ -16,21 +16,18 @@ from botocore.exceptions import ClientError
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
 from ckptvault.store import download, lifecycle, multipart, split_upload, upload
-from ckptvault.store.errors import error_code, http_status, translate
+from ckptvault.store.botocore_errors import error_code, http_status, translate
+from ckptvault.store.errors import ChecksumMismatchError, NotFoundError, PreconditionFailedError, StoreError
 from ckptvault.store.limits import DELETE_BATCH
 from ckptvault.store.port import (
     ARCHIVE_CLASSES,
-    ChecksumMismatchError,
     FetchedRange,
     LifecycleRules,
-    NotFoundError,
     ObjectInfo,
-    PreconditionFailedError,
     ProgressFn,
     RestoreState,
     SentPart,
     SplitUpload,
-    StoreError,
     UploadResult,
 )
 from ckptvault.store.s3_client import S3Connection

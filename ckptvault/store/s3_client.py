@@ -25,9 +25,10 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
 from ckptvault.config import StoreConfig
-from ckptvault.store.errors import error_code, http_status, translate
+from ckptvault.store.botocore_errors import error_code, http_status, translate
+from ckptvault.store.errors import NotFoundError, StoreError
 from ckptvault.store.limits import MIB
-from ckptvault.store.port import Capabilities, NotFoundError, StoreError, TransferConfig
+from ckptvault.store.port import Capabilities, TransferConfig
 from ckptvault.store.probe import detect_capabilities, kind_from_headers
 
 if TYPE_CHECKING:

@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptvault.checksum import StreamHasher, crc32c_combine, to_b64
+from ckptvault.store.errors import StoreError, TransientStoreError
 from ckptvault.store.multipart import abort, complete, create_upload, retag, send_parts
-from ckptvault.store.port import SentPart, SplitUpload, StoreError, TransientStoreError, UploadResult
+from ckptvault.store.port import SentPart, SplitUpload, UploadResult
 from ckptvault.store.upload_request import UploadRequest, check_unchanged, part_size_for, verify
 
 

@@ -34,8 +34,8 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from botocore.exceptions import ClientError
 
 from ckptvault.checksum import StreamHasher
+from ckptvault.store.botocore_errors import error_code, translate
 from ckptvault.store.buffers import shared
-from ckptvault.store.errors import error_code, translate
 from ckptvault.store.limits import MAX_COPY, MIB
 from ckptvault.store.multipart import upload_multipart
 from ckptvault.store.port import TransferConfig, UploadResult

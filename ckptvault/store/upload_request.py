@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ckptvault.store.errors import translate
+from ckptvault.store.botocore_errors import translate
+from ckptvault.store.errors import ChecksumMismatchError, StoreError
 from ckptvault.store.limits import MAX_PART, MAX_PARTS, MIB
-from ckptvault.store.port import Capabilities, ChecksumMismatchError, ProgressFn, StoreError, TransferConfig
+from ckptvault.store.port import Capabilities, ProgressFn, TransferConfig
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -25,7 +25,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
     process.imports_done()
     if choice.needs_prefect:
-        from ckptvault_prefect.flows.runners import task_runner_for
+        from ckptvault_prefect.runtime.runners import task_runner_for
 
         ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured

@@ -21,7 +21,7 @@ from ckptvault_cli.preflight import (
 
 if TYPE_CHECKING:
     from ckptvault.config import Config
-    from ckptvault_prefect.flows.scale import RunnerChoice
+    from ckptvault_prefect.runtime.scale import RunnerChoice
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -58,7 +58,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     process.imports_done()
     if choice.needs_prefect:
-        from ckptvault_prefect.flows.runners import task_runner_for
+        from ckptvault_prefect.runtime.runners import task_runner_for
 
         restore = restore.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     result = running.run_flow(
@@ -101,13 +101,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
     """Where the downloads run: the flags, then `[scale]`, as for ingest; a cluster only if every one
-    of its workers sees the destination's file system (ckptvault_prefect.flows.scale.for_restore)."""
+    of its workers sees the destination's file system (ckptvault_prefect.runtime.scale.for_restore)."""
     from pathlib import Path
 
     from ckptvault.config import NODE_ENV
     from ckptvault.restore import nodes
     from ckptvault.restore.resolve import RestoreError
-    from ckptvault_prefect.flows.scale import ProbeError, RunnerChoiceError, for_restore, workers_not_seeing
+    from ckptvault_prefect.runtime.scale import ProbeError, RunnerChoiceError, for_restore, workers_not_seeing
 
     if problem := nodes.dest_problem(args.dest, args.node_local, os.environ.get(NODE_ENV)):
         raise UsageError(problem)

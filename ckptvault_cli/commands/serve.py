@@ -20,7 +20,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     runner = None
     if choice.needs_prefect:
-        from ckptvault_prefect.flows.runners import task_runner_for
+        from ckptvault_prefect.runtime.runners import task_runner_for
 
         runner = task_runner_for(choice)
     process.imports_done()  # a long-lived process from here on: collection back on

@@ -74,7 +74,7 @@ def served_flows(
     config_path: str | None = None, ingest_runner: TaskRunner[Any] | None = None
 ) -> list[tuple[Flow[..., Any], dict[str, Any]]]:
     """Each prefect.yaml entry's flow and its deployment keywords; `ingest_runner`, when given, is the
-    ingest flow's task runner (ckptvault_prefect.flows.runners.task_runner_for of the config's [scale])."""
+    ingest flow's task runner (ckptvault_prefect.runtime.runners.task_runner_for of the config's [scale])."""
     out: list[tuple[Flow[..., Any], dict[str, Any]]] = []
     for spec in deployment_specs():
         flow = FLOWS[spec["entrypoint"]]

@@ -21,7 +21,7 @@ from ckptvault.outcomes import DrillFailed
 from ckptvault.progress import ProgressBar
 from ckptvault.restore.drill import DrillReport, DrillResult, Key, label, render_markdown
 from ckptvault.restore.steps import checkpoint_name
-from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     current_states_task,
     load_config_task,

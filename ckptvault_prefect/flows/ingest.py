@@ -15,8 +15,8 @@ from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import Outcome
 from ckptvault.outcomes import IngestIncomplete
-from ckptvault_prefect.flows.hooks import HOOKS
-from ckptvault_prefect.flows.submitter import TaskSubmitter
+from ckptvault_prefect.runtime.hooks import HOOKS
+from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     load_config_task,

@@ -27,8 +27,8 @@ from ckptvault.restore.downloads import restore_into
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.result import RestoreResult
 from ckptvault.tiering.cost import load_prices
-from ckptvault_prefect.flows.hooks import HOOKS
-from ckptvault_prefect.flows.submitter import TaskSubmitter
+from ckptvault_prefect.runtime.hooks import HOOKS
+from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
     load_config_task,
     load_manifest_task,

@@ -23,7 +23,7 @@ from ckptvault.tiering.report import (
     render_text,
 )
 from ckptvault.tiering.result import TierResult
-from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     current_states_task,

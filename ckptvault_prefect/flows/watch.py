@@ -8,7 +8,7 @@ from prefect import flow
 
 from ckptvault.alerts.watch_inputs import WatchReport
 from ckptvault.catalog import Catalog
-from ckptvault_prefect.flows.hooks import HOOKS
+from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import current_states_task, load_config_task, open_store_task
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.watch import assess_task, load_alert_state_task

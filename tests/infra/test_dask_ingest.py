@@ -2,8 +2,8 @@
 (prefect-dask), against a real S3 server (SeaweedFS) and a real Prefect API over HTTP.
 
 Worker *processes*: each Dask worker is its own OS process that runs Prefect task runs and reports them
-to the test's Prefect server (PREFECT_API_URL is handed to the workers by ckptvault_prefect.flows.runners). The S3Store
-argument of every upload task is pickled to reach them (S3Store.__getstate__ drops the boto3 client;
+to the test's Prefect server (PREFECT_API_URL is handed to the workers by ckptvault_prefect.runtime.runners).
+The S3Store argument of every upload task is pickled to reach them (S3Store.__getstate__ drops the boto3 client;
 the worker builds its own). The same checkpoints ingested with the default thread-pool runner must give
 the same objects, byte for byte and CRC for CRC.
 """
@@ -52,7 +52,7 @@ def sources(tmp_path: Path) -> dict[tuple[str, int], Path]:
 @pytest.fixture
 def worker_stats(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
     """What each Dask worker did, read from the live cluster just before the flow shuts it down."""
-    from ckptvault_prefect.flows.runners import CkptvaultDaskTaskRunner
+    from ckptvault_prefect.runtime.runners import CkptvaultDaskTaskRunner
 
     seen: list[dict[str, Any]] = []
     original_exit = CkptvaultDaskTaskRunner.__exit__
@@ -128,7 +128,7 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
     processes: bool,
 ) -> None:
     from ckptvault_prefect.flows.ingest import ingest
-    from ckptvault_prefect.flows.runners import dask_task_runner, scratch_dir
+    from ckptvault_prefect.runtime.runners import dask_task_runner, scratch_dir
 
     roots = [(run, tmp_path / run, fmt) for run, fmt, _, _ in CHECKPOINTS]  # one checkpoint per run
     dask_bucket, plain_bucket = bucket_factory(creds), bucket_factory(creds)
@@ -183,7 +183,7 @@ def test_ingest_on_a_two_worker_dask_cluster_moves_the_same_bytes(
 def test_worker_processes_without_a_prefect_server_are_refused_early() -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from ckptvault_prefect.flows.runners import NoPrefectApiError, dask_task_runner
+    from ckptvault_prefect.runtime.runners import NoPrefectApiError, dask_task_runner
 
     runner = dask_task_runner(2, processes=True)
     with (

@@ -32,8 +32,8 @@ CKPTVAULT = str(Path(sys.executable).parent / "ckptvault")
 def test_serve_binds_the_ingest_deployment_to_the_configs_task_runner() -> None:
     from ckptvault.config import ScaleConfig
     from ckptvault_prefect.deployments.serve import served_flows
-    from ckptvault_prefect.flows.runners import CkptvaultDaskTaskRunner, task_runner_for
-    from ckptvault_prefect.flows.scale import choose_runner
+    from ckptvault_prefect.runtime.runners import CkptvaultDaskTaskRunner, task_runner_for
+    from ckptvault_prefect.runtime.scale import choose_runner
 
     address = "tcp://10.0.0.5:8786"
     choice = choose_runner(ScaleConfig(dask_address=address), address_flag=None, workers_flag=None, api_url="http://x/api")
@@ -98,8 +98,8 @@ def test_the_configured_runner_names_an_unreachable_scheduler_once_per_run(
 ) -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from ckptvault_prefect.flows.configured import ConfiguredTaskRunner
-    from ckptvault_prefect.flows.scale import SchedulerUnreachable
+    from ckptvault_prefect.runtime.configured import ConfiguredTaskRunner
+    from ckptvault_prefect.runtime.scale import SchedulerUnreachable
 
     address = f"tcp://127.0.0.1:{_closed_port()}"
     cfg = tmp_path / "c.toml"

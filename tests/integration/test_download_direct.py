@@ -22,7 +22,7 @@ import urllib3.connection
 
 from ckptvault.config import StoreConfig
 from ckptvault.store import S3Store, download
-from ckptvault.store.port import TransientStoreError
+from ckptvault.store.errors import TransientStoreError
 from tests.helpers import crc32c_b64
 
 MIB = 1024 * 1024

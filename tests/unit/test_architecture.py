@@ -1,6 +1,6 @@
 """The import rules of the layers, read from the source: a forbidden arrow fails here, not in review.
 
-Layers point down only: deployments -> flows -> tasks -> ckptvault (the first three in ckptvault_prefect).
+Layers point down only: deployments -> flows -> runtime -> tasks -> ckptvault (the first four in ckptvault_prefect).
 Inside the library, third-party dependencies stay in the one place that owns them, so that the rest
 imports (and its unit tests run) without them, and so that swapping one (another S3 client, another
 validator) touches one module.
@@ -43,6 +43,12 @@ RULES = (
         ("ckptvault_prefect.flows", "ckptvault_prefect.deployments"),
     ),
     Rule("flows do not import deployments", ("ckptvault_prefect.flows.",), ("ckptvault_prefect.deployments",)),
+    Rule("tasks do not import the runtime", ("ckptvault_prefect.tasks.",), ("ckptvault_prefect.runtime",)),
+    Rule(
+        "the runtime does not import flows or deployments",
+        ("ckptvault_prefect.runtime.",),
+        ("ckptvault_prefect.flows", "ckptvault_prefect.deployments"),
+    ),
     Rule("formats do not import the store", ("ckptvault.formats",), ("ckptvault.store",)),
     Rule("the store does not import formats", ("ckptvault.store",), ("ckptvault.formats",)),
     Rule(
@@ -160,3 +166,31 @@ def test_the_rules_see_every_kind_of_import(tmp_path: Path) -> None:
 def test_a_prefix_matches_whole_names_only(name: str) -> None:
     assert _matches(name, ("prefect", "prefect_dask"))
     assert not _matches("prefectish", ("prefect",))
+
+
+def test_the_runtime_sits_between_flows_and_tasks(tmp_path: Path) -> None:
+    """The Prefect layer's runtime (task runners, hooks, the submitter): flows and the command line
+    import it, it imports tasks, and never the other way."""
+    for top in (*SHIPPED, *(f"ckptvault_prefect/{p}" for p in ("tasks", "runtime", "flows", "deployments"))):
+        (tmp_path / top).mkdir()
+        (tmp_path / top / "__init__.py").write_text("")
+    layer = tmp_path / "ckptvault_prefect"
+    (layer / "runtime" / "hooks.py").write_text("from ckptvault_prefect.tasks import notify\n")
+    (layer / "runtime" / "up.py").write_text("from ckptvault_prefect.flows.ingest import ingest\n")
+    (layer / "runtime" / "top.py").write_text("def f():\n    from ..deployments import serve\n")
+    (layer / "tasks" / "down.py").write_text("from ckptvault_prefect.runtime import scale\n")
+    (layer / "flows" / "ingest.py").write_text("from ckptvault_prefect.runtime.hooks import HOOKS\n")
+    (tmp_path / "ckptvault_cli" / "running.py").write_text("from ckptvault_prefect.runtime.hooks import alert_failed\n")
+
+    assert set(violations(tmp_path)) == {
+        "ckptvault_prefect/runtime/top.py:2 imports ckptvault_prefect.deployments: "
+        "the runtime does not import flows or deployments",
+        "ckptvault_prefect/runtime/top.py:2 imports ckptvault_prefect.deployments.serve: "
+        "the runtime does not import flows or deployments",
+        "ckptvault_prefect/runtime/up.py:1 imports ckptvault_prefect.flows.ingest: "
+        "the runtime does not import flows or deployments",
+        "ckptvault_prefect/runtime/up.py:1 imports ckptvault_prefect.flows.ingest.ingest: "
+        "the runtime does not import flows or deployments",
+        "ckptvault_prefect/tasks/down.py:1 imports ckptvault_prefect.runtime: tasks do not import the runtime",
+        "ckptvault_prefect/tasks/down.py:1 imports ckptvault_prefect.runtime.scale: tasks do not import the runtime",
+    }

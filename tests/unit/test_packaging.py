@@ -41,7 +41,7 @@ def test_the_wheel_has_no_generic_top_level_package(wheel: Path) -> None:
     tops = {n.split("/", 1)[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == SHIPPED
     assert not tops & {"tasks", "flows", "deployments", "tests", "bench", "infra"}
-    for layer in ("tasks", "flows", "deployments"):
+    for layer in ("tasks", "runtime", "flows", "deployments"):
         assert f"ckptvault_prefect/{layer}/__init__.py" in names
     assert "ckptvault_prefect/deployments/prefect.yaml" in names  # serve.py and `prefect deploy` read it
     [top_level] = [n for n in names if n.endswith(".dist-info/top_level.txt")]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ckptvault.config import ConfigError, ScaleConfig, parse_config, parse_dask_address
-from ckptvault_prefect.flows.scale import RunnerChoice, RunnerChoiceError, choose_runner, for_restore
+from ckptvault_prefect.runtime.scale import RunnerChoice, RunnerChoiceError, choose_runner, for_restore
 
 API = "http://127.0.0.1:4200/api"
 BASE = '[store]\nbucket = "ckpts"\n'

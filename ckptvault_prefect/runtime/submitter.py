@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
 from ckptvault.submitter import Pending
-from ckptvault_prefect.flows.scale import pinned, worker_resources
+from ckptvault_prefect.runtime.scale import pinned, worker_resources
 from ckptvault_prefect.tasks.step import Step, in_direct_mode
 
 P = ParamSpec("P")

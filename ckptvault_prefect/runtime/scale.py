@@ -1,7 +1,7 @@
 """Which task runner an ingest pass gets, decided from the flags and `[scale]` (a pure function), and
 the one check that needs the network: the scheduler answers and has workers.
 
-Kept apart from ckptvault_prefect/flows/runners.py, which imports prefect-dask and distributed (~1 s): the default
+Kept apart from ckptvault_prefect/runtime/runners.py, which imports prefect-dask and distributed (~1 s): the default
 path (no Dask at all) decides here without paying for them.
 
 Precedence: a command-line flag wins over `[scale]`, and either flag replaces the whole section
@@ -20,15 +20,16 @@ from pathlib import Path
 from typing import Literal
 
 from ckptvault.config import ScaleConfig, parse_dask_address
+from ckptvault.errors import CkptvaultError
 
 RunnerKind = Literal["threads", "local", "cluster"]
 
 
-class RunnerChoiceError(ValueError):
+class RunnerChoiceError(CkptvaultError, ValueError):
     """The flags and [scale] do not name a runner that can work: the message says which and the fix."""
 
 
-class SchedulerUnreachable(RuntimeError):
+class SchedulerUnreachable(CkptvaultError, RuntimeError):
     """The Dask scheduler did not answer, or has no workers: the message names the address and the fix."""
 
 
@@ -147,7 +148,7 @@ def for_restore(choice: RunnerChoice, blind: Sequence[str], where: Path) -> Runn
     return RunnerChoice("threads", f"{choice.origin}, whose worker(s) {', '.join(blind)} do not see {where}")
 
 
-class ProbeError(RuntimeError):
+class ProbeError(CkptvaultError, RuntimeError):
     """The shared-destination check could not be made (the marker could not be written, or the
     cluster went away): the message names the path or the address."""
 
@@ -222,7 +223,7 @@ def worker_resources() -> list[dict[str, float]] | None:
 
     ctx = FlowRunContext.get()
     runner = ctx.task_runner if ctx is not None else None
-    if hasattr(runner, "resolved"):  # ckptvault_prefect.flows.configured: the runner the run's [scale] chose
+    if hasattr(runner, "resolved"):  # ckptvault_prefect.runtime.configured: the runner the run's [scale] chose
         runner = runner.resolved()  # type: ignore[union-attr]
     if runner is None or type(runner).__name__ not in ("DaskTaskRunner", "CkptvaultDaskTaskRunner"):
         return None

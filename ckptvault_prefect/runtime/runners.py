@@ -4,7 +4,7 @@ The default runner of `ingest` is a thread pool in the flow's process. When one 
 enough for the per-file upload tasks, run the same flow with a Dask task runner:
 
     from ckptvault_prefect.flows.ingest import ingest
-    from ckptvault_prefect.flows.runners import dask_task_runner
+    from ckptvault_prefect.runtime.runners import dask_task_runner
 
     ingest.with_options(task_runner=dask_task_runner(4, processes=True))(config_path="ckptvault.toml")
 
@@ -35,7 +35,8 @@ from typing import Any
 
 from prefect.settings import PREFECT_API_URL
 
-from ckptvault_prefect.flows.scale import RunnerChoice
+from ckptvault.errors import CkptvaultError
+from ckptvault_prefect.runtime.scale import RunnerChoice
 
 try:
     from prefect_dask.task_runners import DaskTaskRunner
@@ -52,7 +53,7 @@ def scratch_dir() -> str:
     return path
 
 
-class NoPrefectApiError(RuntimeError):
+class NoPrefectApiError(CkptvaultError, RuntimeError):
     """Dask worker processes need a running Prefect server to report their task runs to."""
 
 
@@ -111,7 +112,8 @@ def dask_task_runner(
 
 
 def task_runner_for(choice: RunnerChoice) -> CkptvaultDaskTaskRunner | None:
-    """The Dask task runner ckptvault_prefect.flows.scale.choose_runner decided on; None: keep the flow's own runner."""
+    """The Dask task runner ckptvault_prefect.runtime.scale.choose_runner decided on; None: keep the flow's
+    own runner."""
     if choice.kind == "local":
         return dask_task_runner(choice.workers, processes=choice.processes)
     if choice.kind == "cluster":
