@@ -61,7 +61,7 @@ def discover_once(root: Path) -> dict[str, float]:
 def plan_bench(n: int, reps: int) -> dict[str, Any]:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import PolicyConfig, TierStep
-    from ckptvault.tiering.cost import load_prices
+    from ckptvault.pricing import load_prices
     from ckptvault.tiering.policy import plan
 
     now = 2_000_000_000.0
@@ -182,7 +182,7 @@ def plan_mixed_bench(reps: int) -> dict[str, Any]:
     code path of the planner): the scenario of tests/unit/test_policy.py, formerly bound to 2 CPU s."""
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import PolicyConfig, TierStep
-    from ckptvault.tiering.cost import GB, load_prices
+    from ckptvault.pricing import GB, load_prices
     from ckptvault.tiering.policy import plan
 
     now, day = 2_000_000_000.0, 86400.0

@@ -11,8 +11,9 @@ from prefect.runtime import flow_run
 from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
+from ckptvault.pricing import load_prices
 from ckptvault.tiering.apply import Observation, Scheduled
-from ckptvault.tiering.cost import class_map, load_prices
+from ckptvault.tiering.cost import class_map
 from ckptvault.tiering.eviction import EvictionCheck
 from ckptvault.tiering.orders import EvictLocal, Expire, ScheduleTransition, orders, rules_to_install, tier_names
 from ckptvault.tiering.policy import Action

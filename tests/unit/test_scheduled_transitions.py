@@ -14,6 +14,7 @@ from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import PolicyConfig, TierStep
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
+from ckptvault.pricing import GB, load_prices
 from ckptvault.store import ObjectInfo
 from ckptvault.tiering.apply import (
     Observation,
@@ -24,7 +25,6 @@ from ckptvault.tiering.apply import (
     takes_effect,
     tier_rule,
 )
-from ckptvault.tiering.cost import GB, load_prices
 from ckptvault.tiering.policy import plan
 from ckptvault.tiering.report import applied_by_run, render_applied, render_markdown, render_text, scheduled_record
 
