@@ -35,17 +35,7 @@ from ckptvault.ingest.decision import (
 )
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.gates import ValidationReport
-from ckptvault.ingest.nodes import (
-    Gathered,
-    NodeError,
-    Placement,
-    checkpoint_rel,
-    list_node,
-    listing_timed_out,
-    merge,
-    require_workers,
-    validate_gathered,
-)
+from ckptvault.ingest.nodes import Gathered, checkpoint_rel, list_node, listing_timed_out, merge, validate_gathered
 from ckptvault.ingest.steps import (
     FileJob,
     Outcome,
@@ -59,7 +49,8 @@ from ckptvault.ingest.steps import (
     write_validation,
 )
 from ckptvault.manifest import Manifest
-from ckptvault.restore.plan import load_manifest
+from ckptvault.manifest_load import load_manifest
+from ckptvault.placement import NodeError, Placement, require_workers
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore
 from ckptvault.submitter import Submitter, settle

@@ -20,10 +20,11 @@ from ckptvault.catalog import Catalog, CheckpointState, newest_saves
 from ckptvault.checksum import file_crc32c
 from ckptvault.config import Compression, SourceConfig, ValidationRules
 from ckptvault.formats import read_metrics
-from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
+from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
 from ckptvault.ingest.gates import GateSubject, ValidationReport
 from ckptvault.ingest.nodes import node_path
 from ckptvault.ingest.structure import check_structure
+from ckptvault.local_files import LocalFile
 from ckptvault.manifest import (
     FIRST_SAVE,
     MANIFEST_NAME,
