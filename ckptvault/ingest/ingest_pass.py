@@ -214,7 +214,7 @@ class IngestPass:
             return base.with_result("present", d.message)
         if d.action == "invalid":
             if records_rejection(seen):
-                self._record([events.rejected(found, seen.problems or (), self.run_id, save=d.save)])
+                self._record([_rejected(found, seen.problems or (), self.run_id, save=d.save)])
             return base.with_result("invalid", d.message)
         jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
         sent = uploads.send(self.submit, self.cfg, store, found, jobs, d.save, placement)
@@ -258,7 +258,7 @@ class IngestPass:
         placement = p.placement.record() if p.placement is not None else None
         manifest = self.submit(commit_manifest, self.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
-        flagged = [events.rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
+        flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
         self._committed(manifest, flagged, d.changes)
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
@@ -289,6 +289,11 @@ class IngestPass:
 
     def _record(self, recorded: list[Event]) -> None:
         self.submit(Catalog.append, self.catalog, recorded)
+
+
+def _rejected(found: Found, problems: Sequence[str], flow_run: str, kind: str = "invalid", save: int = 1) -> Event:
+    return events.rejected(found.run, found.step, found.format, found.total_bytes, len(found.files),
+                           found.newest_mtime, problems, flow_run, kind, save)  # fmt: skip
 
 
 def _failed(found: Found, e: Exception) -> Outcome:
