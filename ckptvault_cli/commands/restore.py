@@ -142,7 +142,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
     start_prefect_note()
     import json
 
-    from ckptvault.outcomes import DrillFailed
+    from ckptvault.restore.drill import DrillFailed
     from ckptvault_prefect.flows.drill import drill
 
     process.imports_done()

@@ -17,9 +17,8 @@ from prefect.runtime import flow_run
 from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.outcomes import DrillFailed
 from ckptvault.progress import ProgressBar
-from ckptvault.restore.drill import DrillReport, DrillResult, Key, label, render_markdown
+from ckptvault.restore.drill import DrillFailed, DrillReport, DrillResult, Key, label, render_markdown
 from ckptvault.restore.steps import checkpoint_name
 from ckptvault_prefect.flows.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from ckptvault import events
 from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import ConfigError, parse_config
-from ckptvault.outcomes import DrillFailed
 from ckptvault.restore.drill import (
+    DrillFailed,
     DrillReport,
     DrillResult,
     coverage,
