@@ -61,7 +61,7 @@ def discover_once(root: Path) -> dict[str, float]:
 def plan_bench(n: int, reps: int) -> dict[str, Any]:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import PolicyConfig, TierStep
-    from ckptvault.tiering.cost import load_prices
+    from ckptvault.pricing import load_prices
     from ckptvault.tiering.policy import plan
 
     now = 2_000_000_000.0
@@ -182,7 +182,7 @@ def plan_mixed_bench(reps: int) -> dict[str, Any]:
     code path of the planner): the scenario of tests/unit/test_policy.py, formerly bound to 2 CPU s."""
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import PolicyConfig, TierStep
-    from ckptvault.tiering.cost import GB, load_prices
+    from ckptvault.pricing import GB, load_prices
     from ckptvault.tiering.policy import plan
 
     now, day = 2_000_000_000.0, 86400.0
@@ -273,8 +273,8 @@ def header_read_bench(reps: int) -> dict[str, Any]:
     """check_structure on a sparse 4 GiB safetensors file, which it judges by the header alone: the
     scenario of tests/unit/test_structure.py, formerly bound to 0.5 s. Cold page cache is not
     attempted: the file is sparse, so there is no data on disk to be cold."""
-    from ckptvault.ingest.discovery import LocalFile
     from ckptvault.ingest.structure import check_structure
+    from ckptvault.local_files import LocalFile
 
     n = 1 << 30  # 4 GiB of F32
     header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()

@@ -1,4 +1,7 @@
-"""Catalog events, one builder per thing that happens to a checkpoint: the flows record these."""
+"""Catalog events, one builder per thing that happens to a checkpoint: the flows record these.
+
+Every wing records through here, so a builder takes plain values (run, step, counts, strings) or the
+neutral records (a Manifest), never a wing's result type: this module imports no wing."""
 
 from __future__ import annotations
 
@@ -8,11 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckptvault.catalog import Event
-from ckptvault.ingest.discovery import Found
 from ckptvault.manifest import Manifest
-from ckptvault.restore.drill import DrillResult
-from ckptvault.tiering.apply import Observation, Scheduled
-from ckptvault.tiering.eviction import EvictionCheck
 
 
 def _detail(**fields: Any) -> str:
@@ -51,18 +50,30 @@ def superseded(run: str, step: int, save: int, reason: str, by_step: int, by_sav
                  detail=_detail(reason=reason, by_step=by_step, by_save=by_save), flow_run=flow_run)  # fmt: skip
 
 
-def rejected(found: Found, problems: Sequence[str], flow_run: str = "", kind: str = "invalid", save: int = 1) -> Event:
-    """`invalid` (quarantined: not uploaded) or `warned` (uploaded, flagged), with every reason."""
+def rejected(
+    run: str,
+    step: int,
+    fmt: str,
+    nbytes: int,
+    files: int,
+    newest_mtime: float,
+    problems: Sequence[str],
+    flow_run: str = "",
+    kind: str = "invalid",
+    save: int = 1,
+) -> Event:
+    """`invalid` (quarantined: not uploaded) or `warned` (uploaded, flagged), with every reason, of the
+    local checkpoint discovery found: `nbytes` in `files` files, the newest written at `newest_mtime`."""
     return Event(
         save=save,
-        run=found.run,
-        step=found.step,
+        run=run,
+        step=step,
         event=kind,
         at=time.time(),
-        format=found.format,
-        bytes=found.total_bytes,
-        files=len(found.files),
-        created_at=found.newest_mtime,
+        format=fmt,
+        bytes=nbytes,
+        files=files,
+        created_at=newest_mtime,
         detail=_detail(reasons=list(problems)),
         flow_run=flow_run,
     )
@@ -88,23 +99,34 @@ def evicted_local(run: str, step: int, reason: str, path: str, flow_run: str = "
 MAX_EVENT_FILES = 100
 
 
-def evict_skipped(check: EvictionCheck, reason: str, flow_run: str = "") -> Event:
-    """The re-check before an eviction found the local copy or the store differing from the manifest:
-    nothing was deleted. `reason` is the plan's (why it was due); `skipped` says why it was not done."""
+def evict_skipped(
+    run: str,
+    step: int,
+    save: int,
+    reason: str,
+    skipped: str,
+    path: str,
+    local: Sequence[object],
+    store: Sequence[object],
+    flow_run: str = "",
+) -> Event:
+    """The re-check before an eviction found the local copy at `path` or the store differing from the
+    manifest: nothing was deleted. `reason` is the plan's (why it was due); `skipped` says why it was not
+    done; `local` and `store` are the differences found (each recorded as its str)."""
     return Event(
-        run=check.run,
-        step=check.step,
-        save=check.save,
+        run=run,
+        step=step,
+        save=save,
         event="evict_skipped",
         at=time.time(),
         detail=_detail(
             reason=reason,
-            skipped=check.reason,
-            path=check.root,
-            local=[str(m) for m in check.local[:MAX_EVENT_FILES]],
-            store=[str(m) for m in check.store[:MAX_EVENT_FILES]],
-            local_count=len(check.local),
-            store_count=len(check.store),
+            skipped=skipped,
+            path=path,
+            local=[str(m) for m in local[:MAX_EVENT_FILES]],
+            store=[str(m) for m in store[:MAX_EVENT_FILES]],
+            local_count=len(local),
+            store_count=len(store),
         ),
         flow_run=flow_run,
     )
@@ -127,8 +149,10 @@ def transitioned(manifest: Manifest, to_class: str, reason: str, mode: str, flow
     )
 
 
-def transition_scheduled(manifest: Manifest, sched: Scheduled, reason: str, flow_run: str = "") -> Event:
-    """Server mode: the objects are tagged and a lifecycle rule will move them from `takes_effect` on.
+def transition_scheduled(
+    manifest: Manifest, rule: str, to_class: str, takes_effect: float, reason: str, flow_run: str = ""
+) -> Event:
+    """Server mode: the objects are tagged and lifecycle rule `rule` will move them from `takes_effect` on.
     No storage class here: the catalog keeps the one the objects are in until a listing shows the move."""
     return Event(
         run=manifest.run,
@@ -140,47 +164,39 @@ def transition_scheduled(manifest: Manifest, sched: Scheduled, reason: str, flow
         stored_bytes=_stored(manifest),
         files=len(manifest.files),
         detail=_detail(
-            reason=reason, mode="server", rule=sched.rule, to_class=sched.to_class, takes_effect=sched.takes_effect
+            reason=reason, mode="server", rule=rule, to_class=to_class, takes_effect=takes_effect
         ),
         flow_run=flow_run,
     )
 
 
-def transition_observed(obs: Observation, flow_run: str = "") -> Event:
-    """The listing shows the lifecycle engine moved a scheduled checkpoint: now the class changes. The
-    event's time is when it was seen, at most one tier run after the move, so minimum-duration charges
-    counted from it are overstated by that much, never understated."""
-    n, total = obs.classes.get(obs.scheduled_class, 0), sum(obs.classes.values())
+def transition_observed(
+    run: str, step: int, save: int, scheduled_class: str, classes: dict[str, int], flow_run: str = ""
+) -> Event:
+    """The listing shows the lifecycle engine moved a scheduled checkpoint (`classes`: its data objects
+    per class): now the class changes. The event's time is when it was seen, at most one tier run after
+    the move, so minimum-duration charges counted from it are overstated by that much, never understated."""
+    n, total = classes.get(scheduled_class, 0), sum(classes.values())
     return Event(
-        run=obs.run,
-        step=obs.step,
-        save=obs.save,
+        run=run,
+        step=step,
+        save=save,
         event="transitioned",
         at=time.time(),
-        storage_class=obs.scheduled_class,
+        storage_class=scheduled_class,
         detail=_detail(
-            reason=f"observed: {n} of {total} data objects in {obs.scheduled_class}",
+            reason=f"observed: {n} of {total} data objects in {scheduled_class}",
             mode="server",
-            observed=obs.classes,
+            observed=classes,
         ),
         flow_run=flow_run,
     )
 
 
-def drilled(results: Sequence[DrillResult], flow_run: str = "") -> list[Event]:
-    return [
-        Event(
-            run=r.run,
-            step=r.step,
-            save=r.save,
-            event="drilled",
-            at=time.time(),
-            ok=r.ok,
-            detail=r.detail(),
-            flow_run=flow_run,
-        )
-        for r in results
-    ]
+def drilled(run: str, step: int, save: int, ok: bool, detail: str, flow_run: str = "") -> Event:
+    """`detail`: the drill result's own JSON (ckptvault/restore/drill.py, DrillResult.detail)."""
+    return Event(run=run, step=step, save=save, event="drilled", at=time.time(), ok=ok, detail=detail,
+                 flow_run=flow_run)  # fmt: skip
 
 
 def restore_requested(

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.ingest.discovery import LocalFile
+from ckptvault.local_files import LocalFile
 from ckptvault.manifest import FileEntry
 
 # mtimes that differ by less than this are the same: a manifest's float mtime has been through JSON

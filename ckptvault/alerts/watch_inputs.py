@@ -11,7 +11,7 @@ from ckptvault.alerts.messages_health import catalog_unreadable_by_run
 from ckptvault.alerts.watch import AlertState, budget_alert, stale_runs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import SourceConfig
-from ckptvault.tiering.cost import PriceTable
+from ckptvault.pricing import PriceTable
 
 
 def latest_by_run(states: Sequence[CheckpointState]) -> tuple[dict[str, float | None], dict[str, int]]:

@@ -35,17 +35,7 @@ from ckptvault.ingest.decision import (
 )
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.gates import ValidationReport
-from ckptvault.ingest.nodes import (
-    Gathered,
-    NodeError,
-    Placement,
-    checkpoint_rel,
-    list_node,
-    listing_timed_out,
-    merge,
-    require_workers,
-    validate_gathered,
-)
+from ckptvault.ingest.nodes import Gathered, checkpoint_rel, list_node, listing_timed_out, merge, validate_gathered
 from ckptvault.ingest.steps import (
     FileJob,
     Outcome,
@@ -59,7 +49,8 @@ from ckptvault.ingest.steps import (
     write_validation,
 )
 from ckptvault.manifest import Manifest
-from ckptvault.restore.plan import load_manifest
+from ckptvault.manifest_load import load_manifest
+from ckptvault.placement import NodeError, Placement, require_workers
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore
 from ckptvault.submitter import Submitter, settle
@@ -223,7 +214,7 @@ class IngestPass:
             return base.with_result("present", d.message)
         if d.action == "invalid":
             if records_rejection(seen):
-                self._record([events.rejected(found, seen.problems or (), self.run_id, save=d.save)])
+                self._record([_rejected(found, seen.problems or (), self.run_id, save=d.save)])
             return base.with_result("invalid", d.message)
         jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
         sent = uploads.send(self.submit, self.cfg, store, found, jobs, d.save, placement)
@@ -267,7 +258,7 @@ class IngestPass:
         placement = p.placement.record() if p.placement is not None else None
         manifest = self.submit(commit_manifest, self.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
-        flagged = [events.rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
+        flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
         self._committed(manifest, flagged, d.changes)
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
@@ -298,6 +289,11 @@ class IngestPass:
 
     def _record(self, recorded: list[Event]) -> None:
         self.submit(Catalog.append, self.catalog, recorded)
+
+
+def _rejected(found: Found, problems: Sequence[str], flow_run: str, kind: str = "invalid", save: int = 1) -> Event:
+    return events.rejected(found.run, found.step, found.format, found.total_bytes, len(found.files),
+                           found.newest_mtime, problems, flow_run, kind, save)  # fmt: skip
 
 
 def _failed(found: Found, e: Exception) -> Outcome:

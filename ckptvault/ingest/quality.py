@@ -7,7 +7,7 @@ values become three small dataframes checked by three cached, parameterized expe
 each expectation's result becomes part of a `RuleResult` (gates.judge).
 
 Where it runs: by default (`[validation] isolate = true`) in a short-lived child process,
-`python -m ckptvault.ingest.quality_child`, one per validation, fed the pickled GatePlan on stdin and answering
+`python -m ckptvault.ingest.quality_child_main`, one per validation, fed the pickled GatePlan on stdin and answering
 the outcomes on stdout. GX with pandas, scipy and altair adds ~250 MiB to a process and Python never
 gives imported modules back: in the worker that would stay for its whole life and sit on top of the
 upload buffers. The child exits before the upload starts (ingest validates, then uploads), so the
@@ -37,7 +37,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ckptvault.errors import CkptvaultError
 from ckptvault.ingest import quality_child
 from ckptvault.ingest.gates import (
     INTERVAL,
@@ -58,20 +57,16 @@ from ckptvault.ingest.judging import RuleOutcome, judge
 from ckptvault.ingest.quality_child import LEAN_ENV as LEAN_ENV
 from ckptvault.ingest.quality_child import discard_prewarmed as discard_prewarmed
 from ckptvault.ingest.quality_child import prewarm as prewarm
+from ckptvault.ingest.quality_error import QualityError
 
 if TYPE_CHECKING:
     from ckptvault.catalog import CheckpointState
     from ckptvault.config import ValidationRules
     from ckptvault.manifest import Manifest
 
-__all__ = ["QualityError", "discard_prewarmed", "prewarm", "validate_candidate"]
+__all__ = ["discard_prewarmed", "prewarm", "validate_candidate"]
 
 _FLOAT_MAX = sys.float_info.max  # a finite bound: +-inf fall outside it, which is the point
-
-
-class QualityError(CkptvaultError, RuntimeError):
-    """Great Expectations failed to evaluate an expectation (a bug or a broken install, never a
-    verdict on the checkpoint). Callers must not treat it as a pass."""
 
 
 @dataclass

@@ -20,10 +20,11 @@ from ckptvault.catalog import Catalog, CheckpointState, newest_saves
 from ckptvault.checksum import file_crc32c
 from ckptvault.config import Compression, SourceConfig, ValidationRules
 from ckptvault.formats import read_metrics
-from ckptvault.ingest.discovery import DiscoveryResult, Found, LocalFile, discover
+from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
 from ckptvault.ingest.gates import GateSubject, ValidationReport
 from ckptvault.ingest.nodes import node_path
 from ckptvault.ingest.structure import check_structure
+from ckptvault.local_files import LocalFile
 from ckptvault.manifest import (
     FIRST_SAVE,
     MANIFEST_NAME,
@@ -34,6 +35,7 @@ from ckptvault.manifest import (
     checkpoint_prefix,
     fingerprint,
 )
+from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn, SentPart, SplitUpload
 
 CRC_TAG = "crc32c"
@@ -101,6 +103,17 @@ class Outcome:
 
     def with_save(self, save: int) -> Outcome:
         return replace(self, save=save)
+
+
+class IngestIncomplete(AlreadyAlerted):
+    """Some finished checkpoint ended neither uploaded nor already present."""
+
+    def __init__(self, outcomes: Sequence[Outcome]) -> None:
+        self.outcomes = list(outcomes)
+        bad = [o for o in self.outcomes if not o.ok]
+        lines = [f"{len(bad)} checkpoint(s) not uploaded:"]
+        lines += [f"  {o.run} step {o.step} ({o.format}): {o.result}: {o.message}" for o in bad]
+        super().__init__("\n".join(lines))
 
 
 def find_checkpoints(source: SourceConfig, now: float | None = None) -> DiscoveryResult:

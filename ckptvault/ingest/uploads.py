@@ -14,10 +14,11 @@ from typing import Any
 
 from ckptvault.config import Config
 from ckptvault.ingest.discovery import Found
-from ckptvault.ingest.nodes import Placement, jobs_by_node
+from ckptvault.ingest.nodes import jobs_by_node
 from ckptvault.ingest.split import is_split, largest_first, part_ranges
 from ckptvault.ingest.steps import FileJob, SentRange, abort_split, begin_split, finish_split, send_range, upload_one
 from ckptvault.manifest import FileEntry
+from ckptvault.placement import Placement
 from ckptvault.progress import ProgressBar
 from ckptvault.ranges import split_size
 from ckptvault.store import ObjectStore, SplitUpload

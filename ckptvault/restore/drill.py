@@ -39,6 +39,7 @@ from typing import Any
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.errors import InvalidArgumentError
+from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.restore import loadcheck
 
 DAY = 86400.0
@@ -264,6 +265,19 @@ class DrillReport:
             "pending": [{"run": run, "step": step, "save": save} for run, step, save in self.pending],
             "coverage": self.coverage.as_dict(),
         }
+
+
+class DrillFailed(AlreadyAlerted):
+    """At least one drilled checkpoint did not restore intact or did not load."""
+
+    def __init__(self, report: DrillReport) -> None:
+        # the whole drill report, so `drill --json` prints it for a failed drill too
+        self.report = report
+        bad = report.failed
+        lines = [f"{len(bad)} of {len(report.drilled)} drilled checkpoint(s) FAILED:"]
+        lines += [f"  {r.run} step {r.step}" + (f" save {r.save}" if r.save != 1 else "") + f": {list(r.problems)}"
+                  for r in bad]  # fmt: skip
+        super().__init__("\n".join(lines))
 
 
 def load_report(ckpt_path: Path) -> loadcheck.LoadReport:

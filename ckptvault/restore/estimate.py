@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from ckptvault import humanize
 from ckptvault.catalog import Event
 from ckptvault.manifest import Manifest
+from ckptvault.pricing import PriceTable
 from ckptvault.restore.plan import ObjectPlan
-from ckptvault.tiering.cost import PriceTable
 
 
 @dataclass(frozen=True)

@@ -47,14 +47,13 @@ from ckptvault.restore.load_result import FileCheck as FileCheck
 from ckptvault.restore.load_result import LoadReport as LoadReport
 from ckptvault.restore.pickle_check import check_torch_zip
 from ckptvault.restore.pickle_check import scan_pickle as scan_pickle
+from ckptvault.restore.safetensors_check import check_safetensors
 from ckptvault.restore.tensor_load import check_dcp_dir, check_orbax_item
 
 
 def _check_file(path: Path, rel: str) -> FileCheck:
     name = path.name
     if name.endswith(".safetensors"):
-        from ckptvault.restore.safetensors_check import check_safetensors  # needs FileCheck from here
-
         return check_safetensors(path, rel)
     if name.endswith(TORCH_SUFFIXES):
         if zipfile.is_zipfile(path):

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.config import Config
-from ckptvault.ingest.nodes import require_workers
 from ckptvault.manifest import Manifest
+from ckptvault.placement import require_workers
 from ckptvault.progress import ProgressBar
 from ckptvault.restore.nodes import (
     PartialRestoreError,

@@ -9,7 +9,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ckptvault.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix, safe_relpath
+from ckptvault import manifest_load
+from ckptvault.manifest import Manifest, ManifestError, checkpoint_prefix, safe_relpath
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.store import ObjectStore
 
@@ -38,13 +39,12 @@ class ObjectPlan:
 
 
 def load_manifest(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> Manifest:
-    key = checkpoint_prefix(prefix, run, step, save) + MANIFEST_NAME
+    """The manifest a restore, drill or tier pass acts on; an unreadable one is a RestoreError, the
+    error those passes' failure alerts have always named."""
     try:
-        return Manifest.from_json(store.get_bytes(key), key)
+        return manifest_load.load_manifest(store, prefix, run, step, save)
     except ManifestError as e:
-        raise RestoreError(
-            f"{e}. The checkpoint cannot be restored safely; run `ckptvault drill` to inspect it."
-        ) from None
+        raise RestoreError(str(e)) from None
 
 
 def _is_thawed(storage_class: str, restore_header: str | None) -> bool:

@@ -6,7 +6,7 @@ import json
 import struct
 from pathlib import Path
 
-from ckptvault.restore.loadcheck import FileCheck
+from ckptvault.restore.load_result import FileCheck
 
 # Dtypes numpy has no type for: safetensors' numpy reader refuses them ("data type 'bfloat16' not
 # understood"), so a healthy BF16 model would fail its drill. Their bytes are read raw instead; the

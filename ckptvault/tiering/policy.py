@@ -23,7 +23,8 @@ from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
 from ckptvault.errors import CkptvaultError
 from ckptvault.humanize import usd
-from ckptvault.tiering.cost import DAYS_PER_MONTH, GB, TIERS, CostSummary, Holding, PriceTable, class_map, summarize
+from ckptvault.pricing import DAYS_PER_MONTH, GB, PriceTable
+from ckptvault.tiering.cost import TIERS, CostSummary, Holding, class_map, summarize
 
 DAY = 86400.0
 ActionKind = Literal["keep", "transition", "expire", "evict_local", "skip"]

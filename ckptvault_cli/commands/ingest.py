@@ -20,7 +20,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # instead of after them; with nothing new to validate the flow stops it after discovery.
         quality.prewarm()
     start_prefect_note(force_prefect=choice.needs_prefect)
-    from ckptvault.outcomes import IngestIncomplete
+    from ckptvault.ingest.steps import IngestIncomplete
     from ckptvault_prefect.flows.ingest import ingest
 
     process.imports_done()

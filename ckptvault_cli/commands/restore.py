@@ -27,9 +27,9 @@ if TYPE_CHECKING:
 def cmd_restore(args: argparse.Namespace) -> int:
     cfg, store = preflight_store(args, need_sources=False)
     from ckptvault.catalog import Catalog
+    from ckptvault.pricing import load_prices
     from ckptvault.restore import from_manifests
     from ckptvault.restore import steps as lib
-    from ckptvault.tiering.cost import load_prices
 
     # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
     history = from_manifests.read_run(Catalog(store, cfg.store.prefix), args.run)
@@ -142,7 +142,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
     start_prefect_note()
     import json
 
-    from ckptvault.outcomes import DrillFailed
+    from ckptvault.restore.drill import DrillFailed
     from ckptvault_prefect.flows.drill import drill
 
     process.imports_done()

@@ -14,7 +14,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import time
 
     from ckptvault.catalog import Catalog
-    from ckptvault.tiering.cost import load_prices
+    from ckptvault.pricing import load_prices
     from ckptvault.tiering.policy import plan
     from ckptvault.tiering.report import plan_record, render_text
 

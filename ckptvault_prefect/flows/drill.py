@@ -17,9 +17,8 @@ from prefect.runtime import flow_run
 from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
-from ckptvault.outcomes import DrillFailed
 from ckptvault.progress import ProgressBar
-from ckptvault.restore.drill import DrillReport, DrillResult, Key, label, render_markdown
+from ckptvault.restore.drill import DrillFailed, DrillReport, DrillResult, Key, label, render_markdown
 from ckptvault.restore.steps import checkpoint_name
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
@@ -97,7 +96,8 @@ def drill(
             )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),)))
-    record_task(catalog, events.drilled(results, str(flow_run.id or "")))
+    run_id = str(flow_run.id or "")
+    record_task(catalog, [events.drilled(r.run, r.step, r.save, r.ok, r.detail(), run_id) for r in results])
     # Coverage after this drill's events: what the next drill starts from.
     cov = coverage_task(current_states_task(catalog), time.time(), n, cover_days, interval_days)
     pending_names = [label(*p) for p in pending]

@@ -13,8 +13,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
-from ckptvault.ingest.steps import Outcome
-from ckptvault.outcomes import IngestIncomplete
+from ckptvault.ingest.steps import IngestIncomplete, Outcome
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (

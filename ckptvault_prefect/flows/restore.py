@@ -21,12 +21,12 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from ckptvault import events, humanize
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
+from ckptvault.pricing import load_prices
 from ckptvault.progress import ProgressBar
 from ckptvault.ranges import split_size
 from ckptvault.restore.downloads import restore_into
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.result import RestoreResult
-from ckptvault.tiering.cost import load_prices
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (

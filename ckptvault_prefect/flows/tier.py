@@ -11,8 +11,9 @@ from prefect.runtime import flow_run
 from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
+from ckptvault.pricing import load_prices
 from ckptvault.tiering.apply import Observation, Scheduled
-from ckptvault.tiering.cost import class_map, load_prices
+from ckptvault.tiering.cost import class_map
 from ckptvault.tiering.eviction import EvictionCheck
 from ckptvault.tiering.orders import EvictLocal, Expire, ScheduleTransition, orders, rules_to_install, tier_names
 from ckptvault.tiering.policy import Action
@@ -63,7 +64,9 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
         # where the bucket lifecycle has moved scheduled checkpoints since: the plan starts from there
         observed = [o for o in observe_scheduled_task(store, prefix, states) if o.arrived]
         if observed:
-            record_task(catalog, [events.transition_observed(o, run_id) for o in observed])
+            seen = [events.transition_observed(o.run, o.step, o.save, o.scheduled_class, o.classes, run_id)
+                    for o in observed]  # fmt: skip
+            record_task(catalog, seen)
             states = current_states_task(catalog)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     t = now if now is not None else time.time()
@@ -95,13 +98,18 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             ev = evict_local_task(store, prefix, manifest)
             if not ev.evicted:
                 skipped.append(ev.check)
-                record_task(catalog, [events.evict_skipped(ev.check, a.reason, run_id)])
+                ch = ev.check
+                skip = events.evict_skipped(ch.run, ch.step, ch.save, a.reason, ch.reason, ch.root, ch.local, ch.store,
+                                            run_id)  # fmt: skip
+                record_task(catalog, [skip])
                 continue
             record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)])
         elif isinstance(order, ScheduleTransition):
             sched = tag_for_server_task(store, prefix, manifest, order.tier, order.milestone, order.rule)
             scheduled.append(sched)
-            record_task(catalog, [events.transition_scheduled(manifest, sched, a.reason, run_id)])
+            ev_sched = events.transition_scheduled(manifest, sched.rule, sched.to_class, sched.takes_effect, a.reason,
+                                                   run_id)  # fmt: skip
+            record_task(catalog, [ev_sched])
         else:
             transition_task(store, prefix, manifest, order.action.to_class or "", order.tier, order.milestone)
             record_task(catalog, [events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])

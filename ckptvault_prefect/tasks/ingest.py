@@ -13,9 +13,9 @@ from ckptvault.ingest import nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
 from ckptvault.manifest import FileEntry
-from ckptvault.restore.plan import load_manifest
+from ckptvault.manifest_load import load_manifest
 from ckptvault.store import ObjectStore, ProgressFn, SplitUpload
-from ckptvault_prefect.tasks.common import load_manifest_task, record_task
+from ckptvault_prefect.tasks.common import record_task
 from ckptvault_prefect.tasks.retry import io_task, local_task
 from ckptvault_prefect.tasks.step import Step
 
@@ -27,6 +27,10 @@ def ensure_bucket_rules_task(store: ObjectStore) -> bool:
 
 
 known_states_task = io_task("catalog-state")(lib.known_states)
+
+
+# the ingest's own read of a manifest (the other passes' load_manifest_task raises RestoreError)
+committed_manifest_task = io_task("load-manifest")(load_manifest)
 
 
 @local_task("discover", task_run_name="discover-{source.run}")
@@ -127,7 +131,7 @@ def publish_outcomes_task(outcomes: Sequence[lib.Outcome]) -> None:
 # submitter: the pass names the library function, and this is how Prefect runs it.
 STEPS: dict[Callable[..., Any], Step[..., Any]] = {
     Catalog.append: record_task,
-    load_manifest: load_manifest_task,
+    load_manifest: committed_manifest_task,
     lib.is_committed: is_committed_task,
     lib.validate_structure: validate_structure_task,
     nodes.validate_gathered: validate_gathered_task,

@@ -9,12 +9,12 @@ from typing import Any
 
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.manifest import Manifest
+from ckptvault.pricing import PriceTable
 from ckptvault.restore import drill as drill_lib
 from ckptvault.restore import from_manifests, ranged
 from ckptvault.restore import nodes as on_nodes
 from ckptvault.restore import steps as lib
 from ckptvault.store import ObjectStore
-from ckptvault.tiering.cost import PriceTable
 from ckptvault_prefect.tasks.retry import io_task, local_task
 from ckptvault_prefect.tasks.step import Step
 

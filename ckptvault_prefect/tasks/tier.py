@@ -8,10 +8,10 @@ from typing import Any
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
 from ckptvault.manifest import Manifest
+from ckptvault.pricing import PriceTable
 from ckptvault.store import ObjectStore
 from ckptvault.tiering import apply as tiering
 from ckptvault.tiering import eviction, policy
-from ckptvault.tiering.cost import PriceTable
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 

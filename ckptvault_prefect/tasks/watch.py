@@ -8,7 +8,7 @@ from ckptvault.alerts import sending as alerting
 from ckptvault.alerts import watch, watch_inputs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import Config
-from ckptvault.tiering.cost import load_prices
+from ckptvault.pricing import load_prices
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 load_alert_state_task = io_task("load-alert-state")(alerting.load_alert_state)

@@ -15,7 +15,7 @@ import pytest
 
 from ckptvault import humanize
 from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
-from ckptvault.outcomes import DrillFailed
+from ckptvault.restore.drill import DrillFailed
 from ckptvault_cli.synthetic import write_checkpoint, write_torch_zip
 from tests.integration.test_compressed_objects import decode_from_bucket
 

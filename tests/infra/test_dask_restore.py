@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.ingest.nodes import Placement
+from ckptvault.placement import Placement
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe

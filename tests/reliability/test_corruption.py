@@ -16,7 +16,7 @@ from typing import Any
 from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
-from ckptvault.outcomes import DrillFailed
+from ckptvault.restore.drill import DrillFailed
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config

@@ -4,6 +4,19 @@ Layers point down only: deployments -> flows -> runtime -> tasks -> ckptvault (t
 Inside the library, third-party dependencies stay in the one place that owns them, so that the rest
 imports (and its unit tests run) without them, and so that swapping one (another S3 client, another
 validator) touches one module.
+
+The library itself has three floors:
+- the wings, `ingest`, `restore` and `tiering`: each does one job and imports no other wing, so a
+  change inside one cannot break another and each can be read (and unit-tested) on its own;
+- `alerts`, a service below the wings, not a wing: ingest's pass raises alerts and every flow sends
+  them, and it reads only the catalog, the store and the price table (ckptvault/pricing.py), so it
+  imports no wing either;
+- the foundations every wing may import: `store`, `catalog`, `formats` and the root modules
+  (ckptvault/*.py: config, manifest, errors, events, local_files, placement, pricing, ...). They import
+  neither a wing nor alerts. A record two wings share (a local file, a node placement, a manifest read
+  back from the store) lives here, in a module named for it.
+And no import cycle among the library's modules (`test_the_library_has_no_import_cycle` says what
+counts as an edge).
 """
 
 from __future__ import annotations
@@ -17,6 +30,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("ckptvault", "ckptvault_cli", "ckptvault_prefect")
+WINGS = ("ckptvault.ingest", "ckptvault.restore", "ckptvault.tiering")
+# Every module directly in ckptvault/ is a foundation (a new one is, too), beside these packages.
+FOUNDATIONS = (
+    "ckptvault.catalog",
+    "ckptvault.formats",
+    "ckptvault.store",
+    *sorted(f"ckptvault.{p.stem}" for p in (ROOT / "ckptvault").glob("*.py") if p.stem != "__init__"),
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +78,7 @@ RULES = (
         ("boto3", "botocore", "s3transfer"),
         ("ckptvault/store/",),
     ),
-    Rule("pyarrow only in the catalog", SHIPPED, ("pyarrow",), ("ckptvault/catalog/", "ckptvault/catalog.py")),
+    Rule("pyarrow only in the catalog", SHIPPED, ("pyarrow",), ("ckptvault/catalog/",)),
     Rule(
         "great_expectations only in the quality module",
         SHIPPED,
@@ -71,6 +92,11 @@ RULES = (
         ("torch", "jax", "orbax", "deepspeed", "megatron", "transformers", "lightning"),
         ("ckptvault/restore/pickle_check.py", "ckptvault/restore/tensor_load.py"),
     ),
+    Rule("ingest imports no other wing", ("ckptvault.ingest",), ("ckptvault.restore", "ckptvault.tiering")),
+    Rule("restore imports no other wing", ("ckptvault.restore",), ("ckptvault.ingest", "ckptvault.tiering")),
+    Rule("tiering imports no other wing", ("ckptvault.tiering",), ("ckptvault.ingest", "ckptvault.restore")),
+    Rule("alerts, below the wings, imports none of them", ("ckptvault.alerts",), WINGS),
+    Rule("the foundations import no wing and not alerts", FOUNDATIONS, (*WINGS, "ckptvault.alerts")),
 )
 
 
@@ -81,26 +107,108 @@ def module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
+def _from_target(node: ast.ImportFrom, path: Path, root: Path) -> str:
+    """The module a `from ... import` reads from, a relative one resolved against the file's package."""
+    if not node.level:
+        return node.module or ""
+    package = module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[: len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: Path, root: Path) -> Iterator[tuple[int, str]]:
     """Every module this file imports, at any depth (inside functions and TYPE_CHECKING blocks too:
     a lazy import is still a dependency), relative imports resolved against the file's package."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = module_name(path, root).split(".")
-    if path.name != "__init__.py":
-        package = package[:-1]
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package[: len(package) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, path, root)
             yield node.lineno, target
             for alias in node.names:  # `from ckptvault import store` imports ckptvault.store
                 yield node.lineno, f"{target}.{alias.name}"
+
+
+def module_edges(root: Path, top: str = "ckptvault") -> dict[str, set[str]]:
+    """The modules under `top` each one imports when it runs (itself left out): what an import cycle is
+    made of. Unlike `imports_of`:
+    - `import P.m` is an edge to P.m; `from P import m` is an edge to P.m when that is a module, else (a
+      name defined in P) to P. Python imports a module's parent packages first however it is named, so
+      that edge is implicit and never counted: a submodule writing `from ckptvault.formats import _fs`
+      while formats/__init__.py imports that submodule is no cycle; one taking a name that
+      formats/__init__.py defines is.
+    - an import under `if TYPE_CHECKING:` is no edge: it never runs, so no import order can break on
+      it (the catalog's compaction naming the Catalog that calls it, the memory store's helpers naming
+      the MemoryStore). A lazy import inside a function runs, and is one."""
+    paths = sorted((root / top).rglob("*.py"))
+    modules = {module_name(p, root) for p in paths}
+
+    def owner(name: str) -> str:  # the module a dotted name is, or is defined in ("" outside `top`)
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    edges: dict[str, set[str]] = {}
+    for path in paths:
+        me = module_name(path, root)
+        out: set[str] = set()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        typing_only = {
+            id(node)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for statement in block.body
+            for node in ast.walk(statement)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                out.update(owner(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _from_target(node, path, root)
+                out.update(sub if (sub := f"{base}.{alias.name}") in modules else owner(base) for alias in node.names)
+        edges[me] = out - {me, ""}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return sorted(found)
 
 
 def _matches(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -123,7 +231,18 @@ def violations(root: Path, rules: tuple[Rule, ...] = RULES) -> list[str]:
 
 
 def test_the_shipped_code_keeps_every_import_rule() -> None:
-    assert violations(ROOT) == []
+    found = violations(ROOT)
+    assert not found, "\n".join(found)
+
+
+def test_the_library_has_no_import_cycle() -> None:
+    found = cycles(module_edges(ROOT))
+    assert not found, "import cycles (each the modules of one):\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_every_allowed_place_exists() -> None:
+    """An exemption for a file or folder that is gone is stale: it would silently allow a newcomer."""
+    assert [(r.name, a) for r in RULES for a in r.allowed_in if not (ROOT / a).exists()] == []
 
 
 def test_the_rules_see_every_kind_of_import(tmp_path: Path) -> None:
@@ -194,3 +313,81 @@ def test_the_runtime_sits_between_flows_and_tasks(tmp_path: Path) -> None:
         "ckptvault_prefect/tasks/down.py:1 imports ckptvault_prefect.runtime: tasks do not import the runtime",
         "ckptvault_prefect/tasks/down.py:1 imports ckptvault_prefect.runtime.scale: tasks do not import the runtime",
     }
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        for parent in reversed(path.relative_to(root).parents[:-1]):
+            if not (root / parent / "__init__.py").exists():
+                (root / parent).mkdir(exist_ok=True)
+                (root / parent / "__init__.py").write_text("")
+        path.write_text(text)
+
+
+def test_the_wing_rules_catch_an_arrow_between_wings_or_up_from_below(tmp_path: Path) -> None:
+    """The wing rules themselves: every forbidden arrow, written each way an import can be written."""
+    for top in SHIPPED:
+        (tmp_path / top).mkdir()
+        (tmp_path / top / "__init__.py").write_text("")
+    _tree(
+        tmp_path,
+        {
+            "ckptvault/ingest/ingest_pass.py": "from ckptvault.restore.plan import load_manifest\n",
+            "ckptvault/restore/nodes.py": "def f():\n    from ..ingest import nodes\n",
+            "ckptvault/tiering/apply.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    import ckptvault.restore\n",
+            "ckptvault/alerts/watch_inputs.py": "from ckptvault.tiering import cost\n",
+            "ckptvault/events.py": "from ckptvault.restore.drill import DrillResult\n",
+            "ckptvault/catalog/fold.py": "from ckptvault.alerts import kinds\n",
+            # allowed: a wing on the foundations and on alerts, a foundation on another, a wing on itself
+            "ckptvault/ingest/steps.py": "from ckptvault import alerts, events, placement\nfrom . import discovery\n",
+            "ckptvault/saves.py": "from ckptvault.local_files import LocalFile\nfrom ckptvault.catalog import Event\n",
+        },
+    )
+    got = violations(tmp_path)
+    assert set(got) == {
+        "ckptvault/alerts/watch_inputs.py:1 imports ckptvault.tiering: alerts, below the wings, imports none of them",
+        "ckptvault/alerts/watch_inputs.py:1 imports ckptvault.tiering.cost: "
+        "alerts, below the wings, imports none of them",
+        "ckptvault/catalog/fold.py:1 imports ckptvault.alerts: the foundations import no wing and not alerts",
+        "ckptvault/catalog/fold.py:1 imports ckptvault.alerts.kinds: the foundations import no wing and not alerts",
+        "ckptvault/events.py:1 imports ckptvault.restore.drill: the foundations import no wing and not alerts",
+        "ckptvault/events.py:1 imports ckptvault.restore.drill.DrillResult: "
+        "the foundations import no wing and not alerts",
+        "ckptvault/ingest/ingest_pass.py:1 imports ckptvault.restore.plan: ingest imports no other wing",
+        "ckptvault/ingest/ingest_pass.py:1 imports ckptvault.restore.plan.load_manifest: ingest imports no other wing",
+        "ckptvault/restore/nodes.py:2 imports ckptvault.ingest: restore imports no other wing",
+        "ckptvault/restore/nodes.py:2 imports ckptvault.ingest.nodes: restore imports no other wing",
+        "ckptvault/tiering/apply.py:3 imports ckptvault.restore: tiering imports no other wing",
+    }
+
+
+def test_the_cycle_check_catches_a_cycle_and_not_a_package_naming_its_submodule(tmp_path: Path) -> None:
+    """A genuine cycle (two modules, or a submodule taking a name its package defines) is found; a
+    package facade importing its submodules, which import each other through the package, is not one."""
+    _tree(
+        tmp_path,
+        {
+            "ckptvault/__init__.py": "",
+            # the facade: no cycle
+            "ckptvault/formats/__init__.py": "from ckptvault.formats import dcp\nfrom ckptvault.formats._fs import x\n",
+            "ckptvault/formats/_fs.py": "x = 1\n",
+            "ckptvault/formats/dcp.py": "from ckptvault.formats import _fs\n",
+            # a genuine cycle through a lazy import
+            "ckptvault/restore/loadcheck.py": "def f():\n    from ckptvault.restore.safetensors_check import g\n",
+            "ckptvault/restore/safetensors_check.py": "from ckptvault.restore.loadcheck import FileCheck\n",
+            # a back-reference for annotations only: no cycle
+            "ckptvault/catalog/__init__.py": "from ckptvault.catalog.eventlog import Catalog\n",
+            "ckptvault/catalog/eventlog.py": "from ckptvault.catalog import stats\nclass Catalog: ...\n",
+            "ckptvault/catalog/stats.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from ckptvault.catalog.eventlog import Catalog\n",
+            # a submodule taking a name the package defines, while the package imports it
+            "ckptvault/store/__init__.py": "from ckptvault.store.s3 import S3Store\nclass StoreError(Exception): ...\n",
+            "ckptvault/store/s3.py": "from . import StoreError\n",
+        },
+    )
+    assert cycles(module_edges(tmp_path)) == [
+        ["ckptvault.restore.loadcheck", "ckptvault.restore.safetensors_check"],
+        ["ckptvault.store", "ckptvault.store.s3"],
+    ]

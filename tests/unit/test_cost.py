@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ckptvault.config import PolicyConfig, TierStep
-from ckptvault.tiering.cost import GB, Holding, PriceError, PriceTable, class_map, load_prices, summarize
+from ckptvault.pricing import GB, PriceError, PriceTable, load_prices
+from ckptvault.tiering.cost import Holding, class_map, summarize
 from ckptvault.tiering.policy import plan
 from tests.unit.test_policy import DAY, NOW, ck
 

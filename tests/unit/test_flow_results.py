@@ -9,8 +9,7 @@ from dataclasses import replace
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.watch import AlertState
 from ckptvault.alerts.watch_inputs import WatchReport, WatchResult
-from ckptvault.outcomes import DrillFailed
-from ckptvault.restore.drill import Coverage, DrillReport, DrillResult
+from ckptvault.restore.drill import Coverage, DrillFailed, DrillReport, DrillResult
 from ckptvault.restore.result import RestoreResult
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.eviction import EvictionCheck, Mismatch

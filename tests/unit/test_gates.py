@@ -19,7 +19,7 @@ import pytest
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import ValidationRules, parse_config
 from ckptvault.formats.base import Candidate as LayoutCandidate
-from ckptvault.ingest.discovery import Found, LocalFile
+from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.gates import (
     INTERVAL,
     LOSS_FINITE,
@@ -37,6 +37,7 @@ from ckptvault.ingest.gates import (
 )
 from ckptvault.ingest.judging import RuleOutcome, judge
 from ckptvault.ingest.shards import missing_in_family, parse_shard
+from ckptvault.local_files import LocalFile
 from ckptvault.manifest import FileEntry, Manifest
 
 # --- builders (shared with test_quality.py) -------------------------------------------------------

@@ -18,7 +18,7 @@ from ckptvault.ingest.decision import (
     present_without_nodes,
     records_rejection,
 )
-from ckptvault.ingest.discovery import LocalFile
+from ckptvault.local_files import LocalFile
 from ckptvault.manifest import FileEntry
 from ckptvault.saves import FileDiff, diff_files, restart_point, superseded_by
 

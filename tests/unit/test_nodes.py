@@ -11,22 +11,20 @@ import pytest
 
 from ckptvault.config import ConfigError, parse_config
 from ckptvault.formats.base import Candidate
-from ckptvault.ingest.discovery import Found, LocalFile
+from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.nodes import (
     Gathered,
-    NodeError,
     NodeListing,
-    Placement,
     checkpoint_rel,
     jobs_by_node,
     list_node,
     merge,
-    missing_workers,
     node_path,
-    require_workers,
     validate_gathered,
 )
 from ckptvault.ingest.steps import FileJob
+from ckptvault.local_files import LocalFile
+from ckptvault.placement import NodeError, Placement, missing_workers, require_workers
 
 BASE = '[store]\nbucket = "ckpts"\n[[sources]]\nrun = "llm"\npath = "/nvme/ckpt"\nformat = "dcp"\n'
 DCP = r"__(?P<rank>\d+)_\d+\.distcp$"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import KeepBest, PolicyConfig, TierStep
-from ckptvault.tiering.cost import GB, PriceError, load_prices
+from ckptvault.pricing import GB, PriceError, load_prices
 from ckptvault.tiering.policy import Action, Plan, PlanError, milestones, plan
 
 DAY = 86400.0

@@ -363,22 +363,23 @@ assert "pandas" not in sys.modules, "pandas imported in the parent"
 
 
 def test_a_child_that_does_not_finish_is_an_error_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ckptvault.ingest import quality, quality_child
+    from ckptvault.ingest import quality_child
+    from ckptvault.ingest.quality_error import QualityError
     monkeypatch.setattr(quality_child, "CHILD_TIMEOUT", 0.05)
     run = Run()
-    with pytest.raises(quality.QualityError, match=r"did not finish within 0 s.*isolate = false"):
+    with pytest.raises(QualityError, match=r"did not finish within 0 s.*isolate = false"):
         validate_candidate(run.next(), run.history, run.previous, ValidationRules())
 
 
 def test_a_child_that_fails_is_an_error_naming_its_exit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from ckptvault.ingest import quality
+    from ckptvault.ingest.quality_error import QualityError
     broken = tmp_path / "python"
     broken.write_text("#!/bin/sh\necho 'ImportError: no module named great_expectations' >&2\nexit 3\n")
     broken.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(broken))  # a broken install, as seen by the child
     run = Run()
     said = r"child process exited with 3: ImportError: no module named.*can `import great_expectations`"
-    with pytest.raises(quality.QualityError, match=said):
+    with pytest.raises(QualityError, match=said):
         validate_candidate(run.next(), run.history, run.previous, ValidationRules())
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ckptvault.config import parse_config
-from ckptvault.ingest.nodes import Placement
 from ckptvault.manifest import Manifest, ManifestError, NodePlacement
+from ckptvault.placement import Placement
 from ckptvault.restore import nodes
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError

@@ -11,8 +11,8 @@ import pytest
 
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
-from ckptvault.ingest.nodes import Placement
 from ckptvault.manifest import Manifest
+from ckptvault.placement import Placement
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import plan
 from ckptvault.restore.node_local import restore_on_nodes

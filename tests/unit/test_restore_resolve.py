@@ -100,9 +100,9 @@ def test_throughput_is_the_newest_large_restore_or_passing_drill() -> None:
 
 def test_the_estimate_says_bytes_classes_thaw_download_and_cost() -> None:
     from ckptvault.manifest import FileEntry, Manifest
+    from ckptvault.pricing import load_prices
     from ckptvault.restore.estimate import estimate
     from ckptvault.restore.plan import ObjectPlan
-    from ckptvault.tiering.cost import load_prices
 
     gib = 2**30
     files = (FileEntry("a", 10 * gib, 1.0, "x"), FileEntry("b", 10 * gib, 1.0, "y"))

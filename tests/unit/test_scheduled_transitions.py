@@ -14,6 +14,7 @@ from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import PolicyConfig, TierStep
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
+from ckptvault.pricing import GB, load_prices
 from ckptvault.store import ObjectInfo
 from ckptvault.tiering.apply import (
     Observation,
@@ -24,7 +25,6 @@ from ckptvault.tiering.apply import (
     takes_effect,
     tier_rule,
 )
-from ckptvault.tiering.cost import GB, load_prices
 from ckptvault.tiering.policy import plan
 from ckptvault.tiering.report import applied_by_run, render_applied, render_markdown, render_text, scheduled_record
 
@@ -69,7 +69,7 @@ def verified_at(t: float) -> Event:
 
 def test_the_fold_keeps_the_old_class_until_the_move_is_seen() -> None:
     sched = Scheduled("r", 10, 2, "ckptvault-tier-cold-t", "GLACIER", NOW + 3 * DAY, 2, 30)
-    ev = events.transition_scheduled(manifest(), sched, "age 40 d", "fr")
+    ev = events.transition_scheduled(manifest(), sched.rule, sched.to_class, sched.takes_effect, "age 40 d", "fr")
     assert (ev.event, ev.storage_class, ev.save) == ("transition_scheduled", "", 2)
     assert json.loads(ev.detail)["rule"] == "ckptvault-tier-cold-t"
     ev = Event(**{**ev.__dict__, "at": 200.0})
@@ -78,7 +78,8 @@ def test_the_fold_keeps_the_old_class_until_the_move_is_seen() -> None:
     assert (s.scheduled_class, s.scheduled_at) == ("GLACIER", NOW + 3 * DAY)
 
     obs = Observation("r", 10, 2, "GLACIER", {"GLACIER": 2})
-    seen = Event(**{**events.transition_observed(obs, "fr2").__dict__, "at": 300.0})
+    observed = events.transition_observed(obs.run, obs.step, obs.save, obs.scheduled_class, obs.classes, "fr2")
+    seen = Event(**{**observed.__dict__, "at": 300.0})
     assert (seen.event, seen.storage_class) == ("transitioned", "GLACIER")
     (s,) = fold([verified_at(100.0), ev, seen])
     assert (s.storage_class, s.class_since) == ("GLACIER", 300.0)

@@ -180,7 +180,7 @@ def test_assess_is_the_whole_watch_decision() -> None:
     from ckptvault.alerts.watch_inputs import assess
     from ckptvault.catalog import Event, fold
     from ckptvault.config import SourceConfig
-    from ckptvault.tiering.cost import load_prices
+    from ckptvault.pricing import load_prices
 
     t0 = 1_000_000.0
     gb = 2**30
