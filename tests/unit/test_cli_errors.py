@@ -14,8 +14,8 @@ import pytest
 
 from ckptvault.config import ConfigError
 from ckptvault.errors import CkptvaultError
-from ckptvault.ingest.steps import Outcome
-from ckptvault.outcomes import AlreadyAlerted, IngestIncomplete
+from ckptvault.ingest.steps import IngestIncomplete, Outcome
+from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.store import StoreError
 from ckptvault_cli import main as cli_main
 from ckptvault_cli import running

@@ -172,7 +172,7 @@ def test_the_walk_finds_the_exceptions_it_should() -> None:
     assert {
         "ckptvault.errors.InvalidArgumentError",  # (CkptvaultError, ValueError)
         "ckptvault.store.errors.NotFoundError",  # through StoreError
-        "ckptvault.outcomes.DrillFailed",  # through AlreadyAlerted
+        "ckptvault.restore.drill.DrillFailed",  # through AlreadyAlerted, from another module
         "ckptvault_cli.preflight.UsageError",
         "ckptvault.catalog.layout._Vanished",
     } <= found
