@@ -92,6 +92,13 @@ up() {
     -s3.localSocket="$STATE_DIR/s3.sock" -filer.localSocket="$STATE_DIR/filer.sock"
   if ! wait_until $((SECONDS + READY_TIMEOUT)) "S3 on :$PORT (${READY_TIMEOUT}s limit)" "http_ready $URL" running; then
     log_tail "$LOG"
+    # weed has been seen exiting at start with nothing in its log (once, on a loaded CI box): its exit
+    # status (a signal shows as 128+N) is then the only clue, so say it.
+    local rc=0
+    if ! running; then
+      wait "$(<"$PIDFILE")" 2>/dev/null || rc=$?
+      say "weed exited with status $rc"
+    fi
     stop_pid "$PIDFILE" weed 2 || true
     exit 1
   fi
