@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv demo test test-fast check lint docs unit integration bench bench-catalog up down clean
+.PHONY: venv demo test test-fast check check-types check-unit lint docs unit integration bench bench-catalog up down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,7 +41,16 @@ test: lint docs
 	$(BIN)/pytest -q -rs --durations=30 -n $(WORKERS) --dist loadfile
 
 # The inner loop, no server: lint, types and the unit suite (the in-memory store, the architecture test).
-check: lint
+# mypy beside the unit suite rather than before it: with a cold mypy cache (58 s) one after the other
+# took 184 s here; each target's output is printed whole, in turn.
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(MAKE) --no-print-directory -j2 --output-sync=target check-types check-unit
+
+check-types: $(STAMP)
+	$(BIN)/mypy
+
+check-unit: $(STAMP)
 	$(BIN)/pytest -q -n $(WORKERS) tests/unit
 
 # One area against the real servers, picked by marker (pyproject.toml lists them): by default all but the
