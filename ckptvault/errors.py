@@ -20,3 +20,10 @@ class InvalidArgumentError(CkptvaultError, ValueError):
 
     A ValueError too, so callers and validators (pydantic turns a ValueError into a field error) that
     catch the standard exception keep working."""
+
+
+class AlreadyAlerted(CkptvaultError):
+    """A failure whose every part was alerted on by the flow itself: the failure hook stays quiet
+    rather than saying the same thing twice. The base of the errors that say how a pass ended
+    (ckptvault.ingest.steps.IngestIncomplete, ckptvault.restore.drill.DrillFailed), which the flow and
+    the command line report."""

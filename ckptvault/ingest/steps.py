@@ -19,6 +19,7 @@ from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
 from ckptvault.checksum import file_crc32c
 from ckptvault.config import Compression, SourceConfig, ValidationRules
+from ckptvault.errors import AlreadyAlerted
 from ckptvault.formats import read_metrics
 from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
 from ckptvault.ingest.gates import GateSubject, ValidationReport
@@ -35,7 +36,6 @@ from ckptvault.manifest import (
     checkpoint_prefix,
     fingerprint,
 )
-from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn, SentPart, SplitUpload
 
 CRC_TAG = "crc32c"

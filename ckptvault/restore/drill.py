@@ -38,8 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.errors import InvalidArgumentError
-from ckptvault.outcomes import AlreadyAlerted
+from ckptvault.errors import AlreadyAlerted, InvalidArgumentError
 from ckptvault.restore import loadcheck
 
 DAY = 86400.0

@@ -8,7 +8,7 @@ from typing import Any
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.sending import send_alerts
 from ckptvault.config import load_config
-from ckptvault.outcomes import AlreadyAlerted
+from ckptvault.errors import AlreadyAlerted
 from ckptvault.store import open_store
 from ckptvault_prefect.tasks.notify import load_secret
 

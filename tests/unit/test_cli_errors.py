@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from ckptvault.config import ConfigError
-from ckptvault.errors import CkptvaultError
+from ckptvault.errors import AlreadyAlerted, CkptvaultError
 from ckptvault.ingest.steps import IngestIncomplete, Outcome
-from ckptvault.outcomes import AlreadyAlerted
 from ckptvault.store import StoreError
 from ckptvault_cli import main as cli_main
 from ckptvault_cli import running
