@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptvault.catalog import CheckpointState
+from ckptvault import events
+from ckptvault.catalog import CheckpointState, Event
 from ckptvault.errors import AlreadyAlerted, InvalidArgumentError
 from ckptvault.restore import loadcheck
 
@@ -72,6 +73,10 @@ class DrillResult:
         return {"run": self.run, "step": self.step, "save": self.save, "ok": self.ok,
                 "seconds": round(self.seconds, 2), "problems": list(self.problems), "checks": list(self.checks),
                 "not_run": list(self.not_run)}  # fmt: skip
+
+    def event(self, flow_run: str = "") -> Event:
+        """The catalog's `drilled` event of this result."""
+        return events.drilled(self.run, self.step, self.save, self.ok, self.detail(), flow_run)
 
     def detail(self) -> str:
         mib_s = self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0

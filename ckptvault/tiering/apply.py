@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckptvault.catalog import CheckpointState
+from ckptvault import events
+from ckptvault.catalog import CheckpointState, Event
 from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import (
     MANIFEST_NAME,
@@ -158,6 +159,10 @@ class Scheduled:
     objects: int
     bytes: int
 
+    def event(self, manifest: Manifest, reason: str, flow_run: str = "") -> Event:
+        """The catalog's `transition_scheduled` event of `manifest`'s checkpoint, tagged for `reason`."""
+        return events.transition_scheduled(manifest, self.rule, self.to_class, self.takes_effect, reason, flow_run)
+
 
 def tag_for_server(
     store: ObjectStore,
@@ -229,6 +234,11 @@ class Observation:
     @property
     def majority(self) -> str | None:
         return majority_class(self.classes)
+
+    def event(self, flow_run: str = "") -> Event:
+        """The catalog's `transitioned` event of a move the lifecycle engine made (server mode)."""
+        return events.transition_observed(self.run, self.step, self.save, self.scheduled_class, self.classes,
+                                          flow_run)  # fmt: skip
 
     @property
     def arrived(self) -> bool:

@@ -12,6 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckptvault import events
+from ckptvault.catalog import Event
 from ckptvault.manifest import (
     CODEC_NONE,
     FileEntry,
@@ -64,6 +66,11 @@ class EvictionCheck:
     @property
     def ok(self) -> bool:
         return not self.local and not self.store
+
+    def skipped_event(self, reason: str, flow_run: str = "") -> Event:
+        """The catalog's `evict_skipped` event: the eviction `reason` planned it for was not done, and why."""
+        return events.evict_skipped(self.run, self.step, self.save, reason, self.reason, self.root, self.local,
+                                    self.store, flow_run)  # fmt: skip
 
     @property
     def reason(self) -> str:

@@ -14,7 +14,6 @@ from pathlib import Path
 from prefect import flow, unmapped
 from prefect.runtime import flow_run
 
-from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
 from ckptvault.progress import ProgressBar
@@ -97,7 +96,7 @@ def drill(
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),)))
     run_id = str(flow_run.id or "")
-    record_task(catalog, [events.drilled(r.run, r.step, r.save, r.ok, r.detail(), run_id) for r in results])
+    record_task(catalog, [r.event(run_id) for r in results])
     # Coverage after this drill's events: what the next drill starts from.
     cov = coverage_task(current_states_task(catalog), time.time(), n, cover_days, interval_days)
     pending_names = [label(*p) for p in pending]

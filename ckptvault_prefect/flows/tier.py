@@ -64,9 +64,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
         # where the bucket lifecycle has moved scheduled checkpoints since: the plan starts from there
         observed = [o for o in observe_scheduled_task(store, prefix, states) if o.arrived]
         if observed:
-            seen = [events.transition_observed(o.run, o.step, o.save, o.scheduled_class, o.classes, run_id)
-                    for o in observed]  # fmt: skip
-            record_task(catalog, seen)
+            record_task(catalog, [o.event(run_id) for o in observed])
             states = current_states_task(catalog)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     t = now if now is not None else time.time()
@@ -98,18 +96,13 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             ev = evict_local_task(store, prefix, manifest)
             if not ev.evicted:
                 skipped.append(ev.check)
-                ch = ev.check
-                skip = events.evict_skipped(ch.run, ch.step, ch.save, a.reason, ch.reason, ch.root, ch.local, ch.store,
-                                            run_id)  # fmt: skip
-                record_task(catalog, [skip])
+                record_task(catalog, [ev.check.skipped_event(a.reason, run_id)])
                 continue
             record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)])
         elif isinstance(order, ScheduleTransition):
             sched = tag_for_server_task(store, prefix, manifest, order.tier, order.milestone, order.rule)
             scheduled.append(sched)
-            ev_sched = events.transition_scheduled(manifest, sched.rule, sched.to_class, sched.takes_effect, a.reason,
-                                                   run_id)  # fmt: skip
-            record_task(catalog, [ev_sched])
+            record_task(catalog, [sched.event(manifest, a.reason, run_id)])
         else:
             transition_task(store, prefix, manifest, order.action.to_class or "", order.tier, order.milestone)
             record_task(catalog, [events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])

@@ -15,7 +15,6 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ckptvault import events
 from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import ConfigError, parse_config
 from ckptvault.restore.drill import (
@@ -44,9 +43,9 @@ def verified(run: str, step: int, at: float, *, save: int = 1, storage_class: st
 
 
 def drill_events(results: Sequence[DrillResult], at: float) -> list[Event]:
-    """What the flow records (events.drilled), on a simulated clock: the builder's own time.time() would
+    """What the flow records (DrillResult.event), on a simulated clock: the builder's own time.time() would
     make the order of two quick simulated drills depend on the machine's clock resolution."""
-    return [dataclasses.replace(events.drilled(r.run, r.step, r.save, r.ok, r.detail()), at=at) for r in results]
+    return [dataclasses.replace(r.event(), at=at) for r in results]
 
 
 def result(s: CheckpointState, ok: bool = True) -> DrillResult:
@@ -227,7 +226,7 @@ def test_two_saves_of_a_step_are_two_checkpoints_and_a_drill_marks_only_its_own(
 
 def test_drilled_events_carry_the_save() -> None:
     r = DrillResult("r", 200, 3, True, 1.0, 10)
-    e = events.drilled(r.run, r.step, r.save, r.ok, r.detail())
+    e = r.event()
     assert (e.run, e.step, e.save, e.event, e.ok) == ("r", 200, 3, "drilled", True)
 
 

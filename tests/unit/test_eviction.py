@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import ObjectInfo
@@ -130,10 +129,7 @@ def test_the_skip_is_recorded_alerted_and_reported_with_run_step_save_and_files(
     m = manifest()
     (p1, f1), _ = local_targets(m)
     check = eviction_check(m, BASE, {**same_locally(m), p1: LocalFile(7, f1.mtime, True)}, same_in_store(m))
-    ev = events.evict_skipped(
-        check.run, check.step, check.save, "older than the newest 2 verified", check.reason, check.root, check.local,
-        check.store, "fr-1"
-    )
+    ev = check.skipped_event("older than the newest 2 verified", "fr-1")
     assert (ev.event, ev.run, ev.step, ev.save, ev.flow_run) == ("evict_skipped", "r", 10, 2, "fr-1")
     assert str(p1) in ev.detail and "older than the newest 2" in ev.detail and "local files differ" in ev.detail
 

@@ -185,7 +185,7 @@ def test_a_drill_selects_restores_load_checks_and_records_the_newest_checkpoint(
         assert problems == []
         seconds = time.monotonic() - t0
         results.append(drill.DrillResult("r", chosen.step, chosen.save, True, seconds, manifest.total_bytes))
-    catalog.append([events.drilled(r.run, r.step, r.save, r.ok, r.detail()) for r in results])
+    catalog.append([r.event() for r in results])
     states = {s.step: s for s in catalog.current("r")}
     drilled = {c.step for c in selection.chosen}
     assert 600 in drilled

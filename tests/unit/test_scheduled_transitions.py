@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from ckptvault import events
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import CheckpointState, Event, fold
 from ckptvault.config import PolicyConfig, TierStep
@@ -69,7 +68,7 @@ def verified_at(t: float) -> Event:
 
 def test_the_fold_keeps_the_old_class_until_the_move_is_seen() -> None:
     sched = Scheduled("r", 10, 2, "ckptvault-tier-cold-t", "GLACIER", NOW + 3 * DAY, 2, 30)
-    ev = events.transition_scheduled(manifest(), sched.rule, sched.to_class, sched.takes_effect, "age 40 d", "fr")
+    ev = sched.event(manifest(), "age 40 d", "fr")
     assert (ev.event, ev.storage_class, ev.save) == ("transition_scheduled", "", 2)
     assert json.loads(ev.detail)["rule"] == "ckptvault-tier-cold-t"
     ev = Event(**{**ev.__dict__, "at": 200.0})
@@ -78,7 +77,7 @@ def test_the_fold_keeps_the_old_class_until_the_move_is_seen() -> None:
     assert (s.scheduled_class, s.scheduled_at) == ("GLACIER", NOW + 3 * DAY)
 
     obs = Observation("r", 10, 2, "GLACIER", {"GLACIER": 2})
-    observed = events.transition_observed(obs.run, obs.step, obs.save, obs.scheduled_class, obs.classes, "fr2")
+    observed = obs.event("fr2")
     seen = Event(**{**observed.__dict__, "at": 300.0})
     assert (seen.event, seen.storage_class) == ("transitioned", "GLACIER")
     (s,) = fold([verified_at(100.0), ev, seen])
