@@ -90,20 +90,7 @@ class Bench:
                 cmd = [py, str(BENCH / "lib_child.py"), "upload", str(cfg), str(STEP)]
             data_prefix = f"{prefix}/{RUN}/"
         elif tool == "awscli":
-            cmd = [
-                str(VENV_BIN / "aws"),
-                "--endpoint-url",
-                server.url,
-                "--region",
-                server.region,
-                "s3",
-                "cp",
-                "--recursive",
-                "--only-show-errors",
-                "--no-progress",
-                str(ck),
-                f"s3://{BUCKET}/{prefix}/",
-            ]
+            cmd = _aws_cp(server, str(ck), f"s3://{BUCKET}/{prefix}/")
             data_prefix = f"{prefix}/"
         elif tool == "s5cmd":
             cmd = [self.s5cmd, "--endpoint-url", server.url, "cp", f"{ck}/*", f"s3://{BUCKET}/{prefix}/"]
@@ -157,20 +144,7 @@ class Bench:
                 str(dest),
             ]
         elif tool == "awscli":
-            cmd = [
-                str(VENV_BIN / "aws"),
-                "--endpoint-url",
-                server.url,
-                "--region",
-                server.region,
-                "s3",
-                "cp",
-                "--recursive",
-                "--only-show-errors",
-                "--no-progress",
-                f"s3://{BUCKET}/{key_prefix}",
-                str(dest),
-            ]
+            cmd = _aws_cp(server, f"s3://{BUCKET}/{key_prefix}", str(dest))
         elif tool == "s5cmd":
             cmd = [self.s5cmd, "--endpoint-url", server.url, "cp", f"s3://{BUCKET}/{key_prefix}*", f"{dest}/"]
         elif tool == "boto3":
@@ -483,3 +457,21 @@ class Bench:
                 s.down()
         if not self.args.keep_scratch:
             subprocess.run(["rm", "-rf", str(self.scratch)], check=False)
+
+
+def _aws_cp(server: Server, src: str, dst: str) -> list[str]:
+    """awscli's recursive copy, quiet, against `server`: the peer command of both directions."""
+    return [
+        str(VENV_BIN / "aws"),
+        "--endpoint-url",
+        server.url,
+        "--region",
+        server.region,
+        "s3",
+        "cp",
+        "--recursive",
+        "--only-show-errors",
+        "--no-progress",
+        src,
+        dst,
+    ]

@@ -76,13 +76,13 @@ class Server:
 
     def up(self) -> None:
         self.started = True
-        r = test_servers._run(self.kind, "up", self.state, self._env(), timeout=300)
+        r = test_servers.run_script(self.kind, "up", self.state, self._env(), timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(r.args)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
 
     def down(self) -> None:
         if self.state.exists():
-            test_servers._run(self.kind, "clean", self.state, self._env(), timeout=120)
+            test_servers.run_script(self.kind, "clean", self.state, self._env(), timeout=120)
 
     def vacuum(self) -> None:
         """SeaweedFS keeps deleted bytes in its volumes until a vacuum: reclaim them between runs so the
@@ -149,4 +149,4 @@ def stop_leftovers(scratch: Path) -> None:
     for kind in ("seaweedfs", "ceph"):
         st = scratch / kind
         if st.exists():
-            test_servers._run(kind, "clean", st, {}, timeout=120)
+            test_servers.run_script(kind, "clean", st, {}, timeout=120)

@@ -173,9 +173,11 @@ def _script_env(state_dir: Path, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _run(
+def run_script(
     kind: str, action: str, state_dir: Path, extra: dict[str, str], timeout: float
 ) -> subprocess.CompletedProcess[str]:
+    """`infra/local/<kind>.sh <action>` on `state_dir`, with the scripts' own variables cleared from the
+    environment: how the suite and bench/servers.py start and stop every server."""
     script = SCRIPTS / SPECS[kind].script
     return subprocess.run(
         ["bash", str(script), action],
@@ -287,7 +289,7 @@ def start(kind: str, state_dir: Path, *, attempts: int = 3) -> RunningServer:
         extra.update(spec.test_env)
         t0 = time.monotonic()
         try:
-            proc = _run(kind, "up", state_dir, extra, timeout=spec.ready_timeout + 60)
+            proc = run_script(kind, "up", state_dir, extra, timeout=spec.ready_timeout + 60)
         except subprocess.TimeoutExpired as e:
             stop(kind, state_dir)
             raise ServerStartError(
@@ -312,7 +314,7 @@ def stop(kind: str, state_dir: Path) -> str:
     if not state_dir.exists():
         return ""
     try:
-        proc = _run(kind, "down", state_dir, dict(SPECS[kind].test_env), timeout=120)
+        proc = run_script(kind, "down", state_dir, dict(SPECS[kind].test_env), timeout=120)
     except subprocess.TimeoutExpired:
         return f"{kind}: `down` timed out"
     return f"{proc.stdout}{proc.stderr}".strip()
