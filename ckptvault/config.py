@@ -371,6 +371,26 @@ class DrillConfig(_Strict):
     )
 
 
+class LockConfig(_Strict):
+    """`[lock]`: S3 Object Lock on every committed save (docs/FORMAT.md, "Object Lock"); the bucket
+    must have been created with Object Lock."""
+
+    mode: Literal["off", "governance", "compliance"] = Field(
+        default="off",
+        description="`governance`: only credentials with s3:BypassGovernanceRetention may delete a locked save "
+        "early; `compliance`: nobody may, the root account included; `off`: no lock.",
+    )
+    days: Annotated[int, Field(ge=0, le=36_500)] = Field(
+        default=0,
+        description="Every object of a save and its manifest stay locked at least this many days after the "
+        "commit (at most 2 more); 0: no lock at upload.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+
 DASK_SCHEMES = ("tcp", "tls")
 
 
@@ -449,6 +469,7 @@ class Config(_Strict):
     notify: NotifyConfig = Field(default_factory=NotifyConfig, description="Alerts.")
     drill: DrillConfig = Field(default_factory=DrillConfig, description="Restore drills.")
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Scale-out on Dask.")
+    lock: LockConfig = Field(default_factory=LockConfig, description="Object Lock retention.")
     sha256: bool = Field(
         default=False,
         description="Also record each file's SHA-256 in the manifest (such files are never split into ranges).",

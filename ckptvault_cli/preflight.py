@@ -51,6 +51,15 @@ def preflight_store(args: argparse.Namespace, *, need_sources: bool) -> tuple[Co
         store.check_bucket()
     except StoreError as e:
         raise UsageError(str(e)) from None
+    if need_sources:  # a command that writes saves: their locks must hold (docs/FORMAT.md, "Object Lock")
+        from ckptvault.save_lock import lock_problem
+
+        try:
+            problem = lock_problem(cfg.lock, store)
+        except StoreError as e:
+            raise UsageError(str(e)) from None
+        if problem:
+            raise UsageError(problem)
     return cfg, store
 
 

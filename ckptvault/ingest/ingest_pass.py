@@ -42,6 +42,7 @@ from ckptvault.ingest.steps import (
     commit_manifest,
     is_committed,
     local_fingerprint,
+    lock_save,
     plan_upload,
     previous_verified,
     quality_gate,
@@ -51,8 +52,9 @@ from ckptvault.ingest.steps import (
 from ckptvault.manifest import Manifest
 from ckptvault.manifest_load import load_manifest
 from ckptvault.placement import NodeError, Placement, require_workers
+from ckptvault.save_lock import save_retention
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
-from ckptvault.store import ObjectStore
+from ckptvault.store import ObjectStore, Retention
 from ckptvault.submitter import Submitter, settle
 
 
@@ -68,6 +70,8 @@ class InFlight:
     sent: uploads.Sent
     placement: Placement | None  # a node-local source's: recorded in the manifest
     t0: float
+    store: ObjectStore  # the pass's store, writing with the save's Object Lock retention if [lock] is on
+    retention: Retention | None
 
 
 class IngestPass:
@@ -217,8 +221,11 @@ class IngestPass:
                 self._record([_rejected(found, seen.problems or (), self.run_id, save=d.save)])
             return base.with_result("invalid", d.message)
         jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
-        sent = uploads.send(self.submit, self.cfg, store, found, jobs, d.save, placement)
-        return InFlight(base, found, d, seen.warnings, jobs, sent, placement, t0)
+        # One retain-until date per save, from when its upload starts (ckptvault/save_lock.py)
+        retention = save_retention(self.cfg.lock, time.time())
+        locked = store.with_retention(retention) if retention is not None else store
+        sent = uploads.send(self.submit, self.cfg, locked, found, jobs, d.save, placement)
+        return InFlight(base, found, d, seen.warnings, jobs, sent, placement, t0, locked, retention)
 
     def _validate(
         self, found: Found, save: int, gathered: Gathered | None, placement: Placement | None
@@ -252,11 +259,13 @@ class IngestPass:
         found, d, base = p.found, p.decision, p.base
         errors = settle(p.sent.calls())
         if errors:
-            uploads.abort(self.submit, self.store, p.sent.splits)
+            uploads.abort(self.submit, p.store, p.sent.splits)
             return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
-        entries = [f.result() for f in p.sent.files] + uploads.complete(self.submit, self.store, p.sent.splits)
+        entries = [f.result() for f in p.sent.files] + uploads.complete(self.submit, p.store, p.sent.splits)
         placement = p.placement.record() if p.placement is not None else None
-        manifest = self.submit(commit_manifest, self.store, self.cfg.store.prefix, found, entries, d.save, placement)
+        if p.retention is not None:  # the manifest is written with the lock; the data must hold it too
+            self.submit(lock_save, p.store, p.retention, self.cfg.lock.days, p.jobs)
+        manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
         self._committed(manifest, flagged, d.changes)

@@ -36,7 +36,16 @@ from ckptvault.manifest import (
     checkpoint_prefix,
     fingerprint,
 )
-from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, ProgressFn, SentPart, SplitUpload
+from ckptvault.save_lock import to_extend
+from ckptvault.store import (
+    ObjectInfo,
+    ObjectStore,
+    PreconditionFailedError,
+    ProgressFn,
+    Retention,
+    SentPart,
+    SplitUpload,
+)
 
 CRC_TAG = "crc32c"
 # Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
@@ -362,6 +371,17 @@ def _mode(path: Path) -> int | None:
         return stat.S_IMODE(os.stat(path).st_mode)
     except OSError:
         return None  # the upload that follows reports the file; the manifest just omits the mode
+
+
+def lock_save(store: ObjectStore, retention: Retention, days: int, jobs: Sequence[FileJob]) -> int:
+    """Raise to `retention` the lock of each object of a save that needs it before its manifest
+    commits (ckptvault.save_lock.to_extend: objects a killed pass sent, or all after a long upload).
+    Returns how many were raised."""
+    reused = [j.key for j in jobs if not j.upload or j.stored is not None or j.check_crc32c is not None]
+    kept = set(reused)
+    sent = [j.key for j in jobs if j.key not in kept]
+    keys = to_extend(retention, days, time.time(), reused, sent)
+    return sum(store.extend_retention(k, retention) for k in keys)
 
 
 def commit_manifest(

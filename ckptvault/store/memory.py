@@ -49,9 +49,11 @@ from ckptvault.store.port import (
     Capabilities,
     FetchedRange,
     LifecycleRules,
+    LockStatus,
     ObjectInfo,
     ProgressFn,
     RestoreState,
+    Retention,
     SentPart,
     SplitUpload,
     TransferConfig,
@@ -85,6 +87,8 @@ class _Object:
     tags: dict[str, str]
     restore_ready: float | None = None  # when the RestoreObject in flight completes
     restore_expiry: float | None = None  # until when the restored copy is readable
+    retention: Retention | None = None
+    legal_hold: bool = False
 
 
 class MemoryStore:
@@ -100,6 +104,7 @@ class MemoryStore:
         clock: Callable[[], float] = time.time,
         storage_classes: Iterable[str] = AWS_STORAGE_CLASSES,
         page_size: int = 1000,
+        object_lock: bool = False,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -108,6 +113,11 @@ class MemoryStore:
         self.clock = clock
         self.storage_classes = frozenset(storage_classes) | {"STANDARD"}
         self.page_size = page_size
+        # A bucket created with Object Lock. There are no versions here: a delete of a locked object
+        # is refused, as S3 refuses the delete of its version (a delete without a version id on S3
+        # only hides the locked version behind a delete marker).
+        self.object_lock = object_lock
+        self.retention: Retention | None = None
         self.lock = threading.RLock()  # one lock for all state, the multipart uploads' too
         self._objects: dict[str, _Object] = {}
         self._keys: list[str] = []  # sorted, for listings that page from a cursor as S3's do
@@ -127,6 +137,28 @@ class MemoryStore:
         other.__dict__.update(self.__dict__)  # the same lock, dicts and lists, each only mutated in place
         other.prefix = prefix.strip("/")
         return other
+
+    def with_retention(self, retention: Retention | None) -> MemoryStore:
+        other = self.under(self.prefix)
+        other.retention = retention
+        return other
+
+    def lock_status(self) -> LockStatus:
+        return LockStatus(enabled=self.object_lock)
+
+    def probe_lock_enforced(self) -> str | None:
+        return None if self.object_lock else "the bucket has no Object Lock"
+
+    def extend_retention(self, key: str, retention: Retention) -> bool:
+        with self.lock:
+            obj = self._get(key, "extending the retention of")
+            if obj.retention is not None and obj.retention.until >= retention.until:
+                return False
+            obj.retention = retention
+            return True
+
+    def _locked(self, obj: _Object) -> bool:
+        return obj.legal_hold or (obj.retention is not None and obj.retention.until_ts > self.clock())
 
     def __getstate__(self) -> NoReturn:
         raise TypeError(
@@ -193,6 +225,8 @@ class MemoryStore:
                 metadata=dict(obj.metadata),
                 restore=self._restore_header(obj, self.clock()),
                 server_crc32c=to_b64(obj.crc),
+                retention=obj.retention,
+                legal_hold=obj.legal_hold,
             )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -243,9 +277,11 @@ class MemoryStore:
             bisect.insort(self._keys, key)
         self._objects[key] = obj
 
-    def commit(self, key: str, data: bytes, crc: int, tag: str, tags: dict[str, str]) -> None:
+    def commit(
+        self, key: str, data: bytes, crc: int, tag: str, tags: dict[str, str], retention: Retention | None = None
+    ) -> None:
         """A completed multipart upload becomes the object (call with the lock held)."""
-        self._store(key, _Object(data, crc, tag, "STANDARD", self.clock(), {}, tags))
+        self._store(key, _Object(data, crc, tag, "STANDARD", self.clock(), {}, tags, retention=retention))
 
     def put_bytes(
         self,
@@ -269,17 +305,28 @@ class MemoryStore:
                     f"writing {self.where(key)}: the object already exists (If-None-Match: *)"
                 )
             meta = {"crc32c": to_b64(crc)}  # as S3Store writes it; content_type is not metadata
-            self._store(key, _Object(bytes(data), crc, etag(data), "STANDARD", self.clock(), meta, checked))
+            obj = _Object(
+                bytes(data), crc, etag(data), "STANDARD", self.clock(), meta, checked, retention=self.retention
+            )
+            self._store(key, obj)
 
     def delete(self, key: str) -> None:
         with self.lock:
+            obj = self._objects.get(key)
+            if obj is not None and self._locked(obj):
+                until = f"until {obj.retention.until:%Y-%m-%d %H:%M} UTC" if obj.retention else "by a legal hold"
+                raise StoreError(f"deleting {self.where(key)}: the object is locked {until} (AccessDenied)")
             if self._objects.pop(key, None) is not None:
                 del self._keys[bisect.bisect_left(self._keys, key)]
 
     def delete_many(self, keys: Sequence[str]) -> dict[str, str]:
-        for k in keys:  # one request per DELETE_BATCH keys in S3; nothing here can fail one key
-            self.delete(k)
-        return {}
+        failed = {}
+        for k in keys:  # one request per DELETE_BATCH keys in S3; only a lock fails one key here
+            try:
+                self.delete(k)
+            except StoreError as e:
+                failed[k] = str(e)
+        return failed
 
     def abort_multipart_uploads(self, prefix: str, older_than: float | None = None) -> int:
         return self.uploads.abort_all(prefix, older_than)

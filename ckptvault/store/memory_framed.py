@@ -38,7 +38,7 @@ def upload_framed(
     before = os.stat(path)
     enc, frames = codec.encode_file(path, typesize, sha256=sha256)
     stored = StreamHasher()
-    upload_id = store.uploads.create(key, tags=tags)
+    upload_id = store.uploads.create(key, tags=tags, retention=store.retention)
     parts: list[tuple[int, str]] = []
     try:
         pending, covered = bytearray(), 0

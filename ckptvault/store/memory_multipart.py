@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
 from ckptvault.store.errors import ChecksumMismatchError, NotFoundError, StoreError
 from ckptvault.store.limits import MAX_PARTS, MIN_PART
-from ckptvault.store.port import ObjectInfo
+from ckptvault.store.port import ObjectInfo, Retention
 
 if TYPE_CHECKING:
     from ckptvault.store.memory import MemoryStore
-
 
 
 def etag(data: bytes) -> str:
@@ -47,6 +46,7 @@ class _Pending:
     key: str
     initiated: float
     tags: dict[str, str]
+    retention: Retention | None = None  # as S3 takes it: at CreateMultipartUpload
     parts: dict[int, tuple[bytes, str]] = field(default_factory=dict)  # number -> (bytes, ETag)
 
 
@@ -58,11 +58,11 @@ class Uploads:
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)
 
-    def create(self, key: str, *, tags: Mapping[str, str] | None = None) -> str:
+    def create(self, key: str, *, tags: Mapping[str, str] | None = None, retention: Retention | None = None) -> str:
         checked = self._store.check_tags(key, tags or {})
         with self._store.lock:
             upload_id = f"memory-upload-{next(self._ids)}"
-            self._pending[upload_id] = _Pending(key, self._store.clock(), checked)
+            self._pending[upload_id] = _Pending(key, self._store.clock(), checked, retention)
             return upload_id
 
     def _get(self, key: str, upload_id: str) -> _Pending:
@@ -112,7 +112,7 @@ class Uploads:
                 raise ChecksumMismatchError(
                     f"completing {where}: the assembled object's CRC32C is {to_b64(crc)}, not {crc32c} (BadDigest)"
                 )
-            self._store.commit(key, b"".join(pieces), crc, multipart_etag(pieces), up.tags)
+            self._store.commit(key, b"".join(pieces), crc, multipart_etag(pieces), up.tags, up.retention)
             del self._pending[upload_id]
             info = self._store.head(key)
         assert info is not None  # written above, under the lock

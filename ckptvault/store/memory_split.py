@@ -28,7 +28,7 @@ def begin(
     store: MemoryStore, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None
 ) -> SplitUpload:
     part_size = part_size_for(size, store.transfer.part_size)
-    upload_id = store.uploads.create(key, tags=tags)
+    upload_id = store.uploads.create(key, tags=tags, retention=store.retention)
     return SplitUpload(key, upload_id, str(path), size, mtime, part_size, tuple(sorted((tags or {}).items())))
 
 

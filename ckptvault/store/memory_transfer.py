@@ -83,7 +83,7 @@ def upload_file(
             assert info is not None
             return UploadResult(key, size, hasher.crc32c_b64, hasher.sha256_hex, info.etag, 0, True)
         part_size = part_size_for(size, transfer.part_size)
-        upload_id = store.uploads.create(key, tags=tags)
+        upload_id = store.uploads.create(key, tags=tags, retention=store.retention)
         try:
             parts: list[tuple[int, str]] = []
             for number, offset in enumerate(range(0, size, part_size), start=1):

@@ -23,6 +23,7 @@ from ckptvault.store.upload_request import (
     BufferReader,
     UploadRequest,
     check_unchanged,
+    integrity,
     part_size_for,
     read_exactly,
     tagging,
@@ -147,6 +148,7 @@ def upload_part(
                 Body=cast(IO[bytes], BufferReader(view)),
                 ContentLength=len(view),
                 **extra,
+                **integrity(req, view),
             )
         except Exception as e:
             raise translate(

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.limits import MAX_PART, MIN_PART
@@ -45,6 +46,42 @@ class Capabilities:
     kind: str = "unknown"  # aws | ceph | seaweedfs | minio | moto | unknown (configured or detected)
 
 
+LockMode = Literal["GOVERNANCE", "COMPLIANCE"]
+
+
+@dataclass(frozen=True)
+class Retention:
+    """S3 Object Lock retention of an object version: deletable by nobody (COMPLIANCE) or only with
+    s3:BypassGovernanceRetention (GOVERNANCE) until `until` (docs/FORMAT.md, "Object Lock")."""
+
+    mode: LockMode
+    until: datetime  # timezone-aware, UTC
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("GOVERNANCE", "COMPLIANCE"):
+            raise InvalidArgumentError(f"an Object Lock mode is GOVERNANCE or COMPLIANCE, not {self.mode!r}")
+        if self.until.tzinfo is None:
+            raise InvalidArgumentError(f"a retain-until date must carry its time zone: {self.until.isoformat()}")
+
+    @property
+    def until_ts(self) -> float:
+        return self.until.timestamp()
+
+    @classmethod
+    def of(cls, mode: str, until: datetime) -> Retention:
+        """From a server's or a config's spelling of the mode (any case); the date converted to UTC."""
+        return cls(cast(LockMode, mode.upper()), until.astimezone(UTC))
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """A bucket's Object Lock configuration (GetObjectLockConfiguration)."""
+
+    enabled: bool
+    default_mode: str | None = None  # the bucket's default retention, applied to writes without a lock
+    default_days: int | None = None  # in days (a default given in years is converted, 365 days each)
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     key: str
@@ -58,6 +95,8 @@ class ObjectInfo:
     # (single-part object, or multipart with ChecksumType FULL_OBJECT); only filled by head()
     server_crc32c: str | None = None
     archive_status: str | None = None  # Intelligent-Tiering ARCHIVE_ACCESS / DEEP_ARCHIVE_ACCESS
+    retention: Retention | None = None  # Object Lock retention of this version; only filled by head()
+    legal_hold: bool = False  # only filled by head()
 
     @property
     def crc32c(self) -> str | None:
@@ -196,6 +235,33 @@ class ObjectStore(Protocol):
 
     def check_bucket(self) -> None:
         """Raise StoreError naming the endpoint/bucket and the fix if it is unreachable or missing."""
+        ...
+
+    # The Object Lock retention every object version this store creates gets (PutObject,
+    # CreateMultipartUpload), or None: with_retention returns a store of the same bucket writing with it.
+    retention: Retention | None
+
+    def with_retention(self, retention: Retention | None) -> ObjectStore:
+        """This store (same bucket, client and probe), writing every new object with `retention`:
+        the lock is on the object from its first byte, never set afterwards. Where the server does
+        not validate CRC32C checksums, each locked write carries Content-MD5 (S3 requires one or the
+        other on a locked write)."""
+        ...
+
+    def lock_status(self) -> LockStatus:
+        """The bucket's Object Lock configuration; `enabled` False where it has none (or the server
+        has no Object Lock)."""
+        ...
+
+    def probe_lock_enforced(self) -> str | None:
+        """Write one object under the probe prefix in GOVERNANCE mode for 60 s and delete that version
+        by its id without the bypass: None if the server refused (it enforces the lock), else what it
+        did instead. The probe object is then removed with the bypass where the credentials allow."""
+        ...
+
+    def extend_retention(self, key: str, retention: Retention) -> bool:
+        """Raise the object's (current version's) retention to `retention` (PutObjectRetention);
+        never shortens it: False, and nothing written, if it is already locked at least that long."""
         ...
 
     def head(self, key: str) -> ObjectInfo | None:

@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
-from ckptvault.store import download, lifecycle, multipart, split_upload, upload
+from ckptvault.store import download, lifecycle, multipart, object_lock, split_upload, upload
 from ckptvault.store.botocore_errors import error_code, http_status, translate
 from ckptvault.store.errors import ChecksumMismatchError, NotFoundError, PreconditionFailedError, StoreError
 from ckptvault.store.limits import DELETE_BATCH
@@ -23,9 +23,11 @@ from ckptvault.store.port import (
     ARCHIVE_CLASSES,
     FetchedRange,
     LifecycleRules,
+    LockStatus,
     ObjectInfo,
     ProgressFn,
     RestoreState,
+    Retention,
     SentPart,
     SplitUpload,
     UploadResult,
@@ -49,6 +51,7 @@ class S3Store(S3Connection):
         except Exception as e:
             raise self._err(e, "reading metadata of", key) from e
         etag = str(h.get("ETag", ""))
+        retention, hold = object_lock.from_head(h)
         server = h.get("ChecksumCRC32C")
         whole_object = h.get("ChecksumType") == "FULL_OBJECT" or "-" not in etag
         return ObjectInfo(
@@ -61,6 +64,8 @@ class S3Store(S3Connection):
             restore=h.get("Restore"),
             server_crc32c=server if server and whole_object and "-" not in server else None,
             archive_status=h.get("ArchiveStatus"),
+            retention=retention,
+            legal_hold=hold,
         )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
@@ -84,7 +89,7 @@ class S3Store(S3Connection):
             args["ServerSideEncryption"] = self.cfg.sse
             if self.cfg.sse == "aws:kms" and self.cfg.sse_kms_key_id:
                 args["SSEKMSKeyId"] = self.cfg.sse_kms_key_id
-        return args
+        return args | object_lock.put_args(self.retention)
 
     def put_bytes(
         self,
@@ -100,6 +105,8 @@ class S3Store(S3Connection):
         caps = self.capabilities()
         if caps.checksums_validated:
             args["ChecksumCRC32C"] = crc
+        elif self.retention is not None:
+            args["ContentMD5"] = object_lock.content_md5(data)
         if tags:
             args["Tagging"] = urllib.parse.urlencode(dict(tags), quote_via=urllib.parse.quote)
         if if_none_match:
@@ -175,6 +182,7 @@ class S3Store(S3Connection):
             sha256=sha256,
             progress=progress,
             endpoint=self.endpoint,
+            content_md5=self.retention is not None and not self.capabilities().checksums_validated,
         )
 
     def begin_upload(
@@ -289,6 +297,29 @@ class S3Store(S3Connection):
         except Exception as e:
             raise self._err(e, f"aborting incomplete uploads under {prefix!r} in") from e
         return aborted
+
+    # -- Object Lock (docs/FORMAT.md, "Object Lock") ------------------------------------------------
+
+    def lock_status(self) -> LockStatus:
+        try:
+            return object_lock.status(self.client, self.bucket)
+        except Exception as e:
+            raise self._err(e, "reading the Object Lock configuration of") from e
+
+    def probe_lock_enforced(self) -> str | None:
+        key = self._probe_prefix
+        try:
+            return object_lock.probe_enforced(
+                self.client, self.bucket, key, validated_checksums=self.capabilities().checksums_validated
+            )
+        except Exception as e:
+            raise self._err(e, "probing Object Lock at", key) from e
+
+    def extend_retention(self, key: str, retention: Retention) -> bool:
+        try:
+            return object_lock.extend(self.client, self.bucket, key, retention)
+        except Exception as e:
+            raise self._err(e, f"extending the retention to {retention.until:%Y-%m-%d %H:%M} UTC of", key) from e
 
     # -- tiering, restore, tags, lifecycle --------------------------------------------------------
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import boto3
 import botocore.session
@@ -28,7 +28,7 @@ from ckptvault.config import StoreConfig
 from ckptvault.store.botocore_errors import error_code, http_status, translate
 from ckptvault.store.errors import NotFoundError, StoreError
 from ckptvault.store.limits import MIB
-from ckptvault.store.port import Capabilities, TransferConfig
+from ckptvault.store.port import Capabilities, Retention, TransferConfig
 from ckptvault.store.probe import detect_capabilities, kind_from_headers
 
 if TYPE_CHECKING:
@@ -130,6 +130,7 @@ class S3Connection:
         self._caps: Capabilities | None = None
         self._caps_lock = threading.Lock()
         self._kind: str | None = None if cfg.kind == "auto" else cfg.kind
+        self.retention: Retention | None = None
 
     # -- pickling: a store crosses process boundaries (Dask worker processes) as its configuration --
     # A boto3 client cannot be pickled (SSLContext, dynamically created classes), nor can a lock. We
@@ -184,14 +185,25 @@ class S3Connection:
                 self._signing = make_client(self.cfg, 2, sign_payload=True)
             return self._signing
 
+    def with_retention(self, retention: Retention | None) -> Self:
+        # The same client and what was learnt (no new connection pool, no second probe): copy.copy
+        # would go through __getstate__ and build a client.
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        other.retention = retention
+        return other
+
+    @property
+    def _probe_prefix(self) -> str:
+        return f"{self.cfg.prefix}/{PROBE_DIR}" if self.cfg.prefix else PROBE_DIR
+
     def capabilities(self) -> Capabilities:
         if self._caps is None:
             signing = self._signing_client()  # the probe asks RestoreObject too
             with self._caps_lock:
                 if self._caps is None:
-                    prefix = f"{self.cfg.prefix}/{PROBE_DIR}" if self.cfg.prefix else PROBE_DIR
                     self._caps = detect_capabilities(
-                        signing, self.bucket, prefix, kind=self.kind(), endpoint=self.endpoint
+                        signing, self.bucket, self._probe_prefix, kind=self.kind(), endpoint=self.endpoint
                     )
         return self._caps
 

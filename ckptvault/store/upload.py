@@ -43,6 +43,7 @@ from ckptvault.store.upload_request import (
     BufferReader,
     UploadRequest,
     check_unchanged,
+    integrity,
     part_size_for,
     read_exactly,
     tagging,
@@ -88,6 +89,7 @@ def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadR
                 **tagging(req.tags),
                 **req.put_args,
                 **extra,
+                **integrity(req, view),
             )
         except Exception as e:
             raise translate(e, op="uploading to", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ckptvault.store import object_lock
 from ckptvault.store.botocore_errors import translate
 from ckptvault.store.errors import ChecksumMismatchError, StoreError
 from ckptvault.store.limits import MAX_PART, MAX_PARTS, MIB
+from ckptvault.store.object_lock import content_md5
 from ckptvault.store.port import Capabilities, ProgressFn, TransferConfig
 
 if TYPE_CHECKING:
@@ -75,6 +77,14 @@ class UploadRequest:
     sha256: bool
     progress: ProgressFn | None
     endpoint: str | None
+    # Content-MD5 on every body: the write is locked (Object Lock) and the server takes no CRC32C
+    # header, and S3 refuses a locked write with neither
+    content_md5: bool = False
+
+
+def integrity(req: UploadRequest, view: memoryview | bytes) -> dict[str, Any]:
+    """The Content-MD5 argument a locked body needs where no CRC32C header goes with it."""
+    return {"ContentMD5": content_md5(view)} if req.content_md5 else {}
 
 
 def part_size_for(size: int, configured: int) -> int:
@@ -129,4 +139,12 @@ def verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: st
             problems.append(f"server CRC32C {server} != {expected}")
     if problems:
         raise ChecksumMismatchError(f"{where}: the uploaded object does not match {req.path}: " + "; ".join(problems))
+    lock = object_lock.wanted(req.put_args)
+    if lock is not None:
+        # Ceph RGW 16.2 and moto drop the lock given at CreateMultipartUpload: the completed object has
+        # none. Set it now, before any manifest names the object (docs/FORMAT.md, "Object Lock").
+        try:
+            object_lock.raise_to(req.client, req.bucket, req.key, lock, object_lock.from_head(head)[0])
+        except Exception as e:
+            raise translate(e, op="locking", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
     return etag

@@ -104,6 +104,9 @@ finish_split_task = io_task("complete-split-upload")(lib.finish_split)
 abort_split_task = io_task("abort-split-upload")(lib.abort_split)
 
 
+lock_save_task = io_task("lock-save")(lib.lock_save)
+
+
 commit_manifest_task = io_task("commit-manifest")(lib.commit_manifest)
 
 
@@ -144,5 +147,6 @@ STEPS: dict[Callable[..., Any], Step[..., Any]] = {
     lib.send_range: send_range_task,
     lib.finish_split: finish_split_task,
     lib.abort_split: abort_split_task,
+    lib.lock_save: lock_save_task,
     lib.commit_manifest: commit_manifest_task,
 }

@@ -61,6 +61,12 @@ METHOD_ACTIONS: dict[str, frozenset[str]] = {
     "put_bucket_lifecycle_configuration": frozenset({"s3:PutLifecycleConfiguration"}),
     "delete_bucket_lifecycle": frozenset({"s3:PutLifecycleConfiguration"}),  # there is no Delete action
     "create_bucket": frozenset({"s3:CreateBucket"}),
+    # [lock] (docs/FORMAT.md, "Object Lock"): the bucket check, and raising a save's retention (only ever
+    # lengthened; shortening a GOVERNANCE lock would also need s3:BypassGovernanceRetention, which the
+    # worker does not have). The lock probe's delete by version id and its cleanup with the bypass are
+    # delete_object calls the worker's policy is meant to refuse.
+    "get_object_lock_configuration": frozenset({"s3:GetBucketObjectLockConfiguration"}),
+    "put_object_retention": frozenset({"s3:PutObjectRetention"}),
 }
 
 # Calls the worker never makes, so its policy must not allow them: method -> (the only functions that may
@@ -70,7 +76,13 @@ NOT_FOR_THE_WORKER: dict[str, tuple[frozenset[str], str]] = {
 }
 
 BUCKET_ACTIONS = frozenset(
-    {"s3:ListBucket", "s3:ListBucketMultipartUploads", "s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration"}
+    {
+        "s3:ListBucket",
+        "s3:ListBucketMultipartUploads",
+        "s3:GetLifecycleConfiguration",
+        "s3:PutLifecycleConfiguration",
+        "s3:GetBucketObjectLockConfiguration",
+    }
 )
 
 CLIENT_FACTORIES = frozenset({"make_client", "client"})  # make_client(cfg, ...), boto3 session.client("s3")

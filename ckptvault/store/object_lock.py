@@ -1,0 +1,125 @@
+"""S3 Object Lock on boto3: the bucket's configuration, the probe that proves the server enforces it,
+an object's retention as HEAD reports it, and extending it (docs/FORMAT.md, "Object Lock").
+
+Setting the lock itself is not here: it travels with the write that creates the object version
+(`ObjectLockMode` / `ObjectLockRetainUntilDate` among S3Store's put arguments).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from ckptvault.store.botocore_errors import error_code, http_status
+from ckptvault.store.port import LockStatus, Retention
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+PROBE_SECONDS = 60  # how long the probe's own object stays locked where its cleanup may not bypass
+_NO_LOCK = frozenset({"ObjectLockConfigurationNotFoundError", "NoSuchObjectLockConfiguration"})
+_UNSUPPORTED = frozenset({"NotImplemented", "MethodNotAllowed"})
+
+
+def put_args(retention: Retention | None) -> dict[str, Any]:
+    """The PutObject / CreateMultipartUpload / CopyObject arguments that lock the new version."""
+    if retention is None:
+        return {}
+    return {"ObjectLockMode": retention.mode, "ObjectLockRetainUntilDate": retention.until}
+
+
+def content_md5(data: bytes | memoryview) -> str:
+    """Content-MD5 of a body: S3 refuses a locked write without it or an x-amz-checksum-* header."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+
+
+def from_head(head: Mapping[str, Any]) -> tuple[Retention | None, bool]:
+    """(retention, legal hold) of the version a HeadObject response describes."""
+    mode, until = head.get("ObjectLockMode"), head.get("ObjectLockRetainUntilDate")
+    retention = Retention.of(str(mode), _aware(until)) if mode and isinstance(until, datetime) else None
+    return retention, head.get("ObjectLockLegalHoldStatus") == "ON"
+
+
+def status(client: S3Client, bucket: str) -> LockStatus:
+    try:
+        conf = client.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
+    except ClientError as e:
+        if error_code(e) in _NO_LOCK | _UNSUPPORTED or http_status(e) in (404, 405, 501):
+            return LockStatus(enabled=False)
+        raise
+    rule = conf.get("Rule", {}).get("DefaultRetention", {})
+    days = rule.get("Days")
+    if days is None and rule.get("Years") is not None:
+        days = 365 * int(rule["Years"])
+    return LockStatus(conf.get("ObjectLockEnabled") == "Enabled", rule.get("Mode"), days)
+
+
+def probe_enforced(client: S3Client, bucket: str, prefix: str, *, validated_checksums: bool) -> str | None:
+    """None if the server refuses to delete a locked version; else what it did (see ObjectStore)."""
+    key = f"{prefix}lock-{uuid.uuid4().hex}"
+    data = b"ckptvault object lock probe\n"
+    until = datetime.now(UTC) + timedelta(seconds=PROBE_SECONDS)
+    lock = put_args(Retention("GOVERNANCE", until))
+    integrity: dict[str, Any] = {} if validated_checksums else {"ContentMD5": content_md5(data)}
+    put = client.put_object(Bucket=bucket, Key=key, Body=data, **lock, **integrity)
+    version = put.get("VersionId")
+    if not version or version == "null":
+        _remove(client, bucket, key, None)
+        return "a locked PUT created no object version: versioning is off, so nothing can be locked"
+    head = client.head_object(Bucket=bucket, Key=key)  # the current version: the one just written
+    if from_head(head)[0] is None:
+        _remove(client, bucket, key, version)
+        return "the server took the lock headers but reports no retention on the object (it ignores them)"
+    try:
+        # Credentials without s3:DeleteObjectVersion (the worker's policy) are refused by IAM before the
+        # lock is consulted; on AWS, which enforces Object Lock, that is the same answer.
+        client.delete_object(Bucket=bucket, Key=key, VersionId=version)
+    except ClientError as e:
+        if http_status(e) == 403 or error_code(e) == "AccessDenied":
+            _remove(client, bucket, key, version)
+            return None
+        raise
+    return "the server deleted a version locked in GOVERNANCE mode without the bypass header"
+
+
+def _remove(client: S3Client, bucket: str, key: str, version: str | None) -> None:
+    # Best effort: credentials without s3:BypassGovernanceRetention leave one small noncurrent
+    # version, unlocked PROBE_SECONDS later.
+    with contextlib.suppress(ClientError):
+        if version is None:
+            client.delete_object(Bucket=bucket, Key=key)
+        else:
+            client.delete_object(Bucket=bucket, Key=key, VersionId=version, BypassGovernanceRetention=True)
+
+
+def extend(client: S3Client, bucket: str, key: str, retention: Retention) -> bool:
+    """PutObjectRetention up to `retention`, only if that lengthens what the object has. The current
+    retention comes from a HEAD (moto answers GetObjectRetention with a 500)."""
+    return raise_to(client, bucket, key, retention, from_head(client.head_object(Bucket=bucket, Key=key))[0])
+
+
+def raise_to(client: S3Client, bucket: str, key: str, retention: Retention, have: Retention | None) -> bool:
+    """PutObjectRetention to `retention` unless `have` (the object's, as a HEAD saw it) already lasts as long."""
+    if have is not None and have.until >= retention.until:
+        return False
+    client.put_object_retention(
+        Bucket=bucket, Key=key, Retention={"Mode": retention.mode, "RetainUntilDate": retention.until}
+    )
+    return True
+
+
+def wanted(put: Mapping[str, Any]) -> Retention | None:
+    """The retention a write's arguments ask for (put_args' inverse)."""
+    mode, until = put.get("ObjectLockMode"), put.get("ObjectLockRetainUntilDate")
+    return Retention.of(str(mode), until) if mode and isinstance(until, datetime) else None
+
+
+def _aware(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

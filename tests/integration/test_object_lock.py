@@ -1,0 +1,126 @@
+"""Object Lock on every real server (SeaweedFS, Ceph RGW, moto), through the CLI where a user meets it
+(docs/FORMAT.md, "Object Lock"): the bucket check and the enforcement probe; an ingest with `[lock]`
+on whose every data object and manifest the server then refuses to delete by version id; a bucket
+without Object Lock refused before anything is sent.
+
+What the servers do differently, found here: moto refuses a locked PUT without Content-MD5 (as AWS
+does); Ceph RGW 16.2 and moto drop the lock given at CreateMultipartUpload, so the adapter sets it on
+the completed object before any manifest names it; SeaweedFS keeps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from ckptvault.config import load_config
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
+from ckptvault.store import open_store
+from ckptvault_cli.synthetic import write_checkpoint
+from tests import servers
+from tests.helpers import write_config
+from tests.reliability.conftest import cli_env, run_cli
+from tests.servers import S3Endpoint
+
+MiB = 2**20
+
+
+@pytest.fixture
+def locked_bucket() -> Iterator[Callable[[S3Endpoint], str]]:
+    """A fresh bucket created with Object Lock. At teardown every version is deleted with the governance
+    bypass; COMPLIANCE versions stay until their date (the test server's state goes with the run)."""
+    made: list[tuple[S3Endpoint, str]] = []
+
+    def make(endpoint: S3Endpoint) -> str:
+        name = servers.unique_bucket_name("ckv-lock")
+        endpoint.client().create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+        made.append((endpoint, name))
+        return name
+
+    yield make
+    for endpoint, name in made:
+        s3 = endpoint.client()
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
+            for v in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                with contextlib.suppress(ClientError):
+                    s3.delete_object(
+                        Bucket=name, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True
+                    )
+        with contextlib.suppress(ClientError):
+            s3.delete_bucket(Bucket=name)
+
+
+def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for k, v in endpoint.env().items():
+        monkeypatch.setenv(k, v)
+    cfg = write_config(tmp_path / "probe.toml", endpoint, bucket, [])
+    return open_store(load_config(str(cfg)).store)
+
+
+def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
+    any_s3: S3Endpoint, locked_bucket: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locked = _store(tmp_path, any_s3, locked_bucket(any_s3), monkeypatch)
+    assert locked.lock_status().enabled
+    assert locked.probe_lock_enforced() is None, "the server deleted a locked version"
+    plain = _store(tmp_path, any_s3, bucket_factory(any_s3), monkeypatch)
+    assert not plain.lock_status().enabled
+
+
+@pytest.mark.parametrize("mode", ["governance", "compliance"])
+def test_ingest_with_lock_writes_every_object_and_the_manifest_locked(
+    prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path, mode: str
+) -> None:
+    bucket = locked_bucket(any_s3)
+    root = tmp_path / "hot"
+    write_checkpoint(root, "deepspeed", 100, 24 * MiB, shards=1, seed=1)  # 5 MiB parts: single PUTs and multipart
+    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
+                       extra=f'[lock]\nmode = "{mode}"\ndays = 1\n')  # fmt: skip
+    started = datetime.now(UTC)
+    out = run_cli(cfg, "ingest", env=cli_env(any_s3))
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    client = any_s3.client()
+    save = checkpoint_prefix("t", "r", 100)
+    heads = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="t/"):
+        for o in page.get("Contents", []):
+            heads[o["Key"]] = client.head_object(Bucket=bucket, Key=o["Key"])
+    data = sorted(k for k in heads if k.startswith(save) and not k.endswith(VALIDATION_NAME))
+    assert save + MANIFEST_NAME in data and len(data) >= 3, sorted(heads)
+    assert any("-" in str(heads[k]["ETag"]) for k in data), "no multipart object: the test covers less than it says"
+    for key in data:
+        h = heads[key]
+        assert h.get("ObjectLockMode") == mode.upper(), f"{key} is not locked: {h.get('ObjectLockMode')}"
+        assert h["ObjectLockRetainUntilDate"] >= started + timedelta(days=1), key
+        with pytest.raises(ClientError) as refused:
+            client.delete_object(Bucket=bucket, Key=key, VersionId=h["VersionId"])
+        assert refused.value.response["Error"]["Code"] == "AccessDenied", key
+    assert all("ObjectLockMode" not in h for k, h in heads.items() if k not in data), "only saves are locked"
+    assert client.head_object(Bucket=bucket, Key=save + MANIFEST_NAME)["ContentLength"] > 0  # still there
+
+
+def test_ingest_refuses_a_bucket_without_object_lock_and_sends_nothing(
+    seaweedfs: S3Endpoint, bucket_factory: Any, tmp_path: Path
+) -> None:
+    bucket = bucket_factory(seaweedfs)
+    root = tmp_path / "hot"
+    write_checkpoint(root, "deepspeed", 100, 2 * MiB, seed=1)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")],
+                       extra='[lock]\nmode = "compliance"\ndays = 1\n')  # fmt: skip
+    t0 = time.monotonic()
+    out = run_cli(cfg, "ingest", env=cli_env(seaweedfs))
+    took = time.monotonic() - t0
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert f"bucket {bucket} has no Object Lock" in out.stderr and "--object-lock-enabled-for-bucket" in out.stderr
+    assert "Traceback" not in out.stderr
+    listed = seaweedfs.client().list_objects_v2(Bucket=bucket)
+    assert listed.get("KeyCount", 0) == 0, "something was uploaded"
+    print(f"\n[lock] a bucket without Object Lock: exit 2 after {took:.2f} s (the CLI's start-up included)")

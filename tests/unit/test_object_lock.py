@@ -1,0 +1,124 @@
+"""Object Lock (docs/FORMAT.md, "Object Lock") on the in-memory store: the retain-until date of a
+save, the objects the commit must raise, the bucket check, and an ingest pass that writes every
+object of a save and its manifest locked, and nothing else."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ckptvault.catalog import Catalog
+from ckptvault.config import Config, LockConfig, ScaleConfig, SourceConfig, StoreConfig, ValidationRules
+from ckptvault.ingest import steps
+from ckptvault.ingest.ingest_pass import IngestPass
+from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.save_lock import DAY, lock_problem, retain_until, save_retention, to_extend
+from ckptvault.store import Retention, StoreError, TransferConfig
+from ckptvault.store.memory import MemoryStore
+from ckptvault_cli.synthetic import write_checkpoint
+from tests.unit.submitters import Plain
+
+MiB = 2**20
+PREFIX = "t"
+
+
+@given(start=st.floats(min_value=1.6e9, max_value=2.5e9), days=st.integers(min_value=0, max_value=3650))
+def test_the_retain_until_date_is_a_utc_midnight_between_days_plus_one_and_days_plus_two(
+    start: float, days: int
+) -> None:
+    until = retain_until(start, days)
+    assert until.tzinfo is not None and (until.hour, until.minute, until.second, until.microsecond) == (0, 0, 0, 0)
+    assert start + (days + 1) * DAY <= until.timestamp() < start + (days + 2) * DAY
+
+
+def test_no_retention_when_lock_is_off_or_locks_nothing_at_upload() -> None:
+    assert save_retention(LockConfig(), 1.7e9) is None
+    assert save_retention(LockConfig(mode="compliance", days=0), 1.7e9) is None
+    r = save_retention(LockConfig(mode="governance", days=30), 1.7e9)
+    assert r is not None and r.mode == "GOVERNANCE" and r.until == retain_until(1.7e9, 30)
+
+
+def test_the_commit_raises_reused_objects_and_all_of_them_after_a_long_upload() -> None:
+    r = Retention.of("compliance", datetime.fromtimestamp(1.7e9, UTC) + timedelta(days=3))
+    assert to_extend(r, 1, 1.7e9 + DAY, ["old"], ["new"]) == ["old"]  # the margin still covers the commit
+    assert to_extend(r, 1, 1.7e9 + 2.5 * DAY, ["old"], ["new"]) == ["old", "new"]  # the upload outlasted it
+
+
+def test_a_naive_date_or_an_unknown_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match="time zone"):
+        Retention("COMPLIANCE", datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="GOVERNANCE or COMPLIANCE"):
+        Retention.of("strict", datetime(2030, 1, 1, tzinfo=UTC))
+
+
+def test_a_bucket_without_object_lock_is_named_with_the_fix() -> None:
+    lock = LockConfig(mode="compliance", days=1)
+    problem = lock_problem(lock, MemoryStore("plain"))
+    assert problem is not None
+    assert "bucket plain has no Object Lock" in problem and "--object-lock-enabled-for-bucket" in problem
+    assert lock_problem(lock, MemoryStore("locked", object_lock=True)) is None
+    assert lock_problem(LockConfig(), MemoryStore("plain")) is None  # off: nothing to check
+
+
+def _ingest(tmp_path: Path, store: MemoryStore, lock: LockConfig) -> None:
+    write_checkpoint(tmp_path / "r", "hf", 100, 12 * MiB, shards=2, seed=1)
+    cfg = Config(
+        store=StoreConfig(bucket=store.bucket, prefix=PREFIX),
+        sources=[SourceConfig(run="r", path=tmp_path / "r", format="hf", settle_seconds=0)],
+        validation=ValidationRules(enabled=True, isolate=False),
+        scale=ScaleConfig(split_size_mb=5),
+        lock=lock,
+    )
+    catalog = Catalog(store, PREFIX)
+    source = cfg.sources[0]
+    known = {"r": steps.known_states(catalog, "r")}
+    [outcome] = IngestPass(cfg, store, catalog, "flow-run", known, Plain()).run(steps.find_checkpoints(source).found)
+    assert outcome.result == "uploaded", outcome.message
+
+
+def test_ingest_locks_every_object_of_the_save_and_its_manifest_and_nothing_else(tmp_path: Path) -> None:
+    # 5 MiB parts and 5 MiB ranges: single PUTs, multipart uploads and split uploads all carry the lock
+    store = MemoryStore("ckpts", transfer=TransferConfig(part_size=5 * MiB, multipart_threshold=5 * MiB),
+                        object_lock=True)  # fmt: skip
+    _ingest(tmp_path, store, LockConfig(mode="compliance", days=7))
+    save = checkpoint_prefix(PREFIX, "r", 100)
+    data = [o.key for o in store.list(save) if not o.key.endswith("_VALIDATION.json")]
+    assert save + MANIFEST_NAME in data and len(data) >= 3
+    floor = datetime.now(UTC) + timedelta(days=7)
+    for key in data:
+        info = store.head(key)
+        assert info is not None and info.retention is not None, f"{key} is not locked"
+        assert info.retention.mode == "COMPLIANCE" and info.retention.until >= floor, key
+    unlocked = [o.key for o in store.list(PREFIX + "/") if o.key not in data]
+    assert unlocked and all(store.head(k).retention is None for k in unlocked)  # type: ignore[union-attr]
+    with pytest.raises(StoreError, match="locked until"):
+        store.delete(save + MANIFEST_NAME)
+    assert store.delete_many(data).keys() == set(data)  # every one refused, none gone
+    assert len([o for o in store.list(save)]) == len(data) + 1
+
+
+def test_ingest_without_lock_writes_nothing_locked(tmp_path: Path) -> None:
+    store = MemoryStore("ckpts", object_lock=True)
+    _ingest(tmp_path, store, LockConfig())
+    assert all(store.head(o.key).retention is None for o in store.list(PREFIX + "/"))  # type: ignore[union-attr]
+
+
+def test_the_commit_raises_the_lock_of_objects_a_killed_pass_left(tmp_path: Path) -> None:
+    store = MemoryStore("ckpts", object_lock=True)
+    write_checkpoint(tmp_path / "r", "hf", 100, 2 * MiB, shards=1, seed=1)
+    found = steps.find_checkpoints(SourceConfig(run="r", path=tmp_path / "r", format="hf", settle_seconds=0)).found[0]
+    early = Retention.of("governance", datetime.now(UTC) + timedelta(hours=1))  # a killed pass's, too short
+    first = found.files[0]
+    store.with_retention(early).upload_file(first.path, checkpoint_prefix(PREFIX, "r", 100) + first.rel)
+    jobs = steps.plan_upload(store, PREFIX, found)
+    assert [j.upload for j in jobs].count(False) == 1
+    wanted = save_retention(LockConfig(mode="governance", days=2), datetime.now(UTC).timestamp())
+    assert wanted is not None
+    assert steps.lock_save(store, wanted, 2, jobs) == 1
+    info = store.head(checkpoint_prefix(PREFIX, "r", 100) + first.rel)
+    assert info is not None and info.retention == wanted
+    assert steps.lock_save(store, wanted, 2, jobs) == 0  # never lowered, never rewritten
