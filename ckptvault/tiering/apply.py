@@ -92,10 +92,25 @@ def _tags_of(store: ObjectStore, key: str, manifest: Manifest) -> dict[str, str]
         return {"run": manifest.run, "step": str(manifest.step), "format": manifest.format}
 
 
+def lock_holds(info: ObjectInfo, now: float) -> str:
+    """Why an object may not be deleted yet ("" if it may): its Object Lock retention or legal hold."""
+    if info.legal_hold:
+        return "under a legal hold"
+    if info.retention is not None and info.retention.until_ts > now:
+        return f"locked ({info.retention.mode}) until {info.retention.until:%Y-%m-%d %H:%M} UTC"
+    return ""
+
+
 def expire(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> StepResult:
-    """Manifest first (the checkpoint ceases to exist at once), then every remaining object under it."""
+    """Manifest first (the checkpoint ceases to exist at once), then every remaining object under it.
+    A save whose manifest is locked (Object Lock retention or a legal hold) is not touched: its expiry
+    is postponed, kind "postponed" with the date in `detail` (on a versioned bucket a delete would
+    only hide the locked versions behind delete markers, and the save would vanish for every reader)."""
     base = checkpoint_prefix(prefix, run, step, save)
-    if store.head(base + MANIFEST_NAME) is not None:
+    head = store.head(base + MANIFEST_NAME)
+    if head is not None and (held := lock_holds(head, time.time())):
+        return StepResult(run, step, "postponed", 0, 0, f"expiry postponed: {held}")
+    if head is not None:
         store.delete(base + MANIFEST_NAME)
     n = total = 0
     for obj in store.list(base):

@@ -13,6 +13,19 @@ from ckptvault.tiering.report import observed_record, scheduled_record, skipped_
 
 
 @dataclass(frozen=True)
+class Postponed:
+    """A planned expiry the store's lock stopped (ckptvault.tiering.apply.expire): tried again next run."""
+
+    run: str
+    step: int
+    save: int
+    why: str  # "expiry postponed: locked (COMPLIANCE) until 2027-01-02 00:00 UTC", or a legal hold
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "step": self.step, "save": self.save, "why": self.why}
+
+
+@dataclass(frozen=True)
 class TierResult:
     applied: bool
     actions: tuple[str, ...]  # each planned action's kind, in the plan's order
@@ -23,6 +36,7 @@ class TierResult:
     scheduled: tuple[Scheduled, ...] = ()  # transitions left to the bucket lifecycle
     observed: tuple[Observation, ...] = ()  # scheduled transitions the listing showed done
     catalog_files_compacted: int = 0
+    expire_postponed: tuple[Postponed, ...] = ()  # expiries of locked saves, not attempted
 
     @classmethod
     def planned(cls, plan: Plan) -> TierResult:
@@ -41,4 +55,5 @@ class TierResult:
             doc["scheduled"] = [scheduled_record(x) for x in self.scheduled]
             doc["observed"] = [observed_record(o) for o in self.observed]
             doc["catalog_files_compacted"] = self.catalog_files_compacted
+            doc["expire_postponed"] = [p.as_dict() for p in self.expire_postponed]
         return doc

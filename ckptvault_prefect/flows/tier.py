@@ -23,7 +23,7 @@ from ckptvault.tiering.report import (
     render_markdown,
     render_text,
 )
-from ckptvault.tiering.result import TierResult
+from ckptvault.tiering.result import Postponed, TierResult
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
@@ -81,10 +81,15 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     skipped: list[EvictionCheck] = []
     scheduled: list[Scheduled] = []
     done: list[Action] = []
+    postponed: list[Postponed] = []
     for order in orders(plan, states, cfg.policy, prefix, classes):
         a = order.action
         if isinstance(order, Expire):
             r = expire_task(store, prefix, a.run, a.step, a.save)
+            if r.kind == "postponed":  # locked: nothing deleted, nothing recorded; the next run tries again
+                print(f"{a.run} step {a.step} save {a.save}: {r.detail}")
+                postponed.append(Postponed(a.run, a.step, a.save, r.detail))
+                continue
             record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id, save=a.save)])
             done.append(a)
             continue
@@ -113,7 +118,8 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     # (a dry run writes nothing, compaction included)
     compacted = compact_catalog_task(catalog, time.time())
     report = replace(planned, applied=True, evict_skipped=tuple(skipped), scheduled=tuple(scheduled),
-                     observed=tuple(observed), catalog_files_compacted=compacted)  # fmt: skip
+                     observed=tuple(observed), catalog_files_compacted=compacted,
+                     expire_postponed=tuple(postponed))  # fmt: skip
     digest = applied_by_run(plan, states, tier_names(classes, cfg.policy), done)
     url = flow_run_url()
     sent = [

@@ -124,3 +124,36 @@ def test_ingest_refuses_a_bucket_without_object_lock_and_sends_nothing(
     listed = seaweedfs.client().list_objects_v2(Bucket=bucket)
     assert listed.get("KeyCount", 0) == 0, "something was uploaded"
     print(f"\n[lock] a bucket without Object Lock: exit 2 after {took:.2f} s (the CLI's start-up included)")
+
+
+def test_tier_apply_postpones_the_expiry_of_a_locked_save_and_says_until_when(
+    prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path
+) -> None:
+    import json
+    import os
+
+    bucket = locked_bucket(any_s3)
+    root = tmp_path / "hot"
+    for step in (100, 200):
+        write_checkpoint(root, "deepspeed", step, 2 * MiB, shards=1, seed=step)
+    old = time.time() - 3 * 86_400  # saved three days ago: past expire_after_days = 1
+    for p in root.rglob("*"):
+        os.utime(p, (old, old))
+    policy = '[lock]\nmode = "governance"\ndays = 1\n[policy]\nkeep_hot = 1\nexpire_after_days = 1\n'
+    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")], extra=policy)
+    env = cli_env(any_s3)
+    out = run_cli(cfg, "ingest", env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    tier = run_cli(cfg, "tier", "--apply", "--json", env=env)
+    assert tier.returncode == 0, tier.stderr[-3000:]
+    doc = json.loads(tier.stdout)
+    [postponed] = doc["expire_postponed"]
+    assert (postponed["run"], postponed["step"], postponed["save"]) == ("r", 100, 1)
+    assert postponed["why"].startswith("expiry postponed: locked (GOVERNANCE) until ")
+    client = any_s3.client()
+    for step in (100, 200):  # both saves whole: no delete marker hides the locked one
+        manifest = checkpoint_prefix("t", "r", step) + MANIFEST_NAME
+        assert client.head_object(Bucket=bucket, Key=manifest)["ContentLength"] > 0
+    versions = client.list_object_versions(Bucket=bucket, Prefix=checkpoint_prefix("t", "r", 100))
+    assert not versions.get("DeleteMarkers"), versions.get("DeleteMarkers")

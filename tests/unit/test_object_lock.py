@@ -122,3 +122,20 @@ def test_the_commit_raises_the_lock_of_objects_a_killed_pass_left(tmp_path: Path
     info = store.head(checkpoint_prefix(PREFIX, "r", 100) + first.rel)
     assert info is not None and info.retention == wanted
     assert steps.lock_save(store, wanted, 2, jobs) == 0  # never lowered, never rewritten
+
+
+def test_an_expiry_of_a_locked_save_is_postponed_and_deletes_nothing(tmp_path: Path) -> None:
+    from ckptvault.tiering.apply import expire
+
+    store = MemoryStore("ckpts", object_lock=True)
+    _ingest(tmp_path, store, LockConfig(mode="governance", days=1))
+    before = sorted(o.key for o in store.list(PREFIX + "/"))
+    r = expire(store, PREFIX, "r", 100)
+    assert r.kind == "postponed" and r.objects == 0
+    assert "expiry postponed: locked (GOVERNANCE) until" in r.detail
+    assert sorted(o.key for o in store.list(PREFIX + "/")) == before
+
+    unlocked = MemoryStore("ckpts")
+    _ingest(tmp_path / "again", unlocked, LockConfig())
+    assert expire(unlocked, PREFIX, "r", 100).kind == "expire"
+    assert unlocked.head(checkpoint_prefix(PREFIX, "r", 100) + MANIFEST_NAME) is None
