@@ -84,6 +84,12 @@ def accepted(run: str, step: int, fmt: str, who: str, why: str, save: int = 1) -
                  detail=_detail(who=who, why=why))  # fmt: skip
 
 
+def held(run: str, step: int, save: int, fmt: str, who: str, why: str, objects: int, on: bool = True) -> Event:
+    """A legal hold set (`held`) or cleared (`released`) on every object of a save, by whom and why."""
+    return Event(run=run, step=step, save=save, event="held" if on else "released", at=time.time(), format=fmt,
+                 detail=_detail(who=who, why=why, objects=objects))  # fmt: skip
+
+
 def expired(run: str, step: int, reason: str, objects: int, flow_run: str = "", save: int = 1) -> Event:
     return Event(run=run, step=step, save=save, event="expired", at=time.time(),
                  detail=_detail(reason=reason, objects=objects), flow_run=flow_run)  # fmt: skip
@@ -163,9 +169,7 @@ def transition_scheduled(
         bytes=manifest.total_bytes,
         stored_bytes=_stored(manifest),
         files=len(manifest.files),
-        detail=_detail(
-            reason=reason, mode="server", rule=rule, to_class=to_class, takes_effect=takes_effect
-        ),
+        detail=_detail(reason=reason, mode="server", rule=rule, to_class=to_class, takes_effect=takes_effect),
         flow_run=flow_run,
     )
 

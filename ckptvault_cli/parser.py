@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ckptvault_cli.commands.catalog import cmd_accept, cmd_catalog_rebuild, cmd_catalog_stats, cmd_ls
+from ckptvault_cli.commands.hold import cmd_hold, cmd_release
 from ckptvault_cli.commands.ingest import cmd_ingest
 from ckptvault_cli.commands.restore import cmd_drill, cmd_restore
 from ckptvault_cli.commands.serve import cmd_serve
@@ -24,6 +25,7 @@ def _dask_flags(s: argparse.ArgumentParser, work: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     from ckptvault import __version__
+
     config_help = "the TOML config (default: $CKPTVAULT_CONFIG)"
     p = argparse.ArgumentParser(prog="ckptvault", description="Training checkpoints: ingest, tier, drill, restore.")
     p.add_argument("--config", help=config_help)
@@ -78,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--node-local",
         action="store_true",
-        help="put each file back on the node that wrote it (the run's locality = \"node\" source), at --dest "
+        help='put each file back on the node that wrote it (the run\'s locality = "node" source), at --dest '
         "as that node sees it; needs a Dask cluster with a worker per node",
     )
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
@@ -115,6 +117,17 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("step", type=int, help="the quarantined step")
     s.add_argument("--reason", required=True, help="why it is fine: recorded in the catalog with your user name")
     s.set_defaults(fn=cmd_accept)
+
+    for name, fn, what in (
+        ("hold", cmd_hold, "set a legal hold on"),
+        ("release", cmd_release, "clear the legal hold of"),
+    ):
+        s = sub.add_parser(name, parents=[common], help=f"{what} every object of a committed save (Object Lock)")
+        s.add_argument("run", help="the run name (see `ckptvault ls`)")
+        s.add_argument("--step", type=int, required=True, metavar="N", help="the checkpoint's step")
+        s.add_argument("--save", type=int, metavar="K", help="which save of the step (default: its newest)")
+        s.add_argument("--reason", required=True, help="why: recorded in the catalog with your user name")
+        s.set_defaults(fn=fn)
 
     s = sub.add_parser(
         "serve", parents=[common], help="serve all five deployments from this process (one machine, no work pool)"

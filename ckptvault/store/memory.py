@@ -149,6 +149,13 @@ class MemoryStore:
     def probe_lock_enforced(self) -> str | None:
         return None if self.object_lock else "the bucket has no Object Lock"
 
+    def put_legal_hold(self, key: str, on: bool) -> None:
+        with self.lock:
+            obj = self._get(key, "setting the legal hold of")
+            if not self.object_lock:
+                raise StoreError(f"setting the legal hold of {self.where(key)}: the bucket has no Object Lock")
+            obj.legal_hold = on
+
     def extend_retention(self, key: str, retention: Retention) -> bool:
         with self.lock:
             obj = self._get(key, "extending the retention of")

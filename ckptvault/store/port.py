@@ -259,6 +259,11 @@ class ObjectStore(Protocol):
         did instead. The probe object is then removed with the bypass where the credentials allow."""
         ...
 
+    def put_legal_hold(self, key: str, on: bool) -> None:
+        """Set (on) or clear the object's (current version's) legal hold: while on, no version delete
+        succeeds, whatever its retention. The bucket must have Object Lock."""
+        ...
+
     def extend_retention(self, key: str, retention: Retention) -> bool:
         """Raise the object's (current version's) retention to `retention` (PutObjectRetention);
         never shortens it: False, and nothing written, if it is already locked at least that long."""

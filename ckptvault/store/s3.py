@@ -315,6 +315,12 @@ class S3Store(S3Connection):
         except Exception as e:
             raise self._err(e, "probing Object Lock at", key) from e
 
+    def put_legal_hold(self, key: str, on: bool) -> None:
+        try:
+            self.client.put_object_legal_hold(Bucket=self.bucket, Key=key, LegalHold={"Status": "ON" if on else "OFF"})
+        except Exception as e:
+            raise self._err(e, "setting the legal hold of" if on else "clearing the legal hold of", key) from e
+
     def extend_retention(self, key: str, retention: Retention) -> bool:
         try:
             return object_lock.extend(self.client, self.bucket, key, retention)

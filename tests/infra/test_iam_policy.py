@@ -67,6 +67,7 @@ METHOD_ACTIONS: dict[str, frozenset[str]] = {
     # delete_object calls the worker's policy is meant to refuse.
     "get_object_lock_configuration": frozenset({"s3:GetBucketObjectLockConfiguration"}),
     "put_object_retention": frozenset({"s3:PutObjectRetention"}),
+    "put_object_legal_hold": frozenset({"s3:PutObjectLegalHold"}),  # ckptvault hold / release
 }
 
 # Calls the worker never makes, so its policy must not allow them: method -> (the only functions that may

@@ -157,3 +157,43 @@ def test_tier_apply_postpones_the_expiry_of_a_locked_save_and_says_until_when(
         assert client.head_object(Bucket=bucket, Key=manifest)["ContentLength"] > 0
     versions = client.list_object_versions(Bucket=bucket, Prefix=checkpoint_prefix("t", "r", 100))
     assert not versions.get("DeleteMarkers"), versions.get("DeleteMarkers")
+
+
+def test_hold_stops_an_expiry_and_release_lets_it_happen(
+    prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path
+) -> None:
+    import json
+    import os
+
+    bucket = locked_bucket(any_s3)
+    root = tmp_path / "hot"
+    for step in (100, 200):
+        write_checkpoint(root, "deepspeed", step, 2 * MiB, shards=1, seed=step)
+    old = time.time() - 3 * 86_400
+    for p in root.rglob("*"):
+        os.utime(p, (old, old))
+    # no [lock] retention: the hold alone protects step 100
+    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
+                       extra="[policy]\nkeep_hot = 1\nexpire_after_days = 1\n")  # fmt: skip
+    env = cli_env(any_s3)
+    assert run_cli(cfg, "ingest", env=env).returncode == 0
+    held = run_cli(cfg, "hold", "r", "--step", "100", "--reason", "incident 7", env=env)
+    assert held.returncode == 0, held.stderr[-2000:]
+    assert "held r step 100 save 1:" in held.stdout
+    client = any_s3.client()
+    manifest = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME
+    assert client.head_object(Bucket=bucket, Key=manifest).get("ObjectLockLegalHoldStatus") == "ON"
+
+    tier = run_cli(cfg, "tier", "--apply", "--json", env=env)
+    assert tier.returncode == 0, tier.stderr[-2000:]
+    assert [p["why"] for p in json.loads(tier.stdout)["expire_postponed"]] == ["expiry postponed: under a legal hold"]
+    assert client.head_object(Bucket=bucket, Key=manifest)["ContentLength"] > 0
+
+    released = run_cli(cfg, "release", "r", "--step", "100", "--reason", "incident 7 closed", env=env)
+    assert released.returncode == 0, released.stderr[-2000:]
+    again = run_cli(cfg, "tier", "--apply", "--json", env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["expire_postponed"] == []
+    with pytest.raises(ClientError):
+        client.head_object(Bucket=bucket, Key=manifest)  # expired: the current version is a delete marker
+    missing = run_cli(cfg, "hold", "r", "--step", "999", "--reason", "x", env=env)
+    assert missing.returncode == 2 and "step 999 is not in the catalog" in missing.stderr

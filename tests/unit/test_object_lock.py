@@ -139,3 +139,31 @@ def test_an_expiry_of_a_locked_save_is_postponed_and_deletes_nothing(tmp_path: P
     _ingest(tmp_path / "again", unlocked, LockConfig())
     assert expire(unlocked, PREFIX, "r", 100).kind == "expire"
     assert unlocked.head(checkpoint_prefix(PREFIX, "r", 100) + MANIFEST_NAME) is None
+
+
+def test_a_legal_hold_covers_every_object_stops_expiry_and_is_recorded(tmp_path: Path) -> None:
+    from ckptvault import events
+    from ckptvault.legal_hold import HoldError, set_legal_hold
+    from ckptvault.tiering.apply import expire
+
+    store = MemoryStore("ckpts", object_lock=True)
+    _ingest(tmp_path, store, LockConfig())  # no retention: only the hold protects it
+    save = checkpoint_prefix(PREFIX, "r", 100)
+    n = set_legal_hold(store, PREFIX, "r", 100, 1, True)
+    assert n == len(list(store.list(save))) >= 3
+    assert all(store.head(o.key).legal_hold for o in store.list(save))  # type: ignore[union-attr]
+    r = expire(store, PREFIX, "r", 100)
+    assert (r.kind, r.detail) == ("postponed", "expiry postponed: under a legal hold")
+    catalog = Catalog(store, PREFIX)
+    catalog.append([events.held("r", 100, 1, "hf", "alice", "litigation 42", n)])
+    [state] = catalog.current("r")
+    assert state.state == "verified" and state.good and state.last_event == "held"  # a hold changes no state
+
+    assert set_legal_hold(store, PREFIX, "r", 100, 1, False) == n
+    assert expire(store, PREFIX, "r", 100).kind == "expire"
+    with pytest.raises(HoldError, match="not committed"):
+        set_legal_hold(store, PREFIX, "r", 100, 1, True)
+    with pytest.raises(HoldError, match="no Object Lock"):
+        plain = MemoryStore("plain")
+        _ingest(tmp_path / "plain", plain, LockConfig())
+        set_legal_hold(plain, PREFIX, "r", 100, 1, True)
