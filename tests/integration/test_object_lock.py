@@ -126,19 +126,26 @@ def test_ingest_refuses_a_bucket_without_object_lock_and_sends_nothing(
     print(f"\n[lock] a bucket without Object Lock: exit 2 after {took:.2f} s (the CLI's start-up included)")
 
 
+def _two_old_checkpoints(root: Path) -> Path:
+    """Steps 100 and 200, saved three days ago: step 100 is past `expire_after_days = 1`, step 200 is
+    the newest, which `keep_hot = 1` keeps."""
+    import os
+
+    for step in (100, 200):
+        write_checkpoint(root, "deepspeed", step, 2 * MiB, shards=1, seed=step)
+    old = time.time() - 3 * 86_400
+    for p in root.rglob("*"):
+        os.utime(p, (old, old))
+    return root
+
+
 def test_tier_apply_postpones_the_expiry_of_a_locked_save_and_says_until_when(
     prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path
 ) -> None:
     import json
-    import os
 
     bucket = locked_bucket(any_s3)
-    root = tmp_path / "hot"
-    for step in (100, 200):
-        write_checkpoint(root, "deepspeed", step, 2 * MiB, shards=1, seed=step)
-    old = time.time() - 3 * 86_400  # saved three days ago: past expire_after_days = 1
-    for p in root.rglob("*"):
-        os.utime(p, (old, old))
+    root = _two_old_checkpoints(tmp_path / "hot")
     policy = '[lock]\nmode = "governance"\ndays = 1\n[policy]\nkeep_hot = 1\nexpire_after_days = 1\n'
     cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")], extra=policy)
     env = cli_env(any_s3)
@@ -163,15 +170,9 @@ def test_hold_stops_an_expiry_and_release_lets_it_happen(
     prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path
 ) -> None:
     import json
-    import os
 
     bucket = locked_bucket(any_s3)
-    root = tmp_path / "hot"
-    for step in (100, 200):
-        write_checkpoint(root, "deepspeed", step, 2 * MiB, shards=1, seed=step)
-    old = time.time() - 3 * 86_400
-    for p in root.rglob("*"):
-        os.utime(p, (old, old))
+    root = _two_old_checkpoints(tmp_path / "hot")
     # no [lock] retention: the hold alone protects step 100
     cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
                        extra="[policy]\nkeep_hot = 1\nexpire_after_days = 1\n")  # fmt: skip
