@@ -169,7 +169,9 @@ def transition_scheduled(
         bytes=manifest.total_bytes,
         stored_bytes=_stored(manifest),
         files=len(manifest.files),
-        detail=_detail(reason=reason, mode="server", rule=rule, to_class=to_class, takes_effect=takes_effect),
+        detail=_detail(
+            reason=reason, mode="server", rule=rule, to_class=to_class, takes_effect=takes_effect
+        ),
         flow_run=flow_run,
     )
 

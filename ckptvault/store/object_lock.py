@@ -41,7 +41,8 @@ def content_md5(data: bytes | memoryview) -> str:
 
 
 def from_head(head: Mapping[str, Any]) -> tuple[Retention | None, bool]:
-    """(retention, legal hold) of the version a HeadObject response describes."""
+    """(retention, legal hold) of the version a HeadObject response describes; also what a write's
+    arguments ask for (put_args spells the lock with the same two keys)."""
     mode, until = head.get("ObjectLockMode"), head.get("ObjectLockRetainUntilDate")
     retention = Retention.of(str(mode), _aware(until)) if mode and isinstance(until, datetime) else None
     return retention, head.get("ObjectLockLegalHoldStatus") == "ON"
@@ -113,12 +114,6 @@ def raise_to(client: S3Client, bucket: str, key: str, retention: Retention, have
         Bucket=bucket, Key=key, Retention={"Mode": retention.mode, "RetainUntilDate": retention.until}
     )
     return True
-
-
-def wanted(put: Mapping[str, Any]) -> Retention | None:
-    """The retention a write's arguments ask for (put_args' inverse)."""
-    mode, until = put.get("ObjectLockMode"), put.get("ObjectLockRetainUntilDate")
-    return Retention.of(str(mode), until) if mode and isinstance(until, datetime) else None
 
 
 def _aware(t: datetime) -> datetime:

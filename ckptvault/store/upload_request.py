@@ -139,7 +139,7 @@ def verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: st
             problems.append(f"server CRC32C {server} != {expected}")
     if problems:
         raise ChecksumMismatchError(f"{where}: the uploaded object does not match {req.path}: " + "; ".join(problems))
-    lock = object_lock.wanted(req.put_args)
+    lock = object_lock.from_head(req.put_args)[0]
     if lock is not None:
         # Ceph RGW 16.2 and moto drop the lock given at CreateMultipartUpload: the completed object has
         # none. Set it now, before any manifest names the object (docs/FORMAT.md, "Object Lock").
