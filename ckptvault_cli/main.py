@@ -8,6 +8,9 @@ reported before anything is touched.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import logging
 import os
 import signal
 import sys
@@ -63,11 +66,33 @@ def _on_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+_exit_code: list[int] = []
+
+
+def _end_process() -> None:
+    """The last exit handler (registered first, run last): every Python-level handler has run
+    (Prefect's log and event drains, non-daemon threads joined), so the interpreter's own teardown
+    is skipped. It buys nothing for a process about to end, and Arrow's C++ thread pools, torn down
+    in it, sometimes abort the process ("terminate called without an active exception", exit -6)
+    after a command that read the catalog had already printed its result: a wrong exit code for a
+    command that worked, or an exit 2 reported as a crash."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
+            stream.flush()
+    os._exit(_exit_code[-1] if _exit_code else EXIT_FAILED)
+
+
 def run() -> NoReturn:
     """The console-script entry (`ckptvault`): `main` in a process that ends with it."""
+    atexit.register(_end_process)
     process.begin_one_shot()
     signal.signal(signal.SIGINT, _on_interrupt)
-    rc = main()
+    try:
+        rc = main()
+    except SystemExit as e:  # argparse's own exits (--help 0, a usage error 2) keep their code
+        _exit_code.append(e.code if isinstance(e.code, int) else 0 if e.code is None else EXIT_FAILED)
+        raise
     process.end_one_shot()
     if rc == EXIT_INTERRUPTED:
         # Worker threads may still be inside a part upload: an ordinary exit would join them first.
@@ -76,6 +101,7 @@ def run() -> NoReturn:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)
+    _exit_code.append(rc)
     sys.exit(rc)
 
 

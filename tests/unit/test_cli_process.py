@@ -77,3 +77,31 @@ def test_console_entry_exits_with_the_command_code(tmp_path: Path) -> None:
     )
     assert out.returncode == 2, out.stderr
     assert str(missing) in out.stderr
+
+
+def _entry(code: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_console_entry_runs_every_exit_handler_then_skips_the_native_teardown() -> None:
+    # A handler a library registers while the command runs (Prefect's log drain) still runs, and the
+    # code is the command's, also when the process then ends without the interpreter's teardown.
+    code = (
+        "import atexit, ckptvault_cli.main as m\n"
+        "def cmd(argv=None):\n"
+        "    atexit.register(lambda: print('drained'))\n"
+        "    print('result')\n"
+        "    return 2\n"
+        "m.main = cmd\n"
+        "m.run()\n"
+    )
+    out = _entry(code)
+    assert (out.returncode, out.stdout.split()) == (2, ["result", "drained"]), out.stderr
+
+
+@pytest.mark.parametrize(("argv", "rc"), [(("--help",), 0), (("--no-such-flag",), 2), (("hold", "r"), 2)])
+def test_console_entry_keeps_argparse_exit_codes(argv: tuple[str, ...], rc: int) -> None:
+    out = _entry("from ckptvault_cli.main import run; run()", *argv)
+    assert out.returncode == rc, out.stderr
