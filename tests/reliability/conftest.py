@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from ckptvault.manifest import MANIFEST_NAME
-from tests.helpers import crc32c_b64
+from tests.helpers import crc32c_b64, write_config
 from tests.integration.test_compressed_objects import decode_from_bucket
 
 MiB = 2**20
@@ -147,3 +148,26 @@ def go_and_kill(proc: subprocess.Popen[bytes], offset: float | None) -> tuple[bo
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# The crash tests' seed: the same kill offsets on every run, so a failure reruns as it happened.
+CRASH_SEED = 20261130
+
+
+def stratified_offsets(rng: random.Random, start: float, end: float, n: int) -> list[float]:
+    """n kill offsets in [start, end], one uniformly at random in each of n equal slices."""
+    width = (end - start) / n
+    return [round(start + width * (i + rng.random()), 2) for i in range(n)]
+
+
+def crash_config(
+    tmp_path: Path, endpoint: Any, bucket: str, prefix: str, root: Path, extra: str = "", compression: str = "off"
+) -> Path:
+    """A crash test's config: one DeepSpeed source, 5 MiB parts sent one at a time (the kills land
+    between and inside parts), `extra` appended."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = write_config(tmp_path / f"{prefix}.toml", endpoint, bucket, [("r", root, "deepspeed")], prefix=prefix)
+    store = f'part_size_mb = 5\nmax_concurrency = 1\ncompression = "{compression}"'
+    text = cfg.read_text().replace("part_size_mb = 5", store)
+    cfg.write_text(text + extra)
+    return cfg

@@ -1,5 +1,5 @@
-"""Crash tests: `ckptvault ingest` and `ckptvault tier --apply` killed with SIGKILL at seeded random
-moments, then run again. What must hold after every crash and rerun:
+"""Crash tests: `ckptvault ingest` killed with SIGKILL at seeded random moments, then run again
+(`tier --apply`: test_crash_tier.py). What must hold after every crash and rerun:
 
 - every checkpoint is committed exactly once: one manifest each, and in a versioned bucket exactly
   one version of the manifest and of every data object (a rerun re-sends nothing that was complete);
@@ -35,16 +35,18 @@ from ckptvault_cli.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy, FaultRates
 from tests.helpers import write_config
 from tests.reliability.conftest import (
+    CRASH_SEED,
     MiB,
     all_keys,
     check_committed,
     cli_cmd,
     cli_env,
+    crash_config,
     go_and_kill,
     incomplete_uploads,
     manifest_keys,
     prewarmed,
-    run_cli,
+    stratified_offsets,
 )
 
 # One kill point in each of 9 equal slices of the calibrated upload window (seeded): about three per
@@ -57,13 +59,6 @@ KILL_POINTS = int(os.environ.get("CKPTVAULT_KILL_POINTS", "9"))
 COMPRESSED_KILL_POINTS = int(os.environ.get("CKPTVAULT_COMPRESSED_KILL_POINTS", "4"))
 
 
-def stratified_offsets(rng: random.Random, start: float, end: float, n: int) -> list[float]:
-    """n kill offsets in [start, end], one uniformly at random in each of n equal slices."""
-    width = (end - start) / n
-    return [round(start + width * (i + rng.random()), 2) for i in range(n)]
-
-
-SEED = 20261130
 STEPS = (100, 200, 300)
 
 
@@ -73,17 +68,6 @@ def _versions(client: Any, bucket: str, prefix: str) -> Counter[str]:
         for v in page.get("Versions", []):
             n[v["Key"]] += 1
     return n
-
-
-def _config(
-    tmp_path: Path, endpoint: Any, bucket: str, prefix: str, root: Path, extra: str = "", compression: str = "off"
-) -> Path:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    cfg = write_config(tmp_path / f"{prefix}.toml", endpoint, bucket, [("r", root, "deepspeed")], prefix=prefix)
-    store = f'part_size_mb = 5\nmax_concurrency = 1\ncompression = "{compression}"'
-    text = cfg.read_text().replace("part_size_mb = 5", store)
-    cfg.write_text(text + extra)
-    return cfg
 
 
 def _upload_window(proc: Any, client: Any, bucket: str, prefix: str) -> tuple[float, float, float]:
@@ -131,15 +115,15 @@ def test_ingest_killed_at_stratified_random_points_then_rerun(
     # Calibrate: when, after "go", the first object appears and the last manifest is committed.
     # The quality gates (Great Expectations) are not what is tested here, and cost seconds per run.
     no_gates = "[validation]\nenabled = false\n"
-    calib = _config(tmp_path, slow, bucket, "calib", root, no_gates, compression)
+    calib = crash_config(tmp_path, slow, bucket, "calib", root, no_gates, compression)
     kill_points = KILL_POINTS if compression == "off" else COMPRESSED_KILL_POINTS
     first, last, duration = _upload_window(prewarmed(cli_cmd(calib, "ingest"), env), client, bucket, "calib/")
 
-    rng = random.Random(SEED)
+    rng = random.Random(CRASH_SEED)
     offsets = stratified_offsets(rng, max(0.0, first - 0.5), last + 0.5, kill_points)
     seen = Counter[str]()
     leftovers = 0
-    cfgs = [_config(tmp_path, slow, bucket, f"k{i:02d}", root, no_gates, compression) for i in range(kill_points)]
+    cfgs = [crash_config(tmp_path, slow, bucket, f"k{i:02d}", root, no_gates, compression) for i in range(kill_points)]
     warm = prewarmed(cli_cmd(cfgs[0], "ingest"), env)
     for i, offset in enumerate(offsets):
         prefix, cfg = f"k{i:02d}", cfgs[i]
@@ -244,86 +228,6 @@ def test_ingest_aborts_its_own_stale_multipart_uploads(
     assert [u["Key"] for u in left] == [other + "x.pt"], "only the re-sent checkpoint's uploads are aborted"
 
 
-TIER_STEPS = tuple(range(10, 130, 10))  # 12 checkpoints, 11 to move
-# One kill in each of 3 equal slices of the 8 s after the plan is made (seeded), on each server. Six
-# uniform random kills (until 2026-12) often hit the same slice twice; three stratified ones kill the
-# start, the middle and the late part of the moves in half the time. CKPTVAULT_TIER_KILL_POINTS=N
-# asks for more (or fewer) slices.
-TIER_KILLS = int(os.environ.get("CKPTVAULT_TIER_KILL_POINTS", "3"))
-TIER_KILL_WINDOW_S = 8.0
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)
-def test_tier_apply_killed_mid_way_then_rerun_converges(
-    prefect_api: None, pipeline_s3: Any, bucket_factory: Any, tmp_path: Path, s3_env: Any
-) -> None:
-    from ckptvault_prefect.flows.ingest import ingest
-
-    s3_env(pipeline_s3)
-    bucket = bucket_factory(pipeline_s3)
-    client = pipeline_s3.client()
-    root = tmp_path / "hot"
-    sources = {s: write_checkpoint(root, "deepspeed", s, 3 * MiB, seed=s) for s in TIER_STEPS}
-    if pipeline_s3.kind == "ceph":
-        policy, cold = 'tiers = [{ after_days = 0, tier = "cold" }]\n[policy.prices]\nCOLD = 0.004\n', "COLD"
-    else:
-        policy, cold = 'tiers = [{ after_days = 0, tier = "warm" }]\n', "STANDARD_IA"
-    extra = f'[policy]\nkeep_hot = 1\napply_mode = "client"\n{policy}'
-    direct = _config(tmp_path, pipeline_s3, bucket, "t", root, extra)
-    ingest(config_path=str(direct))
-    # tier runs reach the store with 50 ms added per request, so its work spans seconds to kill into
-    proxy = FaultProxy(pipeline_s3.url, FaultRates(latency=1.0, latency_s=0.05)).start()
-    cfg = _config(tmp_path / "slow", dataclasses.replace(pipeline_s3, url=proxy.url), bucket, "t", root, extra)
-    env = cli_env(pipeline_s3)
-    rng = random.Random(SEED)
-    _, dry = go_and_kill(prewarmed(cli_cmd(cfg, "tier"), env), None)  # a dry run: the plan, no moves
-
-    def classes() -> dict[int, set[str]]:
-        out: dict[int, set[str]] = {}
-        for s in TIER_STEPS:
-            m = json.loads(
-                client.get_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", s) + MANIFEST_NAME)["Body"].read()
-            )
-            for f in m["files"]:
-                head = client.head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", s) + f["path"])
-                out.setdefault(s, set()).add(head.get("StorageClass", "STANDARD"))
-        return out
-
-    offsets = stratified_offsets(rng, 0.9 * dry, 0.9 * dry + TIER_KILL_WINDOW_S, TIER_KILLS)
-    progress = []
-    warm = prewarmed(cli_cmd(cfg, "tier", "--apply"), env)
-    for k, offset in enumerate(offsets):
-        go_and_kill(warm, offset)
-        if k + 1 < TIER_KILLS:
-            warm = prewarmed(cli_cmd(cfg, "tier", "--apply"), env)
-        now = classes()
-        moved = sum(1 for c in now.values() if c == {cold})
-        mixed = sum(1 for c in now.values() if len(c) > 1)
-        progress.append(f"{moved} moved" + (f" + {mixed} part-moved" if mixed else ""))
-        for s in TIER_STEPS:  # nothing lost at any kill point
-            check_committed(
-                client, bucket, checkpoint_prefix("t", "r", s) + MANIFEST_NAME, sources[s], read_bytes=False
-            )
-    rerun = run_cli(cfg, "tier", "--apply", env=env)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    proxy.stop()
-
-    final = classes()
-    assert final == {s: ({"STANDARD"} if s == TIER_STEPS[-1] else {cold}) for s in TIER_STEPS}, final
-    for s in TIER_STEPS:
-        check_committed(client, bucket, checkpoint_prefix("t", "r", s) + MANIFEST_NAME, sources[s])
-    store = open_store(load_config(str(direct)).store)
-    states = Catalog(store, "t").current("r")
-    assert [(c.step, c.verified) for c in states] == [(s, True) for s in TIER_STEPS]
-    assert {c.step: c.storage_class for c in states if c.step != TIER_STEPS[-1]} == dict.fromkeys(TIER_STEPS[:-1], cold)
-    print(
-        f"\n[crash tier {pipeline_s3.kind}] dry run {dry:.1f} s; "
-        f"\n[crash tier {pipeline_s3.kind}] {TIER_KILLS} SIGKILLs of `tier --apply` at {offsets} s; "
-        f"after each kill: {progress}; rerun converged, every object intact"
-    )
-
-
 SAVE_KILLS = 4
 
 
@@ -357,8 +261,8 @@ def test_ingest_killed_during_the_upload_of_a_second_save_then_rerun(
 
     def prepared(prefix: str) -> Path:
         """Save 1 of every step in `prefix`; returns the config that sends the re-saved step 300, slowly."""
-        ingest(config_path=str(_config(tmp_path / "old-cfg", seaweedfs, bucket, prefix, old, no_gates)))
-        return _config(tmp_path / "new-cfg", slow, bucket, prefix, new, no_gates)
+        ingest(config_path=str(crash_config(tmp_path / "old-cfg", seaweedfs, bucket, prefix, old, no_gates)))
+        return crash_config(tmp_path / "new-cfg", slow, bucket, prefix, new, no_gates)
 
     save2 = {p: checkpoint_prefix(p, "r", 300, 2) + MANIFEST_NAME for p in ["calib"] + [f"s{i}" for i in range(9)]}
     calib = prepared("calib")
@@ -379,7 +283,7 @@ def test_ingest_killed_during_the_upload_of_a_second_save_then_rerun(
         time.sleep(0.05)
     assert proc.returncode == 0 and first is not None and last is not None, (proc.returncode, first, last)
 
-    rng = random.Random(SEED + 2)
+    rng = random.Random(CRASH_SEED + 2)
     offsets = sorted(round(rng.uniform(max(0.0, first - 0.3), last + 0.3), 2) for _ in range(SAVE_KILLS))
     at_kill = Counter[str]()
     for i, offset in enumerate(offsets):
@@ -390,7 +294,7 @@ def test_ingest_killed_during_the_upload_of_a_second_save_then_rerun(
         at_kill[f"killed={killed} save 2 committed={committed}"] += 1
         if committed:  # a manifest only for a whole save
             check_committed(client, bucket, save2[prefix], new_300, read_bytes=False)
-        direct = _config(tmp_path / "direct", seaweedfs, bucket, prefix, new, no_gates)
+        direct = crash_config(tmp_path / "direct", seaweedfs, bucket, prefix, new, no_gates)
         rerun = ingest(config_path=str(direct))
         assert sorted((o.step, o.save, o.ok) for o in rerun) == [(100, 1, True), (200, 1, True), (300, 2, True)]
 
