@@ -48,6 +48,27 @@ def from_head(head: Mapping[str, Any]) -> tuple[Retention | None, bool]:
     return retention, head.get("ObjectLockLegalHoldStatus") == "ON"
 
 
+def carried(head: Mapping[str, Any]) -> dict[str, Any]:
+    """The CopyObject / CreateMultipartUpload arguments that keep a version's lock on its copy: a copy
+    gets the bucket's default retention (or none), never its source's, unless the request says so."""
+    retention, held = from_head(head)
+    return put_args(retention) | ({"ObjectLockLegalHoldStatus": "ON"} if held else {})
+
+
+def keep_after_copy(client: S3Client, bucket: str, key: str, source: Mapping[str, Any]) -> None:
+    """Give the version a copy just made the lock its source had (`source`: the source's HEAD), where
+    the server dropped what the copy asked for: Ceph RGW 16.2 and moto drop the lock given at
+    CreateMultipartUpload, as they do on an upload. One HEAD per copy of a locked object."""
+    retention, held = from_head(source)
+    if retention is None and not held:
+        return
+    have, have_held = from_head(client.head_object(Bucket=bucket, Key=key))
+    if retention is not None:
+        raise_to(client, bucket, key, retention, have)
+    if held and not have_held:
+        client.put_object_legal_hold(Bucket=bucket, Key=key, LegalHold={"Status": "ON"})
+
+
 def status(client: S3Client, bucket: str) -> LockStatus:
     try:
         conf = client.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]

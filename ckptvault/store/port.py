@@ -403,8 +403,9 @@ class ObjectStore(Protocol):
 
     def copy_storage_class(self, key: str, storage_class: str, size: int) -> None:
         """Move an object to another storage class in place (server-side copy keeping metadata and
-        tags; multipart copy above 5 GiB). A no-op if it is already in that class. On a versioned
-        bucket the old version stays, billed in its old class, until a noncurrent-version rule."""
+        tags; multipart copy above 5 GiB). A no-op if it is already in that class. An Object Lock
+        retention or legal hold of the object is kept on the copy. On a versioned bucket the old
+        version stays, billed in its old class, until a noncurrent-version rule."""
         ...
 
     def restore_object(self, key: str, days: int, tier: str) -> RestoreState:

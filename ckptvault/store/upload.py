@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from botocore.exceptions import ClientError
 
 from ckptvault.checksum import StreamHasher
+from ckptvault.store import object_lock
 from ckptvault.store.botocore_errors import error_code, translate
 from ckptvault.store.buffers import shared
 from ckptvault.store.limits import MAX_COPY, MIB
@@ -106,6 +107,33 @@ COPY_LIMIT = MAX_COPY
 COPY_PART = 512 * MIB
 
 
+def _copy_object(
+    client: S3Client, common: Mapping[str, Any], head: Mapping[str, Any], storage_class: str, args: Mapping[str, Any]
+) -> None:
+    try:
+        client.copy_object(
+            **common,
+            StorageClass=cast(Any, storage_class),  # custom classes too (Ceph COLD), not just AWS's
+            MetadataDirective="COPY",
+            TaggingDirective="COPY",
+            **args,
+        )
+    except ClientError as e:
+        if error_code(e) != "InvalidRequest":
+            raise
+        # SeaweedFS refuses a same-key copy that changes only the storage class; restating the
+        # same metadata (REPLACE) counts as a change there and means the same thing everywhere.
+        client.copy_object(
+            **common,
+            StorageClass=cast(Any, storage_class),
+            MetadataDirective="REPLACE",
+            Metadata=head.get("Metadata", {}),
+            ContentType=head.get("ContentType", "application/octet-stream"),
+            TaggingDirective="COPY",
+            **args,
+        )
+
+
 def copy_in_place(
     client: S3Client,
     bucket: str,
@@ -118,6 +146,7 @@ def copy_in_place(
 ) -> bool:
     """Rewrite an object onto itself in another storage class, server side, keeping metadata and tags.
     Returns False (and does nothing) if it is already in that class. Raises botocore errors untranslated.
+    An Object Lock retention or legal hold on the object is kept on the copy (docs/FORMAT.md).
 
     Up to 5 GiB one CopyObject does it (MetadataDirective/TaggingDirective COPY). Above, S3 needs a
     multipart copy (UploadPartCopy), which cannot COPY metadata or tags: we read them first and pass
@@ -128,6 +157,7 @@ def copy_in_place(
     if (head.get("StorageClass") or "STANDARD") == storage_class:
         return False
     args: dict[str, Any] = {k: v for k, v in sse_args.items() if k != "ContentType"}
+    lock = object_lock.carried(head)
     common: dict[str, Any] = {
         "Bucket": bucket,
         "Key": key,
@@ -136,31 +166,19 @@ def copy_in_place(
     }
     if head["ContentLength"] <= single_limit:
         try:
-            client.copy_object(
-                **common,
-                StorageClass=cast(Any, storage_class),  # custom classes too (Ceph COLD), not just AWS's
-                MetadataDirective="COPY",
-                TaggingDirective="COPY",
-                **args,
-            )
+            _copy_object(client, common, head, storage_class, args | lock)
         except ClientError as e:
-            if error_code(e) != "InvalidRequest":
+            if not lock or error_code(e) != "MissingUploadObjectWithObjectLockHeaders":
                 raise
-            # SeaweedFS refuses a same-key copy that changes only the storage class; restating the
-            # same metadata (REPLACE) counts as a change there and means the same thing everywhere.
-            client.copy_object(
-                **common,
-                StorageClass=cast(Any, storage_class),
-                MetadataDirective="REPLACE",
-                Metadata=head.get("Metadata", {}),
-                ContentType=head.get("ContentType", "application/octet-stream"),
-                TaggingDirective="COPY",
-                **args,
-            )
+            # moto wants Content-MD5 on a locked CopyObject, which has no body to hash (and no such
+            # parameter): copy unlocked, then lock the copy below. The version it replaces stays locked.
+            _copy_object(client, common, head, storage_class, args)
+        object_lock.keep_after_copy(client, bucket, key, head)
         return True
     tags = {t["Key"]: t["Value"] for t in client.get_object_tagging(Bucket=bucket, Key=key).get("TagSet", [])}
     create: dict[str, Any] = {
         **args,
+        **lock,
         "StorageClass": storage_class,
         "Metadata": head.get("Metadata", {}),
         "ContentType": head.get("ContentType", "application/octet-stream"),
@@ -188,4 +206,5 @@ def copy_in_place(
     if tags:  # Ceph drops CreateMultipartUpload's Tagging header (see multipart.retag)
         tagset: Any = [{"Key": k, "Value": v} for k, v in tags.items()]
         client.put_object_tagging(Bucket=bucket, Key=key, Tagging={"TagSet": tagset})
+    object_lock.keep_after_copy(client, bucket, key, head)
     return True

@@ -167,3 +167,17 @@ def test_a_legal_hold_covers_every_object_stops_expiry_and_is_recorded(tmp_path:
         plain = MemoryStore("plain")
         _ingest(tmp_path / "plain", plain, LockConfig())
         set_legal_hold(plain, PREFIX, "r", 100, 1, True)
+
+
+def test_a_storage_class_move_keeps_the_lock_and_the_hold() -> None:
+    # The S3 side of the same contract: tests/integration/test_object_lock.py (client-mode tier, multipart copy).
+    store = MemoryStore(object_lock=True)
+    until = datetime(2030, 1, 1, tzinfo=UTC)
+    store.with_retention(Retention("COMPLIANCE", until)).put_bytes("k", b"x" * 10)
+    store.put_legal_hold("k", True)
+    store.copy_storage_class("k", "GLACIER_IR", 10)
+    info = store.head("k")
+    assert info is not None and info.storage_class == "GLACIER_IR"
+    assert (info.retention, info.legal_hold) == (Retention("COMPLIANCE", until), True)
+    with pytest.raises(StoreError, match="locked"):
+        store.delete("k")
