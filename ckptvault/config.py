@@ -209,6 +209,11 @@ class KeepBest(_Strict):
         default="min", description="Whether the lowest (`min`) or highest value is best."
     )
     k: Annotated[int, Field(ge=1)] = Field(default=1, description="How many of each run's best are kept.")
+    lock_days: Annotated[int, Field(ge=0, le=36_500)] = Field(
+        default=0,
+        description="With `[lock]` on, `tier --apply` extends the Object Lock of these checkpoints to this many days "
+        "after their commit (never shortens it); 0: only `[lock] days`.",
+    )
 
 
 class TierStep(_Strict):
@@ -231,6 +236,12 @@ class PolicyConfig(_Strict):
     )
     milestone_every_hours: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="The first checkpoint of each window of this many hours is a milestone."
+    )
+    milestone_lock_days: Annotated[int, Field(ge=0, le=36_500)] = Field(
+        default=0,
+        description="With `[lock]` on, `tier --apply` extends the Object Lock of the milestones of "
+        "`milestone_every_steps` and `milestone_every_hours` to this many days after their commit (never "
+        "shortens it); 0: only `[lock] days`. `keep_best` has its own `lock_days`.",
     )
     keep_best: KeepBest | None = Field(
         default=None,
@@ -484,6 +495,24 @@ class Config(_Strict):
             seen.add(s.run)
         return self
 
+    @model_validator(mode="after")
+    def _lock_days_need_a_lock(self) -> Config:
+        asked = [
+            name
+            for name, days in (
+                ("[policy] milestone_lock_days", self.policy.milestone_lock_days),
+                ("[policy] keep_best.lock_days", self.policy.keep_best.lock_days if self.policy.keep_best else 0),
+            )
+            if days
+        ]
+        if asked and not self.lock.enabled:
+            raise ValueError(
+                f'{" and ".join(asked)} {"is" if len(asked) == 1 else "are"} set, but [lock] mode is "off", so '
+                "nothing would be locked: "
+                'set [lock] mode = "governance" or "compliance" (the bucket must have Object Lock), or remove them'
+            )
+        return self
+
     def compression_for(self, run: str) -> Compression:
         """The run's source's `compression`, else the store's (a run with no source: the store's)."""
         own = next((s.compression for s in self.sources if s.run == run), None)
@@ -522,7 +551,8 @@ def _explain(err: ValidationError, origin: str) -> str:
         else:
             got = e.get("input")
             shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
-            lines.append(f"  - {where}: {e['msg'].removeprefix('Value error, ')}{shown}.")
+            said = e["msg"].removeprefix("Value error, ")
+            lines.append(f"  - {where}: {said}{shown}." if where else f"  - {said}.")  # a whole-file rule
     return "\n".join(lines)
 
 

@@ -78,7 +78,10 @@ CROSS_KEY: dict[str, list[tuple[str, str]]] = {
     "scale": [
         ("both clusters", BASE_TOML + '[scale]\ndask_address = "tcp://dask-scheduler:8786"\nlocal_workers = 4\n'),
     ],
-    "": [("two sources with one run name", BASE_TOML + SOURCE_TOML + SOURCE_TOML)],
+    "": [
+        ("two sources with one run name", BASE_TOML + SOURCE_TOML + SOURCE_TOML),
+        ("a milestone lock without `[lock]`", BASE_TOML + "[policy]\nmilestone_lock_days = 3650\n"),
+    ],
 }
 GENERAL_ERRORS: list[tuple[str, str]] = [
     ("a key that does not exist", '[store]\nbucket = "ckpts"\nbuckt = "ckpts"\n'),

@@ -108,7 +108,17 @@ def milestones(states: Sequence[CheckpointState], policy: PolicyConfig) -> set[t
 
 
 def _milestones(by_run: dict[str, list[CheckpointState]], policy: PolicyConfig) -> set[tuple[str, int]]:
+    by_step, best = _milestones_by_rule(by_run, policy)
+    return by_step | best
+
+
+def _milestones_by_rule(
+    by_run: dict[str, list[CheckpointState]], policy: PolicyConfig
+) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """(milestones of milestone_every_steps / milestone_every_hours, milestones of keep_best): each
+    group has its own lock_days."""
     out: set[tuple[str, int]] = set()
+    best: set[tuple[str, int]] = set()
     for run, ss in by_run.items():
         if policy.milestone_every_steps:
             out.update((run, s.step) for s in ss if s.step % policy.milestone_every_steps == 0)
@@ -125,7 +135,22 @@ def _milestones(by_run: dict[str, list[CheckpointState]], policy: PolicyConfig) 
             scored = [(s.metrics[kb.metric], s.step) for s in ss if not math.isnan(s.metrics.get(kb.metric, math.nan))]
             sign = 1.0 if kb.mode == "min" else -1.0
             scored.sort(key=lambda vs: (sign * vs[0], vs[1]))
-            out.update((run, step) for _, step in scored[: kb.k])
+            best.update((run, step) for _, step in scored[: kb.k])
+    return out, best
+
+
+def milestone_lock_days(states: Sequence[CheckpointState], policy: PolicyConfig) -> dict[tuple[str, int], int]:
+    """(run, step) -> the days after its commit a milestone stays locked, for every milestone a rule
+    with lock_days chose (the longest where two rules chose it). Empty when no rule asks for one."""
+    by_step, best = _milestones_by_rule(_by_run(_live(states)), policy)
+    out: dict[tuple[str, int], int] = {}
+    for chosen, days in (
+        (by_step, policy.milestone_lock_days),
+        (best, policy.keep_best.lock_days if policy.keep_best else 0),
+    ):
+        if days:
+            for key in chosen:
+                out[key] = max(days, out.get(key, 0))
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.eviction import EvictionCheck
+from ckptvault.tiering.milestone_lock import LockExtension
 from ckptvault.tiering.policy import Plan
 from ckptvault.tiering.report import observed_record, scheduled_record, skipped_record
 
@@ -37,6 +38,7 @@ class TierResult:
     observed: tuple[Observation, ...] = ()  # scheduled transitions the listing showed done
     catalog_files_compacted: int = 0
     expire_postponed: tuple[Postponed, ...] = ()  # expiries of locked saves, not attempted
+    lock_extended: tuple[LockExtension, ...] = ()  # milestones whose lock this run raised
 
     @classmethod
     def planned(cls, plan: Plan) -> TierResult:
@@ -56,4 +58,5 @@ class TierResult:
             doc["observed"] = [observed_record(o) for o in self.observed]
             doc["catalog_files_compacted"] = self.catalog_files_compacted
             doc["expire_postponed"] = [p.as_dict() for p in self.expire_postponed]
+            doc["lock_extended"] = [x.as_dict() for x in self.lock_extended]
         return doc

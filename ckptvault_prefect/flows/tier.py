@@ -38,6 +38,7 @@ from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.tier import (
     evict_local_task,
     expire_task,
+    extend_milestone_locks_task,
     install_lifecycle_task,
     observe_scheduled_task,
     plan_task,
@@ -112,6 +113,10 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             transition_task(store, prefix, manifest, order.action.to_class or "", order.tier, order.milestone)
             record_task(catalog, [events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])
         done.append(a)
+    # milestones locked for longer than every save: raised after the moves (a copy keeps its lock)
+    locked = extend_milestone_locks_task(store, prefix, states, cfg.policy, cfg.lock)
+    for ext in locked:
+        print(ext.said())
     applied = render_applied(skipped, scheduled, observed)
     publish_markdown_task("tier-applied", applied, "what the apply did, left to the bucket lifecycle, or skipped")
     # one file per event recorded adds up: merge every partition's and refresh its snapshot, time boxed
@@ -119,7 +124,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     compacted = compact_catalog_task(catalog, time.time())
     report = replace(planned, applied=True, evict_skipped=tuple(skipped), scheduled=tuple(scheduled),
                      observed=tuple(observed), catalog_files_compacted=compacted,
-                     expire_postponed=tuple(postponed))  # fmt: skip
+                     expire_postponed=tuple(postponed), lock_extended=tuple(locked))  # fmt: skip
     digest = applied_by_run(plan, states, tier_names(classes, cfg.policy), done)
     url = flow_run_url()
     sent = [

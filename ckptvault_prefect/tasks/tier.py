@@ -11,7 +11,7 @@ from ckptvault.manifest import Manifest
 from ckptvault.pricing import PriceTable
 from ckptvault.store import ObjectStore
 from ckptvault.tiering import apply as tiering
-from ckptvault.tiering import eviction, policy
+from ckptvault.tiering import eviction, milestone_lock, policy
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
@@ -49,3 +49,6 @@ evict_local_task = io_task("evict-local", task_run_name="evict-{manifest.run}-{m
 
 
 install_lifecycle_task = io_task("install-lifecycle")(tiering.install_lifecycle)
+
+
+extend_milestone_locks_task = io_task("extend-milestone-locks")(milestone_lock.extend_all)

@@ -234,7 +234,10 @@ def test_a_client_mode_move_keeps_the_lock_and_the_hold_on_the_copy(
         if key.endswith(MANIFEST_NAME) or key.endswith(VALIDATION_NAME):
             continue  # small metadata stays in STANDARD
         moved += 1
-        assert h.get("StorageClass") == cold and h["VersionId"] != before[key]["VersionId"], (key, h.get("StorageClass"))
+        assert h.get("StorageClass") == cold and h["VersionId"] != before[key]["VersionId"], (
+            key,
+            h.get("StorageClass"),
+        )
         assert h.get("ObjectLockMode") == "GOVERNANCE", (key, h.get("ObjectLockMode"))
         assert h["ObjectLockRetainUntilDate"] == before[key]["ObjectLockRetainUntilDate"], key
         assert h.get("ObjectLockLegalHoldStatus") == "ON", key
@@ -264,3 +267,31 @@ def test_a_multipart_copy_keeps_the_lock_and_the_hold(any_s3: S3Endpoint, locked
     assert (h.get("ObjectLockMode"), h["ObjectLockRetainUntilDate"]) == ("GOVERNANCE", until)
     assert h.get("ObjectLockLegalHoldStatus") == "ON"
     client.put_object_legal_hold(Bucket=bucket, Key="k", LegalHold={"Status": "OFF"})  # lets teardown remove it
+
+
+def test_tier_apply_locks_a_milestone_for_its_lock_days_once(
+    prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path
+) -> None:
+    import json
+
+    bucket = locked_bucket(any_s3)
+    root = _two_old_checkpoints(tmp_path / "hot")
+    extra = '[lock]\nmode = "governance"\ndays = 1\n[policy]\nmilestone_every_steps = 200\nmilestone_lock_days = 30\n'
+    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")], extra=extra)
+    env = cli_env(any_s3)
+    assert run_cli(cfg, "ingest", env=env).returncode == 0
+    tier = run_cli(cfg, "tier", "--apply", "--json", env=env)
+    assert tier.returncode == 0, tier.stderr[-3000:]
+    [ext] = json.loads(tier.stdout)["lock_extended"]
+    assert (ext["run"], ext["step"], ext["save"], ext["mode"], ext["days"]) == ("r", 200, 1, "GOVERNANCE", 30)
+    client = any_s3.client()
+    month = datetime.now(UTC) + timedelta(days=30)
+    for step, longer in ((200, True), (100, False)):
+        save = checkpoint_prefix("t", "r", step)
+        for o in client.list_objects_v2(Bucket=bucket, Prefix=save)["Contents"]:
+            if o["Key"].endswith(VALIDATION_NAME):
+                continue
+            until = client.head_object(Bucket=bucket, Key=o["Key"])["ObjectLockRetainUntilDate"]
+            assert (until >= month) == longer, (o["Key"], until)
+    again = run_cli(cfg, "tier", "--apply", "--json", env=env)
+    assert again.returncode == 0 and json.loads(again.stdout)["lock_extended"] == []

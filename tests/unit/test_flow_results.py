@@ -27,9 +27,9 @@ def test_tier_result_a_dry_run_has_only_the_plan_keys_and_an_apply_lists_what_it
     doc = TierResult(True, ("evict_local",), 1.5, 0.25, (skip,), (sched,), (seen,), 4).as_dict()
     assert list(doc) == [
         "applied", "actions", "monthly_before", "monthly_after",
-        "evict_skipped", "scheduled", "observed", "catalog_files_compacted", "expire_postponed",
+        "evict_skipped", "scheduled", "observed", "catalog_files_compacted", "expire_postponed", "lock_extended",
     ]  # fmt: skip
-    assert doc["expire_postponed"] == []
+    assert doc["expire_postponed"] == [] and doc["lock_extended"] == []
     assert doc["evict_skipped"] == [
         {"run": "r", "step": 10, "save": 1, "path": "/hot/r/checkpoint-10", "reason": skip.reason,
          "local": ["/hot/r/checkpoint-10/a: size"], "store": []}

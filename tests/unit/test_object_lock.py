@@ -181,3 +181,33 @@ def test_a_storage_class_move_keeps_the_lock_and_the_hold() -> None:
     assert (info.retention, info.legal_hold) == (Retention("COMPLIANCE", until), True)
     with pytest.raises(StoreError, match="locked"):
         store.delete("k")
+
+
+def test_a_milestone_lock_is_extended_once_every_object_the_manifest_last(tmp_path: Path) -> None:
+    from ckptvault.config import PolicyConfig
+    from ckptvault.tiering import milestone_lock
+
+    store = MemoryStore("ckpts", object_lock=True)
+    lock = LockConfig(mode="governance", days=1)
+    _ingest(tmp_path, store, lock)
+    states = Catalog(store, PREFIX).current("r")
+    policy = PolicyConfig(milestone_every_steps=100, milestone_lock_days=3650)
+    [ext] = milestone_lock.extend_all(store, PREFIX, states, policy, lock)
+    save = checkpoint_prefix(PREFIX, "r", 100)
+    locked = [o.key for o in store.list(save) if not o.key.endswith("_VALIDATION.json")]
+    assert ext.objects == len(locked) >= 3 and ext.days == 3650
+    assert ext.retention.until >= datetime.now(UTC) + timedelta(days=3650)
+    assert all(store.head(k).retention == ext.retention for k in locked)  # type: ignore[union-attr]
+    assert store.head(save + "_VALIDATION.json").retention is None  # type: ignore[union-attr]
+    assert milestone_lock.extend_all(store, PREFIX, states, policy, lock) == []  # the manifest says: done
+    not_a_milestone = PolicyConfig(milestone_every_steps=7, milestone_lock_days=3650)
+    assert milestone_lock.wanted(states, not_a_milestone, lock) == []
+
+
+def test_milestone_lock_days_without_a_lock_is_a_config_error_naming_both_keys() -> None:
+    from ckptvault.config import ConfigError, parse_config
+
+    text = '[store]\nbucket = "ckpts"\n[policy]\nmilestone_lock_days = 30\n'
+    with pytest.raises(ConfigError, match=r'\[policy\] milestone_lock_days is set, but \[lock\] mode is "off"'):
+        parse_config(text)
+    assert parse_config(text + '[lock]\nmode = "governance"\n').policy.milestone_lock_days == 30

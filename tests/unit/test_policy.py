@@ -320,3 +320,16 @@ def test_a_compressed_checkpoint_is_priced_by_its_stored_bytes_and_the_saving_sh
     assert "170.0 GiB (0.85x)" in text, text
     assert "compression saves $0.6900/month now" in text, text
     assert plan_record(p)["compression_saving_usd_month"] == pytest.approx(30 * 0.023)
+
+
+def test_milestone_lock_days_per_rule_the_longest_where_two_rules_agree() -> None:
+    from ckptvault.tiering.policy import milestone_lock_days
+
+    ss = [ck(s, 10 - s, metrics={"loss": 1 / s}) for s in (1, 2, 3, 4)]
+    both = PolicyConfig(
+        milestone_every_steps=2, milestone_lock_days=30, keep_best=KeepBest(metric="loss", k=2, lock_days=3650)
+    )
+    assert milestone_lock_days(ss, both) == {("r", 2): 30, ("r", 4): 3650, ("r", 3): 3650}
+    assert milestone_lock_days(ss, PolicyConfig(milestone_every_steps=2)) == {}  # no lock_days: nothing longer
+    only_best = PolicyConfig(milestone_every_steps=2, keep_best=KeepBest(metric="loss", k=1, lock_days=10))
+    assert milestone_lock_days(ss, only_best) == {("r", 4): 10}

@@ -1,0 +1,89 @@
+"""Milestones locked for longer than every save (`[policy] milestone_lock_days`, `keep_best.lock_days`;
+docs/object-lock.md): which saves must stay locked until when, and raising a save's lock to that.
+
+Only ever extended, never shortened. The manifest is raised last, so a manifest that already lasts
+long enough says the whole save does: one HEAD per milestone per tier run once it is locked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ckptvault.catalog import CheckpointState
+from ckptvault.config import LockConfig, PolicyConfig
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
+from ckptvault.save_lock import retain_until
+from ckptvault.store import ObjectStore, Retention
+from ckptvault.tiering.policy import milestone_lock_days
+
+
+@dataclass(frozen=True)
+class LockExtension:
+    """A milestone save whose objects must stay locked until `retention.until` (`days` after its commit)."""
+
+    run: str
+    step: int
+    save: int
+    retention: Retention
+    days: int
+    objects: int = 0  # how many objects a tier run raised (0 until then)
+
+    def said(self) -> str:
+        until = f"{self.retention.until:%Y-%m-%d %H:%M} UTC"
+        return (
+            f"{self.run} step {self.step} save {self.save}: locked ({self.retention.mode}) until {until}, "
+            f"{self.days} days after its commit ({self.objects} objects)"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "step": self.step,
+            "save": self.save,
+            "mode": self.retention.mode,
+            "until": self.retention.until.isoformat(),
+            "days": self.days,
+            "objects": self.objects,
+        }
+
+
+def wanted(states: list[CheckpointState], policy: PolicyConfig, lock: LockConfig) -> list[LockExtension]:
+    """Every verified save of a milestone step a rule with lock_days chose, with the date it must stay
+    locked until (its commit + the rule's days, rounded up as every save's date is); sorted."""
+    if not lock.enabled:
+        return []
+    days = milestone_lock_days(states, policy)
+    out = []
+    for s in sorted(states, key=lambda s: s.key):
+        d = days.get((s.run, s.step))
+        if d and s.verified and s.state != "expired" and s.uploaded_at is not None:
+            out.append(LockExtension(s.run, s.step, s.save, Retention.of(lock.mode, retain_until(s.uploaded_at, d)), d))
+    return out
+
+
+def extend(store: ObjectStore, prefix: str, ext: LockExtension) -> int:
+    """Raise every object of the save (not `_VALIDATION.json`, which stays mutable) to ext.retention,
+    the manifest last; returns how many objects were raised, 0 when the manifest already lasts."""
+    base = checkpoint_prefix(prefix, ext.run, ext.step, ext.save)
+    manifest = base + MANIFEST_NAME
+    head = store.head(manifest)
+    if head is None or (head.retention is not None and head.retention.until >= ext.retention.until):
+        return 0  # gone (a reader would not find it either), or locked long enough
+    raised = sum(
+        store.extend_retention(o.key, ext.retention)
+        for o in store.list(base)
+        if o.key not in (manifest, base + VALIDATION_NAME)
+    )
+    return raised + store.extend_retention(manifest, ext.retention)
+
+
+def extend_all(
+    store: ObjectStore, prefix: str, states: list[CheckpointState], policy: PolicyConfig, lock: LockConfig
+) -> list[LockExtension]:
+    """Every wanted extension carried out; returns those that raised anything, with their counts."""
+    out = []
+    for ext in wanted(states, policy, lock):
+        if n := extend(store, prefix, ext):
+            out.append(LockExtension(ext.run, ext.step, ext.save, ext.retention, ext.days, n))
+    return out
