@@ -1,12 +1,23 @@
-# The worker's policy: exactly the S3 actions ckptvault's code calls (tests/infra/test_iam_policy.py
-# derives them from ckptvault/store/*.py and compares), on the bucket (bucket-level actions) and on
-# <bucket>/<prefix>/* (object actions). worker-policy.json.tftpl is the canonical S3 document.
+# Two policies (docs/OPERATIONS.md, "Two roles"). The worker's (the tier role): exactly the S3 actions
+# ckptvault's code calls (tests/infra/test_iam_policy.py derives them from ckptvault/store/*.py and
+# compares), on the bucket (bucket-level actions) and on <bucket>/<prefix>/* (object actions);
+# worker-policy.json.tftpl is its S3 document. The ingest role's (ingest, drills, restore, the watch):
+# the same without s3:DeleteObject on checkpoints, which it may only send under _catalog/ (compaction)
+# and _state/ (the alert state); ingest-policy.json.tftpl.
 
 locals {
   s3_policy = jsondecode(templatefile("${path.module}/worker-policy.json.tftpl", {
     bucket_arn  = local.bucket_arn
     objects_arn = "${local.bucket_arn}/${local.key_prefix}*"
     list_prefix = "${local.key_prefix}*"
+  }))
+
+  ingest_s3_policy = jsondecode(templatefile("${path.module}/ingest-policy.json.tftpl", {
+    bucket_arn  = local.bucket_arn
+    objects_arn = "${local.bucket_arn}/${local.key_prefix}*"
+    list_prefix = "${local.key_prefix}*"
+    catalog_arn = "${local.bucket_arn}/${local.key_prefix}_catalog/*"
+    state_arn   = "${local.bucket_arn}/${local.key_prefix}_state/*"
   }))
 
   # SSE-KMS: writing needs a data key, reading (and completing a multipart upload) needs Decrypt.
@@ -19,6 +30,10 @@ locals {
 
   worker_policy = jsonencode(merge(local.s3_policy, {
     Statement = concat(local.s3_policy.Statement, local.kms_statements)
+  }))
+
+  ingest_policy = jsonencode(merge(local.ingest_s3_policy, {
+    Statement = concat(local.ingest_s3_policy.Statement, local.kms_statements)
   }))
 }
 
@@ -33,4 +48,17 @@ resource "aws_iam_role_policy_attachment" "worker" {
   count      = var.worker_role_name == null ? 0 : 1
   role       = var.worker_role_name
   policy_arn = aws_iam_policy.worker.arn
+}
+
+resource "aws_iam_policy" "ingest" {
+  name        = "ckptvault-ingest-${var.bucket_name}"
+  description = "ckptvault ingest, drills and restore: checkpoints under s3://${var.bucket_name}/${local.key_prefix}, never deleted"
+  policy      = local.ingest_policy
+  tags        = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "ingest" {
+  count      = var.ingest_role_name == null ? 0 : 1
+  role       = var.ingest_role_name
+  policy_arn = aws_iam_policy.ingest.arn
 }

@@ -8,12 +8,21 @@ output "bucket_arn" {
 }
 
 output "worker_policy_arn" {
-  description = "Attach to the worker's role (IRSA) or user."
+  description = "Attach to the role that runs tier (IRSA) or user: the only one that may delete checkpoints."
   value       = aws_iam_policy.worker.arn
 }
 
 output "worker_policy_json" {
   value = local.worker_policy
+}
+
+output "ingest_policy_arn" {
+  description = "Attach to the role that runs ingest, drills, restore and the watch: it cannot delete a checkpoint."
+  value       = aws_iam_policy.ingest.arn
+}
+
+output "ingest_policy_json" {
+  value = local.ingest_policy
 }
 
 output "store_config" {

@@ -68,7 +68,13 @@ variable "tier_transitions" {
 }
 
 variable "worker_role_name" {
-  description = "Attach the worker policy to this existing IAM role (e.g. the IRSA role of the Kubernetes worker's service account); null to attach it yourself."
+  description = "Attach the worker policy (the tier role: the only one that deletes checkpoints) to this existing IAM role (e.g. the IRSA role of the Kubernetes worker's service account); null to attach it yourself."
+  type        = string
+  default     = null
+}
+
+variable "ingest_role_name" {
+  description = "Attach the ingest policy (no delete of checkpoints) to this existing IAM role, the one ingest, drills, restore and the watch run under; null to attach it yourself."
   type        = string
   default     = null
 }

@@ -10,6 +10,11 @@ fails the test by name, so a new S3 call cannot land without a decision about it
 
 The policy is infra/terraform/worker-policy.json.tftpl, rendered here as Terraform's templatefile would
 (and, where terraform is installed, compared with Terraform's own rendering of the module's policy).
+
+The ingest role's policy (infra/terraform/ingest-policy.json.tftpl: ingest, drills, restore, the watch)
+is the same without s3:DeleteObject on checkpoints: the library's delete call sites are found statically
+too, and each one's keys must be where that role may delete (the catalog, the alert state) or in the
+tier flow's own module.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "ckptvault" / "store"
 TERRAFORM = ROOT / "infra" / "terraform"
 TEMPLATE = TERRAFORM / "worker-policy.json.tftpl"
+INGEST_TEMPLATE = TERRAFORM / "ingest-policy.json.tftpl"
 
 # boto3 S3 client method -> the IAM actions it needs (AWS "Actions, resources, and condition keys for
 # Amazon S3" and each API's "Permissions" section).
@@ -180,12 +186,18 @@ def needed_actions(calls: Iterable[S3Call]) -> set[str]:
     return {action for c in calls for action in METHOD_ACTIONS[c.method]}
 
 
-def render_policy(bucket: str, prefix: str, partition: str = "aws") -> dict[str, Any]:
-    """worker-policy.json.tftpl as Terraform renders it (iam.tf: templatefile with these three values)."""
+def render_policy(bucket: str, prefix: str, partition: str = "aws", template: Path = TEMPLATE) -> dict[str, Any]:
+    """A policy template as Terraform renders it (iam.tf: templatefile with these values)."""
     bucket_arn = f"arn:{partition}:s3:::{bucket}"
     key_prefix = f"{prefix}/" if prefix else ""
-    values = {"bucket_arn": bucket_arn, "objects_arn": f"{bucket_arn}/{key_prefix}*", "list_prefix": f"{key_prefix}*"}
-    text = TEMPLATE.read_text()
+    values = {
+        "bucket_arn": bucket_arn,
+        "objects_arn": f"{bucket_arn}/{key_prefix}*",
+        "list_prefix": f"{key_prefix}*",
+        "catalog_arn": f"{bucket_arn}/{key_prefix}_catalog/*",
+        "state_arn": f"{bucket_arn}/{key_prefix}_state/*",
+    }
+    text = template.read_text()
     assert "%{" not in text, "the policy template must stay plain JSON with ${name} values (no directives)"
     rendered = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
     assert "${" not in rendered, "an interpolation that is not a plain variable name"
@@ -302,6 +314,88 @@ def test_the_policy_grants_exactly_the_called_actions_on_the_right_resources(pre
         assert resources == {want}, f"{action} on {sorted(resources)}, expected {want}"
 
 
+# Where the library deletes from the store (outside ckptvault/store), and what: a new call site fails the
+# test until someone decides which role may send it.
+DELETERS: dict[str, str] = {
+    "ckptvault/catalog/compaction.py": "_catalog/",  # both roles compact the catalog they append to
+    "ckptvault/alerts/sending.py": "_state/",  # the alert state files a save folded
+    "ckptvault/tiering/apply.py": "checkpoints",  # tier --apply's expiry: the worker (tier) role only
+}
+# Besides ckptvault/tiering itself, the only module that may call the expiry: the tier flow's task.
+EXPIRY_CALLERS = frozenset({"ckptvault_prefect/tasks/tier.py"})
+
+
+def _library_files() -> list[Path]:
+    return [
+        p
+        for package in ("ckptvault", "ckptvault_cli", "ckptvault_prefect")
+        for p in sorted((ROOT / package).rglob("*.py"))
+        if STORE not in p.parents
+    ]
+
+
+def test_only_the_known_modules_delete_from_the_store() -> None:
+    sites: dict[str, list[int]] = {}
+    for path in _library_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("delete", "delete_many")
+            ):
+                sites.setdefault(str(path.relative_to(ROOT)), []).append(node.lineno)
+    assert set(sites) == set(DELETERS), (
+        f"store deletes in {sites}; each module that deletes must be in DELETERS (tests/infra/test_iam_policy.py) "
+        "with the keys it deletes, and those keys must be where its role's policy allows s3:DeleteObject"
+    )
+
+
+def _expiry_users(path: Path) -> bool:
+    """Does the module call ckptvault.tiering.apply.expire (imported by name or through the module)?"""
+    tree = ast.parse(path.read_text())
+    aliases: set[str] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "ckptvault.tiering.apply"
+            and any(a.name == "expire" for a in node.names)
+        ):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "ckptvault.tiering":
+            aliases.update(a.asname or a.name for a in node.names if a.name == "apply")
+    return any(
+        isinstance(n, ast.Attribute) and n.attr == "expire" and isinstance(n.value, ast.Name) and n.value.id in aliases
+        for n in ast.walk(tree)
+    )
+
+
+def test_the_expiry_is_reached_from_the_tier_flow_only() -> None:
+    tiering = ROOT / "ckptvault" / "tiering"
+    users = {str(p.relative_to(ROOT)) for p in _library_files() if tiering not in p.parents and _expiry_users(p)}
+    assert users == EXPIRY_CALLERS, f"ckptvault.tiering.apply.expire called from {sorted(users)}"
+    flows = ROOT / "ckptvault_prefect" / "flows"
+    callers = {p.name for p in flows.glob("*.py") if "expire_task" in p.read_text()}
+    assert callers == {"tier.py"}, (
+        f"expire_task used by the flows {sorted(callers)}: only tier runs under the tier role"
+    )
+
+
+@pytest.mark.parametrize("prefix", ["prod", "", "teams/llm"])
+def test_the_ingest_policy_is_the_worker_policy_without_deleting_a_checkpoint(prefix: str) -> None:
+    worker = granted(render_policy("acme-ckpts", prefix))
+    ingest = granted(render_policy("acme-ckpts", prefix, template=INGEST_TEMPLATE))
+    assert set(ingest) == set(worker)
+    assert {a: r for a, r in ingest.items() if a != "s3:DeleteObject"} == {
+        a: r for a, r in worker.items() if a != "s3:DeleteObject"
+    }
+    key_prefix = f"{prefix}/" if prefix else ""
+    deletable = {f"arn:aws:s3:::acme-ckpts/{key_prefix}{d}*" for d in DELETERS.values() if d != "checkpoints"}
+    assert ingest["s3:DeleteObject"] == deletable
+    never = {"s3:DeleteObjectVersion", "s3:BypassGovernanceRetention", "s3:PutBucketObjectLockConfiguration",
+             "s3:PutBucketVersioning", "s3:DeleteBucket"}  # fmt: skip
+    assert not never & (set(worker) | set(ingest))
+
+
 def test_list_bucket_is_limited_to_the_prefix() -> None:
     policy = render_policy("acme-ckpts", "prod")
     (listing,) = [st for st in policy["Statement"] if "s3:ListBucket" in _as_list(st["Action"])]
@@ -384,17 +478,20 @@ def test_terraform_validate_and_fmt(terraform_dir: Path) -> None:
     _terraform(terraform_dir, "fmt", "-check", "-diff", "-no-color")
 
 
+@pytest.mark.parametrize(("local", "template"), [("worker_policy", TEMPLATE), ("ingest_policy", INGEST_TEMPLATE)])
 @pytest.mark.parametrize("kms", [None, "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"])
-def test_terraform_renders_the_policy_the_test_checks(terraform_dir: Path, kms: str | None) -> None:
+def test_terraform_renders_the_policy_the_test_checks(
+    terraform_dir: Path, kms: str | None, local: str, template: Path
+) -> None:
     args = ["console", "-no-color", "-var", "bucket_name=acme-ckpts", "-var", "prefix=prod"]
     if kms:
         args += ["-var", f"sse_kms_key_arn={kms}"]
-    out = _terraform(terraform_dir, *args, stdin="local.worker_policy\n")
+    out = _terraform(terraform_dir, *args, stdin=f"local.{local}\n")
     policy = json.loads(json.loads(out.strip()))  # console prints the JSON string as an HCL string literal
     statements = policy["Statement"]
     kms_statements = [st for st in statements if any(a.startswith("kms:") for a in _as_list(st["Action"]))]
     s3_only = {**policy, "Statement": [st for st in statements if st not in kms_statements]}
-    assert s3_only == render_policy("acme-ckpts", "prod")
+    assert s3_only == render_policy("acme-ckpts", "prod", template=template)
     if kms:
         assert kms_statements == [
             {"Sid": "UseTheBucketKmsKey", "Effect": "Allow", "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
