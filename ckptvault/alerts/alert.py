@@ -29,6 +29,7 @@ KINDS = (
     "flow_failed",
     "run_restarted",
     "catalog_unreadable",
+    "legal_hold",
 )
 
 Severity = Literal["info", "warning", "error"]

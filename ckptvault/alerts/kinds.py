@@ -25,6 +25,7 @@ from ckptvault.alerts.messages_stages import drill_digest as drill_digest
 from ckptvault.alerts.messages_stages import drill_failed as drill_failed
 from ckptvault.alerts.messages_stages import evict_skipped as evict_skipped
 from ckptvault.alerts.messages_stages import ingest_failed as ingest_failed
+from ckptvault.alerts.messages_stages import legal_hold as legal_hold
 from ckptvault.alerts.messages_stages import restore_completed as restore_completed
 from ckptvault.alerts.messages_stages import restore_failed as restore_failed
 from ckptvault.alerts.messages_stages import tier_applied as tier_applied
@@ -48,5 +49,6 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "flow_failed": flow_failed,
     "run_restarted": run_restarted,
     "catalog_unreadable": catalog_unreadable,
+    "legal_hold": legal_hold,
 }
 assert tuple(BUILDERS) == KINDS

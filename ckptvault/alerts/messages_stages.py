@@ -200,3 +200,28 @@ def restore_failed(run: str, step: int, error: str, flow_run_url: str | None = N
         flow_run_url=flow_run_url,
         reason=f"step={step}",
     )
+
+
+def legal_hold(
+    run: str, step: int, save: int, on: bool, who: str, why: str, objects: int, flow_run_url: str | None = None
+) -> Alert:
+    """`ckptvault hold` / `release`: a legal hold set or cleared on every object of a save, by whom and why.
+    A release is a warning: from then on only the save's retention (if any) protects it."""
+    verb = "placed under a legal hold" if on else "released from its legal hold"
+    return Alert(
+        kind="legal_hold",
+        run=run,
+        step=step,
+        summary=f"{run} step {step} save {save} {verb} by {who}",
+        details=[f"Reason: {why}", f"Objects: {objects}"],
+        next_step=(
+            "Nothing to do unless this is unexpected: no policy expires a held save. To lift it, "
+            f"`ckptvault release {run} --step {step} --save {save} --reason TEXT`."
+            if on
+            else "The tier policy may now expire this save once its retention ends. If the release was a mistake, "
+            f"`ckptvault hold {run} --step {step} --save {save} --reason TEXT` again."
+        ),
+        severity="info" if on else "warning",
+        flow_run_url=flow_run_url,
+        reason=f"step={step},save={save},{'on' if on else 'off'},{why}",
+    )

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from ckptvault.errors import CkptvaultError
+from ckptvault_cli.output import say
 from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight_store
 
 
@@ -20,6 +22,8 @@ def _hold(args: argparse.Namespace, *, on: bool) -> int:
     import getpass
 
     from ckptvault import events
+    from ckptvault.alerts import kinds
+    from ckptvault.alerts.sending import send_alerts
     from ckptvault.catalog import Catalog
     from ckptvault.legal_hold import HoldError, set_legal_hold
 
@@ -40,4 +44,9 @@ def _hold(args: argparse.Namespace, *, on: bool) -> int:
     catalog.append([events.held(args.run, args.step, save, saves[save].format, who, args.reason, n, on)])
     verb = "held" if on else "released"
     print(f"{verb} {args.run} step {args.step} save {save}: {n} objects ({args.reason}; by {who})")
+    alert = kinds.legal_hold(args.run, args.step, save, on, who, args.reason, n)
+    try:
+        send_alerts(cfg, store, [alert])
+    except CkptvaultError as e:  # the hold is set and recorded: an unsent alert does not undo it
+        say(f"ckptvault: could not send the legal_hold alert ({e})")
     return EXIT_OK

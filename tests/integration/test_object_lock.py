@@ -28,6 +28,7 @@ from tests import servers
 from tests.helpers import write_config
 from tests.reliability.conftest import cli_env, run_cli
 from tests.servers import S3Endpoint
+from tests.slack_recorder import SLACK_TOKEN, SlackRecorder
 
 MiB = 2**20
 
@@ -167,20 +168,23 @@ def test_tier_apply_postpones_the_expiry_of_a_locked_save_and_says_until_when(
 
 
 def test_hold_stops_an_expiry_and_release_lets_it_happen(
-    prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path
+    prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path, slack: SlackRecorder
 ) -> None:
     import json
 
     bucket = locked_bucket(any_s3)
     root = _two_old_checkpoints(tmp_path / "hot")
     # no [lock] retention: the hold alone protects step 100
+    notify = f'[notify]\nslack_base_url = "{slack.base_url}"\nchannel = "#ckpt"\n'
     cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
-                       extra="[policy]\nkeep_hot = 1\nexpire_after_days = 1\n")  # fmt: skip
-    env = cli_env(any_s3)
+                       extra="[policy]\nkeep_hot = 1\nexpire_after_days = 1\n" + notify)  # fmt: skip
+    env = {**cli_env(any_s3), "CKPTVAULT_SLACK_TOKEN": SLACK_TOKEN}
     assert run_cli(cfg, "ingest", env=env).returncode == 0
     held = run_cli(cfg, "hold", "r", "--step", "100", "--reason", "incident 7", env=env)
     assert held.returncode == 0, held.stderr[-2000:]
     assert "held r step 100 save 1:" in held.stdout
+    [sent] = [json.dumps(p.payload) for p in slack.delivered() if "legal hold" in json.dumps(p.payload)]
+    assert "r step 100 save 1 placed under a legal hold by" in sent and "incident 7" in sent
     client = any_s3.client()
     manifest = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME
     assert client.head_object(Bucket=bucket, Key=manifest).get("ObjectLockLegalHoldStatus") == "ON"
@@ -192,6 +196,7 @@ def test_hold_stops_an_expiry_and_release_lets_it_happen(
 
     released = run_cli(cfg, "release", "r", "--step", "100", "--reason", "incident 7 closed", env=env)
     assert released.returncode == 0, released.stderr[-2000:]
+    assert any("released from its legal hold" in json.dumps(p.payload) for p in slack.delivered())
     again = run_cli(cfg, "tier", "--apply", "--json", env=env)
     assert again.returncode == 0 and json.loads(again.stdout)["expire_postponed"] == []
     with pytest.raises(ClientError):
