@@ -25,7 +25,10 @@ def _stored(manifest: Manifest) -> int:
     return 0 if stored == manifest.total_bytes else stored
 
 
-def verified(manifest: Manifest, flow_run: str = "", storage_class: str = "STANDARD") -> Event:
+def verified(
+    manifest: Manifest, flow_run: str = "", storage_class: str = "STANDARD", locked_until: float | None = None
+) -> Event:
+    lock = {} if locked_until is None else {"locked_until": locked_until}
     return Event(
         run=manifest.run,
         step=manifest.step,
@@ -38,7 +41,9 @@ def verified(manifest: Manifest, flow_run: str = "", storage_class: str = "STAND
         storage_class=storage_class,
         created_at=manifest.created_at,
         # the fingerprint lets the next ingest tell "unchanged" from "saved again" without a GET
-        detail=_detail(metrics=manifest.metrics, uploaded_at=manifest.uploaded_at, fingerprint=manifest.fingerprint),
+        detail=_detail(
+            metrics=manifest.metrics, uploaded_at=manifest.uploaded_at, fingerprint=manifest.fingerprint, **lock
+        ),
         flow_run=flow_run,
         save=manifest.save,
     )
@@ -88,6 +93,14 @@ def held(run: str, step: int, save: int, fmt: str, who: str, why: str, objects: 
     """A legal hold set (`held`) or cleared (`released`) on every object of a save, by whom and why."""
     return Event(run=run, step=step, save=save, event="held" if on else "released", at=time.time(), format=fmt,
                  detail=_detail(who=who, why=why, objects=objects))  # fmt: skip
+
+
+def locked(
+    run: str, step: int, save: int, until: float, mode: str, days: int, objects: int, flow_run: str = ""
+) -> Event:
+    """The tier flow extended the Object Lock of every object of a milestone save to `until` (unix s)."""
+    return Event(run=run, step=step, save=save, event="locked", at=time.time(), flow_run=flow_run,
+                 detail=_detail(locked_until=until, mode=mode, days=days, objects=objects))  # fmt: skip
 
 
 def expired(run: str, step: int, reason: str, objects: int, flow_run: str = "", save: int = 1) -> Event:

@@ -75,6 +75,8 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
         "last_drill_ok": s.last_drill_ok,
         "last_drill_at": _iso(s.last_drill_at),
         "superseded_reason": s.superseded_reason or None,
+        "locked_until": _iso(s.locked_until),  # as ckptvault set it; null: no Object Lock recorded
+        "legal_hold": s.legal_hold,
     }
 
 

@@ -42,7 +42,7 @@ def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> 
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
-        fingerprint="", stored_bytes=0,
+        fingerprint="", stored_bytes=0, locked_until=None, legal_hold=False,
     )  # fmt: skip
     return _fold_into(s, events)
 
@@ -90,6 +90,11 @@ def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
             s["last_drill_at"], s["last_drill_ok"] = e.at, e.ok
         elif e.event == "superseded":
             s["superseded"], s["superseded_reason"] = True, _reason(e.detail)
+        elif e.event in ("held", "released"):
+            s["legal_hold"] = e.event == "held"
+        until = _locked_until(e.detail)
+        if until is not None:
+            s["locked_until"] = until
         s["last_event"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
     return CheckpointState(**s)
 
@@ -100,6 +105,16 @@ def _field(detail: str, name: str) -> str:
     except json.JSONDecodeError:
         return ""
     return str(d.get(name) or "") if isinstance(d, dict) else ""
+
+
+def _locked_until(detail: str) -> float | None:
+    """The `locked_until` a detail says (unix s), or None: absent, not a number, or not JSON."""
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return None
+    v = d.get("locked_until") if isinstance(d, dict) else None
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _reason(detail: str) -> str:
@@ -208,6 +223,8 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
         "evicted": _last_where(kind("evicted_local"), idx),
         "drilled": _last_where(kind("drilled"), idx),
         "superseded": _last_where(kind("superseded"), idx),
+        "hold": _last_where(pc.is_in(ev, value_set=pa.array(["held", "released"])), idx),
+        "locked_until": _last_where(may_name("locked_until"), idx),
     }  # fmt: skip
     aggs = [("first", "min"), ("first_uv", "min")] + [(k, "max") for k in masked if k not in ("first", "first_uv")]
     g = pa.table({"g": gid, **masked}).group_by("g", use_threads=False).aggregate(aggs)
@@ -256,8 +273,9 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     ]
     out["scheduled_class"] = [c for c, _ in sched]
     out["scheduled_at"] = [a for _, a in sched]
+    out["legal_hold"] = [k == "held" for k in at("hold_max", "event")]
     cand = {}
-    for name in ("metrics", "fingerprint"):
+    for name in ("metrics", "fingerprint", "locked_until"):
         said = pc.is_valid(masked[name])
         cand[name] = (pc.filter(idx, said).to_numpy(), pc.filter(gid, said).to_numpy())
 
@@ -280,6 +298,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
 
     out["metrics"] = decide("metrics", _metrics, {}, lambda m: m is not None)
     out["fingerprint"] = decide("fingerprint", lambda d: _field(d, "fingerprint"), "", bool)
+    out["locked_until"] = decide("locked_until", _locked_until, None, lambda v: v is not None)
     out["_last_at"] = out["updated_at"]
     out["_last_origin"] = pc.take(col[_ORIGIN], last).to_pylist()
     out["_last_row"] = pc.take(col[_ROW], last).to_pylist()

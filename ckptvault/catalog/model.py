@@ -10,7 +10,7 @@ from ckptvault.errors import CkptvaultError, InvalidArgumentError
 EVENT_KINDS = (
     "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
     "restore_requested", "restored", "drilled", "expired", "accepted", "warned",
-    "superseded", "transition_scheduled", "evict_skipped", "held", "released",
+    "superseded", "transition_scheduled", "evict_skipped", "held", "released", "locked",
 )  # fmt: skip
 # A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
 LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
@@ -78,6 +78,9 @@ class CheckpointState:
     scheduled_at: float | None = None  # when the rule takes effect (unix s)
     fingerprint: str = ""  # (path, size, mtime) digest of the verified save, when its event recorded one
     stored_bytes: int = 0  # in the store, after compression; 0: the same as `bytes`
+    # Object Lock as ckptvault set it (docs/FORMAT.md, "The lock in the state"); the objects' HEADs are the truth.
+    locked_until: float | None = None  # unix s: the retain-until date of the save's objects; None: none known
+    legal_hold: bool = False  # the last held/released event was `held`
 
     @property
     def billed_bytes(self) -> int:

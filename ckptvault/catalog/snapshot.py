@@ -27,7 +27,8 @@ _SNAPSHOT_SCHEMA = pa.schema(
         ("metrics", pa.string()), ("updated_at", pa.float64()), ("detail", pa.string()),
         ("class_since", pa.float64()), ("save", pa.int64()), ("superseded", pa.bool_()),
         ("superseded_reason", pa.string()), ("scheduled_class", pa.string()), ("scheduled_at", pa.float64()),
-        ("fingerprint", pa.string()), ("stored_bytes", pa.int64()), ("_last_at", pa.float64()),
+        ("fingerprint", pa.string()), ("stored_bytes", pa.int64()), ("locked_until", pa.float64()),
+        ("legal_hold", pa.bool_()), ("_last_at", pa.float64()),
         ("_last_origin", pa.string()),
         ("_last_row", pa.int64()), ("_origins", pa.list_(pa.string())), ("_rows", pa.list_(pa.int64())),
     ],
@@ -35,7 +36,7 @@ _SNAPSHOT_SCHEMA = pa.schema(
 )  # fmt: skip
 _STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
 # Compat: reads snapshots written before these columns (what their absence means); may go: never
-_ADDED = {"stored_bytes": 0}
+_ADDED: dict[str, Any] = {"stored_bytes": 0, "locked_until": None, "legal_hold": False}
 
 
 @dataclass

@@ -31,7 +31,7 @@ _SCHEMA = pa.schema(
         ("files", pa.int64()), ("storage_class", pa.string()), ("created_at", pa.float64()),
         ("uploaded_at", pa.float64()), ("verified", pa.bool_()), ("last_drill_ok", pa.bool_()),
         ("last_drill_at", pa.float64()), ("superseded", pa.bool_()), ("superseded_reason", pa.string()),
-        ("updated_at", pa.float64()),
+        ("updated_at", pa.float64()), ("locked_until", pa.float64()), ("legal_hold", pa.bool_()),
     ]
 )  # fmt: skip
 _COLUMNS = _SCHEMA.names
@@ -190,7 +190,8 @@ def _lines(t: pa.Table) -> pa.Array:
         ("storage_class", _json_strings(t["storage_class"])), ("created_at", _json_times(t["created_at"])),
         ("uploaded_at", _json_times(t["uploaded_at"])), ("verified", _json_bools(t["verified"])),
         ("last_drill_ok", _json_bools(t["last_drill_ok"])), ("last_drill_at", _json_times(t["last_drill_at"])),
-        ("superseded_reason", _json_strings(reason)),
+        ("superseded_reason", _json_strings(reason)), ("locked_until", _json_times(t["locked_until"])),
+        ("legal_hold", _json_bools(t["legal_hold"])),
     ]  # fmt: skip
     parts: list[pa.Array | str] = []
     for i, (name, col) in enumerate(fields):

@@ -268,7 +268,7 @@ class IngestPass:
         manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
-        self._committed(manifest, flagged, d.changes)
+        self._committed(manifest, flagged, d.changes, p.retention)
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
         if d.supersedes is not None:
@@ -277,11 +277,15 @@ class IngestPass:
         outcome = base.with_result("warned" if warnings else "uploaded", message, time.monotonic() - p.t0)
         return outcome.with_uploaded(sent)
 
-    def _committed(self, manifest: Manifest, flagged: list[Event], changes: str) -> None:
-        """Record a committed save, and every save it supersedes (the same step's older save, the
-        abandoned branch's later steps after a restart); keep `known` current for the rest of the pass."""
+    def _committed(
+        self, manifest: Manifest, flagged: list[Event], changes: str, retention: Retention | None = None
+    ) -> None:
+        """Record a committed save (with the lock it was written with, where known), and every save it
+        supersedes (the same step's older save, the abandoned branch's later steps after a restart);
+        keep `known` current for the rest of the pass."""
         known = self.known[manifest.run]
-        recorded = [*flagged, events.verified(manifest, self.run_id)]
+        until = retention.until_ts if retention is not None else None
+        recorded = [*flagged, events.verified(manifest, self.run_id, locked_until=until)]
         replaced = superseded_by(list(known.values()), manifest.step, manifest.save, manifest.created_at, changes)
         recorded += [
             events.superseded(x.state.run, x.state.step, x.state.save, x.reason, manifest.step, manifest.save,

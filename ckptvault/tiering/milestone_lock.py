@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ckptvault.catalog import CheckpointState
+from ckptvault import events
+from ckptvault.catalog import CheckpointState, Event
 from ckptvault.config import LockConfig, PolicyConfig
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.save_lock import retain_until
@@ -34,6 +35,13 @@ class LockExtension:
         return (
             f"{self.run} step {self.step} save {self.save}: locked ({self.retention.mode}) until {until}, "
             f"{self.days} days after its commit ({self.objects} objects)"
+        )
+
+    def event(self, flow_run: str = "") -> Event:
+        """The catalog's record of it (`ls` shows `locked_until` from it)."""
+        until = self.retention.until_ts
+        return events.locked(
+            self.run, self.step, self.save, until, self.retention.mode, self.days, self.objects, flow_run
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -117,6 +117,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     locked = extend_milestone_locks_task(store, prefix, states, cfg.policy, cfg.lock)
     for ext in locked:
         print(ext.said())
+    record_task(catalog, [x.event(run_id) for x in locked])
     applied = render_applied(skipped, scheduled, observed)
     publish_markdown_task("tier-applied", applied, "what the apply did, left to the bucket lifecycle, or skipped")
     # one file per event recorded adds up: merge every partition's and refresh its snapshot, time boxed

@@ -188,6 +188,9 @@ def test_hold_stops_an_expiry_and_release_lets_it_happen(
     client = any_s3.client()
     manifest = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME
     assert client.head_object(Bucket=bucket, Key=manifest).get("ObjectLockLegalHoldStatus") == "ON"
+    listed = run_cli(cfg, "ls", "--json", env=env)
+    assert {r["step"]: r["legal_hold"] for r in json.loads(listed.stdout)} == {100: True, 200: False}
+    assert all(r["locked_until"] is None for r in json.loads(listed.stdout))  # no [lock]: only the hold
 
     tier = run_cli(cfg, "tier", "--apply", "--json", env=env)
     assert tier.returncode == 0, tier.stderr[-2000:]
@@ -300,3 +303,7 @@ def test_tier_apply_locks_a_milestone_for_its_lock_days_once(
             assert (until >= month) == longer, (o["Key"], until)
     again = run_cli(cfg, "tier", "--apply", "--json", env=env)
     assert again.returncode == 0 and json.loads(again.stdout)["lock_extended"] == []
+    listed = run_cli(cfg, "ls", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    until = {r["step"]: datetime.fromisoformat(r["locked_until"]) for r in json.loads(listed.stdout)}
+    assert until[200] >= month and timedelta(days=1) < until[100] - datetime.now(UTC) < timedelta(days=3), until

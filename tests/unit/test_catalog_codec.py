@@ -185,7 +185,7 @@ _details = st.one_of(
     st.just("not json"),
     st.just("[1, 2]"),
     st.builds(
-        lambda m, fp, reason, to, eff: json.dumps(
+        lambda m, fp, reason, to, eff, lock: json.dumps(
             {
                 k: v
                 for k, v in (
@@ -194,6 +194,7 @@ _details = st.one_of(
                     ("reason", reason),
                     ("to_class", to),
                     ("takes_effect", eff),
+                    ("locked_until", lock),
                 )
                 if v is not None
             }
@@ -208,8 +209,10 @@ _details = st.one_of(
         st.none() | st.sampled_from(["", "restart", "resave"]),
         st.none() | st.sampled_from(["", "GLACIER", "STANDARD_IA"]),
         st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10),
+        st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10) | st.just("2030-01-01"),
     ),
     st.just('{"metrics": 3}'),
+    st.just('{"\\u006cocked_until": 7}'),
     st.just('{"\\u006detrics": {"loss": 9}}'),
 )
 stream_events = st.builds(
@@ -274,3 +277,32 @@ def test_stored_bytes_fold_as_bytes_do_and_old_snapshots_read_them_as_zero() -> 
     snap = read_snapshot("old", sink.getvalue().to_pybytes())
     (state, _), = snap.states.values()
     assert state == two
+
+
+def test_the_lock_and_the_hold_fold_from_their_events_and_old_snapshots_read_none() -> None:
+    from ckptvault import events as ev
+    from ckptvault.catalog.snapshot import _SNAPSHOT_SCHEMA, SNAPSHOT_TAG, read_snapshot
+
+    evs = [
+        Event("r", 1, "verified", 1.0, bytes=100, detail=json.dumps({"locked_until": 1000.0})),
+        Event("r", 1, "drilled", 2.0, ok=True),  # says nothing of the lock: it stays
+        Event("r", 1, "held", 3.0, detail=json.dumps({"who": "a", "why": "b", "objects": 3})),
+        ev.locked("r", 1, 1, 5000.0, "GOVERNANCE", 30, 3),
+        Event("r", 2, "verified", 1.0, bytes=50),
+        Event("r", 2, "held", 2.0),
+        Event("r", 2, "released", 3.0),
+    ]
+    one, two = fold(evs)
+    assert (one.locked_until, one.legal_hold, one.state) == (5000.0, True, "verified")
+    assert (two.locked_until, two.legal_hold) == (None, False)
+    # A snapshot written before the columns: no lock known, no hold.
+    names = [f.name for f in _SNAPSHOT_SCHEMA if f.name not in ("locked_until", "legal_hold")]
+    row = {n: getattr(one, n) for n in names if hasattr(one, n)}
+    row.update(metrics="{}", _last_at=1.0, _last_origin="k", _last_row=0, _origins=["k"], _rows=[0])
+    schema = pa.schema([_SNAPSHOT_SCHEMA.field(n) for n in names]).with_metadata(
+        {b"schema": SNAPSHOT_TAG, b"ckptvault.covers": b"[]"}
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist([row], schema=schema), sink)
+    ((state, _),) = read_snapshot("old", sink.getvalue().to_pybytes()).states.values()
+    assert (state.locked_until, state.legal_hold) == (None, False) and state.step == 1
