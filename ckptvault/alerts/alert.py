@@ -30,6 +30,7 @@ KINDS = (
     "run_restarted",
     "catalog_unreadable",
     "legal_hold",
+    "lock_drift",
 )
 
 Severity = Literal["info", "warning", "error"]

@@ -26,6 +26,7 @@ from ckptvault.alerts.messages_stages import drill_failed as drill_failed
 from ckptvault.alerts.messages_stages import evict_skipped as evict_skipped
 from ckptvault.alerts.messages_stages import ingest_failed as ingest_failed
 from ckptvault.alerts.messages_stages import legal_hold as legal_hold
+from ckptvault.alerts.messages_stages import lock_drift as lock_drift
 from ckptvault.alerts.messages_stages import restore_completed as restore_completed
 from ckptvault.alerts.messages_stages import restore_failed as restore_failed
 from ckptvault.alerts.messages_stages import tier_applied as tier_applied
@@ -50,5 +51,6 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "run_restarted": run_restarted,
     "catalog_unreadable": catalog_unreadable,
     "legal_hold": legal_hold,
+    "lock_drift": lock_drift,
 }
 assert tuple(BUILDERS) == KINDS

@@ -225,3 +225,23 @@ def legal_hold(
         flow_run_url=flow_run_url,
         reason=f"step={step},save={save},{'on' if on else 'off'},{why}",
     )
+
+
+def lock_drift(run: str, step: int, save: int, problems: Sequence[str], flow_run_url: str | None = None) -> Alert:
+    """A drilled save whose objects lost the Object Lock ckptvault set (ckptvault/lock_drift.py)."""
+    return Alert(
+        kind="lock_drift",
+        run=run,
+        step=step,
+        summary=f"{run} step {step} save {save}: Object Lock weaker than ckptvault set on {len(problems)} object(s)",
+        details=list(problems),
+        next_step=(
+            "The data restored intact, but it is no longer protected as recorded: someone with "
+            "s3:BypassGovernanceRetention shortened or removed a lock, or cleared a legal hold. Find who in the "
+            "bucket's access logs; re-apply with `ckptvault hold` or by raising the retention (aws s3api "
+            "put-object-retention), and review who holds the bypass."
+        ),
+        severity="error",
+        flow_run_url=flow_run_url,
+        reason=f"step={step},save={save}," + ",".join(problems)[:500],
+    )

@@ -258,6 +258,8 @@ class DrillReport:
     drilled: tuple[DrillResult, ...]
     pending: tuple[Key, ...]  # (run, step, save) still thawing: the next drill selects them again
     coverage: Coverage  # after this drill's events: what the next drill starts from
+    # drilled saves whose objects lost the Object Lock ckptvault set (ckptvault/lock_drift.py), with why
+    lock_drift: tuple[tuple[Key, tuple[str, ...]], ...] = ()
 
     @property
     def failed(self) -> tuple[DrillResult, ...]:
@@ -268,6 +270,10 @@ class DrillReport:
             "drilled": [r.row() for r in self.drilled],
             "pending": [{"run": run, "step": step, "save": save} for run, step, save in self.pending],
             "coverage": self.coverage.as_dict(),
+            "lock_drift": [
+                {"run": run, "step": step, "save": save, "problems": list(why)}
+                for (run, step, save), why in self.lock_drift
+            ],
         }
 
 

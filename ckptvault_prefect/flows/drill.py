@@ -28,7 +28,7 @@ from ckptvault_prefect.tasks.common import (
     publish_markdown_task,
     record_task,
 )
-from ckptvault_prefect.tasks.drill import coverage_task, select_task
+from ckptvault_prefect.tasks.drill import coverage_task, lock_drift_task, select_task
 from ckptvault_prefect.tasks.futures import settle
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.restore import (
@@ -95,6 +95,10 @@ def drill(
             )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),)))
+    # the lock ckptvault recorded, still on every object of each drilled save (a HEAD per object)
+    drift = [(s.key, tuple(got)) for s in chosen if s.key not in pending if (got := lock_drift_task(store, prefix, s))]
+    for (run, step, save), why in drift:
+        print(f"lock drift: {label(run, step, save)}: {'; '.join(why)}")
     run_id = str(flow_run.id or "")
     record_task(catalog, [r.event(run_id) for r in results])
     # Coverage after this drill's events: what the next drill starts from.
@@ -103,14 +107,15 @@ def drill(
     publish_markdown_task(
         "drill-report", render_markdown(results, pending_names, cov), "restore drill: time and load check"
     )
-    report = DrillReport(tuple(results), tuple(pending), cov)
+    report = DrillReport(tuple(results), tuple(pending), cov, tuple(drift))
     failed = report.failed
     url = flow_run_url()
     notify_task(
         cfg,
         store,
         [alerts.drill_failed(r.run, r.step, r.problems, url) for r in failed]
-        + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)],
+        + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)]
+        + [alerts.lock_drift(run, step, save, why, url) for (run, step, save), why in drift],
     )
     if failed:
         raise DrillFailed(report)

@@ -1,12 +1,13 @@
-"""Prefect tasks of the drill flow's selection and coverage: one library call each."""
+"""Prefect tasks of the drill flow's selection, coverage and lock check: one library call each."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ckptvault import lock_drift
 from ckptvault.catalog import CheckpointState
 from ckptvault.restore import drill as lib
-from ckptvault_prefect.tasks.retry import local_task
+from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 @local_task("select-drill")
@@ -27,3 +28,8 @@ def coverage_task(
     states: Sequence[CheckpointState], now: float, sample: int, cover_days: float | None, interval_days: float | None
 ) -> lib.Coverage:
     return lib.coverage(states, now, sample, cover_days=cover_days, interval_days=interval_days)
+
+
+lock_drift_task = io_task("lock-drift", task_run_name="lock-drift-{state.run}-{state.step}-{state.save}")(
+    lock_drift.lock_drift
+)

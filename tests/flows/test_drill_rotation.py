@@ -21,7 +21,7 @@ def _drill_json(cfg: Path, capsys: pytest.CaptureFixture[str], want_rc: int) -> 
     capsys.readouterr()
     assert main(["--config", str(cfg), "drill", "--json"]) == want_rc
     report: dict[str, Any] = json.loads(capsys.readouterr().out)
-    assert set(report) == {"drilled", "pending", "coverage"}
+    assert set(report) == {"drilled", "pending", "coverage", "lock_drift"} and report["lock_drift"] == []
     for row in report["drilled"]:
         assert set(row) == {"run", "step", "save", "ok", "seconds", "problems", "checks", "not_run"}
         assert isinstance(row["seconds"], float | int) and isinstance(row["problems"], list)

@@ -307,3 +307,40 @@ def test_tier_apply_locks_a_milestone_for_its_lock_days_once(
     assert listed.returncode == 0, listed.stderr[-2000:]
     until = {r["step"]: datetime.fromisoformat(r["locked_until"]) for r in json.loads(listed.stdout)}
     assert until[200] >= month and timedelta(days=1) < until[100] - datetime.now(UTC) < timedelta(days=3), until
+
+
+def test_a_drill_reports_a_lock_someone_shortened_as_lock_drift(
+    prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path, slack: SlackRecorder
+) -> None:
+    import json
+
+    bucket = locked_bucket(any_s3)
+    root = tmp_path / "hot"
+    write_checkpoint(root, "deepspeed", 100, 2 * MiB, shards=1, seed=3)
+    extra = (
+        f'[lock]\nmode = "governance"\ndays = 1\n[drill]\nscratch = "{tmp_path / "scratch"}"\n'
+        f'[notify]\nslack_base_url = "{slack.base_url}"\nchannel = "#ckpt"\n'
+    )
+    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")], extra=extra)
+    env = {**cli_env(any_s3), "CKPTVAULT_SLACK_TOKEN": SLACK_TOKEN}
+    assert run_cli(cfg, "ingest", env=env).returncode == 0
+    clean = run_cli(cfg, "drill", "--json", env=env)
+    assert clean.returncode == 0 and json.loads(clean.stdout)["lock_drift"] == [], clean.stderr[-2000:]
+
+    client = any_s3.client()
+    save = checkpoint_prefix("t", "r", 100)
+    victim = next(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=save)["Contents"]
+                  if o["Key"].endswith(".pt"))  # fmt: skip
+    soon = datetime.now(UTC) + timedelta(hours=1)
+    # what an administrator with s3:BypassGovernanceRetention can do, and ckptvault never does
+    client.put_object_retention(Bucket=bucket, Key=victim, BypassGovernanceRetention=True,
+                                Retention={"Mode": "GOVERNANCE", "RetainUntilDate": soon})  # fmt: skip
+    assert client.head_object(Bucket=bucket, Key=victim)["ObjectLockRetainUntilDate"] < soon + timedelta(minutes=1)
+    drill = run_cli(cfg, "drill", "--json", env=env)
+    assert drill.returncode == 0, drill.stderr[-2000:]  # the data restored intact: only the lock drifted
+    [drift] = json.loads(drill.stdout)["lock_drift"]
+    assert (drift["run"], drift["step"], drift["save"]) == ("r", 100, 1)
+    [problem] = drift["problems"]
+    assert problem.startswith(victim[len(save) :] + ": locked until ") and "shorter than" in problem
+    sent = [json.dumps(p.payload) for p in slack.delivered()]
+    assert any("Object Lock weaker than ckptvault set on 1 object" in s for s in sent), sent

@@ -61,7 +61,7 @@ def test_drill_report_document_and_the_failure_that_carries_it() -> None:
     bad = DrillResult("r", 20, 2, False, 2.0, 100, ("model.safetensors: CRC32C mismatch",))
     report = DrillReport((good, bad), (("q", 5, 1),), cov)
     doc = report.as_dict()
-    assert list(doc) == ["drilled", "pending", "coverage"]
+    assert list(doc) == ["drilled", "pending", "coverage", "lock_drift"] and doc["lock_drift"] == []
     assert doc["drilled"][0] == {"run": "r", "step": 10, "save": 1, "ok": True, "seconds": 1.23, "problems": [],
                                  "checks": ["model: loaded"], "not_run": []}  # fmt: skip
     assert doc["pending"] == [{"run": "q", "step": 5, "save": 1}]

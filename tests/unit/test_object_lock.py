@@ -4,6 +4,7 @@ object of a save and its manifest locked, and nothing else."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -211,3 +212,26 @@ def test_milestone_lock_days_without_a_lock_is_a_config_error_naming_both_keys()
     with pytest.raises(ConfigError, match=r'\[policy\] milestone_lock_days is set, but \[lock\] mode is "off"'):
         parse_config(text)
     assert parse_config(text + '[lock]\nmode = "governance"\n').policy.milestone_lock_days == 30
+
+
+def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded(tmp_path: Path) -> None:
+    from ckptvault.lock_drift import lock_drift
+
+    store = MemoryStore("ckpts", object_lock=True)
+    _ingest(tmp_path, store, LockConfig(mode="governance", days=1))
+    [state] = Catalog(store, PREFIX).current("r")
+    assert state.locked_until is not None and lock_drift(store, PREFIX, state) == []
+    save = checkpoint_prefix(PREFIX, "r", 100)
+    data = sorted(o.key for o in store.list(save) if not o.key.endswith("_VALIDATION.json"))
+    # what someone with s3:BypassGovernanceRetention can do: shorten one lock, remove another
+    store._objects[data[0]].retention = Retention("GOVERNANCE", datetime.now(UTC) + timedelta(hours=1))
+    store._objects[data[1]].retention = None
+    problems = lock_drift(store, PREFIX, state)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith(data[0][len(save) :] + ": locked until ") and "shorter than" in problems[0]
+    assert problems[1] == f"{data[1][len(save) :]}: no Object Lock retention (ckptvault set " + (
+        f"{datetime.fromtimestamp(state.locked_until, UTC):%Y-%m-%d %H:%M} UTC)"
+    )
+    held = replace(state, legal_hold=True)
+    assert sum("no legal hold" in p for p in lock_drift(store, PREFIX, held)) == len(data)
+    assert lock_drift(store, PREFIX, replace(state, locked_until=None)) == []  # nothing recorded: nothing to drift
