@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckptvault.catalog import EVENT_KINDS, CatalogError, Event, decode_events, encode_events, fold
+from ckptvault.catalog import (
+    EVENT_KINDS,
+    CatalogError,
+    CheckpointState,
+    Event,
+    decode_events,
+    encode_events,
+    fold,
+)
 
 texts = st.text(max_size=20)
 events_st = st.builds(
@@ -256,8 +264,6 @@ def test_a_fold_continued_from_a_state_equals_the_whole_fold(events: list[Event]
 
 
 def test_stored_bytes_fold_as_bytes_do_and_old_snapshots_read_them_as_zero() -> None:
-    from ckptvault.catalog.snapshot import _SNAPSHOT_SCHEMA, SNAPSHOT_TAG, read_snapshot
-
     evs = [
         Event("r", 1, "verified", 1.0, bytes=100, stored_bytes=70),
         Event("r", 1, "drilled", 2.0, ok=True),  # says nothing of sizes: the stored size stays
@@ -266,22 +272,27 @@ def test_stored_bytes_fold_as_bytes_do_and_old_snapshots_read_them_as_zero() -> 
     one, two = fold(evs)
     assert (one.stored_bytes, one.billed_bytes, two.stored_bytes, two.billed_bytes) == (70, 70, 0, 50)
     # A snapshot written before the column: every row reads with stored_bytes 0.
-    names = [f.name for f in _SNAPSHOT_SCHEMA if f.name != "stored_bytes"]
-    row = {n: getattr(two, n) for n in names if hasattr(two, n)}
+    assert _read_old_snapshot(two, without=("stored_bytes",)) == two
+
+
+def _read_old_snapshot(state: CheckpointState, without: tuple[str, ...]) -> CheckpointState:
+    """`state` through a one-row snapshot written without the columns `without`, as an older version did."""
+    from ckptvault.catalog.snapshot import _SNAPSHOT_SCHEMA, SNAPSHOT_TAG, read_snapshot
+
+    names = [f.name for f in _SNAPSHOT_SCHEMA if f.name not in without]
+    row = {n: getattr(state, n) for n in names if hasattr(state, n)}
     row.update(metrics="{}", _last_at=1.0, _last_origin="k", _last_row=0, _origins=["k"], _rows=[0])
     schema = pa.schema([_SNAPSHOT_SCHEMA.field(n) for n in names]).with_metadata(
         {b"schema": SNAPSHOT_TAG, b"ckptvault.covers": b"[]"}
     )
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist([row], schema=schema), sink)
-    snap = read_snapshot("old", sink.getvalue().to_pybytes())
-    (state, _), = snap.states.values()
-    assert state == two
+    ((got, _),) = read_snapshot("old", sink.getvalue().to_pybytes()).states.values()
+    return got
 
 
 def test_the_lock_and_the_hold_fold_from_their_events_and_old_snapshots_read_none() -> None:
     from ckptvault import events as ev
-    from ckptvault.catalog.snapshot import _SNAPSHOT_SCHEMA, SNAPSHOT_TAG, read_snapshot
 
     evs = [
         Event("r", 1, "verified", 1.0, bytes=100, detail=json.dumps({"locked_until": 1000.0})),
@@ -296,13 +307,5 @@ def test_the_lock_and_the_hold_fold_from_their_events_and_old_snapshots_read_non
     assert (one.locked_until, one.legal_hold, one.state) == (5000.0, True, "verified")
     assert (two.locked_until, two.legal_hold) == (None, False)
     # A snapshot written before the columns: no lock known, no hold.
-    names = [f.name for f in _SNAPSHOT_SCHEMA if f.name not in ("locked_until", "legal_hold")]
-    row = {n: getattr(one, n) for n in names if hasattr(one, n)}
-    row.update(metrics="{}", _last_at=1.0, _last_origin="k", _last_row=0, _origins=["k"], _rows=[0])
-    schema = pa.schema([_SNAPSHOT_SCHEMA.field(n) for n in names]).with_metadata(
-        {b"schema": SNAPSHOT_TAG, b"ckptvault.covers": b"[]"}
-    )
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist([row], schema=schema), sink)
-    ((state, _),) = read_snapshot("old", sink.getvalue().to_pybytes()).states.values()
-    assert (state.locked_until, state.legal_hold) == (None, False) and state.step == 1
+    old = _read_old_snapshot(one, without=("locked_until", "legal_hold"))
+    assert (old.locked_until, old.legal_hold, old.step) == (None, False, 1)
