@@ -8,6 +8,7 @@ Only what ckptvault set is checked: the catalog's `locked_until` and `legal_hold
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 from ckptvault.catalog import CheckpointState
@@ -18,11 +19,14 @@ from ckptvault.store import ObjectStore
 _SLACK_S = 1.0
 
 
-def lock_drift(store: ObjectStore, prefix: str, state: CheckpointState) -> list[str]:
+def lock_drift(store: ObjectStore, prefix: str, state: CheckpointState, now: float | None = None) -> list[str]:
     """Every object of the save (not `_VALIDATION.json`, never locked) whose retention is missing or
-    ends before the catalog's `locked_until`, or whose legal hold is off while the catalog says held.
-    One HEAD per object; nothing when the catalog records neither."""
-    if state.locked_until is None and not state.legal_hold:
+    ends before the catalog's `locked_until` while that date is still ahead, or whose legal hold is
+    off while the catalog says held. One HEAD per object; nothing when neither is in force (a lock
+    whose date has passed protects nothing, and a server may stop reporting it)."""
+    t = time.time() if now is None else now
+    locked = state.locked_until is not None and state.locked_until > t
+    if not locked and not state.legal_hold:
         return []
     base = checkpoint_prefix(prefix, state.run, state.step, state.save)
     problems = []
@@ -33,7 +37,7 @@ def lock_drift(store: ObjectStore, prefix: str, state: CheckpointState) -> list[
         if head is None:  # gone since the listing: the drill's restore says so
             continue
         rel = obj.key[len(base) :]
-        if state.locked_until is not None:
+        if locked and state.locked_until is not None:
             if head.retention is None:
                 problems.append(f"{rel}: no Object Lock retention (ckptvault set {_date(state.locked_until)})")
             elif head.retention.until_ts + _SLACK_S < state.locked_until:

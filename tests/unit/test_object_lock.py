@@ -235,3 +235,4 @@ def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded
     held = replace(state, legal_hold=True)
     assert sum("no legal hold" in p for p in lock_drift(store, PREFIX, held)) == len(data)
     assert lock_drift(store, PREFIX, replace(state, locked_until=None)) == []  # nothing recorded: nothing to drift
+    assert lock_drift(store, PREFIX, state, now=state.locked_until + 1) == []  # the date has passed: nothing in force
