@@ -79,10 +79,13 @@ up() {
   echo "=== $(date -u +%FT%TZ) up" >>"$LOG"
   # -ip / -ip.bind: without them weed binds every interface and advertises a guessed address.
   # -webdav=false, iceberg/lance=0: components we do not use, fewer ports. Telemetry off: offline.
+  # -s3.iam.readOnly=false: the admin key may create users with IAM policies through the embedded IAM
+  # API on the S3 port (the two roles of docs/OPERATIONS.md are proven against it; no key but the admin
+  # one can call it).
   # The local sockets default to /tmp/seaweedfs-*-<port>.sock; keep the two that are settable with us.
   start_bg "$PIDFILE" "$LOG" "$weed" mini \
     -dir="$STATE_DIR/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
-    -s3.config="$STATE_DIR/s3.json" -webdav=false -admin.ui=false \
+    -s3.config="$STATE_DIR/s3.json" -s3.iam.readOnly=false -webdav=false -admin.ui=false \
     -s3.port.iceberg=0 -s3.port.lance=0 -master.telemetry=false \
     -s3.port="$PORT" -s3.port.grpc="$S3_GRPC_PORT" \
     -master.port="$MASTER_PORT" -master.port.grpc="$MASTER_GRPC_PORT" \
