@@ -299,3 +299,42 @@ def test_a_rebuilt_catalog_knows_each_lock_its_extension_and_a_hold(tmp_path: Pa
     assert recorded[100][1] is False  # (the hold was set behind ckptvault's back: only the HEAD shows it)
     cheap = {s.step: (s.locked_until, s.legal_hold) for s in fold(catalog.rebuild_from_manifests(lock_heads=False))}
     assert cheap == {100: (recorded[100][0], False), 200: (recorded[200][0], False)}  # the manifests alone
+
+
+def test_raising_a_retention_never_shortens_it_nor_weakens_compliance_to_governance() -> None:
+    soon, later = (datetime(2030, 1, d, tzinfo=UTC) for d in (1, 2))
+    gov, comp = Retention("GOVERNANCE", later), Retention("COMPLIANCE", later)
+    assert gov.over(None) == gov and gov.over(Retention("GOVERNANCE", soon)) == gov
+    assert gov.over(Retention("COMPLIANCE", soon)) == comp  # S3 refuses COMPLIANCE -> GOVERNANCE
+    assert comp.over(Retention("GOVERNANCE", soon)) == comp  # strengthening is the config's to ask
+    assert gov.over(Retention("COMPLIANCE", later)) is None and comp.over(Retention("GOVERNANCE", later)) is None
+
+
+def test_a_milestone_saved_in_compliance_is_extended_in_compliance_after_the_config_says_governance(
+    tmp_path: Path,
+) -> None:
+    from ckptvault.config import PolicyConfig
+    from ckptvault.tiering import milestone_lock
+
+    store = MemoryStore("ckpts", object_lock=True)
+    _ingest(tmp_path, store, LockConfig(mode="compliance", days=1))
+    save = checkpoint_prefix(PREFIX, "r", 100)
+    keys = [o.key for o in store.list(save) if not o.key.endswith("_VALIDATION.json")]
+    first = store.head(keys[0])
+    assert first is not None and first.retention is not None
+    # The store refuses the weakening as S3 does, so an extension that asked for GOVERNANCE would fail here
+    with pytest.raises(StoreError, match="would weaken it"):
+        store._put_retention(keys[0], store._objects[keys[0]], Retention("GOVERNANCE", first.retention.until))
+    # the port's contract, which the ingest's commit (lock_save) relies on too: the mode is kept
+    longer = Retention("GOVERNANCE", first.retention.until + timedelta(days=1))
+    assert store.extend_retention(keys[0], longer)
+    assert store.head(keys[0]).retention == Retention("COMPLIANCE", longer.until)  # type: ignore[union-attr]
+    governance = LockConfig(mode="governance", days=1)
+    policy = PolicyConfig(milestone_every_steps=100, milestone_lock_days=30)
+    [ext] = milestone_lock.extend_all(store, PREFIX, Catalog(store, PREFIX).current("r"), policy, governance)
+    assert ext.retention.mode == "COMPLIANCE" and ext.objects == len(keys)  # the record says what was set
+    assert ext.as_dict()["mode"] == "COMPLIANCE"
+    for key in keys:
+        info = store.head(key)
+        assert info is not None and info.retention == ext.retention, key
+        assert info.retention.until >= datetime.now(UTC) + timedelta(days=30)
