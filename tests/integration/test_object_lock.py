@@ -69,11 +69,29 @@ def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytes
 def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
     any_s3: S3Endpoint, locked_bucket: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    locked = _store(tmp_path, any_s3, locked_bucket(any_s3), monkeypatch)
+    bucket = locked_bucket(any_s3)
+    locked = _store(tmp_path, any_s3, bucket, monkeypatch)
     assert locked.lock_status().enabled
     assert locked.probe_lock_enforced() is None, "the server deleted a locked version"
     plain = _store(tmp_path, any_s3, bucket_factory(any_s3), monkeypatch)
     assert not plain.lock_status().enabled
+    # An extension asked in GOVERNANCE keeps an object's COMPLIANCE (a config changed since): S3 refuses
+    # to weaken it, so the adapter asks for COMPLIANCE (Retention.over)
+    from ckptvault.store import object_lock
+    from ckptvault.store.port import Retention
+
+    client, now = any_s3.client(), datetime.now(UTC).replace(microsecond=0)
+    compliance = Retention("COMPLIANCE", now + timedelta(minutes=2))
+    client.put_object(Bucket=bucket, Key="c", Body=b"c", ContentMD5=object_lock.content_md5(b"c"),
+                      **object_lock.put_args(compliance))  # fmt: skip
+    assert locked.extend_retention("c", Retention("GOVERNANCE", now + timedelta(minutes=3)))
+    h = client.head_object(Bucket=bucket, Key="c")
+    assert (h.get("ObjectLockMode"), h["ObjectLockRetainUntilDate"]) == ("COMPLIANCE", now + timedelta(minutes=3))
+    if any_s3.kind != "moto":  # what the adapter avoids; moto accepts it (AWS, SeaweedFS, Ceph RGW refuse)
+        weaken = {"Mode": "GOVERNANCE", "RetainUntilDate": now + timedelta(minutes=4)}
+        with pytest.raises(ClientError) as refused:
+            client.put_object_retention(Bucket=bucket, Key="c", Retention=weaken)
+        assert refused.value.response["Error"]["Code"] == "AccessDenied"
 
 
 @pytest.mark.parametrize("mode", ["governance", "compliance"])
