@@ -145,6 +145,18 @@ class NodePlacement:
     ranks_per_node: int = 1
 
 
+LOCK_MODES = ("GOVERNANCE", "COMPLIANCE")  # S3's; repeated so reading a manifest never imports the store
+
+
+@dataclass(frozen=True)
+class SaveLock:
+    """The Object Lock retention a save's objects and its manifest were written with at the commit
+    (docs/FORMAT.md, "The manifest": `lock`); only the first lock, since a locked manifest is never rewritten."""
+
+    mode: str  # GOVERNANCE or COMPLIANCE
+    retain_until: float  # unix seconds
+
+
 @dataclass(frozen=True)
 class Manifest:
     run: str
@@ -159,6 +171,7 @@ class Manifest:
     metrics: dict[str, float] = field(default_factory=dict)  # from trainer_state.json where present
     save: int = FIRST_SAVE  # which save of this step (a restart re-saves steps); absent in old manifests: 1
     placement: NodePlacement | None = None  # node-local sources only; absent in older manifests
+    lock: SaveLock | None = None  # committed with [lock] on; absent when nothing was locked, and in older manifests
     schema: str = SCHEMA
 
     @property
@@ -181,6 +194,8 @@ class Manifest:
         d["files"] = [f.to_dict() for f in self.files]
         if self.placement is None:
             del d["placement"]  # every other checkpoint's manifest stays as it was
+        if self.lock is None:
+            del d["lock"]  # a save written without [lock] has the manifest it had before the key existed
         return json.dumps(d, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -191,7 +206,7 @@ class Manifest:
             raise ManifestError(f"{origin}: not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise ManifestError(f"{origin}: not a ckptvault manifest (schema {SCHEMA!r} expected)")
-        # Compat: reads manifests from before `mode`, codecs, `save`, `placement`; may go: never (FORMAT.md)
+        # Compat: reads manifests from before `mode`, codecs, `save`, `placement`, `lock`; may go: never (FORMAT.md)
         try:
             files = tuple(
                 FileEntry(
@@ -218,6 +233,7 @@ class Manifest:
                 metrics={str(k): float(v) for k, v in d.get("metrics", {}).items()},
                 save=int(d.get("save", FIRST_SAVE)),
                 placement=_placement(d.get("placement")),
+                lock=_lock(d.get("lock")),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ManifestError):
@@ -237,3 +253,14 @@ def _placement(value: Any) -> NodePlacement | None:
     if not (isinstance(nodes, int) and isinstance(pattern, str) and isinstance(per, int)) or nodes < 1 or per < 1:
         raise ValueError("placement needs nodes >= 1 and ranks_per_node >= 1 (integers) and a node_pattern string")
     return NodePlacement(nodes, pattern, per)
+
+
+def _lock(value: Any) -> SaveLock | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"lock is not an object: {type(value).__name__}")
+    mode, until = value["mode"], value["retain_until"]
+    if mode not in LOCK_MODES or not isinstance(until, int | float) or isinstance(until, bool):
+        raise ValueError(f"lock needs a mode in {LOCK_MODES} and a numeric retain_until, not {value!r}")
+    return SaveLock(str(mode), float(until))

@@ -3,10 +3,12 @@ chosen when its upload starts, and the objects whose lock the commit must raise 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 from ckptvault.config import LockConfig
+from ckptvault.lock_probe_cache import ProbeCache
 from ckptvault.store import ObjectStore, Retention
 
 DAY = 86_400.0
@@ -38,9 +40,13 @@ def to_extend(retention: Retention, days: int, commit: float, reused: Iterable[s
     return reused
 
 
-def lock_problem(lock: LockConfig, store: ObjectStore) -> str | None:
+def lock_problem(
+    lock: LockConfig, store: ObjectStore, cache: ProbeCache | None = None, now: Callable[[], float] = time.time
+) -> str | None:
     """Why the bucket cannot hold `[lock]`'s locks (none, or a server that ignores them), with the
-    fix; None when `[lock]` is off or the bucket has Object Lock and the server enforces it."""
+    fix; None when `[lock]` is off or the bucket has Object Lock and the server enforces it. The
+    bucket's configuration is read every time; the enforcement probe is skipped where `cache` holds a
+    recent pass for this endpoint and bucket, and only a pass is recorded (ckptvault/lock_probe_cache.py)."""
     if not lock.enabled:
         return None
     status = store.lock_status()
@@ -51,7 +57,11 @@ def lock_problem(lock: LockConfig, store: ObjectStore) -> str | None:
             "--object-lock-enabled-for-bucket; versioning comes with it), point [store].bucket at it, "
             'or set [lock] mode = "off"'
         )
+    if cache is not None and cache.passed_recently(now()):
+        return None
     seen = store.probe_lock_enforced()
+    if seen is None and cache is not None:
+        cache.record_pass(now())
     if seen is not None:
         return (
             f"bucket {store.bucket} reports Object Lock, but the server does not enforce it: {seen}. "

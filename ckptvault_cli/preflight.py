@@ -52,10 +52,11 @@ def preflight_store(args: argparse.Namespace, *, need_sources: bool) -> tuple[Co
     except StoreError as e:
         raise UsageError(str(e)) from None
     if need_sources:  # a command that writes saves: their locks must hold (docs/FORMAT.md, "Object Lock")
+        from ckptvault.lock_probe_cache import ProbeCache
         from ckptvault.save_lock import lock_problem
 
         try:
-            problem = lock_problem(cfg.lock, store)
+            problem = lock_problem(cfg.lock, store, ProbeCache.of(cfg.store))
         except StoreError as e:
             raise UsageError(str(e)) from None
         if problem:

@@ -34,6 +34,10 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 _PREFECT_HOME = tempfile.mkdtemp(prefix="ckptvault-prefect-")
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ.pop("PREFECT_API_URL", None)
+# Nor the developer's ~/.cache/ckptvault (the Object Lock probe's memory, ckptvault/lock_probe_cache.py):
+# every CLI the tests start inherits this, so no test reads a pass a developer's run recorded, or writes one.
+_CACHE_DIR = tempfile.mkdtemp(prefix="ckptvault-cache-")
+os.environ["CKPTVAULT_CACHE_DIR"] = _CACHE_DIR
 
 # Prefect sets up its logging the first time `prefect.flow` is imported, and its console handler keeps the
 # sys.stderr of that moment. Imported first inside a test that uses capsys (tests/flows/test_cli.py run
@@ -290,3 +294,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)

@@ -279,10 +279,13 @@ class Catalog:
         return compaction.compact(self, older_than, runs=runs, max_partitions=max_partitions, max_seconds=max_seconds)
 
     def rebuild_from_manifests(
-        self, progress: Callable[[int], Callable[[int], None]] | None = None, run: str | None = None
+        self,
+        progress: Callable[[int], Callable[[int], None]] | None = None,
+        run: str | None = None,
+        lock_heads: bool = True,
     ) -> list[Event]:
         """See `ckptvault.catalog.rebuild.rebuild_from_manifests`."""
-        return rebuild.rebuild_from_manifests(self, progress, run)
+        return rebuild.rebuild_from_manifests(self, progress, run, lock_heads)
 
     def unreadable_of(self, run: str) -> dict[str, str]:
         """The objects this catalog could not read that may have held events of `run`: its partition's

@@ -268,7 +268,7 @@ class IngestPass:
         manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
-        self._committed(manifest, flagged, d.changes, p.retention)
+        self._committed(manifest, flagged, d.changes)
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
         if d.supersedes is not None:
@@ -277,14 +277,14 @@ class IngestPass:
         outcome = base.with_result("warned" if warnings else "uploaded", message, time.monotonic() - p.t0)
         return outcome.with_uploaded(sent)
 
-    def _committed(
-        self, manifest: Manifest, flagged: list[Event], changes: str, retention: Retention | None = None
-    ) -> None:
-        """Record a committed save (with the lock it was written with, where known), and every save it
-        supersedes (the same step's older save, the abandoned branch's later steps after a restart);
-        keep `known` current for the rest of the pass."""
+    def _committed(self, manifest: Manifest, flagged: list[Event], changes: str) -> None:
+        """Record a committed save (with the lock its manifest says it was committed with), and every
+        save it supersedes (the same step's older save, the abandoned branch's later steps after a
+        restart); keep `known` current for the rest of the pass."""
         known = self.known[manifest.run]
-        until = retention.until_ts if retention is not None else None
+        # The manifest's own record, not this pass's retention: a commit lost to a concurrent ingest,
+        # or one a killed pass made and this one only records, was locked as that manifest says.
+        until = manifest.lock.retain_until if manifest.lock is not None else None
         recorded = [*flagged, events.verified(manifest, self.run_id, locked_until=until)]
         replaced = superseded_by(list(known.values()), manifest.step, manifest.save, manifest.created_at, changes)
         recorded += [

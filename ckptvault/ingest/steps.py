@@ -33,6 +33,7 @@ from ckptvault.manifest import (
     FileEntry,
     Manifest,
     NodePlacement,
+    SaveLock,
     checkpoint_prefix,
     fingerprint,
 )
@@ -394,7 +395,10 @@ def commit_manifest(
 ) -> Manifest:
     """Write the manifest last. Losing the conditional write to another ingest is not an error:
     the other writer committed the same checkpoint, and its manifest stands. `placement`: a node-local
-    source's, recorded so that a restore places the files as they were, whatever the config says later."""
+    source's, recorded so that a restore places the files as they were, whatever the config says later.
+    The retention `store` writes with (a save's, `[lock]` on: its objects were raised to it before)
+    is recorded in the manifest as its `lock` (docs/FORMAT.md, "The manifest"): the very retention the
+    manifest itself is written with, so a catalog rebuilt from manifests knows it."""
     by_path = {e.path: e for e in entries}
     missing = [f.rel for f in found.files if f.rel not in by_path]
     if missing:
@@ -412,6 +416,7 @@ def commit_manifest(
         metrics=read_metrics(found.format, found.path),
         save=save,
         placement=placement,
+        lock=None if store.retention is None else SaveLock(store.retention.mode, store.retention.until_ts),
     )
     key = checkpoint_prefix(prefix, found.run, found.step, save) + MANIFEST_NAME
     try:

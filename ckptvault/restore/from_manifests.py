@@ -57,7 +57,8 @@ def _events(catalog: Catalog, run: str) -> tuple[list[Event], dict[str, str]]:
     bad = catalog.unreadable_of(run)
     if not bad:
         return got, {}
-    rebuilt = [e for e in catalog.rebuild_from_manifests(run=run) if e.run == run]
+    # which saves exist is all a restore needs: no HEAD of the locked manifests
+    rebuilt = [e for e in catalog.rebuild_from_manifests(run=run, lock_heads=False) if e.run == run]
     joined = sorted([*got, *rebuilt], key=lambda e: e.at)  # stable: the catalog's order for ties
     replaced = [
         event_builders.superseded(x.state.run, x.state.step, x.state.save, x.reason, *x.by)

@@ -159,10 +159,26 @@ class MemoryStore:
     def extend_retention(self, key: str, retention: Retention) -> bool:
         with self.lock:
             obj = self._get(key, "extending the retention of")
-            if obj.retention is not None and obj.retention.until >= retention.until:
+            want = retention.over(obj.retention)
+            if want is None:
                 return False
-            obj.retention = retention
+            self._put_retention(key, obj, want)
             return True
+
+    def _put_retention(self, key: str, obj: _Object, want: Retention) -> None:
+        """PutObjectRetention as S3 judges it (without the governance bypass, which this store's
+        callers never send): a COMPLIANCE retention can be neither shortened nor turned into
+        GOVERNANCE, and a GOVERNANCE one not shortened."""
+        have = obj.retention
+        if have is not None and have.until_ts > self.clock():
+            weaker = have.mode == "COMPLIANCE" and want.mode != "COMPLIANCE"
+            if weaker or want.until < have.until:
+                raise StoreError(
+                    f"extending the retention of {self.where(key)}: it is locked ({have.mode}) until "
+                    f"{have.until:%Y-%m-%d %H:%M} UTC, and {want.mode} until {want.until:%Y-%m-%d %H:%M} UTC "
+                    "would weaken it (AccessDenied)"
+                )
+        obj.retention = want
 
     def _locked(self, obj: _Object) -> bool:
         return obj.legal_hold or (obj.retention is not None and obj.retention.until_ts > self.clock())

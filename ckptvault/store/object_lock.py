@@ -128,12 +128,12 @@ def extend(client: S3Client, bucket: str, key: str, retention: Retention) -> boo
 
 
 def raise_to(client: S3Client, bucket: str, key: str, retention: Retention, have: Retention | None) -> bool:
-    """PutObjectRetention to `retention` unless `have` (the object's, as a HEAD saw it) already lasts as long."""
-    if have is not None and have.until >= retention.until:
+    """PutObjectRetention to `retention` unless `have` (the object's, as a HEAD saw it) already lasts
+    as long; in COMPLIANCE if `have` is (`Retention.over`: S3 refuses to weaken the mode)."""
+    want = retention.over(have)
+    if want is None:
         return False
-    client.put_object_retention(
-        Bucket=bucket, Key=key, Retention={"Mode": retention.mode, "RetainUntilDate": retention.until}
-    )
+    client.put_object_retention(Bucket=bucket, Key=key, Retention={"Mode": want.mode, "RetainUntilDate": want.until})
     return True
 
 

@@ -72,6 +72,17 @@ class Retention:
         """From a server's or a config's spelling of the mode (any case); the date converted to UTC."""
         return cls(cast(LockMode, mode.upper()), until.astimezone(UTC))
 
+    def over(self, have: Retention | None) -> Retention | None:
+        """What raising an object's retention `have` to this one asks for: None when `have` already
+        lasts as long (a lock is never shortened); else this date, in COMPLIANCE if `have` is. S3
+        refuses to turn a COMPLIANCE retention into GOVERNANCE (nobody may weaken it), so a config
+        changed from compliance to governance extends the objects already in COMPLIANCE in COMPLIANCE."""
+        if have is not None and have.until >= self.until:
+            return None
+        if have is not None and have.mode == "COMPLIANCE" and self.mode != "COMPLIANCE":
+            return Retention("COMPLIANCE", self.until)
+        return self
+
 
 @dataclass(frozen=True)
 class LockStatus:
@@ -266,7 +277,8 @@ class ObjectStore(Protocol):
 
     def extend_retention(self, key: str, retention: Retention) -> bool:
         """Raise the object's (current version's) retention to `retention` (PutObjectRetention);
-        never shortens it: False, and nothing written, if it is already locked at least that long."""
+        never shortens it: False, and nothing written, if it is already locked at least that long.
+        Never weakens its mode either: an object in COMPLIANCE is extended in COMPLIANCE (`Retention.over`)."""
         ...
 
     def head(self, key: str) -> ObjectInfo | None:

@@ -70,28 +70,26 @@ def wanted(states: list[CheckpointState], policy: PolicyConfig, lock: LockConfig
     return out
 
 
-def extend(store: ObjectStore, prefix: str, ext: LockExtension) -> int:
+def extend(store: ObjectStore, prefix: str, ext: LockExtension) -> LockExtension | None:
     """Raise every object of the save (not `_VALIDATION.json`, which stays mutable) to ext.retention,
-    the manifest last; returns how many objects were raised, 0 when the manifest already lasts."""
+    the manifest last; returns what was done (its mode the manifest's where that is the stronger:
+    `Retention.over`, a save in COMPLIANCE stays in it after the config says governance, and how many
+    objects were raised), None when the manifest already lasts."""
     base = checkpoint_prefix(prefix, ext.run, ext.step, ext.save)
     manifest = base + MANIFEST_NAME
     head = store.head(manifest)
-    if head is None or (head.retention is not None and head.retention.until >= ext.retention.until):
-        return 0  # gone (a reader would not find it either), or locked long enough
+    done = ext.retention.over(head.retention) if head is not None else None
+    if done is None:
+        return None  # gone (a reader would not find it either), or locked long enough
     raised = sum(
-        store.extend_retention(o.key, ext.retention)
-        for o in store.list(base)
-        if o.key not in (manifest, base + VALIDATION_NAME)
+        store.extend_retention(o.key, done) for o in store.list(base) if o.key not in (manifest, base + VALIDATION_NAME)
     )
-    return raised + store.extend_retention(manifest, ext.retention)
+    raised += store.extend_retention(manifest, done)
+    return LockExtension(ext.run, ext.step, ext.save, done, ext.days, raised) if raised else None
 
 
 def extend_all(
     store: ObjectStore, prefix: str, states: list[CheckpointState], policy: PolicyConfig, lock: LockConfig
 ) -> list[LockExtension]:
     """Every wanted extension carried out; returns those that raised anything, with their counts."""
-    out = []
-    for ext in wanted(states, policy, lock):
-        if n := extend(store, prefix, ext):
-            out.append(LockExtension(ext.run, ext.step, ext.save, ext.retention, ext.days, n))
-    return out
+    return [done for ext in wanted(states, policy, lock) if (done := extend(store, prefix, ext)) is not None]

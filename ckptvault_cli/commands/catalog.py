@@ -110,7 +110,9 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     catalog = Catalog(store, cfg.store.prefix)
     # on stderr, and only on a terminal: --json keeps stdout one document
     events = catalog.rebuild_from_manifests(lambda n: ProgressBar(n, "rebuild", unit="manifests"))
-    found = len(events)
+    # one verified (or invalid) event per manifest, then for a locked save what its HEAD shows
+    # (`locked`, `held`): count the manifests
+    found = sum(1 for e in events if e.event in ("verified", "invalid"))
     # Manifests say which saves exist, not which are current: replay the commits in the order written.
     replaced = [
         event_builders.superseded(x.state.run, x.state.step, x.state.save, x.reason, *x.by)

@@ -11,6 +11,7 @@ the completed object before any manifest names it; SeaweedFS keeps it.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -68,11 +69,29 @@ def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytes
 def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
     any_s3: S3Endpoint, locked_bucket: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    locked = _store(tmp_path, any_s3, locked_bucket(any_s3), monkeypatch)
+    bucket = locked_bucket(any_s3)
+    locked = _store(tmp_path, any_s3, bucket, monkeypatch)
     assert locked.lock_status().enabled
     assert locked.probe_lock_enforced() is None, "the server deleted a locked version"
     plain = _store(tmp_path, any_s3, bucket_factory(any_s3), monkeypatch)
     assert not plain.lock_status().enabled
+    # An extension asked in GOVERNANCE keeps an object's COMPLIANCE (a config changed since): S3 refuses
+    # to weaken it, so the adapter asks for COMPLIANCE (Retention.over)
+    from ckptvault.store import object_lock
+    from ckptvault.store.port import Retention
+
+    client, now = any_s3.client(), datetime.now(UTC).replace(microsecond=0)
+    compliance = Retention("COMPLIANCE", now + timedelta(minutes=2))
+    client.put_object(Bucket=bucket, Key="c", Body=b"c", ContentMD5=object_lock.content_md5(b"c"),
+                      **object_lock.put_args(compliance))  # fmt: skip
+    assert locked.extend_retention("c", Retention("GOVERNANCE", now + timedelta(minutes=3)))
+    h = client.head_object(Bucket=bucket, Key="c")
+    assert (h.get("ObjectLockMode"), h["ObjectLockRetainUntilDate"]) == ("COMPLIANCE", now + timedelta(minutes=3))
+    if any_s3.kind != "moto":  # what the adapter avoids; moto accepts it (AWS, SeaweedFS, Ceph RGW refuse)
+        weaken = {"Mode": "GOVERNANCE", "RetainUntilDate": now + timedelta(minutes=4)}
+        with pytest.raises(ClientError) as refused:
+            client.put_object_retention(Bucket=bucket, Key="c", Retention=weaken)
+        assert refused.value.response["Error"]["Code"] == "AccessDenied"
 
 
 @pytest.mark.parametrize("mode", ["governance", "compliance"])
@@ -85,8 +104,11 @@ def test_ingest_with_lock_writes_every_object_and_the_manifest_locked(
     cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
                        extra=f'[lock]\nmode = "{mode}"\ndays = 1\n')  # fmt: skip
     started = datetime.now(UTC)
-    out = run_cli(cfg, "ingest", env=cli_env(any_s3))
+    cache = tmp_path / "cache"  # the probe's pass is remembered here (ckptvault/lock_probe_cache.py)
+    out = run_cli(cfg, "ingest", env=cli_env(any_s3, CKPTVAULT_CACHE_DIR=str(cache)))
     assert out.returncode == 0, out.stderr[-3000:]
+    remembered = json.loads((cache / "lock-probe.json").read_text())["passed"]
+    assert list(remembered) == [f"{any_s3.url.rstrip('/')} {bucket}"], remembered
 
     client = any_s3.client()
     save = checkpoint_prefix("t", "r", 100)
@@ -106,6 +128,10 @@ def test_ingest_with_lock_writes_every_object_and_the_manifest_locked(
         assert refused.value.response["Error"]["Code"] == "AccessDenied", key
     assert all("ObjectLockMode" not in h for k, h in heads.items() if k not in data), "only saves are locked"
     assert client.head_object(Bucket=bucket, Key=save + MANIFEST_NAME)["ContentLength"] > 0  # still there
+    # the manifest records the lock it carries (docs/FORMAT.md, "The manifest")
+    recorded = json.loads(client.get_object(Bucket=bucket, Key=save + MANIFEST_NAME)["Body"].read())["lock"]
+    carried = heads[save + MANIFEST_NAME]
+    assert recorded == {"mode": mode.upper(), "retain_until": carried["ObjectLockRetainUntilDate"].timestamp()}
 
 
 def test_ingest_refuses_a_bucket_without_object_lock_and_sends_nothing(
@@ -307,6 +333,21 @@ def test_tier_apply_locks_a_milestone_for_its_lock_days_once(
     assert listed.returncode == 0, listed.stderr[-2000:]
     until = {r["step"]: datetime.fromisoformat(r["locked_until"]) for r in json.loads(listed.stdout)}
     assert until[200] >= month and timedelta(days=1) < until[100] - datetime.now(UTC) < timedelta(days=3), until
+
+    # The catalog lost: a rebuild from the manifests knows each save's lock (step 100: its manifest's),
+    # the extension since (step 200: its manifest's HEAD) and a legal hold (step 100, set by hand here)
+    step_100 = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME
+    client.put_object_legal_hold(Bucket=bucket, Key=step_100, LegalHold={"Status": "ON"})
+    catalog = [{"Key": o["Key"]} for o in client.list_objects_v2(Bucket=bucket, Prefix="t/_catalog/")["Contents"]]
+    client.delete_objects(Bucket=bucket, Delete={"Objects": catalog})
+    rebuilt = run_cli(cfg, "catalog", "rebuild", "--write", "--json", env=env)
+    assert rebuilt.returncode == 0 and json.loads(rebuilt.stdout)["saves_found"] == 2, rebuilt.stderr[-2000:]
+    relisted = run_cli(cfg, "ls", "--json", env=env)
+    assert relisted.returncode == 0, relisted.stderr[-2000:]
+    rows = {r["step"]: r for r in json.loads(relisted.stdout)}
+    assert {s: datetime.fromisoformat(r["locked_until"]) for s, r in rows.items()} == until
+    assert {s: r["legal_hold"] for s, r in rows.items()} == {100: True, 200: False}
+    client.put_object_legal_hold(Bucket=bucket, Key=step_100, LegalHold={"Status": "OFF"})  # lets teardown remove it
 
 
 def test_a_drill_reports_a_lock_someone_shortened_as_lock_drift(

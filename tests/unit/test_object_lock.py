@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, fold
 from ckptvault.config import Config, LockConfig, ScaleConfig, SourceConfig, StoreConfig, ValidationRules
 from ckptvault.ingest import steps
 from ckptvault.ingest.ingest_pass import IngestPass
@@ -65,8 +65,9 @@ def test_a_bucket_without_object_lock_is_named_with_the_fix() -> None:
     assert lock_problem(LockConfig(), MemoryStore("plain")) is None  # off: nothing to check
 
 
-def _ingest(tmp_path: Path, store: MemoryStore, lock: LockConfig) -> None:
-    write_checkpoint(tmp_path / "r", "hf", 100, 12 * MiB, shards=2, seed=1)
+def _ingest(tmp_path: Path, store: MemoryStore, lock: LockConfig, steps_: tuple[int, ...] = (100,)) -> None:
+    for step in steps_:
+        write_checkpoint(tmp_path / "r", "hf", step, 12 * MiB, shards=2, seed=step)
     cfg = Config(
         store=StoreConfig(bucket=store.bucket, prefix=PREFIX),
         sources=[SourceConfig(run="r", path=tmp_path / "r", format="hf", settle_seconds=0)],
@@ -77,8 +78,8 @@ def _ingest(tmp_path: Path, store: MemoryStore, lock: LockConfig) -> None:
     catalog = Catalog(store, PREFIX)
     source = cfg.sources[0]
     known = {"r": steps.known_states(catalog, "r")}
-    [outcome] = IngestPass(cfg, store, catalog, "flow-run", known, Plain()).run(steps.find_checkpoints(source).found)
-    assert outcome.result == "uploaded", outcome.message
+    outcomes = IngestPass(cfg, store, catalog, "flow-run", known, Plain()).run(steps.find_checkpoints(source).found)
+    assert [o.result for o in outcomes] == ["uploaded"] * len(steps_), [o.message for o in outcomes]
 
 
 def test_ingest_locks_every_object_of_the_save_and_its_manifest_and_nothing_else(tmp_path: Path) -> None:
@@ -236,3 +237,104 @@ def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded
     assert sum("no legal hold" in p for p in lock_drift(store, PREFIX, held)) == len(data)
     assert lock_drift(store, PREFIX, replace(state, locked_until=None)) == []  # nothing recorded: nothing to drift
     assert lock_drift(store, PREFIX, state, now=state.locked_until + 1) == []  # the date has passed: nothing in force
+
+
+def test_the_manifest_records_the_lock_it_was_committed_with_and_a_plain_save_has_no_key(tmp_path: Path) -> None:
+    from ckptvault.manifest_load import load_manifest
+
+    store = MemoryStore("ckpts", object_lock=True)
+    _ingest(tmp_path / "a", store, LockConfig(mode="governance", days=3))
+    key = checkpoint_prefix(PREFIX, "r", 100) + MANIFEST_NAME
+    head = store.head(key)
+    assert head is not None and head.retention is not None
+    m = load_manifest(store, PREFIX, "r", 100)
+    assert m.lock is not None and (m.lock.mode, m.lock.retain_until) == ("GOVERNANCE", head.retention.until_ts)
+    [state] = Catalog(store, PREFIX).current("r")
+    assert state.locked_until == m.lock.retain_until  # the verified event takes it from the manifest
+
+    plain = MemoryStore("plain", object_lock=True)
+    _ingest(tmp_path / "b", plain, LockConfig())
+    assert b'"lock"' not in plain.get_bytes(key)  # written as before the key existed
+    assert load_manifest(plain, PREFIX, "r", 100).lock is None
+
+
+def test_a_manifest_lock_reads_back_and_a_malformed_one_is_refused() -> None:
+    import json
+
+    from ckptvault.manifest import Manifest, ManifestError, SaveLock
+
+    m = Manifest(run="r", step=1, format="hf", files=(), created_at=1.0, uploaded_at=2.0, source="/x",
+                 lock=SaveLock("COMPLIANCE", 1.8e9))  # fmt: skip
+    doc = json.loads(m.to_json())
+    assert doc["lock"] == {"mode": "COMPLIANCE", "retain_until": 1.8e9}
+    assert Manifest.from_json(m.to_json()) == m
+    # an older reader's view: every key it does not know is ignored, so a newer key is harmless here too
+    assert Manifest.from_json(json.dumps({**doc, "from_the_future": {"x": 1}}).encode()) == m
+    for bad in (
+        {"mode": "STRICT", "retain_until": 1.8e9},
+        {"mode": "COMPLIANCE"},
+        "COMPLIANCE",
+        {"mode": "GOVERNANCE", "retain_until": True},
+    ):
+        with pytest.raises(ManifestError, match="lock"):
+            Manifest.from_json(json.dumps({**doc, "lock": bad}).encode(), origin="lock")
+
+
+def test_a_rebuilt_catalog_knows_each_lock_its_extension_and_a_hold(tmp_path: Path) -> None:
+    from ckptvault.config import PolicyConfig
+    from ckptvault.tiering import milestone_lock
+
+    store = MemoryStore("ckpts", object_lock=True)
+    lock = LockConfig(mode="governance", days=1)
+    _ingest(tmp_path, store, lock, (100, 200))
+    catalog = Catalog(store, PREFIX)
+    policy = PolicyConfig(milestone_every_steps=200, milestone_lock_days=30)
+    [ext] = milestone_lock.extend_all(store, PREFIX, catalog.current("r"), policy, lock)
+    store.put_legal_hold(checkpoint_prefix(PREFIX, "r", 100) + MANIFEST_NAME, True)
+    recorded = {s.step: (s.locked_until, s.legal_hold) for s in catalog.current("r")}
+
+    rebuilt = {s.step: (s.locked_until, s.legal_hold) for s in fold(catalog.rebuild_from_manifests())}
+    assert rebuilt[200] == (ext.retention.until_ts, False)  # the extension, from the manifest's HEAD
+    assert rebuilt[100][0] == recorded[100][0] and rebuilt[100][1]  # the manifest's own lock, and the hold
+    assert recorded[100][1] is False  # (the hold was set behind ckptvault's back: only the HEAD shows it)
+    cheap = {s.step: (s.locked_until, s.legal_hold) for s in fold(catalog.rebuild_from_manifests(lock_heads=False))}
+    assert cheap == {100: (recorded[100][0], False), 200: (recorded[200][0], False)}  # the manifests alone
+
+
+def test_raising_a_retention_never_shortens_it_nor_weakens_compliance_to_governance() -> None:
+    soon, later = (datetime(2030, 1, d, tzinfo=UTC) for d in (1, 2))
+    gov, comp = Retention("GOVERNANCE", later), Retention("COMPLIANCE", later)
+    assert gov.over(None) == gov and gov.over(Retention("GOVERNANCE", soon)) == gov
+    assert gov.over(Retention("COMPLIANCE", soon)) == comp  # S3 refuses COMPLIANCE -> GOVERNANCE
+    assert comp.over(Retention("GOVERNANCE", soon)) == comp  # strengthening is the config's to ask
+    assert gov.over(Retention("COMPLIANCE", later)) is None and comp.over(Retention("GOVERNANCE", later)) is None
+
+
+def test_a_milestone_saved_in_compliance_is_extended_in_compliance_after_the_config_says_governance(
+    tmp_path: Path,
+) -> None:
+    from ckptvault.config import PolicyConfig
+    from ckptvault.tiering import milestone_lock
+
+    store = MemoryStore("ckpts", object_lock=True)
+    _ingest(tmp_path, store, LockConfig(mode="compliance", days=1))
+    save = checkpoint_prefix(PREFIX, "r", 100)
+    keys = [o.key for o in store.list(save) if not o.key.endswith("_VALIDATION.json")]
+    first = store.head(keys[0])
+    assert first is not None and first.retention is not None
+    # The store refuses the weakening as S3 does, so an extension that asked for GOVERNANCE would fail here
+    with pytest.raises(StoreError, match="would weaken it"):
+        store._put_retention(keys[0], store._objects[keys[0]], Retention("GOVERNANCE", first.retention.until))
+    # the port's contract, which the ingest's commit (lock_save) relies on too: the mode is kept
+    longer = Retention("GOVERNANCE", first.retention.until + timedelta(days=1))
+    assert store.extend_retention(keys[0], longer)
+    assert store.head(keys[0]).retention == Retention("COMPLIANCE", longer.until)  # type: ignore[union-attr]
+    governance = LockConfig(mode="governance", days=1)
+    policy = PolicyConfig(milestone_every_steps=100, milestone_lock_days=30)
+    [ext] = milestone_lock.extend_all(store, PREFIX, Catalog(store, PREFIX).current("r"), policy, governance)
+    assert ext.retention.mode == "COMPLIANCE" and ext.objects == len(keys)  # the record says what was set
+    assert ext.as_dict()["mode"] == "COMPLIANCE"
+    for key in keys:
+        info = store.head(key)
+        assert info is not None and info.retention == ext.retention, key
+        assert info.retention.until >= datetime.now(UTC) + timedelta(days=30)
