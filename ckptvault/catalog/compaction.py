@@ -1,6 +1,8 @@
 """Compaction (docs/FORMAT.md, "Compaction" and "The flat layout before partitions"): per partition, merge
 the old event files into one and write a snapshot of their fold, and only then delete what was merged;
-migrate the flat layout into the partitions; set unreadable files aside, never delete them."""
+migrate the flat layout into the partitions; set unreadable files aside, never delete them. A compaction
+without deletes (`deletes=False`, for credentials without s3:DeleteObject: docs/FORMAT.md, "Compaction
+without deletes") only writes snapshots, and leaves the merging and deleting to one that may delete."""
 
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between pa
 # Partitions compacted at a time: each is a few small GETs, two PUTs and a DELETE per merged file, mostly
 # round trips (bench/README.md, "compaction of a day"). Within one, the deletes stay in order.
 _COMPACTORS = 4
+# Without deletes, a partition gets a new snapshot once this many event files are newer than its newest
+# snapshot: a reader then GETs at most this many - 1 event files beside the snapshot, and a day of
+# 10-minute ingests leaves 144 / 6 = 24 snapshots per run (and as many combined ones) for the tier run.
+SNAPSHOT_EVERY_FILES = 6
 log = logging.getLogger("ckptvault.catalog")
 
 
@@ -39,15 +45,19 @@ def compact(
     runs: Iterable[str] | None = None,
     max_partitions: int | None = None,
     max_seconds: float | None = None,
+    deletes: bool = True,
 ) -> int:
     """Migrate the flat layout (up to MIGRATE_FILES files), then compact partitions (of `runs`, or
     all): merge each one's event files written before `older_than` (unix s) into one and write its
     snapshot. Returns how many event files were merged or migrated. Stops between partitions after
     `max_partitions` or `max_seconds`; what it did not reach waits for the next call. Only files
     listed before the merge are deleted, and only after the merged file and snapshot are written,
-    so concurrent appends are never lost (docs/FORMAT.md)."""
+    so concurrent appends are never lost (docs/FORMAT.md). With `deletes=False` nothing is deleted,
+    merged, migrated or set aside: a partition with SNAPSHOT_EVERY_FILES event files newer than its
+    newest snapshot (or none) gets a snapshot of every listed event file, naming the snapshots it
+    supersedes in its `covers`; the combined snapshot is written as usual and the older ones kept."""
     t0 = time.monotonic()
-    done = _migrate(cat)
+    done = _migrate(cat) if deletes else 0
     cutoff = int(older_than * 1e9)
     wanted = None if runs is None else set(runs)
     if wanted is not None and len(wanted) == 1:
@@ -61,7 +71,13 @@ def compact(
         if wanted is not None and run not in wanted:
             continue
         old = [k for k in p.events if _key_time_ns(k) < cutoff]
-        if len(old) >= 2 or (old and not p.snapshots) or len(p.snapshots) > 1:
+        if deletes:
+            due = len(old) >= 2 or (old and not p.snapshots) or len(p.snapshots) > 1
+        else:
+            # the key times say, without a GET, which files the newest snapshot cannot have covered
+            newest = max((_key_time_ns(k) for k in p.snapshots), default=-1)
+            due = (old and not p.snapshots) or sum(_key_time_ns(k) > newest for k in old) >= SNAPSHOT_EVERY_FILES
+        if due:
             todo.append((len(old), run, old, p.snapshots))
     todo.sort(key=lambda x: (-x[0], x[1]))  # the partitions with the most files first
     if max_partitions is not None:
@@ -75,7 +91,7 @@ def compact(
             return 0, None
         _, run, old, snaps = item
         try:
-            return _compact_part(cat, run, old, snaps)
+            return _compact_part(cat, run, old, snaps) if deletes else _snapshot_part(cat, run, old, snaps)
         except _Vanished:
             return 0, None  # another compaction got there first
 
@@ -88,7 +104,7 @@ def compact(
         if combined is None:
             combined = [o.key for o in cat.store.list(cat.root + COMBINED_DIR) if o.key.endswith(".parquet")]
         pieces = [p for _, p in got if p is not None]
-        _write_combined(cat, pieces, parts if runs is None else None, combined, deadline)
+        _write_combined(cat, pieces, parts if runs is None else None, combined, deadline, deletes=deletes)
     return done
 
 
@@ -96,13 +112,21 @@ _Piece = tuple[str, str, bytes]  # a compacted partition's (run, snapshot key, s
 
 
 def _write_combined(
-    cat: Catalog, pieces: list[_Piece], listed: dict[str, _Part] | None, keys: list[str], deadline: float | None
+    cat: Catalog,
+    pieces: list[_Piece],
+    listed: dict[str, _Part] | None,
+    keys: list[str],
+    deadline: float | None,
+    *,
+    deletes: bool = True,
 ) -> None:
     """A new combined snapshot (docs/FORMAT.md, "Compaction"): the newest previous one's rows, those of
     the runs compacted now replaced by their snapshots (`pieces`, in memory); with `listed` (every
     run's partition, as this compaction listed it) also each run it does not cover whose partition is
-    clean, from that one snapshot. Then the older ones are deleted, the unreadable set aside."""
-    if listed is None and not pieces and len(keys) <= 1:
+    clean, from that one snapshot. Then the older ones are deleted, the unreadable set aside (not
+    without `deletes`: then more than one is no reason to write another)."""
+    several = len(keys) > 1 and deletes
+    if listed is None and not pieces and not several:
         return  # nothing compacted, nothing to refresh, no older one to clear: no GET of it either
     try:
         prev = cat._combined(keys)
@@ -140,7 +164,7 @@ def _write_combined(
                     refreshed += 1
         dropped = prev is not None and any(r not in listed for r in prev.runs)
     keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)] if prev is not None else []
-    if prev is not None and len(keys) == 1 and not pieces and not refreshed and not dropped:
+    if prev is not None and not several and not pieces and not refreshed and not dropped:
         return  # nothing new: the one there is still says all this one would
     if not runs and not keep:
         return
@@ -159,6 +183,8 @@ def _write_combined(
     key = new_key(cat.root, "_combined")
     cat.store.put_bytes(key, data, if_none_match=True,
                         content_type="application/vnd.apache.parquet")  # fmt: skip
+    if not deletes:
+        return  # the newest wins for every reader; a compaction that may delete clears the older ones
     for k in keys:  # only after the new one is written: a crash leaves one to read
         if k in cat.unreadable:
             _set_aside(cat, k)
@@ -198,6 +224,21 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
         cat.store.delete(k)
     return (len(old) if merged is not None else 0), piece
 
+
+def _snapshot_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
+    """A compaction without deletes: a snapshot of every listed event file, nothing merged or deleted.
+    Its `covers` also names the snapshots listed beside it: each is the fold of events these files still
+    hold (event content never leaves the log), so a combined snapshot built from this one covers the
+    whole listing and a read of every run stays one GET (docs/FORMAT.md, "Compaction without deletes")."""
+    t = _concat(cat._read_tables(old))
+    if t is None:
+        return 0, None  # nothing readable: unreadable files wait for a compaction that may set them aside
+    covers = [*(k for k in old if k not in cat.unreadable), *snaps]
+    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers))
+    cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
+    return 0, piece
+
+
 def _migrate(cat: Catalog) -> int:
     """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md)."""
     # Compat: reads the flat layout before partitions; may go: never, an older writer may still add to it
@@ -221,6 +262,7 @@ def _migrate(cat: Catalog) -> int:
             cat.store.delete(k)
     return len(flat)
 
+
 def _set_aside(cat: Catalog, key: str) -> None:
     """Move an unreadable catalog file out of the log, never delete it: it may be the only copy of
     events someone can still recover by hand."""
@@ -233,4 +275,3 @@ def _set_aside(cat: Catalog, key: str) -> None:
     cat.store.put_bytes(aside, data, content_type="application/octet-stream")
     cat.store.delete(key)
     log.warning("catalog: set the unreadable catalog file %s aside as %s", key, aside)
-

@@ -1,0 +1,164 @@
+"""`[store] deletes = "tier-only"` (docs/OPERATIONS.md, "Two roles"): ingest, drill, restore, hold and
+watch run with credentials that cannot delete, on a MemoryStore that refuses every delete as an IAM deny
+would. Their catalog compaction and alert-state saves send no delete, reads stay as fast and as right as
+after a full compaction, and the tier role's full compaction and alert-state fold clear what they left.
+The IAM side (no delete reachable from those flows, the ingest policy without s3:DeleteObject):
+tests/infra/test_iam_policy.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from ckptvault.alerts import kinds as alerts
+from ckptvault.alerts.sending import (
+    fold_alert_state,
+    load_alert_state,
+    save_alert_state,
+    send_alerts,
+    stored_state_keys,
+)
+from ckptvault.alerts.watch import AlertState, Episode
+from ckptvault.catalog import Catalog, Event, compaction, run_partition
+from ckptvault.config import Config, StoreConfig
+from ckptvault.store.memory import MemoryStore
+from tests.helpers import deny_deletes, fold_python
+from tests.unit.test_catalog_layout import _life
+
+PREFIX = "p"
+RUNS = ("a", "b/c")
+CATALOG = f"{PREFIX}/_catalog/"
+
+
+def _recording_gets(store: MemoryStore) -> list[str]:
+    got: list[str] = []
+    get: Callable[..., bytes] = store.get_bytes
+
+    def recorded(key: str, *args: object, **kwargs: object) -> bytes:
+        got.append(key)
+        return get(key, *args, **kwargs)
+
+    store.get_bytes = recorded  # type: ignore[method-assign]
+    return got
+
+
+def _keys(store: MemoryStore, where: str) -> list[str]:
+    return [o.key for o in store.list(where)]
+
+
+def _partition(store: MemoryStore, run: str, kind: str) -> list[str]:
+    return _keys(store, f"{CATALOG}{run_partition(run)}{kind}/")
+
+
+def test_config_switch_says_which_flows_may_delete() -> None:
+    assert StoreConfig(bucket="ckpts").flows_delete  # the default keeps every flow tidying what it writes
+    assert not StoreConfig(bucket="ckpts", deletes="tier-only").flows_delete
+    with pytest.raises(ValueError, match="deletes"):
+        StoreConfig(bucket="ckpts", deletes="never")  # type: ignore[arg-type]
+
+
+def test_no_delete_ingests_then_a_tier_compaction_read_as_the_full_compaction_fold() -> None:
+    full = MemoryStore("full")  # today's role: every ingest compacts fully
+    store = MemoryStore("nodelete")
+    tier = store.under(PREFIX)  # the same bucket with the tier role's credentials, which may delete
+    attempted = deny_deletes(store)
+    got = _recording_gets(store)
+    everything: list[Event] = []
+    ingests = 19  # a snapshot at ingests 1, 7, 13 and 19: SNAPSHOT_EVERY_FILES new files each time
+    assert compaction.SNAPSHOT_EVERY_FILES == 6
+    for i in range(ingests):
+        evs = [e for r in RUNS for e in _life(r, i, 100.0 * i)]
+        everything += evs
+        for s in (full, store):
+            Catalog(s, PREFIX).append(evs)
+        Catalog(full, PREFIX).compact(time.time(), runs=RUNS)
+        Catalog(store, PREFIX).compact(time.time(), runs=RUNS, deletes=False)
+        # every read, of one run or of all, answers what the full compaction and the fold answer
+        want = fold_python(everything)
+        assert Catalog(store, PREFIX).current() == Catalog(full, PREFIX).current() == want
+        for r in RUNS:
+            assert Catalog(store, PREFIX).current(r) == [s for s in want if s.run == r]
+    assert attempted == []  # not one delete sent
+
+    # what 19 ingests left: every event file, 4 snapshots per run, a combined snapshot per snapshot round
+    for r in RUNS:
+        assert len(_partition(store, r, "events")) == ingests
+        assert len(_partition(store, r, "snapshot")) == 4
+    combined = _keys(store, CATALOG + "_combined/")
+    assert len(combined) == 4
+
+    # the reads stay as fast: every run covered, a read of all of them is the newest combined snapshot
+    got.clear()
+    assert Catalog(store, PREFIX).current() == want
+    assert got == [max(combined)]
+    # one run: its newest snapshot and no covered event file
+    got.clear()
+    Catalog(store, PREFIX).current("a")
+    assert got == [max(_partition(store, "a", "snapshot"))]
+
+    # two more ingests: below SNAPSHOT_EVERY_FILES, no snapshot; a read GETs the newest one and the two
+    for i in range(ingests, ingests + 2):
+        evs = [e for r in RUNS for e in _life(r, i, 100.0 * i)]
+        everything += evs
+        Catalog(store, PREFIX).append(evs)
+        assert Catalog(store, PREFIX).compact(time.time(), runs=RUNS, deletes=False) == 0
+    assert len(_partition(store, "a", "snapshot")) == 4
+    got.clear()
+    assert Catalog(store, PREFIX).current("a") == [s for s in fold_python(everything) if s.run == "a"]
+    newest = max(_partition(store, "a", "snapshot"))
+    assert got[0] == newest and sorted(got[1:]) == _partition(store, "a", "events")[-2:]
+
+    # the daily tier run, whose role may delete: one merged file, one snapshot, one combined snapshot
+    assert Catalog(tier, PREFIX).compact(time.time()) == 2 * (ingests + 2)
+    for r in RUNS:
+        assert len(_partition(store, r, "events")) == len(_partition(store, r, "snapshot")) == 1
+    assert len(_keys(store, CATALOG + "_combined/")) == 1
+    assert Catalog(store, PREFIX).current() == fold_python(everything)
+    assert attempted == []
+
+
+def test_the_alert_state_without_deletes_grows_only_when_it_changes_and_the_tier_fold_clears_it() -> None:
+    store = MemoryStore("bkt")
+    tier = store.under("")
+    attempted = deny_deletes(store)
+    now = time.time()
+    first = AlertState(sent={"run_stale:r": now}, stale={"r": Episode(newest_at=now - 7200, opened_at=now)})
+    assert save_alert_state(store, PREFIX, first, delete=False) is not None
+    second = AlertState(sent={"budget:2026-12": now})
+    assert save_alert_state(store, PREFIX, second, delete=False) is not None
+    merged = load_alert_state(store, PREFIX)
+    assert set(merged.sent) == {"run_stale:r", "budget:2026-12"} and merged.stale == first.stale
+    # the hourly watch that learnt nothing new writes nothing, though two objects hold the state
+    assert save_alert_state(store, PREFIX, merged, delete=False) is None
+    assert save_alert_state(store, PREFIX, second, delete=False) is None
+    # a dedup record past its retention is pruned from what is written, which alone is no reason to write
+    old = AlertState(sent={"budget:2020-01": now - 30 * 86400})
+    assert save_alert_state(store, PREFIX, old, delete=False) is not None  # new to the store: kept
+    assert save_alert_state(store, PREFIX, AlertState(), forget_before=now - 86400, delete=False) is None
+    assert len(stored_state_keys(store, PREFIX)) == 3
+    assert attempted == []
+
+    cfg = Config(store=StoreConfig(bucket="bkt", prefix=PREFIX, deletes="tier-only"))
+    hold = alerts.legal_hold("r", 10, 1, True, "ops", "incident 7", 3)
+    assert send_alerts(cfg, store, [hold]) == 1  # the console channel; its dedup record is saved
+    assert len(stored_state_keys(store, PREFIX)) == 4 and attempted == []
+    before = load_alert_state(store, PREFIX)
+
+    # the tier flow's fold (its role may delete): one object, the same state less what is past retention
+    assert fold_alert_state(cfg, tier) is not None
+    assert len(stored_state_keys(store, PREFIX)) == 1
+    after = load_alert_state(store, PREFIX)
+    assert after.stale == before.stale and set(after.sent) == set(before.sent) - {"budget:2020-01"}
+    assert fold_alert_state(cfg, tier) is None  # one object already: nothing to do
+
+
+def test_every_flow_mode_still_folds_and_deletes_as_before() -> None:
+    store = MemoryStore("bkt")
+    cfg = Config(store=StoreConfig(bucket="bkt", prefix=PREFIX))
+    for i in range(3):
+        save_alert_state(store, PREFIX, AlertState(sent={f"k{i}": time.time()}))
+    assert len(stored_state_keys(store, PREFIX)) == 1
+    assert send_alerts(cfg, store, [alerts.legal_hold("r", 1, 1, False, "ops", "done", 1)]) == 1
+    assert len(stored_state_keys(store, PREFIX)) == 1
