@@ -155,7 +155,12 @@ def save_alert_state(
         try:
             store.delete(k)
         except StoreError as e:
-            log.info("could not delete folded alert state %s (%s); the next save folds it again", k, e)
+            log.info(
+                "could not delete folded alert state %s (%s); the next save folds it again (a role without "
+                's3:DeleteObject needs [store] deletes = "tier-only")',
+                k,
+                e,
+            )
     return key
 
 

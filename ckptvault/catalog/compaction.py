@@ -219,7 +219,8 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
             raise StoreError(f"catalog: could not delete {len(failed)} merged event files of run {run}, e.g. "
                              f"{k}: {why}. Nothing is lost or doubled: their events are also in {merged} and are "
                              f"read once; the next compaction deletes them. If it keeps failing, check that the "
-                             f"worker may s3:DeleteObject under {cat.root}")  # fmt: skip
+                             f"worker may s3:DeleteObject under {cat.root}, or, for a role that may not delete "
+                             f"(the Terraform ingest role), set [store] deletes = \"tier-only\"")  # fmt: skip
     for k in snaps:
         cat.store.delete(k)
     return (len(old) if merged is not None else 0), piece

@@ -23,6 +23,7 @@ from ckptvault.alerts.sending import (
 from ckptvault.alerts.watch import AlertState, Episode
 from ckptvault.catalog import Catalog, Event, compaction, run_partition
 from ckptvault.config import Config, StoreConfig
+from ckptvault.store import StoreError
 from ckptvault.store.memory import MemoryStore
 from tests.helpers import deny_deletes, fold_python
 from tests.unit.test_catalog_layout import _life
@@ -162,3 +163,15 @@ def test_every_flow_mode_still_folds_and_deletes_as_before() -> None:
     assert len(stored_state_keys(store, PREFIX)) == 1
     assert send_alerts(cfg, store, [alerts.legal_hold("r", 1, 1, False, "ops", "done", 1)]) == 1
     assert len(stored_state_keys(store, PREFIX)) == 1
+
+
+def test_a_compaction_that_deletes_under_a_role_that_cannot_names_the_switch_and_loses_nothing() -> None:
+    store = MemoryStore("bkt")
+    attempted = deny_deletes(store)
+    everything = [*_life("a", 1, 100.0), *_life("a", 2, 200.0)]
+    Catalog(store, PREFIX).append(everything[:5])
+    Catalog(store, PREFIX).append(everything[5:])
+    with pytest.raises(StoreError, match='set \\[store\\] deletes = "tier-only"'):
+        Catalog(store, PREFIX).compact(time.time())  # deletes=True: the ingest flow without the switch
+    assert len(attempted) == 2
+    assert Catalog(store, PREFIX).current() == fold_python(everything)  # merged and sources read once
