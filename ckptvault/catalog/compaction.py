@@ -31,10 +31,12 @@ COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between pa
 # Partitions compacted at a time: each is a few small GETs, two PUTs and a DELETE per merged file, mostly
 # round trips (bench/README.md, "compaction of a day"). Within one, the deletes stay in order.
 _COMPACTORS = 4
-# Without deletes, a partition gets a new snapshot once this many event files are newer than its newest
-# snapshot: a reader then GETs at most this many - 1 event files beside the snapshot, and a day of
-# 10-minute ingests leaves 144 / 6 = 24 snapshots per run (and as many combined ones) for the tier run.
-SNAPSHOT_EVERY_FILES = 6
+# Without deletes, a partition with event files newer than its newest snapshot gets a new one only when
+# that snapshot is at least this old (`older_than` is the compaction's "now"). Checkpoints saved further
+# apart get a snapshot at each ingest that recorded one, so reads stay one snapshot (and the combined one
+# covers the run); 10-minute ingests that all record something leave a reader at most 2 event files
+# beside the snapshot, and 48 snapshots per run (and 48 combined ones) a day for the tier run to clear.
+SNAPSHOT_EVERY_SECONDS = 1800
 log = logging.getLogger("ckptvault.catalog")
 
 
@@ -53,9 +55,10 @@ def compact(
     `max_partitions` or `max_seconds`; what it did not reach waits for the next call. Only files
     listed before the merge are deleted, and only after the merged file and snapshot are written,
     so concurrent appends are never lost (docs/FORMAT.md). With `deletes=False` nothing is deleted,
-    merged, migrated or set aside: a partition with SNAPSHOT_EVERY_FILES event files newer than its
-    newest snapshot (or none) gets a snapshot of every listed event file, naming the snapshots it
-    supersedes in its `covers`; the combined snapshot is written as usual and the older ones kept."""
+    merged, migrated or set aside: a partition with event files newer than its newest snapshot, if
+    that is SNAPSHOT_EVERY_SECONDS older than `older_than` (or there is none), gets a snapshot of every
+    listed event file, naming the snapshots it supersedes in its `covers`; the combined snapshot is
+    written as usual and the older ones kept."""
     t0 = time.monotonic()
     done = _migrate(cat) if deletes else 0
     cutoff = int(older_than * 1e9)
@@ -76,7 +79,8 @@ def compact(
         else:
             # the key times say, without a GET, which files the newest snapshot cannot have covered
             newest = max((_key_time_ns(k) for k in p.snapshots), default=-1)
-            due = (old and not p.snapshots) or sum(_key_time_ns(k) > newest for k in old) >= SNAPSHOT_EVERY_FILES
+            fresh = any(_key_time_ns(k) > newest for k in old)
+            due = fresh and (not p.snapshots or cutoff - newest >= SNAPSHOT_EVERY_SECONDS * 1_000_000_000)
         if due:
             todo.append((len(old), run, old, p.snapshots))
     todo.sort(key=lambda x: (-x[0], x[1]))  # the partitions with the most files first

@@ -21,7 +21,7 @@ from ckptvault.alerts.sending import (
     stored_state_keys,
 )
 from ckptvault.alerts.watch import AlertState, Episode
-from ckptvault.catalog import Catalog, Event, compaction, run_partition
+from ckptvault.catalog import Catalog, Event, compaction, eventlog, layout, run_partition
 from ckptvault.config import Config, StoreConfig
 from ckptvault.store import StoreError
 from ckptvault.store.memory import MemoryStore
@@ -60,22 +60,53 @@ def test_config_switch_says_which_flows_may_delete() -> None:
         StoreConfig(bucket="ckpts", deletes="never")  # type: ignore[arg-type]
 
 
-def test_no_delete_ingests_then_a_tier_compaction_read_as_the_full_compaction_fold() -> None:
+class _Clock:
+    """The catalog's clock for its keys (event files, snapshots): ingests 10 minutes apart in no time."""
+
+    def __init__(self) -> None:
+        self.ns = time.time_ns()
+
+    def time_ns(self) -> int:
+        self.ns += 1_000_000  # distinct keys within one ingest, in the order they are written
+        return self.ns
+
+    def time(self) -> float:
+        return self.time_ns() / 1e9  # "now" is after every key written so far, float rounding included
+
+    def advance(self, seconds: float) -> None:
+        self.ns += int(seconds * 1e9)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    c = _Clock()
+    monkeypatch.setattr(eventlog, "time", c)
+    monkeypatch.setattr(layout, "time", c)
+    return c
+
+
+def _ingest(stores: tuple[MemoryStore, ...], clock: _Clock, i: int, everything: list[Event]) -> None:
+    """One 10-minute ingest that records a checkpoint of every run, then compacts as its store's role may."""
+    clock.advance(600)
+    evs = [e for r in RUNS for e in _life(r, i, 100.0 * i)]
+    everything += evs
+    for s in stores:
+        Catalog(s, PREFIX).append(evs)
+        Catalog(s, PREFIX).compact(clock.time(), runs=RUNS, deletes=s.bucket == "full")
+
+
+def test_no_delete_ingests_then_a_tier_compaction_read_as_the_full_compaction_fold(clock: _Clock) -> None:
     full = MemoryStore("full")  # today's role: every ingest compacts fully
     store = MemoryStore("nodelete")
     tier = store.under(PREFIX)  # the same bucket with the tier role's credentials, which may delete
     attempted = deny_deletes(store)
     got = _recording_gets(store)
     everything: list[Event] = []
-    ingests = 19  # a snapshot at ingests 1, 7, 13 and 19: SNAPSHOT_EVERY_FILES new files each time
-    assert compaction.SNAPSHOT_EVERY_FILES == 6
+    # a snapshot at ingests 0, 3, 6, ..., 18: each 30 minutes (SNAPSHOT_EVERY_SECONDS) after the one before
+    assert compaction.SNAPSHOT_EVERY_SECONDS == 1800
+    ingests = 19
     for i in range(ingests):
-        evs = [e for r in RUNS for e in _life(r, i, 100.0 * i)]
-        everything += evs
-        for s in (full, store):
-            Catalog(s, PREFIX).append(evs)
-        Catalog(full, PREFIX).compact(time.time(), runs=RUNS)
-        Catalog(store, PREFIX).compact(time.time(), runs=RUNS, deletes=False)
+        _ingest((full, store), clock, i, everything)
         # every read, of one run or of all, answers what the full compaction and the fold answer
         want = fold_python(everything)
         assert Catalog(store, PREFIX).current() == Catalog(full, PREFIX).current() == want
@@ -83,12 +114,12 @@ def test_no_delete_ingests_then_a_tier_compaction_read_as_the_full_compaction_fo
             assert Catalog(store, PREFIX).current(r) == [s for s in want if s.run == r]
     assert attempted == []  # not one delete sent
 
-    # what 19 ingests left: every event file, 4 snapshots per run, a combined snapshot per snapshot round
+    # what 19 ingests left: every event file, 7 snapshots per run, a combined snapshot per snapshot round
     for r in RUNS:
         assert len(_partition(store, r, "events")) == ingests
-        assert len(_partition(store, r, "snapshot")) == 4
+        assert len(_partition(store, r, "snapshot")) == 7
     combined = _keys(store, CATALOG + "_combined/")
-    assert len(combined) == 4
+    assert len(combined) == 7
 
     # the reads stay as fast: every run covered, a read of all of them is the newest combined snapshot
     got.clear()
@@ -99,20 +130,29 @@ def test_no_delete_ingests_then_a_tier_compaction_read_as_the_full_compaction_fo
     Catalog(store, PREFIX).current("a")
     assert got == [max(_partition(store, "a", "snapshot"))]
 
-    # two more ingests: below SNAPSHOT_EVERY_FILES, no snapshot; a read GETs the newest one and the two
+    # two more ingests within 30 minutes of that snapshot: none written; a read GETs it and the two files
     for i in range(ingests, ingests + 2):
-        evs = [e for r in RUNS for e in _life(r, i, 100.0 * i)]
-        everything += evs
-        Catalog(store, PREFIX).append(evs)
-        assert Catalog(store, PREFIX).compact(time.time(), runs=RUNS, deletes=False) == 0
-    assert len(_partition(store, "a", "snapshot")) == 4
+        _ingest((store,), clock, i, everything)
+    assert len(_partition(store, "a", "snapshot")) == 7
     got.clear()
     assert Catalog(store, PREFIX).current("a") == [s for s in fold_python(everything) if s.run == "a"]
-    newest = max(_partition(store, "a", "snapshot"))
-    assert got[0] == newest and sorted(got[1:]) == _partition(store, "a", "events")[-2:]
+    assert got[0] == max(_partition(store, "a", "snapshot"))
+    assert sorted(got[1:]) == _partition(store, "a", "events")[-2:]
+    # the third is 30 minutes after it: a snapshot again, and the run reads as one GET again
+    _ingest((store,), clock, ingests + 2, everything)
+    assert len(_partition(store, "a", "snapshot")) == 8
+    got.clear()
+    assert Catalog(store, PREFIX).current() == fold_python(everything)
+    assert got == [max(_keys(store, CATALOG + "_combined/"))]
+
+    # checkpoints saved further apart than that: every ingest that records one writes a snapshot
+    clock.advance(3600)
+    _ingest((store,), clock, ingests + 3, everything)
+    assert len(_partition(store, "a", "snapshot")) == 9
+    assert attempted == []
 
     # the daily tier run, whose role may delete: one merged file, one snapshot, one combined snapshot
-    assert Catalog(tier, PREFIX).compact(time.time()) == 2 * (ingests + 2)
+    assert Catalog(tier, PREFIX).compact(clock.time()) == 2 * (ingests + 4)
     for r in RUNS:
         assert len(_partition(store, r, "events")) == len(_partition(store, r, "snapshot")) == 1
     assert len(_keys(store, CATALOG + "_combined/")) == 1
