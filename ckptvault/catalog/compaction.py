@@ -10,17 +10,18 @@ import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from ckptvault.catalog.codec import _ORIGIN, _concat, _full, _to_bytes
+from ckptvault.catalog.codec import _ORIGIN, _concat, _decode_rows, _dedup_sorted, _full, _to_bytes
 from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
-from ckptvault.catalog.fold import _fold_table
+from ckptvault.catalog.fold import _STATE_FIELDS, _fold_one, _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
-from ckptvault.catalog.model import CatalogError
-from ckptvault.catalog.snapshot import _snapshot_bytes
+from ckptvault.catalog.model import CatalogError, CheckpointState, Event
+from ckptvault.catalog.snapshot import _Snapshot, _snapshot_bytes
 from ckptvault.store.errors import NotFoundError, StoreError
 
 if TYPE_CHECKING:
@@ -231,17 +232,65 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
 
 
 def _snapshot_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
-    """A compaction without deletes: a snapshot of every listed event file, nothing merged or deleted.
+    """A compaction without deletes: a snapshot of every listed event file (the newest snapshot and the
+    files since folded on top of it, where that is right), nothing merged or deleted.
     Its `covers` also names the snapshots listed beside it: each is the fold of events these files still
     hold (event content never leaves the log), so a combined snapshot built from this one covers the
     whole listing and a read of every run stays one GET (docs/FORMAT.md, "Compaction without deletes")."""
-    t = _concat(cat._read_tables(old))
-    if t is None:
-        return 0, None  # nothing readable: unreadable files wait for a compaction that may set them aside
+    # Most rounds: the newest snapshot and the few files since, folded on top of it (as a reader does).
+    # Else, or when an event sorts before what the snapshot folded, every listed file, as a merge would.
+    prev = cat._snapshot(snaps) if snaps else None
+    cols = _on_top(cat, prev, [k for k in old if k not in prev.covers]) if prev is not None else None
+    if cols is None:
+        t = _concat(cat._read_tables(old))
+        if t is None:
+            return 0, None  # nothing readable: unreadable files wait for a compaction that may set them aside
+        cols = _fold_table(t)
     covers = [*(k for k in old if k not in cat.unreadable), *snaps]
-    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers))
+    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(cols, covers))
     cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
     return 0, piece
+
+
+def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any]] | None:
+    """The snapshot columns (`_fold_table`'s) of `prev` with the events of `new` folded on top, each
+    save's from its row (docs/FORMAT.md, "Snapshots": what a reader does); None when an event sorts
+    before what `prev` folded for its save (then only a fold of every event is right)."""
+    covered = prev.ids()
+    since = _concat(cat._read_tables(new))
+    rows = [] if since is None else _dedup_sorted(r for r in _decode_rows(since, "") if (r[1], r[2]) not in covered)
+    later: dict[tuple[int, int], list[tuple[Event, str, int]]] = {}
+    for e, o, i in rows:
+        k = (e.step, e.save)
+        if k in prev.states and (e.at, o, i) <= prev.states[k][1]:
+            return None
+        later.setdefault(k, []).append((e, o, i))
+    t = pq.ParquetFile(pa.BufferReader(prev.data)).read(columns=["step", "save", "_origins", "_rows"]).to_pydict()
+    ids = {(s, v): (o, r) for s, v, o, r in zip(t["step"], t["save"], t["_origins"], t["_rows"], strict=True)}
+    cols: dict[str, list[Any]] = {n: [] for n in (*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row")}
+    origins: list[list[str]] = []
+    rows_: list[list[int]] = []
+    for k in sorted(prev.states.keys() | later.keys()):
+        state: CheckpointState | None = None
+        last: tuple[float, str, int] | None = None
+        if k in prev.states:
+            state, last = prev.states[k]
+        o_list, r_list = ids.get(k, ([], []))
+        if k in later:
+            evs = later[k]  # in (at, origin, row) order, all after `last`
+            state = _fold_one([e for e, _, _ in evs], state)
+            last = (evs[-1][0].at, evs[-1][1], evs[-1][2])
+            o_list, r_list = [*o_list, *(o for _, o, _ in evs)], [*r_list, *(i for _, _, i in evs)]
+        assert state is not None and last is not None
+        for n in _STATE_FIELDS:
+            cols[n].append(getattr(state, n))
+        cols["_last_at"].append(last[0])
+        cols["_last_origin"].append(last[1])
+        cols["_last_row"].append(last[2])
+        origins.append(o_list)
+        rows_.append(r_list)
+    cols["_ids"] = [origins, rows_]
+    return cols
 
 
 def _migrate(cat: Catalog) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from ckptvault.alerts import kinds as alerts
@@ -22,6 +24,7 @@ from ckptvault.alerts.sending import (
 )
 from ckptvault.alerts.watch import AlertState, Episode
 from ckptvault.catalog import Catalog, Event, compaction, eventlog, layout, run_partition
+from ckptvault.catalog.snapshot import read_snapshot
 from ckptvault.config import Config, StoreConfig
 from ckptvault.store import StoreError
 from ckptvault.store.memory import MemoryStore
@@ -138,9 +141,17 @@ def test_no_delete_ingests_then_a_tier_compaction_read_as_the_full_compaction_fo
     assert Catalog(store, PREFIX).current("a") == [s for s in fold_python(everything) if s.run == "a"]
     assert got[0] == max(_partition(store, "a", "snapshot"))
     assert sorted(got[1:]) == _partition(store, "a", "events")[-2:]
-    # the third is 30 minutes after it: a snapshot again, and the run reads as one GET again
+    # the third is 30 minutes after it: a snapshot again, folded on top of the last one (its GET and the 3
+    # files since, per run, and the combined snapshot it replaces), and the run reads as one GET again
+    got.clear()
     _ingest((store,), clock, ingests + 2, everything)
     assert len(_partition(store, "a", "snapshot")) == 8
+    for r in RUNS:
+        assert sorted(k for k in got if run_partition(r) in k) == [
+            *_partition(store, r, "events")[-3:],
+            sorted(_partition(store, r, "snapshot"))[-2],
+        ]
+    assert len(got) == len(RUNS) * 4 + 1
     got.clear()
     assert Catalog(store, PREFIX).current() == fold_python(everything)
     assert got == [max(_keys(store, CATALOG + "_combined/"))]
@@ -149,15 +160,38 @@ def test_no_delete_ingests_then_a_tier_compaction_read_as_the_full_compaction_fo
     clock.advance(3600)
     _ingest((store,), clock, ingests + 3, everything)
     assert len(_partition(store, "a", "snapshot")) == 9
+    _snapshot_is_the_fold_of_its_partition(store, "a", everything)
+    # an event older than what the snapshot folded (catalog rebuild --write): folded again from every file
+    late = [Event("a", 0, "drilled", 2.5, ok=False)]  # before step 0's drill at 4.0: that one stays the last
+    everything += late
+    Catalog(store, PREFIX).append(late)
+    clock.advance(3600)
+    Catalog(store, PREFIX).compact(clock.time(), runs=RUNS, deletes=False)
+    assert len(_partition(store, "a", "snapshot")) == 10
+    _snapshot_is_the_fold_of_its_partition(store, "a", everything)
+    assert Catalog(store, PREFIX).current() == fold_python(everything)
     assert attempted == []
 
     # the daily tier run, whose role may delete: one merged file, one snapshot, one combined snapshot
-    assert Catalog(tier, PREFIX).compact(clock.time()) == 2 * (ingests + 4)
+    assert Catalog(tier, PREFIX).compact(clock.time()) == 2 * (ingests + 4) + 1
     for r in RUNS:
         assert len(_partition(store, r, "events")) == len(_partition(store, r, "snapshot")) == 1
     assert len(_keys(store, CATALOG + "_combined/")) == 1
     assert Catalog(store, PREFIX).current() == fold_python(everything)
     assert attempted == []
+
+
+def _snapshot_is_the_fold_of_its_partition(store: MemoryStore, run: str, everything: list[Event]) -> None:
+    """The newest snapshot of `run`, written on top of the one before, is what a fold of every event file
+    gives: the same states, and the identity of every event (the origin file and its row) once."""
+    key = max(_partition(store, run, "snapshot"))
+    snap = read_snapshot(key, store.get_bytes(key))
+    files = _partition(store, run, "events")
+    assert set(files) <= snap.covers
+    ids = {(k, i) for k in files for i in range(pq.read_metadata(pa.BufferReader(store.get_bytes(k))).num_rows)}
+    assert snap.ids() == ids and snap.count() == len(ids)
+    states = [s for s, _ in sorted(snap.states.values(), key=lambda v: (v[0].step, v[0].save))]
+    assert states == [s for s in fold_python(everything) if s.run == run]
 
 
 def test_the_alert_state_without_deletes_grows_only_when_it_changes_and_the_tier_fold_clears_it() -> None:
