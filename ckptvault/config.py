@@ -110,6 +110,22 @@ class StoreConfig(_Strict):
         "`off`: every object is the file, byte for byte. A source's own `compression` wins.",
     )
 
+    # Who may delete (docs/OPERATIONS.md, "Two roles"): with "tier-only" every flow but `tier` runs with
+    # credentials that have no s3:DeleteObject (the Terraform ingest role), so their bookkeeping writes
+    # without deleting and the tier flow clears what they leave.
+    deletes: Literal["every-flow", "tier-only"] = Field(
+        default="every-flow",
+        description="`tier-only`: only `tier` deletes anything; `ingest`, `drill`, `restore`, `hold`/`release` "
+        "and `watch` send no delete (for the ingest role without `s3:DeleteObject`): catalog compaction writes "
+        "snapshots without deleting, the alert state is written without folding, the probes leave their "
+        "objects, and `tier --apply` clears what they left. `every-flow`: each flow tidies what it writes.",
+    )
+
+    @property
+    def flows_delete(self) -> bool:
+        """Whether flows other than `tier` may send deletes (their role has s3:DeleteObject)."""
+        return self.deletes == "every-flow"
+
     @model_validator(mode="after")
     def _budget_holds_a_part(self) -> StoreConfig:
         if self.buffer_mb is not None and self.buffer_mb < self.part_size_mb:

@@ -169,3 +169,24 @@ def simulate_run(run_root: Path, fmt: str, steps: Sequence[int], size_bytes: int
     from ckptvault_cli.synthetic import write_checkpoint
 
     return [write_checkpoint(run_root, fmt, step, size_bytes, **kw) for step in steps]
+
+
+def deny_deletes(store: Any) -> list[str]:
+    """Make a MemoryStore answer every delete as an IAM deny would (credentials without s3:DeleteObject:
+    the ingest role of infra/terraform): nothing removed, AccessDenied raised for DELETE and reported per
+    key for DeleteObjects. Returns the list every attempted key is appended to. `store.under(prefix)`
+    made before this call is a plain store of the same bucket: the tier role, which may delete."""
+    from ckptvault.store import StoreError
+
+    attempted: list[str] = []
+
+    def delete(key: str) -> None:
+        attempted.append(key)
+        raise StoreError(f"deleting {store.where(key)}: AccessDenied (no s3:DeleteObject)")
+
+    def delete_many(keys: Sequence[str]) -> dict[str, str]:
+        attempted.extend(keys)
+        return dict.fromkeys(keys, "AccessDenied (no s3:DeleteObject)")
+
+    store.delete, store.delete_many = delete, delete_many
+    return attempted

@@ -16,6 +16,10 @@ ETag that S3 returns and boto3 sends back (it matches only the bare hex), and a 
 header (rclone serve s3 ignores even If-None-Match) would silently turn the loop back into the lost
 update it is meant to prevent. One key per writer needs only PUT, LIST, GET and DELETE, which every
 server implements the same way.
+
+With `[store] deletes = "tier-only"` (credentials without s3:DeleteObject) a save writes the merge only
+when it adds something to what is stored, and deletes nothing; the tier flow's `fold_alert_state` folds
+and deletes what those saves left.
 """
 
 from __future__ import annotations
@@ -110,12 +114,19 @@ def load_alert_state(store: ObjectStore, prefix: str) -> AlertState:
 
 
 def save_alert_state(
-    store: ObjectStore, prefix: str, state: AlertState, *, forget_before: float | None = None
+    store: ObjectStore,
+    prefix: str,
+    state: AlertState,
+    *,
+    forget_before: float | None = None,
+    delete: bool = True,
 ) -> str | None:
     """Merge `state` into the stored state: write the merge as a new object, then delete the objects
     merged into it. Dedup records older than `forget_before` (unix s) are dropped from the
     merge. Returns the new key, or None when nothing needed writing (the store held exactly this).
-    Raises StoreError only if the new object could not be written; then nothing was deleted."""
+    Raises StoreError only if the new object could not be written; then nothing was deleted.
+    With `delete=False` nothing is deleted, and nothing is written when the stored objects together
+    already say all the merge says (readers merge every object, so folding them gains nothing then)."""
     try:
         parts = read_stored_states(store, prefix)
     except StoreError as e:
@@ -130,13 +141,26 @@ def save_alert_state(
     # The hourly watch usually changes nothing: rewriting the one object then is churn, not safety.
     if len(parts) == 1 and parts[0][0] != legacy_key(prefix) and parts[0][1] == merged:
         return None
+    if not delete and parts:
+        stored = merge_states(s for _, s in parts)
+        if forget_before is not None:
+            stored = forget_sent_before(stored, forget_before)  # the pruning alone is no news
+        if stored == merged:
+            return None
     key = new_state_key(prefix)
     store.put_bytes(key, merged.to_json(), if_none_match=True, content_type="application/json")
+    if not delete:
+        return key  # the folded objects stay until a save that may delete (the tier flow's fold)
     for k, _ in parts:
         try:
             store.delete(k)
         except StoreError as e:
-            log.info("could not delete folded alert state %s (%s); the next save folds it again", k, e)
+            log.info(
+                "could not delete folded alert state %s (%s); the next save folds it again (a role without "
+                's3:DeleteObject needs [store] deletes = "tier-only")',
+                k,
+                e,
+            )
     return key
 
 
@@ -158,11 +182,23 @@ def send_alerts(
         current = AlertState()
     notifier = build_notifier(cfg.notify, current, secret_loader)
     delivered = sum(1 for a in alerts if notifier.send(a))
-    # The same retention DedupNotifier prunes with: without it here, other writers' copies would bring
-    # every pruned record back.
-    keep = max(cfg.notify.dedup_window_minutes * 60, SENT_RETENTION_SECONDS)
     try:
-        save_alert_state(store, cfg.store.prefix, current, forget_before=time.time() - keep)
+        save_alert_state(
+            store, cfg.store.prefix, current, forget_before=_forget_before(cfg), delete=cfg.store.flows_delete
+        )
     except StoreError as e:
         log.warning("cannot save alert state (%s); some alerts may repeat", e)
     return delivered
+
+
+def _forget_before(cfg: Config) -> float:
+    # The same retention DedupNotifier prunes with: without it here, other writers' copies would bring
+    # every pruned record back.
+    return time.time() - max(cfg.notify.dedup_window_minutes * 60, SENT_RETENTION_SECONDS)
+
+
+def fold_alert_state(cfg: Config, store: ObjectStore) -> str | None:
+    """The tier flow's tidy-up (its role may delete): merge every stored alert-state object into one and
+    delete the rest, as a save does. Flows without deletes (`[store] deletes = "tier-only"`) leave one
+    object per save that changed the state; this is what keeps that number to a day's worth."""
+    return save_alert_state(store, cfg.store.prefix, AlertState(), forget_before=_forget_before(cfg))

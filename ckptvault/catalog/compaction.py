@@ -1,6 +1,8 @@
 """Compaction (docs/FORMAT.md, "Compaction" and "The flat layout before partitions"): per partition, merge
 the old event files into one and write a snapshot of their fold, and only then delete what was merged;
-migrate the flat layout into the partitions; set unreadable files aside, never delete them."""
+migrate the flat layout into the partitions; set unreadable files aside, never delete them. A compaction
+without deletes (`deletes=False`, for credentials without s3:DeleteObject: docs/FORMAT.md, "Compaction
+without deletes") only writes snapshots, and leaves the merging and deleting to one that may delete."""
 
 from __future__ import annotations
 
@@ -8,17 +10,18 @@ import logging
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from ckptvault.catalog.codec import _ORIGIN, _concat, _full, _to_bytes
+from ckptvault.catalog.codec import _ORIGIN, _concat, _decode_rows, _dedup_sorted, _full, _to_bytes
 from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
-from ckptvault.catalog.fold import _fold_table
+from ckptvault.catalog.fold import _STATE_FIELDS, _fold_one, _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
-from ckptvault.catalog.model import CatalogError
-from ckptvault.catalog.snapshot import _snapshot_bytes
+from ckptvault.catalog.model import CatalogError, CheckpointState, Event
+from ckptvault.catalog.snapshot import _Snapshot, _snapshot_bytes
 from ckptvault.store.errors import NotFoundError, StoreError
 
 if TYPE_CHECKING:
@@ -29,6 +32,12 @@ COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between pa
 # Partitions compacted at a time: each is a few small GETs, two PUTs and a DELETE per merged file, mostly
 # round trips (bench/README.md, "compaction of a day"). Within one, the deletes stay in order.
 _COMPACTORS = 4
+# Without deletes, a partition with event files newer than its newest snapshot gets a new one only when
+# that snapshot is at least this old (`older_than` is the compaction's "now"). Checkpoints saved further
+# apart get a snapshot at each ingest that recorded one, so reads stay one snapshot (and the combined one
+# covers the run); 10-minute ingests that all record something leave a reader at most 2 event files
+# beside the snapshot, and 48 snapshots per run (and 48 combined ones) a day for the tier run to clear.
+SNAPSHOT_EVERY_SECONDS = 1800
 log = logging.getLogger("ckptvault.catalog")
 
 
@@ -39,15 +48,20 @@ def compact(
     runs: Iterable[str] | None = None,
     max_partitions: int | None = None,
     max_seconds: float | None = None,
+    deletes: bool = True,
 ) -> int:
     """Migrate the flat layout (up to MIGRATE_FILES files), then compact partitions (of `runs`, or
     all): merge each one's event files written before `older_than` (unix s) into one and write its
     snapshot. Returns how many event files were merged or migrated. Stops between partitions after
     `max_partitions` or `max_seconds`; what it did not reach waits for the next call. Only files
     listed before the merge are deleted, and only after the merged file and snapshot are written,
-    so concurrent appends are never lost (docs/FORMAT.md)."""
+    so concurrent appends are never lost (docs/FORMAT.md). With `deletes=False` nothing is deleted,
+    merged, migrated or set aside: a partition with event files newer than its newest snapshot, if
+    that is SNAPSHOT_EVERY_SECONDS older than `older_than` (or there is none), gets a snapshot of every
+    listed event file, naming the snapshots it supersedes in its `covers`; the combined snapshot is
+    written as usual and the older ones kept."""
     t0 = time.monotonic()
-    done = _migrate(cat)
+    done = _migrate(cat) if deletes else 0
     cutoff = int(older_than * 1e9)
     wanted = None if runs is None else set(runs)
     if wanted is not None and len(wanted) == 1:
@@ -61,7 +75,14 @@ def compact(
         if wanted is not None and run not in wanted:
             continue
         old = [k for k in p.events if _key_time_ns(k) < cutoff]
-        if len(old) >= 2 or (old and not p.snapshots) or len(p.snapshots) > 1:
+        if deletes:
+            due = len(old) >= 2 or (old and not p.snapshots) or len(p.snapshots) > 1
+        else:
+            # the key times say, without a GET, which files the newest snapshot cannot have covered
+            newest = max((_key_time_ns(k) for k in p.snapshots), default=-1)
+            fresh = any(_key_time_ns(k) > newest for k in old)
+            due = fresh and (not p.snapshots or cutoff - newest >= SNAPSHOT_EVERY_SECONDS * 1_000_000_000)
+        if due:
             todo.append((len(old), run, old, p.snapshots))
     todo.sort(key=lambda x: (-x[0], x[1]))  # the partitions with the most files first
     if max_partitions is not None:
@@ -75,7 +96,7 @@ def compact(
             return 0, None
         _, run, old, snaps = item
         try:
-            return _compact_part(cat, run, old, snaps)
+            return _compact_part(cat, run, old, snaps) if deletes else _snapshot_part(cat, run, old, snaps)
         except _Vanished:
             return 0, None  # another compaction got there first
 
@@ -88,7 +109,7 @@ def compact(
         if combined is None:
             combined = [o.key for o in cat.store.list(cat.root + COMBINED_DIR) if o.key.endswith(".parquet")]
         pieces = [p for _, p in got if p is not None]
-        _write_combined(cat, pieces, parts if runs is None else None, combined, deadline)
+        _write_combined(cat, pieces, parts if runs is None else None, combined, deadline, deletes=deletes)
     return done
 
 
@@ -96,13 +117,21 @@ _Piece = tuple[str, str, bytes]  # a compacted partition's (run, snapshot key, s
 
 
 def _write_combined(
-    cat: Catalog, pieces: list[_Piece], listed: dict[str, _Part] | None, keys: list[str], deadline: float | None
+    cat: Catalog,
+    pieces: list[_Piece],
+    listed: dict[str, _Part] | None,
+    keys: list[str],
+    deadline: float | None,
+    *,
+    deletes: bool = True,
 ) -> None:
     """A new combined snapshot (docs/FORMAT.md, "Compaction"): the newest previous one's rows, those of
     the runs compacted now replaced by their snapshots (`pieces`, in memory); with `listed` (every
     run's partition, as this compaction listed it) also each run it does not cover whose partition is
-    clean, from that one snapshot. Then the older ones are deleted, the unreadable set aside."""
-    if listed is None and not pieces and len(keys) <= 1:
+    clean, from that one snapshot. Then the older ones are deleted, the unreadable set aside (not
+    without `deletes`: then more than one is no reason to write another)."""
+    several = len(keys) > 1 and deletes
+    if listed is None and not pieces and not several:
         return  # nothing compacted, nothing to refresh, no older one to clear: no GET of it either
     try:
         prev = cat._combined(keys)
@@ -140,7 +169,7 @@ def _write_combined(
                     refreshed += 1
         dropped = prev is not None and any(r not in listed for r in prev.runs)
     keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)] if prev is not None else []
-    if prev is not None and len(keys) == 1 and not pieces and not refreshed and not dropped:
+    if prev is not None and not several and not pieces and not refreshed and not dropped:
         return  # nothing new: the one there is still says all this one would
     if not runs and not keep:
         return
@@ -159,6 +188,8 @@ def _write_combined(
     key = new_key(cat.root, "_combined")
     cat.store.put_bytes(key, data, if_none_match=True,
                         content_type="application/vnd.apache.parquet")  # fmt: skip
+    if not deletes:
+        return  # the newest wins for every reader; a compaction that may delete clears the older ones
     for k in keys:  # only after the new one is written: a crash leaves one to read
         if k in cat.unreadable:
             _set_aside(cat, k)
@@ -193,10 +224,74 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
             raise StoreError(f"catalog: could not delete {len(failed)} merged event files of run {run}, e.g. "
                              f"{k}: {why}. Nothing is lost or doubled: their events are also in {merged} and are "
                              f"read once; the next compaction deletes them. If it keeps failing, check that the "
-                             f"worker may s3:DeleteObject under {cat.root}")  # fmt: skip
+                             f"worker may s3:DeleteObject under {cat.root}, or, for a role that may not delete "
+                             f"(the Terraform ingest role), set [store] deletes = \"tier-only\"")  # fmt: skip
     for k in snaps:
         cat.store.delete(k)
     return (len(old) if merged is not None else 0), piece
+
+
+def _snapshot_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
+    """A compaction without deletes: a snapshot of every listed event file (the newest snapshot and the
+    files since folded on top of it, where that is right), nothing merged or deleted.
+    Its `covers` also names the snapshots listed beside it: each is the fold of events these files still
+    hold (event content never leaves the log), so a combined snapshot built from this one covers the
+    whole listing and a read of every run stays one GET (docs/FORMAT.md, "Compaction without deletes")."""
+    # Most rounds: the newest snapshot and the few files since, folded on top of it (as a reader does).
+    # Else, or when an event sorts before what the snapshot folded, every listed file, as a merge would.
+    prev = cat._snapshot(snaps) if snaps else None
+    cols = _on_top(cat, prev, [k for k in old if k not in prev.covers]) if prev is not None else None
+    if cols is None:
+        t = _concat(cat._read_tables(old))
+        if t is None:
+            return 0, None  # nothing readable: unreadable files wait for a compaction that may set them aside
+        cols = _fold_table(t)
+    covers = [*(k for k in old if k not in cat.unreadable), *snaps]
+    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(cols, covers))
+    cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
+    return 0, piece
+
+
+def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any]] | None:
+    """The snapshot columns (`_fold_table`'s) of `prev` with the events of `new` folded on top, each
+    save's from its row (docs/FORMAT.md, "Snapshots": what a reader does); None when an event sorts
+    before what `prev` folded for its save (then only a fold of every event is right)."""
+    covered = prev.ids()
+    since = _concat(cat._read_tables(new))
+    rows = [] if since is None else _dedup_sorted(r for r in _decode_rows(since, "") if (r[1], r[2]) not in covered)
+    later: dict[tuple[int, int], list[tuple[Event, str, int]]] = {}
+    for e, o, i in rows:
+        k = (e.step, e.save)
+        if k in prev.states and (e.at, o, i) <= prev.states[k][1]:
+            return None
+        later.setdefault(k, []).append((e, o, i))
+    t = pq.ParquetFile(pa.BufferReader(prev.data)).read(columns=["step", "save", "_origins", "_rows"]).to_pydict()
+    ids = {(s, v): (o, r) for s, v, o, r in zip(t["step"], t["save"], t["_origins"], t["_rows"], strict=True)}
+    cols: dict[str, list[Any]] = {n: [] for n in (*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row")}
+    origins: list[list[str]] = []
+    rows_: list[list[int]] = []
+    for k in sorted(prev.states.keys() | later.keys()):
+        state: CheckpointState | None = None
+        last: tuple[float, str, int] | None = None
+        if k in prev.states:
+            state, last = prev.states[k]
+        o_list, r_list = ids.get(k, ([], []))
+        if k in later:
+            evs = later[k]  # in (at, origin, row) order, all after `last`
+            state = _fold_one([e for e, _, _ in evs], state)
+            last = (evs[-1][0].at, evs[-1][1], evs[-1][2])
+            o_list, r_list = [*o_list, *(o for _, o, _ in evs)], [*r_list, *(i for _, _, i in evs)]
+        assert state is not None and last is not None
+        for n in _STATE_FIELDS:
+            cols[n].append(getattr(state, n))
+        cols["_last_at"].append(last[0])
+        cols["_last_origin"].append(last[1])
+        cols["_last_row"].append(last[2])
+        origins.append(o_list)
+        rows_.append(r_list)
+    cols["_ids"] = [origins, rows_]
+    return cols
+
 
 def _migrate(cat: Catalog) -> int:
     """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md)."""
@@ -221,6 +316,7 @@ def _migrate(cat: Catalog) -> int:
             cat.store.delete(k)
     return len(flat)
 
+
 def _set_aside(cat: Catalog, key: str) -> None:
     """Move an unreadable catalog file out of the log, never delete it: it may be the only copy of
     events someone can still recover by hand."""
@@ -233,4 +329,3 @@ def _set_aside(cat: Catalog, key: str) -> None:
     cat.store.put_bytes(aside, data, content_type="application/octet-stream")
     cat.store.delete(key)
     log.warning("catalog: set the unreadable catalog file %s aside as %s", key, aside)
-

@@ -60,6 +60,8 @@ def gc_paused() -> Iterator[None]:
             _gc_state["inside"] -= 1
             if _gc_state["inside"] == 0 and _gc_state["was_enabled"]:
                 gc.enable()
+
+
 log = logging.getLogger("ckptvault.catalog")
 
 
@@ -211,9 +213,7 @@ class Catalog:
             got: list[CheckpointState] = self._retrying(read)
         return got
 
-    def _partitions(
-        self, run: str | None
-    ) -> tuple[list[str], dict[str, _Part], dict[str, pa.Table], Combined | None]:
+    def _partitions(self, run: str | None) -> tuple[list[str], dict[str, _Part], dict[str, pa.Table], Combined | None]:
         """What a read of `run` (or of every run) covers: the runs in order, each run's partition,
         each run's rows still in the flat layout of older versions, and (every run, no flat layout)
         the newest readable combined snapshot."""
@@ -274,9 +274,12 @@ class Catalog:
         runs: Iterable[str] | None = None,
         max_partitions: int | None = None,
         max_seconds: float | None = None,
+        deletes: bool = True,
     ) -> int:
         """See `ckptvault.catalog.compaction.compact`."""
-        return compaction.compact(self, older_than, runs=runs, max_partitions=max_partitions, max_seconds=max_seconds)
+        return compaction.compact(
+            self, older_than, runs=runs, max_partitions=max_partitions, max_seconds=max_seconds, deletes=deletes
+        )
 
     def rebuild_from_manifests(
         self,

@@ -33,7 +33,9 @@ class CatalogStats:
     # storage class -> what those saves' objects occupy (compressed size where compressed): what the
     # class bills; by_class's bytes are the files' original sizes, what a restore writes
     stored_by_class: dict[str, int] = field(default_factory=dict)
-    combined: int = 0  # combined snapshots under _catalog/_combined/ (one, or two while a compaction ends)
+    # combined snapshots under _catalog/_combined/: one, or two while a compaction ends; with [store]
+    # deletes = "tier-only" up to a day's worth until tier --apply (docs/FORMAT.md)
+    combined: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {

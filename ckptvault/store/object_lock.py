@@ -23,6 +23,7 @@ from ckptvault.store.port import LockStatus, Retention
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+LOCK_PROBE_KEY = "lock-probe"  # the probe's one key when it may not clean up
 PROBE_SECONDS = 60  # how long the probe's own object stays locked where its cleanup may not bypass
 _NO_LOCK = frozenset({"ObjectLockConfigurationNotFoundError", "NoSuchObjectLockConfiguration"})
 _UNSUPPORTED = frozenset({"NotImplemented", "MethodNotAllowed"})
@@ -83,9 +84,16 @@ def status(client: S3Client, bucket: str) -> LockStatus:
     return LockStatus(conf.get("ObjectLockEnabled") == "Enabled", rule.get("Mode"), days)
 
 
-def probe_enforced(client: S3Client, bucket: str, prefix: str, *, validated_checksums: bool) -> str | None:
-    """None if the server refuses to delete a locked version; else what it did (see ObjectStore)."""
-    key = f"{prefix}lock-{uuid.uuid4().hex}"
+def probe_enforced(
+    client: S3Client, bucket: str, prefix: str, *, validated_checksums: bool, cleanup: bool = True
+) -> str | None:
+    """None if the server refuses to delete a locked version; else what it did (see ObjectStore). With
+    `cleanup=False` (credentials without s3:DeleteObject) the probe object is not removed and its key is
+    always the same: each probe leaves one noncurrent version, unlocked 60 s later, which the bucket's
+    noncurrent-version rule expires. The delete by version id is the probe itself and is still sent:
+    its refusal is the answer."""
+    key = f"{prefix}lock-{uuid.uuid4().hex}" if cleanup else f"{prefix}{LOCK_PROBE_KEY}"
+    remove = _remove if cleanup else _keep
     data = b"ckptvault object lock probe\n"
     until = datetime.now(UTC) + timedelta(seconds=PROBE_SECONDS)
     lock = put_args(Retention("GOVERNANCE", until))
@@ -93,11 +101,11 @@ def probe_enforced(client: S3Client, bucket: str, prefix: str, *, validated_chec
     put = client.put_object(Bucket=bucket, Key=key, Body=data, **lock, **integrity)
     version = put.get("VersionId")
     if not version or version == "null":
-        _remove(client, bucket, key, None)
+        remove(client, bucket, key, None)
         return "a locked PUT created no object version: versioning is off, so nothing can be locked"
     head = client.head_object(Bucket=bucket, Key=key)  # the current version: the one just written
     if from_head(head)[0] is None:
-        _remove(client, bucket, key, version)
+        remove(client, bucket, key, version)
         return "the server took the lock headers but reports no retention on the object (it ignores them)"
     try:
         # Credentials without s3:DeleteObjectVersion (the worker's policy) are refused by IAM before the
@@ -105,10 +113,14 @@ def probe_enforced(client: S3Client, bucket: str, prefix: str, *, validated_chec
         client.delete_object(Bucket=bucket, Key=key, VersionId=version)
     except ClientError as e:
         if http_status(e) == 403 or error_code(e) == "AccessDenied":
-            _remove(client, bucket, key, version)
+            remove(client, bucket, key, version)
             return None
         raise
     return "the server deleted a version locked in GOVERNANCE mode without the bypass header"
+
+
+def _keep(client: S3Client, bucket: str, key: str, version: str | None) -> None:
+    """No cleanup: the credentials may not delete (the next probe writes the same key)."""
 
 
 def _remove(client: S3Client, bucket: str, key: str, version: str | None) -> None:

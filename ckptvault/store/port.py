@@ -241,7 +241,8 @@ class ObjectStore(Protocol):
         ...
 
     def capabilities(self) -> Capabilities:
-        """Probe once (cached): a few requests under `_ckptvault_probe/`, cleaned up after."""
+        """Probe once (cached): a few requests under `_ckptvault_probe/`, cleaned up after (with `[store]
+        deletes = "tier-only"` left under one reused key instead)."""
         ...
 
     def check_bucket(self) -> None:

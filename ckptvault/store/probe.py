@@ -1,6 +1,8 @@
 """Capability detection: what this S3-compatible server really does, learnt by trying it.
 
-A handful of requests under `<probe_prefix><uuid>` (deleted afterwards):
+A handful of requests under `<probe_prefix><uuid>` (deleted afterwards; with `delete=False`, for
+credentials without s3:DeleteObject, under `<probe_prefix>capabilities` every time, left there and
+overwritten by the next probe, so they do not pile up):
 - checksums_validated: PUT with a correct x-amz-checksum-crc32c must succeed and a deliberately
   wrong one must fail (BadDigest / InvalidRequest). Servers that ignore the header (Ceph, moto)
   accept both; a server that rejects even the correct one is treated as not validating, so we never
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 _TRANSITIONS_BY_KIND = {"aws": True, "ceph": True, "moto": True, "minio": True, "seaweedfs": False}
+REUSED_KEY = "capabilities"  # the probe's key when it may not delete (a second PUT with If-None-Match
+# still finds it there, which is what the conditional-write check needs)
 _REJECTED_CHECKSUM = frozenset({"BadDigest", "InvalidRequest", "InvalidDigest", "XAmzContentChecksumMismatch"})
 
 
@@ -57,9 +61,15 @@ def kind_from_headers(headers: Mapping[str, str], endpoint_url: str | None) -> s
 
 
 def detect_capabilities(
-    client: S3Client, bucket: str, probe_prefix: str, *, kind: str = "unknown", endpoint: str | None = None
+    client: S3Client,
+    bucket: str,
+    probe_prefix: str,
+    *,
+    kind: str = "unknown",
+    endpoint: str | None = None,
+    delete: bool = True,
 ) -> Capabilities:
-    key = f"{probe_prefix}{uuid.uuid4().hex}"
+    key = f"{probe_prefix}{uuid.uuid4().hex}" if delete else f"{probe_prefix}{REUSED_KEY}"
     data = b"ckptvault capability probe\n"
     good = to_b64(crc32c_update(data))
     bad = to_b64(crc32c_update(data) ^ 0xFFFFFFFF)
@@ -79,7 +89,8 @@ def detect_capabilities(
     except ClientError as e:
         raise translate(e, op="probing capabilities at", bucket=bucket, key=key, endpoint=endpoint) from e
     finally:
-        _cleanup(client, bucket, (key, f"{key}-bad", f"{key}-mpu"))
+        if delete:
+            _cleanup(client, bucket, (key, f"{key}-bad", f"{key}-mpu"))
     return Capabilities(
         checksums_validated=validated,
         conditional_writes=conditional,

@@ -310,7 +310,11 @@ class S3Store(S3Connection):
         key = self._probe_prefix
         try:
             return object_lock.probe_enforced(
-                self.client, self.bucket, key, validated_checksums=self.capabilities().checksums_validated
+                self.client,
+                self.bucket,
+                key,
+                validated_checksums=self.capabilities().checksums_validated,
+                cleanup=self.cfg.flows_delete,
             )
         except Exception as e:
             raise self._err(e, "probing Object Lock at", key) from e

@@ -203,7 +203,12 @@ class S3Connection:
             with self._caps_lock:
                 if self._caps is None:
                     self._caps = detect_capabilities(
-                        signing, self.bucket, self._probe_prefix, kind=self.kind(), endpoint=self.endpoint
+                        signing,
+                        self.bucket,
+                        self._probe_prefix,
+                        kind=self.kind(),
+                        endpoint=self.endpoint,
+                        delete=self.cfg.flows_delete,
                     )
         return self._caps
 

@@ -59,8 +59,9 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
         publish_markdown_task("ingest-validation", markdown, "quality gates")
     notify_task(cfg, store, ingest_pass.alerts(outcomes, flow_run_url(), 1 + RETRIES))
     # after the alerts, which must not wait on it: this pass's events into its runs' snapshots, so the
-    # next read of a run is one snapshot and a few files; time boxed
-    compact_catalog_task(catalog, time.time(), [s.run for s in cfg.sources])
+    # next read of a run is one snapshot and a few files; time boxed. With [store] deletes = "tier-only"
+    # this role may not delete: snapshots only, the tier flow merges and deletes
+    compact_catalog_task(catalog, time.time(), [s.run for s in cfg.sources], deletes=cfg.store.flows_delete)
     if not all(o.ok for o in outcomes):
         raise IngestIncomplete(outcomes)
     return outcomes

@@ -34,7 +34,7 @@ from ckptvault_prefect.tasks.common import (
     publish_markdown_task,
     record_task,
 )
-from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.notify import flow_run_url, fold_alert_state_task, notify_task
 from ckptvault_prefect.tasks.tier import (
     evict_local_task,
     expire_task,
@@ -134,4 +134,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     ]
     sent += [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url, d.scheduled) for d in digest]
     notify_task(cfg, store, sent)
+    # the tier role may delete: fold the alert-state objects flows without deletes left (a no-op when
+    # there is one); the catalog's leftovers went with the compaction above
+    fold_alert_state_task(cfg, store)
     return report

@@ -36,8 +36,10 @@ def current_states_task(catalog: Catalog, run: str | None = None) -> list[Checkp
 
 
 @io_task("compact-catalog")
-def compact_catalog_task(catalog: Catalog, older_than: float, runs: Sequence[str] | None = None) -> int:
-    return catalog.compact(older_than, runs=runs, max_seconds=COMPACT_SECONDS)
+def compact_catalog_task(
+    catalog: Catalog, older_than: float, runs: Sequence[str] | None = None, *, deletes: bool = True
+) -> int:
+    return catalog.compact(older_than, runs=runs, max_seconds=COMPACT_SECONDS, deletes=deletes)
 
 
 load_manifest_task = io_task("load-manifest")(load_manifest)

@@ -8,11 +8,11 @@ from typing import Any
 from prefect.runtime import flow_run
 
 from ckptvault.alerts.alert import Alert
-from ckptvault.alerts.sending import send_alerts
+from ckptvault.alerts.sending import fold_alert_state, send_alerts
 from ckptvault.alerts.watch import AlertState
 from ckptvault.config import Config
 from ckptvault.store import ObjectStore
-from ckptvault_prefect.tasks.retry import local_task
+from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 def load_secret(name: str) -> str | None:
@@ -31,3 +31,7 @@ def flow_run_url() -> str | None:
 @local_task("notify")
 def notify_task(cfg: Config, store: ObjectStore, alerts: Sequence[Alert], state: AlertState | None = None) -> int:
     return send_alerts(cfg, store, alerts, load_secret, state)
+
+
+# the tier flow's: its role may delete, so it folds what flows without deletes left in the alert state
+fold_alert_state_task = io_task("fold-alert-state")(fold_alert_state)

@@ -1,9 +1,9 @@
 # Two policies (docs/OPERATIONS.md, "Two roles"). The worker's (the tier role): exactly the S3 actions
 # ckptvault's code calls (tests/infra/test_iam_policy.py derives them from ckptvault/store/*.py and
 # compares), on the bucket (bucket-level actions) and on <bucket>/<prefix>/* (object actions);
-# worker-policy.json.tftpl is its S3 document. The ingest role's (ingest, drills, restore, the watch):
-# the same without s3:DeleteObject on checkpoints, which it may only send under _catalog/ (compaction)
-# and _state/ (the alert state); ingest-policy.json.tftpl.
+# worker-policy.json.tftpl is its S3 document. The ingest role's (ingest, drills, restore, hold/release,
+# the watch): the same without s3:DeleteObject at all; the flows run under it need
+# `[store] deletes = "tier-only"` in their config (docs/OPERATIONS.md); ingest-policy.json.tftpl.
 
 locals {
   s3_policy = jsondecode(templatefile("${path.module}/worker-policy.json.tftpl", {
@@ -16,8 +16,6 @@ locals {
     bucket_arn  = local.bucket_arn
     objects_arn = "${local.bucket_arn}/${local.key_prefix}*"
     list_prefix = "${local.key_prefix}*"
-    catalog_arn = "${local.bucket_arn}/${local.key_prefix}_catalog/*"
-    state_arn   = "${local.bucket_arn}/${local.key_prefix}_state/*"
   }))
 
   # SSE-KMS: writing needs a data key, reading (and completing a multipart upload) needs Decrypt.
@@ -52,7 +50,7 @@ resource "aws_iam_role_policy_attachment" "worker" {
 
 resource "aws_iam_policy" "ingest" {
   name        = "ckptvault-ingest-${var.bucket_name}"
-  description = "ckptvault ingest, drills and restore: checkpoints under s3://${var.bucket_name}/${local.key_prefix}, never deleted"
+  description = "ckptvault ingest, drills, restore and watch: s3://${var.bucket_name}/${local.key_prefix}, no delete (needs [store] deletes = tier-only)"
   policy      = local.ingest_policy
   tags        = var.tags
 }

@@ -11,10 +11,12 @@ fails the test by name, so a new S3 call cannot land without a decision about it
 The policy is infra/terraform/worker-policy.json.tftpl, rendered here as Terraform's templatefile would
 (and, where terraform is installed, compared with Terraform's own rendering of the module's policy).
 
-The ingest role's policy (infra/terraform/ingest-policy.json.tftpl: ingest, drills, restore, the watch)
-is the same without s3:DeleteObject on checkpoints: the library's delete call sites are found statically
-too, and each one's keys must be where that role may delete (the catalog, the alert state) or in the
-tier flow's own module.
+The ingest role's policy (infra/terraform/ingest-policy.json.tftpl: ingest, drills, restore, hold and
+release, the watch) is the same without s3:DeleteObject at all. The flows run under it need
+`[store] deletes = "tier-only"`: the library's delete call sites are found statically, the expiry is
+reached only from the tier flow, and every call of a function that deletes (catalog compaction, the
+alert-state save, the probes) passes that switch, except the tier flow's own. That the switch does stop
+every delete: tests/unit/test_no_delete_role.py, on a store that refuses them.
 """
 
 from __future__ import annotations
@@ -194,8 +196,6 @@ def render_policy(bucket: str, prefix: str, partition: str = "aws", template: Pa
         "bucket_arn": bucket_arn,
         "objects_arn": f"{bucket_arn}/{key_prefix}*",
         "list_prefix": f"{key_prefix}*",
-        "catalog_arn": f"{bucket_arn}/{key_prefix}_catalog/*",
-        "state_arn": f"{bucket_arn}/{key_prefix}_state/*",
     }
     text = template.read_text()
     assert "%{" not in text, "the policy template must stay plain JSON with ${name} values (no directives)"
@@ -317,8 +317,10 @@ def test_the_policy_grants_exactly_the_called_actions_on_the_right_resources(pre
 # Where the library deletes from the store (outside ckptvault/store), and what: a new call site fails the
 # test until someone decides which role may send it.
 DELETERS: dict[str, str] = {
-    "ckptvault/catalog/compaction.py": "_catalog/",  # both roles compact the catalog they append to
-    "ckptvault/alerts/sending.py": "_state/",  # the alert state files a save folded
+    # merged event files and old snapshots: the tier flow's compaction, and with deletes = "every-flow" the
+    # ingest flow's too (GUARDED below: with "tier-only" the ingest flow's deletes nothing)
+    "ckptvault/catalog/compaction.py": "_catalog/",
+    "ckptvault/alerts/sending.py": "_state/",  # the alert state files a save folded (GUARDED likewise)
     "ckptvault/tiering/apply.py": "checkpoints",  # tier --apply's expiry: the worker (tier) role only
 }
 # Besides ckptvault/tiering itself, the only module that may call the expiry: the tier flow's task.
@@ -380,17 +382,94 @@ def test_the_expiry_is_reached_from_the_tier_flow_only() -> None:
     )
 
 
+# Functions that delete, each with the parameter that turns its deletes off: every call of one in the
+# shipped code passes that parameter, either as the switch itself (`<cfg>.store.flows_delete` or the store's
+# `self.cfg.flows_delete`) or as the caller's own parameter of that name passed through. Only the calls in
+# TIER_ROLE_CALLS may leave it out: they run under the tier role, which may delete.
+GUARDED: dict[str, str] = {
+    "compact": "deletes",  # Catalog.compact and ckptvault.catalog.compaction.compact
+    "compact_catalog_task": "deletes",
+    "save_alert_state": "delete",
+    "detect_capabilities": "delete",  # the capability probe's cleanup
+    "probe_enforced": "cleanup",  # the Object Lock probe's cleanup (its delete by version is the probe)
+}
+TIER_ROLE_CALLS = frozenset(
+    {
+        ("ckptvault_prefect/flows/tier.py", "compact_catalog_task"),  # tier --apply's full compaction
+        ("ckptvault/alerts/sending.py", "save_alert_state"),  # in fold_alert_state only (checked below)
+    }
+)
+# The tier flow's alert-state fold deletes whatever the switch says: only the tier flow may reach it.
+TIER_ONLY = frozenset({"fold_alert_state", "fold_alert_state_task"})
+
+
+def _shipped_files() -> list[Path]:
+    packages = ("ckptvault", "ckptvault_cli", "ckptvault_prefect")
+    return [p for package in packages for p in sorted((ROOT / package).rglob("*.py"))]
+
+
+def _calls_in_functions(tree: ast.AST) -> list[tuple[str, ast.Call]]:
+    """(innermost enclosing function name, call) for every call in the module."""
+    out: list[tuple[str, ast.Call]] = []
+
+    def walk(node: ast.AST, fn: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                walk(child, child.name)
+            else:
+                if isinstance(child, ast.Call):
+                    out.append((fn, child))
+                walk(child, fn)
+
+    walk(tree, "<module>")
+    return out
+
+
+def test_with_the_switch_no_flow_but_tier_reaches_a_delete() -> None:
+    """`[store] deletes = "tier-only"`: ingest, drill, restore, hold/release and watch send no delete."""
+    unguarded, tier_only, seen = [], [], set()
+    for path in _shipped_files():
+        rel = str(path.relative_to(ROOT))
+        for fn, call in _calls_in_functions(ast.parse(path.read_text())):
+            name = _callee(call.func)
+            if name in TIER_ONLY:
+                tier_only.append(f"{rel}:{call.lineno} in {fn}")
+            if name not in GUARDED:
+                continue
+            seen.add(name)
+            guard = GUARDED[name]
+            value = next((k.value for k in call.keywords if k.arg == guard), None)
+            switch = isinstance(value, ast.Attribute) and value.attr == "flows_delete"
+            passed_on = isinstance(value, ast.Name) and value.id == guard
+            if switch or passed_on:
+                continue
+            if (rel, name) in TIER_ROLE_CALLS and (name != "save_alert_state" or fn == "fold_alert_state"):
+                continue
+            unguarded.append(f"{rel}:{call.lineno}: {name}(...) in {fn} without {guard}=<...>.flows_delete")
+    assert seen == set(GUARDED), f"calls not found any more (moved? renamed?): {set(GUARDED) - seen}"
+    assert not unguarded, (
+        "a call that may delete and does not pass the [store] deletes switch: under the ingest role (no "
+        "s3:DeleteObject) it would be refused. Pass it, or list the call in TIER_ROLE_CALLS if only tier runs "
+        f"it: {unguarded}"
+    )
+    # the fold is defined in sending.py, declared a task in tasks/notify.py and called by the tier flow only
+    assert sorted(t.split(":")[0] for t in tier_only) == ["ckptvault_prefect/flows/tier.py"], tier_only
+    flows = ROOT / "ckptvault_prefect" / "flows"
+    no_delete_flows = [p for p in flows.glob("*.py") if p.name not in ("tier.py", "__init__.py")]
+    assert {p.name for p in no_delete_flows} >= {"ingest.py", "drill.py", "restore.py", "watch.py"}
+    for p in no_delete_flows:
+        assert "expire_task" not in p.read_text() and "fold_alert_state" not in p.read_text(), p.name
+
+
 @pytest.mark.parametrize("prefix", ["prod", "", "teams/llm"])
-def test_the_ingest_policy_is_the_worker_policy_without_deleting_a_checkpoint(prefix: str) -> None:
+def test_the_ingest_policy_is_the_worker_policy_without_any_delete(prefix: str) -> None:
     worker = granted(render_policy("acme-ckpts", prefix))
     ingest = granted(render_policy("acme-ckpts", prefix, template=INGEST_TEMPLATE))
-    assert set(ingest) == set(worker)
-    assert {a: r for a, r in ingest.items() if a != "s3:DeleteObject"} == {
-        a: r for a, r in worker.items() if a != "s3:DeleteObject"
-    }
+    assert not [a for a in ingest if a.startswith("s3:Delete") or "Bypass" in a], sorted(ingest)
+    assert ingest == {a: r for a, r in worker.items() if a != "s3:DeleteObject"}
+    # the tier role may delete, and only under the prefix
     key_prefix = f"{prefix}/" if prefix else ""
-    deletable = {f"arn:aws:s3:::acme-ckpts/{key_prefix}{d}*" for d in DELETERS.values() if d != "checkpoints"}
-    assert ingest["s3:DeleteObject"] == deletable
+    assert worker["s3:DeleteObject"] == {f"arn:aws:s3:::acme-ckpts/{key_prefix}*"}
     never = {"s3:DeleteObjectVersion", "s3:BypassGovernanceRetention", "s3:PutBucketObjectLockConfiguration",
              "s3:PutBucketVersioning", "s3:DeleteBucket"}  # fmt: skip
     assert not never & (set(worker) | set(ingest))

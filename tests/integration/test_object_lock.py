@@ -94,6 +94,42 @@ def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
         assert refused.value.response["Error"]["Code"] == "AccessDenied"
 
 
+def test_without_deletes_the_probes_reuse_their_keys_and_send_only_the_lock_probes_refused_delete(
+    seaweedfs: S3Endpoint, locked_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`[store] deletes = "tier-only"` (the ingest role, no s3:DeleteObject): the capability probe and the
+    lock probe of two flow runs clean nothing up and leave one key each; the only delete sent is the lock
+    probe's delete by version id without the bypass, which is the probe (refused: the lock is enforced).
+    SeaweedFS only: the probes' code is the same on every server, and the no-delete path has no server quirk."""
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    bucket = locked_bucket(seaweedfs)
+    cfg = load_config(str(write_config(tmp_path / "c.toml", seaweedfs, bucket, [])))
+    store_cfg = cfg.store.model_copy(update={"deletes": "tier-only"})
+    deletes: list[dict[str, Any]] = []
+
+    def record(params: dict[str, Any], **_: Any) -> None:
+        deletes.append(dict(params))
+
+    for _ in range(2):  # two flow runs, each its own store and its own probes
+        store = open_store(store_cfg)
+        for client in {id(c): c for c in (store.client, store._signing_client())}.values():
+            client.meta.events.register("provide-client-params.s3.DeleteObject", record)
+            client.meta.events.register("provide-client-params.s3.DeleteObjects", record)
+        store.capabilities()
+        assert store.probe_lock_enforced() is None, "the server deleted a locked version"
+    assert len(deletes) == 2, deletes
+    assert all(d["Key"] == "t/_ckptvault_probe/lock-probe" and d.get("VersionId") for d in deletes), deletes
+    assert not any(d.get("BypassGovernanceRetention") for d in deletes)
+    s3 = seaweedfs.client()
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="t/").get("Contents", [])}
+    assert {"t/_ckptvault_probe/capabilities", "t/_ckptvault_probe/lock-probe"} <= keys
+    assert keys <= {f"t/_ckptvault_probe/{k}" for k in ("capabilities", "capabilities-bad", "capabilities-mpu",
+                                                         "lock-probe")}, keys  # fmt: skip
+    versions = s3.list_object_versions(Bucket=bucket, Prefix="t/_ckptvault_probe/lock-probe").get("Versions", [])
+    assert len(versions) == 2  # one small version per probe, unlocked a minute later, never deleted here
+
+
 @pytest.mark.parametrize("mode", ["governance", "compliance"])
 def test_ingest_with_lock_writes_every_object_and_the_manifest_locked(
     prefect_api: None, any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path, mode: str
