@@ -3,8 +3,9 @@ API (on the S3 port; infra/local/seaweedfs.sh allows the admin key to write it) 
 policies with S3 action names and resource ARNs, as AWS IAM does. The policies attached are
 infra/terraform's templates rendered as Terraform renders them (tests/infra/test_iam_policy.py), so this
 proves both halves the static IAM test cannot: the ingest role's policy is enough for everything that
-role runs (ingest with [lock], ls, hold, release, restore, a drill), and a delete of a checkpoint with
-its key is refused by the server, not by ckptvault's good manners.
+role runs (ingest with [lock], ls, hold, release, restore, a drill, under `[store] deletes = "tier-only"`),
+and a delete with its key, of a checkpoint or of the catalog, is refused by the server, not by
+ckptvault's good manners; the tier role's policy is enough for `tier --apply`.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
     write_checkpoint(root, "deepspeed", 100, 12 * MiB, shards=1, seed=5)  # 5 MiB parts: multipart too
     extra = f'[lock]\nmode = "governance"\ndays = 1\n[drill]\nscratch = "{tmp_path / "scratch"}"\n'
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")], extra=extra)
+    # the ingest role cannot delete at all: its flows must be told (docs/OPERATIONS.md, "Two roles")
+    cfg.write_text(cfg.read_text().replace("[store]\n", '[store]\ndeletes = "tier-only"\n', 1))
     env = cli_env(ingest)
     for args in (
         ("ingest",),
@@ -134,12 +137,15 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
         ("release", "r", "--step", "100", "--reason", "audit done"),
         ("restore", "r", "--dest", str(tmp_path / "back")),
         ("drill", "--json"),
+        ("ingest",),  # of step 200, written just before: its compaction has the events above to fold
     ):
+        if args == ("ingest",) and (tmp_path / "back").exists():
+            write_checkpoint(root, "deepspeed", 200, 2 * MiB, shards=1, seed=6)
         out = run_cli(cfg, *args, env=env)
         assert out.returncode == 0, (args, out.stderr[-3000:])
         assert "Traceback" not in out.stderr, args
-    [row] = json.loads(run_cli(cfg, "ls", "--json", env=env).stdout)
-    assert row["locked_until"] is not None and row["legal_hold"] is False
+    rows = {r["step"]: r for r in json.loads(run_cli(cfg, "ls", "--json", env=env).stdout)}
+    assert sorted(rows) == [100, 200] and rows[100]["locked_until"] is not None and not rows[100]["legal_hold"]
 
     manifest = checkpoint_prefix("t", "r", 100) + MANIFEST_NAME
     version = seaweedfs.client().head_object(Bucket=bucket, Key=manifest)["VersionId"]
@@ -149,6 +155,10 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
     assert _refused(lambda: as_ingest.delete_object(Bucket=bucket, Key=manifest, VersionId=version)) == "AccessDenied"
     bulk = as_ingest.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": manifest}]})
     assert [e["Code"] for e in bulk.get("Errors", [])] == ["AccessDenied"], bulk
+    catalog = next(
+        o["Key"] for o in seaweedfs.client().list_objects_v2(Bucket=bucket, Prefix="t/_catalog/")["Contents"]
+    )
+    assert _refused(lambda: as_ingest.delete_object(Bucket=bucket, Key=catalog)) == "AccessDenied"
     assert _refused(lambda: _iam(ingest).create_user(UserName=f"x{uuid.uuid4().hex[:6]}")) in (
         "AccessDenied", "AccessDeniedException", "403",
     )  # fmt: skip
@@ -160,3 +170,6 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
         lambda: as_tier.delete_object(Bucket=bucket, Key=manifest, VersionId=version, BypassGovernanceRetention=True)
     ) == "AccessDenied"  # fmt: skip
     assert seaweedfs.client().head_object(Bucket=bucket, Key=manifest)["VersionId"] == version  # still there
+    # The tier role's policy is enough for the daily run, whose compaction deletes what ingest left.
+    tiered = run_cli(cfg, "tier", "--apply", env=cli_env(tier))
+    assert tiered.returncode == 0, tiered.stderr[-3000:]
