@@ -73,14 +73,19 @@ def status(client: S3Client, bucket: str) -> LockStatus:
     try:
         conf = client.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
     except ClientError as e:
-        if error_code(e) in _NO_LOCK | _UNSUPPORTED or http_status(e) in (404, 405, 501):
+        if error_code(e) in _UNSUPPORTED or http_status(e) in (405, 501):
+            return LockStatus(enabled=False, known=False)  # nothing to lock with, as far as anyone can tell
+        if error_code(e) in _NO_LOCK or http_status(e) == 404:
             return LockStatus(enabled=False)
         raise
     rule = conf.get("Rule", {}).get("DefaultRetention", {})
-    days = rule.get("Days")
-    if days is None and rule.get("Years") is not None:
-        days = 365 * int(rule["Years"])
-    return LockStatus(conf.get("ObjectLockEnabled") == "Enabled", rule.get("Mode"), days)
+    days, years = rule.get("Days"), rule.get("Years")
+    return LockStatus(
+        conf.get("ObjectLockEnabled") == "Enabled",
+        rule.get("Mode"),
+        int(days) if days is not None else None,
+        int(years) if years is not None else None,
+    )
 
 
 def probe_enforced(client: S3Client, bucket: str, prefix: str, *, validated_checksums: bool) -> str | None:
