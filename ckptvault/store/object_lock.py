@@ -79,13 +79,9 @@ def status(client: S3Client, bucket: str) -> LockStatus:
             return LockStatus(enabled=False)
         raise
     rule = conf.get("Rule", {}).get("DefaultRetention", {})
-    days, years = rule.get("Days"), rule.get("Years")
-    return LockStatus(
-        conf.get("ObjectLockEnabled") == "Enabled",
-        rule.get("Mode"),
-        int(days) if days is not None else None,
-        int(years) if years is not None else None,
-    )
+    # S3 takes Days or Years, each at least 1; moto answers both, the one not given as 0
+    days, years = int(rule.get("Days") or 0), int(rule.get("Years") or 0)
+    return LockStatus(conf.get("ObjectLockEnabled") == "Enabled", rule.get("Mode"), days or None, years or None)
 
 
 def probe_enforced(client: S3Client, bucket: str, prefix: str, *, validated_checksums: bool) -> str | None:

@@ -71,7 +71,7 @@ def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
 ) -> None:
     import json
 
-    from ckptvault.store import LockStatus
+    from ckptvault.store import LockStatus, object_lock
     from ckptvault.tiering.apply import expire
 
     bucket = locked_bucket(any_s3)
@@ -82,7 +82,10 @@ def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
     assert not plain.lock_status().enabled
 
     # A default retention: `plan` reports it, and it locks what is written without a lock, which the
-    # catalog cannot know; the apply's HEAD of the manifest finds it and postpones the expiry.
+    # catalog cannot know; the apply's HEAD of the manifest finds it and postpones the expiry. On a
+    # bucket of its own: moto refuses PutObjectLockConfiguration on a bucket with any version in it.
+    bucket = locked_bucket(any_s3)
+    locked = _store(tmp_path, any_s3, bucket, monkeypatch)
     any_s3.client().put_object_lock_configuration(
         Bucket=bucket,
         ObjectLockConfiguration={
@@ -100,7 +103,9 @@ def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
     text = run_cli(cfg, "plan", env=cli_env(any_s3))
     assert f"bucket {bucket}: Object Lock on, default retention GOVERNANCE 30 days" in text.stdout, text.stdout
     manifest = checkpoint_prefix("t", "r", 1) + MANIFEST_NAME
-    locked.put_bytes(manifest, b"{}")  # no lock of its own: the bucket's default gives it one
+    # no lock of its own: the bucket's default gives it one. Content-MD5 because moto (as AWS) refuses
+    # any PUT into a bucket with a default retention without it or a checksum it takes.
+    any_s3.client().put_object(Bucket=bucket, Key=manifest, Body=b"{}", ContentMD5=object_lock.content_md5(b"{}"))
     r = expire(locked, "t", "r", 1)
     assert r.kind == "postponed" and r.detail.endswith(" UTC (GOVERNANCE)"), r.detail
     assert locked.head(manifest) is not None

@@ -321,7 +321,11 @@ def test_a_bucket_lock_the_server_cannot_report_is_unknown_never_an_error() -> N
         op = "get_object_lock_configuration"
         stub.add_client_error(op, "NotImplemented", http_status_code=501)
         stub.add_client_error(op, "ObjectLockConfigurationNotFoundError", http_status_code=404)
-        conf = {"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Years": 1}}}
+        # moto's answer: the period not given as 0
+        conf = {
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Years": 1, "Days": 0}},
+        }
         stub.add_response(op, {"ObjectLockConfiguration": conf})
         assert object_lock.status(client, "b") == LockStatus(False, known=False)
         assert object_lock.status(client, "b") == LockStatus(False)
