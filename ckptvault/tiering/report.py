@@ -71,7 +71,8 @@ def _when(ts: float | None, now: float) -> str:
     return f"from {_day(ts)}" + (" (due: awaiting the lifecycle engine)" if ts <= now else "")
 
 
-def render_markdown(plan: Plan) -> str:
+def render_markdown(plan: Plan, would_lock: Sequence[LockExtension] = ()) -> str:
+    """The tier flow's plan artifact; a postponed expiry is a `keep` row whose reason says until when."""
     s = plan.summary
     lines = [
         "### Tiering plan",
@@ -93,6 +94,9 @@ def render_markdown(plan: Plan) -> str:
         )
     for a in plan.actions:
         lines.append(f"| {a.run} | {a.step} | {a.kind} | {a.to_class or ''} | {a.reason} |")
+    if would_lock:
+        lines += ["", "Milestone locks to extend (Object Lock; the apply raises each, the manifest last):", ""]
+        lines += [f"- {x.would()}" for x in would_lock]
     if plan.pending:
         lines += [
             "",

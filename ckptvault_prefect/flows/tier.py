@@ -73,7 +73,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, t, cfg.node_local_runs())
     would_lock = would_extend(states, cfg.policy, cfg.lock)  # the catalog's view; the apply HEADs each
     print(render_text(plan, would_lock))
-    publish_markdown_task("tier-plan", render_markdown(plan), "what the policy would do, and what it costs")
+    publish_markdown_task("tier-plan", render_markdown(plan, would_lock), "what the policy would do, and what it costs")
     planned = TierResult.planned(plan, tuple(would_lock))
     if not apply:
         return planned

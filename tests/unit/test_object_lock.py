@@ -244,7 +244,7 @@ def test_the_dry_run_lists_the_milestone_locks_the_apply_would_raise_from_the_ca
     from ckptvault.pricing import load_prices
     from ckptvault.tiering import milestone_lock
     from ckptvault.tiering.policy import plan
-    from ckptvault.tiering.report import plan_record, render_text
+    from ckptvault.tiering.report import plan_record, render_markdown, render_text
 
     store = MemoryStore("ckpts", object_lock=True)
     lock = LockConfig(mode="governance", days=1)
@@ -264,6 +264,7 @@ def test_the_dry_run_lists_the_milestone_locks_the_apply_would_raise_from_the_ca
         p, [would]
     )
     assert plan_record(p, [would])["lock_extended"] == [would.as_dict()]
+    assert f"- {would.would()}" in render_markdown(p, [would])  # the tier flow's plan artifact
     catalog.append([done.event()])  # what the tier flow records: the catalog now knows the date
     assert milestone_lock.would_extend(catalog.current("r"), policy, lock) == []
     assert milestone_lock.would_extend(states, policy, LockConfig()) == []  # [lock] off: nothing is locked
