@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from ckptvault.config import LockConfig
 from ckptvault.lock_probe_cache import ProbeCache
-from ckptvault.store import ObjectStore, Retention
+from ckptvault.store import LockStatus, ObjectStore, Retention, StoreError
 
 DAY = 86_400.0
 
@@ -68,3 +68,13 @@ def lock_problem(
             f'Nothing here would be protected: use a server that enforces Object Lock, or set [lock] mode = "off"'
         )
     return None
+
+
+def bucket_lock(store: ObjectStore) -> LockStatus:
+    """The bucket's Object Lock configuration as `plan` reports it (one GetObjectLockConfiguration):
+    a store that cannot say (refused, or a server error) is unknown, never an error, since the plan is
+    read-only and its lock line only informs."""
+    try:
+        return store.lock_status()
+    except StoreError:
+        return LockStatus(enabled=False, known=False)

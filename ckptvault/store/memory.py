@@ -29,11 +29,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import StoreConfig
+from ckptvault.errors import InvalidArgumentError
 from ckptvault.store import lifecycle, memory_split, memory_transfer
 from ckptvault.store.errors import (
     ChecksumMismatchError,
@@ -105,6 +107,7 @@ class MemoryStore:
         storage_classes: Iterable[str] = AWS_STORAGE_CLASSES,
         page_size: int = 1000,
         object_lock: bool = False,
+        default_retention: tuple[str, int] | None = None,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -117,6 +120,10 @@ class MemoryStore:
         # is refused, as S3 refuses the delete of its version (a delete without a version id on S3
         # only hides the locked version behind a delete marker).
         self.object_lock = object_lock
+        # (mode, days): the bucket's DefaultRetention, which locks every object written without a lock
+        if default_retention is not None and not object_lock:
+            raise InvalidArgumentError("a default retention needs a bucket with Object Lock (object_lock=True)")
+        self.default_retention = default_retention
         self.retention: Retention | None = None
         self.lock = threading.RLock()  # one lock for all state, the multipart uploads' too
         self._objects: dict[str, _Object] = {}
@@ -144,7 +151,10 @@ class MemoryStore:
         return other
 
     def lock_status(self) -> LockStatus:
-        return LockStatus(enabled=self.object_lock)
+        if self.default_retention is None:
+            return LockStatus(enabled=self.object_lock)
+        mode, days = self.default_retention
+        return LockStatus(True, mode.upper(), days)
 
     def probe_lock_enforced(self) -> str | None:
         return None if self.object_lock else "the bucket has no Object Lock"
@@ -296,6 +306,10 @@ class MemoryStore:
         return dict(tags)
 
     def _store(self, key: str, obj: _Object) -> None:
+        if obj.retention is None and self.default_retention is not None:
+            # as S3 applies a bucket's default to a version created without its own lock, copies included
+            mode, days = self.default_retention
+            obj.retention = Retention.of(mode, datetime.fromtimestamp(self.clock() + days * 86400.0, UTC))
         if key not in self._objects:
             bisect.insort(self._keys, key)
         self._objects[key] = obj

@@ -74,14 +74,15 @@ def status(client: S3Client, bucket: str) -> LockStatus:
     try:
         conf = client.get_object_lock_configuration(Bucket=bucket)["ObjectLockConfiguration"]
     except ClientError as e:
-        if error_code(e) in _NO_LOCK | _UNSUPPORTED or http_status(e) in (404, 405, 501):
+        if error_code(e) in _UNSUPPORTED or http_status(e) in (405, 501):
+            return LockStatus(enabled=False, known=False)  # nothing to lock with, as far as anyone can tell
+        if error_code(e) in _NO_LOCK or http_status(e) == 404:
             return LockStatus(enabled=False)
         raise
     rule = conf.get("Rule", {}).get("DefaultRetention", {})
-    days = rule.get("Days")
-    if days is None and rule.get("Years") is not None:
-        days = 365 * int(rule["Years"])
-    return LockStatus(conf.get("ObjectLockEnabled") == "Enabled", rule.get("Mode"), days)
+    # S3 takes Days or Years, each at least 1; moto answers both, the one not given as 0
+    days, years = int(rule.get("Days") or 0), int(rule.get("Years") or 0)
+    return LockStatus(conf.get("ObjectLockEnabled") == "Enabled", rule.get("Mode"), days or None, years or None)
 
 
 def probe_enforced(

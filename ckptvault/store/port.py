@@ -90,7 +90,9 @@ class LockStatus:
 
     enabled: bool
     default_mode: str | None = None  # the bucket's default retention, applied to writes without a lock
-    default_days: int | None = None  # in days (a default given in years is converted, 365 days each)
+    default_days: int | None = None  # its period as the configuration gives it: Days,
+    default_years: int | None = None  # or Years (S3 takes one or the other)
+    known: bool = True  # False: the server does not implement GetObjectLockConfiguration (enabled False)
 
 
 @dataclass(frozen=True)

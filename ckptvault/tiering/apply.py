@@ -31,6 +31,7 @@ from ckptvault.manifest import (
     safe_relpath,
 )
 from ckptvault.store import ObjectFrozenError, ObjectInfo, ObjectStore, StoreError, lifecycle
+from ckptvault.tiering.policy import expiry_postponed
 
 TIER_TAG = "ckptvault-tier"
 MILESTONE_TAG = "ckptvault-milestone"
@@ -93,12 +94,10 @@ def _tags_of(store: ObjectStore, key: str, manifest: Manifest) -> dict[str, str]
 
 
 def lock_holds(info: ObjectInfo, now: float) -> str:
-    """Why an object may not be deleted yet ("" if it may): its Object Lock retention or legal hold."""
-    if info.legal_hold:
-        return "under a legal hold"
-    if info.retention is not None and info.retention.until_ts > now:
-        return f"locked ({info.retention.mode}) until {info.retention.until:%Y-%m-%d %H:%M} UTC"
-    return ""
+    """Why an object may not be deleted yet ("" if it may): its Object Lock retention or legal hold, in
+    the plan's words (policy.expiry_postponed), with the mode the HEAD reports."""
+    r = info.retention
+    return expiry_postponed(r.until_ts if r else None, info.legal_hold, now, r.mode if r else None)
 
 
 def expire(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) -> StepResult:
@@ -109,7 +108,7 @@ def expire(store: ObjectStore, prefix: str, run: str, step: int, save: int = 1) 
     base = checkpoint_prefix(prefix, run, step, save)
     head = store.head(base + MANIFEST_NAME)
     if head is not None and (held := lock_holds(head, time.time())):
-        return StepResult(run, step, "postponed", 0, 0, f"expiry postponed: {held}")
+        return StepResult(run, step, "postponed", 0, 0, held)
     if head is not None:
         store.delete(base + MANIFEST_NAME)
     n = total = 0

@@ -31,11 +31,16 @@ class LockExtension:
     objects: int = 0  # how many objects a tier run raised (0 until then)
 
     def said(self) -> str:
+        """What a tier run that raised it prints."""
+        return f"{self.run} step {self.step} save {self.save}: locked {self._until()}"
+
+    def would(self) -> str:
+        """What a dry run (`plan`, `tier` without --apply) prints for it."""
+        return f"would lock {self.run} step {self.step} save {self.save} {self._until()}"
+
+    def _until(self) -> str:
         until = f"{self.retention.until:%Y-%m-%d %H:%M} UTC"
-        return (
-            f"{self.run} step {self.step} save {self.save}: locked ({self.retention.mode}) until {until}, "
-            f"{self.days} days after its commit ({self.objects} objects)"
-        )
+        return f"({self.retention.mode}) until {until}, {self.days} days after its commit ({self.objects} objects)"
 
     def event(self, flow_run: str = "") -> Event:
         """The catalog's record of it (`ls` shows `locked_until` from it)."""
@@ -67,6 +72,20 @@ def wanted(states: list[CheckpointState], policy: PolicyConfig, lock: LockConfig
         d = days.get((s.run, s.step))
         if d and s.verified and s.state != "expired" and s.uploaded_at is not None:
             out.append(LockExtension(s.run, s.step, s.save, Retention.of(lock.mode, retain_until(s.uploaded_at, d)), d))
+    return out
+
+
+def would_extend(states: list[CheckpointState], policy: PolicyConfig, lock: LockConfig) -> list[LockExtension]:
+    """The dry run's view, from the catalog alone: each wanted extension whose save the catalog says is
+    locked to an earlier date (or to none), with `objects` what the apply would raise (the save's
+    files and its manifest). The apply decides from the manifest's HEAD instead, so a lock raised by
+    hand and not recorded is listed here and then found long enough by the apply, which sends nothing."""
+    by_key = {s.key: s for s in states}
+    out = []
+    for ext in wanted(states, policy, lock):
+        s = by_key[ext.run, ext.step, ext.save]
+        if s.locked_until is None or s.locked_until < ext.retention.until_ts:
+            out.append(LockExtension(ext.run, ext.step, ext.save, ext.retention, ext.days, s.files + 1))
     return out
 
 

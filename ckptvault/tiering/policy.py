@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import PolicyConfig
@@ -65,6 +65,37 @@ class PendingMove:
     takes_effect: float | None  # unix s; None for an event that did not say
 
 
+@dataclass(frozen=True, slots=True)
+class Postponed:
+    """An expiry a lock stops: not attempted, planned again by the next run. The planner finds it in the
+    catalog (`locked_until`, `legal_hold`); `tier --apply` also from the manifest's HEAD, which sees a
+    lock the catalog does not know (a bucket default retention, a lock set by hand)."""
+
+    run: str
+    step: int
+    save: int
+    why: str  # expiry_postponed()'s wording
+
+    def as_dict(self) -> dict[str, Any]:
+        """An entry of `expire_postponed` in `plan --json` and `tier --json`."""
+        return {"run": self.run, "step": self.step, "save": self.save, "why": self.why}
+
+
+POSTPONED = "expiry postponed: "  # how a `keep` action that is a postponed expiry begins
+
+
+def expiry_postponed(locked_until: float | None, legal_hold: bool, now: float, mode: str | None = None) -> str:
+    """Why an expiry must wait, "" if nothing stops it: a legal hold, or a retention still ahead of
+    `now`. The one wording of the plan (from the catalog, which has no mode) and the apply (from a
+    HEAD, which has): "expiry postponed: locked until 2027-01-02 00:00 UTC (COMPLIANCE)"."""
+    if legal_hold:
+        return POSTPONED + "under a legal hold"
+    if locked_until is not None and locked_until > now:
+        until = datetime.fromtimestamp(locked_until, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        return f"{POSTPONED}locked until {until}" + (f" ({mode})" if mode else "")
+    return ""
+
+
 @dataclass(frozen=True)
 class Plan:
     actions: list[Action]  # sorted by (run, step, save); a checkpoint's evict_local comes before its storage action
@@ -72,6 +103,8 @@ class Plan:
     store_kind: str
     now: float
     pending: list[PendingMove] = field(default_factory=list)  # sorted by (run, step, save)
+    # due expiries the catalog says are locked or held: a `keep` action each, listed here, not counted
+    postponed: list[Postponed] = field(default_factory=list)  # sorted by (run, step, save)
 
 
 def _date(ts: float | None) -> str:
@@ -189,6 +222,10 @@ class _Planner:
         tag = " (milestone: kept forever)" if milestone else ""
         expires = not milestone and p.expire_after_days is not None
         if expires and p.expire_after_days is not None and age >= p.expire_after_days:
+            # A locked save is never planned as an expiry: the store would refuse it (or, on a versioned
+            # bucket, hide it behind delete markers). It stays as it is, moved nowhere, until its date.
+            if held := expiry_postponed(s.locked_until, s.legal_hold, now):
+                return Action(s.run, s.step, "keep", None, held)
             fee = self.prices.early_deletion_fee(s.billed_bytes, objects, cur, in_class)
             saving = self.monthly(s, cur) * self.horizon / DAYS_PER_MONTH
             if fee > saving:
@@ -325,6 +362,7 @@ def _plan(
     actions: list[Action] = []
     holdings: list[Holding] = []
     pending: list[PendingMove] = []
+    postponed: list[Postponed] = []
     hot_why = f"among the newest {policy.keep_hot} verified: stays put"
     evict_why = f"older than the newest {policy.keep_local} verified; a verified copy is in the store"
     evict_usd_per_byte = policy.hot_fs_usd_per_gb_month / GB * pl.horizon / DAYS_PER_MONTH
@@ -344,6 +382,8 @@ def _plan(
             evict = Action(s.run, s.step, "evict_local", None, evict_why, s.bytes * evict_usd_per_byte, save=s.save)
             actions.append(evict)
         actions.append(a)
+        if a.kind == "keep" and a.reason.startswith(POSTPONED):
+            postponed.append(Postponed(s.run, s.step, s.save, a.reason))
         before = s.storage_class or pl.hot
         # A scheduled move is still pending unless this plan expires the checkpoint or moves it further.
         waiting = bool(s.scheduled_class) and a.kind not in ("expire", "transition")
@@ -358,4 +398,4 @@ def _plan(
                 after, since = s.scheduled_class, s.scheduled_at
             holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee, since, s.stored_bytes))
     summary = summarize(holdings, prices, policy.hot_fs_usd_per_gb_month)
-    return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now, pending=pending)
+    return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now, pending=pending, postponed=postponed)

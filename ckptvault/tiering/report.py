@@ -9,8 +9,10 @@ from typing import Any
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.humanize import size, usd
+from ckptvault.store import LockStatus
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.eviction import EvictionCheck
+from ckptvault.tiering.milestone_lock import LockExtension
 from ckptvault.tiering.policy import Action, Plan
 
 # files named per skipped checkpoint in the artifact; the flow's report and the catalog event have more
@@ -69,7 +71,8 @@ def _when(ts: float | None, now: float) -> str:
     return f"from {_day(ts)}" + (" (due: awaiting the lifecycle engine)" if ts <= now else "")
 
 
-def render_markdown(plan: Plan) -> str:
+def render_markdown(plan: Plan, would_lock: Sequence[LockExtension] = ()) -> str:
+    """The tier flow's plan artifact; a postponed expiry is a `keep` row whose reason says until when."""
     s = plan.summary
     lines = [
         "### Tiering plan",
@@ -91,6 +94,9 @@ def render_markdown(plan: Plan) -> str:
         )
     for a in plan.actions:
         lines.append(f"| {a.run} | {a.step} | {a.kind} | {a.to_class or ''} | {a.reason} |")
+    if would_lock:
+        lines += ["", "Milestone locks to extend (Object Lock; the apply raises each, the manifest last):", ""]
+        lines += [f"- {x.would()}" for x in would_lock]
     if plan.pending:
         lines += [
             "",
@@ -114,9 +120,34 @@ def render_markdown(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def render_text(plan: Plan) -> str:
+def bucket_lock_line(bucket: str, status: LockStatus) -> str:
+    """`plan`'s line on the bucket's Object Lock configuration and its default retention."""
+    if not status.known:
+        return f"bucket {bucket}: Object Lock unknown (the server does not answer GetObjectLockConfiguration)"
+    if not status.enabled:
+        return f"bucket {bucket}: Object Lock off"
+    if status.default_mode is None:
+        return f"bucket {bucket}: Object Lock on, no default retention"
+    period = f"{status.default_years} years" if status.default_years is not None else f"{status.default_days} days"
+    return f"bucket {bucket}: Object Lock on, default retention {status.default_mode} {period}"
+
+
+def bucket_lock_record(bucket: str, status: LockStatus) -> dict[str, Any]:
+    """`plan --json`'s "bucket_lock"."""
+    default = None
+    if status.enabled and status.default_mode is not None:
+        default = {"mode": status.default_mode, "days": status.default_days, "years": status.default_years}
+    state = "unknown" if not status.known else "on" if status.enabled else "off"
+    return {"bucket": bucket, "object_lock": state, "default_retention": default}
+
+
+def render_text(
+    plan: Plan, would_lock: Sequence[LockExtension] = (), bucket_lock: tuple[str, LockStatus] | None = None
+) -> str:
+    """The plan an operator reads; `would_lock`: the milestone locks a dry run would raise
+    (milestone_lock.would_extend); `bucket_lock`: (bucket, its configuration), for `plan`."""
     s = plan.summary
-    out = []
+    out = [bucket_lock_line(*bucket_lock)] if bucket_lock is not None else []
     for a in plan.actions:
         if a.kind == "keep":
             continue
@@ -127,6 +158,9 @@ def render_text(plan: Plan) -> str:
             f"{'scheduled':11} {m.run} step {m.step} save {m.save} {m.from_class} -> {m.to_class}: "
             f"by the bucket lifecycle, {_when(m.takes_effect, plan.now)}"
         )
+    for p in plan.postponed:  # kept, so not among the lines above
+        out.append(f"{'postponed':11} {p.run} step {p.step} save {p.save}: {p.why}")
+    out += [x.would() for x in would_lock]
     kept = sum(1 for a in plan.actions if a.kind == "keep")
     out.append(f"({kept} checkpoints kept as they are)")
     out += ["", *cost_table(plan)]
@@ -188,10 +222,13 @@ def _stored(original: int, stored: int) -> str:
     return size(stored) if stored == original or not original else f"{size(stored)} ({stored / original:.2f}x)"
 
 
-def plan_record(plan: Plan) -> dict[str, Any]:
-    """`ckptvault plan --json`: every action, the pending lifecycle moves, and the cost table."""
+def plan_record(
+    plan: Plan, would_lock: Sequence[LockExtension] = (), bucket_lock: tuple[str, LockStatus] | None = None
+) -> dict[str, Any]:
+    """`ckptvault plan --json`: every action, the pending lifecycle moves, the expiries a lock
+    postpones, the milestone locks it would raise, the cost table, and (given) the bucket's lock."""
     s = plan.summary
-    return {
+    doc = {
         "actions": [
             {
                 "run": a.run,
@@ -223,7 +260,12 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         "hot_fs_usd_month": s.hot_fs_monthly_usd,
         "saving_vs_hot_fs_usd_month": s.saving_vs_hot_fs,
         "compression_saving_usd_month": s.compression_monthly_saving,
+        "expire_postponed": [p.as_dict() for p in plan.postponed],
+        "lock_extended": [x.as_dict() for x in would_lock],
     }
+    if bucket_lock is not None:
+        doc["bucket_lock"] = bucket_lock_record(*bucket_lock)
+    return doc
 
 
 def skipped_record(c: EvictionCheck) -> dict[str, Any]:

@@ -9,21 +9,10 @@ from typing import Any
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.eviction import EvictionCheck
 from ckptvault.tiering.milestone_lock import LockExtension
-from ckptvault.tiering.policy import Plan
+from ckptvault.tiering.policy import Plan, Postponed
 from ckptvault.tiering.report import observed_record, scheduled_record, skipped_record
 
-
-@dataclass(frozen=True)
-class Postponed:
-    """A planned expiry the store's lock stopped (ckptvault.tiering.apply.expire): tried again next run."""
-
-    run: str
-    step: int
-    save: int
-    why: str  # "expiry postponed: locked (COMPLIANCE) until 2027-01-02 00:00 UTC", or a legal hold
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "step": self.step, "save": self.save, "why": self.why}
+__all__ = ["Postponed", "TierResult"]  # Postponed lives with the planner, which finds most of them
 
 
 @dataclass(frozen=True)
@@ -32,18 +21,28 @@ class TierResult:
     actions: tuple[str, ...]  # each planned action's kind, in the plan's order
     monthly_before: float
     monthly_after: float
+    # expiries a lock stops, not attempted: the plan's (from the catalog), and with --apply those the
+    # manifest's HEAD found too
+    expire_postponed: tuple[Postponed, ...] = ()
+    # milestones whose lock is raised: a dry run's are those it would raise (objects: how many it would)
+    lock_extended: tuple[LockExtension, ...] = ()
     # only after an apply:
     evict_skipped: tuple[EvictionCheck, ...] = ()  # evictions the store or local re-check stopped
     scheduled: tuple[Scheduled, ...] = ()  # transitions left to the bucket lifecycle
     observed: tuple[Observation, ...] = ()  # scheduled transitions the listing showed done
     catalog_files_compacted: int = 0
-    expire_postponed: tuple[Postponed, ...] = ()  # expiries of locked saves, not attempted
-    lock_extended: tuple[LockExtension, ...] = ()  # milestones whose lock this run raised
 
     @classmethod
-    def planned(cls, plan: Plan) -> TierResult:
-        """A dry run's result: the plan, nothing done."""
-        return cls(False, tuple(a.kind for a in plan.actions), plan.summary.total_before, plan.summary.total_after)
+    def planned(cls, plan: Plan, would_lock: tuple[LockExtension, ...] = ()) -> TierResult:
+        """A dry run's result: the plan and the milestone locks it would raise, nothing done."""
+        return cls(
+            False,
+            tuple(a.kind for a in plan.actions),
+            plan.summary.total_before,
+            plan.summary.total_after,
+            tuple(plan.postponed),
+            would_lock,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -51,12 +50,12 @@ class TierResult:
             "actions": list(self.actions),
             "monthly_before": self.monthly_before,
             "monthly_after": self.monthly_after,
+            "expire_postponed": [p.as_dict() for p in self.expire_postponed],
+            "lock_extended": [x.as_dict() for x in self.lock_extended],
         }
-        if self.applied:  # a dry run's document has no apply keys at all
+        if self.applied:  # a dry run's document has no apply keys beyond these
             doc["evict_skipped"] = [skipped_record(c) for c in self.evict_skipped]
             doc["scheduled"] = [scheduled_record(x) for x in self.scheduled]
             doc["observed"] = [observed_record(o) for o in self.observed]
             doc["catalog_files_compacted"] = self.catalog_files_compacted
-            doc["expire_postponed"] = [p.as_dict() for p in self.expire_postponed]
-            doc["lock_extended"] = [x.as_dict() for x in self.lock_extended]
         return doc

@@ -15,6 +15,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from ckptvault.catalog import Catalog
     from ckptvault.pricing import load_prices
+    from ckptvault.save_lock import bucket_lock
+    from ckptvault.tiering.milestone_lock import would_extend
     from ckptvault.tiering.policy import plan
     from ckptvault.tiering.report import plan_record, render_text
 
@@ -22,10 +24,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
     p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time(), cfg.node_local_runs())
+    would_lock = would_extend(states, cfg.policy, cfg.lock)  # from the catalog: no I/O
+    lock = (cfg.store.bucket, bucket_lock(store))
     if args.json:
-        emit_json(plan_record(p))
+        emit_json(plan_record(p, would_lock, lock))
     else:
-        print(render_text(p))
+        print(render_text(p, would_lock, lock))
     return EXIT_OK
 
 

@@ -15,6 +15,7 @@ from ckptvault.pricing import load_prices
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.cost import class_map
 from ckptvault.tiering.eviction import EvictionCheck
+from ckptvault.tiering.milestone_lock import would_extend
 from ckptvault.tiering.orders import EvictLocal, Expire, ScheduleTransition, orders, rules_to_install, tier_names
 from ckptvault.tiering.policy import Action
 from ckptvault.tiering.report import (
@@ -70,9 +71,10 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     t = now if now is not None else time.time()
     plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, t, cfg.node_local_runs())
-    print(render_text(plan))
-    publish_markdown_task("tier-plan", render_markdown(plan), "what the policy would do, and what it costs")
-    planned = TierResult.planned(plan)
+    would_lock = would_extend(states, cfg.policy, cfg.lock)  # the catalog's view; the apply HEADs each
+    print(render_text(plan, would_lock))
+    publish_markdown_task("tier-plan", render_markdown(plan, would_lock), "what the policy would do, and what it costs")
+    planned = TierResult.planned(plan, tuple(would_lock))
     if not apply:
         return planned
     mode = cfg.policy.apply_mode
@@ -82,7 +84,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     skipped: list[EvictionCheck] = []
     scheduled: list[Scheduled] = []
     done: list[Action] = []
-    postponed: list[Postponed] = []
+    postponed: list[Postponed] = list(plan.postponed)  # the catalog's; the HEADs below may find more
     for order in orders(plan, states, cfg.policy, prefix, classes):
         a = order.action
         if isinstance(order, Expire):

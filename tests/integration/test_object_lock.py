@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -69,15 +70,17 @@ def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytes
 def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
     any_s3: S3Endpoint, locked_bucket: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ckptvault.store import LockStatus, object_lock
+    from ckptvault.tiering.apply import expire
+
     bucket = locked_bucket(any_s3)
     locked = _store(tmp_path, any_s3, bucket, monkeypatch)
-    assert locked.lock_status().enabled
+    assert locked.lock_status() == LockStatus(True)
     assert locked.probe_lock_enforced() is None, "the server deleted a locked version"
     plain = _store(tmp_path, any_s3, bucket_factory(any_s3), monkeypatch)
     assert not plain.lock_status().enabled
     # An extension asked in GOVERNANCE keeps an object's COMPLIANCE (a config changed since): S3 refuses
     # to weaken it, so the adapter asks for COMPLIANCE (Retention.over)
-    from ckptvault.store import object_lock
     from ckptvault.store.port import Retention
 
     client, now = any_s3.client(), datetime.now(UTC).replace(microsecond=0)
@@ -92,6 +95,35 @@ def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
         with pytest.raises(ClientError) as refused:
             client.put_object_retention(Bucket=bucket, Key="c", Retention=weaken)
         assert refused.value.response["Error"]["Code"] == "AccessDenied"
+
+    # A default retention: `plan` reports it, and it locks what is written without a lock, which the
+    # catalog cannot know; the apply's HEAD of the manifest finds it and postpones the expiry. On a
+    # bucket of its own: moto refuses PutObjectLockConfiguration on a bucket with any version in it.
+    bucket = locked_bucket(any_s3)
+    locked = _store(tmp_path, any_s3, bucket, monkeypatch)
+    any_s3.client().put_object_lock_configuration(
+        Bucket=bucket,
+        ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 30}},
+        },
+    )
+    assert locked.lock_status() == LockStatus(True, "GOVERNANCE", 30)
+    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [])
+    out = run_cli(cfg, "plan", "--json", env=cli_env(any_s3))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout)["bucket_lock"] == {
+        "bucket": bucket, "object_lock": "on", "default_retention": {"mode": "GOVERNANCE", "days": 30, "years": None}
+    }  # fmt: skip
+    text = run_cli(cfg, "plan", env=cli_env(any_s3))
+    assert f"bucket {bucket}: Object Lock on, default retention GOVERNANCE 30 days" in text.stdout, text.stdout
+    manifest = checkpoint_prefix("t", "r", 1) + MANIFEST_NAME
+    # no lock of its own: the bucket's default gives it one. Content-MD5 because moto (as AWS) refuses
+    # any PUT into a bucket with a default retention without it or a checksum it takes.
+    any_s3.client().put_object(Bucket=bucket, Key=manifest, Body=b"{}", ContentMD5=object_lock.content_md5(b"{}"))
+    r = expire(locked, "t", "r", 1)
+    assert r.kind == "postponed" and r.detail.endswith(" UTC (GOVERNANCE)"), r.detail
+    assert locked.head(manifest) is not None
 
 
 def test_without_deletes_the_probes_reuse_their_keys_and_send_only_the_lock_probes_refused_delete(
@@ -215,12 +247,21 @@ def test_tier_apply_postpones_the_expiry_of_a_locked_save_and_says_until_when(
     out = run_cli(cfg, "ingest", env=env)
     assert out.returncode == 0, out.stderr[-3000:]
 
+    # the dry run already knows, from the catalog: postponed with the date, no expiry planned, no saving
+    planned = run_cli(cfg, "plan", "--json", env=env)
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    plan = json.loads(planned.stdout)
+    [postponed] = plan["expire_postponed"]
+    assert (postponed["run"], postponed["step"], postponed["save"]) == ("r", 100, 1)
+    assert re.fullmatch(r"expiry postponed: locked until \d{4}-\d\d-\d\d 00:00 UTC", postponed["why"]), postponed
+    assert [a["kind"] for a in plan["actions"]] == ["keep", "keep"]
+    assert plan["usd_month_after"] == plan["usd_month_before"] and plan["one_time_fees_usd"] == 0
+    assert plan["bucket_lock"] == {"bucket": bucket, "object_lock": "on", "default_retention": None}
+
     tier = run_cli(cfg, "tier", "--apply", "--json", env=env)
     assert tier.returncode == 0, tier.stderr[-3000:]
     doc = json.loads(tier.stdout)
-    [postponed] = doc["expire_postponed"]
-    assert (postponed["run"], postponed["step"], postponed["save"]) == ("r", 100, 1)
-    assert postponed["why"].startswith("expiry postponed: locked (GOVERNANCE) until ")
+    assert doc["expire_postponed"] == [postponed]  # never attempted: the plan had no expiry
     client = any_s3.client()
     for step in (100, 200):  # both saves whole: no delete marker hides the locked one
         manifest = checkpoint_prefix("t", "r", step) + MANIFEST_NAME
@@ -253,6 +294,11 @@ def test_hold_stops_an_expiry_and_release_lets_it_happen(
     listed = run_cli(cfg, "ls", "--json", env=env)
     assert {r["step"]: r["legal_hold"] for r in json.loads(listed.stdout)} == {100: True, 200: False}
     assert all(r["locked_until"] is None for r in json.loads(listed.stdout))  # no [lock]: only the hold
+    dry = run_cli(cfg, "tier", "--json", env=env)  # the dry run shows the hold too
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert json.loads(dry.stdout)["expire_postponed"] == [
+        {"run": "r", "step": 100, "save": 1, "why": "expiry postponed: under a legal hold"}
+    ]
 
     tier = run_cli(cfg, "tier", "--apply", "--json", env=env)
     assert tier.returncode == 0, tier.stderr[-2000:]
@@ -350,10 +396,14 @@ def test_tier_apply_locks_a_milestone_for_its_lock_days_once(
     cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")], extra=extra)
     env = cli_env(any_s3)
     assert run_cli(cfg, "ingest", env=env).returncode == 0
+    planned = run_cli(cfg, "plan", "--json", env=env)  # the dry run lists it first, from the catalog
+    assert planned.returncode == 0, planned.stderr[-3000:]
+    [would] = json.loads(planned.stdout)["lock_extended"]
     tier = run_cli(cfg, "tier", "--apply", "--json", env=env)
     assert tier.returncode == 0, tier.stderr[-3000:]
     [ext] = json.loads(tier.stdout)["lock_extended"]
     assert (ext["run"], ext["step"], ext["save"], ext["mode"], ext["days"]) == ("r", 200, 1, "GOVERNANCE", 30)
+    assert would == ext, (would, ext)  # the same date, and as many objects as the apply raised
     client = any_s3.client()
     month = datetime.now(UTC) + timedelta(days=30)
     for step, longer in ((200, True), (100, False)):
@@ -365,6 +415,8 @@ def test_tier_apply_locks_a_milestone_for_its_lock_days_once(
             assert (until >= month) == longer, (o["Key"], until)
     again = run_cli(cfg, "tier", "--apply", "--json", env=env)
     assert again.returncode == 0 and json.loads(again.stdout)["lock_extended"] == []
+    replanned = run_cli(cfg, "plan", env=env)  # the catalog recorded the extension: nothing more to lock
+    assert replanned.returncode == 0 and "would lock" not in replanned.stdout, replanned.stdout
     listed = run_cli(cfg, "ls", "--json", env=env)
     assert listed.returncode == 0, listed.stderr[-2000:]
     until = {r["step"]: datetime.fromisoformat(r["locked_until"]) for r in json.loads(listed.stdout)}

@@ -4,6 +4,7 @@ object of a save and its manifest locked, and nothing else."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from ckptvault.ingest import steps
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.save_lock import DAY, lock_problem, retain_until, save_retention, to_extend
-from ckptvault.store import Retention, StoreError, TransferConfig
+from ckptvault.store import LockStatus, Retention, StoreError, TransferConfig
 from ckptvault.store.memory import MemoryStore
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Plain
@@ -134,7 +135,7 @@ def test_an_expiry_of_a_locked_save_is_postponed_and_deletes_nothing(tmp_path: P
     before = sorted(o.key for o in store.list(PREFIX + "/"))
     r = expire(store, PREFIX, "r", 100)
     assert r.kind == "postponed" and r.objects == 0
-    assert "expiry postponed: locked (GOVERNANCE) until" in r.detail
+    assert re.fullmatch(r"expiry postponed: locked until \d{4}-\d\d-\d\d 00:00 UTC \(GOVERNANCE\)", r.detail), r.detail
     assert sorted(o.key for o in store.list(PREFIX + "/")) == before
 
     unlocked = MemoryStore("ckpts")
@@ -338,3 +339,97 @@ def test_a_milestone_saved_in_compliance_is_extended_in_compliance_after_the_con
         info = store.head(key)
         assert info is not None and info.retention == ext.retention, key
         assert info.retention.until >= datetime.now(UTC) + timedelta(days=30)
+
+
+def test_the_dry_run_lists_the_milestone_locks_the_apply_would_raise_from_the_catalog_alone(tmp_path: Path) -> None:
+    from ckptvault.config import PolicyConfig
+    from ckptvault.pricing import load_prices
+    from ckptvault.tiering import milestone_lock
+    from ckptvault.tiering.policy import plan
+    from ckptvault.tiering.report import plan_record, render_markdown, render_text
+
+    store = MemoryStore("ckpts", object_lock=True)
+    lock = LockConfig(mode="governance", days=1)
+    _ingest(tmp_path, store, lock)
+    catalog = Catalog(store, PREFIX)
+    states = catalog.current("r")
+    policy = PolicyConfig(milestone_every_steps=100, milestone_lock_days=3650)
+    [would] = milestone_lock.would_extend(states, policy, lock)  # no store: the catalog's states only
+    [done] = milestone_lock.extend_all(store, PREFIX, states, policy, lock)
+    assert (would.run, would.step, would.save, would.retention, would.days) == (
+        done.run, done.step, done.save, done.retention, done.days
+    )  # fmt: skip
+    assert would.objects == done.objects  # the save's files and its manifest
+    p = plan(states, policy, load_prices({}), "aws", datetime.now(UTC).timestamp())
+    until = f"{would.retention.until:%Y-%m-%d %H:%M} UTC"
+    assert f"would lock r step 100 save 1 (GOVERNANCE) until {until}, 3650 days after its commit" in render_text(
+        p, [would]
+    )
+    assert plan_record(p, [would])["lock_extended"] == [would.as_dict()]
+    assert f"- {would.would()}" in render_markdown(p, [would])  # the tier flow's plan artifact
+    catalog.append([done.event()])  # what the tier flow records: the catalog now knows the date
+    assert milestone_lock.would_extend(catalog.current("r"), policy, lock) == []
+    assert milestone_lock.would_extend(states, policy, LockConfig()) == []  # [lock] off: nothing is locked
+
+
+def test_the_bucket_default_retention_is_reported_and_locks_what_ckptvault_writes_unlocked(tmp_path: Path) -> None:
+    from ckptvault.save_lock import bucket_lock
+    from ckptvault.tiering.apply import expire
+    from ckptvault.tiering.report import bucket_lock_line, bucket_lock_record
+
+    store = MemoryStore("ckpts", object_lock=True, default_retention=("governance", 30))
+    status = bucket_lock(store)
+    assert status == LockStatus(True, "GOVERNANCE", 30)
+    assert bucket_lock_line("ckpts", status) == "bucket ckpts: Object Lock on, default retention GOVERNANCE 30 days"
+    assert bucket_lock_record("ckpts", status) == {
+        "bucket": "ckpts", "object_lock": "on", "default_retention": {"mode": "GOVERNANCE", "days": 30, "years": None}
+    }  # fmt: skip
+    # [lock] off: the catalog records no lock, the default retention locks every object all the same;
+    # so the plan has the expiry, and the apply's HEAD of the manifest postpones it, with the mode
+    _ingest(tmp_path, store, LockConfig())
+    [state] = Catalog(store, PREFIX).current("r")
+    assert state.locked_until is None
+    r = expire(store, PREFIX, "r", 100)
+    assert r.kind == "postponed" and r.detail.endswith(" UTC (GOVERNANCE)"), r.detail
+    assert store.head(checkpoint_prefix(PREFIX, "r", 100) + MANIFEST_NAME) is not None
+
+    assert bucket_lock_line("plain", bucket_lock(MemoryStore("plain"))) == "bucket plain: Object Lock off"
+    assert bucket_lock_line("x", LockStatus(True)) == "bucket x: Object Lock on, no default retention"
+    years = LockStatus(True, "COMPLIANCE", None, 2)
+    assert bucket_lock_line("x", years).endswith("default retention COMPLIANCE 2 years")
+    with pytest.raises(ValueError, match="needs a bucket with Object Lock"):
+        MemoryStore("plain", default_retention=("governance", 1))
+
+
+class _Refusing(MemoryStore):
+    def lock_status(self) -> LockStatus:  # what S3Store raises on an error it does not translate
+        raise StoreError("reading the Object Lock configuration of s3://b: AccessDenied")
+
+
+def test_a_bucket_lock_the_server_cannot_report_is_unknown_never_an_error() -> None:
+    import boto3
+    from botocore.stub import Stubber
+
+    from ckptvault.save_lock import bucket_lock
+    from ckptvault.store import object_lock
+    from ckptvault.tiering.report import bucket_lock_line, bucket_lock_record
+
+    status = bucket_lock(_Refusing("b", object_lock=True))
+    assert bucket_lock_record("b", status)["object_lock"] == "unknown"
+    assert "Object Lock unknown" in bucket_lock_line("b", status)
+    # the S3 adapter: a server without GetObjectLockConfiguration is unknown; one without a
+    # configuration is off; a default given in years is kept in years
+    client = boto3.client("s3", region_name="us-east-1", aws_access_key_id="k", aws_secret_access_key="s")
+    with Stubber(client) as stub:
+        op = "get_object_lock_configuration"
+        stub.add_client_error(op, "NotImplemented", http_status_code=501)
+        stub.add_client_error(op, "ObjectLockConfigurationNotFoundError", http_status_code=404)
+        # moto's answer: the period not given as 0
+        conf = {
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Years": 1, "Days": 0}},
+        }
+        stub.add_response(op, {"ObjectLockConfiguration": conf})
+        assert object_lock.status(client, "b") == LockStatus(False, known=False)
+        assert object_lock.status(client, "b") == LockStatus(False)
+        assert object_lock.status(client, "b") == LockStatus(True, "COMPLIANCE", None, 1)

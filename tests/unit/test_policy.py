@@ -333,3 +333,38 @@ def test_milestone_lock_days_per_rule_the_longest_where_two_rules_agree() -> Non
     assert milestone_lock_days(ss, PolicyConfig(milestone_every_steps=2)) == {}  # no lock_days: nothing longer
     only_best = PolicyConfig(milestone_every_steps=2, keep_best=KeepBest(metric="loss", k=1, lock_days=10))
     assert milestone_lock_days(ss, only_best) == {("r", 4): 10}
+
+
+def test_a_due_expiry_of_a_locked_or_held_save_is_postponed_with_its_date_and_saves_nothing() -> None:
+    # The catalog's locked_until / legal_hold (docs/object-lock.md, "Tiering a locked save"): the plan
+    # never has the expiry the apply would find locked, and counts no saving for it.
+    from ckptvault.tiering.policy import Postponed, expiry_postponed
+    from ckptvault.tiering.report import plan_record, render_text
+
+    pol = PolicyConfig(keep_hot=1, expire_after_days=365)
+    states = [
+        ck(1, 400, locked_until=NOW + 2 * DAY),
+        ck(2, 400, legal_hold=True),
+        ck(3, 400, locked_until=NOW - DAY),  # its date has passed: nothing protects it
+        ck(4, 0),
+    ]
+    p = plan(states, pol, PRICES, "aws", NOW)
+    acts = by_step(p)
+    locked = "expiry postponed: locked until 2033-05-20 03:33 UTC"  # NOW + 2 days
+    assert (acts[1].kind, acts[1].reason) == ("keep", locked)
+    assert (acts[2].kind, acts[2].reason) == ("keep", "expiry postponed: under a legal hold")
+    assert acts[3].kind == "expire"
+    assert p.postponed == [Postponed("r", 1, 1, locked), Postponed("r", 2, 1, "expiry postponed: under a legal hold")]
+    # steps 1, 2 and 4 stay in STANDARD after the plan; only step 3's expiry saves anything
+    assert p.summary.monthly_after == {"r": {"STANDARD": pytest.approx(3 * 100 * 0.023)}}
+    assert p.summary.monthly_before == {"r": {"STANDARD": pytest.approx(4 * 100 * 0.023)}}
+    assert f"postponed   r step 1 save 1: {locked}" in render_text(p)
+    assert plan_record(p)["expire_postponed"] == [
+        {"run": "r", "step": 1, "save": 1, "why": locked},
+        {"run": "r", "step": 2, "save": 1, "why": "expiry postponed: under a legal hold"},
+    ]
+    # the apply's wording for what a HEAD finds is the same, with the mode the HEAD reports
+    assert expiry_postponed(NOW + 2 * DAY, False, NOW, "COMPLIANCE") == locked + " (COMPLIANCE)"
+    assert expiry_postponed(NOW - DAY, False, NOW, "COMPLIANCE") == ""
+    not_due = plan([ck(1, 10, legal_hold=True), ck(4, 0)], pol, PRICES, "aws", NOW)
+    assert not_due.postponed == [] and by_step(not_due)[1].reason.startswith("age 10 d")  # no expiry to postpone
