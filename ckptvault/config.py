@@ -418,6 +418,80 @@ class LockConfig(_Strict):
         return self.mode != "off"
 
 
+_REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
+_TAKES = re.compile(r"all|milestones|newest ([1-9][0-9]{0,5})")
+
+
+class ReplicaConfig(StoreConfig):
+    """`[[replicas]]`: a second (third, ...) copy of committed saves in another store (docs/FORMAT.md,
+    "Replicas"). Its store keys are `[store]`'s, with the same validation."""
+
+    name: str = Field(
+        description="How `ls`, `restore --from`, alerts and the catalog name this copy: lower-case letters, "
+        "digits, `-` and `_`, at most 32; not `primary`."
+    )
+    profile: str | None = Field(
+        default=None,
+        description="The credentials profile (~/.aws/credentials, ~/.aws/config) this store is reached with; "
+        "unset: boto3's standard chain, as for `[store]`.",
+    )
+    storage_class: str | None = Field(
+        default=None,
+        description="The storage class every object is written in, e.g. `DEEP_ARCHIVE` or Ceph's `COLD`; "
+        "unset: the server's default.",
+    )
+    takes: str = Field(
+        default="all",
+        description='Which committed saves it holds: `"all"`, `"milestones"` (the steps `[policy]` keeps '
+        'forever) or `"newest N"` (each run\'s N newest).',
+    )
+    max_lag_hours: Annotated[float, Field(gt=0)] | None = Field(
+        default=None,
+        description="The watch alerts when a save this replica should hold has been committed on the primary "
+        "for longer than this without reaching it; unset: no alert.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _REPLICA_NAME.fullmatch(v) or v == "primary":
+            raise ValueError(
+                "use lower-case letters, digits, - and _ (at most 32), not 'primary' (the [store] is called "
+                'that), e.g. name = "ceph-dr"'
+            )
+        return v
+
+    @field_validator("storage_class")
+    @classmethod
+    def _class(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", v):
+            raise ValueError("a storage class is spelt in upper case as S3 spells it, e.g. DEEP_ARCHIVE or COLD")
+        return v
+
+    @field_validator("takes")
+    @classmethod
+    def _takes(cls, v: str) -> str:
+        v = " ".join(v.split())
+        if not _TAKES.fullmatch(v):
+            raise ValueError('write "all", "milestones" or "newest N" with N a whole number, e.g. "newest 3"')
+        return v
+
+    @model_validator(mode="after")
+    def _stored_as_the_primary(self) -> ReplicaConfig:
+        if "compression" in self.model_fields_set:
+            raise ValueError(
+                "compression: a replica stores the primary's objects byte for byte, compressed or not; remove "
+                "compression from this [[replicas]] entry"
+            )
+        return self
+
+    @property
+    def newest(self) -> int | None:
+        """N of `takes = "newest N"`, else None."""
+        m = _TAKES.fullmatch(self.takes)
+        return int(m.group(1)) if m and m.group(1) else None
+
+
 DASK_SCHEMES = ("tcp", "tls")
 
 
@@ -497,6 +571,9 @@ class Config(_Strict):
     drill: DrillConfig = Field(default_factory=DrillConfig, description="Restore drills.")
     scale: ScaleConfig = Field(default_factory=ScaleConfig, description="Scale-out on Dask.")
     lock: LockConfig = Field(default_factory=LockConfig, description="Object Lock retention.")
+    replicas: list[ReplicaConfig] = Field(
+        default_factory=list, description="Further copies of committed saves, each in a store of its own."
+    )
     sha256: bool = Field(
         default=False,
         description="Also record each file's SHA-256 in the manifest (such files are never split into ranges).",
@@ -509,6 +586,25 @@ class Config(_Strict):
             if s.run in seen:
                 raise ValueError(f"run name {s.run!r} appears in two [[sources]]; each run needs its own name")
             seen.add(s.run)
+        return self
+
+    @model_validator(mode="after")
+    def _replicas_elsewhere(self) -> Config:
+        where: dict[tuple[str | None, str, str], str] = {
+            (self.store.endpoint_url, self.store.bucket, self.store.prefix): "the [store]"
+        }
+        names: set[str] = set()
+        for r in self.replicas:
+            if r.name in names:
+                raise ValueError(f"two [[replicas]] are named {r.name!r}; each copy needs its own name")
+            names.add(r.name)
+            at = (r.endpoint_url, r.bucket, r.prefix)
+            if at in where:
+                raise ValueError(
+                    f"[[replicas]] {r.name!r} is the same place as {where[at]} (endpoint, bucket and prefix): "
+                    "a copy must live elsewhere; give it another bucket or prefix"
+                )
+            where[at] = f"[[replicas]] {r.name!r}"
         return self
 
     @model_validator(mode="after")

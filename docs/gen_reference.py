@@ -51,6 +51,8 @@ REQUIRED_SAMPLES: dict[str, Any] = {
     "policy.keep_best.metric": "eval_loss",
     "policy.tiers.after_days": 7,
     "policy.tiers.tier": "warm",
+    "replicas.bucket": "ckpts-dr",
+    "replicas.name": "ceph-dr",
 }
 # Wrong values that reach a key's own validator (beyond its type and bounds), by dotted key.
 VALIDATOR_SAMPLES: dict[str, list[tuple[str, Any]]] = {
@@ -60,9 +62,12 @@ VALIDATOR_SAMPLES: dict[str, list[tuple[str, Any]]] = {
         ("no `rank` or `node` group", r"__\d+\.distcp$"),
     ],
     "scale.dask_address": [("not tcp://HOST:PORT", "dask-scheduler:8786"), ("a port out of range", "tcp://h:70000")],
+    "replicas.name": [("the primary's name", "primary")],
+    "replicas.storage_class": [("lower case", "cold")],
+    "replicas.takes": [("not one of the three", "newest")],
 }
 # Keys whose validator only normalises (no error of its own).
-NORMALISING_VALIDATORS = {"store.prefix"}
+NORMALISING_VALIDATORS = {"store.prefix", "replicas.prefix"}
 # The rules across keys (each model's `model_validator`), each with a TOML that breaks it; what ckptvault
 # answers is computed below. Keyed by the section, which must have one entry per model validator.
 BASE_TOML = '[store]\nbucket = "ckpts"\n'
@@ -75,12 +80,23 @@ CROSS_KEY: dict[str, list[tuple[str, str]]] = {
         ('`locality = "node"` without `nodes` and `node_pattern`', BASE_TOML + SOURCE_TOML + 'locality = "node"\n'),
         ('`nodes` without `locality = "node"`', BASE_TOML + SOURCE_TOML + "nodes = 4\n"),
     ],
+    "replicas": [
+        (
+            "the part buffers cannot hold one part",
+            BASE_TOML + '[[replicas]]\nname = "ceph-dr"\nbucket = "ckpts-dr"\npart_size_mb = 64\nbuffer_mb = 32\n',
+        ),
+        (
+            "a compression of its own",
+            BASE_TOML + '[[replicas]]\nname = "ceph-dr"\nbucket = "ckpts-dr"\ncompression = "auto"\n',
+        ),
+    ],
     "scale": [
         ("both clusters", BASE_TOML + '[scale]\ndask_address = "tcp://dask-scheduler:8786"\nlocal_workers = 4\n'),
     ],
     "": [
         ("two sources with one run name", BASE_TOML + SOURCE_TOML + SOURCE_TOML),
         ("a milestone lock without `[lock]`", BASE_TOML + "[policy]\nmilestone_lock_days = 3650\n"),
+        ("a replica in the store's own place", BASE_TOML + '[[replicas]]\nname = "ceph-dr"\nbucket = "ckpts"\n'),
     ],
 }
 GENERAL_ERRORS: list[tuple[str, str]] = [
