@@ -236,3 +236,59 @@ def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded
     assert sum("no legal hold" in p for p in lock_drift(store, PREFIX, held)) == len(data)
     assert lock_drift(store, PREFIX, replace(state, locked_until=None)) == []  # nothing recorded: nothing to drift
     assert lock_drift(store, PREFIX, state, now=state.locked_until + 1) == []  # the date has passed: nothing in force
+
+
+class _RecordingS3:
+    """Stands in for the boto3 client (the server, not our code): records each request's name and
+    arguments; its HEAD reports a completed two-part object without a lock, as Ceph RGW 16.2 does."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, object]]] = []
+
+    def head_object(self, **kw: object) -> dict[str, object]:
+        self.calls.append(("head_object", kw))
+        return {"ContentLength": 12 * MiB, "ETag": '"abc-2"'}
+
+    def put_object_tagging(self, **kw: object) -> dict[str, object]:
+        self.calls.append(("put_object_tagging", kw))
+        return {}
+
+    def put_object_retention(self, **kw: object) -> dict[str, object]:
+        self.calls.append(("put_object_retention", kw))
+        return {}
+
+
+@pytest.mark.parametrize(("validated", "parts"), [(False, 2), (True, 2), (False, 0)])
+def test_an_upload_records_the_crc32c_tag_before_the_lock_where_the_server_keeps_no_crc32c(
+    validated: bool, parts: int
+) -> None:
+    """A kill between the lock and the tag left a locked object a rerun could not recognise: it sent
+    the file again and the killed version stayed behind, locked and billed until its date (found by
+    tests/reliability/test_crash_lock.py on Ceph RGW). The tag goes first, and only where it is the
+    rerun's one record of the CRC32C: a multipart object on a server that keeps none."""
+    from typing import Any
+
+    from ckptvault.store import Capabilities
+    from ckptvault.store.object_lock import put_args
+    from ckptvault.store.upload_request import UploadRequest, verify
+
+    client = _RecordingS3()
+    until = datetime(2031, 1, 2, tzinfo=UTC)
+    caps = Capabilities(checksums_validated=validated, conditional_writes=True, restore_object=False,
+                        lifecycle_transitions=True, kind="ceph")  # fmt: skip
+    s3: Any = client
+    req = UploadRequest(
+        client=s3, bucket="b", key="k", path=Path("f"), transfer=TransferConfig(), caps=caps,
+        put_args=put_args(Retention("GOVERNANCE", until)), tags={"run": "r", "step": "100"},
+        sha256=False, progress=None, endpoint=None,
+    )  # fmt: skip
+    verify(req, size=12 * MiB, parts=parts, crc="AAAAAA==", composite=None)
+    names = [name for name, _ in client.calls]
+    if parts and not validated:
+        assert names == ["head_object", "put_object_tagging", "put_object_retention"]
+        tagset = client.calls[1][1]["Tagging"]
+        assert tagset == {"TagSet": [{"Key": "run", "Value": "r"}, {"Key": "step", "Value": "100"},
+                                     {"Key": "crc32c", "Value": "AAAAAA=="}]}  # fmt: skip
+    else:
+        assert names == ["head_object", "put_object_retention"]
+    assert client.calls[-1][1]["Retention"] == {"Mode": "GOVERNANCE", "RetainUntilDate": until}
