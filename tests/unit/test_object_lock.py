@@ -269,6 +269,7 @@ def test_an_upload_records_the_crc32c_tag_before_the_lock_where_the_server_keeps
     from typing import Any
 
     from ckptvault.store import Capabilities
+    from ckptvault.store.multipart import retag
     from ckptvault.store.object_lock import put_args
     from ckptvault.store.upload_request import UploadRequest, verify
 
@@ -292,3 +293,8 @@ def test_an_upload_records_the_crc32c_tag_before_the_lock_where_the_server_keeps
     else:
         assert names == ["head_object", "put_object_retention"]
     assert client.calls[-1][1]["Retention"] == {"Mode": "GOVERNANCE", "RetainUntilDate": until}
+    # the tags put again after a completion (Ceph drops CreateMultipartUpload's) go with the CRC32C
+    # tag where there is one, so that only the verifying HEAD comes between the completion and it
+    client.calls.clear()
+    retag(req)
+    assert [name for name, _ in client.calls] == (["put_object_tagging"] if validated else [])
