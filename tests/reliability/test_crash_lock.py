@@ -116,11 +116,18 @@ def _lock_of(client: Any, bucket: str, key: str, version: str | None = None) -> 
 
 
 def _drained(proxy: FaultProxy, timeout: float = 30) -> None:
-    """Wait until the proxy forwards no request (condition, not a sleep of a guessed length)."""
+    """Wait until the proxy is quiet: no request in flight, and none arrived over 0.1 s (a request a
+    dead client had written is counted only once the proxy has read its headers)."""
     deadline = time.monotonic() + timeout
-    while sum(proxy.in_flight.values()) > 0:
+    seen = -1
+    while True:
+        idle = sum(proxy.in_flight.values()) == 0
+        total = sum(proxy.requests.values())
+        if idle and total == seen:
+            return
         assert time.monotonic() < deadline, f"requests still in flight: {dict(proxy.in_flight)}"
-        time.sleep(0.02)
+        seen = total if idle else -1
+        time.sleep(0.1)
 
 
 def _crc_recorded(client: Any, bucket: str, key: str, version: str) -> bool:
