@@ -39,6 +39,7 @@ from ckptvault.manifest import (
 )
 from ckptvault.save_lock import to_extend
 from ckptvault.store import (
+    CRC_TAG,
     ObjectInfo,
     ObjectStore,
     PreconditionFailedError,
@@ -48,7 +49,6 @@ from ckptvault.store import (
     SplitUpload,
 )
 
-CRC_TAG = "crc32c"
 # Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
 # this, are leftovers of a crashed ingest: plan_upload aborts them instead of paying for their parts
 # until the bucket's abort-incomplete-MPU rule (1 day) runs. Six hours is far longer than any one
@@ -270,11 +270,10 @@ def upload_one(
                 progress(f.size)
             return kept
     coded = {"typesize": typesize} if typesize is not None else {}  # as restore's `frames`: only when used
+    # A multipart object on a server that keeps no CRC32C of it comes back tagged with the CRC32C of
+    # its bytes (for frames, not the file's): a rerun keeps a plain object when it equals the local
+    # file's, a compressed one when it equals the file encoded again (ObjectStore.upload_file).
     result = store.upload_file(f.path, job.key, tags=tags, sha256=sha256, progress=progress, **coded)
-    if result.parts and not result.server_verified:
-        # the CRC32C of the object's bytes (for frames, not the file's): a rerun keeps a plain object
-        # when it equals the local file's, a compressed one when it equals the file encoded again
-        store.put_tags(job.key, {**tags, CRC_TAG: result.stored_crc32c or result.crc32c})
     return FileEntry(
         path=f.rel,
         size=result.size,
@@ -315,10 +314,8 @@ def send_range(
 
 def finish_split(store: ObjectStore, job: FileJob, upload: SplitUpload, sent: Sequence[SentRange]) -> FileEntry:
     """Complete the split upload once every range is sent, and return the file's manifest entry."""
+    # tagged with its CRC32C where the server keeps none, as upload_one's (ObjectStore.complete_upload)
     result = store.complete_upload(upload, [p for r in sent for p in r.parts])
-    if not result.server_verified:
-        # as upload_one: the CRC32C a rerun compares the local file with, on a server that keeps none
-        store.put_tags(job.key, {**dict(upload.tags), CRC_TAG: result.crc32c})
     mode = next((r.mode for r in sent if r.mode is not None), None)
     f = job.file
     return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, mode=mode)

@@ -16,6 +16,7 @@ from ckptvault.store.memory import MemoryStore
 from ckptvault.store.port import (
     ABORT_MPU_RULE_NAME,
     ARCHIVE_CLASSES,
+    CRC_TAG,
     Capabilities,
     FetchedRange,
     LockStatus,
@@ -35,6 +36,7 @@ from ckptvault.store.s3_client import transfer_config
 __all__ = [
     "ABORT_MPU_RULE_NAME",
     "ARCHIVE_CLASSES",
+    "CRC_TAG",
     "Capabilities",
     "ChecksumMismatchError",
     "FetchedRange",

@@ -28,6 +28,9 @@ RestoreState = Literal["requested", "in_progress", "restored", "not_needed"]
 # The bucket lifecycle rule aborting incomplete multipart uploads; its ID under a store prefix is
 # lifecycle.rule_id(ABORT_MPU_RULE_NAME, prefix).
 ABORT_MPU_RULE_NAME = "abort-incomplete-mpu"
+# The tag that records the CRC32C of a multipart object's stored bytes where the server keeps no
+# whole-object CRC32C (Ceph RGW 16.2): set by the upload once the object is verified, before its lock.
+CRC_TAG = "crc32c"
 
 
 @dataclass(frozen=True)
@@ -327,7 +330,10 @@ class ObjectStore(Protocol):
         CRC32C as metadata `crc32c`; a multipart object cannot (metadata is fixed at
         CreateMultipartUpload, before the CRC is known), so the caller's manifest is the record.
         Then a HEAD verifies size, part count (ETag "-N") and any whole-object CRC32C the server
-        reports. On failure the multipart upload is aborted. `tags` go on the object.
+        reports. On failure the multipart upload is aborted. `tags` go on the object; a multipart
+        object on a server that keeps no whole-object CRC32C (`server_verified` False) also gets the
+        tag CRC_TAG, the CRC32C of its stored bytes, once verified and before its lock (a rerun after a
+        kill between the two reuses the object instead of leaving a locked version behind).
         `progress` is called once per part, possibly from worker threads. With `typesize` the object is
         the file's shuffle-zstd frames (docs/FORMAT.md), always multipart, and the result carries the
         codec fields; without it the object is the file."""
@@ -354,7 +360,8 @@ class ObjectStore(Protocol):
         """Complete with every part 1..N exactly once (StoreError otherwise, naming what is missing).
         The whole-file CRC32C is combined in order from the parts' and sent as a FULL_OBJECT checksum
         where the server checks one; then the same HEAD check as `upload_file`, and the tags put again
-        (Ceph drops those of CreateMultipartUpload). A failed completion aborts the upload."""
+        (Ceph drops those of CreateMultipartUpload), with CRC_TAG as `upload_file` sets it. A failed
+        completion aborts the upload."""
         ...
 
     def abort_upload(self, upload: SplitUpload) -> None:

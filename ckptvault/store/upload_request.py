@@ -19,7 +19,7 @@ from ckptvault.store.botocore_errors import translate
 from ckptvault.store.errors import ChecksumMismatchError, StoreError
 from ckptvault.store.limits import MAX_PART, MAX_PARTS, MIB
 from ckptvault.store.object_lock import content_md5
-from ckptvault.store.port import Capabilities, ProgressFn, TransferConfig
+from ckptvault.store.port import CRC_TAG, Capabilities, ProgressFn, TransferConfig
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -117,7 +117,9 @@ def check_unchanged(f: io.FileIO, before: os.stat_result, path: Path) -> None:
 
 
 def verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: str | None) -> str:
-    """HEAD the new object and compare what the server reports with what we read and sent."""
+    """HEAD the new object and compare what the server reports with what we read and sent (`crc`: the
+    CRC32C of the stored bytes). Then, on a multipart object the server keeps no CRC32C of, the
+    `crc32c` tag (CRC_TAG) with it, and last the lock the upload asked for, where the server dropped it."""
     try:
         head = req.client.head_object(Bucket=req.bucket, Key=req.key, ChecksumMode="ENABLED")
     except Exception as e:
@@ -139,6 +141,17 @@ def verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: st
             problems.append(f"server CRC32C {server} != {expected}")
     if problems:
         raise ChecksumMismatchError(f"{where}: the uploaded object does not match {req.path}: " + "; ".join(problems))
+    if parts and not req.caps.checksums_validated:
+        # The server keeps no whole-object CRC32C of a multipart object: this tag is how a rerun knows
+        # it (ckptvault.ingest.steps.plan_upload). Set before the lock: a kill between the two leaves
+        # an unlocked object the rerun reuses and locks. Tagged after it, a kill in between left a
+        # locked object the rerun could not recognise and sent again, its killed version staying
+        # behind locked and billed until its date (docs/object-lock.md, "A crash mid-upload").
+        tagset: Any = [{"Key": k, "Value": v} for k, v in {**(req.tags or {}), CRC_TAG: crc}.items()]
+        try:
+            req.client.put_object_tagging(Bucket=req.bucket, Key=req.key, Tagging={"TagSet": tagset})
+        except Exception as e:
+            raise translate(e, op="tagging", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
     lock = object_lock.from_head(req.put_args)[0]
     if lock is not None:
         # Ceph RGW 16.2 and moto drop the lock given at CreateMultipartUpload: the completed object has

@@ -433,3 +433,65 @@ def test_a_bucket_lock_the_server_cannot_report_is_unknown_never_an_error() -> N
         assert object_lock.status(client, "b") == LockStatus(False, known=False)
         assert object_lock.status(client, "b") == LockStatus(False)
         assert object_lock.status(client, "b") == LockStatus(True, "COMPLIANCE", None, 1)
+
+
+class _RecordingS3:
+    """Stands in for the boto3 client (the server, not our code): records each request's name and
+    arguments; its HEAD reports a completed two-part object without a lock, as Ceph RGW 16.2 does."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, object]]] = []
+
+    def head_object(self, **kw: object) -> dict[str, object]:
+        self.calls.append(("head_object", kw))
+        return {"ContentLength": 12 * MiB, "ETag": '"abc-2"'}
+
+    def put_object_tagging(self, **kw: object) -> dict[str, object]:
+        self.calls.append(("put_object_tagging", kw))
+        return {}
+
+    def put_object_retention(self, **kw: object) -> dict[str, object]:
+        self.calls.append(("put_object_retention", kw))
+        return {}
+
+
+@pytest.mark.parametrize(("validated", "parts"), [(False, 2), (True, 2), (False, 0)])
+def test_an_upload_records_the_crc32c_tag_before_the_lock_where_the_server_keeps_no_crc32c(
+    validated: bool, parts: int
+) -> None:
+    """A kill between the lock and the tag left a locked object a rerun could not recognise: it sent
+    the file again and the killed version stayed behind, locked and billed until its date (found by
+    tests/reliability/test_crash_lock.py on Ceph RGW). The tag goes first, and only where it is the
+    rerun's one record of the CRC32C: a multipart object on a server that keeps none."""
+    from typing import Any
+
+    from ckptvault.store import Capabilities
+    from ckptvault.store.multipart import retag
+    from ckptvault.store.object_lock import put_args
+    from ckptvault.store.upload_request import UploadRequest, verify
+
+    client = _RecordingS3()
+    until = datetime(2031, 1, 2, tzinfo=UTC)
+    caps = Capabilities(checksums_validated=validated, conditional_writes=True, restore_object=False,
+                        lifecycle_transitions=True, kind="ceph")  # fmt: skip
+    s3: Any = client
+    req = UploadRequest(
+        client=s3, bucket="b", key="k", path=Path("f"), transfer=TransferConfig(), caps=caps,
+        put_args=put_args(Retention("GOVERNANCE", until)), tags={"run": "r", "step": "100"},
+        sha256=False, progress=None, endpoint=None,
+    )  # fmt: skip
+    verify(req, size=12 * MiB, parts=parts, crc="AAAAAA==", composite=None)
+    names = [name for name, _ in client.calls]
+    if parts and not validated:
+        assert names == ["head_object", "put_object_tagging", "put_object_retention"]
+        tagset = client.calls[1][1]["Tagging"]
+        assert tagset == {"TagSet": [{"Key": "run", "Value": "r"}, {"Key": "step", "Value": "100"},
+                                     {"Key": "crc32c", "Value": "AAAAAA=="}]}  # fmt: skip
+    else:
+        assert names == ["head_object", "put_object_retention"]
+    assert client.calls[-1][1]["Retention"] == {"Mode": "GOVERNANCE", "RetainUntilDate": until}
+    # the tags put again after a completion (Ceph drops CreateMultipartUpload's) go with the CRC32C
+    # tag where there is one, so that only the verifying HEAD comes between the completion and it
+    client.calls.clear()
+    retag(req)
+    assert [name for name, _ in client.calls] == (["put_object_tagging"] if validated else [])
