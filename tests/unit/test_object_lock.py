@@ -433,3 +433,35 @@ def test_a_bucket_lock_the_server_cannot_report_is_unknown_never_an_error() -> N
         assert object_lock.status(client, "b") == LockStatus(False, known=False)
         assert object_lock.status(client, "b") == LockStatus(False)
         assert object_lock.status(client, "b") == LockStatus(True, "COMPLIANCE", None, 1)
+
+
+def test_content_md5_goes_with_a_locked_write_only_where_no_validated_crc32c_does() -> None:
+    from ckptvault.store import object_lock
+    from ckptvault.store.memory import CAPABILITIES
+
+    lock = Retention("GOVERNANCE", datetime(2027, 1, 1, tzinfo=UTC))
+    unvalidated = replace(CAPABILITIES, checksums_validated=False)  # Ceph RGW 16.2, moto
+    defaulted = replace(unvalidated, integrity_header=True)  # moto with a bucket default retention
+    assert object_lock.needs_content_md5(unvalidated, lock)
+    assert object_lock.needs_content_md5(defaulted, None)
+    # never paid where nothing asks for it, nor where every body carries x-amz-checksum-crc32c
+    assert not object_lock.needs_content_md5(unvalidated, None)
+    assert not object_lock.needs_content_md5(CAPABILITIES, lock)
+    assert not object_lock.needs_content_md5(replace(CAPABILITIES, integrity_header=True), None)
+
+
+def test_a_bucket_default_retention_dates_a_write_days_or_years_after_it() -> None:
+    from ckptvault.store.object_lock import default_retention
+
+    written = datetime(2028, 2, 29, 13, 5, tzinfo=UTC)
+    assert default_retention(LockStatus(True, "GOVERNANCE", 30), written) == Retention(
+        "GOVERNANCE", datetime(2028, 3, 30, 13, 5, tzinfo=UTC)
+    )
+    assert default_retention(LockStatus(True, "COMPLIANCE", None, 1), written) == Retention(
+        "COMPLIANCE", datetime(2029, 2, 28, 13, 5, tzinfo=UTC)
+    )  # no 29 February in 2029
+    assert default_retention(LockStatus(True, "compliance", None, 4), written) == Retention(
+        "COMPLIANCE", datetime(2032, 2, 29, 13, 5, tzinfo=UTC)
+    )
+    assert default_retention(LockStatus(True), written) is None
+    assert default_retention(LockStatus(False), written) is None
