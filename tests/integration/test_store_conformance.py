@@ -88,6 +88,7 @@ def test_capabilities_as_measured(store: ObjectStore, backend: Backend) -> None:
         caps.lifecycle_transitions,
     )
     assert got == EXPECTED_CAPS[backend.kind]
+    assert not caps.integrity_header  # no default retention here: no write pays a Content-MD5
     assert store.capabilities() is caps  # probed once per store
     assert list(store.list("_ckptvault_probe/")) == []  # probe objects cleaned up
 
@@ -208,6 +209,7 @@ def test_split_upload_refuses_a_changed_file_and_an_incomplete_set(
     assert store.head("ck/torn.bin") is None
     with pytest.raises(StoreError, match=r"not in 1\.\.3"):
         store.upload_parts(up, 3, 2)
+
 
 def test_download_range_writes_its_span_in_place_and_the_ranges_crcs_combine(
     store: ObjectStore, backend: Backend, tmp_path: Path

@@ -465,3 +465,27 @@ def test_a_bucket_default_retention_dates_a_write_days_or_years_after_it() -> No
     )
     assert default_retention(LockStatus(True), written) is None
     assert default_retention(LockStatus(False), written) is None
+
+
+def test_what_the_probe_learnt_travels_with_the_store_to_a_split_uploads_range_tasks(tmp_path: Path) -> None:
+    """A split upload's ranges run on Dask workers, each with the store unpickled there: the capabilities
+    and the bucket's lock configuration go with it, so a range sends Content-MD5 without probing again.
+    No request is sent (an unroutable endpoint: any request would fail the test)."""
+    import pickle
+
+    from ckptvault.store.memory import CAPABILITIES
+    from ckptvault.store.s3 import S3Store
+
+    store = S3Store(StoreConfig(bucket="bkt", endpoint_url="http://127.0.0.1:9", kind="moto"))
+    store._caps = replace(CAPABILITIES, checksums_validated=False, integrity_header=True)
+    store._bucket_lock = LockStatus(True, "GOVERNANCE", 2)  # what the flow's store read once
+    worker = pickle.loads(pickle.dumps(store))
+    req = worker._upload_request(tmp_path / "f", "k")
+    assert req.content_md5 and req.bucket_lock == LockStatus(True, "GOVERNANCE", 2)
+    # our own lock takes over: it is set by verify, the bucket's default is not read
+    locked = worker.with_retention(Retention("COMPLIANCE", datetime(2027, 1, 1, tzinfo=UTC)))
+    assert locked._upload_request(tmp_path / "f", "k").bucket_lock is None
+    plain = pickle.loads(pickle.dumps(store))
+    plain._caps = replace(CAPABILITIES, checksums_validated=False)
+    req = plain._upload_request(tmp_path / "f", "k")
+    assert not req.content_md5 and req.bucket_lock is None
