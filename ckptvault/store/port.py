@@ -47,6 +47,11 @@ class Capabilities:
     # at CompleteMultipartUpload and returns it on HEAD (AWS, SeaweedFS)
     full_object_checksums: bool = False
     kind: str = "unknown"  # aws | ceph | seaweedfs | minio | moto | unknown (configured or detected)
+    # The bucket refuses a PUT with neither Content-MD5 nor a checksum header it takes
+    # (MissingUploadObjectWithObjectLockHeaders): a bucket default retention on moto, as AWS documents.
+    # Learnt by the probe's own unchecksummed PUT being refused; every write then carries Content-MD5
+    # where it carries no validated CRC32C (object_lock.needs_content_md5).
+    integrity_header: bool = False
 
 
 LockMode = Literal["GOVERNANCE", "COMPLIANCE"]

@@ -9,6 +9,9 @@ overwritten by the next probe, so they do not pile up):
   send it a checksum header.
 - full_object_checksums: a one-part multipart upload with ChecksumType=FULL_OBJECT, completed with
   a wrong whole-object CRC32C, must fail. Only probed where checksums are validated.
+- integrity_header: the PUT without a checksum header is refused with
+  MissingUploadObjectWithObjectLockHeaders (a bucket default retention on moto, as AWS documents): it is
+  sent again with Content-MD5, as is every later probe PUT and every write of the store.
 - conditional_writes: a second PUT with If-None-Match: * must fail with 412.
 - restore_object: RestoreObject on the (STANDARD) probe object. NotImplemented / 405 / 501 mean
   the server lacks it; InvalidObjectState ("not archived") means it is implemented (AWS, moto).
@@ -24,12 +27,13 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.store.botocore_errors import error_code, http_status, translate
+from ckptvault.store.object_lock import MISSING_INTEGRITY_HEADER, content_md5
 from ckptvault.store.port import Capabilities
 
 if TYPE_CHECKING:
@@ -73,6 +77,7 @@ def detect_capabilities(
     data = b"ckptvault capability probe\n"
     good = to_b64(crc32c_update(data))
     bad = to_b64(crc32c_update(data) ^ 0xFFFFFFFF)
+    integrity = False
     try:
         try:
             client.put_object(Bucket=bucket, Key=key, Body=data, ChecksumCRC32C=good)
@@ -81,10 +86,11 @@ def detect_capabilities(
             if http_status(e) not in (400, 501):
                 raise
             accepts_checksum = False
-            client.put_object(Bucket=bucket, Key=key, Body=data)
+            integrity = _put_unchecksummed(client, bucket, key, data)
         validated = accepts_checksum and _rejects_wrong_checksum(client, bucket, f"{key}-bad", data, bad)
         full_object = validated and _full_object_checksums(client, bucket, f"{key}-mpu", data, bad)
-        conditional = _conditional_writes(client, bucket, key, data)
+        md5: dict[str, Any] = {"ContentMD5": content_md5(data)} if integrity else {}
+        conditional = _conditional_writes(client, bucket, key, data, md5)
         restore = _restore_implemented(client, bucket, key)
     except ClientError as e:
         raise translate(e, op="probing capabilities at", bucket=bucket, key=key, endpoint=endpoint) from e
@@ -98,7 +104,23 @@ def detect_capabilities(
         lifecycle_transitions=_TRANSITIONS_BY_KIND.get(kind, False),
         full_object_checksums=full_object,
         kind=kind,
+        integrity_header=integrity,
     )
+
+
+def _put_unchecksummed(client: S3Client, bucket: str, key: str, data: bytes) -> bool:
+    """PUT the probe object without a checksum header; True if the bucket wanted Content-MD5 instead.
+    A bucket with a default retention refuses such a PUT where the server (moto; AWS as documented)
+    takes the lock as asking for an integrity header: it is sent again once with Content-MD5, and every
+    write of this store then carries one where it carries no validated CRC32C."""
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=data)
+    except ClientError as e:
+        if error_code(e) != MISSING_INTEGRITY_HEADER:
+            raise
+        client.put_object(Bucket=bucket, Key=key, Body=data, ContentMD5=content_md5(data))
+        return True
+    return False
 
 
 def _rejects_wrong_checksum(client: S3Client, bucket: str, key: str, data: bytes, bad: str) -> bool:
@@ -140,9 +162,9 @@ def _full_object_checksums(client: S3Client, bucket: str, key: str, data: bytes,
     return False  # accepted a wrong whole-object checksum
 
 
-def _conditional_writes(client: S3Client, bucket: str, key: str, data: bytes) -> bool:
+def _conditional_writes(client: S3Client, bucket: str, key: str, data: bytes, md5: Mapping[str, Any]) -> bool:
     try:
-        client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*", **md5)
     except ClientError as e:
         if http_status(e) == 412 or error_code(e) == "PreconditionFailed":
             return True

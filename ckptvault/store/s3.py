@@ -105,7 +105,7 @@ class S3Store(S3Connection):
         caps = self.capabilities()
         if caps.checksums_validated:
             args["ChecksumCRC32C"] = crc
-        elif self.retention is not None:
+        elif object_lock.needs_content_md5(caps, self.retention):
             args["ContentMD5"] = object_lock.content_md5(data)
         if tags:
             args["Tagging"] = urllib.parse.urlencode(dict(tags), quote_via=urllib.parse.quote)
@@ -182,8 +182,19 @@ class S3Store(S3Connection):
             sha256=sha256,
             progress=progress,
             endpoint=self.endpoint,
-            content_md5=self.retention is not None and not self.capabilities().checksums_validated,
+            content_md5=object_lock.needs_content_md5(self.capabilities(), self.retention),
+            bucket_lock=self._bucket_lock_if_defaulted(),
         )
+
+    def _bucket_lock_if_defaulted(self) -> LockStatus | None:
+        """The bucket's Object Lock configuration, read once per store, where the probe found the bucket
+        asking for an integrity header (a default retention; upload_request.verify applies it where the
+        server drops it) and the store writes without a lock of its own. None elsewhere: no call."""
+        if self.retention is not None or not self.capabilities().integrity_header:
+            return None
+        if self._bucket_lock is None:
+            self._bucket_lock = self.lock_status()
+        return self._bucket_lock
 
     def begin_upload(
         self, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None = None

@@ -28,7 +28,7 @@ from ckptvault.config import StoreConfig
 from ckptvault.store.botocore_errors import error_code, http_status, translate
 from ckptvault.store.errors import NotFoundError, StoreError
 from ckptvault.store.limits import MIB
-from ckptvault.store.port import Capabilities, Retention, TransferConfig
+from ckptvault.store.port import Capabilities, LockStatus, Retention, TransferConfig
 from ckptvault.store.probe import detect_capabilities, kind_from_headers
 
 if TYPE_CHECKING:
@@ -131,6 +131,7 @@ class S3Connection:
         self._caps_lock = threading.Lock()
         self._kind: str | None = None if cfg.kind == "auto" else cfg.kind
         self.retention: Retention | None = None
+        self._bucket_lock: LockStatus | None = None  # read once where needed (S3Store._bucket_lock_if_defaulted)
 
     # -- pickling: a store crosses process boundaries (Dask worker processes) as its configuration --
     # A boto3 client cannot be pickled (SSLContext, dynamically created classes), nor can a lock. We

@@ -168,7 +168,7 @@ def copy_in_place(
         try:
             _copy_object(client, common, head, storage_class, args | lock)
         except ClientError as e:
-            if not lock or error_code(e) != "MissingUploadObjectWithObjectLockHeaders":
+            if not lock or error_code(e) != object_lock.MISSING_INTEGRITY_HEADER:
                 raise
             # moto wants Content-MD5 on a locked CopyObject, which has no body to hash (and no such
             # parameter): copy unlocked, then lock the copy below. The version it replaces stays locked.

@@ -19,7 +19,7 @@ from ckptvault.store.botocore_errors import translate
 from ckptvault.store.errors import ChecksumMismatchError, StoreError
 from ckptvault.store.limits import MAX_PART, MAX_PARTS, MIB
 from ckptvault.store.object_lock import content_md5
-from ckptvault.store.port import CRC_TAG, Capabilities, ProgressFn, TransferConfig
+from ckptvault.store.port import CRC_TAG, Capabilities, LockStatus, ProgressFn, TransferConfig
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -77,13 +77,18 @@ class UploadRequest:
     sha256: bool
     progress: ProgressFn | None
     endpoint: str | None
-    # Content-MD5 on every body: the write is locked (Object Lock) and the server takes no CRC32C
-    # header, and S3 refuses a locked write with neither
+    # Content-MD5 on every body (object_lock.needs_content_md5): the write is locked, by us or by the
+    # bucket's default retention, and no validated CRC32C header goes with it; S3 refuses it with neither
     content_md5: bool = False
+    # The bucket's Object Lock configuration where the store read it (a bucket that asked for the
+    # integrity header): a completed multipart object the server left without the bucket's default
+    # retention (moto) gets it in verify
+    bucket_lock: LockStatus | None = None
 
 
 def integrity(req: UploadRequest, view: memoryview | bytes) -> dict[str, Any]:
-    """The Content-MD5 argument a locked body needs where no CRC32C header goes with it."""
+    """The Content-MD5 argument a locked body (ours or the bucket default's) needs where no CRC32C header
+    goes with it."""
     return {"ContentMD5": content_md5(view)} if req.content_md5 else {}
 
 
@@ -160,4 +165,13 @@ def verify(req: UploadRequest, *, size: int, parts: int, crc: str, composite: st
             object_lock.raise_to(req.client, req.bucket, req.key, lock, object_lock.from_head(head)[0])
         except Exception as e:
             raise translate(e, op="locking", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+    elif req.bucket_lock is not None and object_lock.from_head(head)[0] is None:
+        # moto applies a bucket's default retention to a PUT but not to a completed multipart upload
+        # (SeaweedFS, Ceph RGW 16.2 and AWS do): give it the date the default gives from its write
+        default = object_lock.default_retention(req.bucket_lock, head["LastModified"])
+        if default is not None:
+            try:
+                object_lock.raise_to(req.client, req.bucket, req.key, default, None)
+            except Exception as e:
+                raise translate(e, op="locking", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
     return etag

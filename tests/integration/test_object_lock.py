@@ -5,7 +5,9 @@ without Object Lock refused before anything is sent.
 
 What the servers do differently, found here: moto refuses a locked PUT without Content-MD5 (as AWS
 does); Ceph RGW 16.2 and moto drop the lock given at CreateMultipartUpload, so the adapter sets it on
-the completed object before any manifest names it; SeaweedFS keeps it.
+the completed object before any manifest names it; SeaweedFS keeps it. With a bucket default
+retention moto refuses any PUT without Content-MD5 and drops the default on a multipart upload
+(SeaweedFS and Ceph RGW 16.2 neither).
 """
 
 from __future__ import annotations
@@ -200,6 +202,48 @@ def test_ingest_with_lock_writes_every_object_and_the_manifest_locked(
     recorded = json.loads(client.get_object(Bucket=bucket, Key=save + MANIFEST_NAME)["Body"].read())["lock"]
     carried = heads[save + MANIFEST_NAME]
     assert recorded == {"mode": mode.upper(), "retain_until": carried["ObjectLockRetainUntilDate"].timestamp()}
+
+
+def test_ingest_without_lock_into_a_bucket_with_a_default_retention_sends_content_md5(
+    prefect_api: None, moto_server: S3Endpoint, locked_bucket: Any, tmp_path: Path
+) -> None:
+    """moto (as AWS documents) refuses a PUT into a bucket with a default retention that has neither
+    Content-MD5 nor a checksum header, and it does not validate CRC32C: the capability probe learns it
+    and every write sends Content-MD5. moto also leaves a completed multipart upload without the
+    default retention, which the adapter then sets. SeaweedFS and Ceph RGW 16.2 take such PUTs and
+    apply the default to both (measured), so only moto runs this."""
+    bucket = locked_bucket(moto_server)
+    client = moto_server.client()
+    client.put_object_lock_configuration(
+        Bucket=bucket,
+        ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled",
+            "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 2}},
+        },
+    )
+    root = tmp_path / "hot"
+    write_checkpoint(root, "deepspeed", 100, 12 * MiB, shards=1, seed=1)  # 5 MiB parts: single PUTs and multipart
+    cfg = write_config(tmp_path / "c.toml", moto_server, bucket, [("r", root, "deepspeed")])  # [lock] off
+    started = datetime.now(UTC).replace(microsecond=0)
+    out = run_cli(cfg, "ingest", env=cli_env(moto_server))
+    assert out.returncode == 0, out.stderr[-3000:]
+
+    save = checkpoint_prefix("t", "r", 100)
+    heads = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="t/"):
+        for o in page.get("Contents", []):
+            heads[o["Key"]] = client.head_object(Bucket=bucket, Key=o["Key"])
+    data = [k for k in heads if k.startswith(save)]
+    assert save + MANIFEST_NAME in data and len(data) >= 3, sorted(heads)
+    assert any("-" in str(heads[k]["ETag"]) for k in data), "no multipart object: the test covers less than it says"
+    assert any(not k.startswith(save) for k in heads), "no catalog object: the test covers less than it says"
+    for key, h in heads.items():  # the catalog's objects too: the default locks every write
+        assert h.get("ObjectLockMode") == "GOVERNANCE", f"{key} has not the bucket's default retention"
+        assert h["ObjectLockRetainUntilDate"] >= started + timedelta(days=2), key
+        assert h["ObjectLockRetainUntilDate"] <= datetime.now(UTC) + timedelta(days=2, minutes=1), key
+    # the manifest records no lock: ckptvault locked nothing, the bucket did (docs/object-lock.md)
+    manifest = json.loads(client.get_object(Bucket=bucket, Key=save + MANIFEST_NAME)["Body"].read())
+    assert manifest.get("lock") is None
 
 
 def test_ingest_refuses_a_bucket_without_object_lock_and_sends_nothing(

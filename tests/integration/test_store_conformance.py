@@ -90,6 +90,7 @@ def test_capabilities_as_measured(store: ObjectStore, backend: Backend) -> None:
         caps.lifecycle_transitions,
     )
     assert got == EXPECTED_CAPS[backend.kind]
+    assert not caps.integrity_header  # no default retention here: no write pays a Content-MD5
     assert store.capabilities() is caps  # probed once per store
     assert list(store.list("_ckptvault_probe/")) == []  # probe objects cleaned up
 

@@ -495,3 +495,59 @@ def test_an_upload_records_the_crc32c_tag_before_the_lock_where_the_server_keeps
     client.calls.clear()
     retag(req)
     assert [name for name, _ in client.calls] == (["put_object_tagging"] if validated else [])
+
+
+def test_content_md5_goes_with_a_locked_write_only_where_no_validated_crc32c_does() -> None:
+    from ckptvault.store import object_lock
+    from ckptvault.store.memory import CAPABILITIES
+
+    lock = Retention("GOVERNANCE", datetime(2027, 1, 1, tzinfo=UTC))
+    unvalidated = replace(CAPABILITIES, checksums_validated=False)  # Ceph RGW 16.2, moto
+    defaulted = replace(unvalidated, integrity_header=True)  # moto with a bucket default retention
+    assert object_lock.needs_content_md5(unvalidated, lock)
+    assert object_lock.needs_content_md5(defaulted, None)
+    # never paid where nothing asks for it, nor where every body carries x-amz-checksum-crc32c
+    assert not object_lock.needs_content_md5(unvalidated, None)
+    assert not object_lock.needs_content_md5(CAPABILITIES, lock)
+    assert not object_lock.needs_content_md5(replace(CAPABILITIES, integrity_header=True), None)
+
+
+def test_a_bucket_default_retention_dates_a_write_days_or_years_after_it() -> None:
+    from ckptvault.store.object_lock import default_retention
+
+    written = datetime(2028, 2, 29, 13, 5, tzinfo=UTC)
+    assert default_retention(LockStatus(True, "GOVERNANCE", 30), written) == Retention(
+        "GOVERNANCE", datetime(2028, 3, 30, 13, 5, tzinfo=UTC)
+    )
+    assert default_retention(LockStatus(True, "COMPLIANCE", None, 1), written) == Retention(
+        "COMPLIANCE", datetime(2029, 2, 28, 13, 5, tzinfo=UTC)
+    )  # no 29 February in 2029
+    assert default_retention(LockStatus(True, "compliance", None, 4), written) == Retention(
+        "COMPLIANCE", datetime(2032, 2, 29, 13, 5, tzinfo=UTC)
+    )
+    assert default_retention(LockStatus(True), written) is None
+    assert default_retention(LockStatus(False), written) is None
+
+
+def test_what_the_probe_learnt_travels_with_the_store_to_a_split_uploads_range_tasks(tmp_path: Path) -> None:
+    """A split upload's ranges run on Dask workers, each with the store unpickled there: the capabilities
+    and the bucket's lock configuration go with it, so a range sends Content-MD5 without probing again.
+    No request is sent (an unroutable endpoint: any request would fail the test)."""
+    import pickle
+
+    from ckptvault.store.memory import CAPABILITIES
+    from ckptvault.store.s3 import S3Store
+
+    store = S3Store(StoreConfig(bucket="bkt", endpoint_url="http://127.0.0.1:9", kind="moto"))
+    store._caps = replace(CAPABILITIES, checksums_validated=False, integrity_header=True)
+    store._bucket_lock = LockStatus(True, "GOVERNANCE", 2)  # what the flow's store read once
+    worker = pickle.loads(pickle.dumps(store))
+    req = worker._upload_request(tmp_path / "f", "k")
+    assert req.content_md5 and req.bucket_lock == LockStatus(True, "GOVERNANCE", 2)
+    # our own lock takes over: it is set by verify, the bucket's default is not read
+    locked = worker.with_retention(Retention("COMPLIANCE", datetime(2027, 1, 1, tzinfo=UTC)))
+    assert locked._upload_request(tmp_path / "f", "k").bucket_lock is None
+    plain = pickle.loads(pickle.dumps(store))
+    plain._caps = replace(CAPABILITIES, checksums_validated=False)
+    req = plain._upload_request(tmp_path / "f", "k")
+    assert not req.content_md5 and req.bucket_lock is None
