@@ -231,6 +231,11 @@ def _stored_crc32c(store: ObjectStore, key: str) -> str | None:
         # multipart on a server that keeps no whole-object checksum (Ceph): our tag, set after the
         # upload verified, records the CRC32C of the bytes we sent
         stored = store.get_tags(key).get(CRC_TAG)
+        if stored is None:
+            # A pass killed between the completion and the tag (docs/object-lock.md, "A crash mid-upload"):
+            # read it back rather than send it again, which would leave the killed version behind, billed
+            # (a versioned bucket keeps it) and, where the bucket's default retention locked it, undeletable.
+            stored = store.read_crc32c(key)
     return stored
 
 

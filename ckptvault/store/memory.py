@@ -284,6 +284,10 @@ class MemoryStore:
         with self.lock:
             return self._readable(key, "reading").data
 
+    def read_crc32c(self, key: str) -> str:
+        with self.lock:
+            return to_b64(crc32c_update(self._readable(key, "reading back").data))
+
     def get_range(self, key: str, start: int, end: int) -> tuple[bytes, int, str]:
         """Bytes [start, end) of an object, its whole size and its ETag: one ranged GET."""
         with self.lock:

@@ -319,6 +319,13 @@ class ObjectStore(Protocol):
         """Read a small object whole. NotFoundError if absent, ObjectFrozenError if archived."""
         ...
 
+    def read_crc32c(self, key: str) -> str:
+        """The CRC32C (base64, as S3 spells it) of the object's stored bytes, read back whole in one
+        streamed GET (memory: one chunk): for an object whose CRC32C the store keeps nowhere (a multipart
+        object on a server without full-object checksums, before its `crc32c` tag). NotFoundError if
+        absent, ObjectFrozenError if archived."""
+        ...
+
     def upload_file(
         self,
         path: Path,

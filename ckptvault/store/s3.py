@@ -35,6 +35,9 @@ from ckptvault.store.port import (
 from ckptvault.store.s3_client import S3Connection
 from ckptvault.store.upload_request import UploadRequest
 
+# A read-back streams the object through the CRC in chunks of this size: memory stays one chunk.
+_READ_BACK_CHUNK = 8 * 1024 * 1024
+
 
 class S3Store(S3Connection):
     """One bucket of an S3-like store (see ckptvault.store.port.ObjectStore for the contract)."""
@@ -143,6 +146,16 @@ class S3Store(S3Connection):
                 f"reading s3://{self.bucket}/{key}: CRC32C mismatch: expected {stored}, got {got}"
             )
         return bytes(data)
+
+    def read_crc32c(self, key: str) -> str:
+        crc = 0
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            for chunk in body.iter_chunks(_READ_BACK_CHUNK):
+                crc = crc32c_update(chunk, crc)
+        except Exception as e:
+            raise self._err(e, "reading back", key) from e
+        return to_b64(crc)
 
     def upload_file(
         self,

@@ -4,11 +4,11 @@ hold after every rerun:
 
 - exactly one committed save of each step, whole, and one verified catalog row from one event;
 - every object of it and its manifest locked (HEAD each) until at least its commit + `days`;
-- every version under the save's prefix that the manifest does not reference (an orphan) was left
-  by the killed pass, never written by the rerun, and is unlocked: an object the killed pass
-  completed is reused by the rerun exactly when its CRC32C was recorded (the server's checksum or,
-  on Ceph RGW, ckptvault's `crc32c` tag, set before the lock), so a locked one always is. Before
-  that order, a kill between the lock and the tag left a locked orphan, billed until its date;
+- no version under the save's prefix that the manifest does not reference (an orphan): every object
+  the killed pass completed is reused by the rerun, its CRC32C recorded (the server's checksum or, on
+  Ceph RGW, ckptvault's `crc32c` tag, set before the lock) or, where a kill came before the tag, read
+  back. Before the tag went first, a kill between the lock and the tag left a locked orphan, billed
+  until its date; before the read-back, a kill before the tag left an unlocked one, billed for ever;
 - the multipart uploads left open are only the killed pass's, and the ingest role's abort (the call
   ingest and the cleanup make, without the governance bypass) removes every one.
 
@@ -239,28 +239,26 @@ def test_locked_ingest_killed_mid_upload_then_rerun(
                 assert until is not None and until.timestamp() >= locked_until, (key, until)
             current = {k: next(v["VersionId"] for v in versions[k] if v["IsLatest"]) for k in referenced}
             for key in sorted(k for k in at_kill if k in referenced):
-                # The rerun reuses every object the killed pass completed whose CRC32C the store
-                # recorded, and sends again exactly the others (Ceph RGW: a multipart object killed
-                # before its CRC32C tag), whose killed version stays behind, locked if it got its lock.
-                reused = current.get(key) == at_kill[key]
-                assert reused == (key in recorded), (
-                    f"kill {i}: {key} reused={reused}, CRC32C recorded={key in recorded}"
-                )
+                # The rerun reuses every object the killed pass completed: its CRC32C recorded (the
+                # server's checksum, or ckptvault's tag) or, a multipart object killed before its tag
+                # (Ceph RGW), read back (ckptvault.ingest.steps._stored_crc32c). Nothing is sent twice.
+                how = "its CRC32C recorded" if key in recorded else "read back"
+                assert current.get(key) == at_kill[key], f"kill {i}: {key} was sent again ({how} at the kill)"
                 lock = "locked" if key in locked_at_kill else "unlocked"
-                seen[f"{lock} at the kill, {'reused' if reused else 'sent again'}"] += 1
+                seen[f"{lock} at the kill, reused, {how}"] += 1
             for key, vs in versions.items():
                 if not key.startswith(save):
                     continue
                 for v in vs:
                     if key in referenced and v["VersionId"] == current[key]:
                         continue
-                    # an orphan: the manifest does not reference it. Only the killed pass may have left it.
-                    assert at_kill.get(key) == v["VersionId"], f"kill {i}: the rerun wrote {key} twice"
-                    mode, until = _lock_of(client, bucket, key, v["VersionId"])
-                    # never a locked one: an upload tags before it locks (ckptvault.store.upload_request.verify),
-                    # so the killed pass's locked objects are all reused
-                    assert mode is None, f"kill {i}: {key} left a version locked ({mode}) until {until}"
-                    orphans.append(f"{key} ({mode or 'unlocked'}{f' until {until:%Y-%m-%d}' if until else ''})")
+                    # an orphan: a version the manifest does not reference, billed (the bucket is
+                    # versioned) and, if locked, undeletable until its date. Every completed object is
+                    # reused, so none is left, locked or not.
+                    mode, _ = _lock_of(client, bucket, key, v["VersionId"])
+                    written = "the killed pass" if at_kill.get(key) == v["VersionId"] else "the rerun"
+                    orphans.append(f"{key} by {written} ({mode or 'unlocked'})")
+        assert not orphans, f"kill {i}: versions no manifest references: {orphans}"
 
         # Open uploads after the rerun: only the killed pass's; the ingest role's abort (no bypass) ends them.
         left = {(u["Key"], u["UploadId"]) for u in incomplete_uploads(client, bucket, prefix + "/")}
