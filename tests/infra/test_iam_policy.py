@@ -34,13 +34,13 @@ from typing import Any
 
 import pytest
 
+from infra.local.roles import INGEST_TEMPLATE, TERRAFORM, WORKER_TEMPLATE, render_policy
 from tests.helpers import missing_tool, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "ckptvault" / "store"
-TERRAFORM = ROOT / "infra" / "terraform"
-TEMPLATE = TERRAFORM / "worker-policy.json.tftpl"
-INGEST_TEMPLATE = TERRAFORM / "ingest-policy.json.tftpl"
+# The renderer and the templates are infra/local/roles.py's, which `make up` also uses for its two users.
+TEMPLATE = WORKER_TEMPLATE
 
 # boto3 S3 client method -> the IAM actions it needs (AWS "Actions, resources, and condition keys for
 # Amazon S3" and each API's "Permissions" section).
@@ -186,23 +186,6 @@ def worker_calls() -> list[S3Call]:
 
 def needed_actions(calls: Iterable[S3Call]) -> set[str]:
     return {action for c in calls for action in METHOD_ACTIONS[c.method]}
-
-
-def render_policy(bucket: str, prefix: str, partition: str = "aws", template: Path = TEMPLATE) -> dict[str, Any]:
-    """A policy template as Terraform renders it (iam.tf: templatefile with these values)."""
-    bucket_arn = f"arn:{partition}:s3:::{bucket}"
-    key_prefix = f"{prefix}/" if prefix else ""
-    values = {
-        "bucket_arn": bucket_arn,
-        "objects_arn": f"{bucket_arn}/{key_prefix}*",
-        "list_prefix": f"{key_prefix}*",
-    }
-    text = template.read_text()
-    assert "%{" not in text, "the policy template must stay plain JSON with ${name} values (no directives)"
-    rendered = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
-    assert "${" not in rendered, "an interpolation that is not a plain variable name"
-    doc: dict[str, Any] = json.loads(rendered)
-    return doc
 
 
 def _as_list(v: str | list[str]) -> list[str]:
