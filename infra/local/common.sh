@@ -242,7 +242,7 @@ KINDS=(seaweedfs ceph moto prefect worker dask)
 # What a server script reads from its environment and records in config.env: a value left in the caller's
 # shell (`export PORT=3000`) must not move, or be refused by, an instance we drive by its STATE_DIR.
 SCRIPT_ENV_UNSET=()
-for _v in STATE_DIR PORT ACCESS_KEY SECRET_KEY READY_TIMEOUT PORT_HINT POOL MASTER_PORT VOLUME_PORT \
+for _v in STATE_DIR PORT ACCESS_KEY SECRET_KEY READY_TIMEOUT PORT_HINT POOL WORK_QUEUE MASTER_PORT VOLUME_PORT \
   FILER_PORT ADMIN_PORT S3_GRPC_PORT MASTER_GRPC_PORT VOLUME_GRPC_PORT FILER_GRPC_PORT ADMIN_GRPC_PORT \
   MON_V2_PORT MON_V1_PORT OSD_PORT_MIN OSD_PORT_MAX STORE_BYTES OBJECTSTORE LC_DEBUG_INTERVAL WORKERS THREADS; do
   SCRIPT_ENV_UNSET+=(-u "$_v")
@@ -346,7 +346,7 @@ instance_describe() {
   case $dir in
     "$DEMO_DIR" | "$DEMO_DIR"/*) whose="the demo's" ;;
     "$STATE_ROOT"/test-*) whose="a test session's" ;;
-    "$STATE_ROOT/$kind") whose="make up's" ;;
+    "$STATE_ROOT/$kind" | "$STATE_ROOT/worker-tier") whose="make up's" ;;
     *) whose="hand-started" ;;
   esac
   # shellcheck disable=SC2046  # a list of port numbers

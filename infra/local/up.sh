@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
 # `make up`: everything ckptvault needs on one machine, started in order, each with a readiness wait and a
 # time limit: the S3 store (SeaweedFS by default, STORE=ceph for Ceph RGW), a Prefect server (SQLite, UI),
-# the `ckptvault` process work pool with the five deployments, and one worker. Idempotent: what already
+# the `ckptvault` process work pool with the five deployments, and its workers. Idempotent: what already
 # runs healthy is left as it is. `make down` (down.sh) stops them all; data and the database are kept
 # (`make clean` deletes them).
+#
+# The two roles (docs/OPERATIONS.md, "Two roles"). On SeaweedFS, when the config says
+# `[store] deletes = "tier-only"` (a config up.sh writes does), two workers: STATE_ROOT/worker polls the
+# pool's `default` queue (ingest, drill, watch, restore) with the key of the SeaweedFS user
+# `ckptvault-ingest`, whose policy (infra/terraform/ingest-policy.json.tftpl) has no delete at all, and
+# STATE_ROOT/worker-tier polls the `tier` queue (the tier deployment, prefect.yaml) with `ckptvault-tier`'s
+# key (worker-policy.json.tftpl: may delete under the prefix). infra/local/roles.py makes the users
+# (idempotent) and writes their keys to STATE_ROOT/roles.env (mode 600). Otherwise (STORE=ceph, whose
+# users are made with radosgw-admin, not through the S3 port; or a config of the user's without the
+# switch, whose flows would fail at their first delete under the ingest policy) one worker polls both
+# queues with the store's admin key, as before, and up.sh says so.
 #
 #   infra/local/up.sh [store]     store: only the S3 store, the stack's config file and its bucket
 #
@@ -20,7 +31,8 @@
 #      8333 / 7480), PREFECT_PORT (4200), CKPTVAULT_CONFIG (default STATE_ROOT/ckptvault.toml, written on
 #      first `up` for the store: bucket `ckpts`, one source `local` at STATE_ROOT/hot/local, format auto),
 #      BUCKET (ckpts), STATE_ROOT (.state), DEMO_DIR (.demo; the demo's, to find its store).
-# State: STATE_ROOT/<store>/ (unless the demo's store is used), STATE_ROOT/prefect/, STATE_ROOT/worker/.
+# State: STATE_ROOT/<store>/ (unless the demo's store is used), STATE_ROOT/prefect/, STATE_ROOT/worker/,
+#        STATE_ROOT/worker-tier/, STATE_ROOT/roles.env.
 set -euo pipefail
 SERVER=up
 # shellcheck source-path=SCRIPTDIR source=common.sh
@@ -125,13 +137,18 @@ if [[ $STORE == ceph ]]; then REGION=default; else REGION=us-east-1; fi
 
 if [[ ! -f $CONFIG ]]; then
   mkdir -p "$(dirname "$CONFIG")" "$STATE_ROOT/hot/local" "$STATE_ROOT/drill-scratch"
+  # On SeaweedFS the ingest worker's user has no delete at all: its flows must be told (docs/OPERATIONS.md).
+  deletes_line=""
+  if [[ $STORE == seaweedfs ]]; then
+    deletes_line=$'\ndeletes = "tier-only"    # only the tier worker deletes: two roles (docs/OPERATIONS.md)'
+  fi
   cat >"$CONFIG" <<EOF
 # written by infra/local/up.sh for the $STORE store in $(rel_path "$STORE_DIR"); edit freely (it is not rewritten)
 [store]
 bucket = "$BUCKET"
 prefix = "local"
 endpoint_url = "$S3_URL"
-region = "$REGION"
+region = "$REGION"${deletes_line}
 
 [[sources]]
 run = "local"
@@ -172,13 +189,63 @@ api_line=$(start_part prefect "$STATE_ROOT/prefect" PREFECT_PORT 4200 | tail -n 
 PREFECT_API_URL=${api_line#PREFECT_API_URL=}
 PREFECT_UI=${PREFECT_API_URL%/api}
 
-say "3/3 work pool ckptvault, deployments, worker"
-run_at worker "$STATE_ROOT/worker" up "PREFECT_API_URL=$PREFECT_API_URL" "CKPTVAULT_CONFIG=$CONFIG" \
-  "CKPTVAULT_HOME=$REPO_ROOT" || die "the worker did not start (see above)"
+say "3/3 work pool ckptvault, deployments, workers"
+WORKER_ARGS=("PREFECT_API_URL=$PREFECT_API_URL" "CKPTVAULT_CONFIG=$CONFIG" "CKPTVAULT_HOME=$REPO_ROOT")
+TIER_WORKER=$STATE_ROOT/worker-tier
+ROLES_FILE=$STATE_ROOT/roles.env
+split=""
+if [[ $STORE == seaweedfs ]]; then
+  deletes=$("$REPO_ROOT/.venv/bin/python" -c '
+import sys
+from ckptvault.config import load_config
+print(load_config(sys.argv[1]).store.deletes)
+' "$CONFIG") || die "could not read $CONFIG"
+  if [[ $deletes == tier-only ]]; then
+    split=1
+  else
+    single_why="$CONFIG has [store] deletes = \"$deletes\", and the ingest role cannot delete; add deletes = \"tier-only\" to its [store] and rerun make up for the two roles"
+  fi
+else
+  single_why="Ceph RGW's users are made with radosgw-admin, not through the S3 port: the two roles are set up on SeaweedFS only"
+fi
+# A store started before its IAM API was writable (an older seaweedfs.sh, still running) refuses the users:
+# then the one worker of before, rather than no stack at all.
+if [[ -n $split ]] && ! "$REPO_ROOT/.venv/bin/python" "$LOCAL_DIR/roles.py" "$CONFIG" "$ROLES_FILE"; then
+  split=""
+  single_why="the store refused to make the ingest and tier users (above); \`make down && make up\` restarts it with its IAM API writable"
+fi
+if [[ -n $split ]]; then
+  INGEST_ACCESS_KEY=$(grep -E '^INGEST_ACCESS_KEY=' "$ROLES_FILE" | cut -d= -f2)
+  INGEST_SECRET_KEY=$(grep -E '^INGEST_SECRET_KEY=' "$ROLES_FILE" | cut -d= -f2)
+  TIER_ACCESS_KEY=$(grep -E '^TIER_ACCESS_KEY=' "$ROLES_FILE" | cut -d= -f2)
+  TIER_SECRET_KEY=$(grep -E '^TIER_SECRET_KEY=' "$ROLES_FILE" | cut -d= -f2)
+  run_at worker "$STATE_ROOT/worker" up "${WORKER_ARGS[@]}" WORK_QUEUE=default \
+    "AWS_ACCESS_KEY_ID=$INGEST_ACCESS_KEY" "AWS_SECRET_ACCESS_KEY=$INGEST_SECRET_KEY" ||
+    die "the ingest worker did not start (see above)"
+  # deployed once, by the ingest worker's `up` just before
+  run_at worker "$TIER_WORKER" up "${WORKER_ARGS[@]}" WORK_QUEUE=tier DEPLOY=0 \
+    "AWS_ACCESS_KEY_ID=$TIER_ACCESS_KEY" "AWS_SECRET_ACCESS_KEY=$TIER_SECRET_KEY" ||
+    die "the tier worker did not start (see above)"
+  workers_text="Two workers, one per role (docs/OPERATIONS.md, \"Two roles\"):
+  $(rel_path "$STATE_ROOT/worker"): queue default (ingest, drill, watch, restore), key $INGEST_ACCESS_KEY of user ckptvault-ingest,
+    which cannot delete anything (no s3:DeleteObject; the config says deletes = \"tier-only\")
+  $(rel_path "$TIER_WORKER"): queue tier (tier), key $TIER_ACCESS_KEY of user ckptvault-tier, which may delete under the prefix
+  Their keys are in $(rel_path "$ROLES_FILE"); the exports below give this shell the store's admin key."
+else
+  say "one worker for both queues, with the store's admin key: $single_why"
+  # A worker-tier of an earlier `make up` would keep polling the tier queue with its role's key.
+  if [[ -f $TIER_WORKER/server ]] && instance_running "$TIER_WORKER"; then
+    run_at worker "$TIER_WORKER" down || die "could not stop the tier worker in $(rel_path "$TIER_WORKER")"
+  fi
+  run_at worker "$STATE_ROOT/worker" up "${WORKER_ARGS[@]}" || die "the worker did not start (see above)"
+  workers_text="One worker ($(rel_path "$STATE_ROOT/worker")) runs all five deployments with the store's admin key
+  ($single_why)."
+fi
 
 cat <<EOF
 
 ckptvault is up ($((SECONDS - t0)) s): $STORE at $S3_URL ($(rel_path "$STORE_DIR")), Prefect UI at $PREFECT_UI
+$workers_text
 For the ckptvault and prefect commands in this shell:
 
   export PREFECT_API_URL=$PREFECT_API_URL

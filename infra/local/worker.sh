@@ -2,17 +2,21 @@
 # A Prefect process worker for the `ckptvault` work pool, on this machine, against a running Prefect API.
 # `up` creates the work pool if it is missing, deploys the five deployments of ckptvault_prefect/deployments/prefect.yaml
 # (`cd ckptvault_prefect/deployments && prefect --no-prompt deploy --all`), then starts `prefect worker start --pool POOL`
-# in the background and waits until the worker has registered with the API.
+# in the background and waits until the worker has registered with the API. With WORK_QUEUE it polls that
+# queue of the pool only (`make up` runs two: `default` with the ingest role's key, `tier` with the tier
+# role's); without it, every queue of the pool (Prefect's default), so one worker runs all five deployments.
 #
 #   infra/local/worker.sh up|down|status|clean
 #
 # env: PREFECT_API_URL (default http://127.0.0.1:${PREFECT_PORT:-4200}/api; the server must be up: see
 #      prefect.sh), STATE_DIR (default .state/worker: PID, log, the worker's PREFECT_HOME), POOL (ckptvault),
+#      WORK_QUEUE (empty: every queue of the pool),
 #      DEPLOY (1: deploy on `up`; 0 to only start the worker), CKPTVAULT_HOME (default: this checkout; the
 #      deployments' pull step changes into it before each flow run), CKPTVAULT_CONFIG (the config file the
 #      flow runs read when a run's config_path parameter is empty; passed to the worker as is),
 #      READY_TIMEOUT (60 s), STOP_TIMEOUT (5 s; the 3.9.1 worker rarely exits by itself on SIGTERM, SIGKILL follows), PREFECT_BIN.
-# Flow runs are child processes of the worker and inherit its environment (AWS_* credentials included).
+# Flow runs are child processes of the worker and inherit its environment (AWS_* credentials included): a
+# running worker started with another WORK_QUEUE or AWS_ACCESS_KEY_ID than this `up` asks for is restarted.
 set -euo pipefail
 SERVER=worker
 # shellcheck source-path=SCRIPTDIR source=common.sh
@@ -21,6 +25,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 STATE_DIR=${STATE_DIR:-$REPO_ROOT/.state/worker}
 config_load POOL
 POOL=${POOL:-ckptvault}
+WORK_QUEUE=${WORK_QUEUE:-}
 PREFECT_API_URL=${PREFECT_API_URL:-http://127.0.0.1:${PREFECT_PORT:-4200}/api}
 PREFECT_API_URL=${PREFECT_API_URL%/}
 DEPLOY=${DEPLOY:-1}
@@ -31,6 +36,8 @@ STOP_TIMEOUT=${STOP_TIMEOUT:-5}
 PIDFILE=$STATE_DIR/worker.pid
 LOG=$STATE_DIR/worker.log
 NAMEFILE=$STATE_DIR/worker.name
+# What the running worker was started with (queue and access key id; never the secret): see `up`.
+STARTEDFILE=$STATE_DIR/worker.started
 PATTERN="worker start --pool $POOL"
 
 export DO_NOT_TRACK=1
@@ -117,9 +124,15 @@ up() {
   api_ok || die "no Prefect API answers at $PREFECT_API_URL/health (start one: infra/local/prefect.sh up)"
   ensure_pool
   if [[ $DEPLOY == 1 ]]; then deploy; fi
+  local started="queue=${WORK_QUEUE:-*} key=${AWS_ACCESS_KEY_ID:-}"
   if [[ -s $NAMEFILE ]] && healthy; then
-    say "worker $(<"$NAMEFILE") already running (pid $(<"$PIDFILE"))"
-    return 0
+    if [[ $(cat "$STARTEDFILE" 2>/dev/null) == "$started" ]]; then
+      say "worker $(<"$NAMEFILE") already running (pid $(<"$PIDFILE"))"
+      return 0
+    fi
+    # An older `make up`'s worker (every queue, the admin key) would keep taking the tier runs: restart it.
+    say "worker $(<"$NAMEFILE") runs with other settings than ($started); restarting it"
+    stop_worker "$STOP_TIMEOUT"
   fi
   if running; then
     say "pid $(<"$PIDFILE") is running but not registered with $PREFECT_API_URL; restarting it"
@@ -128,18 +141,21 @@ up() {
   # A name per start: readiness is "the API has heard from THIS worker", not from an earlier one.
   echo "ckptvault-$(hostname -s 2>/dev/null || echo local)-$(date +%s)" >"$NAMEFILE"
   [[ -n ${CKPTVAULT_CONFIG:-} ]] && say "flow runs without a config_path read CKPTVAULT_CONFIG=$CKPTVAULT_CONFIG"
-  start_bg "$PIDFILE" "$LOG" "$PREFECT" worker start --pool "$POOL" --name "$(<"$NAMEFILE")" --type process
+  local queue_args=()
+  [[ -n $WORK_QUEUE ]] && queue_args=(--work-queue "$WORK_QUEUE")
+  start_bg "$PIDFILE" "$LOG" "$PREFECT" worker start --pool "$POOL" "${queue_args[@]}" --name "$(<"$NAMEFILE")" --type process
+  echo "$started" >"$STARTEDFILE"
   if ! wait_until $((SECONDS + READY_TIMEOUT)) "worker for pool $POOL (${READY_TIMEOUT}s limit)" registered running; then
     log_tail "$LOG"
     stop_worker 3 || true
     exit 1
   fi
-  echo "worker $(<"$NAMEFILE") polling pool $POOL at $PREFECT_API_URL"
+  echo "worker $(<"$NAMEFILE") polling pool $POOL${WORK_QUEUE:+ (queue $WORK_QUEUE)} at $PREFECT_API_URL"
 }
 
 status() {
   if running && { [[ ! -s $NAMEFILE ]] || ! api_ok || registered; }; then
-    echo "$SERVER: running (pid $(<"$PIDFILE")), pool $POOL, API $PREFECT_API_URL, state $STATE_DIR"
+    echo "$SERVER: running (pid $(<"$PIDFILE")), pool $POOL ($(cat "$STARTEDFILE" 2>/dev/null)), API $PREFECT_API_URL, state $STATE_DIR"
   elif running; then
     echo "$SERVER: pid $(<"$PIDFILE") running but not registered with $PREFECT_API_URL"
     return 1

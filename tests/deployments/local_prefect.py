@@ -29,7 +29,17 @@ SCRIPTS = REPO_ROOT / "infra" / "local"
 TMP = Path(tempfile.gettempdir())
 _STATE_RE = re.compile(r"ckptvault-test-(prefect|worker)-(\d+)-[0-9a-f]+")
 # Variables of the scripts that a developer's shell must not leak into a test instance.
-_DROP = {"STATE_DIR", "PORT", "READY_TIMEOUT", "STOP_TIMEOUT", "POOL", "DEPLOY", "PREFECT_API_URL", "PREFECT_PORT"}
+_DROP = {
+    "STATE_DIR",
+    "PORT",
+    "READY_TIMEOUT",
+    "STOP_TIMEOUT",
+    "POOL",
+    "WORK_QUEUE",
+    "DEPLOY",
+    "PREFECT_API_URL",
+    "PREFECT_PORT",
+}
 
 
 def telemetry_off_env(**extra: str) -> dict[str, str]:

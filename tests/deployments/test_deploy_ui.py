@@ -151,6 +151,11 @@ def test_deploy_all_creates_five_scheduled_deployments_on_the_pool(stack: Stack)
     deployments = {d["name"]: d for d in stack.server.deployments()}
     assert set(deployments) == set(UI_SCHEDULES)
     assert {d["work_pool_name"] for d in deployments.values()} == {"ckptvault"}
+    # tier on a queue of its own, for a worker with the tier role's key (`make up`); this test's single worker
+    # polls every queue of the pool
+    assert {n: d["work_queue_name"] for n, d in deployments.items() if d["work_queue_name"] != "default"} == {
+        "tier": "tier"
+    }
     sched = {n: [s["schedule"] for s in d["schedules"]] for n, d in deployments.items()}
     assert [s["interval"] for s in sched["ingest"]] == [600.0]
     assert [s["interval"] for s in sched["watch"]] == [3600.0]

@@ -34,13 +34,13 @@ from typing import Any
 
 import pytest
 
+from infra.local.roles import INGEST_TEMPLATE, TERRAFORM, WORKER_TEMPLATE, for_seaweedfs, render_policy
 from tests.helpers import missing_tool, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 STORE = ROOT / "ckptvault" / "store"
-TERRAFORM = ROOT / "infra" / "terraform"
-TEMPLATE = TERRAFORM / "worker-policy.json.tftpl"
-INGEST_TEMPLATE = TERRAFORM / "ingest-policy.json.tftpl"
+# The renderer and the templates are infra/local/roles.py's, which `make up` also uses for its two users.
+TEMPLATE = WORKER_TEMPLATE
 
 # boto3 S3 client method -> the IAM actions it needs (AWS "Actions, resources, and condition keys for
 # Amazon S3" and each API's "Permissions" section).
@@ -186,23 +186,6 @@ def worker_calls() -> list[S3Call]:
 
 def needed_actions(calls: Iterable[S3Call]) -> set[str]:
     return {action for c in calls for action in METHOD_ACTIONS[c.method]}
-
-
-def render_policy(bucket: str, prefix: str, partition: str = "aws", template: Path = TEMPLATE) -> dict[str, Any]:
-    """A policy template as Terraform renders it (iam.tf: templatefile with these values)."""
-    bucket_arn = f"arn:{partition}:s3:::{bucket}"
-    key_prefix = f"{prefix}/" if prefix else ""
-    values = {
-        "bucket_arn": bucket_arn,
-        "objects_arn": f"{bucket_arn}/{key_prefix}*",
-        "list_prefix": f"{key_prefix}*",
-    }
-    text = template.read_text()
-    assert "%{" not in text, "the policy template must stay plain JSON with ${name} values (no directives)"
-    rendered = re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], text)
-    assert "${" not in rendered, "an interpolation that is not a plain variable name"
-    doc: dict[str, Any] = json.loads(rendered)
-    return doc
 
 
 def _as_list(v: str | list[str]) -> list[str]:
@@ -473,6 +456,23 @@ def test_the_ingest_policy_is_the_worker_policy_without_any_delete(prefix: str) 
     never = {"s3:DeleteObjectVersion", "s3:BypassGovernanceRetention", "s3:PutBucketObjectLockConfiguration",
              "s3:PutBucketVersioning", "s3:DeleteBucket"}  # fmt: skip
     assert not never & (set(worker) | set(ingest))
+
+
+@pytest.mark.parametrize("template", [WORKER_TEMPLATE, INGEST_TEMPLATE])
+def test_the_seaweedfs_translation_widens_nothing_on_the_objects(template: Path) -> None:
+    """`make up`'s users (infra/local/roles.py) get the templates translated for SeaweedFS: the wildcards that
+    stand in for the lifecycle actions stay on the bucket ARN, no object action is added (the ingest user
+    still cannot delete), and only the listing's IfExists condition goes."""
+    policy = render_policy("ckpts", "local", template=template)
+    seaweed = for_seaweedfs(policy)
+    bucket, objects = "arn:aws:s3:::ckpts", "arn:aws:s3:::ckpts/local/*"
+    before, after = granted(policy), granted(seaweed)
+    on_objects = {a for a, r in after.items() if objects in r}
+    assert on_objects == {a for a, r in before.items() if objects in r} - {"s3:RestoreObject"}
+    assert {a for a in after if "*" in a} == {"s3:Get*", "s3:Put*"}
+    assert after["s3:Get*"] == after["s3:Put*"] == {bucket}
+    assert ("s3:DeleteObject" in after) == (template == WORKER_TEMPLATE)
+    assert [st.get("Condition") for st in seaweed["Statement"]] == [None] * len(seaweed["Statement"])
 
 
 def test_list_bucket_is_limited_to_the_prefix() -> None:

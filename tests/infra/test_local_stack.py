@@ -23,10 +23,12 @@ import sys
 import tempfile
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests import servers
 
@@ -47,6 +49,7 @@ _DROP = servers._SCRIPT_VARS | {
     "PREFECT_API_URL",
     "PORT_HINT",
     "POOL",
+    "WORK_QUEUE",
     "BUCKET",
 }
 
@@ -164,6 +167,14 @@ def _ok(proc: subprocess.CompletedProcess[str]) -> str:
     return out
 
 
+def _post(url: str) -> list[dict[str, Any]]:
+    """A Prefect API filter call with no filter: every row."""
+    req = urllib.request.Request(url, data=b"{}", headers={"content-type": "application/json"}, method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        rows: list[dict[str, Any]] = json.loads(r.read())
+    return rows
+
+
 def _running(st: Stack) -> list[str]:
     listing = _ok(st.script("instances.sh"))
     return [line for line in listing.splitlines() if line.startswith("running")]
@@ -215,7 +226,42 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     )
     assert "ckpts" in [b["Name"] for b in store.client().list_buckets()["Buckets"]]
     running = _running(stack)
-    assert len(running) == 3, running  # the demo's store, the Prefect server, the worker
+    assert len(running) == 4, running  # the demo's store, the Prefect server, the two workers
+
+    # The two roles (docs/OPERATIONS.md): the tier deployment alone on the `tier` queue, one worker per queue,
+    # each registered with the API, each with its own SeaweedFS user's key, and the config tells the flows.
+    assert 'deletes = "tier-only"' in config
+    api = f"http://127.0.0.1:{prefect_port}/api"
+    queues = {d["name"]: d["work_queue_name"] for d in _post(f"{api}/deployments/filter")}
+    assert queues == {"ingest": "default", "drill": "default", "watch": "default", "restore": "default", "tier": "tier"}
+    registered = {w["name"] for w in _post(f"{api}/work_pools/ckptvault/workers/filter")}
+    names = {(stack.state_root / d / "worker.name").read_text().strip() for d in ("worker", "worker-tier")}
+    assert len(names) == 2 and names <= registered, (names, registered)
+    roles = stack.state_root / "roles.env"
+    assert roles.stat().st_mode & 0o777 == 0o600
+    keys = dict(line.split("=", 1) for line in roles.read_text().splitlines() if not line.startswith("#"))
+    # what each worker was started with: its queue and its role's access key id (flow runs inherit the key)
+    started = {d: (stack.state_root / d / "worker.started").read_text().strip() for d in ("worker", "worker-tier")}
+    assert started == {
+        "worker": f"queue=default key={keys['INGEST_ACCESS_KEY']}",
+        "worker-tier": f"queue=tier key={keys['TIER_ACCESS_KEY']}",
+    }
+    for d, role in (("worker", "INGEST"), ("worker-tier", "TIER")):  # and the processes' own environment
+        pid = (stack.state_root / d / "worker.pid").read_text().strip()
+        environ = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+        assert environ["AWS_ACCESS_KEY_ID"] == keys[f"{role}_ACCESS_KEY"], d
+    assert f"key {keys['INGEST_ACCESS_KEY']} of user ckptvault-ingest" in out and "cannot delete anything" in out
+    assert f"key {keys['TIER_ACCESS_KEY']} of user ckptvault-tier" in out
+    as_ingest = replace(store, access_key=keys["INGEST_ACCESS_KEY"], secret_key=keys["INGEST_SECRET_KEY"]).client()
+    as_tier = replace(store, access_key=keys["TIER_ACCESS_KEY"], secret_key=keys["TIER_SECRET_KEY"]).client()
+    store.client().put_object(Bucket="ckpts", Key="local/role-check", Body=b"x")
+    with pytest.raises(ClientError) as refused:
+        as_ingest.delete_object(Bucket="ckpts", Key="local/role-check")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    as_tier.delete_object(Bucket="ckpts", Key="local/role-check")
+    assert "local/role-check" not in [
+        o["Key"] for o in store.client().list_objects_v2(Bucket="ckpts", Prefix="local/").get("Contents", [])
+    ]
 
     # A second `make up` is a no-op on what runs; the demo's store start too (it finds its store running).
     _ok(stack.script("up.sh", "store"))
@@ -224,7 +270,12 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     assert again["STATE_DIR"] == str(demo_dir) and again["PORT"] == str(port)
 
     down = _ok(stack.script("down.sh"))
-    for what in ("stopped worker in", "stopped prefect in", f"stopped seaweedfs in {demo_dir} (the demo's"):
+    for what in (
+        f"stopped worker in {stack.state_root / 'worker'} (make up's",
+        f"stopped worker in {stack.state_root / 'worker-tier'} (make up's",
+        "stopped prefect in",
+        f"stopped seaweedfs in {demo_dir} (the demo's",
+    ):
         assert what in down, down
     assert down.index("stopped worker") < down.index("stopped prefect") < down.index("stopped seaweedfs"), down
     assert _running(stack) == []

@@ -1,7 +1,8 @@
 """The two roles of docs/OPERATIONS.md ("Two roles") against a live IAM engine: SeaweedFS's embedded IAM
 API (on the S3 port; infra/local/seaweedfs.sh allows the admin key to write it) evaluates identity
 policies with S3 action names and resource ARNs, as AWS IAM does. The policies attached are
-infra/terraform's templates rendered as Terraform renders them (tests/infra/test_iam_policy.py), so this
+infra/terraform's templates rendered as Terraform renders them and translated for SeaweedFS
+(infra/local/roles.py, which `make up` uses for its two workers' users too), so this
 proves both halves the static IAM test cannot: the ingest role's policy is enough for everything that
 role runs (ingest with [lock], ls, hold, release, restore, a drill, under `[store] deletes = "tier-only"`),
 and a delete with its key, of a checkpoint or of the catalog, is refused by the server, not by
@@ -24,37 +25,13 @@ from botocore.exceptions import ClientError
 
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
+from infra.local.roles import INGEST_TEMPLATE, WORKER_TEMPLATE, for_seaweedfs, render_policy
 from tests.helpers import write_config
-from tests.infra.test_iam_policy import INGEST_TEMPLATE, TEMPLATE, render_policy
 from tests.integration.test_object_lock import locked_bucket  # noqa: F401  (a fixture)
 from tests.reliability.conftest import cli_env, run_cli
 from tests.servers import S3Endpoint
 
 MiB = 2**20
-# SeaweedFS 4.x's policy validator does not know some action names ("not a valid action"): the rendered
-# policies are translated to its names before they are attached. It has no action name for the bucket's
-# lifecycle configuration, so the bucket-level wildcard stands in (on the bucket ARN only: no object
-# action widens); RestoreObject it does not implement. Nor does it know the `...IfExists` condition
-# operators (a statement with one never matches), so the ListBucket statement loses its s3:prefix
-# condition here: that limit is checked statically (tests/infra/test_iam_policy.py) and holds on AWS.
-SEAWEEDFS_NAMES: dict[str, str | None] = {
-    "s3:GetLifecycleConfiguration": "s3:Get*",
-    "s3:PutLifecycleConfiguration": "s3:Put*",
-    "s3:ListBucketMultipartUploads": "s3:ListMultipartUploads",
-    "s3:RestoreObject": None,
-}
-
-
-def _for_seaweedfs(policy: dict[str, Any]) -> dict[str, Any]:
-    statements = []
-    for st in policy["Statement"]:
-        actions = [st["Action"]] if isinstance(st["Action"], str) else st["Action"]
-        kept = sorted({n for a in actions if (n := SEAWEEDFS_NAMES.get(a, a)) is not None})
-        if kept:
-            conditions = {op: v for op, v in st.get("Condition", {}).items() if not op.endswith("IfExists")}
-            statements.append({**{k: v for k, v in st.items() if k != "Condition"}, "Action": kept}
-                              | ({"Condition": conditions} if conditions else {}))  # fmt: skip
-    return {**policy, "Statement": statements}
 
 
 def _iam(endpoint: S3Endpoint) -> Any:
@@ -75,7 +52,7 @@ def iam_user(seaweedfs: S3Endpoint) -> Iterator[Callable[[str, dict[str, Any]], 
     def make(role: str, policy: dict[str, Any]) -> S3Endpoint:
         name = f"ckv-{role}-{uuid.uuid4().hex[:8]}"
         iam.create_user(UserName=name)
-        iam.put_user_policy(UserName=name, PolicyName=role, PolicyDocument=json.dumps(_for_seaweedfs(policy)))
+        iam.put_user_policy(UserName=name, PolicyName=role, PolicyDocument=json.dumps(for_seaweedfs(policy)))
         key = iam.create_access_key(UserName=name)["AccessKey"]
         made.append((name, key["AccessKeyId"]))
         return replace(seaweedfs, access_key=key["AccessKeyId"], secret_key=key["SecretAccessKey"])
@@ -119,7 +96,7 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
 ) -> None:
     bucket = locked_bucket(seaweedfs)
     ingest = iam_user("ingest", render_policy(bucket, "t", template=INGEST_TEMPLATE))
-    tier = iam_user("tier", render_policy(bucket, "t", template=TEMPLATE))
+    tier = iam_user("tier", render_policy(bucket, "t", template=WORKER_TEMPLATE))
     _until_allowed(ingest, bucket, "t/_state/role-ready")
     _until_allowed(tier, bucket, "t/_state/role-ready")
 
