@@ -124,6 +124,8 @@ def test_upload_download_round_trip(store: ObjectStore, backend: Backend, tmp_pa
         assert info.crc32c == res.crc32c
     assert store.get_tags(res.key) == _tagged(tags, res)
 
+    assert store.read_crc32c(res.key) == res.crc32c  # read back: what a rerun does without a recorded CRC32C
+
     dest = tmp_path / "out.bin"
     got: list[int] = []
     store.download_file(res.key, dest, size=size, crc32c=res.crc32c, progress=got.append)
@@ -269,6 +271,8 @@ def test_small_objects_and_conditional_write(store: ObjectStore) -> None:
     assert store.get_bytes(key) == b'{"v": 3}'
     with pytest.raises(NotFoundError, match="nothing-here"):
         store.get_bytes("ck/nothing-here")
+    with pytest.raises(NotFoundError, match="nothing-here"):
+        store.read_crc32c("ck/nothing-here")
     assert store.head("ck/nothing-here") is None
 
     store.put_bytes("ck/a", b"1")
