@@ -295,3 +295,37 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
     shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def locked_bucket() -> Iterator[Callable[[S3Endpoint], str]]:
+    """A fresh bucket created with Object Lock. At teardown every open upload is aborted (a killed
+    ingest leaves some) and every version deleted with the governance bypass; COMPLIANCE versions stay
+    until their date (the test server's state goes with the run)."""
+    import contextlib
+
+    from botocore.exceptions import ClientError
+
+    made: list[tuple[S3Endpoint, str]] = []
+
+    def make(endpoint: S3Endpoint) -> str:
+        name = servers.unique_bucket_name("ckv-lock")
+        endpoint.client().create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
+        made.append((endpoint, name))
+        return name
+
+    yield make
+    for endpoint, name in made:
+        s3 = endpoint.client()
+        for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=name):
+            for u in page.get("Uploads", []):
+                with contextlib.suppress(ClientError):
+                    s3.abort_multipart_upload(Bucket=name, Key=u["Key"], UploadId=u["UploadId"])
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
+            for v in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                with contextlib.suppress(ClientError):
+                    s3.delete_object(
+                        Bucket=name, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True
+                    )
+        with contextlib.suppress(ClientError):
+            s3.delete_bucket(Bucket=name)

@@ -12,11 +12,9 @@ retention moto refuses any PUT without Content-MD5 and drops the default on a mu
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,38 +26,12 @@ from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
-from tests import servers
 from tests.helpers import write_config
 from tests.reliability.conftest import cli_env, run_cli
 from tests.servers import S3Endpoint
 from tests.slack_recorder import SLACK_TOKEN, SlackRecorder
 
 MiB = 2**20
-
-
-@pytest.fixture
-def locked_bucket() -> Iterator[Callable[[S3Endpoint], str]]:
-    """A fresh bucket created with Object Lock. At teardown every version is deleted with the governance
-    bypass; COMPLIANCE versions stay until their date (the test server's state goes with the run)."""
-    made: list[tuple[S3Endpoint, str]] = []
-
-    def make(endpoint: S3Endpoint) -> str:
-        name = servers.unique_bucket_name("ckv-lock")
-        endpoint.client().create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
-        made.append((endpoint, name))
-        return name
-
-    yield make
-    for endpoint, name in made:
-        s3 = endpoint.client()
-        for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
-            for v in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
-                with contextlib.suppress(ClientError):
-                    s3.delete_object(
-                        Bucket=name, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True
-                    )
-        with contextlib.suppress(ClientError):
-            s3.delete_bucket(Bucket=name)
 
 
 def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Any:

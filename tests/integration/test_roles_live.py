@@ -27,7 +27,6 @@ from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
 from infra.local.roles import INGEST_TEMPLATE, WORKER_TEMPLATE, for_seaweedfs, render_policy
 from tests.helpers import write_config
-from tests.integration.test_object_lock import locked_bucket  # noqa: F401  (a fixture)
 from tests.reliability.conftest import cli_env, run_cli
 from tests.servers import S3Endpoint
 
@@ -90,7 +89,7 @@ def _refused(call: Callable[[], object]) -> str:
 def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
     prefect_api: None,
     seaweedfs: S3Endpoint,
-    locked_bucket: Any,  # noqa: F811
+    locked_bucket: Any,
     iam_user: Any,
     tmp_path: Path,
 ) -> None:

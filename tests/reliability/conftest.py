@@ -171,3 +171,30 @@ def crash_config(
     text = cfg.read_text().replace("part_size_mb = 5", store)
     cfg.write_text(text + extra)
     return cfg
+
+
+def abort_the_kills_uploads(client: Any, store: Any, bucket: str, prefix: str, sources: dict[int, Path]) -> int:
+    """The multipart uploads a kill left open under `prefix`: ckptvault's own abort (what the bucket's
+    lifecycle rule does a day later) removes every one, and every committed save of `sources` (step ->
+    its local checkpoint) stays whole. Returns how many there were."""
+    from ckptvault.manifest import checkpoint_prefix
+
+    left = incomplete_uploads(client, bucket, prefix + "/")
+    assert store.abort_multipart_uploads(prefix + "/") == len(left)
+    assert incomplete_uploads(client, bucket, prefix + "/") == []
+    for step, source in sources.items():
+        check_committed(client, bucket, checkpoint_prefix(prefix, "r", step) + MANIFEST_NAME, source, read_bytes=False)
+    return len(left)
+
+
+def assert_abort_rules(client: Any, bucket: str, prefixes: list[str]) -> None:
+    """Each prefix of the shared bucket keeps its own one-day abort-incomplete-upload rule (one ID for
+    all would cover only the last): the backstop for the uploads of a kill nobody reruns."""
+    from ckptvault.store import ABORT_MPU_RULE_NAME
+    from ckptvault.store.lifecycle import rule_id, rule_prefix
+
+    rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    have = {r["ID"]: (rule_prefix(r), r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
+            for r in rules if "AbortIncompleteMultipartUpload" in r}  # fmt: skip
+    want = {rule_id(ABORT_MPU_RULE_NAME, p): (f"{p}/", 1) for p in prefixes}
+    assert want.items() <= have.items(), have

@@ -29,15 +29,16 @@ from ckptvault.config import load_config
 from ckptvault.ingest import steps as ingest_lib
 from ckptvault.ingest.discovery import discover
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
-from ckptvault.store import ABORT_MPU_RULE_NAME, open_store
-from ckptvault.store.lifecycle import rule_id, rule_prefix
+from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy, FaultRates
 from tests.helpers import write_config
 from tests.reliability.conftest import (
     CRASH_SEED,
     MiB,
+    abort_the_kills_uploads,
     all_keys,
+    assert_abort_rules,
     check_committed,
     cli_cmd,
     cli_env,
@@ -175,22 +176,10 @@ def test_ingest_killed_at_stratified_random_points_then_rerun(
         # Multipart leftovers: only the kill's, never under a key whose object is complete and
         # committed with different bytes; the cleanup (what the lifecycle rule does) leaves none
         # and loses nothing.
-        left = incomplete_uploads(client, bucket, prefix + "/")
-        leftovers += len(left)
-        assert store.abort_multipart_uploads(prefix + "/") == len(left)
-        assert incomplete_uploads(client, bucket, prefix + "/") == []
-        for s in STEPS:
-            check_committed(
-                client, bucket, checkpoint_prefix(prefix, "r", s) + MANIFEST_NAME, sources[s], read_bytes=False
-            )
+        leftovers += abort_the_kills_uploads(client, store, bucket, prefix, {s: sources[s] for s in STEPS})
 
     proxy.stop()
-    rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    abort_rules = {r["ID"]: (rule_prefix(r), r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
-                   for r in rules if "AbortIncompleteMultipartUpload" in r}  # fmt: skip
-    # every prefix of the shared bucket keeps its own rule (one ID for all would cover only the last)
-    want = {rule_id(ABORT_MPU_RULE_NAME, f"k{i:02d}"): (f"k{i:02d}/", 1) for i in range(kill_points)}
-    assert want.items() <= abort_rules.items(), abort_rules
+    assert_abort_rules(client, bucket, [f"k{i:02d}" for i in range(kill_points)])
     print(
         f"\n[crash ingest, compression {compression}] one ingest takes {duration:.1f} s, "
         f"objects written from {first:.1f} s to {last:.1f} s; "

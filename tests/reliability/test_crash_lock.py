@@ -23,14 +23,12 @@ the ingest role without the bypass.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,17 +39,17 @@ from botocore.exceptions import ClientError
 from ckptvault.catalog import Catalog
 from ckptvault.config import load_config
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
-from ckptvault.store import ABORT_MPU_RULE_NAME, open_store
-from ckptvault.store.lifecycle import rule_id, rule_prefix
+from ckptvault.store import open_store
 from ckptvault.store.object_lock import content_md5
 from ckptvault_cli.synthetic import write_checkpoint
-from tests import servers
 from tests.faultproxy import FaultProxy, FaultRates
 from tests.helpers import write_config
 from tests.reliability.conftest import (
     CRASH_SEED,
     MiB,
+    abort_the_kills_uploads,
     all_keys,
+    assert_abort_rules,
     check_committed,
     cli_cmd,
     cli_env,
@@ -70,35 +68,6 @@ STEPS = (100, 200)
 KILLS = int(os.environ.get("CKPTVAULT_LOCK_KILL_POINTS", "3"))
 DAYS = 1
 LOCK = f'[validation]\nenabled = false\n[lock]\nmode = "governance"\ndays = {DAYS}\n'
-
-
-@pytest.fixture
-def locked_bucket() -> Iterator[Callable[[S3Endpoint], str]]:
-    """A fresh bucket created with Object Lock; at teardown every version is deleted with the
-    governance bypass and every open upload aborted (tests/integration/test_object_lock.py's, plus
-    the uploads a kill leaves)."""
-    made: list[tuple[S3Endpoint, str]] = []
-
-    def make(endpoint: S3Endpoint) -> str:
-        name = servers.unique_bucket_name("ckv-lock")
-        endpoint.client().create_bucket(Bucket=name, ObjectLockEnabledForBucket=True)
-        made.append((endpoint, name))
-        return name
-
-    yield make
-    for endpoint, name in made:
-        s3 = endpoint.client()
-        for u in incomplete_uploads(s3, name):
-            with contextlib.suppress(ClientError):
-                s3.abort_multipart_upload(Bucket=name, Key=u["Key"], UploadId=u["UploadId"])
-        for page in s3.get_paginator("list_object_versions").paginate(Bucket=name):
-            for v in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
-                with contextlib.suppress(ClientError):
-                    s3.delete_object(
-                        Bucket=name, Key=v["Key"], VersionId=v["VersionId"], BypassGovernanceRetention=True
-                    )
-        with contextlib.suppress(ClientError):
-            s3.delete_bucket(Bucket=name)
 
 
 def _versions(client: Any, bucket: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
@@ -265,20 +234,10 @@ def test_locked_ingest_killed_mid_upload_then_rerun(
         assert left <= open_at_kill, f"kill {i}: the rerun left uploads open: {left - open_at_kill}"
         seen["uploads open after the rerun"] += len(left)
         store = open_store(load_config(str(direct)).store)
-        assert store.abort_multipart_uploads(prefix + "/") == len(left)
-        assert incomplete_uploads(client, bucket, prefix + "/") == []
-        for s in STEPS:
-            check_committed(
-                client, bucket, checkpoint_prefix(prefix, "r", s) + MANIFEST_NAME, sources[s], read_bytes=False
-            )
+        abort_the_kills_uploads(client, store, bucket, prefix, {s: sources[s] for s in STEPS})
 
     proxy.stop()
-    # The backstop for the uploads of a kill nobody reruns: every prefix's abort rule, one day.
-    rules = client.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
-    abort_rules = {r["ID"]: (rule_prefix(r), r["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"])
-                   for r in rules if "AbortIncompleteMultipartUpload" in r}  # fmt: skip
-    want = {rule_id(ABORT_MPU_RULE_NAME, f"k{i}"): (f"k{i}/", 1) for i in range(KILLS)}
-    assert want.items() <= abort_rules.items(), abort_rules
+    assert_abort_rules(client, bucket, [f"k{i}" for i in range(KILLS)])
     print(
         f"\n[crash locked ingest, {pipeline_s3.kind}] objects written from {first:.1f} s to {last:.1f} s after go "
         f"(first calibration: {windows[0][0]:.1f}-{windows[0][1]:.1f} s); "
