@@ -53,6 +53,7 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
+    ObjectStore,
     ProgressFn,
     RestoreState,
     Retention,
@@ -297,6 +298,32 @@ class MemoryStore:
                     f"reading {self.where(key)}: range {start}-{end - 1} is past its {len(obj.data)} bytes"
                 )
             return obj.data[start:end], len(obj.data), obj.etag
+
+    def read_range(self, key: str, offset: int, length: int, *, size: int) -> bytes:
+        if length < 1 or offset < 0 or offset + length > size:
+            raise InvalidArgumentError(f"reading {self.where(key)}: range {offset}+{length} is not in 0..{size}")
+        with self.lock:
+            obj = self._readable(key, "reading")
+            if len(obj.data) != size:
+                raise ChecksumMismatchError(
+                    f"reading {self.where(key)}: expected an object of {size} bytes, it has {len(obj.data)}"
+                )
+            return obj.data[offset : offset + length]
+
+    def copy_from(
+        self,
+        source: ObjectStore,
+        source_key: str,
+        key: str,
+        *,
+        size: int,
+        crc32c: str,
+        tags: Mapping[str, str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> UploadResult:
+        return memory_transfer.copy_from(
+            self, source, source_key, key, size=size, crc32c=crc32c, tags=tags, progress=progress
+        )
 
     # -- writing ----------------------------------------------------------------------------------
 
