@@ -150,6 +150,18 @@ def test_a_replica_with_lock_writes_every_object_locked() -> None:
     assert catalog.current("r1")[0].locked_until is None  # the primary's lock state is not the replica's
 
 
+def test_every_object_goes_in_the_replicas_storage_class() -> None:
+    primary, catalog, states = _primary()
+    deep = REPLICA.model_copy(update={"storage_class": "DEEP_ARCHIVE"})
+    replica = MemoryStore.for_config(deep)
+    got = replicate(primary, "ck", replica, deep, states, NO_LOCK, catalog=catalog)
+    assert len(got.copied) == 1
+    assert {replica.head(o.key).storage_class for o in replica.list(DST)} == {"DEEP_ARCHIVE"}  # type: ignore[union-attr]
+    (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
+    assert json.loads(ev.detail)["storage_class"] == "DEEP_ARCHIVE"
+    assert catalog.current("r1")[0].storage_class == "STANDARD"  # the primary's class, as the fold keeps it
+
+
 def test_opening_a_replica_store_honours_its_profile_and_storage_class() -> None:
     with pytest.raises(StoreError, match=r"replica dr: the credentials profile 'nope' does not exist.*named dr"):
         open_store(REPLICA.model_copy(update={"profile": "nope", "endpoint_url": "http://127.0.0.1:9"}))
