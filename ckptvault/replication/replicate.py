@@ -28,6 +28,10 @@ from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore
 # Files of one save copied at once: each copy keeps max_concurrency GETs and as many part uploads in
 # flight, so four of them stay within the store's download_connections (4 * max_concurrency).
 FILES_AT_ONCE = 4
+# Incomplete multipart uploads under a save about to be copied, older than this, are a killed pass's:
+# aborted rather than billed until the bucket's abort rule. The same six hours as ingest's
+# (ckptvault/ingest/steps.py STALE_UPLOAD_SECONDS, not imported: a wing imports no other wing).
+STALE_UPLOAD_SECONDS = 6 * 3600
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,8 @@ def _replicate_save(
     there = {o.key: o for o in dst.list(dst_base)}
     todo = [f for f in manifest.files if not _kept(dst, there.get(dst_base + f.path), f)]
     kept = len(manifest.files) - len(todo)
+    if todo:
+        dst.abort_multipart_uploads(dst_base, older_than=start - STALE_UPLOAD_SECONDS)
 
     def copy(f: FileEntry) -> int:
         size, crc = _stored(primary, src_base + f.path, f)

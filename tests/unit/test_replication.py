@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import time
 from typing import Any
 
 import pytest
@@ -95,9 +96,12 @@ def test_a_failure_mid_save_commits_nothing_and_the_rerun_keeps_what_was_copied(
     assert not [e for e in catalog.events("r1") if e.event == "replicated"]
 
     monkeypatch.setattr(primary, "read_range", real)
-    again = replicate(primary, "ck", replica, REPLICA, states, NO_LOCK, catalog=catalog)
+    replica.uploads.create(DST + "model.bin")  # as a SIGKILLed pass leaves one: the rerun aborts it
+    later = time.time() + 7 * 3600  # the rerun comes after the stale-upload age
+    again = replicate(primary, "ck", replica, REPLICA, states, NO_LOCK, catalog=catalog, clock=lambda: later)
     (done,) = again.copied
     assert (done.copied, done.kept) == (3, 2)  # model.bin, _VALIDATION.json, the manifest; two files kept
+    assert list(replica.uploads.list("")) == []
     assert _objects(replica, DST) == _objects(primary, SRC)
 
 
