@@ -182,9 +182,7 @@ def transition_scheduled(
         bytes=manifest.total_bytes,
         stored_bytes=_stored(manifest),
         files=len(manifest.files),
-        detail=_detail(
-            reason=reason, mode="server", rule=rule, to_class=to_class, takes_effect=takes_effect
-        ),
+        detail=_detail(reason=reason, mode="server", rule=rule, to_class=to_class, takes_effect=takes_effect),
         flow_run=flow_run,
     )
 
@@ -241,3 +239,27 @@ def restored(manifest: Manifest, dest: str, flow_run: str = "", seconds: float =
         detail=_detail(dest=dest, seconds=round(seconds, 3), bytes=manifest.total_bytes, mib_per_s=round(mib_s, 1)),
         flow_run=flow_run,
     )
+
+
+def replicated(
+    run: str,
+    step: int,
+    save: int,
+    *,
+    store: str,
+    key: str,
+    nbytes: int,
+    seconds: float,
+    storage_class: str,
+    retain_until: float | None = None,
+    flow_run: str = "",
+) -> Event:
+    """A save committed on a replica (docs/FORMAT.md, "Replicas"). Everything is in `detail`: the
+    event's own `bytes` and `storage_class` columns stay empty, because the fold takes a save's size
+    and class from the last event that fills them, and those are the primary's."""
+    # the replica's lock date as `retain_until`: a detail naming `locked_until` would be taken by the
+    # fold as the primary's
+    lock = {} if retain_until is None else {"retain_until": retain_until}
+    detail = _detail(store=store, key=key, bytes=nbytes, seconds=round(seconds, 3), storage_class=storage_class, **lock)
+    return Event(run=run, step=step, save=save, event="replicated", at=time.time(), detail=detail,
+                 flow_run=flow_run)  # fmt: skip

@@ -7,6 +7,7 @@ import argparse
 from ckptvault_cli.commands.catalog import cmd_accept, cmd_catalog_rebuild, cmd_catalog_stats, cmd_ls
 from ckptvault_cli.commands.hold import cmd_hold, cmd_release
 from ckptvault_cli.commands.ingest import cmd_ingest
+from ckptvault_cli.commands.replicate import cmd_replicate
 from ckptvault_cli.commands.restore import cmd_drill, cmd_restore
 from ckptvault_cli.commands.serve import cmd_serve
 from ckptvault_cli.commands.tiering import cmd_plan, cmd_tier, cmd_watch
@@ -111,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("watch", parents=[common], help="stale runs and storage budget; alerts")
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_watch)
+
+    s = sub.add_parser(
+        "replicate", parents=[common], help="copy the committed saves each [[replicas]] store should hold (no Prefect)"
+    )
+    s.add_argument("--replica", metavar="NAME", help="only the [[replicas]] entry with this name (default: every one)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    s.set_defaults(fn=cmd_replicate)
 
     s = sub.add_parser("accept", parents=[common], help="release a quarantined (invalid) checkpoint after review")
     s.add_argument("run", help="the run name (see `ckptvault ls --state invalid`)")

@@ -10,7 +10,7 @@ from ckptvault.errors import CkptvaultError, InvalidArgumentError
 EVENT_KINDS = (
     "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
     "restore_requested", "restored", "drilled", "expired", "accepted", "warned",
-    "superseded", "transition_scheduled", "evict_skipped", "held", "released", "locked",
+    "superseded", "transition_scheduled", "evict_skipped", "held", "released", "locked", "replicated",
 )  # fmt: skip
 # A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
 LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
@@ -117,7 +117,6 @@ class CheckpointState:
         if self.last_event in ("invalid", "accepted"):
             return self.last_event
         return "pending"
-
 
 
 def newest_saves(states: Iterable[CheckpointState]) -> dict[tuple[str, int], CheckpointState]:

@@ -53,6 +53,7 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
+    ObjectStore,
     ProgressFn,
     RestoreState,
     Retention,
@@ -108,6 +109,7 @@ class MemoryStore:
         page_size: int = 1000,
         object_lock: bool = False,
         default_retention: tuple[str, int] | None = None,
+        write_class: str = "STANDARD",
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -115,6 +117,10 @@ class MemoryStore:
         self.restore_seconds = restore_seconds
         self.clock = clock
         self.storage_classes = frozenset(storage_classes) | {"STANDARD"}
+        if write_class not in self.storage_classes:
+            raise InvalidArgumentError(f"write_class {write_class!r} is not one of this store's classes")
+        # the class every new object is written in: a replica's `storage_class`, as S3Store sends it
+        self.write_class = write_class
         self.page_size = page_size
         # A bucket created with Object Lock. There are no versions here: a delete of a locked object
         # is refused, as S3 refuses the delete of its version (a delete without a version id on S3
@@ -135,6 +141,9 @@ class MemoryStore:
     def for_config(cls, cfg: StoreConfig, **kwargs: Any) -> MemoryStore:
         """A store with the bucket, prefix and transfer tuning a [store] section names (its endpoint,
         credentials and TLS settings have nothing to apply to)."""
+        storage_class: str | None = getattr(cfg, "storage_class", None)  # a ReplicaConfig's
+        if storage_class:
+            kwargs.setdefault("write_class", storage_class)
         return cls(cfg.bucket, prefix=cfg.prefix, transfer=transfer_config(cfg), **kwargs)
 
     def under(self, prefix: str) -> MemoryStore:
@@ -298,6 +307,32 @@ class MemoryStore:
                 )
             return obj.data[start:end], len(obj.data), obj.etag
 
+    def read_range(self, key: str, offset: int, length: int, *, size: int) -> bytes:
+        if length < 1 or offset < 0 or offset + length > size:
+            raise InvalidArgumentError(f"reading {self.where(key)}: range {offset}+{length} is not in 0..{size}")
+        with self.lock:
+            obj = self._readable(key, "reading")
+            if len(obj.data) != size:
+                raise ChecksumMismatchError(
+                    f"reading {self.where(key)}: expected an object of {size} bytes, it has {len(obj.data)}"
+                )
+            return obj.data[offset : offset + length]
+
+    def copy_from(
+        self,
+        source: ObjectStore,
+        source_key: str,
+        key: str,
+        *,
+        size: int,
+        crc32c: str,
+        tags: Mapping[str, str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> UploadResult:
+        return memory_transfer.copy_from(
+            self, source, source_key, key, size=size, crc32c=crc32c, tags=tags, progress=progress
+        )
+
     # -- writing ----------------------------------------------------------------------------------
 
     def check_tags(self, key: str, tags: Mapping[str, str]) -> dict[str, str]:
@@ -322,7 +357,7 @@ class MemoryStore:
         self, key: str, data: bytes, crc: int, tag: str, tags: dict[str, str], retention: Retention | None = None
     ) -> None:
         """A completed multipart upload becomes the object (call with the lock held)."""
-        self._store(key, _Object(data, crc, tag, "STANDARD", self.clock(), {}, tags, retention=retention))
+        self._store(key, _Object(data, crc, tag, self.write_class, self.clock(), {}, tags, retention=retention))
 
     def put_bytes(
         self,
@@ -347,7 +382,7 @@ class MemoryStore:
                 )
             meta = {"crc32c": to_b64(crc)}  # as S3Store writes it; content_type is not metadata
             obj = _Object(
-                bytes(data), crc, etag(data), "STANDARD", self.clock(), meta, checked, retention=self.retention
+                bytes(data), crc, etag(data), self.write_class, self.clock(), meta, checked, retention=self.retention
             )
             self._store(key, obj)
 

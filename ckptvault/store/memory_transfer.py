@@ -25,7 +25,7 @@ from ckptvault.checksum import StreamHasher, crc32c_combine, crc32c_update, from
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.buffers import shared
 from ckptvault.store.errors import ChecksumMismatchError, StoreError, TransientStoreError
-from ckptvault.store.port import FetchedRange, ProgressFn, UploadResult
+from ckptvault.store.port import FetchedRange, ObjectStore, ProgressFn, UploadResult
 from ckptvault.store.upload_request import part_size_for
 
 if TYPE_CHECKING:
@@ -109,6 +109,61 @@ def upload_file(
     if info.size != size or info.parts != len(parts):
         raise ChecksumMismatchError(f"memory://{store.bucket}/{key}: the stored object does not match {path}")
     return UploadResult(key, size, hasher.crc32c_b64, hasher.sha256_hex, info.etag, len(parts), True)
+
+
+def copy_from(
+    store: MemoryStore,
+    source: ObjectStore,
+    source_key: str,
+    key: str,
+    *,
+    size: int,
+    crc32c: str,
+    tags: Mapping[str, str] | None,
+    progress: ProgressFn | None,
+) -> UploadResult:
+    """S3Store.copy_from's contract: the source's ranges hashed as they come, the CRC32C compared
+    before the single PUT or the completion, the multipart upload aborted on any failure."""
+    where = f"{source.bucket}/{source_key}"
+    transfer = store.transfer
+
+    def mismatch(got: str) -> ChecksumMismatchError:
+        return ChecksumMismatchError(
+            f"{where}: its bytes' CRC32C is {got}, the manifest says {crc32c}; the copy to {store.where(key)} was "
+            "not completed. The primary's object is damaged: restore that save from another copy or re-ingest it"
+        )
+
+    if size <= transfer.multipart_threshold:
+        data = source.read_range(source_key, 0, size, size=size) if size else b""
+        got = to_b64(crc32c_update(data))
+        if got != crc32c:
+            raise mismatch(got)
+        store.put_bytes(key, data, tags=tags)
+        if progress:
+            progress(size)
+        info = store.head(key)
+        assert info is not None
+        return UploadResult(key, size, got, None, info.etag, 0, True)
+    part_size = part_size_for(size, transfer.part_size)
+    upload_id = store.uploads.create(key, tags=tags, retention=store.retention)
+    crc = 0
+    try:
+        parts: list[tuple[int, str]] = []
+        for number, offset in enumerate(range(0, size, part_size), start=1):
+            data = source.read_range(source_key, offset, min(part_size, size - offset), size=size)
+            part_crc = crc32c_update(data)
+            crc = crc32c_combine(crc, part_crc, len(data))
+            parts.append((number, store.uploads.upload_part(key, upload_id, number, data, to_b64(part_crc))))
+            if progress:
+                progress(len(data))
+        if to_b64(crc) != crc32c:
+            raise mismatch(to_b64(crc))
+        info = store.uploads.complete(key, upload_id, parts, crc32c=crc32c)
+    except BaseException:
+        with contextlib.suppress(StoreError):  # already completed or aborted: nothing left to clean
+            store.uploads.abort(key, upload_id)
+        raise
+    return UploadResult(key, size, crc32c, None, info.etag, len(parts), True)
 
 
 def download_file(

@@ -94,7 +94,7 @@ def upload_multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -
 
 
 def send_parts(
-    req: UploadRequest, f: io.FileIO, upload_id: str, part_size: int, size: int, numbers: range, hasher: StreamHasher
+    req: UploadRequest, f: io.RawIOBase, upload_id: str, part_size: int, size: int, numbers: range, hasher: StreamHasher
 ) -> Parts:
     """Read parts `numbers` of the file from where `f` stands, in order, hashing each (its CRC32C is
     its UploadPart checksum and goes into `Parts.crcs`), and send them on a pool of

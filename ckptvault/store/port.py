@@ -326,6 +326,36 @@ class ObjectStore(Protocol):
         absent, ObjectFrozenError if archived."""
         ...
 
+    def read_range(self, key: str, offset: int, length: int, *, size: int) -> bytes:
+        """Bytes [offset, offset + length) of an object of `size` bytes: one ranged GET, held in memory
+        (keep `length` to a part). ChecksumMismatchError naming the key if the object is not `size`
+        bytes or the server returns fewer; NotFoundError if absent, ObjectFrozenError if archived;
+        InvalidArgumentError if the range is empty or outside `size`."""
+        ...
+
+    def copy_from(
+        self,
+        source: ObjectStore,
+        source_key: str,
+        key: str,
+        *,
+        size: int,
+        crc32c: str,
+        tags: Mapping[str, str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> UploadResult:
+        """Stream `source`'s object `source_key` into this store as `key`, with no local disk: ranged
+        GETs of this store's part size through `source.read_range`, a few in flight (memory bounded by
+        the parts in flight, never the object), into a single PUT up to the multipart threshold or a
+        multipart upload above it, written exactly as `upload_file` writes (per-part CRC32C where the
+        server validates them, Content-MD5 on a locked write where it does not, this store's retention
+        and storage class, CRC_TAG on a multipart object the server keeps no CRC32C of, one HEAD to
+        verify). The CRC32C of the bytes is computed in the same pass and compared with `crc32c` (the
+        source's expected value: a manifest's) BEFORE the upload is completed: a mismatch, or an object
+        that is not `size` bytes, aborts it and raises ChecksumMismatchError naming the source object;
+        nothing is written under `key`. The result's `crc32c` and `size` are the object's bytes."""
+        ...
+
     def upload_file(
         self,
         path: Path,

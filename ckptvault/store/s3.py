@@ -15,7 +15,8 @@ from botocore.exceptions import ClientError
 
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
-from ckptvault.store import download, lifecycle, multipart, object_lock, split_upload, upload
+from ckptvault.errors import InvalidArgumentError
+from ckptvault.store import copy_stream, download, lifecycle, multipart, object_lock, split_upload, upload
 from ckptvault.store.botocore_errors import error_code, http_status, translate
 from ckptvault.store.errors import ChecksumMismatchError, NotFoundError, PreconditionFailedError, StoreError
 from ckptvault.store.limits import DELETE_BATCH
@@ -25,6 +26,7 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
+    ObjectStore,
     ProgressFn,
     RestoreState,
     Retention,
@@ -92,6 +94,10 @@ class S3Store(S3Connection):
             args["ServerSideEncryption"] = self.cfg.sse
             if self.cfg.sse == "aws:kms" and self.cfg.sse_kms_key_id:
                 args["SSEKMSKeyId"] = self.cfg.sse_kms_key_id
+        # A replica's storage class (ReplicaConfig): every object it writes goes straight there
+        storage_class: str | None = getattr(self.cfg, "storage_class", None)
+        if storage_class:
+            args["StorageClass"] = storage_class
         return args | object_lock.put_args(self.retention)
 
     def put_bytes(
@@ -156,6 +162,41 @@ class S3Store(S3Connection):
         except Exception as e:
             raise self._err(e, "reading back", key) from e
         return to_b64(crc)
+
+    def read_range(self, key: str, offset: int, length: int, *, size: int) -> bytes:
+        if length < 1 or offset < 0 or offset + length > size:
+            raise InvalidArgumentError(f"reading s3://{self.bucket}/{key}: range {offset}+{length} is not in 0..{size}")
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
+            data = resp["Body"].read()
+        except Exception as e:
+            raise self._err(e, "reading", key) from e
+        total = str(resp.get("ContentRange", "")).rpartition("/")[2]
+        if len(data) != length or (total.isdigit() and int(total) != size):
+            raise ChecksumMismatchError(
+                f"reading s3://{self.bucket}/{key}: expected {length} bytes at {offset} of an object of {size}, "
+                f"got {len(data)} of {total or '?'}"
+            )
+        return bytes(data)
+
+    def copy_from(
+        self,
+        source: ObjectStore,
+        source_key: str,
+        key: str,
+        *,
+        size: int,
+        crc32c: str,
+        tags: Mapping[str, str] | None = None,
+        progress: ProgressFn | None = None,
+    ) -> UploadResult:
+        where = f"{source.bucket}/{source_key}"
+        req = self._upload_request(Path(where), key, tags=tags, progress=progress)
+
+        def read(offset: int, length: int) -> bytes:
+            return source.read_range(source_key, offset, length, size=size)
+
+        return copy_stream.copy_object(req, read, size=size, crc32c=crc32c, source=f"s3://{where}")
 
     def upload_file(
         self,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import boto3
 import botocore.session
 from botocore.config import Config as BotoConfig
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ProfileNotFound
 
 from ckptvault.config import StoreConfig
 from ckptvault.store.botocore_errors import error_code, http_status, translate
@@ -75,9 +75,19 @@ def make_client(
     # new session costs, and a CLI run makes four clients. A botocore session, not a boto3 one: boto3's
     # appends its resource path to the loader's search path on every construction, and a client needs
     # nothing boto3 adds (we use neither its resources nor its transfer methods).
-    session = botocore.session.Session()
+    # A replica's `profile` (ReplicaConfig) picks its credentials from ~/.aws; [store] has none.
+    profile: str | None = getattr(cfg, "profile", None)
+    session = botocore.session.Session(profile=profile)
     session.register_component("data_loader", _shared_loader())
-    client = session.create_client("s3", endpoint_url=cfg.endpoint_url, verify=verify, config=botocfg)
+    try:
+        client = session.create_client("s3", endpoint_url=cfg.endpoint_url, verify=verify, config=botocfg)
+    except ProfileNotFound as e:
+        name = getattr(cfg, "name", "[store]")
+        raise StoreError(
+            f"replica {name}: the credentials profile {profile!r} does not exist in ~/.aws/credentials or "
+            "~/.aws/config (or AWS_SHARED_CREDENTIALS_FILE / AWS_CONFIG_FILE). Add the profile, or fix "
+            f"profile in the [[replicas]] entry named {name}"
+        ) from e
     return cast("S3Client", client)  # the same class boto3.client("s3") builds, minus boto3's add-ons
 
 
@@ -105,8 +115,8 @@ def _shared_loader() -> Any:
         return _loader
 
 
-def _credentials_source() -> str:
-    creds = boto3.session.Session().get_credentials()
+def _credentials_source(profile: str | None = None) -> str:
+    creds = boto3.session.Session(profile_name=profile).get_credentials()
     if creds is None:
         return "boto3 found no credentials."
     return f"boto3 found credentials via {creds.method!r} (not shown)."
@@ -154,6 +164,12 @@ class S3Connection:
     def download_connections(self) -> int:
         """Range GETs in flight for the whole process, shared by every file being downloaded."""
         return 4 * self.transfer.max_concurrency
+
+    @property
+    def section(self) -> str:
+        """The configuration entry this store is, as an operator finds it in the file."""
+        name: str | None = getattr(self.cfg, "name", None)  # only a ReplicaConfig has one
+        return f"[[replicas]] {name}" if name else "[store]"
 
     @property
     def _at(self) -> str:
@@ -224,13 +240,14 @@ class S3Connection:
             if status == 404 or error_code(e) == "NoSuchBucket":
                 raise NotFoundError(
                     f"bucket {self.bucket} does not exist at {self._at}. "
-                    f"Create it (aws s3 mb s3://{self.bucket}) or fix [store].bucket"
+                    f"Create it (aws s3 mb s3://{self.bucket}) or fix {self.section}.bucket"
                 ) from e
             if status in (401, 403):
                 raise StoreError(
                     f"access to bucket {self.bucket} at {self._at} was denied ({status}): "
-                    f"{_credentials_source()} Check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
-                    "AWS_PROFILE, and that the user may access this bucket"
+                    f"{_credentials_source(getattr(self.cfg, 'profile', None))} Check AWS_ACCESS_KEY_ID/"
+                    f"AWS_SECRET_ACCESS_KEY or AWS_PROFILE ({self.section} profile for a replica), and that the "
+                    "user may access this bucket"
                 ) from e
             raise self._err(e, "checking") from e
         except Exception as e:

@@ -79,21 +79,7 @@ def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadR
         hasher.update(view)
         check_unchanged(f, before, req.path)
         crc = hasher.crc32c_b64
-        extra: dict[str, Any] = {"ChecksumCRC32C": crc} if req.caps.checksums_validated else {}
-        try:
-            req.client.put_object(
-                Bucket=req.bucket,
-                Key=req.key,
-                Body=cast(IO[bytes], BufferReader(view)),
-                ContentLength=size,
-                Metadata={"crc32c": crc},
-                **tagging(req.tags),
-                **req.put_args,
-                **extra,
-                **integrity(req, view),
-            )
-        except Exception as e:
-            raise translate(e, op="uploading to", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
+        put_single(req, view, crc)
     finally:
         view.release()
         pool.give(buf)
@@ -101,6 +87,26 @@ def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadR
         req.progress(size)
     etag = verify(req, size=size, parts=0, crc=crc, composite=None)
     return UploadResult(req.key, size, crc, hasher.sha256_hex, etag, 0, req.caps.checksums_validated)
+
+
+def put_single(req: UploadRequest, view: memoryview, crc: str) -> None:
+    """PutObject of `view` (CRC32C `crc`, already computed): the CRC as metadata and, where the server
+    validates it, as the checksum header; Content-MD5 where a locked write needs it. The caller verifies."""
+    extra: dict[str, Any] = {"ChecksumCRC32C": crc} if req.caps.checksums_validated else {}
+    try:
+        req.client.put_object(
+            Bucket=req.bucket,
+            Key=req.key,
+            Body=cast(IO[bytes], BufferReader(view)),
+            ContentLength=len(view),
+            Metadata={"crc32c": crc},
+            **tagging(req.tags),
+            **req.put_args,
+            **extra,
+            **integrity(req, view),
+        )
+    except Exception as e:
+        raise translate(e, op="uploading to", bucket=req.bucket, key=req.key, endpoint=req.endpoint) from e
 
 
 COPY_LIMIT = MAX_COPY

@@ -106,7 +106,7 @@ def tagging(tags: Mapping[str, str] | None) -> dict[str, Any]:
     return {"Tagging": urllib.parse.urlencode(dict(tags), quote_via=urllib.parse.quote)} if tags else {}
 
 
-def read_exactly(f: io.FileIO, view: memoryview, path: Path) -> None:
+def read_exactly(f: io.RawIOBase, view: memoryview, path: Path) -> None:
     got = 0
     while got < len(view):
         n = f.readinto(view[got:])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import re
 import socket
 import time
 from collections.abc import Callable
@@ -306,6 +307,35 @@ def test_failed_multipart_upload_is_aborted(store: ObjectStore, backend: Backend
         store.upload_file(src, "ck/aborted.bin", progress=boom)
     assert backend.incomplete_uploads(store, "ck/") == []
     assert store.head("ck/aborted.bin") is None
+
+
+def test_copy_from_streams_another_stores_object_checked_before_completion(
+    store: ObjectStore, backend: Backend, tmp_path: Path
+) -> None:
+    # The replica's copy (docs/FORMAT.md, "Replicas"): the source here is the same backend, so its
+    # read_range is exercised on the server too. One multipart object (three parts) and one small one.
+    big = store.upload_file(_file(tmp_path, 2 * store.transfer.part_size + 77), "src/big.bin")
+    small = store.upload_file(_file(tmp_path, 1000, "small.bin", seed=3), "src/small.bin")
+    assert store.read_range(big.key, 5, 10, size=big.size) == _file(tmp_path, big.size).read_bytes()[5:15]
+    with pytest.raises(ChecksumMismatchError, match=re.escape("src/big.bin")):
+        store.read_range(big.key, 0, 10, size=big.size + 1)  # not the object the caller expects
+
+    for res, parts in ((big, 3), (small, 0)):
+        dst = "dst/" + res.key.rpartition("/")[2]
+        got = store.copy_from(store, res.key, dst, size=res.size, crc32c=res.crc32c, tags={"k": "v"})
+        assert (got.size, got.crc32c, got.parts) == (res.size, res.crc32c, parts)
+        info = store.head(dst)
+        assert info is not None and info.size == res.size and info.parts == parts
+        assert store.read_crc32c(dst) == res.crc32c
+        assert store.get_tags(dst) == _tagged({"k": "v"}, got)
+
+    # A source whose bytes are not the expected ones: aborted before completion, nothing written
+    bad = "AAAAAA=="
+    for res in (big, small):
+        with pytest.raises(ChecksumMismatchError, match=re.escape(res.key)):
+            store.copy_from(store, res.key, "dst/bad.bin", size=res.size, crc32c=bad)
+    assert store.head("dst/bad.bin") is None
+    assert backend.incomplete_uploads(store, "dst/") == []
 
 
 def test_abort_stale_uploads_and_lifecycle_rule_merge(store: ObjectStore, backend: Backend) -> None:

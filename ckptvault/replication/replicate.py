@@ -1,0 +1,191 @@
+"""The replicate pass (docs/FORMAT.md, "Replicas", "The commit"): for each committed save a replica
+should hold and does not (no manifest there), the primary's manifest is read, one LIST of the save's
+prefix on the replica says what a killed pass already copied, the rest is streamed from the primary
+(ObjectStore.copy_from: checked against the manifest's CRC32C before each upload completes), then
+`_VALIDATION.json` where the primary has one, and last the manifest, byte-identical, written
+conditionally. A save is recorded (a `replicated` event in the primary's catalog) only once its
+manifest is on the replica. Rerun it after any failure: kept objects are not sent again.
+
+Lock: the replica's objects are written with `[lock]`'s retention, the date computed when the save's
+copy starts (save_lock.save_retention), as an ingest dates its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptvault import events
+from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.config import LockConfig, ReplicaConfig
+from ckptvault.errors import CkptvaultError
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.save_lock import save_retention
+from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore
+
+# Files of one save copied at once: each copy keeps max_concurrency GETs and as many part uploads in
+# flight, so four of them stay within the store's download_connections (4 * max_concurrency).
+FILES_AT_ONCE = 4
+# Incomplete multipart uploads under a save about to be copied, older than this, are a killed pass's:
+# aborted rather than billed until the bucket's abort rule. The same six hours as ingest's
+# (ckptvault/ingest/steps.py STALE_UPLOAD_SECONDS, not imported: a wing imports no other wing).
+STALE_UPLOAD_SECONDS = 6 * 3600
+
+
+@dataclass(frozen=True)
+class ReplicatedSave:
+    """One save committed on a replica by this pass."""
+
+    store: str  # the replica's name
+    run: str
+    step: int
+    save: int
+    key: str  # the manifest's key on the replica
+    bytes: int  # bytes copied by this pass (kept objects not counted)
+    seconds: float
+    copied: int  # objects sent (the manifest and _VALIDATION.json included)
+    kept: int  # objects a killed earlier pass had already copied, checked by size and CRC32C
+    retain_until: float | None = None  # the Object Lock date its objects were written with ([lock])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "store": self.store, "run": self.run, "step": self.step, "save": self.save, "key": self.key,
+            "bytes": self.bytes, "seconds": round(self.seconds, 3), "copied": self.copied, "kept": self.kept,
+            "retain_until": self.retain_until,
+        }  # fmt: skip
+
+
+@dataclass
+class ReplicaPass:
+    """What one pass did for one replica."""
+
+    replica: str
+    copied: list[ReplicatedSave] = field(default_factory=list)
+    present: int = 0  # wanted saves the replica already held
+    failed: dict[str, str] = field(default_factory=dict)  # "run step N save K" -> why (the save stays uncommitted)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "replica": self.replica,
+            "copied": [s.as_dict() for s in self.copied],
+            "present": self.present,
+            "failed": self.failed,
+        }
+
+
+def replicate(
+    primary: ObjectStore,
+    primary_prefix: str,
+    replica_store: ObjectStore,
+    replica: ReplicaConfig,
+    saves: Sequence[CheckpointState],
+    lock: LockConfig,
+    *,
+    catalog: Catalog | None = None,
+    clock: Callable[[], float] = time.time,
+) -> ReplicaPass:
+    """Copy each of `saves` (ckptvault.tiering.replica_selection.wanted's choice) that the replica does
+    not hold. A save that fails (a primary object whose bytes are not the manifest's, an error of either
+    store) is left uncommitted and named in `failed`; the others go on. `catalog`: the primary's, where
+    each committed save's `replicated` event goes (None: nothing recorded)."""
+    out = ReplicaPass(replica.name)
+    for s in saves:
+        dst_base = checkpoint_prefix(replica.prefix, s.run, s.step, s.save)
+        if replica_store.head(dst_base + MANIFEST_NAME) is not None:
+            out.present += 1
+            continue
+        try:
+            done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock)
+        except CkptvaultError as e:
+            out.failed[f"{s.run} step {s.step} save {s.save}"] = str(e)
+            continue
+        out.copied.append(done)
+        if catalog is not None:
+            catalog.append([_event(done, s, replica)])
+    return out
+
+
+def _event(done: ReplicatedSave, s: CheckpointState, replica: ReplicaConfig) -> Any:
+    return events.replicated(
+        s.run, s.step, s.save, store=done.store, key=done.key, nbytes=done.bytes, seconds=done.seconds,
+        storage_class=replica.storage_class or "STANDARD", retain_until=done.retain_until,
+    )  # fmt: skip
+
+
+def _replicate_save(
+    primary: ObjectStore,
+    primary_prefix: str,
+    replica_store: ObjectStore,
+    replica: ReplicaConfig,
+    s: CheckpointState,
+    lock: LockConfig,
+    clock: Callable[[], float],
+) -> ReplicatedSave:
+    start = clock()
+    t0 = time.monotonic()
+    src_base = checkpoint_prefix(primary_prefix, s.run, s.step, s.save)
+    dst_base = checkpoint_prefix(replica.prefix, s.run, s.step, s.save)
+    raw = primary.get_bytes(src_base + MANIFEST_NAME)
+    manifest = Manifest.from_json(raw, f"{primary.bucket}/{src_base}{MANIFEST_NAME}")
+    retention = save_retention(lock, start)
+    dst = replica_store.with_retention(retention)
+    there = {o.key: o for o in dst.list(dst_base)}
+    todo = [f for f in manifest.files if not _kept(dst, there.get(dst_base + f.path), f)]
+    kept = len(manifest.files) - len(todo)
+    if todo:
+        dst.abort_multipart_uploads(dst_base, older_than=start - STALE_UPLOAD_SECONDS)
+
+    def copy(f: FileEntry) -> int:
+        size, crc = _stored(primary, src_base + f.path, f)
+        dst.copy_from(primary, src_base + f.path, dst_base + f.path, size=size, crc32c=crc)
+        return size
+
+    with ThreadPoolExecutor(max(1, min(FILES_AT_ONCE, len(todo))), thread_name_prefix="ckptvault-replicate") as pool:
+        copied_bytes = sum(pool.map(copy, todo))
+    copied = len(todo)
+    if primary.head(src_base + VALIDATION_NAME) is not None:
+        data = primary.get_bytes(src_base + VALIDATION_NAME)
+        dst.put_bytes(dst_base + VALIDATION_NAME, data, content_type="application/json")
+        copied, copied_bytes = copied + 1, copied_bytes + len(data)
+    # Last, byte for byte, conditionally: a replica without it does not hold the save.
+    dst.put_bytes(dst_base + MANIFEST_NAME, raw, if_none_match=True, content_type="application/json")
+    return ReplicatedSave(
+        replica.name, s.run, s.step, s.save, dst_base + MANIFEST_NAME, copied_bytes + len(raw),
+        time.monotonic() - t0, copied + 1, kept, retention.until_ts if retention else None,
+    )  # fmt: skip
+
+
+def _stored(primary: ObjectStore, key: str, f: FileEntry) -> tuple[int, str]:
+    """The size and CRC32C the primary's object must have: the manifest's stored values for a
+    compressed file, its size and CRC32C otherwise. A compressed entry from before `stored_crc32c`
+    was recorded has no expected CRC: the primary's object is read back whole for one."""
+    if f.codec == "none":
+        return f.size, f.crc32c
+    size = f.stored_bytes
+    return size, f.stored_crc32c or primary.read_crc32c(key)
+
+
+def _kept(store: ObjectStore, obj: ObjectInfo | None, f: FileEntry) -> bool:
+    """Whether the replica's object (from the LIST) is already this file's: its size and its stored
+    CRC32C (metadata, the server's full-object checksum, our CRC_TAG, or read back where it carries
+    none and is readable) are the manifest's."""
+    if obj is None:
+        return False
+    want_size = f.size if f.codec == "none" else f.stored_bytes
+    want_crc = f.crc32c if f.codec == "none" else f.stored_crc32c
+    if obj.size != want_size or want_crc is None:
+        return False
+    head = store.head(obj.key)
+    if head is None:
+        return False
+    crc = head.crc32c
+    if crc is None and head.parts:
+        crc = store.get_tags(obj.key).get(CRC_TAG)
+    if crc is None and not head.frozen:
+        try:
+            crc = store.read_crc32c(obj.key)  # a pass killed between a completion and its tag
+        except ObjectFrozenError:
+            return False
+    return crc == want_crc

@@ -1,0 +1,84 @@
+"""`ckptvault replicate` through the CLI, SeaweedFS primary and Ceph RGW replica (docs/FORMAT.md,
+"Replicas"): after one ingest, every object of every save is on the replica byte for byte with its
+manifest, a rerun copies nothing, and a replica that cannot be reached as configured (a profile that
+does not exist, a bucket that does not) is exit 2 naming it. The replica's credentials come from its
+`profile`, the primary's from the environment: two servers with two sets of keys, as in production."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault_cli.main import main
+from ckptvault_cli.synthetic import write_checkpoint
+from tests.helpers import write_config
+
+MiB = 2**20
+
+
+def _objects(client: Any, bucket: str, prefix: str) -> dict[str, bytes]:
+    out = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for o in page.get("Contents", []):
+            out[o["Key"][len(prefix) :]] = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+    return out
+
+
+def _replica(name: str, ceph: Any, bucket: str, profile: str) -> str:
+    return (
+        f'[[replicas]]\nname = "{name}"\nbucket = "{bucket}"\nprefix = "dr"\nendpoint_url = "{ceph.url}"\n'
+        f'region = "{ceph.region}"\nprofile = "{profile}"\npart_size_mb = 5\n'
+    )
+
+
+@pytest.mark.ceph
+def test_replicate_copies_every_save_byte_for_byte_and_a_rerun_copies_nothing(
+    seaweedfs: Any, ceph: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[dr]\naws_access_key_id = {ceph.access_key}\naws_secret_access_key = {ceph.secret_key}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    primary, replica = bucket_factory(seaweedfs), bucket_factory(ceph)
+    root = tmp_path / "hot"
+    for step in (100, 200):  # one shard: files over 5 MiB, multipart objects at part_size 5 MiB
+        write_checkpoint(root, "deepspeed", step, 12 * MiB, shards=1, seed=step)
+    sources = [("r", root, "deepspeed")]
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, primary, sources, extra=_replica("ceph-dr", ceph, replica, "dr"))
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    capsys.readouterr()
+
+    assert main(["--config", str(cfg), "replicate"]) == 0
+    out = capsys.readouterr().out
+    assert "ceph-dr: r step 100 save 1:" in out and "ceph-dr: r step 200 save 1:" in out
+    assert "ceph-dr: 2 saves copied, 0 already there, 0 failed" in out
+    src = _objects(seaweedfs.client(), primary, "t/r/")
+    dst = _objects(ceph.client(), replica, "dr/r/")
+    assert dst == src  # every object and both manifests, byte for byte, key for key
+    assert {k for k in dst if k.endswith("_MANIFEST.json")} == {
+        "step-0000000100/_MANIFEST.json", "step-0000000200/_MANIFEST.json",
+    }  # fmt: skip
+    sizes = [len(b) for k, b in src.items() if not k.endswith(".json")]
+    assert max(sizes) > 5 * MiB  # at least one object went as a multipart copy
+
+    assert main(["--config", str(cfg), "replicate", "--json"]) == 0
+    (again,) = json.loads(capsys.readouterr().out)["replicas"]
+    assert (again["replica"], again["copied"], again["present"], again["failed"]) == ("ceph-dr", [], 2, {})
+    assert main(["--config", str(cfg), "replicate"]) == 0
+    assert "ceph-dr: nothing to copy (2 saves already there)" in capsys.readouterr().out
+
+    for extra, needle in (
+        (_replica("bad-profile", ceph, replica, "nope"), "the credentials profile 'nope' does not exist"),
+        (_replica("no-bucket", ceph, "ckptvault-no-such-bucket", "dr"), "ckptvault-no-such-bucket does not exist"),
+    ):
+        name = extra.split('"')[1]
+        bad = write_config(tmp_path / "bad.toml", seaweedfs, primary, sources, extra=extra)
+        assert main(["--config", str(bad), "replicate"]) == 2
+        err = capsys.readouterr().err
+        assert f"replica {name}" in err and needle in err and "Traceback" not in err

@@ -1,0 +1,177 @@
+"""The replicate pass on two MemoryStores (ckptvault/replication; docs/FORMAT.md, "Replicas"): what is
+copied, what a rerun keeps, what a corrupt primary object stops, and that the manifest goes last. The
+opening of a replica's S3 store (profile, storage class) needs no server: nothing is sent."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from typing import Any
+
+import pytest
+
+from ckptvault import events
+from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.checksum import crc32c_update, to_b64
+from ckptvault.config import LockConfig, ReplicaConfig
+from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.replication import replicate
+from ckptvault.store import StoreError, TransientStoreError, open_store
+from ckptvault.store.memory import MemoryStore
+from ckptvault.store.port import TransferConfig
+
+MIB = 1024 * 1024
+TRANSFER = TransferConfig(part_size=5 * MIB, multipart_threshold=5 * MIB, max_concurrency=2)
+SRC = checkpoint_prefix("ck", "r1", 10)
+DST = checkpoint_prefix("dr", "r1", 10)
+REPLICA = ReplicaConfig(name="dr", bucket="replica", prefix="dr")
+NO_LOCK = LockConfig()
+
+
+def _primary() -> tuple[MemoryStore, Catalog, list[CheckpointState]]:
+    """One committed save: a multipart-sized file, a small one, an empty one, and _VALIDATION.json."""
+    primary = MemoryStore("primary", transfer=TRANSFER)
+    rng = random.Random(1)
+    files = []
+    for name, size in (("model.bin", 11 * MIB + 5), ("config.json", 300), ("empty", 0)):
+        data = rng.randbytes(size)
+        primary.put_bytes(SRC + name, data)
+        files.append(FileEntry(name, size, 1.0, to_b64(crc32c_update(data))))
+    m = Manifest("r1", 10, "hf", tuple(files), 1.0, 2.0, "/hot/r1/step-10")
+    primary.put_bytes(SRC + VALIDATION_NAME, b'{"ok": true}')
+    primary.put_bytes(SRC + MANIFEST_NAME, m.to_json())
+    catalog = Catalog(primary, "ck")
+    catalog.append([events.verified(m)])
+    return primary, catalog, catalog.current()
+
+
+def _objects(store: MemoryStore, prefix: str) -> dict[str, bytes]:
+    return {o.key[len(prefix) :]: store.get_bytes(o.key) for o in store.list(prefix)}
+
+
+def test_copies_every_object_byte_for_byte_records_it_and_a_rerun_copies_nothing() -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER)
+
+    got = replicate(primary, "ck", replica, REPLICA, states, NO_LOCK, catalog=catalog)
+
+    assert got.failed == {} and got.present == 0 and len(got.copied) == 1
+    done = got.copied[0]
+    assert (done.store, done.run, done.step, done.save, done.key) == ("dr", "r1", 10, 1, DST + MANIFEST_NAME)
+    assert (done.copied, done.kept) == (5, 0)  # three files, _VALIDATION.json, the manifest
+    assert _objects(replica, DST) == _objects(primary, SRC)
+    assert replica.head(DST + "model.bin").parts == 3  # type: ignore[union-attr]  # streamed as multipart
+    ev = [e for e in catalog.events("r1") if e.event == "replicated"]
+    assert len(ev) == 1 and (ev[0].bytes, ev[0].storage_class) == (0, "")
+    detail = json.loads(ev[0].detail)
+    assert (detail["store"], detail["key"], detail["bytes"]) == ("dr", DST + MANIFEST_NAME, done.bytes)
+    (state,) = catalog.current("r1")
+    assert state.state == "verified" and state.bytes == states[0].bytes  # the fold's size stays the primary's
+
+    again = replicate(primary, "ck", replica, REPLICA, catalog.current(), NO_LOCK, catalog=catalog)
+    assert (again.copied, again.present, again.failed) == ([], 1, {})
+    assert len([e for e in catalog.events("r1") if e.event == "replicated"]) == 1
+
+
+def test_a_failure_mid_save_commits_nothing_and_the_rerun_keeps_what_was_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER)
+    real = primary.read_range
+
+    def flaky(key: str, offset: int, length: int, *, size: int) -> bytes:
+        if key.endswith("model.bin") and offset > 0:  # the primary drops the connection mid-object
+            raise TransientStoreError(f"reading {key}: connection reset (injected)")
+        return real(key, offset, length, size=size)
+
+    monkeypatch.setattr(primary, "read_range", flaky)
+    got = replicate(primary, "ck", replica, REPLICA, states, NO_LOCK, catalog=catalog)
+    assert got.copied == [] and "connection reset" in got.failed["r1 step 10 save 1"]
+    assert replica.head(DST + MANIFEST_NAME) is None and replica.head(DST + "model.bin") is None
+    assert replica.head(DST + "config.json") is not None  # the other files of the save went
+    assert list(replica.uploads.list("")) == []  # the broken upload was aborted
+    assert not [e for e in catalog.events("r1") if e.event == "replicated"]
+
+    monkeypatch.setattr(primary, "read_range", real)
+    replica.uploads.create(DST + "model.bin")  # as a SIGKILLed pass leaves one: the rerun aborts it
+    later = time.time() + 7 * 3600  # the rerun comes after the stale-upload age
+    again = replicate(primary, "ck", replica, REPLICA, states, NO_LOCK, catalog=catalog, clock=lambda: later)
+    (done,) = again.copied
+    assert (done.copied, done.kept) == (3, 2)  # model.bin, _VALIDATION.json, the manifest; two files kept
+    assert list(replica.uploads.list("")) == []
+    assert _objects(replica, DST) == _objects(primary, SRC)
+
+
+def test_a_corrupt_primary_object_aborts_its_copy_and_commits_nothing() -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER)
+    size = primary.head(SRC + "model.bin").size  # type: ignore[union-attr]
+    primary.put_bytes(SRC + "model.bin", random.Random(9).randbytes(size))  # same size, other bytes (bit rot)
+
+    got = replicate(primary, "ck", replica, REPLICA, states, NO_LOCK, catalog=catalog)
+    why = got.failed["r1 step 10 save 1"]
+    assert re.search(re.escape(f"primary/{SRC}model.bin") + r": its bytes' CRC32C is \S+, the manifest says", why)
+    assert replica.head(DST + "model.bin") is None and replica.head(DST + MANIFEST_NAME) is None
+    assert list(replica.uploads.list("")) == []
+    assert not [e for e in catalog.events("r1") if e.event == "replicated"]
+
+
+def test_the_manifest_is_written_last_and_byte_identical(monkeypatch: pytest.MonkeyPatch) -> None:
+    primary, _catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER)
+    order: list[str] = []
+    put, commit = replica.put_bytes, replica.commit
+
+    def spy_put(key: str, data: bytes, **kw: Any) -> None:
+        put(key, data, **kw)
+        order.append(key)
+
+    def spy_commit(key: str, *a: Any, **kw: Any) -> None:  # a completed multipart upload
+        commit(key, *a, **kw)
+        order.append(key)
+
+    monkeypatch.setattr(replica, "put_bytes", spy_put)
+    monkeypatch.setattr(replica, "commit", spy_commit)
+    replicate(primary, "ck", replica, REPLICA, states, NO_LOCK)
+    assert order[-1] == DST + MANIFEST_NAME and len(order) == 5
+    assert replica.get_bytes(DST + MANIFEST_NAME) == primary.get_bytes(SRC + MANIFEST_NAME)
+
+
+def test_a_replica_with_lock_writes_every_object_locked() -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER, object_lock=True)
+    got = replicate(primary, "ck", replica, REPLICA, states, LockConfig(mode="governance", days=7), catalog=catalog)
+    (done,) = got.copied
+    assert done.retain_until is not None
+    for o in replica.list(DST):
+        info = replica.head(o.key)
+        assert info is not None and info.retention is not None and info.retention.until_ts == done.retain_until
+    (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
+    assert json.loads(ev.detail)["retain_until"] == done.retain_until
+    assert catalog.current("r1")[0].locked_until is None  # the primary's lock state is not the replica's
+
+
+def test_every_object_goes_in_the_replicas_storage_class() -> None:
+    primary, catalog, states = _primary()
+    deep = REPLICA.model_copy(update={"storage_class": "DEEP_ARCHIVE"})
+    replica = MemoryStore.for_config(deep)
+    got = replicate(primary, "ck", replica, deep, states, NO_LOCK, catalog=catalog)
+    assert len(got.copied) == 1
+    assert {replica.head(o.key).storage_class for o in replica.list(DST)} == {"DEEP_ARCHIVE"}  # type: ignore[union-attr]
+    (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
+    assert json.loads(ev.detail)["storage_class"] == "DEEP_ARCHIVE"
+    assert catalog.current("r1")[0].storage_class == "STANDARD"  # the primary's class, as the fold keeps it
+
+
+def test_opening_a_replica_store_honours_its_profile_and_storage_class() -> None:
+    with pytest.raises(StoreError, match=r"replica dr: the credentials profile 'nope' does not exist.*named dr"):
+        open_store(REPLICA.model_copy(update={"profile": "nope", "endpoint_url": "http://127.0.0.1:9"}))
+    cold = open_store(REPLICA.model_copy(update={"storage_class": "COLD", "endpoint_url": "http://127.0.0.1:9"}))
+    assert cold._put_args()["StorageClass"] == "COLD"
+    assert cold.section == "[[replicas]] dr"
+    assert (
+        "StorageClass" not in open_store(REPLICA.model_copy(update={"endpoint_url": "http://127.0.0.1:9"}))._put_args()
+    )
