@@ -39,7 +39,6 @@ from ckptvault.manifest import (
 )
 from ckptvault.save_lock import to_extend
 from ckptvault.store import (
-    CRC_TAG,
     ObjectInfo,
     ObjectStore,
     PreconditionFailedError,
@@ -48,6 +47,7 @@ from ckptvault.store import (
     SentPart,
     SplitUpload,
 )
+from ckptvault.store.stored_crc import stored_crc32c
 
 # Incomplete multipart uploads under a checkpoint we are about to (re)send, started longer ago than
 # this, are leftovers of a crashed ingest: plan_upload aborts them instead of paying for their parts
@@ -200,13 +200,13 @@ def plan_upload(
         key = base + f.rel
         obj = existing.get(key)
         if obj is not None and obj.size != f.size and _may_be_encoded(obj.size, f.size):
-            crc = _stored_crc32c(store, key)
+            crc = stored_crc32c(store, key)
             jobs.append(FileJob(f, key, upload=True, stored=(obj.size, crc) if crc else None))
             continue
         if obj is None or obj.size != f.size:
             jobs.append(FileJob(f, key, upload=True))
             continue
-        stored = _stored_crc32c(store, key)
+        stored = stored_crc32c(store, key)
         if stored is not None and not read_local:
             jobs.append(FileJob(f, key, upload=True, check_crc32c=stored))
         elif stored is not None and stored == file_crc32c(f.path):
@@ -221,22 +221,6 @@ def plan_upload(
         # requests (writes and deletes under the probe prefix) for every file sent.
         store.capabilities()
     return jobs
-
-
-def _stored_crc32c(store: ObjectStore, key: str) -> str | None:
-    """The CRC32C of the object's bytes as the store knows it, or None."""
-    head = store.head(key)
-    stored = head.crc32c if head else None
-    if stored is None and head is not None and head.parts:
-        # multipart on a server that keeps no whole-object checksum (Ceph): our tag, set after the
-        # upload verified, records the CRC32C of the bytes we sent
-        stored = store.get_tags(key).get(CRC_TAG)
-        if stored is None:
-            # A pass killed between the completion and the tag (docs/object-lock.md, "A crash mid-upload"):
-            # read it back rather than send it again, which would leave the killed version behind, billed
-            # (a versioned bucket keeps it) and, where the bucket's default retention locked it, undeletable.
-            stored = store.read_crc32c(key)
-    return stored
 
 
 def _may_be_encoded(stored: int, size: int) -> bool:

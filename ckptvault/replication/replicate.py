@@ -23,7 +23,8 @@ from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.save_lock import save_retention
-from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore
+from ckptvault.store import ObjectInfo, ObjectStore
+from ckptvault.store.stored_crc import stored_crc32c
 
 # Files of one save copied at once: each copy keeps max_concurrency GETs and as many part uploads in
 # flight, so four of them stay within the store's download_connections (4 * max_concurrency).
@@ -169,23 +170,11 @@ def _stored(primary: ObjectStore, key: str, f: FileEntry) -> tuple[int, str]:
 
 def _kept(store: ObjectStore, obj: ObjectInfo | None, f: FileEntry) -> bool:
     """Whether the replica's object (from the LIST) is already this file's: its size and its stored
-    CRC32C (metadata, the server's full-object checksum, our CRC_TAG, or read back where it carries
-    none and is readable) are the manifest's."""
+    CRC32C (ckptvault.store.stored_crc, as ingest's rerun reads it) are the manifest's."""
     if obj is None:
         return False
     want_size = f.size if f.codec == "none" else f.stored_bytes
     want_crc = f.crc32c if f.codec == "none" else f.stored_crc32c
     if obj.size != want_size or want_crc is None:
         return False
-    head = store.head(obj.key)
-    if head is None:
-        return False
-    crc = head.crc32c
-    if crc is None and head.parts:
-        crc = store.get_tags(obj.key).get(CRC_TAG)
-    if crc is None and not head.frozen:
-        try:
-            crc = store.read_crc32c(obj.key)  # a pass killed between a completion and its tag
-        except ObjectFrozenError:
-            return False
-    return crc == want_crc
+    return stored_crc32c(store, obj.key) == want_crc

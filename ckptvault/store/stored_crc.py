@@ -1,0 +1,23 @@
+"""The CRC32C of an object's stored bytes as the store knows it, for a rerun deciding whether an object
+already there is the one it would send (ingest's and the replicate pass's step 3, docs/FORMAT.md)."""
+
+from __future__ import annotations
+
+from ckptvault.store.port import CRC_TAG, ObjectStore
+
+
+def stored_crc32c(store: ObjectStore, key: str) -> str | None:
+    """Metadata (a single PUT) or the server's full-object checksum; on a multipart object where the
+    server keeps none (Ceph RGW, moto), ckptvault's CRC_TAG, set after the upload verified; and where a
+    pass was killed between the completion and that tag, the object read back (docs/object-lock.md, "A
+    crash mid-upload"): sending it again would leave the killed version behind, billed on a versioned
+    bucket and, under a default retention, undeletable. None: absent, or archived and never tagged."""
+    head = store.head(key)
+    if head is None:
+        return None
+    stored = head.crc32c
+    if stored is None and head.parts:
+        stored = store.get_tags(key).get(CRC_TAG)
+        if stored is None and not head.frozen:
+            stored = store.read_crc32c(key)
+    return stored
