@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptvault import humanize
-from ckptvault.catalog import CheckpointState
+from ckptvault.catalog import CheckpointState, ReplicaCopy
 
 
 def _iso(t: float | None) -> str | None:
@@ -77,7 +77,18 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
         "superseded_reason": s.superseded_reason or None,
         "locked_until": _iso(s.locked_until),  # as ckptvault set it; null: no Object Lock recorded
         "legal_hold": s.legal_hold,
+        "copies": s.copies,  # the primary's (verified, not expired) and each replica's
+        "replicas": replica_records(s.replicas),
     }
+
+
+def replica_records(replicas: Sequence[ReplicaCopy]) -> list[dict[str, Any]]:
+    """The copies on replicas as `ls --json` lists them (docs/replicas.md)."""
+    return [
+        {"store": r.store, "storage_class": r.storage_class, "verified_at": _iso(r.verified_at),
+         "retain_until": _iso(r.retain_until)}
+        for r in replicas
+    ]  # fmt: skip
 
 
 def render_json(states: Sequence[CheckpointState]) -> str:
@@ -99,8 +110,10 @@ def nothing_listed(filters: Sequence[str]) -> str:
 def render_table(states: Sequence[CheckpointState], filters: Sequence[str] = ()) -> str:
     if not states:
         return nothing_listed(filters)
-    header = ("RUN", "STEP", "SAVE", "FORMAT", "STATE", "LAST EVENT", "SIZE", "STORED", "FILES", "CLASS", "UPLOADED")
-    rows = [
+    header: tuple[str, ...] = (
+        "RUN", "STEP", "SAVE", "FORMAT", "STATE", "LAST EVENT", "SIZE", "STORED", "FILES", "CLASS", "UPLOADED",
+    )  # fmt: skip
+    rows: list[tuple[str, ...]] = [
         (
             s.run,
             str(s.step),
@@ -116,6 +129,16 @@ def render_table(states: Sequence[CheckpointState], filters: Sequence[str] = ())
         )
         for s in states
     ]
+    if any(s.replicas for s in states):
+        # only where replicas are configured: a listing without them keeps its columns
+        header = (*header, "COPIES")
+        rows = [(*r, _copies(s)) for r, s in zip(rows, states, strict=True)]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
     return "\n".join(lines)
+
+
+def _copies(s: CheckpointState) -> str:
+    """How many stores hold the save, and which: "2 (primary, ceph-dr)"."""
+    names = (["primary"] if s.verified else []) + [r.store for r in s.replicas]
+    return f"{s.copies} ({', '.join(names)})" if names else "0"

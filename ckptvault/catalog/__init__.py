@@ -22,7 +22,15 @@ from ckptvault.catalog.compaction import COMPACT_SECONDS, MIGRATE_FILES
 from ckptvault.catalog.eventlog import Catalog
 from ckptvault.catalog.fold import fold
 from ckptvault.catalog.layout import CATALOG_DIR, UNREADABLE_DIR, run_partition
-from ckptvault.catalog.model import EVENT_KINDS, LIFECYCLE_STATES, CatalogError, CheckpointState, Event, newest_saves
+from ckptvault.catalog.model import (
+    EVENT_KINDS,
+    LIFECYCLE_STATES,
+    CatalogError,
+    CheckpointState,
+    Event,
+    ReplicaCopy,
+    newest_saves,
+)
 from ckptvault.catalog.snapshot import SNAPSHOT_TAG
 
 __all__ = [
@@ -38,6 +46,7 @@ __all__ = [
     "CatalogError",
     "CheckpointState",
     "Event",
+    "ReplicaCopy",
     "decode_events",
     "encode_events",
     "fold",

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ckptvault.catalog.codec import _FOLD_COLUMNS, _ORIGIN, _ROW, _table, _with_defaults
-from ckptvault.catalog.model import CheckpointState, Event
+from ckptvault.catalog.model import SIDE_EVENTS, CheckpointState, Event, ReplicaCopy
 
 
 def _metrics(detail: str) -> dict[str, float] | None:
@@ -36,13 +36,14 @@ def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> 
     if start is not None:
         s0 = {f.name: getattr(start, f.name) for f in fields(CheckpointState)}
         s0["metrics"] = dict(start.metrics)
+        s0["replicas"] = tuple(start.replicas)
         return _fold_into(s0, events)
     s: dict[str, Any] = dict(
         run=first.run, step=first.step, format="", last_event="", bytes=0, files=0, storage_class="",
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
-        fingerprint="", stored_bytes=0, locked_until=None, legal_hold=False,
+        fingerprint="", stored_bytes=0, locked_until=None, legal_hold=False, replicas=(),
     )  # fmt: skip
     return _fold_into(s, events)
 
@@ -95,8 +96,54 @@ def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
         until = _locked_until(e.detail)
         if until is not None:
             s["locked_until"] = until
-        s["last_event"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
+        if e.event in SIDE_EVENTS:
+            s["replicas"] = _with_copy(s["replicas"], e.detail, e.at)
+        else:
+            s["last_event"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
     return CheckpointState(**s)
+
+
+def _with_copy(replicas: tuple[ReplicaCopy, ...], detail: str, at: float) -> tuple[ReplicaCopy, ...]:
+    """`replicas` with the copy a `replicated` event (its detail, its time) records in place of that
+    store's earlier one."""
+    copy = _replica_copy(detail, at)
+    if copy is None:
+        return replicas
+    same = [i for i, r in enumerate(replicas) if r.store == copy.store]
+    if same:
+        return (*replicas[: same[0]], copy, *replicas[same[0] + 1 :])
+    return (*replicas, copy)
+
+
+def _replica_copy(detail: str, at: float) -> ReplicaCopy | None:
+    """The copy a `replicated` event's detail records, or None when it names no store."""
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(d, dict) or not d.get("store"):
+        return None
+    until = d.get("retain_until")
+    until = float(until) if isinstance(until, int | float) and not isinstance(until, bool) else None
+    return ReplicaCopy(str(d["store"]), str(d.get("storage_class") or ""), at, until)
+
+
+def replicas_column(values: Sequence[tuple[ReplicaCopy, ...]]) -> list[str]:
+    """States' `replicas` as a snapshot's string column holds them (docs/FORMAT.md, "The copies in
+    the state"): per save a JSON list of [store, storage_class, verified_at, retain_until], "" for none."""
+    return [
+        json.dumps([[r.store, r.storage_class, r.verified_at, r.retain_until] for r in v]) if v else "" for v in values
+    ]
+
+
+def replicas_from_column(values: Sequence[str | None]) -> list[tuple[ReplicaCopy, ...]]:
+    """`replicas_column` read back; a null or "" (no copy, or a snapshot before the column) is none."""
+    return [
+        tuple(ReplicaCopy(str(a), str(b), float(c), None if d is None else float(d)) for a, b, c, d in json.loads(v))
+        if v
+        else ()
+        for v in values
+    ]
 
 
 def _field(detail: str, name: str) -> str:
@@ -204,9 +251,11 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
         d = col["detail"]
         return pc.or_(pc.match_substring(d, field), pc.match_substring(d, "\\u"))
 
+    side = pc.is_in(ev, value_set=pa.array(list(SIDE_EVENTS)))
     masked = {
         "first": idx,
         "last": idx,
+        "own_last": _last_where(pc.invert(side), idx),  # the last event of the save's own life
         "format": _last_where(pc.not_equal(col["format"], ""), idx),
         "bytes": _last_where(pc.not_equal(col["bytes"], 0), idx),
         "files": _last_where(pc.not_equal(col["files"], 0), idx),
@@ -241,10 +290,12 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
         return got
 
     last = g["last_max"]
+    # a save whose every event is a side event (none is written so) has none, as in `_fold_one`
+    own = g["own_last_max"]
     details = col["detail"]
     out["run"], out["step"], out["save"] = at("first_min", "run"), at("first_min", "step"), at("first_min", "save")
     out["format"] = [x or "" for x in at("format_max", "format")]
-    out["last_event"] = pc.take(ev, last).to_pylist()
+    out["last_event"] = pc.fill_null(pc.take(ev, own), "").to_pylist()
     out["bytes"] = [x or 0 for x in at("bytes_max", "bytes")]
     out["files"] = [x or 0 for x in at("files_max", "files")]
     out["stored_bytes"] = [x or 0 for x in at("stored_bytes_max", "stored_bytes")]
@@ -257,8 +308,8 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     ]
     out["local_evicted"] = [x is not None for x in pos("evicted_max")]
     out["last_drill_at"], out["last_drill_ok"] = at("drilled_max", "at"), at("drilled_max", "ok")
-    out["updated_at"] = pc.take(col["at"], last).to_pylist()
-    out["detail"] = pc.take(details, last).to_pylist()
+    out["updated_at"] = pc.coalesce(pc.take(col["at"], own), pc.take(col["at"], g["first_min"])).to_pylist()
+    out["detail"] = pc.fill_null(pc.take(details, own), "").to_pylist()
     out["class_since"] = [
         c if c is not None else u for c, u in zip(at("change_max", "at"), out["uploaded_at"], strict=True)
     ]
@@ -299,10 +350,28 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     out["metrics"] = decide("metrics", _metrics, {}, lambda m: m is not None)
     out["fingerprint"] = decide("fingerprint", lambda d: _field(d, "fingerprint"), "", bool)
     out["locked_until"] = decide("locked_until", _locked_until, None, lambda v: v is not None)
-    out["_last_at"] = out["updated_at"]
+    out["replicas"] = _replicas_by_group(col, side, gid, len(out["run"]))
+    out["_last_at"] = pc.take(col["at"], last).to_pylist()
     out["_last_origin"] = pc.take(col[_ORIGIN], last).to_pylist()
     out["_last_row"] = pc.take(col[_ROW], last).to_pylist()
     out["_ids"] = [ids_t["o_list"], ids_t["r_list"]]  # arrow, for a snapshot
+    return out
+
+
+def _replicas_by_group(
+    col: dict[str, Any], side: pa.Array, gid: pa.Array, groups: int
+) -> list[tuple[ReplicaCopy, ...]]:
+    """Each group's `replicas`: its side events, in time order, one at a time as `_fold_into` takes them."""
+    out: list[tuple[ReplicaCopy, ...]] = [()] * groups
+    if not pc.any(side).as_py():
+        return out
+    rows = zip(
+        pc.filter(gid, side).to_pylist(), pc.filter(col["event"], side).to_pylist(),
+        pc.filter(col["detail"], side).to_pylist(), pc.filter(col["at"], side).to_pylist(), strict=True,
+    )  # fmt: skip
+    for g, kind, detail, at in rows:
+        if kind == "replicated":
+            out[g] = _with_copy(out[g], detail, at)
     return out
 
 
@@ -313,4 +382,3 @@ def _states(cols: dict[str, list[Any]]) -> list[CheckpointState]:
     if not cols:
         return []
     return [CheckpointState(*row) for row in zip(*(cols[name] for name in _STATE_FIELDS), strict=True)]
-

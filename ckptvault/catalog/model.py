@@ -14,6 +14,9 @@ EVENT_KINDS = (
 )  # fmt: skip
 # A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
 LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
+# Events about a copy elsewhere, not the save's own life: the fold keeps them in their own field and they
+# never become `last_event` (docs/FORMAT.md, "The copies in the state").
+SIDE_EVENTS = ("replicated",)
 
 
 class CatalogError(CkptvaultError):
@@ -49,6 +52,16 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ReplicaCopy:
+    """A save's copy on a replica, as its last `replicated` event recorded it."""
+
+    store: str  # the replica's name ([[replicas]] name)
+    storage_class: str
+    verified_at: float  # unix s: when the replica's manifest was written
+    retain_until: float | None = None  # unix s: the replica's Object Lock date, when [lock] was on
+
+
+@dataclass(frozen=True)
 class CheckpointState:
     """The fold of one checkpoint's (run, step, save) events in time order."""
 
@@ -81,6 +94,12 @@ class CheckpointState:
     # Object Lock as ckptvault set it (docs/FORMAT.md, "The lock in the state"); the objects' HEADs are the truth.
     locked_until: float | None = None  # unix s: the retain-until date of the save's objects; None: none known
     legal_hold: bool = False  # the last held/released event was `held`
+    replicas: tuple[ReplicaCopy, ...] = ()  # the copies on replicas, in the order first recorded
+
+    @property
+    def copies(self) -> int:
+        """How many stores hold the save: the primary (once verified there, until it expires) and each replica."""
+        return int(self.verified) + len(self.replicas)
 
     @property
     def billed_bytes(self) -> int:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ckptvault.catalog.fold import replicas_column, replicas_from_column
 from ckptvault.catalog.layout import _Part
 from ckptvault.catalog.model import LIFECYCLE_STATES, CatalogError, CheckpointState
 from ckptvault.catalog.snapshot import _ADDED, _STATE_COLUMNS, SNAPSHOT_TAG
@@ -32,6 +33,7 @@ _SCHEMA = pa.schema(
         ("uploaded_at", pa.float64()), ("verified", pa.bool_()), ("last_drill_ok", pa.bool_()),
         ("last_drill_at", pa.float64()), ("superseded", pa.bool_()), ("superseded_reason", pa.string()),
         ("updated_at", pa.float64()), ("locked_until", pa.float64()), ("legal_hold", pa.bool_()),
+        ("replicas", pa.string()),
     ]
 )  # fmt: skip
 _COLUMNS = _SCHEMA.names
@@ -39,7 +41,9 @@ _STATES_JSON = pa.array([json.dumps(s) for s in LIFECYCLE_STATES])
 
 
 def _from_states(states: Sequence[CheckpointState]) -> pa.Table:
-    return pa.table({c: [getattr(s, c) for s in states] for c in _COLUMNS}, schema=_SCHEMA)
+    cols = {c: [getattr(s, c) for s in states] for c in _COLUMNS if c != "replicas"}
+    cols["replicas"] = replicas_column([s.replicas for s in states])  # as a snapshot holds them
+    return pa.table(cols, schema=_SCHEMA)
 
 
 def _snapshot_table(cat: Catalog, keys: Sequence[str]) -> tuple[set[str], pa.Table] | None:
@@ -164,6 +168,28 @@ def _json_bools(a: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.fill_null(pc.if_else(a, "true", "false"), "null")
 
 
+def _copies(t: pa.Table) -> pa.Array:
+    """`CheckpointState.copies`: the primary's (verified) and one per replica; store and class names
+    never hold `[`, so each copy's `["` counts it."""
+    n = pc.count_substring(pc.fill_null(t["replicas"], ""), '["')
+    return pc.add(pc.cast(pc.fill_null(t["verified"], False), pa.int64()), pc.cast(n, pa.int64()))
+
+
+def _json_replicas(a: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """`listing.replica_records` as json.dumps writes it; rows with copies in Python (one per save and
+    replica: a fleet without replicas pays one comparison per row)."""
+    from ckptvault.listing import replica_records
+
+    col = pc.fill_null(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a, "")
+    has = pc.not_equal(col, "")
+    if not pc.any(has).as_py():
+        return pa.array(["[]"] * len(col), pa.string())
+    texts = [json.dumps(replica_records(r)) for r in replicas_from_column(pc.filter(col, has).to_pylist())]
+    out = np.full(len(col), "[]", dtype=object)
+    out[np.flatnonzero(has.to_numpy(zero_copy_only=False))] = texts
+    return pa.array(out, pa.string())
+
+
 def _json_times(a: pa.ChunkedArray | pa.Array) -> pa.Array:
     # `_iso`: gmtime floors to the second; a second-unit timestamp prints no fraction
     # cast to text, not strftime (16x slower): "YYYY-MM-DD HH:MM:SS", then the T and the Z
@@ -191,7 +217,8 @@ def _lines(t: pa.Table) -> pa.Array:
         ("uploaded_at", _json_times(t["uploaded_at"])), ("verified", _json_bools(t["verified"])),
         ("last_drill_ok", _json_bools(t["last_drill_ok"])), ("last_drill_at", _json_times(t["last_drill_at"])),
         ("superseded_reason", _json_strings(reason)), ("locked_until", _json_times(t["locked_until"])),
-        ("legal_hold", _json_bools(t["legal_hold"])),
+        ("legal_hold", _json_bools(t["legal_hold"])), ("copies", _json_ints(_copies(t))),
+        ("replicas", _json_replicas(t["replicas"])),
     ]  # fmt: skip
     parts: list[pa.Array | str] = []
     for i, (name, col) in enumerate(fields):

@@ -222,6 +222,9 @@ _details = st.one_of(
     st.just('{"metrics": 3}'),
     st.just('{"\\u006cocked_until": 7}'),
     st.just('{"\\u006detrics": {"loss": 9}}'),
+    st.sampled_from(
+        ['{"store": "r1", "storage_class": "COLD"}', '{"store": "r2", "retain_until": 9}', '{"store": "r1"}']
+    ),
 )
 stream_events = st.builds(
     Event,
@@ -282,6 +285,10 @@ def _read_old_snapshot(state: CheckpointState, without: tuple[str, ...]) -> Chec
     names = [f.name for f in _SNAPSHOT_SCHEMA if f.name not in without]
     row = {n: getattr(state, n) for n in names if hasattr(state, n)}
     row.update(metrics="{}", _last_at=1.0, _last_origin="k", _last_row=0, _origins=["k"], _rows=[0])
+    if "replicas" in row:
+        from ckptvault.catalog.fold import replicas_column
+
+        row["replicas"] = replicas_column([state.replicas])[0]
     schema = pa.schema([_SNAPSHOT_SCHEMA.field(n) for n in names]).with_metadata(
         {b"schema": SNAPSHOT_TAG, b"ckptvault.covers": b"[]"}
     )
@@ -309,3 +316,37 @@ def test_the_lock_and_the_hold_fold_from_their_events_and_old_snapshots_read_non
     # A snapshot written before the columns: no lock known, no hold.
     old = _read_old_snapshot(one, without=("locked_until", "legal_hold"))
     assert (old.locked_until, old.legal_hold, old.step) == (None, False, 1)
+
+
+def test_copies_fold_from_replicated_events_beside_the_saves_own_life() -> None:
+    from ckptvault import events as ev
+    from ckptvault.catalog import ReplicaCopy
+
+    def copied(at: float, store: str, cls: str, until: float | None = None) -> Event:
+        e = ev.replicated("r", 1, 1, store=store, key="k", nbytes=1, seconds=0.1, storage_class=cls, retain_until=until)
+        return Event(**{**e.__dict__, "at": at})
+
+    evs = [
+        Event("r", 1, "verified", 1.0, bytes=100, storage_class="STANDARD", detail=json.dumps({"locked_until": 50.0})),
+        copied(2.0, "ceph-dr", "COLD", 90.0),
+        copied(3.0, "aws-dr", "DEEP_ARCHIVE"),
+        copied(4.0, "ceph-dr", "COLD", 99.0),  # copied again (a replica bucket recreated): the later one
+        Event("r", 1, "expired", 5.0),
+        copied(6.0, "aws-dr", "GLACIER"),  # recorded after the primary's expiry: the save stays expired
+    ]
+    (s,) = fold(evs)
+    assert s.replicas == (ReplicaCopy("ceph-dr", "COLD", 4.0, 99.0), ReplicaCopy("aws-dr", "GLACIER", 6.0, None))
+    # a side event: the save's own life is untouched (class, lock, last event, lifecycle state)
+    assert (s.last_event, s.state, s.updated_at, s.storage_class, s.locked_until) == (
+        "expired",
+        "expired",
+        5.0,
+        "STANDARD",
+        50.0,
+    )
+    assert s.copies == 2  # expired on the primary: the two replicas hold it
+    (before,) = fold(evs[:4])
+    assert (before.state, before.copies, before.last_event) == ("verified", 3, "verified")
+    # through a snapshot and back, and a snapshot written before the column reads as no copies
+    assert _read_old_snapshot(s, without=()) == s
+    assert _read_old_snapshot(s, without=("replicas",)).replicas == ()

@@ -16,7 +16,7 @@ def test_render_json_is_one_list_a_save_per_line_equal_to_the_records() -> None:
     events = [
         Event("r", 1, "uploaded", 1.7e9, bytes=5, storage_class="STANDARD", created_at=1.7e9 - 3.25),
         Event("r", 1, "verified", 1.7e9 + 1),
-        Event("r\u00e9/\"x", 2, "discovered", 1.7e9 + 2.999),
+        Event('r\u00e9/"x', 2, "discovered", 1.7e9 + 2.999),
         Event("r", 3, "drilled", 1.7e9 + 3, ok=False),
     ]
     states = fold(events)
@@ -63,3 +63,22 @@ def test_an_empty_listing_with_filters_names_them_not_an_empty_catalog() -> None
     assert "no checkpoint save matches --run llama-8b --state verified" in text
     assert "catalog yet" not in text
     assert "`ckptvault ls` without them" in text
+
+
+def test_ls_shows_the_copies_only_where_a_save_has_replicas() -> None:
+    from ckptvault import events as ev
+
+    rep = ev.replicated("r", 2, 1, store="ceph-dr", key="k", nbytes=1, seconds=0.1, storage_class="COLD")
+    states = fold([Event("r", 1, "verified", 1.0, bytes=5), Event("r", 2, "verified", 1.0, bytes=5), rep])
+    one, two = states
+    assert (one.copies, two.copies) == (1, 2)
+    rec = as_record(two)
+    assert rec["copies"] == 2 and rec["last_event"] == "verified"
+    assert rec["replicas"] == [
+        {"store": "ceph-dr", "storage_class": "COLD", "verified_at": _iso(rep.at), "retain_until": None}
+    ]
+    table = render_table(states).splitlines()
+    assert (
+        table[0].endswith("COPIES") and table[2].endswith("2 (primary, ceph-dr)") and table[1].endswith("1 (primary)")
+    )
+    assert "COPIES" not in render_table(states[:1])  # no replica anywhere: the columns of before

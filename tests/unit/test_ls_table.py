@@ -89,7 +89,14 @@ _EVENT = st.builds(
     storage_class=st.sampled_from(["", "STANDARD", "GLACIER"]),
     created_at=st.none() | st.floats(0, 4e9),
     ok=st.none() | st.booleans(),
-    detail=st.sampled_from(["", '{"reason": "x"}', '{"metrics": {"l": 1}}']),
+    detail=st.sampled_from(
+        [
+            "",
+            '{"reason": "x"}',
+            '{"metrics": {"l": 1}}',
+            '{"store": "dr", "storage_class": "COLD", "retain_until": 2e9}',
+        ]
+    ),
     save=st.integers(1, 2),
 )
 
