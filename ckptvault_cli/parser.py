@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ckptvault_cli.commands.catalog import cmd_accept, cmd_catalog_rebuild, cmd_catalog_stats, cmd_ls
+from ckptvault_cli.commands.catalog_compact import cmd_catalog_compact
 from ckptvault_cli.commands.hold import cmd_hold, cmd_release
 from ckptvault_cli.commands.ingest import cmd_ingest
 from ckptvault_cli.commands.replicate import cmd_replicate
@@ -151,4 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = csub.add_parser("stats", parents=[common], help="runs, checkpoints, events, catalog files, bytes per class")
     r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     r.set_defaults(fn=cmd_catalog_stats)
+    r = csub.add_parser(
+        "compact", parents=[common], help="compact every partition of the catalog now (after an upgrade, a new fleet)"
+    )
+    r.add_argument("--runs", nargs="+", metavar="R", help="only these runs' partitions (default: every run)")
+    r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    r.set_defaults(fn=cmd_catalog_compact)
     return p

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -49,10 +50,16 @@ def compact(
     max_partitions: int | None = None,
     max_seconds: float | None = None,
     deletes: bool = True,
+    progress: Callable[[int], Callable[[int], None]] | None = None,
+    workers: int = _COMPACTORS,
 ) -> int:
-    """Migrate the flat layout (up to MIGRATE_FILES files), then compact partitions (of `runs`, or
-    all): merge each one's event files written before `older_than` (unix s) into one and write its
-    snapshot. Returns how many event files were merged or migrated. Stops between partitions after
+    """Migrate the flat layout (up to MIGRATE_FILES files), then compact partitions (of `runs` and of
+    the runs the migration moved, or all; and any listed partition without a snapshot, so that a
+    catalog upgraded from the flat layout or grown by many runs at once reads from snapshots after a
+    few passes, not after the daily tier run has reached every run): merge each one's event files
+    written before `older_than` (unix s) into one and write its snapshot. `progress`, given the number
+    of partitions to compact, returns what is called with 1 as each is done; `workers` partitions at
+    a time. Returns how many event files were merged or migrated. Stops between partitions after
     `max_partitions` or `max_seconds`; what it did not reach waits for the next call. Only files
     listed before the merge are deleted, and only after the merged file and snapshot are written,
     so concurrent appends are never lost (docs/FORMAT.md). With `deletes=False` nothing is deleted,
@@ -61,9 +68,9 @@ def compact(
     listed event file, naming the snapshots it supersedes in its `covers`; the combined snapshot is
     written as usual and the older ones kept."""
     t0 = time.monotonic()
-    done = _migrate(cat) if deletes else 0
+    done, moved = _migrate(cat) if deletes else (0, set[str]())
     cutoff = int(older_than * 1e9)
-    wanted = None if runs is None else set(runs)
+    wanted = None if runs is None else set(runs) | moved
     if wanted is not None and len(wanted) == 1:
         [only] = wanted
         flat, parts, _ = cat._list(only)
@@ -72,9 +79,9 @@ def compact(
         flat, parts, combined = cat._list(None)
     todo = []
     for run, p in parts.items():
-        if wanted is not None and run not in wanted:
-            continue
         old = [k for k in p.events if _key_time_ns(k) < cutoff]
+        if wanted is not None and run not in wanted and (p.snapshots or not old):
+            continue
         if deletes:
             due = len(old) >= 2 or (old and not p.snapshots) or len(p.snapshots) > 1
         else:
@@ -84,11 +91,13 @@ def compact(
             due = fresh and (not p.snapshots or cutoff - newest >= SNAPSHOT_EVERY_SECONDS * 1_000_000_000)
         if due:
             todo.append((len(old), run, old, p.snapshots))
-    todo.sort(key=lambda x: (-x[0], x[1]))  # the partitions with the most files first
+    # the runs asked for first (a time box must not starve them), then the most files first
+    todo.sort(key=lambda x: (wanted is not None and x[1] not in wanted, -x[0], x[1]))
     if max_partitions is not None:
         todo = todo[:max_partitions]
 
     deadline = None if max_seconds is None else t0 + max_seconds
+    tick = progress(len(todo)) if progress is not None else None
 
     def one(item: tuple[int, str, list[str], list[str]]) -> tuple[int, _Piece | None]:
         # the time box, checked as each partition starts: what has not started waits for the next call
@@ -99,10 +108,13 @@ def compact(
             return _compact_part(cat, run, old, snaps) if deletes else _snapshot_part(cat, run, old, snaps)
         except _Vanished:
             return 0, None  # another compaction got there first
+        finally:
+            if tick is not None:
+                tick(1)
 
     # Partitions are independent (each one's keys, merged file and snapshot are its own), so several
     # at once are as safe as one: the crash and race guarantees are per partition (docs/FORMAT.md).
-    with ThreadPoolExecutor(max_workers=_COMPACTORS) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         got = list(pool.map(one, todo))
     done += sum(n for n, _ in got)
     if not flat:  # while flat files remain no reader uses a combined snapshot
@@ -111,6 +123,57 @@ def compact(
         pieces = [p for _, p in got if p is not None]
         _write_combined(cat, pieces, parts if runs is None else None, combined, deadline, deletes=deletes)
     return done
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """What `compact_now` did."""
+
+    passes: int  # compactions run: one, plus one per MIGRATE_FILES files of the flat layout
+    partitions: int  # partitions compacted (one the next pass's migration adds to is counted again)
+    files: int  # event files merged or migrated
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"passes": self.passes, "partitions": self.partitions, "files": self.files,
+                "seconds": round(self.seconds, 3)}  # fmt: skip
+
+
+def compact_now(
+    cat: Catalog,
+    *,
+    runs: Iterable[str] | None = None,
+    progress: Callable[[int], Callable[[int], None]] | None = None,
+    workers: int = _COMPACTORS,
+    clock: Callable[[], float] = time.time,
+) -> Compacted:
+    """Every partition (or those of `runs`) compacted now, not time boxed (`ckptvault catalog compact`):
+    passes of `compact` until the flat layout is gone, then one more for what the last migration moved.
+    Each partition's compaction is whole or not at all (docs/FORMAT.md, "Compaction"), so an interrupted
+    call leaves a catalog that reads the same, and the next call goes on from there."""
+    t0 = time.monotonic()
+    counted = [0]
+
+    def counting(total: int) -> Callable[[int], None]:
+        inner = progress(total) if progress is not None else None
+
+        def tick(n: int) -> None:
+            counted[0] += n
+            if inner is not None:
+                inner(n)
+
+        return tick
+
+    wanted = None if runs is None else sorted(set(runs))
+    passes = files = 0
+    while True:
+        n = compact(cat, clock(), runs=wanted, progress=counting, workers=workers)
+        files, passes = files + n, passes + 1
+        # no flat file left: the partitions hold everything, and are compacted; or nothing moved (a flat
+        # file written since by an older version, listed again: the next call takes it)
+        if n == 0 or not cat._keys():
+            break
+    return Compacted(passes, counted[0], files, time.monotonic() - t0)
 
 
 _Piece = tuple[str, str, bytes]  # a compacted partition's (run, snapshot key, snapshot bytes)
@@ -293,16 +356,19 @@ def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any
     return cols
 
 
-def _migrate(cat: Catalog) -> int:
-    """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md)."""
+def _migrate(cat: Catalog) -> tuple[int, set[str]]:
+    """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md): how many,
+    and the runs whose partitions received events."""
     # Compat: reads the flat layout before partitions; may go: never, an older writer may still add to it
     flat = sorted(cat._keys())[:MIGRATE_FILES]
     if not flat:
-        return 0
+        return 0, set()
     t = _concat(cat._read_tables(flat))
+    moved: set[str] = set()
     if t is not None:
         t = _full(t)
-        for r in pc.unique(t["run"]).to_pylist():
+        moved = set(pc.unique(t["run"]).to_pylist())
+        for r in sorted(moved):
             part = t.filter(pc.equal(t["run"], r))
             ns = max(_key_time_ns(o) for o in pc.unique(part[_ORIGIN]).to_pylist())
             cat.store.put_bytes(
@@ -314,7 +380,7 @@ def _migrate(cat: Catalog) -> int:
             _set_aside(cat, k)
         else:
             cat.store.delete(k)
-    return len(flat)
+    return len(flat), moved
 
 
 def _set_aside(cat: Catalog, key: str) -> None:

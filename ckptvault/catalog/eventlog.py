@@ -275,11 +275,22 @@ class Catalog:
         max_partitions: int | None = None,
         max_seconds: float | None = None,
         deletes: bool = True,
+        progress: Callable[[int], Callable[[int], None]] | None = None,
     ) -> int:
         """See `ckptvault.catalog.compaction.compact`."""
         return compaction.compact(
-            self, older_than, runs=runs, max_partitions=max_partitions, max_seconds=max_seconds, deletes=deletes
-        )
+            self, older_than, runs=runs, max_partitions=max_partitions, max_seconds=max_seconds, deletes=deletes,
+            progress=progress,
+        )  # fmt: skip
+
+    def compact_now(
+        self,
+        runs: Iterable[str] | None = None,
+        progress: Callable[[int], Callable[[int], None]] | None = None,
+        workers: int = compaction._COMPACTORS,
+    ) -> compaction.Compacted:
+        """See `ckptvault.catalog.compaction.compact_now`."""
+        return compaction.compact_now(self, runs=runs, progress=progress, workers=workers)
 
     def rebuild_from_manifests(
         self,

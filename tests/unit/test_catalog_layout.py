@@ -152,3 +152,88 @@ def test_the_flat_layout_is_read_then_migrated_once() -> None:
     for k in flat:  # as if the migration died before its deletes: each event still counts once
         store.objects[k] = saved[k]
     assert cat.current() == expected and [e.event for e in cat.events("a")] == [e.event for e in evs[:5]]
+
+
+def _flat_fleet(store: MemStore, runs: int, steps: int) -> list[Event]:
+    """A catalog written before partitions: every event of `runs` runs in the flat layout, a file each
+    step (as ingests before partitions wrote them)."""
+    evs = []
+    base = time.time_ns() - 10**10
+    for r in range(runs):
+        for s in range(steps):
+            life = _life(f"run-{r}", s, float(r * 100 + s * 10))
+            evs += life
+            store.put_bytes(
+                f"p/_catalog/events/{base + r * steps + s:020d}-{r:016x}{s:016x}.parquet", encode_events(life)
+            )
+    return evs
+
+
+def _reads_from_snapshots(cat: Catalog) -> bool:
+    """Whether a read of every run is the combined snapshot alone: every partition compacted."""
+    runs, parts, flat, comb = cat._partitions(None)
+    return not flat and comb is not None and all(comb.covers(r, parts[r]) for r in runs)
+
+
+def test_the_pass_that_migrates_a_run_snapshots_it_and_the_combined_follows() -> None:
+    # an ingest compacts its own runs; after the flat layout is gone every run reads from a snapshot,
+    # not only the ingest's (a fleet upgraded from the flat layout, issue [V])
+    store = MemStore()
+    evs = _flat_fleet(store, runs=12, steps=3)
+    cat = _cat(store)
+    cat.compact(time.time(), runs=["run-0"], max_seconds=60)
+    assert not any(k.startswith("p/_catalog/events/") for k in store.objects)
+    assert _reads_from_snapshots(cat)
+    assert cat.current() == fold_python(evs)
+
+
+def test_a_partition_without_a_snapshot_is_compacted_by_any_pass_that_lists_it() -> None:
+    # a time-boxed pass that did not reach every migrated run leaves some without a snapshot: the next
+    # pass of another run's ingest takes them
+    store = MemStore()
+    evs = _flat_fleet(store, runs=6, steps=2)
+    cat = _cat(store)
+    cat.compact(time.time(), runs=["run-0"], max_partitions=2)
+    assert not _reads_from_snapshots(cat)
+    cat.compact(time.time(), runs=["run-0", "run-1"])
+    assert _reads_from_snapshots(cat) and cat.current() == fold_python(evs)
+
+
+def test_compact_now_passes_until_the_flat_layout_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ckptvault.catalog import compaction
+
+    monkeypatch.setattr(compaction, "MIGRATE_FILES", 7)  # 24 flat files: four passes of migration
+    store = MemStore()
+    evs = _flat_fleet(store, runs=8, steps=3)
+    cat = _cat(store)
+    seen: list[int] = []
+    done = cat.compact_now(progress=lambda n: seen.append(n) or (lambda k: None))
+    # a partition the next pass's migration adds to is compacted again, and counted again
+    assert done.passes == 4 and done.files >= 24 and done.partitions == sum(seen) >= 8
+    assert _reads_from_snapshots(cat) and cat.current() == fold_python(evs)
+    again = cat.compact_now()
+    assert (again.passes, again.partitions, again.files) == (1, 0, 0)  # nothing left to do
+
+
+def test_compact_now_interrupted_half_way_then_rerun_loses_and_doubles_nothing() -> None:
+    store = MemStore()
+    evs = _flat_fleet(store, runs=10, steps=2)
+    cat = _cat(store)
+    cat.append([Event("run-3", 7, "drilled", 9e9, ok=False)])  # a partition with events beside the flat ones
+    want = fold_python([*evs, Event("run-3", 7, "drilled", 9e9, ok=False)])
+    ticks = [0]
+
+    def stop_after_four(total: int) -> Any:
+        def tick(n: int) -> None:
+            ticks[0] += n
+            if ticks[0] == 4:
+                raise KeyboardInterrupt  # Ctrl-C as the fourth partition finishes
+
+        return tick
+
+    with pytest.raises(KeyboardInterrupt):
+        cat.compact_now(progress=stop_after_four, workers=1)
+    assert cat.current() == want  # half-compacted reads the same
+    cat.compact_now(runs=None)
+    assert _reads_from_snapshots(cat) and cat.current() == want
+    assert sorted(e.event for e in cat.events()) == sorted(e.event for e in [*evs, Event("run-3", 7, "drilled", 1.0)])
