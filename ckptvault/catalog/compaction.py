@@ -114,8 +114,15 @@ def compact(
 
     # Partitions are independent (each one's keys, merged file and snapshot are its own), so several
     # at once are as safe as one: the crash and race guarantees are per partition (docs/FORMAT.md).
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    try:
         got = list(pool.map(one, todo))
+    except BaseException:
+        # Ctrl-C (or a partition's error): the partitions not started are not started; those running
+        # finish whole, so what is left is a catalog the next call goes on from
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown()
     done += sum(n for n, _ in got)
     if not flat:  # while flat files remain no reader uses a combined snapshot
         if combined is None:
