@@ -11,6 +11,7 @@ EVENT_KINDS = (
     "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
     "restore_requested", "restored", "drilled", "expired", "accepted", "warned",
     "superseded", "transition_scheduled", "evict_skipped", "held", "released", "locked", "replicated",
+    "scrubbed", "repaired",
 )  # fmt: skip
 # A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
 LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
