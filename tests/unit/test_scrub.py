@@ -293,3 +293,11 @@ def test_the_default_sample_covers_every_save_within_cover_runs_scrubs() -> None
             ))  # fmt: skip
             seen.add(s.key)
     assert seen == {s.key for s in states}
+
+
+def test_a_sample_under_one_is_exit_2_before_any_store_is_opened(capsys: pytest.CaptureFixture[str]) -> None:
+    from ckptvault_cli.main import main
+
+    assert main(["--config", "/nonexistent.toml", "scrub", "--sample", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--sample must be at least 1 (saves per scrub), got 0" in err and "Traceback" not in err
