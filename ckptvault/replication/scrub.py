@@ -350,8 +350,13 @@ def select(
     states: Sequence[CheckpointState], past: dict[Key, History], stores: Sequence[str], sample: int | None
 ) -> Selection:
     """This scrub's saves (see the module's docstring): every save whose last scrub on one of `stores`
-    left a problem, then `sample` (None: default_sample) from the queue. Deterministic."""
+    left a problem, then `sample` (None: default_sample) from the queue. Without the primary among
+    `stores`, only the saves a `replicated` event names one of them for. Deterministic."""
     able = sorted((s for s in states if is_scrubbable(s)), key=lambda s: s.key)
+    if PRIMARY not in stores:
+        # replicas only: the saves a `replicated` event puts there (the others would never be recorded
+        # scrubbed on them, and would wait at the front of the queue forever)
+        able = [s for s in able if (h := past.get(s.key)) is not None and h.replicated & set(stores)]
     share = default_sample(len(able)) if sample is None else sample
     if share < 1:
         raise InvalidArgumentError(f"--sample must be at least 1, got {share}")

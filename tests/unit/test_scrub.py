@@ -276,6 +276,8 @@ def test_the_rotation_takes_never_scrubbed_first_then_least_recent_and_rechecks_
     assert (got.scrubbable, got.sample, got.window) == (6, 3, 2)
     assert select(states, past, ["primary"], 5).queued[3:] == (("r", 1, 1), ("r", 0, 1))  # least recent first
     assert select(states, {}, ["primary"], None).sample == 1 == math.ceil(6 / COVER_RUNS)
+    on_dr = {("r", 3, 1): History({}, {}, frozenset({"dr"}))}
+    assert [s.key for s in select(states, on_dr, ["dr"], 3).chosen] == [("r", 3, 1)]  # what dr was given
     with pytest.raises(InvalidArgumentError, match="--sample must be at least 1"):
         select(states, {}, ["primary"], 0)
 
