@@ -2,19 +2,33 @@
 (docs/FORMAT.md, "Scrub and repair"): an object overwritten on the primary with other bytes of the same
 size is named (store, save, path, why) with exit 1, repaired from the replica, and a second scrub is
 clean with the object's bytes the replica's; an object deleted on the replica is found and repaired
-from the primary. One ingest and one replicate for all of it."""
+from the primary. One ingest and one replicate for all of it. And on SeaweedFS with Object Lock (the
+library, no CLI): a corrupt object whose current version is locked is repaired as a new version,
+locked in its turn, every older version left where it was."""
 
 from __future__ import annotations
 
 import json
+import random
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ckptvault import events
+from ckptvault.catalog import Catalog
+from ckptvault.checksum import crc32c_update, to_b64
+from ckptvault.config import LockConfig, ReplicaConfig
+from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.replication import replicate
+from ckptvault.replication.scrub import PRIMARY, Copy
+from ckptvault.replication.scrub_pass import run_scrub
+from ckptvault.store import Retention
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
+from tests.integration.store_backends import server_store
 
 MiB = 2**20
 
@@ -87,3 +101,42 @@ def test_scrub_names_a_corrupt_object_repair_fixes_it_from_the_other_copy_and_a_
 
     assert main(["--config", cfg, "scrub", "--replica", "nope"]) == 2
     assert "no [[replicas]] entry is named 'nope'" in capsys.readouterr().err
+
+
+def test_repair_of_a_locked_object_writes_a_new_locked_version_and_leaves_the_old_ones(
+    seaweedfs: Any, locked_bucket: Any, bucket_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    primary = server_store(seaweedfs, locked_bucket(seaweedfs), monkeypatch, prefix="ck")
+    replica = server_store(seaweedfs, bucket_factory(seaweedfs), monkeypatch, prefix="dr")
+    lock = Retention("GOVERNANCE", datetime.now(UTC).replace(microsecond=0) + timedelta(days=1))
+    src = checkpoint_prefix("ck", "r1", 10)
+    rng = random.Random(1)
+    files = []
+    for name, size in (("model.bin", 6 * MiB), ("config.json", 3000)):
+        data = rng.randbytes(size)
+        primary.with_retention(lock).put_bytes(src + name, data)
+        files.append(FileEntry(name, size, 1.0, to_b64(crc32c_update(data))))
+    m = Manifest("r1", 10, "hf", tuple(files), 1.0, 2.0, "/hot/r1/step-10")
+    primary.with_retention(lock).put_bytes(src + MANIFEST_NAME, m.to_json())
+    catalog = Catalog(primary, "ck")
+    catalog.append([events.verified(m)])
+    dr = ReplicaConfig(name="dr", bucket=replica.bucket, prefix="dr")
+    assert len(replicate(primary, "ck", replica, dr, catalog.current(), LockConfig(), catalog=catalog).copied) == 1
+    client, key = seaweedfs.client(), src + "config.json"
+    # other bytes as a new version, itself locked: the repair meets a locked current version
+    client.put_object(Bucket=primary.bucket, Key=key, Body=bytes(3000))
+    client.put_object_retention(
+        Bucket=primary.bucket, Key=key, Retention={"Mode": "GOVERNANCE", "RetainUntilDate": lock.until}
+    )
+    before = {v["VersionId"] for v in client.list_object_versions(Bucket=primary.bucket, Prefix=key)["Versions"]}
+    copies = [Copy(PRIMARY, primary, "ck"), Copy("dr", replica, "dr")]
+
+    report = run_scrub(copies, [PRIMARY, "dr"], catalog.current(), catalog.events(), repair=True, catalog=catalog)
+
+    assert report.ok and [(r.store, r.path, r.source) for r in report.repairs] == [("primary", "config.json", "dr")]
+    versions = client.list_object_versions(Bucket=primary.bucket, Prefix=key)["Versions"]
+    assert len(before) == 2 and before < {v["VersionId"] for v in versions} and len(versions) == 3
+    head = client.head_object(Bucket=primary.bucket, Key=key)
+    assert (head["ObjectLockMode"], head["ObjectLockRetainUntilDate"]) == ("GOVERNANCE", lock.until)
+    assert primary.get_bytes(key) == replica.get_bytes(checkpoint_prefix("dr", "r1", 10) + "config.json")
+    assert run_scrub(copies, [PRIMARY, "dr"], catalog.current(), catalog.events(), sample=1).ok
