@@ -232,6 +232,25 @@ def test_a_replica_that_lost_its_manifest_is_reported_and_repaired_last() -> Non
     assert replica.get_bytes(DST + MANIFEST_NAME) == raw
 
 
+def test_a_manifest_that_differs_or_does_not_parse_is_rewritten_from_the_readable_one() -> None:
+    primary, replica, catalog, copies = _setup()
+    raw = primary.get_bytes(SRC + MANIFEST_NAME)
+    primary.put_bytes(SRC + MANIFEST_NAME, b"{not json")  # the primary's own is the one gone bad
+    replica.put_bytes(DST + "optim.bin", b"x" * 4000)
+
+    report = _scrub(catalog, copies, repair=True)
+
+    p, dr = report.saves[0].copies
+    assert [(x.path, x.kind) for x in p.problems] == [(MANIFEST_NAME, "unreadable")]
+    assert [(x.path, x.kind) for x in dr.problems] == [("optim.bin", "crc")]  # checked against the replica's
+    assert report.ok and p.repaired == [MANIFEST_NAME] and dr.repaired == ["optim.bin"]
+    assert primary.get_bytes(SRC + MANIFEST_NAME) == raw
+    replica.put_bytes(DST + MANIFEST_NAME, raw + b" ")
+    again = _scrub(catalog, copies, repair=True)
+    assert [(x.path, x.kind) for x in again.saves[0].copies[1].problems] == [(MANIFEST_NAME, "manifest differs")]
+    assert again.ok and replica.get_bytes(DST + MANIFEST_NAME) == raw
+
+
 def test_a_replica_that_never_held_the_save_is_not_checked() -> None:
     _, _, catalog, copies = _setup()
     other = MemoryStore("other", transfer=TRANSFER)
