@@ -263,3 +263,42 @@ def replicated(
     detail = _detail(store=store, key=key, bytes=nbytes, seconds=round(seconds, 3), storage_class=storage_class, **lock)
     return Event(run=run, step=step, save=save, event="replicated", at=time.time(), detail=detail,
                  flow_run=flow_run)  # fmt: skip
+
+
+def scrubbed(
+    run: str,
+    step: int,
+    save: int,
+    *,
+    store: str,
+    ok: bool,
+    objects: int,
+    read: int,
+    size_only: int,
+    found: int,
+    repaired: int,
+    problems: Sequence[str],
+    flow_run: str = "",
+) -> Event:
+    """`ckptvault scrub` checked every object of a save on one copy (docs/FORMAT.md, "Scrub and repair"):
+    `ok` nothing is wrong there now; `problems` what is left (the first MAX_SCRUB_PROBLEMS)."""
+    detail = _detail(
+        store=store, ok=ok, objects=objects, read=read, size_only=size_only, found=found, repaired=repaired,
+        problems=list(problems)[:MAX_SCRUB_PROBLEMS],
+    )  # fmt: skip
+    return Event(run=run, step=step, save=save, event="scrubbed", at=time.time(), ok=ok, detail=detail,
+                 flow_run=flow_run)  # fmt: skip
+
+
+# A save with a thousand shards all missing on a lost replica says so in its scrub's report; the event
+# keeps the first few and the count (`found`).
+MAX_SCRUB_PROBLEMS = 20
+
+
+def repaired(
+    run: str, step: int, save: int, *, store: str, path: str, source: str, why: str, nbytes: int, flow_run: str = ""
+) -> Event:
+    """`scrub --repair` rewrote one object of a save on copy `store` from copy `source`."""
+    detail = _detail(store=store, path=path, **{"from": source}, why=why, bytes=nbytes)
+    return Event(run=run, step=step, save=save, event="repaired", at=time.time(), detail=detail,
+                 flow_run=flow_run)  # fmt: skip

@@ -10,6 +10,7 @@ from ckptvault_cli.commands.hold import cmd_hold, cmd_release
 from ckptvault_cli.commands.ingest import cmd_ingest
 from ckptvault_cli.commands.replicate import cmd_replicate
 from ckptvault_cli.commands.restore import cmd_drill, cmd_restore
+from ckptvault_cli.commands.scrub import cmd_scrub
 from ckptvault_cli.commands.serve import cmd_serve
 from ckptvault_cli.commands.tiering import cmd_plan, cmd_tier, cmd_watch
 
@@ -120,6 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replica", metavar="NAME", help="only the [[replicas]] entry with this name (default: every one)")
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_replicate)
+
+    s = sub.add_parser(
+        "scrub", parents=[common], help="check every object of a rotating sample of saves on every copy (no Prefect)"
+    )
+    s.add_argument(
+        "--sample", type=int, metavar="N",
+        help="saves to check besides those a scrub left a problem in (default: enough that every save is "
+        "checked within 7 scrubs)",
+    )  # fmt: skip
+    s.add_argument("--repair", action="store_true", help="rewrite each missing or bad object from a good copy")
+    s.add_argument("--replica", metavar="NAME", help="check only this copy (a [[replicas]] name, or primary)")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    s.set_defaults(fn=cmd_scrub)
 
     s = sub.add_parser("accept", parents=[common], help="release a quarantined (invalid) checkpoint after review")
     s.add_argument("run", help="the run name (see `ckptvault ls --state invalid`)")

@@ -96,9 +96,9 @@ def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
         until = _locked_until(e.detail)
         if until is not None:
             s["locked_until"] = until
-        if e.event in SIDE_EVENTS:
+        if e.event == "replicated":
             s["replicas"] = _with_copy(s["replicas"], e.detail, e.at)
-        else:
+        if e.event not in SIDE_EVENTS:
             s["last_event"], s["updated_at"], s["detail"] = e.event, e.at, e.detail
     return CheckpointState(**s)
 

@@ -11,12 +11,13 @@ EVENT_KINDS = (
     "discovered", "invalid", "uploaded", "verified", "evicted_local", "transitioned",
     "restore_requested", "restored", "drilled", "expired", "accepted", "warned",
     "superseded", "transition_scheduled", "evict_skipped", "held", "released", "locked", "replicated",
+    "scrubbed", "repaired",
 )  # fmt: skip
 # A checkpoint's lifecycle state (`CheckpointState.state`), derived from its events; see `_lifecycle`.
 LIFECYCLE_STATES = ("pending", "invalid", "accepted", "verified", "suspect", "superseded", "expired")
 # Events about a copy elsewhere, not the save's own life: the fold keeps them in their own field and they
 # never become `last_event` (docs/FORMAT.md, "The copies in the state").
-SIDE_EVENTS = ("replicated",)
+SIDE_EVENTS = ("replicated", "scrubbed", "repaired")
 
 
 class CatalogError(CkptvaultError):
