@@ -119,8 +119,14 @@ def main() -> None:
     ap.add_argument("--day-saves", type=int, default=6, help="seaweedfs only: new saves per run in a day")
     ap.add_argument("--json", type=Path, help="seaweedfs only: the results as JSON")
     ap.add_argument("--keep-logs", action="store_true", help="seaweedfs only: keep the logs in bench/.catalog-logs")
+    ap.add_argument("--upgrade", action="store_true",
+                    help="seaweedfs only: the catalog right after an upgrade from the flat layout")  # fmt: skip
     a = ap.parse_args()
-    if a.store == "seaweedfs":
+    if a.store == "seaweedfs" and a.upgrade:
+        from catalog_fleet import upgrade_main
+
+        upgrade_main(a)
+    elif a.store == "seaweedfs":
         from catalog_fleet import fleet_main
 
         fleet_main(a)

@@ -82,6 +82,92 @@ def build(cfg_path: Path, runs: int, ckpts: int) -> dict[str, float]:
     return {"append_s": t1 - t0, "compact_s": t2 - t1}
 
 
+def build_flat(cfg_path: Path, runs: int, ckpts: int) -> float:
+    """A catalog as versions before partitions wrote it: every event in the flat `_catalog/events/`, a
+    file per run (RUNS files, 5 x CKPTS events each), written 8 at a time; returns the seconds."""
+    from bench.catalog import _life
+    from ckptvault.catalog import encode_events
+
+    store, prefix = _store(cfg_path)
+    base = time.time_ns() - 10**12
+    t0 = time.perf_counter()
+
+    def one(r: int) -> None:
+        run = _run_name(r)
+        evs = [e for s in range(ckpts) for e in _life(run, s * 100, 1.7e9 + r * 1e5 + s * 10)]
+        store.put_bytes(f"{prefix}/_catalog/events/{base + r:020d}-{r:032x}.parquet", encode_events(evs))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(runs)))
+    return time.perf_counter() - t0
+
+
+def _flat_left(cfg_path: Path) -> int:
+    store, prefix = _store(cfg_path)
+    return sum(1 for _ in store.list(f"{prefix}/_catalog/events/"))
+
+
+def upgrade_main(a: argparse.Namespace) -> None:
+    """The catalog right after an upgrade (issue [V]): RUNS x CKPTS x 5 events in the flat layout, then
+    (1) the ingest passes of one run (`compact(runs=[R], max_seconds=60)`, as the ingest flow calls it)
+    until no flat file is left, then `ls --json` and `ls --run R --json`; (2) the same catalog written
+    afresh under another prefix, one `ckptvault catalog compact`, then `ls --json`."""
+    scratch: Path = paths.BENCH / f".scratch-catalog-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "logs").mkdir(parents=True)
+    log = scratch / "logs" / "catalog.log"
+    server = servers.Server("seaweedfs", scratch, 8 * units.GiB)
+    os.environ.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
+                      AWS_REGION=server.region, AWS_EC2_METADATA_DISABLED="true")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
+    env["PYTHONPATH"] = str(paths.REPO)
+    ckv = str(paths.VENV_BIN / "ckptvault")
+    py = [sys.executable, str(Path(__file__).resolve())]
+    res: dict[str, Any] = {"runs": a.runs, "ckpts": a.ckpts, "events": a.runs * a.ckpts * 5, "rows": {}}
+    rows = res["rows"]
+    one = _run_name(a.runs // 2)
+    try:
+        server.up()
+        bucket.s3_client(server).create_bucket(Bucket=bucket.BUCKET)
+        cfg = _config(scratch / "upgrade.toml", server, "upgrade")
+        res["flat_write_s"] = build_flat(cfg, a.runs, a.ckpts)
+        measure.log(f"flat layout: {a.runs} files, {res['events']} events in {res['flat_write_s']:.1f} s")
+        passes: list[dict[str, Any]] = []
+        while _flat_left(cfg):
+            passes.append(_measure([*py, "child", "compact-runs", str(cfg), one], env, log, 1))
+            measure.log(f"ingest pass {len(passes)}: {passes[-1]}")
+        res["ingest_passes"] = len(passes)
+        rows[f"the ingest passes that migrate it ({len(passes)}), together"] = {
+            "seconds": sum(p["seconds"] for p in passes), "all_seconds": [p["seconds"] for p in passes],
+            "max_rss_mib": max(p["max_rss_mib"] for p in passes),
+            "in_process_seconds": sum(p["in_process_seconds"] or 0 for p in passes),
+        }  # fmt: skip
+        full = scratch / "ls.json"
+        with full.open("wb") as f:
+            subprocess.run([ckv, "--config", str(cfg), "ls", "--json"], env=env, stdout=f, check=True)
+        listed = len(json.loads(full.read_bytes()))
+        assert listed == a.runs * a.ckpts, listed
+        full.unlink()
+        base = [ckv, "--config", str(cfg)]
+        rows["ls --json, after the passes"] = _measure([*base, "ls", "--json"], env, log, a.reps, Path(os.devnull))
+        rows["ls --run R --json, after the passes"] = _measure([*base, "ls", "--run", one, "--json"], env, log, a.reps)
+        cfg2 = _config(scratch / "upgrade2.toml", server, "upgrade2")
+        build_flat(cfg2, a.runs, a.ckpts)
+        rows["catalog compact (the same flat layout)"] = _measure(
+            [ckv, "--config", str(cfg2), "catalog", "compact", "--json"], env, log, 1)  # fmt: skip
+        assert _flat_left(cfg2) == 0
+        rows["ls --json, after catalog compact"] = _measure([ckv, "--config", str(cfg2), "ls", "--json"], env, log,
+                                                            a.reps, Path(os.devnull))  # fmt: skip
+        for name, row in rows.items():
+            measure.log(f"{name}: {row}")
+    finally:
+        server.down()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(render(res))
+    if a.json:
+        a.json.write_text(json.dumps({"cpus": os.cpu_count(), **res}, indent=1))
+
+
 def day(cfg_path: Path, runs: int, ckpts: int, saves: int, first: int = 0, tier: bool = True) -> int:
     """A day's events in every run, appended as the flows append them; returns how many files."""
     from ckptvault.catalog import Catalog, Event
