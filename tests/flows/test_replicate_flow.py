@@ -7,7 +7,8 @@ is tests/integration/test_replicate_cli.py's). One ingest, then three flow runs:
    Slack gets one replicate_failed alert per replica naming it and the save (and no flow_failed on top);
 2. the object repaired: the rerun copies step 200 only, and every object on each replica is the
    primary's, key for key;
-3. nothing new: the run copies nothing and its artifact says so."""
+3. nothing new: the run copies nothing and its artifact says so;
+then one replica by name, an unknown name (Failed, naming it) and a config without replicas (nothing to do)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,12 @@ def test_replicate_flow_one_task_run_per_replica_artifact_alerts_then_a_rerun_co
     assert "| dr | 0 | 2 | 0 | 0 | 0 (0 B) | 0.0 | 0 |" in md and "| dr2 | 0 | 2 | 0 | 0 | 0 (0 B) | 0.0 | 0 |" in md
     assert "### Saves copied" not in md
     assert len(slack.delivered()) == 2  # no alert from a run that copied everything it had to
+
+    # one replica by name; an unknown name fails the run naming it; a config without replicas does nothing
+    state = replicate(replica="dr2", config_path=str(cfg), return_state=True)
+    assert state.is_completed() and [p.replica for p in state.result().passes] == ["dr2"]
+    state = replicate(replica="nope", config_path=str(cfg), return_state=True)
+    assert state.is_failed() and "no [[replicas]] entry is named 'nope' (configured: dr, dr2)" in str(state.message)
+    bare = write_config(tmp_path / "bare.toml", seaweedfs, primary, [("r", root, "hf")])
+    state = replicate(config_path=str(bare), return_state=True)
+    assert state.is_completed() and state.result() == ReplicateResult()
