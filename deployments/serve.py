@@ -1,4 +1,4 @@
-"""Re-exports ckptvault_prefect/deployments/serve.py; `python -m deployments.serve` serves the five."""
+"""Re-exports ckptvault_prefect/deployments/serve.py; `python -m deployments.serve` serves the six."""
 
 from ckptvault_prefect.deployments.serve import *  # noqa: F403
 from ckptvault_prefect.deployments.serve import serve_all

@@ -27,6 +27,7 @@ from ckptvault.alerts.messages_stages import evict_skipped as evict_skipped
 from ckptvault.alerts.messages_stages import ingest_failed as ingest_failed
 from ckptvault.alerts.messages_stages import legal_hold as legal_hold
 from ckptvault.alerts.messages_stages import lock_drift as lock_drift
+from ckptvault.alerts.messages_stages import replicate_failed as replicate_failed
 from ckptvault.alerts.messages_stages import restore_completed as restore_completed
 from ckptvault.alerts.messages_stages import restore_failed as restore_failed
 from ckptvault.alerts.messages_stages import tier_applied as tier_applied
@@ -52,5 +53,6 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "catalog_unreadable": catalog_unreadable,
     "legal_hold": legal_hold,
     "lock_drift": lock_drift,
+    "replicate_failed": replicate_failed,
 }
 assert tuple(BUILDERS) == KINDS

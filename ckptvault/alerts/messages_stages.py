@@ -245,3 +245,32 @@ def lock_drift(run: str, step: int, save: int, problems: Sequence[str], flow_run
         flow_run_url=flow_run_url,
         reason=f"step={step},save={save}," + ",".join(problems)[:500],
     )
+
+
+def replicate_failed(
+    replica: str, run: str, step: int | None, save: int | None, error: str, flow_run_url: str | None = None
+) -> Alert:
+    """A save the replicate flow did not copy to `replica` (it stays uncommitted there), or, with
+    run ALL_RUNS and no step, a replica's whole pass that stopped (every retry of its task failed)."""
+    whole = run == ALL_RUNS
+    what = (
+        f"Replicate to replica {replica} stopped"
+        if whole
+        else f"Copy of {run} step {step} save {save} to replica {replica} FAILED"
+    )
+    return Alert(
+        kind="replicate_failed",
+        run=run,
+        step=step,
+        summary=f"{what}: the replica does NOT hold {'the saves it had not reached' if whole else 'this save'}",
+        details=[f"Error: {error}"],
+        next_step=(
+            "The primary's copy is untouched. If the error says the primary's bytes are not the manifest's, the "
+            "primary's object is damaged: check it with `ckptvault restore` into scratch before anything else. "
+            f"Otherwise fix the cause (replica reachable? its credentials profile? its bucket?) and run `ckptvault "
+            f"replicate --replica {replica}`, or wait for the next hourly run: objects already copied are kept."
+        ),
+        severity="error",
+        flow_run_url=flow_run_url,
+        reason=f"replica={replica}" + ("" if whole else f",step={step},save={save}"),
+    )

@@ -58,6 +58,20 @@ class ReplicatedSave:
         }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class FailedSave:
+    """A save this pass did not copy (it stays uncommitted on the replica), and why."""
+
+    run: str
+    step: int
+    save: int
+    error: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.run} step {self.step} save {self.save}"
+
+
 @dataclass
 class ReplicaPass:
     """What one pass did for one replica."""
@@ -65,7 +79,12 @@ class ReplicaPass:
     replica: str
     copied: list[ReplicatedSave] = field(default_factory=list)
     present: int = 0  # wanted saves the replica already held
-    failed: dict[str, str] = field(default_factory=dict)  # "run step N save K" -> why (the save stays uncommitted)
+    failures: list[FailedSave] = field(default_factory=list)
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Each save not copied, `run step N save K` -> why (the --json document's `failed`)."""
+        return {f.label: f.error for f in self.failures}
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -89,7 +108,7 @@ def replicate(
 ) -> ReplicaPass:
     """Copy each of `saves` (ckptvault.tiering.replica_selection.wanted's choice) that the replica does
     not hold. A save that fails (a primary object whose bytes are not the manifest's, an error of either
-    store) is left uncommitted and named in `failed`; the others go on. `catalog`: the primary's, where
+    store) is left uncommitted and named in `failures`; the others go on. `catalog`: the primary's, where
     each committed save's `replicated` event goes (None: nothing recorded)."""
     out = ReplicaPass(replica.name)
     for s in saves:
@@ -100,7 +119,7 @@ def replicate(
         try:
             done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock)
         except CkptvaultError as e:
-            out.failed[f"{s.run} step {s.step} save {s.save}"] = str(e)
+            out.failures.append(FailedSave(s.run, s.step, s.save, str(e)))
             continue
         out.copied.append(done)
         if catalog is not None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from ckptvault_cli.commands.replicate import _open_replica
 from ckptvault_cli.output import emit_json, say
 from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, UsageError, preflight_store
 
@@ -38,6 +37,7 @@ def _print(s: SaveScrub) -> None:
 
 def cmd_scrub(args: argparse.Namespace) -> int:
     from ckptvault.catalog import Catalog
+    from ckptvault.replication.replicas import ReplicaUnusable, open_replica
     from ckptvault.replication.scrub import PRIMARY, Copy
     from ckptvault.replication.scrub_pass import run_scrub
 
@@ -54,7 +54,10 @@ def cmd_scrub(args: argparse.Namespace) -> int:
     # is read, each being a repair's source; with --replica NAME only the primary and that one
     wanted = [r for r in cfg.replicas if args.replica in (None, PRIMARY, r.name)]
     copies = [Copy(PRIMARY, primary, cfg.store.prefix)]
-    copies += [Copy(r.name, _open_replica(cfg, r), r.prefix) for r in wanted]
+    try:
+        copies += [Copy(r.name, open_replica(r, cfg.lock), r.prefix) for r in wanted]
+    except ReplicaUnusable as e:
+        raise UsageError(str(e)) from None
     checked = [c.name for c in copies] if args.replica is None else [args.replica]
     catalog = Catalog(primary, cfg.store.prefix)
     report = run_scrub(

@@ -44,6 +44,7 @@ UI_SCHEDULES: dict[str, str | None] = {
     "tier": "At 03:30 AM every day",
     "drill": "At 05:00 AM, only on Sunday",
     "watch": "Hourly",
+    "replicate": "Hourly",
     "restore": None,
 }
 PREFECT_CLI = str(Path(sys.executable).parent / "prefect")
@@ -147,7 +148,7 @@ def stack(seaweedfs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         print("\n" + "\n".join(f"  {k}: {v:.1f} s" for k, v in timings.items()))
 
 
-def test_deploy_all_creates_five_scheduled_deployments_on_the_pool(stack: Stack) -> None:
+def test_deploy_all_creates_six_scheduled_deployments_on_the_pool(stack: Stack) -> None:
     deployments = {d["name"]: d for d in stack.server.deployments()}
     assert set(deployments) == set(UI_SCHEDULES)
     assert {d["work_pool_name"] for d in deployments.values()} == {"ckptvault"}
@@ -159,6 +160,7 @@ def test_deploy_all_creates_five_scheduled_deployments_on_the_pool(stack: Stack)
     sched = {n: [s["schedule"] for s in d["schedules"]] for n, d in deployments.items()}
     assert [s["interval"] for s in sched["ingest"]] == [600.0]
     assert [s["interval"] for s in sched["watch"]] == [3600.0]
+    assert [s["interval"] for s in sched["replicate"]] == [3600.0]
     assert [(s["cron"], s["timezone"]) for s in sched["tier"]] == [("30 3 * * *", "UTC")]
     assert [(s["cron"], s["timezone"]) for s in sched["drill"]] == [("0 5 * * 0", "UTC")]
     assert sched["restore"] == []
@@ -223,7 +225,7 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
         browser.save_screenshot(str(shots / name))
 
     ui = stack.server.ui_url
-    # 1. The deployments page: five rows, each with its schedule.
+    # 1. The deployments page: six rows, each with its schedule.
     browser.get(f"{ui}/deployments")
 
     def rows() -> dict[str, str] | None:
@@ -232,7 +234,7 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
         found = {t.splitlines()[0]: t for t in texts if t.strip()}
         return found if set(UI_SCHEDULES) <= set(found) else None
 
-    table = ui_wait("the deployments page lists all five deployments", rows, 60)
+    table = ui_wait("the deployments page lists all six deployments", rows, 60)
     shot("01-deployments.png")
     for name, schedule in UI_SCHEDULES.items():
         row_lines = table[name].splitlines()

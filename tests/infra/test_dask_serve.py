@@ -36,7 +36,9 @@ def test_serve_binds_the_ingest_deployment_to_the_configs_task_runner() -> None:
     from ckptvault_prefect.runtime.scale import choose_runner
 
     address = "tcp://10.0.0.5:8786"
-    choice = choose_runner(ScaleConfig(dask_address=address), address_flag=None, workers_flag=None, api_url="http://x/api")
+    choice = choose_runner(
+        ScaleConfig(dask_address=address), address_flag=None, workers_flag=None, api_url="http://x/api"
+    )
     runner = task_runner_for(choice)
     bound = {opts["name"]: flow for flow, opts in served_flows("/etc/c.toml", runner)}
     assert isinstance(bound["ingest"].task_runner, CkptvaultDaskTaskRunner)
@@ -44,7 +46,7 @@ def test_serve_binds_the_ingest_deployment_to_the_configs_task_runner() -> None:
     # the others, and ingest without [scale], keep their own runner
     plain = {opts["name"]: flow for flow, opts in served_flows("/etc/c.toml")}
     assert type(plain["ingest"].task_runner).__name__ == "ThreadPoolTaskRunner"
-    assert all(bound[n].task_runner is plain[n].task_runner for n in ("tier", "drill", "watch", "restore"))
+    assert all(bound[n].task_runner is plain[n].task_runner for n in ("tier", "replicate", "drill", "watch", "restore"))
 
 
 def test_serve_with_an_unreachable_scheduler_is_exit_2_naming_it(
@@ -83,7 +85,7 @@ def test_a_served_ingest_run_uploads_on_the_clusters_workers(
             ds = {d["name"]: d for d in prefect_server.deployments()}
             return ds.get("ingest") if len(ds) == 5 else None
 
-        deployment = wait_for("ckptvault serve registers five deployments", ingest_deployment, 120)
+        deployment = wait_for("ckptvault serve registers six deployments", ingest_deployment, 120)
         t0 = time.monotonic()
         _, state = prefect_server.run_deployment(deployment["id"], 300)
         assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
@@ -156,6 +158,7 @@ def test_a_worker_started_run_of_the_configured_entrypoint_follows_scale(
     # without [scale]: every file's upload a completed task run of this flow run (its own threads),
     # and none of them on the cluster
     seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+
     def uploads() -> list[dict[str, Any]]:  # task runs reach the API through events: a moment after the run
         runs = [r for r in prefect_server.task_runs(run["id"]) if r["task_key"].startswith("upload_one_task")]
         return runs if len(runs) == len(_files(hot)) and {r["state_type"] for r in runs} == {"COMPLETED"} else []

@@ -233,7 +233,14 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     assert 'deletes = "tier-only"' in config
     api = f"http://127.0.0.1:{prefect_port}/api"
     queues = {d["name"]: d["work_queue_name"] for d in _post(f"{api}/deployments/filter")}
-    assert queues == {"ingest": "default", "drill": "default", "watch": "default", "restore": "default", "tier": "tier"}
+    assert queues == {
+        "ingest": "default",
+        "replicate": "default",
+        "drill": "default",
+        "watch": "default",
+        "restore": "default",
+        "tier": "tier",
+    }
     registered = {w["name"] for w in _post(f"{api}/work_pools/ckptvault/workers/filter")}
     names = {(stack.state_root / d / "worker.name").read_text().strip() for d in ("worker", "worker-tier")}
     assert len(names) == 2 and names <= registered, (names, registered)
