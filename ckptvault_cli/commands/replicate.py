@@ -55,15 +55,19 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     passes = []
     for replica, store in stores:
         p = replicate(
-            primary, cfg.store.prefix, store, replica, wanted(states, replica, cfg.policy), cfg.lock, catalog=catalog
-        )
+            primary, cfg.store.prefix, store, replica, wanted(states, replica, cfg.policy), cfg.lock, catalog=catalog,
+            hot=not args.from_primary,
+        )  # fmt: skip
         passes.append(p)
         if not args.json:
             for s in p.copied:
                 print(
                     f"{replica.name}: {s.run} step {s.step} save {s.save}: {s.copied} objects copied, {s.kept} kept, "
-                    f"{size(s.bytes)} in {s.seconds:.1f} s"
+                    f"{size(s.bytes)} in {s.seconds:.1f} s ({size(s.hot_bytes)} from the hot copy, "
+                    f"{size(s.primary_bytes)} from the primary)"
                 )
+                for why in s.fallbacks:
+                    say(f"{replica.name}: {s.run} step {s.step} save {s.save}: read from the primary instead: {why}")
             for save, why in p.failed.items():
                 say(f"{replica.name}: {save} NOT copied: {why}")
             if p.copied or p.failed:
