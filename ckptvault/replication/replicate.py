@@ -167,8 +167,14 @@ def _replicate_save(
             except HotCopyUnusable as e:
                 why = None if e.gone else str(e)
             except ChecksumMismatchError as e:
-                # copy_from aborted its upload, so nothing of the hot attempt stays: the primary is read whole
-                why = f"{path}: {e}"
+                # copy_from aborted its upload, so nothing of the hot attempt stays: the primary is read whole.
+                # Its message blames "the primary's object" (its usual source): say what it means here.
+                ours = str(e).startswith(f"{HotFile.bucket}/{path}:")  # copy_from names its source so
+                why = (
+                    f"{path}: its size and mtime are the manifest's but its CRC32C is not (changed in place)"
+                    if ours
+                    else f"{path}: the copy from it failed its check ({e})"
+                )
         size, crc = _stored(primary, src_base + f.path, f)
         dst.copy_from(primary, src_base + f.path, dst_base + f.path, size=size, crc32c=crc)
         return size, False, why
