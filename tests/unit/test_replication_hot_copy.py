@@ -135,6 +135,28 @@ def test_a_touched_a_gone_and_a_replaced_by_symlink_file_are_read_from_the_prima
     assert s.event_detail()["hot_bytes"] == 0
 
 
+def test_a_file_touched_in_the_middle_of_its_copy_is_read_again_from_the_primary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = Setup(tmp_path)
+    read = HotFile.read_range
+
+    def touch_after_the_first_part(f: HotFile, key: str, offset: int, length: int, *, size: int) -> bytes:
+        data = read(f, key, offset, length, size=size)
+        if offset == 0 and f.path.name == "model.bin":  # a writer comes back to the file mid-copy
+            os.utime(f.path, (7.0, 7.0))
+        return data
+
+    monkeypatch.setattr(HotFile, "read_range", touch_after_the_first_part)
+    done = s.run()
+    assert s.identical()
+    assert list(s.replica.uploads.list("")) == []  # the half-sent hot upload was aborted
+    assert s.primary_reads.count("model.bin") == 3  # all three parts again, from the primary
+    (why,) = done.fallbacks
+    assert why.startswith(str(s.root / "model.bin")) and "modified since it was ingested" in why
+    assert (done.hot_files, done.hot_bytes) == (2, SIZES["sub/config.json"])
+
+
 def test_from_primary_reads_nothing_from_the_hot_copy(tmp_path: Path) -> None:
     s = Setup(tmp_path)
     done = s.run(hot=False)
