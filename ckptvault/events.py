@@ -252,6 +252,7 @@ def replicated(
     seconds: float,
     storage_class: str,
     retain_until: float | None = None,
+    hot_bytes: int = 0,
     flow_run: str = "",
 ) -> Event:
     """A save committed on a replica (docs/FORMAT.md, "Replicas"). Everything is in `detail`: the
@@ -260,7 +261,8 @@ def replicated(
     # the replica's lock date as `retain_until`: a detail naming `locked_until` would be taken by the
     # fold as the primary's
     lock = {} if retain_until is None else {"retain_until": retain_until}
-    detail = _detail(store=store, key=key, bytes=nbytes, seconds=round(seconds, 3), storage_class=storage_class, **lock)
+    detail = _detail(store=store, key=key, bytes=nbytes, hot_bytes=hot_bytes, seconds=round(seconds, 3),
+                     storage_class=storage_class, **lock)  # fmt: skip
     return Event(run=run, step=step, save=save, event="replicated", at=time.time(), detail=detail,
                  flow_run=flow_run)  # fmt: skip
 

@@ -119,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         "replicate", parents=[common], help="copy the committed saves each [[replicas]] store should hold (no Prefect)"
     )
     s.add_argument("--replica", metavar="NAME", help="only the [[replicas]] entry with this name (default: every one)")
+    s.add_argument(
+        "--from-primary",
+        action="store_true",
+        help="read every object from the primary store, never the hot copy (e.g. to spare a busy hot file system)",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_replicate)
 

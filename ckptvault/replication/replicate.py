@@ -3,8 +3,10 @@ should hold and does not (no manifest there), the primary's manifest is read, on
 prefix on the replica says what a killed pass already copied, the rest is streamed from the primary
 (ObjectStore.copy_from: checked against the manifest's CRC32C before each upload completes), then
 `_VALIDATION.json` where the primary has one, and last the manifest, byte-identical, written
-conditionally. A save is recorded (a `replicated` event in the primary's catalog) only once its
-manifest is on the replica. Rerun it after any failure: kept objects are not sent again.
+conditionally. A file whose hot copy is still where ingest read it, unchanged, is read from there
+instead (hot_copy.py; FORMAT.md's rule), and any doubt about it reads that file from the primary.
+A save is recorded (a `replicated` event in the primary's catalog) only once its manifest is on the
+replica. Rerun it after any failure: kept objects are not sent again.
 
 Lock: the replica's objects are written with `[lock]`'s retention, the date computed when the save's
 copy starts (save_lock.save_retention), as an ingest dates its own."""
@@ -22,8 +24,9 @@ from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.replication.hot_copy import HotCopyUnusable, HotFile, hot_path
 from ckptvault.save_lock import save_retention
-from ckptvault.store import ObjectInfo, ObjectStore
+from ckptvault.store import ChecksumMismatchError, ObjectInfo, ObjectStore
 from ckptvault.store.stored_crc import stored_crc32c
 
 # Files of one save copied at once: each copy keeps max_concurrency GETs and as many part uploads in
@@ -49,12 +52,23 @@ class ReplicatedSave:
     copied: int  # objects sent (the manifest and _VALIDATION.json included)
     kept: int  # objects a killed earlier pass had already copied, checked by size and CRC32C
     retain_until: float | None = None  # the Object Lock date its objects were written with ([lock])
+    hot_bytes: int = 0  # of `bytes`, read from the hot copy (the rest from the primary)
+    hot_files: int = 0  # files read from the hot copy
+    # "path: why" for each file whose hot copy was there but not used (changed, unreadable, another
+    # CRC32C): read from the primary instead. A file simply gone (evicted) is not named.
+    fallbacks: tuple[str, ...] = ()
+
+    @property
+    def primary_bytes(self) -> int:
+        """Of `bytes`, read from the primary (the manifest and _VALIDATION.json always are)."""
+        return self.bytes - self.hot_bytes
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "store": self.store, "run": self.run, "step": self.step, "save": self.save, "key": self.key,
-            "bytes": self.bytes, "seconds": round(self.seconds, 3), "copied": self.copied, "kept": self.kept,
-            "retain_until": self.retain_until,
+            "bytes": self.bytes, "hot_bytes": self.hot_bytes, "primary_bytes": self.primary_bytes,
+            "hot_files": self.hot_files, "fallbacks": list(self.fallbacks), "seconds": round(self.seconds, 3),
+            "copied": self.copied, "kept": self.kept, "retain_until": self.retain_until,
         }  # fmt: skip
 
 
@@ -105,11 +119,13 @@ def replicate(
     *,
     catalog: Catalog | None = None,
     clock: Callable[[], float] = time.time,
+    hot: bool = True,
 ) -> ReplicaPass:
     """Copy each of `saves` (ckptvault.tiering.replica_selection.wanted's choice) that the replica does
     not hold. A save that fails (a primary object whose bytes are not the manifest's, an error of either
     store) is left uncommitted and named in `failures`; the others go on. `catalog`: the primary's, where
-    each committed save's `replicated` event goes (None: nothing recorded)."""
+    each committed save's `replicated` event goes (None: nothing recorded). `hot`: read each file from
+    its hot copy where FORMAT.md's rule allows (False: `--from-primary`, every byte from the primary)."""
     out = ReplicaPass(replica.name)
     for s in saves:
         dst_base = checkpoint_prefix(replica.prefix, s.run, s.step, s.save)
@@ -117,7 +133,7 @@ def replicate(
             out.present += 1
             continue
         try:
-            done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock)
+            done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock, hot)
         except CkptvaultError as e:
             out.failures.append(FailedSave(s.run, s.step, s.save, str(e)))
             continue
@@ -130,7 +146,7 @@ def replicate(
 def _event(done: ReplicatedSave, s: CheckpointState, replica: ReplicaConfig) -> Any:
     return events.replicated(
         s.run, s.step, s.save, store=done.store, key=done.key, nbytes=done.bytes, seconds=done.seconds,
-        storage_class=replica.storage_class or "STANDARD", retain_until=done.retain_until,
+        storage_class=replica.storage_class or "STANDARD", retain_until=done.retain_until, hot_bytes=done.hot_bytes,
     )  # fmt: skip
 
 
@@ -142,6 +158,7 @@ def _replicate_save(
     s: CheckpointState,
     lock: LockConfig,
     clock: Callable[[], float],
+    hot: bool,
 ) -> ReplicatedSave:
     start = clock()
     t0 = time.monotonic()
@@ -157,13 +174,36 @@ def _replicate_save(
     if todo:
         dst.abort_multipart_uploads(dst_base, older_than=start - STALE_UPLOAD_SECONDS)
 
-    def copy(f: FileEntry) -> int:
+    def copy(f: FileEntry) -> tuple[int, bool, str | None]:
+        """(bytes, read from the hot copy, why its hot copy was not used where it was there)"""
+        why = None
+        path = hot_path(manifest, f) if hot else None
+        if path is not None:
+            try:
+                with HotFile(path, f) as src:
+                    dst.copy_from(src, src.key, dst_base + f.path, size=f.size, crc32c=f.crc32c)
+                return f.size, True, None
+            except HotCopyUnusable as e:
+                why = None if e.gone else str(e)
+            except ChecksumMismatchError as e:
+                # copy_from aborted its upload, so nothing of the hot attempt stays: the primary is read whole.
+                # Its message blames "the primary's object" (its usual source): say what it means here.
+                ours = str(e).startswith(f"{HotFile.bucket}/{path}:")  # copy_from names its source so
+                why = (
+                    f"{path}: its size and mtime are the manifest's but its CRC32C is not (changed in place)"
+                    if ours
+                    else f"{path}: the copy from it failed its check ({e})"
+                )
         size, crc = _stored(primary, src_base + f.path, f)
         dst.copy_from(primary, src_base + f.path, dst_base + f.path, size=size, crc32c=crc)
-        return size
+        return size, False, why
 
     with ThreadPoolExecutor(max(1, min(FILES_AT_ONCE, len(todo))), thread_name_prefix="ckptvault-replicate") as pool:
-        copied_bytes = sum(pool.map(copy, todo))
+        results = list(pool.map(copy, todo))
+    copied_bytes = sum(n for n, _, _ in results)
+    hot_bytes = sum(n for n, from_hot, _ in results if from_hot)
+    hot_files = sum(1 for _, from_hot, _ in results if from_hot)
+    fallbacks = tuple(why for _, _, why in results if why is not None)
     copied = len(todo)
     if primary.head(src_base + VALIDATION_NAME) is not None:
         data = primary.get_bytes(src_base + VALIDATION_NAME)
@@ -173,7 +213,8 @@ def _replicate_save(
     dst.put_bytes(dst_base + MANIFEST_NAME, raw, if_none_match=True, content_type="application/json")
     return ReplicatedSave(
         replica.name, s.run, s.step, s.save, dst_base + MANIFEST_NAME, copied_bytes + len(raw),
-        time.monotonic() - t0, copied + 1, kept, retention.until_ts if retention else None,
+        time.monotonic() - t0, copied + 1, kept, retention.until_ts if retention else None, hot_bytes, hot_files,
+        fallbacks,
     )  # fmt: skip
 
 

@@ -44,7 +44,10 @@ class ReplicateResult:
         for p in self.passes:
             for s in p.copied:
                 out.append((False, f"{p.replica}: {s.run} step {s.step} save {s.save}: {s.copied} objects copied, "
-                                   f"{s.kept} kept, {size(s.bytes)} in {s.seconds:.1f} s"))  # fmt: skip
+                                   f"{s.kept} kept, {size(s.bytes)} in {s.seconds:.1f} s ({size(s.hot_bytes)} from "
+                                   f"the hot copy, {size(s.primary_bytes)} from the primary)"))  # fmt: skip
+                out += [(True, f"{p.replica}: {s.run} step {s.step} save {s.save}: read from the primary instead: "
+                               f"{why}") for why in s.fallbacks]  # fmt: skip
             out += [(True, f"{p.replica}: {f.label} NOT copied: {f.error}") for f in p.failures]
             if p.copied or p.failures:
                 n = (len(p.copied), p.present, len(p.failures))

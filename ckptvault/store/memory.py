@@ -53,8 +53,8 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
-    ObjectStore,
     ProgressFn,
+    RangeSource,
     RestoreState,
     Retention,
     SentPart,
@@ -320,7 +320,7 @@ class MemoryStore:
 
     def copy_from(
         self,
-        source: ObjectStore,
+        source: RangeSource,
         source_key: str,
         key: str,
         *,

@@ -25,7 +25,7 @@ from ckptvault.checksum import StreamHasher, crc32c_combine, crc32c_update, from
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.buffers import shared
 from ckptvault.store.errors import ChecksumMismatchError, StoreError, TransientStoreError
-from ckptvault.store.port import FetchedRange, ObjectStore, ProgressFn, UploadResult
+from ckptvault.store.port import FetchedRange, ProgressFn, RangeSource, UploadResult
 from ckptvault.store.upload_request import part_size_for
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def upload_file(
 
 def copy_from(
     store: MemoryStore,
-    source: ObjectStore,
+    source: RangeSource,
     source_key: str,
     key: str,
     *,

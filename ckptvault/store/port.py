@@ -237,6 +237,16 @@ class TransferConfig:
             )
 
 
+class RangeSource(Protocol):
+    """What `ObjectStore.copy_from` reads from: a name for its messages (`bucket`, with the key after it)
+    and ranged reads with `ObjectStore.read_range`'s contract. Every ObjectStore is one; the replicate
+    pass also hands in a file of the hot copy (ckptvault/replication/hot_copy.py)."""
+
+    bucket: str
+
+    def read_range(self, key: str, offset: int, length: int, *, size: int) -> bytes: ...
+
+
 class ObjectStore(Protocol):
     """One bucket of an S3-like store."""
 
@@ -335,7 +345,7 @@ class ObjectStore(Protocol):
 
     def copy_from(
         self,
-        source: ObjectStore,
+        source: RangeSource,
         source_key: str,
         key: str,
         *,
@@ -344,7 +354,8 @@ class ObjectStore(Protocol):
         tags: Mapping[str, str] | None = None,
         progress: ProgressFn | None = None,
     ) -> UploadResult:
-        """Stream `source`'s object `source_key` into this store as `key`, with no local disk: ranged
+        """Stream `source`'s object `source_key` (another store's, or a hot file: RangeSource) into this
+        store as `key`, with no local disk: ranged
         GETs of this store's part size through `source.read_range`, a few in flight (memory bounded by
         the parts in flight, never the object), into a single PUT up to the multipart threshold or a
         multipart upload above it, written exactly as `upload_file` writes (per-part CRC32C where the

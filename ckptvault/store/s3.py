@@ -26,8 +26,8 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
-    ObjectStore,
     ProgressFn,
+    RangeSource,
     RestoreState,
     Retention,
     SentPart,
@@ -181,7 +181,7 @@ class S3Store(S3Connection):
 
     def copy_from(
         self,
-        source: ObjectStore,
+        source: RangeSource,
         source_key: str,
         key: str,
         *,

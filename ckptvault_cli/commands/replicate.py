@@ -51,7 +51,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
         saves = wanted(states, replica, cfg.policy)
         try:
             p: ReplicaPass | BaseException = replicate(
-                primary, cfg.store.prefix, store, replica, saves, cfg.lock, catalog=catalog
+                primary, cfg.store.prefix, store, replica, saves, cfg.lock, catalog=catalog, hot=not args.from_primary
             )
         except CkptvaultError as e:  # the pass stopped (a save's own failure is in p.failures): go on to the next
             p = e

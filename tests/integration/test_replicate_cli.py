@@ -7,6 +7,8 @@ does not exist, a bucket that does not) is exit 2 naming it. The replica's crede
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +55,19 @@ def test_replicate_copies_every_save_byte_for_byte_and_a_rerun_copies_nothing(
     cfg = write_config(tmp_path / "c.toml", seaweedfs, primary, sources, extra=_replica("ceph-dr", ceph, replica, "dr"))
     assert main(["--config", str(cfg), "ingest"]) == 0
     capsys.readouterr()
+    # the hot copy is read where unchanged: touch step 200's big file, which is then read from the primary
+    touched = max((p for p in root.rglob("*") if p.is_file() and "200" in str(p)), key=lambda p: p.stat().st_size)
+    os.utime(touched, (1.0, 1.0))
 
     assert main(["--config", str(cfg), "replicate"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "ceph-dr: r step 100 save 1:" in out and "ceph-dr: r step 200 save 1:" in out
     assert "ceph-dr: 2 saves copied, 0 already there, 0 failed" in out
+    # step 100 unchanged on disk: its data from the hot copy, only the manifest (KiB) from the primary;
+    # step 200's touched file from the primary (MiB), named on stderr
+    assert re.search(r"r step 100 save 1: .*\(\S+ MiB from the hot copy, [\d.]+ (B|KiB) from the primary\)", out)
+    assert re.search(r"r step 200 save 1: .*, [\d.]+ MiB from the primary\)", out)
+    assert f"r step 200 save 1: read from the primary instead: {touched}: modified since it was ingested" in err
     src = _objects(seaweedfs.client(), primary, "t/r/")
     dst = _objects(ceph.client(), replica, "dr/r/")
     assert dst == src  # every object and both manifests, byte for byte, key for key
