@@ -114,11 +114,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
         changed = "" if isinstance(result, PartialRestoreError) else f"\nNothing at {args.dest} was changed."
         say(f"restore failed: {result}{changed}")
         return EXIT_FAILED
+    for f in result.fallbacks:  # on stderr, with --json too: a copy that failed needs a person (scrub --repair)
+        say(f"ckptvault: fallback: {f['path']} read from {f['from']} ({f['because']})")
     if args.json:
         emit_json(result.as_dict())
         return EXIT_OK if result.status == "restored" or args.no_wait else EXIT_FAILED
-    for f in result.fallbacks if result.status == "restored" else ():
-        say(f"ckptvault: fallback: {f['path']} read from {f['from']} ({f['because']})")
     if result.status == "restored":
         where = "" if result.source == copies_lib.PRIMARY else f" from replica {result.source}"
         print(f"restored {chosen.label} to {result.dest}{where} (every CRC32C verified)")
