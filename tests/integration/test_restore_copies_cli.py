@@ -4,7 +4,8 @@ One object corrupted on the primary (its bytes overwritten on the server, same s
 replica and reported; with the primary unreachable (a config whose [store] endpoint is a closed port on
 this host: connection refused, which is what a stopped server is to the client) the whole save comes
 from the replica, found from its manifests; `--from ceph-dr` reads the replica first, `--from nosuch`
-is exit 2 naming the known stores. Every restore is byte-identical to what training wrote."""
+is exit 2 naming the known stores. Every restore is byte-identical to what training wrote. Two drills
+restore each save from the primary, then from the replica (the rotation over copies)."""
 
 from __future__ import annotations
 
@@ -90,7 +91,10 @@ def test_an_object_corrupted_on_the_primary_is_read_from_the_replica_and_reporte
     world.client.put_object(Bucket=world.primary, Key=key, Body=b"\x00" * victim.stat().st_size)  # same size
     capsys.readouterr()
     dest = tmp_path / "a"
-    assert main(["--config", str(world.cfg), "restore", "r", "--step", "100", "--dest", str(dest), "--json"]) == 0
+    try:
+        assert main(["--config", str(world.cfg), "restore", "r", "--step", "100", "--dest", str(dest), "--json"]) == 0
+    finally:  # the primary as it was, for the other tests of the module
+        world.client.put_object(Bucket=world.primary, Key=key, Body=victim.read_bytes())
     out, err = capsys.readouterr()
     doc = json.loads(out)
     assert doc["status"] == "restored" and doc["source"] == "primary"
@@ -131,3 +135,15 @@ def test_from_forces_a_copy_and_an_unknown_one_is_exit_2(
     err = capsys.readouterr().err
     assert "--from nosuch: no such store (known: primary, ceph-dr)" in err and "Traceback" not in err
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.ceph
+def test_drills_rotate_from_the_primary_to_the_replica(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    stores = []
+    for _ in range(2):
+        capsys.readouterr()
+        assert main(["--config", str(world.cfg), "drill", "--sample", "1", "--json"]) == 0
+        rows = json.loads(capsys.readouterr().out)["drilled"]
+        assert sorted(r["step"] for r in rows) == [100, 200] and all(r["ok"] for r in rows)
+        stores.append({r["step"]: r["store"] for r in rows})
+    assert stores == [{100: "primary", 200: "primary"}, {100: "ceph-dr", 200: "ceph-dr"}]
