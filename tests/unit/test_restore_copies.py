@@ -5,7 +5,9 @@ from the replica and reported, a file no copy can give leaves the destination un
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,12 +16,13 @@ from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps
 from ckptvault.manifest import Manifest, checkpoint_prefix
 from ckptvault.progress import ProgressBar
-from ckptvault.restore import copies
+from ckptvault.restore import copies, ranged
 from ckptvault.restore.copies import Copy, CopyStatus, UnknownCopyError
 from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
-from ckptvault.store import TransferConfig
+from ckptvault.restore.steps import download_one
+from ckptvault.store import TransferConfig, TransientStoreError
 from ckptvault.store.memory import MemoryStore
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Plain
@@ -158,6 +161,31 @@ def test_an_unreachable_primary_restores_the_whole_save_from_the_replica(
     order, fallbacks = _restore(None, replica, tmp_path / "dest")
     assert (order, fallbacks) == (["dr"], [])
     assert _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
+
+
+def test_a_primary_failing_mid_way_keeps_what_it_verified_and_the_replica_gives_the_rest(
+    two_copies: tuple[MemoryStore, MemoryStore, Manifest, Path], tmp_path: Path
+) -> None:
+    primary, replica, manifest, src = two_copies
+    served: list[str] = []
+
+    def storm(real: Callable[..., Any], whole: bool) -> Callable[..., Any]:
+        def call(store: Any, plan: ObjectPlan, *rest: Any, **kw: Any) -> Any:
+            # one whole file comes, then every request is a 503 after the retries (every range of the big files)
+            if store is primary and (served or not whole):
+                raise TransientStoreError(f"downloading {plan.key}: 503 SlowDown, gave up after 5 attempts")
+            if store is primary:
+                served.append(plan.path)
+            return real(store, plan, *rest, **kw)
+
+        return call
+
+    submit = Plain(instead={"download_one": storm(download_one, True), "fetch_range": storm(ranged.fetch_range, False)})
+    order, fallbacks = _restore(primary, replica, tmp_path / "dest", submit)
+    assert order == ["primary", "dr"] and len(served) == 1
+    assert _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
+    assert {path for path, _, _ in fallbacks} == {f.path for f in manifest.files} - set(served)
+    assert all(source == "dr" and why.startswith("primary failing or unreachable: ") for _, source, why in fallbacks)
 
 
 def test_a_file_no_copy_can_give_changes_nothing_and_leaves_no_staging(
