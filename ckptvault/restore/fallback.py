@@ -103,6 +103,14 @@ def _fetch_everything(
     if first.store is None:
         raise RestoreError(f"{first.name} has no open store")  # survey never gives a usable copy without one
     failed: dict[str, str] = {path: f"{what} on {first.name}" for path, what in first.missing.items()}
+    elsewhere = {p.path for alt in ordered[1:] for p in alt.plans}
+    if nowhere := sorted(path for path in failed if path not in elsewhere):
+        # fail before downloading anything: no copy has these objects at all
+        raise RestoreError(
+            f"{manifest.run} step {manifest.step}: {len(nowhere)} objects named by the manifest are missing or wrong "
+            f"on every copy ({', '.join(s.name for s in ordered)}): "
+            + ", ".join(f"{p} ({failed[p]})" for p in nowhere[:10])
+        )
     for path, e in fetch_all(submit, first.store, list(first.plans), staged, manifest, bar, threshold).items():
         failed[path] = why(e, first.name)
     fallbacks: list[Fallback] = []

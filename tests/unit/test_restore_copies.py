@@ -152,6 +152,12 @@ def test_a_missing_object_makes_the_complete_replica_the_first_copy_and_forcing_
     order, fallbacks = _restore(primary, replica, tmp_path / "b", forced="primary")
     assert (order, fallbacks) == (["primary", "dr"], [(gone, "dr", "missing on primary")])
     assert _tree(tmp_path / "b" / "checkpoint-100") == _tree(src)
+    # missing on every copy: refused before anything is fetched
+    replica.delete(checkpoint_prefix(DR, "r", 100) + gone)
+    submit = Plain()
+    with pytest.raises(RestoreError, match=rf"1 objects .* missing or wrong on every copy \(primary, dr\): {gone}"):
+        _restore(primary, replica, tmp_path / "c", submit)
+    assert "download_one" not in submit.names() and not (tmp_path / "c").exists()
 
 
 def test_an_unreachable_primary_restores_the_whole_save_from_the_replica(
