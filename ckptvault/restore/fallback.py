@@ -8,6 +8,11 @@ As ckptvault/restore/downloads.py: every byte goes into a staging directory besi
 which is renamed into place only when every file is verified; a file that failed is removed from the
 staging directory before it is fetched again (a range fetch needs to create it afresh); on any failure
 the staging directory is removed and the destination is untouched. Each call is run by the submitter.
+
+A copy that fails with a store error after the retries (unreachable, a 5xx storm) is not asked again in
+this restore while another copy can serve: its `Breaker` trips, and each of its files not yet fetched
+fails at once, without a request, for the next copy to give (one shared object on the flow's threads;
+on a Dask cluster each worker trips its own).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from ckptvault.store import (
     NotFoundError,
     ObjectFrozenError,
     ObjectStore,
+    ProgressFn,
+    StoreError,
     TransientStoreError,
 )
 from ckptvault.submitter import Pending, Submitter, settle
@@ -58,6 +65,59 @@ class CopiesRestore:
     fallbacks: tuple[Fallback, ...]
 
 
+class CopyFailing(StoreError):
+    """The copy failed with a store error after the retries earlier in this restore: this file is not
+    asked of it (not transient: no retry), the next copy gives it."""
+
+
+class Breaker:
+    """One copy's state in one restore: the first store error after the retries trips it. A plain
+    class, not a dataclass: a task runner passes it to each call as it is (shared), never rebuilt."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.why = ""  # the first failure; "" while none (a str assignment is atomic across threads)
+
+    def check(self) -> None:
+        if self.why:
+            raise CopyFailing(f"{self.name} failed earlier in this restore ({self.why}); not asked again")
+
+    def trip(self, e: BaseException) -> None:
+        if not self.why:
+            self.why = str(e)[:200]
+
+
+def download_guarded(
+    breaker: Breaker | None, store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest,
+    progress: ProgressFn | None = None,
+) -> str:  # fmt: skip
+    """`steps.download_one`, not tried once the copy's breaker has tripped, and tripping it on a store
+    error that outlived the retries."""
+    if breaker is not None:
+        breaker.check()
+    try:
+        return download_one(store, plan, into, manifest, progress)
+    except TransientStoreError as e:
+        if breaker is not None:
+            breaker.trip(e)
+        raise
+
+
+def fetch_range_guarded(
+    breaker: Breaker | None, store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest, offset: int,
+    length: int, progress: ProgressFn | None = None,
+) -> FetchedRange:  # fmt: skip
+    """`ranged.fetch_range`, guarded as `download_guarded` is."""
+    if breaker is not None:
+        breaker.check()
+    try:
+        return ranged.fetch_range(store, plan, into, manifest, offset, length, progress)
+    except TransientStoreError as e:
+        if breaker is not None:
+            breaker.trip(e)
+        raise
+
+
 def why(e: BaseException, copy: str) -> str:
     """A failure of one file on one copy, in the words the fallback report uses."""
     if isinstance(e, ChecksumMismatchError):
@@ -66,7 +126,7 @@ def why(e: BaseException, copy: str) -> str:
         return f"missing on {copy}"
     if isinstance(e, ObjectFrozenError):
         return f"frozen on {copy} (needs a thaw)"
-    if isinstance(e, TransientStoreError):
+    if isinstance(e, TransientStoreError | CopyFailing):
         return f"{copy} failing or unreachable: {str(e)[:200]}"
     return f"{str(e)[:200]} on {copy}"
 
@@ -111,10 +171,13 @@ def _fetch_everything(
             f"on every copy ({', '.join(s.name for s in ordered)}): "
             + ", ".join(f"{p} ({failed[p]})" for p in nowhere[:10])
         )
-    for path, e in fetch_all(submit, first.store, list(first.plans), staged, manifest, bar, threshold).items():
+    # a breaker only where another copy can take over: the last copy is asked for every file, with retries
+    breakers = [Breaker(s.name) if i < len(ordered) - 1 else None for i, s in enumerate(ordered)]
+    got = fetch_all(submit, first.store, list(first.plans), staged, manifest, bar, threshold, breakers[0])
+    for path, e in got.items():
         failed[path] = why(e, first.name)
     fallbacks: list[Fallback] = []
-    for alt in ordered[1:]:
+    for alt, breaker in zip(ordered[1:], breakers[1:], strict=True):
         if not failed or alt.store is None:
             continue
         plans = [p for p in alt.plans if p.path in failed]
@@ -124,7 +187,7 @@ def _fetch_everything(
         errors = settle(submit.map([partial(forget, p, staged, manifest) for p in plans]))
         if errors:
             raise RestoreError("could not clear failed files for another copy:\n" + "\n".join(errors))
-        again = fetch_all(submit, alt.store, plans, staged, manifest, bar, threshold)
+        again = fetch_all(submit, alt.store, plans, staged, manifest, bar, threshold, breaker)
         for p in plans:
             if p.path in again:
                 failed[p.path] += f"; {why(again[p.path], alt.name)}"
@@ -141,7 +204,7 @@ def _fetch_everything(
 
 def fetch_all(
     submit: Submitter, store: ObjectStore, plans: list[ObjectPlan], staged: Path, manifest: Manifest,
-    bar: ProgressBar, threshold: int,
+    bar: ProgressBar, threshold: int, breaker: Breaker | None = None,
 ) -> dict[str, BaseException]:  # fmt: skip
     """Every file of `plans` from `store` into `staged` (a big one as ranges, as
     restore/downloads.download_all fetches it), each checked; returns the files that failed, by path,
@@ -156,10 +219,11 @@ def fetch_all(
     ok_split = [p for p in split if p.path not in failed]
     pieces = [x for x in cut.pieces if x.plan.path not in failed]
     ranges_f: list[Pending[FetchedRange]] = submit.map(
-        [partial(ranged.fetch_range, store, x.plan, staged, manifest, x.offset, x.length, bar) for x in pieces]
+        [partial(fetch_range_guarded, breaker, store, x.plan, staged, manifest, x.offset, x.length, bar)
+         for x in pieces]
     ) if pieces else []  # fmt: skip
     whole_f: list[Pending[str]] = (
-        submit.map([partial(download_one, store, plan, staged, manifest, bar) for plan in cut.whole])
+        submit.map([partial(download_guarded, breaker, store, plan, staged, manifest, bar) for plan in cut.whole])
         if cut.whole
         else []
     )

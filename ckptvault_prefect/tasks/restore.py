@@ -118,6 +118,10 @@ finalize_task = local_task("finalize")(lib.finalize)
 
 
 forget_task = local_task("forget-file", task_run_name="forget-{plan.path}")(fallback.forget)
+download_guarded_task = io_task("download-file", task_run_name="download-{plan.path}")(fallback.download_guarded)
+fetch_range_guarded_task = io_task("download-range", task_run_name="download-{plan.path}@{offset}")(
+    fallback.fetch_range_guarded
+)
 
 
 @local_task("discard-staging")
@@ -148,6 +152,8 @@ STEPS: dict[Callable[..., Any], Step[..., Any]] = {
     lib.write_pointer: write_pointer_task,
     lib.discard: discard_task,
     fallback.forget: forget_task,
+    fallback.download_guarded: download_guarded_task,
+    fallback.fetch_range_guarded: fetch_range_guarded_task,
     lib.finalize: finalize_task,
     on_nodes.stage_on_node: stage_on_node_task,
     on_nodes.others_seen: others_seen_task,

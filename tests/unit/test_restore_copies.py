@@ -16,12 +16,11 @@ from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps
 from ckptvault.manifest import Manifest, checkpoint_prefix
 from ckptvault.progress import ProgressBar
-from ckptvault.restore import copies, ranged
+from ckptvault.restore import copies
 from ckptvault.restore.copies import Copy, CopyStatus, UnknownCopyError
 from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
-from ckptvault.restore.steps import download_one
 from ckptvault.store import TransferConfig, TransientStoreError
 from ckptvault.store.memory import MemoryStore
 from ckptvault_cli.synthetic import write_checkpoint
@@ -169,29 +168,38 @@ def test_an_unreachable_primary_restores_the_whole_save_from_the_replica(
     assert _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
 
 
-def test_a_primary_failing_mid_way_keeps_what_it_verified_and_the_replica_gives_the_rest(
-    two_copies: tuple[MemoryStore, MemoryStore, Manifest, Path], tmp_path: Path
+def test_a_primary_failing_mid_way_keeps_what_it_verified_and_is_not_asked_again(
+    two_copies: tuple[MemoryStore, MemoryStore, Manifest, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     primary, replica, manifest, src = two_copies
-    served: list[str] = []
+    asked: list[tuple[str, bool]] = []  # (key, answered) of every read of the primary
 
-    def storm(real: Callable[..., Any], whole: bool) -> Callable[..., Any]:
-        def call(store: Any, plan: ObjectPlan, *rest: Any, **kw: Any) -> Any:
-            # one whole file comes, then every request is a 503 after the retries (every range of the big files)
-            if store is primary and (served or not whole):
-                raise TransientStoreError(f"downloading {plan.key}: 503 SlowDown, gave up after 5 attempts")
-            if store is primary:
-                served.append(plan.path)
-            return real(store, plan, *rest, **kw)
+    def storm(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(key: str, *args: Any, **kwargs: Any) -> Any:
+            if len(asked) >= 3:  # three reads come back, then 503s that outlive botocore's retries
+                asked.append((key, False))
+                raise TransientStoreError(f"downloading {key}: 503 SlowDown, gave up after 5 attempts")
+            asked.append((key, True))
+            return real(key, *args, **kwargs)
 
         return call
 
-    submit = Plain(instead={"download_one": storm(download_one, True), "fetch_range": storm(ranged.fetch_range, False)})
+    monkeypatch.setattr(primary, "download_file", storm(primary.download_file))
+    monkeypatch.setattr(primary, "download_range", storm(primary.download_range))
+    submit = Plain()
     order, fallbacks = _restore(primary, replica, tmp_path / "dest", submit)
-    assert order == ["primary", "dr"] and len(served) == 1
+    assert order == ["primary", "dr"]
     assert _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
-    assert {path for path, _, _ in fallbacks} == {f.path for f in manifest.files} - set(served)
+    # one failure trips the primary's breaker: none of its other files is asked of it
+    assert [ok for _, ok in asked] == [True, True, True, False]
+    base = checkpoint_prefix(PREFIX, "r", 100)
+    served = {k[len(base) :] for k, ok in asked if ok} - {asked[-1][0][len(base) :]}
+    assert served  # the files the primary gave before failing are kept, not fetched again
+    assert {path for path, _, _ in fallbacks} == {f.path for f in manifest.files} - served
     assert all(source == "dr" and why.startswith("primary failing or unreachable: ") for _, source, why in fallbacks)
+    from ckptvault_prefect.tasks.restore import STEPS  # how the flow runs each of these calls
+
+    assert {c.fn for c in submit.ran} <= STEPS.keys()
 
 
 def test_a_file_no_copy_can_give_changes_nothing_and_leaves_no_staging(
