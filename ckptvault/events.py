@@ -223,9 +223,19 @@ def restore_requested(
                  detail=_detail(tier=tier, requests=dict(requests)), flow_run=flow_run)  # fmt: skip
 
 
-def restored(manifest: Manifest, dest: str, flow_run: str = "", seconds: float = 0.0) -> Event:
-    """`seconds` the download took: the catalog's measure of this store's restore throughput."""
+def restored(
+    manifest: Manifest, dest: str, flow_run: str = "", seconds: float = 0.0, *, store: str | None = None,
+    fallbacks: int = 0,
+) -> Event:  # fmt: skip
+    """`seconds` the download took: the catalog's measure of this store's restore throughput. `store`: the
+    copy read first when it was not the primary (a replica's name), `fallbacks`: files read from another
+    copy than that one (docs/FORMAT.md, "Replicas"); neither is in the detail when unset."""
     mib_s = manifest.total_bytes / 2**20 / seconds if seconds > 0 else 0.0
+    extra: dict[str, object] = {}
+    if store is not None:
+        extra["store"] = store
+    if fallbacks:
+        extra["fallbacks"] = fallbacks
     return Event(
         run=manifest.run,
         step=manifest.step,
@@ -236,7 +246,9 @@ def restored(manifest: Manifest, dest: str, flow_run: str = "", seconds: float =
         bytes=manifest.total_bytes,
         stored_bytes=_stored(manifest),
         files=len(manifest.files),
-        detail=_detail(dest=dest, seconds=round(seconds, 3), bytes=manifest.total_bytes, mib_per_s=round(mib_s, 1)),
+        detail=_detail(
+            dest=dest, seconds=round(seconds, 3), bytes=manifest.total_bytes, mib_per_s=round(mib_s, 1), **extra
+        ),
         flow_run=flow_run,
     )
 

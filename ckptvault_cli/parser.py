@@ -87,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         "as that node sees it; needs a Dask cluster with a worker per node",
     )
     s.add_argument("--no-wait", action="store_true", help="request the thaw and return; rerun later to finish")
+    s.add_argument(
+        "--from",
+        dest="source",
+        metavar="STORE",
+        help="read this copy first: `primary` or a [[replicas]] name (default: the reachable, complete copy "
+        "cheapest to bring back; docs/replicas.md)",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.add_argument("--wait-hours", type=float, default=48.0, help="give up waiting for a thaw after this long")
     s.add_argument(

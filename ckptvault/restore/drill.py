@@ -26,6 +26,12 @@ being its run's newest joins the queue ahead of the drilled ones.
 `[drill] cover_days` sizes s for time instead of drill count: with drills every `interval_days`,
 s = max(sample, ceil(M / floor(cover_days / interval_days))), so ceil(M/s) drills fit in cover_days
 (every drillable checkpoint each drill when cover_days is shorter than one interval).
+
+Copies (docs/replicas.md, "Restore from a copy"): with `[[replicas]]`, each drilled save is restored from
+one of its copies (`drill_copy`), the primary or a replica holding it (a `replicated` event), the one
+least recently drilled for that save (never drilled first, then in the configuration's order), recorded
+as `store` in the `drilled` event's detail. So a save with k copies drilled d times has each copy proven
+within every k of its drills, and every copy of every save within k windows.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from ckptvault import events
 from ckptvault.catalog import CheckpointState, Event
 from ckptvault.errors import AlreadyAlerted, InvalidArgumentError
 from ckptvault.restore import loadcheck
+from ckptvault.restore.copies import PRIMARY
 
 DAY = 86400.0
 Key = tuple[str, int, int]
@@ -64,6 +71,7 @@ class DrillResult:
     # could not run on this worker. Empty for a checkpoint that did not restore.
     checks: tuple[str, ...] = ()
     not_run: tuple[str, ...] = ()  # the checks among those that could not run here (framework not installed)
+    store: str = PRIMARY  # the copy it was restored from: "primary" or a replica's name
 
     @property
     def key(self) -> Key:
@@ -72,7 +80,7 @@ class DrillResult:
     def row(self) -> dict[str, Any]:
         return {"run": self.run, "step": self.step, "save": self.save, "ok": self.ok,
                 "seconds": round(self.seconds, 2), "problems": list(self.problems), "checks": list(self.checks),
-                "not_run": list(self.not_run)}  # fmt: skip
+                "not_run": list(self.not_run), "store": self.store}  # fmt: skip
 
     def event(self, flow_run: str = "") -> Event:
         """The catalog's `drilled` event of this result."""
@@ -88,6 +96,7 @@ class DrillResult:
                 "problems": list(self.problems),
                 "checks": list(self.checks),
                 "not_run": list(self.not_run),
+                "store": self.store,
             }
         )
 
@@ -108,6 +117,38 @@ def render_markdown(results: Sequence[DrillResult], pending: Sequence[str], cove
     if coverage is not None:
         lines.append(f"\n{coverage.describe()}")
     return "\n".join(lines)
+
+
+def _detail_store(e: Event) -> str | None:
+    """The copy a `drilled` event says it restored from; drills before copies read the primary."""
+    try:
+        d = json.loads(e.detail) if e.detail else {}
+    except json.JSONDecodeError:
+        return PRIMARY
+    store = d.get("store", PRIMARY) if isinstance(d, dict) else PRIMARY
+    return store if isinstance(store, str) else PRIMARY
+
+
+def holders(key: Key, history: Iterable[Event], replicas: Sequence[str]) -> list[str]:
+    """The copies of a save: the primary, then each of `replicas` (the configuration's order) that a
+    `replicated` event of the save names."""
+    named = {_detail_store(e) for e in history if e.event == "replicated" and (e.run, e.step, e.save) == key}
+    return [PRIMARY, *(r for r in replicas if r in named)]
+
+
+def drill_copy(key: Key, candidates: Sequence[str], history: Iterable[Event]) -> str:
+    """Which of `candidates` (a save's reachable copies, primary first) this drill restores `key` from:
+    one never drilled, the first such in `candidates`' order, else the least recently drilled (ties by
+    that order). Pure: the rotation is a function of the save's `drilled` events alone."""
+    if not candidates:
+        raise InvalidArgumentError(f"no copy of {label(*key)} to drill")
+    last: dict[str, float] = {}
+    for e in history:
+        if e.event == "drilled" and (e.run, e.step, e.save) == key:
+            store = _detail_store(e) or PRIMARY
+            last[store] = max(last.get(store, e.at), e.at)
+    order = {name: i for i, name in enumerate(candidates)}
+    return min(candidates, key=lambda c: (c in last, last.get(c, 0.0), order[c]))
 
 
 def is_drillable(s: CheckpointState) -> bool:

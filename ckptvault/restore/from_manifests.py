@@ -43,6 +43,20 @@ def read_run(catalog: Catalog, run: str) -> RunHistory:
     return RunHistory(tuple(got), unreadable, None if unreadable else tuple(states))
 
 
+def read_replica(catalog: Catalog, run: str) -> RunHistory:
+    """A run's saves from a replica's manifests alone (a replica holds no catalog: docs/FORMAT.md,
+    "Replicas", "Reading"): for a restore when the primary, and so its catalog, cannot be reached. One
+    LIST of the run's prefix and a GET of each manifest, as `catalog rebuild` does; the supersedes a
+    commit in that order would have recorded replayed."""
+    rebuilt = [e for e in catalog.rebuild_from_manifests(run=run, lock_heads=False) if e.run == run]
+    rebuilt.sort(key=lambda e: e.at)
+    replaced = [
+        event_builders.superseded(x.state.run, x.state.step, x.state.save, x.reason, *x.by)
+        for x in replay_supersedes([s for s in fold(rebuilt) if not s.superseded])
+    ]
+    return RunHistory(tuple(sorted([*rebuilt, *replaced], key=lambda e: e.at)), {})
+
+
 def run_events(catalog: Catalog, run: str) -> tuple[list[Event], dict[str, str]]:
     """The run's events in time order and the catalog objects of the run that could not be read
     (key -> why); when there are any, with what the run's manifests say added."""

@@ -59,19 +59,32 @@ def _is_thawed(storage_class: str, restore_header: str | None) -> bool:
 def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[ObjectPlan]:
     """One LIST for every object's size and class (a checkpoint can hold thousands of files), then a
     HEAD only for archived objects, the one thing a listing cannot say: whether they are thawed."""
+    plans, missing = plan_present(store, prefix, manifest)
+    if missing:
+        raise RestoreError(
+            f"{manifest.run} step {manifest.step}: {len(missing)} objects named by the manifest are missing or wrong: "
+            + ", ".join(path if why == "missing" else f"{path} ({why})" for path, why in list(missing.items())[:10])
+        )
+    return plans
+
+
+def plan_present(store: ObjectStore, prefix: str, manifest: Manifest) -> tuple[list[ObjectPlan], dict[str, str]]:
+    """`plan_objects` for the objects that are there, and the paths of those that are not ("missing") or
+    have the wrong size (saying so): a copy missing one object still serves the others (ckptvault/restore/copies.py)."""
     base = checkpoint_prefix(prefix, manifest.run, manifest.step, manifest.save)
     listed = {info.key: info for info in store.list(base)}
-    plans, missing = [], []
+    plans: list[ObjectPlan] = []
+    missing: dict[str, str] = {}
     for f in manifest.files:
         rel = safe_relpath(f.path)
         info = listed.get(base + rel)
         if info is not None and info.storage_class in ARCHIVAL:
             info = store.head(base + rel)
         if info is None:
-            missing.append(rel)
+            missing[rel] = "missing"
             continue
         if info.size != f.stored_bytes:
-            missing.append(f"{rel} (size {info.size} in the store, {f.stored_bytes} in the manifest)")
+            missing[rel] = f"size {info.size} in the store, {f.stored_bytes} in the manifest"
             continue
         plans.append(
             ObjectPlan(
@@ -87,14 +100,9 @@ def plan_objects(store: ObjectStore, prefix: str, manifest: Manifest) -> list[Ob
                 f.stored_size if f.frames else None,
             )
         )
-    if missing:
-        raise RestoreError(
-            f"{manifest.run} step {manifest.step}: {len(missing)} objects named by the manifest are missing or wrong: "
-            + ", ".join(missing[:10])
-        )
     # Largest first: the downloads fan out over threads or Dask workers in this order, and a big file
     # started last would leave every other worker idle while it finishes (stable: ties keep the manifest's order)
-    return sorted(plans, key=lambda p: p.stored_bytes, reverse=True)
+    return sorted(plans, key=lambda p: p.stored_bytes, reverse=True), missing
 
 
 def request_thaw(store: ObjectStore, plans: Sequence[ObjectPlan], tier: str, days: int = 3) -> dict[str, int]:

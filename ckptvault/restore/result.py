@@ -25,6 +25,11 @@ class RestoreResult:
     replaced: str | None = None  # where the destination's previous contents were kept (--force)
     bytes: int = 0
     files: int = 0
+    # docs/replicas.md, "Restore from a copy": the copy read first ("primary" or a replica's name), every
+    # copy as the survey saw it (copies.CopyStatus.as_dict), the files read from another copy (Fallback.as_dict)
+    source: str = "primary"
+    copies: tuple[dict[str, Any], ...] = ()
+    fallbacks: tuple[dict[str, str], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -34,5 +39,7 @@ class RestoreResult:
         if self.status == "thawing":
             doc.update(frozen=self.frozen, message=self.message)
         else:
-            doc.update(pointer=self.pointer, replaced=self.replaced, bytes=self.bytes, files=self.files)
+            doc.update(pointer=self.pointer, replaced=self.replaced, bytes=self.bytes, files=self.files,
+                       fallbacks=list(self.fallbacks))  # fmt: skip
+        doc.update(source=self.source, copies=list(self.copies))
         return doc

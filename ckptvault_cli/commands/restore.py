@@ -21,20 +21,39 @@ from ckptvault_cli.preflight import (
 
 if TYPE_CHECKING:
     from ckptvault.config import Config
+    from ckptvault.restore.copies import Copy
     from ckptvault_prefect.runtime.scale import RunnerChoice
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    cfg, store = preflight_store(args, need_sources=False)
     from ckptvault.catalog import Catalog
+    from ckptvault.config import load_config
     from ckptvault.pricing import load_prices
+    from ckptvault.restore import copies as copies_lib
     from ckptvault.restore import from_manifests
     from ckptvault.restore import steps as lib
 
-    # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
-    history = from_manifests.read_run(Catalog(store, cfg.store.prefix), args.run)
-    if history.unreadable:
-        say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, history.unreadable)}")
+    cfg = load_config(args.config)
+    names = [copies_lib.PRIMARY, *(r.name for r in cfg.replicas)]
+    if args.source is not None and args.source not in names:
+        raise UsageError(f"--from {args.source}: no such store (known: {', '.join(names)}); name one of them")
+    if not cfg.replicas:  # one store: it must be there, as for every other command
+        cfg, store = preflight_store(args, need_sources=False)
+        copies = [copies_lib.Copy(copies_lib.PRIMARY, store, cfg.store.prefix)]
+    else:
+        copies = _open_copies(cfg)
+    primary = copies[0].store
+    if primary is not None:
+        # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
+        history = from_manifests.read_run(Catalog(primary, cfg.store.prefix), args.run)
+        if history.unreadable:
+            say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, history.unreadable)}")
+    else:
+        say(
+            f"ckptvault: warning: the primary store is unreachable ({copies[0].problem}); reading run {args.run}'s "
+            'saves from the replicas\' manifests (docs/runbook.md, "The primary store is down")'
+        )
+        history = copies_lib.history_from_replicas(copies, args.run)
     try:
         # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
         # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
@@ -44,15 +63,24 @@ def cmd_restore(args: argparse.Namespace) -> int:
     if not args.node_local:  # --node-local: each node checks its own destination
         check_destination_or_usage(lib.check_destination, args)
     choice = restore_runner(cfg, args)
+    # Which copy is read (docs/replicas.md, "Restore from a copy"): each copy's manifest and one LIST
+    statuses = copies_lib.survey(copies, args.run, chosen.step, chosen.save)
+    try:
+        ordered = copies_lib.choose(statuses, args.source)
+    except lib.RestoreError as e:
+        raise UsageError(str(e)) from None
     if not args.json:
-        # What it will cost and how long, on stdout, before anything starts: the manifest and one LIST.
+        # What it will cost and how long, on stdout, before anything starts.
         for note in chosen.notes:
             print(note, flush=True)
-        manifest = lib.load_manifest(store, cfg.store.prefix, args.run, chosen.step, chosen.save)
-        plans = lib.plan_objects(store, cfg.store.prefix, manifest)
+        first = ordered[0]
+        assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
         prices = load_prices(cfg.policy.prices)
-        est = lib.estimate(manifest, plans, prices, args.tier, cfg.store.egress, history.throughput())
+        egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
+        est = lib.estimate(first.manifest, first.plans, prices, args.tier, egress, history.throughput())
         print(est.report(), flush=True)
+        if len(statuses) > 1:
+            print("\n".join(copies_lib.report(ordered, statuses, args.source)), flush=True)
     start_prefect_note()
     from ckptvault_prefect.flows.restore import restore
 
@@ -75,6 +103,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         wait_hours=args.wait_hours,
         config_path=args.config,
         node_local=args.node_local,
+        source=args.source,
     )
     if isinstance(result, BaseException):
         if args.json:
@@ -85,11 +114,14 @@ def cmd_restore(args: argparse.Namespace) -> int:
         changed = "" if isinstance(result, PartialRestoreError) else f"\nNothing at {args.dest} was changed."
         say(f"restore failed: {result}{changed}")
         return EXIT_FAILED
+    for f in result.fallbacks:  # on stderr, with --json too: a copy that failed needs a person (scrub --repair)
+        say(f"ckptvault: fallback: {f['path']} read from {f['from']} ({f['because']})")
     if args.json:
         emit_json(result.as_dict())
         return EXIT_OK if result.status == "restored" or args.no_wait else EXIT_FAILED
     if result.status == "restored":
-        print(f"restored {chosen.label} to {result.dest} (every CRC32C verified)")
+        where = "" if result.source == copies_lib.PRIMARY else f" from replica {result.source}"
+        print(f"restored {chosen.label} to {result.dest}{where} (every CRC32C verified)")
         if result.pointer:
             print(f"pointer file {result.pointer} written: the framework resumes from this checkpoint")
         if result.replaced:
@@ -97,6 +129,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(result.message or "still thawing")
     return EXIT_OK if args.no_wait else EXIT_FAILED
+
+
+def _open_copies(cfg: Config) -> list[Copy]:
+    """The primary and every replica, opened; exit 2 when none can be reached."""
+    from ckptvault_prefect.tasks.restore import open_copies
+
+    copies = open_copies(cfg)
+    if all(c.store is None for c in copies):
+        raise UsageError("no store can be reached: " + "; ".join(f"{c.name}: {c.problem}" for c in copies))
+    return copies
 
 
 def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:

@@ -15,9 +15,19 @@ from prefect import flow, unmapped
 from prefect.runtime import flow_run
 
 from ckptvault.alerts import kinds as alerts
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, Event
 from ckptvault.progress import ProgressBar
-from ckptvault.restore.drill import DrillFailed, DrillReport, DrillResult, Key, label, render_markdown
+from ckptvault.restore.copies import PRIMARY, Copy
+from ckptvault.restore.drill import (
+    DrillFailed,
+    DrillReport,
+    DrillResult,
+    Key,
+    drill_copy,
+    holders,
+    label,
+    render_markdown,
+)
 from ckptvault.restore.steps import checkpoint_name
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
@@ -27,6 +37,7 @@ from ckptvault_prefect.tasks.common import (
     open_store_task,
     publish_markdown_task,
     record_task,
+    run_events_task,
 )
 from ckptvault_prefect.tasks.drill import coverage_task, lock_drift_task, select_task
 from ckptvault_prefect.tasks.futures import settle
@@ -35,6 +46,7 @@ from ckptvault_prefect.tasks.restore import (
     discard_task,
     download_one_task,
     load_report_task,
+    open_copies_task,
     plan_objects_task,
     request_thaw_task,
     staging_dir_task,
@@ -63,16 +75,31 @@ def drill(
     n = sample or cfg.drill.sample
     cover_days = cfg.drill.cover_days
     chosen = select_task(current_states_task(catalog), n, cover_days, interval_days).chosen
+    # With replicas, each save is drilled from its least recently drilled copy (restore/drill.py drill_copy)
+    copies: dict[str, Copy] = {c.name: c for c in open_copies_task(cfg)} if cfg.replicas else {}
+    runs = sorted({s.run for s in chosen}) if copies else []
+    history: dict[str, list[Event]] = {run: run_events_task(catalog, run) for run in runs}
+    replicas = [r.name for r in cfg.replicas]
     results: list[DrillResult] = []
     pending: list[Key] = []
     for s in chosen:
         t0 = time.monotonic()
+        source, src, src_prefix = PRIMARY, store, prefix
+        if copies:
+            held = holders(s.key, history[s.run], replicas)
+            down = [h for h in held if copies[h].store is None]
+            for h in down:
+                print(f"{label(*s.key)}: copy {h} unreachable, not drilled this time: {copies[h].problem}")
+            source = drill_copy(s.key, [h for h in held if h not in down] or [PRIMARY], history[s.run])
+            picked = copies[source]
+            if source != PRIMARY and picked.store is not None:
+                src, src_prefix = picked.store, picked.prefix
         try:
-            manifest = load_manifest_task(store, prefix, s.run, s.step, s.save)
-            plans = plan_objects_task(store, prefix, manifest)
+            manifest = load_manifest_task(src, src_prefix, s.run, s.step, s.save)
+            plans = plan_objects_task(src, src_prefix, manifest)
             if any(not p.thawed for p in plans):
-                request_thaw_task(store, plans, tier)
-                if wait_for_thaw_task(store, plans, thaw_wait_minutes * 60):
+                request_thaw_task(src, plans, tier)
+                if wait_for_thaw_task(src, plans, thaw_wait_minutes * 60):
                     pending.append(s.key)
                     continue
             scratch = Path(cfg.drill.scratch) / f"{s.run}-{s.step}-{s.save}"
@@ -82,7 +109,7 @@ def drill(
             try:
                 bar = ProgressBar(manifest.total_bytes, f"drill {label(s.run, s.step, s.save)}")
                 problems = settle(
-                    download_one_task.map(unmapped(store), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
+                    download_one_task.map(unmapped(src), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
                 )
                 if not problems:
                     loaded = load_report_task(staged / checkpoint_name(manifest))
@@ -91,10 +118,12 @@ def drill(
                 discard_task(staged)
             results.append(
                 DrillResult(s.run, s.step, s.save, not problems, time.monotonic() - t0, manifest.total_bytes,
-                            tuple(problems), tuple(checks), tuple(not_run))
+                            tuple(problems), tuple(checks), tuple(not_run), source)
             )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
-            results.append(DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),)))
+            results.append(
+                DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),), store=source)
+            )
     # the lock ckptvault recorded, still on every object of each drilled save (a HEAD per object)
     drift = [(s.key, tuple(got)) for s in chosen if s.key not in pending if (got := lock_drift_task(store, prefix, s))]
     for (run, step, save), why in drift:

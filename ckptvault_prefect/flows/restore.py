@@ -24,15 +24,14 @@ from ckptvault.catalog import Catalog
 from ckptvault.pricing import load_prices
 from ckptvault.progress import ProgressBar
 from ckptvault.ranges import split_size
-from ckptvault.restore.downloads import restore_into
+from ckptvault.restore import copies as copies_lib
+from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.result import RestoreResult
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
     load_config_task,
-    load_manifest_task,
-    open_store_task,
     publish_markdown_task,
     record_task,
 )
@@ -41,10 +40,12 @@ from ckptvault_prefect.tasks.restore import (
     STEPS,
     check_destination_task,
     estimate_task,
-    plan_objects_task,
+    open_copies_task,
+    replica_history_task,
     request_thaw_task,
     resolve_task,
     restore_history_task,
+    survey_task,
     wait_for_thaw_task,
 )
 
@@ -62,37 +63,55 @@ def restore(
     reschedule: bool = False,
     config_path: str | None = None,
     node_local: bool = False,
+    source: str | None = None,
 ) -> RestoreResult:
+    """`source` (`--from`): the copy read first, `primary` or a replica's name; None: the reachable,
+    complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy")."""
     t0 = time.monotonic()
     cfg = load_config_task(config_path)
-    store = open_store_task(cfg)
-    catalog = Catalog(store, cfg.store.prefix)
-    prefix = cfg.store.prefix
+    copies = open_copies_task(cfg)
+    primary = copies[0].store  # None: the primary is unreachable; its catalog and alert state with it
+    catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
     target = Path(dest).expanduser().resolve()
     if not node_local:  # node-local: each node checks its own, where it stages
         check_destination_task(target, force)
-    history = restore_history_task(catalog, run)  # the one read of the run's catalog
-    if history.unreadable:
-        notify_task(cfg, store, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
+    if catalog is not None and primary is not None:
+        history = restore_history_task(catalog, run)  # the one read of the run's catalog
+        if history.unreadable:
+            notify_task(cfg, primary, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
+    else:
+        print(
+            f"the primary store is unreachable ({copies[0].problem}); run {run}'s saves are read from the "
+            'replicas\' manifests (docs/runbook.md, "The primary store is down")'
+        )
+        history = replica_history_task(copies, run)
     chosen = resolve_task(history.states(), run, step, save, force)
     for note in chosen.notes:
         print(note)
     n = chosen.step
-    manifest = load_manifest_task(store, prefix, run, n, chosen.save)
-    plans = plan_objects_task(store, prefix, manifest)
+    statuses = survey_task(copies, run, n, chosen.save)
+    ordered = copies_lib.choose(statuses, source)
+    for line in copies_lib.report(ordered, statuses, source):
+        print(line.strip())
+    first = ordered[0]
+    store, manifest, plans = first.store, first.manifest, list(first.plans)
+    assert store is not None and manifest is not None  # a usable copy has both (copies.survey)
     prices = load_prices(cfg.policy.prices)
-    est = estimate_task(manifest, plans, prices, tier, cfg.store.egress, history.throughput())
+    egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
+    est = estimate_task(manifest, plans, prices, tier, egress, history.throughput())
     publish_markdown_task(
         "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
     )
     # "thawing" until every byte is restored and verified
     begun = RestoreResult(run, n, chosen.save, tuple(chosen.notes), str(target), est.describe(), est.as_record(),
-                          status="thawing")  # fmt: skip
+                          status="thawing", source=first.name,
+                          copies=tuple(s.as_dict() for s in statuses))  # fmt: skip
     if est.frozen:
         requested = request_thaw_task(store, plans, tier)
-        record_task(
-            catalog, [events.restore_requested(run, n, tier, requested, str(flow_run.id or ""), save=chosen.save)]
-        )
+        if catalog is not None:
+            record_task(
+                catalog, [events.restore_requested(run, n, tier, requested, str(flow_run.id or ""), save=chosen.save)]
+            )
         frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
         if frozen:
             msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
@@ -112,16 +131,26 @@ def restore(
     bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
     t_download = time.monotonic()
     submit = TaskSubmitter(STEPS)
-    if node_local:
+    fallbacks: tuple[dict[str, str], ...] = ()
+    if node_local:  # one copy: the node-local protocol does not fall back yet (docs/replicas.md, "Not yet")
         pointer, aside = restore_on_nodes(submit, cfg, store, manifest, plans, dest, force, bar)
         where = dest
     else:
         threshold = split_size(cfg.scale.split_size_mb)
-        pointer, aside = restore_into(submit, store, plans, target, manifest, bar, threshold, force)
+        done = restore_from_copies(submit, ordered, target, manifest, bar, threshold, force)
+        pointer, aside = done.pointer, done.replaced
+        for f in done.fallbacks:
+            print(f"fallback: {f.describe()}")
+        fallbacks = tuple(f.as_dict() for f in done.fallbacks)
         where = str(target)
     download_s = time.monotonic() - t_download
-    record_task(catalog, [events.restored(manifest, where, str(flow_run.id or ""), download_s)])
-    notify_task(cfg, store, [alerts.restore_completed(run, n, where, time.monotonic() - t0, flow_run_url())])
+    if catalog is not None and primary is not None:
+        record_task(catalog, [events.restored(manifest, where, str(flow_run.id or ""), download_s,
+                                              store=None if first.order == 0 else first.name,
+                                              fallbacks=len(fallbacks))])  # fmt: skip
+        notify_task(cfg, primary, [alerts.restore_completed(run, n, where, time.monotonic() - t0, flow_run_url())])
+    else:
+        print("the primary store is unreachable: this restore is not recorded in its catalog, nor alerted")
     report = replace(
         begun,
         status="restored",
@@ -129,6 +158,7 @@ def restore(
         replaced=aside,
         bytes=manifest.total_bytes,
         files=len(manifest.files),
+        fallbacks=fallbacks,
     )
     publish_markdown_task(
         "restore-result",

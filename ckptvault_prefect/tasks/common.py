@@ -35,6 +35,11 @@ def current_states_task(catalog: Catalog, run: str | None = None) -> list[Checkp
     return catalog.current(run)
 
 
+@io_task("catalog-events")
+def run_events_task(catalog: Catalog, run: str) -> list[Event]:
+    return catalog.events(run)
+
+
 @io_task("compact-catalog")
 def compact_catalog_task(
     catalog: Catalog, older_than: float, runs: Sequence[str] | None = None, *, deletes: bool = True

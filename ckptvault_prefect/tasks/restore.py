@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.config import Config
 from ckptvault.manifest import Manifest
 from ckptvault.pricing import PriceTable
+from ckptvault.restore import copies as copies_lib
 from ckptvault.restore import drill as drill_lib
-from ckptvault.restore import from_manifests, ranged
+from ckptvault.restore import fallback, from_manifests, ranged
 from ckptvault.restore import nodes as on_nodes
 from ckptvault.restore import steps as lib
 from ckptvault.store import ObjectStore
@@ -28,6 +30,34 @@ def restore_history_task(catalog: Catalog, run: str) -> from_manifests.RunHistor
     if history.unreadable:
         log.warning("%s", from_manifests.fallback_warning(run, history.unreadable))
     return history
+
+
+def open_copies(cfg: Config) -> list[copies_lib.Copy]:
+    """Every store a save may be read from, the primary first then `[[replicas]]` in order, each opened
+    and its bucket checked once (one HEAD, botocore's quick client): a store that fails is a Copy without
+    a store, saying why, so a restore goes on from another."""
+    from ckptvault.store import StoreError, open_store
+
+    out = []
+    named = [(copies_lib.PRIMARY, cfg.store), *((r.name, r) for r in cfg.replicas)]
+    for name, store_cfg in named:
+        try:
+            store = open_store(store_cfg)
+            store.check_bucket()
+        except StoreError as e:
+            out.append(copies_lib.Copy(name, None, store_cfg.prefix, str(e)))
+            continue
+        out.append(copies_lib.Copy(name, store, store_cfg.prefix))
+    return out
+
+
+open_copies_task = local_task("open-copies")(open_copies)
+
+
+replica_history_task = io_task("replica-history")(copies_lib.history_from_replicas)
+
+
+survey_task = io_task("survey-copies")(copies_lib.survey)
 
 
 @local_task("resolve-step")
@@ -87,6 +117,13 @@ write_pointer_task = local_task("write-pointer")(lib.write_pointer)
 finalize_task = local_task("finalize")(lib.finalize)
 
 
+forget_task = local_task("forget-file", task_run_name="forget-{plan.path}")(fallback.forget)
+download_guarded_task = io_task("download-file", task_run_name="download-{plan.path}")(fallback.download_guarded)
+fetch_range_guarded_task = io_task("download-range", task_run_name="download-{plan.path}@{offset}")(
+    fallback.fetch_range_guarded
+)
+
+
 @local_task("discard-staging")
 def discard_task(staged: Path) -> None:
     lib.discard(staged)
@@ -114,6 +151,9 @@ STEPS: dict[Callable[..., Any], Step[..., Any]] = {
     ranged.seal: seal_task,
     lib.write_pointer: write_pointer_task,
     lib.discard: discard_task,
+    fallback.forget: forget_task,
+    fallback.download_guarded: download_guarded_task,
+    fallback.fetch_range_guarded: fetch_range_guarded_task,
     lib.finalize: finalize_task,
     on_nodes.stage_on_node: stage_on_node_task,
     on_nodes.others_seen: others_seen_task,

@@ -22,6 +22,8 @@ from ckptvault.restore.drill import (
     DrillReport,
     DrillResult,
     coverage,
+    drill_copy,
+    holders,
     render_markdown,
     rotating_share,
     select,
@@ -291,7 +293,8 @@ def test_report_rows_and_markdown_name_the_save() -> None:
     r = DrillResult("r", 200, 2, False, 1.234, 2**30, ("x.safetensors: bad",),
                     ("x.safetensors: safetensors: every tensor read", not_run), (not_run,))  # fmt: skip
     assert r.row() == {"run": "r", "step": 200, "save": 2, "ok": False, "seconds": 1.23,
-                       "problems": ["x.safetensors: bad"], "checks": list(r.checks), "not_run": [not_run]}  # fmt: skip
+                       "problems": ["x.safetensors: bad"], "checks": list(r.checks), "not_run": [not_run],
+                       "store": "primary"}  # fmt: skip
     assert json.loads(r.detail())["checks"] == list(r.checks)
     md = render_markdown([r], ["r step 300 save 2"], coverage(fold(one_run(3)), 10.0, 2))
     assert "| r | 200 | 2 | **NO** |" in md and "r step 300 save 2" in md and "3 drillable" in md
@@ -329,3 +332,41 @@ def test_the_drill_deployment_passes_its_schedule_interval() -> None:
     fires = asyncio.run(cron.get_dates(n=9, start=datetime(2026, 1, 1, tzinfo=UTC)))
     gaps = {(b - a).total_seconds() / 86400 for a, b in itertools.pairwise(fires)}
     assert gaps == {spec["parameters"]["interval_days"]} == {INTERVAL_DAYS}
+
+
+# --- which copy each drilled save is restored from (docs/replicas.md, "Restore from a copy") -------------
+
+
+def _replicated(run: str, step: int, store: str, at: float, save: int = 1) -> Event:
+    return Event(run=run, step=step, save=save, event="replicated", at=at, detail=json.dumps({"store": store}))
+
+
+def test_holders_are_the_primary_then_the_configured_replicas_a_replicated_event_names() -> None:
+    history = [_replicated("r", 10, "far", 1.0), _replicated("r", 10, "dr", 2.0), _replicated("r", 20, "other", 3.0),
+               _replicated("r", 10, "gone", 4.0)]  # fmt: skip
+    assert holders(("r", 10, 1), history, ["dr", "far"]) == ["primary", "dr", "far"]  # the configuration's order
+    assert holders(("r", 20, 1), history, ["dr", "far"]) == ["primary"]
+    assert holders(("r", 10, 2), history, ["dr", "far"]) == ["primary"]  # another save of the step
+
+
+def test_drills_rotate_over_every_copy_of_a_save_least_recently_drilled_first() -> None:
+    key = ("r", 10, 1)
+    copies = ["primary", "dr", "far"]
+    history: list[Event] = [*verified("r", 10, 0.0), *verified("r", 20, 0.0)]
+    picked = []
+    for at in range(1, 7):
+        store = drill_copy(key, copies, history)
+        picked.append(store)
+        history.append(dataclasses.replace(DrillResult("r", 10, 1, True, 1.0, 10, store=store).event(), at=float(at)))
+        # another save's drills never move this one's rotation
+        other = DrillResult("r", 20, 1, True, 1.0, 10, store="dr").event()
+        history.append(dataclasses.replace(other, at=float(at)))
+    assert picked == ["primary", "dr", "far", "primary", "dr", "far"]
+    # a drill recorded before copies existed (no `store` in its detail) was of the primary
+    old = Event(run="r", step=10, save=1, event="drilled", at=5.0, ok=True, detail=json.dumps({"seconds": 1}))
+    assert drill_copy(key, ["primary", "dr"], [old]) == "dr"
+    # a copy that joins later (a new replica) is drilled next, being never drilled
+    assert drill_copy(key, [*copies, "new"], history) == "new"
+    # only the reachable copies are offered: the least recently drilled among them
+    assert drill_copy(key, ["primary", "far"], history) == "primary"
+    assert json.loads(DrillResult("r", 10, 1, True, 1.0, 10, store="dr").detail())["store"] == "dr"

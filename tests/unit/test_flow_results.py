@@ -46,14 +46,16 @@ def test_tier_result_a_dry_run_has_only_the_plan_keys_and_an_apply_lists_what_it
 
 def test_restore_result_restored_and_thawing_documents() -> None:
     begun = RestoreResult("r", 200, 1, ("n",), "/d", "3 objects", {"objects": 3}, status="thawing")
-    done = replace(begun, status="restored", pointer="latest", replaced=None, bytes=10, files=2)
+    fell = {"path": "a.bin", "from": "ceph-dr", "because": "crc32c mismatch on primary"}
+    done = replace(begun, status="restored", pointer="latest", replaced=None, bytes=10, files=2, fallbacks=(fell,))
     assert list(done.as_dict()) == [
         "run", "step", "save", "notes", "dest", "estimate", "estimate_detail",
-        "status", "pointer", "replaced", "bytes", "files",
+        "status", "pointer", "replaced", "bytes", "files", "fallbacks", "source", "copies",
     ]  # fmt: skip
     assert done.as_dict()["notes"] == ["n"] and done.as_dict()["replaced"] is None
+    assert done.as_dict()["fallbacks"] == [fell] and done.as_dict()["source"] == "primary"
     doc = replace(begun, frozen=2, message="2 of 3 objects still frozen").as_dict()
-    assert list(doc)[7:] == ["status", "frozen", "message"]
+    assert list(doc)[7:] == ["status", "frozen", "message", "source", "copies"]
     assert (doc["status"], doc["frozen"], doc["message"]) == ("thawing", 2, "2 of 3 objects still frozen")
 
 
@@ -65,7 +67,7 @@ def test_drill_report_document_and_the_failure_that_carries_it() -> None:
     doc = report.as_dict()
     assert list(doc) == ["drilled", "pending", "coverage", "lock_drift"] and doc["lock_drift"] == []
     assert doc["drilled"][0] == {"run": "r", "step": 10, "save": 1, "ok": True, "seconds": 1.23, "problems": [],
-                                 "checks": ["model: loaded"], "not_run": []}  # fmt: skip
+                                 "checks": ["model: loaded"], "not_run": [], "store": "primary"}  # fmt: skip
     assert doc["pending"] == [{"run": "q", "step": 5, "save": 1}]
     assert doc["coverage"] == cov.as_dict()
     assert report.failed == (bad,)
