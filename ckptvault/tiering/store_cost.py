@@ -198,9 +198,11 @@ def _priced(store: str, cls: str, saves: Sequence[CheckpointState], prices: Pric
     return ClassCost(store, cls, len(saves), billed, monthly)
 
 
-def _fix(store: str, cls: str) -> str:
+def _fix(store: str, cls: str, configured: bool = True) -> str:
     if store == PRIMARY:
         return f"{cls} on the primary: add [policy.prices] {cls} = 0.01 (USD per GB-month)"
+    if not configured:  # its own prices went with its entry: the primary's table prices it
+        return f"{cls} on {store} (no longer in [[replicas]]): add [policy.prices] {cls} = 0.01 (USD per GB-month)"
     return (
         f"{cls} on {store}: add prices = {{ {cls} = 0.01 }} (USD per GB-month) to the [[replicas]] entry "
         f'named "{store}", or {cls} to [policy.prices]'
@@ -237,7 +239,11 @@ def store_costs(
         # a replica gone from the config is priced as the primary (its own prices went with it)
         rows.append(_priced(store, cls, ss, tables.get(store, prices)))
     egress = tuple(_egress(states, primary, policy, r, prices, tables[r.name], primary_kind, now) for r in replicas)
-    unpriced = [_fix(r.store, r.storage_class) for r in rows if r.usd_per_month is None]
+    unpriced = [
+        _fix(r.store, r.storage_class, r.store == PRIMARY or r.store in configured)
+        for r in rows
+        if r.usd_per_month is None
+    ]
     for e, r in zip(egress, replicas, strict=True):
         if e.to_copy_adds_usd_per_month is None and e.to_copy_saves:
             fix = _fix(r.name, e.to_copy_storage_class)

@@ -11,7 +11,7 @@ import pytest
 from ckptvault import events as ev
 from ckptvault.catalog import Event, ReplicaCopy, fold
 from ckptvault.config import ConfigError, PolicyConfig, ReplicaConfig, StoreConfig, TierStep, parse_config
-from ckptvault.pricing import GB, load_prices
+from ckptvault.pricing import GB, PriceError, load_prices
 from ckptvault.tiering.policy import plan
 from ckptvault.tiering.report import plan_record, render_text
 from ckptvault.tiering.store_cost import copy_route, plan_primary_rows, store_costs
@@ -106,6 +106,9 @@ def test_the_route_is_guessed_from_endpoint_and_region_or_named_and_an_on_prem_p
     assert [PRICES.transfer_per_gb(k, "internet") for k in ("aws", "moto", "ceph", "seaweedfs", "minio")] == [
         0.09, 0.09, 0.0, 0.0, 0.0
     ]  # fmt: skip
+    assert [PRICES.transfer_per_gb("aws", r) for r in ("in-region", "inter-region")] == [0.0, 0.02]
+    with pytest.raises(PriceError, match="egress 'lan' has no price; use one of in-region, inter-region, internet"):
+        PRICES.transfer_per_gb("aws", "lan")
     costs = store_costs(STATES, PRIMARY, POLICY, [CEPH_DR], PRICES, "seaweedfs", NOW)
     assert costs is not None and costs.egress[0].route == "internet"
     assert (costs.egress[0].usd_per_month, costs.egress[0].to_copy_usd) == (0.0, 0.0)
@@ -142,6 +145,11 @@ def test_no_replica_no_section_and_a_copy_on_a_replica_gone_from_the_config_is_s
     assert [(r.store, r.saves, r.usd_per_month) for r in costs.rows] == [
         ("primary", 1, pytest.approx(100 * 0.023)), ("old-dr", 1, pytest.approx(100 * 0.023))
     ]  # fmt: skip
+    cold = [ck(1, 3, replicas=(copy("old-dr", "COLD", 2),))]
+    costs = store_costs(cold, PRIMARY, POLICY, [], PRICES, "aws", NOW)
+    assert costs is not None and costs.unpriced == (
+        "COLD on old-dr (no longer in [[replicas]]): add [policy.prices] COLD = 0.01 (USD per GB-month)",
+    )
 
 
 def test_plan_adds_the_section_with_the_primary_as_the_plan_costs_it_and_keeps_its_keys() -> None:
