@@ -6,6 +6,7 @@ Slack uses an environment variable or a Prefect Secret block named in `[notify]`
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -445,6 +446,22 @@ class ReplicaConfig(StoreConfig):
         description='Which committed saves it holds: `"all"`, `"milestones"` (the steps `[policy]` keeps '
         'forever) or `"newest N"` (each run\'s N newest).',
     )
+    # What the primary bills per GB it sends this replica (ckptvault/data/prices.toml [egress]): the
+    # route decides the price, and only the operator knows it for sure; `auto` guesses from where the
+    # two stores are. An on-premises primary (Ceph, SeaweedFS, MinIO) bills nothing whatever the route.
+    copy_egress: Literal["auto", "in-region", "inter-region", "internet"] = Field(
+        default="auto",
+        description="How the primary's bytes reach this replica, for the egress `plan` and `catalog stats` "
+        "price: `in-region`, `inter-region` (another region of the same provider) or `internet`; `auto`: the same "
+        "endpoint_url and region is in-region, the same endpoint_url in another region inter-region, any other "
+        "endpoint internet.",
+    )
+    prices: dict[str, float] = Field(
+        default_factory=dict,
+        description="Storage class -> $/GB-month on this replica's store, over `[policy.prices]` and "
+        "ckptvault/data/prices.toml (AWS list prices), e.g. `{ COLD = 0.002 }`; a Ceph class must be priced "
+        "here or in `[policy.prices]`.",
+    )
     max_lag_hours: Annotated[float, Field(gt=0)] | None = Field(
         default=None,
         description="The watch alerts when a save this replica should hold has been committed on the primary "
@@ -466,6 +483,16 @@ class ReplicaConfig(StoreConfig):
     def _class(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", v):
             raise ValueError("a storage class is spelt in upper case as S3 spells it, e.g. DEEP_ARCHIVE or COLD")
+        return v
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, usd in v.items():
+            if not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", name):
+                raise ValueError(f"{name!r}: a storage class is spelt in upper case as S3 spells it, e.g. COLD")
+            if not math.isfinite(usd) or usd < 0:
+                raise ValueError(f"{name} = {usd!r}: write a non-negative USD per GB-month, e.g. {name} = 0.002")
         return v
 
     @field_validator("takes")

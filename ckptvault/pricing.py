@@ -28,6 +28,7 @@ GB = 2**30  # AWS bills GB-months in binary gigabytes
 DAYS_PER_MONTH = 30.0
 RESTORE_TIERS = ("Expedited", "Standard", "Bulk")
 
+
 class PriceError(CkptvaultError, ValueError):
     """A price is missing or malformed; the message names the class and the fix."""
 
@@ -64,12 +65,23 @@ class ClassPrice:
 class PriceTable:
     classes: Mapping[str, ClassPrice]
     egress_per_gb: Mapping[str, float] = field(default_factory=lambda: {"in-region": 0.0, "internet": 0.09})
+    # store kind -> route -> $/GB, for the kinds whose transfer is priced otherwise than `egress_per_gb`
+    # (on-premises servers: nothing); any other kind pays `egress_per_gb`
+    egress_by_kind: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def egress(self, nbytes: int, where: str) -> float:
         """USD to move `nbytes` out of the store to `where` ("in-region" or "internet")."""
         if where not in self.egress_per_gb:
             raise PriceError(f"egress {where!r} has no price; use one of {', '.join(sorted(self.egress_per_gb))}")
         return nbytes / GB * self.egress_per_gb[where]
+
+    def transfer_per_gb(self, kind: str, route: str) -> float:
+        """$/GB out of a store of `kind` ("aws", "ceph", ...) along `route` ("in-region", "inter-region",
+        "internet"): what the primary bills for the bytes it sends a replica."""
+        table = self.egress_by_kind.get(kind, self.egress_per_gb)
+        if route not in table:
+            raise PriceError(f"egress {route!r} has no price; use one of {', '.join(sorted(table))}")
+        return table[route]
 
     def get(self, name: str) -> ClassPrice:
         try:
@@ -180,6 +192,10 @@ def load_prices(overrides: Mapping[str, float] | None = None) -> PriceTable:
     raw = tomllib.loads(text)
     classes = {name: _parse_class(name, d) for name, d in raw.get("classes", {}).items()}
     egress = {str(k): _float(raw.get("egress", {}), k, "egress") for k in raw.get("egress", {})}
+    by_kind = {
+        str(kind): {str(k): _float(t, k, f"egress_by_kind.{kind}") for k in t}
+        for kind, t in raw.get("egress_by_kind", {}).items()
+    }
     for name, usd in (overrides or {}).items():
         if isinstance(usd, bool) or not isinstance(usd, int | float) or usd < 0 or math.isnan(usd):
             raise PriceError(f"[policy.prices] {name} = {usd!r}: must be a non-negative USD per GB-month")
@@ -188,4 +204,4 @@ def load_prices(overrides: Mapping[str, float] | None = None) -> PriceTable:
             if name in classes
             else (ClassPrice(name=name, usd_per_gb_month=float(usd)))
         )
-    return PriceTable(classes=classes, egress_per_gb=egress)
+    return PriceTable(classes=classes, egress_per_gb=egress, egress_by_kind=by_kind)

@@ -65,6 +65,7 @@ VALIDATOR_SAMPLES: dict[str, list[tuple[str, Any]]] = {
     "replicas.name": [("the primary's name", "primary")],
     "replicas.storage_class": [("lower case", "cold")],
     "replicas.takes": [("not one of the three", "newest")],
+    "replicas.prices": [("a class in lower case", {"cold": 0.002}), ("a negative price", {"COLD": -1})],
 }
 # Keys whose validator only normalises (no error of its own).
 NORMALISING_VALIDATORS = {"store.prefix", "replicas.prefix"}

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptvault.catalog.codec import _ORIGIN, _ROW
 from ckptvault.catalog.layout import _Part, classify
+from ckptvault.catalog.model import CheckpointState
 
 if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog
@@ -36,6 +37,9 @@ class CatalogStats:
     # combined snapshots under _catalog/_combined/: one, or two while a compaction ends; with [store]
     # deletes = "tier-only" up to a day's worth until tier --apply (docs/FORMAT.md)
     combined: int = 0
+    # the folded states counted above, for a caller that prices them (`catalog stats` per store): not
+    # part of as_dict
+    states: list[CheckpointState] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,5 +103,5 @@ def stats(cat: Catalog) -> CatalogStats:
         event_files=kinds["events"], snapshots=kinds["snapshot"], flat_files=kinds["flat"],
         set_aside=kinds["set_aside"], catalog_bytes=size, by_state=dict(Counter(s.state for s in states)),
         by_class=by_class, unreadable=dict(cat.unreadable), stored_by_class=dict(stored),
-        combined=kinds["combined"],
+        combined=kinds["combined"], states=states,
     )  # fmt: skip

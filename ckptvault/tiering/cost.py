@@ -77,6 +77,7 @@ class CostSummary:
     bytes_before: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
     # USD/month compression saves now: the same checkpoints in the same classes at their original size
     compression_monthly_saving: float = 0.0
+    saves_before: dict[str, int] = field(default_factory=dict)  # class -> checkpoint saves in it now
 
     @property
     def total_before(self) -> float:
@@ -100,6 +101,7 @@ def summarize(holdings: Iterable[Holding], prices: PriceTable, hot_fs_usd_per_gb
     before: dict[str, dict[str, float]] = {}
     after: dict[str, dict[str, float]] = {}
     sizes: dict[str, dict[str, tuple[int, int]]] = {}
+    saves: dict[str, int] = {}
     fees = hot = pending = compressed = 0.0
     for h in holdings:
         fees += h.fee_usd
@@ -113,10 +115,11 @@ def summarize(holdings: Iterable[Holding], prices: PriceTable, hot_fs_usd_per_gb
                 compressed += prices.monthly_cost(h.nbytes, h.before, h.objects) - was
             orig, stored = sizes.setdefault(h.run, {}).get(h.before, (0, 0))
             sizes[h.run][h.before] = (orig + h.nbytes, stored + h.billed)
+            saves[h.before] = saves.get(h.before, 0) + 1
         if h.after is not None:
             by_class = after.setdefault(h.run, {})
             now = prices.monthly_cost(h.billed, h.after, h.objects)
             by_class[h.after] = by_class.get(h.after, 0.0) + now
         if h.takes_effect is not None:
             pending += was - now
-    return CostSummary(before, after, fees, hot, pending, sizes, compressed)
+    return CostSummary(before, after, fees, hot, pending, sizes, compressed, saves)

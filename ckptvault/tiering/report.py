@@ -14,6 +14,7 @@ from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.eviction import EvictionCheck
 from ckptvault.tiering.milestone_lock import LockExtension
 from ckptvault.tiering.policy import Action, Plan
+from ckptvault.tiering.store_cost import StoreCosts
 
 # files named per skipped checkpoint in the artifact; the flow's report and the catalog event have more
 MAX_FILES_SHOWN = 10
@@ -142,10 +143,14 @@ def bucket_lock_record(bucket: str, status: LockStatus) -> dict[str, Any]:
 
 
 def render_text(
-    plan: Plan, would_lock: Sequence[LockExtension] = (), bucket_lock: tuple[str, LockStatus] | None = None
+    plan: Plan,
+    would_lock: Sequence[LockExtension] = (),
+    bucket_lock: tuple[str, LockStatus] | None = None,
+    stores: StoreCosts | None = None,
 ) -> str:
     """The plan an operator reads; `would_lock`: the milestone locks a dry run would raise
-    (milestone_lock.would_extend); `bucket_lock`: (bucket, its configuration), for `plan`."""
+    (milestone_lock.would_extend); `bucket_lock`: (bucket, its configuration), for `plan`; `stores`: each
+    store's classes and the replicas' egress (store_cost.store_costs; None without replicas)."""
     s = plan.summary
     out = [bucket_lock_line(*bucket_lock)] if bucket_lock is not None else []
     for a in plan.actions:
@@ -168,6 +173,8 @@ def render_text(
         f"monthly: {usd(s.total_before)} -> {usd(s.total_after)}; one-time fees {usd(s.one_time_fees_usd)}; "
         f"vs parallel file system {usd(s.hot_fs_monthly_usd)}/month"
     )
+    if stores is not None:
+        out += ["", *stores.lines()]
     return "\n".join(out)
 
 
@@ -223,10 +230,14 @@ def _stored(original: int, stored: int) -> str:
 
 
 def plan_record(
-    plan: Plan, would_lock: Sequence[LockExtension] = (), bucket_lock: tuple[str, LockStatus] | None = None
+    plan: Plan,
+    would_lock: Sequence[LockExtension] = (),
+    bucket_lock: tuple[str, LockStatus] | None = None,
+    stores: StoreCosts | None = None,
 ) -> dict[str, Any]:
     """`ckptvault plan --json`: every action, the pending lifecycle moves, the expiries a lock
-    postpones, the milestone locks it would raise, the cost table, and (given) the bucket's lock."""
+    postpones, the milestone locks it would raise, the cost table, (given) the bucket's lock and (with
+    replicas) each store's classes and the replicas' egress."""
     s = plan.summary
     doc = {
         "actions": [
@@ -265,6 +276,8 @@ def plan_record(
     }
     if bucket_lock is not None:
         doc["bucket_lock"] = bucket_lock_record(*bucket_lock)
+    if stores is not None:
+        doc.update(stores.as_dict())
     return doc
 
 

@@ -13,7 +13,9 @@ from ckptvault_cli.output import emit_json, say
 from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight_store
 
 if TYPE_CHECKING:
-    from ckptvault.catalog import Catalog  # imported when a command reads it: pyarrow costs start-up
+    from ckptvault.catalog import Catalog, CheckpointState  # imported when a command reads it: pyarrow costs start-up
+    from ckptvault.store import ObjectStore
+    from ckptvault.tiering.store_cost import StoreCosts
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -81,8 +83,9 @@ def cmd_catalog_stats(args: argparse.Namespace) -> int:
     catalog = Catalog(store, cfg.store.prefix)
     st = catalog.stats()
     alert_unreadable(cfg, catalog)
+    stores = _store_costs(cfg, store, st.states)
     if args.json:
-        emit_json(st.as_dict())
+        emit_json(st.as_dict() | (stores.as_dict() if stores is not None else {}))
         return EXIT_OK
     print(f"{st.runs} runs, {st.checkpoints} checkpoint saves, {st.events} events")
     print(f"catalog objects: {st.event_files} event files, {st.snapshots} snapshots, {st.combined} combined, "
@@ -93,9 +96,25 @@ def cmd_catalog_stats(args: argparse.Namespace) -> int:
         stored = st.stored_by_class.get(cls, b)
         kept = f" ({humanize.size(stored)} stored)" if stored != b else ""  # compressed saves occupy less
         print(f"{cls:20} {n:8} saves  {humanize.size(b)}{kept}")
+    if stores is not None:
+        print("\n".join(stores.lines()))
     for key in sorted(st.unreadable):
         print(f"unreadable: {key}")
     return EXIT_OK
+
+
+def _store_costs(cfg: Config, store: ObjectStore, states: list[CheckpointState]) -> StoreCosts | None:
+    """Each store's bytes and $/month per class and the replicas' egress; None without replicas (no
+    price is looked at then: `catalog stats` prints what it printed before replicas)."""
+    import time
+
+    from ckptvault.pricing import load_prices
+    from ckptvault.tiering.store_cost import store_costs
+
+    if not cfg.replicas and not any(s.replicas for s in states):
+        return None
+    kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()  # the primary's egress price
+    return store_costs(states, cfg.store, cfg.policy, cfg.replicas, load_prices(cfg.policy.prices), kind, time.time())
 
 
 def cmd_catalog_rebuild(args: argparse.Namespace) -> int:

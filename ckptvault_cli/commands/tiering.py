@@ -19,17 +19,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ckptvault.tiering.milestone_lock import would_extend
     from ckptvault.tiering.policy import plan
     from ckptvault.tiering.report import plan_record, render_text
+    from ckptvault.tiering.store_cost import plan_primary_rows, store_costs
 
     cfg, store = preflight_store(args, need_sources=False)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
-    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time(), cfg.node_local_runs())
+    prices = load_prices(cfg.policy.prices)
+    p = plan(states, cfg.policy, prices, kind, time.time(), cfg.node_local_runs())
     would_lock = would_extend(states, cfg.policy, cfg.lock)  # from the catalog: no I/O
     lock = (cfg.store.bucket, bucket_lock(store))
+    # with replicas, each store's classes and their egress (None without: the output stays as it was)
+    stores = store_costs(states, cfg.store, cfg.policy, cfg.replicas, prices, kind, p.now, plan_primary_rows(p.summary))
     if args.json:
-        emit_json(plan_record(p, would_lock, lock))
+        emit_json(plan_record(p, would_lock, lock, stores))
     else:
-        print(render_text(p, would_lock, lock))
+        print(render_text(p, would_lock, lock, stores))
     return EXIT_OK
 
 

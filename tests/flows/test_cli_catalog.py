@@ -133,3 +133,44 @@ def test_catalog_stats_counts_runs_checkpoints_events_files_and_bytes_per_class(
     assert "2 runs, 4 checkpoint saves, 12 events" in text
     assert "1 snapshots, 1 combined," in text
     assert "GLACIER_IR" in text
+
+
+def test_plan_and_catalog_stats_show_each_store_and_the_replicas_egress_only_with_replicas(
+    catalog_cfg: tuple[Path, Catalog], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ckptvault import events as ev
+
+    cfg, cat = catalog_cfg
+    now = time.time()
+    cat.append([*_life("a", 1, now - 3 * DAY), *_life("a", 2, now - 2 * DAY), *_life("a", 3, now - DAY)])
+
+    def run(*args: str) -> str:
+        capsys.readouterr()
+        assert main(["--config", str(cfg), *args]) == 0
+        return capsys.readouterr().out
+
+    # without [[replicas]]: no section, no new key, no price looked at
+    assert "per store" not in run("catalog", "stats") and "per store" not in run("plan")
+    assert "stores" not in json.loads(run("catalog", "stats", "--json"))
+    assert "stores" not in json.loads(run("plan", "--json"))
+    cfg.write_text(
+        cfg.read_text() + '\n[[replicas]]\nname = "ceph-dr"\nbucket = "dr-bucket"\n'
+        'endpoint_url = "http://rgw.dr.invalid:7480"\nstorage_class = "COLD"\nprices = { COLD = 0.002 }\n'
+    )
+    cat.append([
+        ev.replicated("a", s, 1, store="ceph-dr", key="k", nbytes=1000, seconds=0.1, storage_class="COLD")
+        for s in (1, 2)
+    ])  # fmt: skip
+    for cmd in (("catalog", "stats", "--json"), ("plan", "--json")):
+        doc = json.loads(run(*cmd))
+        rows = {(r["store"], r["class"]): (r["saves"], r["bytes"]) for r in doc["stores"]}
+        assert rows == {("primary", "STANDARD"): (3, 6000), ("ceph-dr", "COLD"): (2, 3000)}, cmd
+        assert doc["stores_total"]["bytes"] == 9000
+        [egress] = doc["egress"]
+        # SeaweedFS runs on premises: another endpoint is the internet, and it bills no egress
+        assert (egress["replica"], egress["route"], egress["usd_per_gb"]) == ("ceph-dr", "internet", 0.0)
+        assert egress["last_30_days"] == {"saves": 2, "bytes": 3000}
+        assert (egress["to_copy"]["saves"], egress["to_copy"]["bytes"]) == (1, 3000)
+    assert doc["cost"] and "usd_month_before" in doc  # the plan's keys stay
+    for text in (run("catalog", "stats"), run("plan")):
+        assert "per store and storage class, now:" in text and "egress to ceph-dr (internet, $0.0000/GB" in text
