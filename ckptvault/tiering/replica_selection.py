@@ -31,3 +31,17 @@ def wanted(states: Sequence[CheckpointState], replica: ReplicaConfig, policy: Po
     for s in sorted(current, key=lambda s: (s.step, s.save), reverse=True):
         by_run.setdefault(s.run, []).append(s)
     return sorted((s for ss in by_run.values() for s in ss[:n]), key=lambda s: s.key)
+
+
+def unreplicated(
+    states: Sequence[CheckpointState], replicas: Sequence[ReplicaConfig], policy: PolicyConfig
+) -> dict[tuple[str, int, int], tuple[str, ...]]:
+    """Save -> the replicas (in config order) that should hold it (`wanted`) and have no copy of it in the
+    catalog (no `replicated` event naming them): what the tier plan waits for (`policy.plan`'s
+    `unreplicated`) and the watch's lag alert counts."""
+    out: dict[tuple[str, int, int], tuple[str, ...]] = {}
+    for r in replicas:
+        for s in wanted(states, r, policy):
+            if not any(c.store == r.name for c in s.replicas):
+                out[s.key] = (*out.get(s.key, ()), r.name)
+    return out

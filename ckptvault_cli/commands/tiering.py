@@ -18,12 +18,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ckptvault.save_lock import bucket_lock
     from ckptvault.tiering.milestone_lock import would_extend
     from ckptvault.tiering.policy import plan
+    from ckptvault.tiering.replica_selection import unreplicated
     from ckptvault.tiering.report import plan_record, render_text
 
     cfg, store = preflight_store(args, need_sources=False)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
-    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time(), cfg.node_local_runs())
+    waits = unreplicated(states, cfg.replicas, cfg.policy)  # from the catalog: no replica is reached
+    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time(), cfg.node_local_runs(), waits)
     would_lock = would_extend(states, cfg.policy, cfg.lock)  # from the catalog: no I/O
     lock = (cfg.store.bucket, bucket_lock(store))
     if args.json:
