@@ -54,6 +54,7 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
         "catalog_unreadable": ("llama-7b", {"prod/_catalog/run=llama-7b/events/0001-ab.parquet": "not Parquet"}),
         "legal_hold": ("llama-7b", 9000, 1, True, "alice", "incident 7: keep for the audit", 12),
         "lock_drift": ("llama-7b", 9000, 1, ["model.safetensors: no Object Lock retention (ckptvault set 2027-01-02)"]),
+        "replica_lagging": ("ceph-dr", [("llama-7b", 9000, 1, T0), ("llama-7b", 9500, 1, T0 + 3600)], 24.0, T0 + 9e4),
     }
     return BUILDERS[kind](*args[kind], flow_run_url=url)
 

@@ -31,6 +31,7 @@ KINDS = (
     "catalog_unreadable",
     "legal_hold",
     "lock_drift",
+    "replica_lagging",
 )
 
 Severity = Literal["info", "warning", "error"]
