@@ -1,7 +1,9 @@
 """`ckptvault replicate`: copy the committed saves each `[[replicas]]` store should hold and does not
 (docs/FORMAT.md, "Replicas"), without Prefect. Each replica's bucket is checked first: a missing bucket,
-refused credentials, an unknown profile or (with `[lock]` on) a bucket without Object Lock is exit 2
-naming the replica, before anything is copied."""
+refused credentials, an unknown profile, (with `[lock]` on) a bucket without Object Lock or (with
+`expire_after_days`) a bucket whose default retention outlasts it is exit 2 naming the replica, before
+anything is copied. The replica's retention rule is installed on its own bucket first
+(ckptvault/replication/retention.py)."""
 
 from __future__ import annotations
 
@@ -24,13 +26,16 @@ def _named(replica: ReplicaConfig, message: str) -> str:
 def _open_replica(cfg: Config, replica: ReplicaConfig) -> ObjectStore:
     """The replica's store, checked as preflight checks [store]: every problem is a UsageError naming it."""
     from ckptvault.lock_probe_cache import ProbeCache
-    from ckptvault.save_lock import lock_problem
+    from ckptvault.replication.retention import retention_problem
+    from ckptvault.save_lock import bucket_lock, lock_problem
     from ckptvault.store import StoreError, open_store
 
     try:
         store = open_store(replica)
         store.check_bucket()
         problem = lock_problem(cfg.lock, store, ProbeCache.of(replica))
+        if not problem and replica.expire_after_days is not None:
+            problem = retention_problem(replica, bucket_lock(store))
     except StoreError as e:
         raise UsageError(_named(replica, str(e))) from None
     if problem:
@@ -41,6 +46,8 @@ def _open_replica(cfg: Config, replica: ReplicaConfig) -> ObjectStore:
 def cmd_replicate(args: argparse.Namespace) -> int:
     from ckptvault.catalog import Catalog
     from ckptvault.replication import replicate
+    from ckptvault.replication.retention import install_retention
+    from ckptvault.store import StoreError
     from ckptvault.tiering.replica_selection import wanted
 
     cfg, primary = preflight_store(args, need_sources=False)
@@ -54,6 +61,14 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     states = catalog.current()
     passes = []
     for replica, store in stores:
+        # the replica's own retention, on its own bucket: before the copies, so none outlives it unruled
+        try:
+            retention = install_retention(store, replica)
+        except StoreError as e:  # nothing copied to it yet: copies without their rule would never expire
+            raise StoreError(_named(replica, f"cannot install its retention rule: {e}")) from None
+        if retention != "unchanged" and not args.json:
+            kept = f"objects expire {replica.expire_after_days} days after their copy"
+            print(f"{replica.name}: retention rule {retention}" + (f" ({kept})" if retention == "installed" else ""))
         p = replicate(
             primary, cfg.store.prefix, store, replica, wanted(states, replica, cfg.policy), cfg.lock, catalog=catalog
         )

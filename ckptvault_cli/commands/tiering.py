@@ -24,8 +24,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     cfg, store = preflight_store(args, need_sources=False)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
-    waits = unreplicated(states, cfg.replicas, cfg.policy)  # from the catalog: no replica is reached
-    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, time.time(), cfg.node_local_runs(), waits)
+    now = time.time()
+    waits = unreplicated(states, cfg.replicas, cfg.policy, now)  # from the catalog: no replica is reached
+    p = plan(states, cfg.policy, load_prices(cfg.policy.prices), kind, now, cfg.node_local_runs(), waits)
     would_lock = would_extend(states, cfg.policy, cfg.lock)  # from the catalog: no I/O
     lock = (cfg.store.bucket, bucket_lock(store))
     if args.json:

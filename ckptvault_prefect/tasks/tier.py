@@ -25,7 +25,7 @@ def plan_task(
     node_local: frozenset[str] = frozenset(),
     replicas: Sequence[ReplicaConfig] = (),
 ) -> policy.Plan:
-    waits = replica_selection.unreplicated(states, replicas, cfg)
+    waits = replica_selection.unreplicated(states, replicas, cfg, now)
     return policy.plan(states, cfg, prices, store_kind, now, node_local, waits)
 
 

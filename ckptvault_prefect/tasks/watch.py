@@ -27,5 +27,5 @@ def assess_task(
     prices = load_prices(cfg.policy.prices)
     budget = cfg.notify.budget_usd_per_month
     # which saves each replica should hold is the tiering wing's choice, which alerts may not import
-    lag = [(r, wanted(states, r, cfg.policy)) for r in cfg.replicas if r.max_lag_hours is not None]
+    lag = [(r, wanted(states, r, cfg.policy, now)) for r in cfg.replicas if r.max_lag_hours is not None]
     return watch_inputs.assess(states, cfg.sources, budget, prices, state, now, url, unreadable, lag)
