@@ -103,7 +103,7 @@ class ReplicaWait:
                 "action": self.action, "to_class": self.to_class}  # fmt: skip
 
     def line(self) -> str:
-        """`plan`'s and `tier`'s line: "waits      r step 3 save 1: transition to GLACIER waits for replica dr"."""
+        """`plan`'s and `tier`'s line: "waits       r step 3 save 1: transition to GLACIER waits for replica dr"."""
         what = f"transition to {self.to_class}" if self.action == "transition" else "expiry"
         return f"{'waits':11} {self.run} step {self.step} save {self.save}: {what} waits for replica {self.replica}"
 
