@@ -467,6 +467,13 @@ class ReplicaConfig(StoreConfig):
         description="The watch alerts when a save this replica should hold has been committed on the primary "
         "for longer than this without reaching it; unset: no alert.",
     )
+    expire_after_days: Annotated[int, Field(ge=1, le=36_500)] | None = Field(
+        default=None,
+        description="The replica's own retention: a lifecycle rule on its bucket (installed by `ckptvault "
+        "replicate`) deletes its objects this many days after they were copied, and a save committed on the "
+        "primary longer ago than this is not copied. Expiry on the primary never deletes a replica's copy; unset: "
+        "kept until removed by hand. With `[lock]`: at least `[lock] days` + 2.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -632,7 +639,33 @@ class Config(_Strict):
                     "a copy must live elsewhere; give it another bucket or prefix"
                 )
             where[at] = f"[[replicas]] {r.name!r}"
+        for r in self.replicas:
+            if r.expire_after_days is not None:
+                self._retention_covers_only(r, where)
         return self
+
+    def _retention_covers_only(self, r: ReplicaConfig, where: dict[tuple[str | None, str, str], str]) -> None:
+        """A replica's retention rule deletes everything under its prefix in its bucket: nothing else may
+        live there (the primary's saves, another copy), and with `[lock]` it must not come before the lock's
+        date (a versioned bucket would hide the locked objects behind delete markers)."""
+        mine = r.prefix.strip("/")
+        for (endpoint, bucket, prefix), what in where.items():
+            other = prefix.strip("/")
+            # either under the other: a primary's run could be named like the replica's prefix
+            a, b = mine + "/", other + "/"
+            nested = not mine or not other or a.startswith(b) or b.startswith(a)
+            if what != f"[[replicas]] {r.name!r}" and (endpoint, bucket) == (r.endpoint_url, r.bucket) and nested:
+                raise ValueError(
+                    f"[[replicas]] {r.name!r} expire_after_days: its lifecycle rule would delete every object under "
+                    f"{r.bucket}/{mine + '/' if mine else ''}, where {what} keeps objects too; give the replica a "
+                    "bucket or a prefix of its own, or remove expire_after_days"
+                )
+        if self.lock.enabled and r.expire_after_days is not None and r.expire_after_days < self.lock.days + 2:
+            raise ValueError(
+                f"[[replicas]] {r.name!r} expire_after_days = {r.expire_after_days} ends before the lock its "
+                f"objects are written with ([lock] days = {self.lock.days}, up to 2 days more): set it to at "
+                f"least {self.lock.days + 2}"
+            )
 
     @model_validator(mode="after")
     def _lock_days_need_a_lock(self) -> Config:

@@ -61,6 +61,7 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
             1,
             "model.safetensors: its bytes' CRC32C is AAAAAA==, the manifest says BBBBBB==",
         ),
+        "replica_lagging": ("ceph-dr", [("llama-7b", 9000, 1, T0), ("llama-7b", 9500, 1, T0 + 3600)], 24.0, T0 + 9e4),
     }
     return BUILDERS[kind](*args[kind], flow_run_url=url)
 

@@ -18,6 +18,7 @@ from ckptvault.alerts.messages_health import budget_exceeded as budget_exceeded
 from ckptvault.alerts.messages_health import catalog_unreadable as catalog_unreadable
 from ckptvault.alerts.messages_health import catalog_unreadable_by_run as catalog_unreadable_by_run
 from ckptvault.alerts.messages_health import flow_failed as flow_failed
+from ckptvault.alerts.messages_health import replica_lagging as replica_lagging
 from ckptvault.alerts.messages_health import run_recovered as run_recovered
 from ckptvault.alerts.messages_health import run_restarted as run_restarted
 from ckptvault.alerts.messages_health import run_stale as run_stale
@@ -54,5 +55,6 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "legal_hold": legal_hold,
     "lock_drift": lock_drift,
     "replicate_failed": replicate_failed,
+    "replica_lagging": replica_lagging,
 }
 assert tuple(BUILDERS) == KINDS

@@ -1,5 +1,5 @@
 """Messages about the health of runs and of the store: staleness and recovery, the budget, failed
-flows, restarted runs, unreadable catalog objects.
+flows, restarted runs, unreadable catalog objects, a replica lagging behind the primary.
 
 One builder per kind; see ckptvault/alerts/alert.py for whom the wording is written.
 """
@@ -161,3 +161,35 @@ def catalog_unreadable_by_run(
     """One `catalog_unreadable` alert per run whose partition holds unreadable objects (`None`, the flat
     layout: ALL_RUNS), in run order: what every command that reads the catalog sends (`Catalog.unreadable_by_run`)."""
     return [catalog_unreadable(run or ALL_RUNS, objs, flow_run_url) for run, objs in sorted(by_run.items(), key=str)]
+
+
+def replica_lagging(
+    replica: str,
+    late: Sequence[tuple[str, int, int, float]],
+    max_lag_hours: float,
+    now: float,
+    flow_run_url: str | None = None,
+) -> Alert:
+    """Saves a replica should hold, committed on the primary more than `max_lag_hours` ago and not copied
+    there: `late` is (run, step, save, committed_at) per save, oldest first (not empty). One alert per
+    replica and oldest late save: it is news again only once that save is copied and another is late."""
+    run, step, save, at = late[0]
+    return Alert(
+        kind="replica_lagging",
+        run=ALL_RUNS,
+        step=None,
+        summary=(
+            f"Replica {replica} is behind: {len(late)} save(s) committed more than {max_lag_hours:g} h ago are not "
+            f"copied there; the oldest, {run} step {step} save {save}, for {_hours(now - at)}"
+        ),
+        details=[f"{r} step {n} save {k}: committed {_utc(t)}" for r, n, k, t in late],
+        next_step=(
+            f"Run `ckptvault replicate --replica {replica}` and read what it says failed (an unreachable endpoint, "
+            "refused credentials, an object frozen on the primary). Until they are copied, `tier` neither expires "
+            "these saves nor moves them into an archival class ([[replicas]] max_lag_hours sets this alert)."
+        ),
+        severity="warning",
+        flow_run_url=flow_run_url,
+        # the lag episode is its oldest late save: not repeated while that one waits
+        reason=f"replica={replica};oldest={run}/{step}/{save}",
+    )

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
 from ckptvault.lock_probe_cache import ProbeCache
-from ckptvault.save_lock import lock_problem
+from ckptvault.replication.retention import retention_problem
+from ckptvault.save_lock import bucket_lock, lock_problem
 from ckptvault.store import ObjectStore, StoreError, TransientStoreError, open_store
 
 
@@ -48,6 +49,8 @@ def open_replica(replica: ReplicaConfig, lock: LockConfig) -> ObjectStore:
         store = open_store(replica)
         store.check_bucket()
         problem = lock_problem(lock, store, ProbeCache.of(replica))
+        if not problem and replica.expire_after_days is not None:
+            problem = retention_problem(replica, bucket_lock(store))
     except TransientStoreError:
         raise
     except StoreError as e:

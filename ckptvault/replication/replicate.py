@@ -25,8 +25,9 @@ from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.replication.hot_copy import HotCopyUnusable, HotFile, hot_path
+from ckptvault.replication.retention import install_retention
 from ckptvault.save_lock import save_retention
-from ckptvault.store import ChecksumMismatchError, ObjectInfo, ObjectStore
+from ckptvault.store import ChecksumMismatchError, ObjectInfo, ObjectStore, StoreError
 from ckptvault.store.stored_crc import stored_crc32c
 
 # Files of one save copied at once: each copy keeps max_concurrency GETs and as many part uploads in
@@ -94,6 +95,8 @@ class ReplicaPass:
     copied: list[ReplicatedSave] = field(default_factory=list)
     present: int = 0  # wanted saves the replica already held
     failures: list[FailedSave] = field(default_factory=list)
+    retention: str = "unchanged"  # its retention rule on the replica's bucket: installed, removed or unchanged
+    retention_days: int | None = None  # the rule's `expire_after_days`
 
     @property
     def failed(self) -> dict[str, str]:
@@ -106,6 +109,7 @@ class ReplicaPass:
             "copied": [s.as_dict() for s in self.copied],
             "present": self.present,
             "failed": self.failed,
+            "retention": self.retention,
         }
 
 
@@ -126,7 +130,12 @@ def replicate(
     store) is left uncommitted and named in `failures`; the others go on. `catalog`: the primary's, where
     each committed save's `replicated` event goes (None: nothing recorded). `hot`: read each file from
     its hot copy where FORMAT.md's rule allows (False: `--from-primary`, every byte from the primary)."""
-    out = ReplicaPass(replica.name)
+    out = ReplicaPass(replica.name, retention_days=replica.expire_after_days)
+    # the replica's own retention, on its own bucket: before the copies, so none outlives it unruled
+    try:
+        out.retention = install_retention(replica_store, replica)
+    except StoreError as e:
+        raise StoreError(f"replica {replica.name}: cannot install its retention rule: {e}") from None
     for s in saves:
         dst_base = checkpoint_prefix(replica.prefix, s.run, s.step, s.save)
         if replica_store.head(dst_base + MANIFEST_NAME) is not None:

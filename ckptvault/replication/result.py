@@ -42,6 +42,10 @@ class ReplicateResult:
         prints those on stderr)."""
         out: list[tuple[bool, str]] = []
         for p in self.passes:
+            if p.retention != "unchanged":
+                days = p.retention_days
+                kept = f" (objects expire {days} days after their copy)" if p.retention == "installed" else ""
+                out.append((False, f"{p.replica}: retention rule {p.retention}{kept}"))
             for s in p.copied:
                 out.append((False, f"{p.replica}: {s.run} step {s.step} save {s.save}: {s.copied} objects copied, "
                                    f"{s.kept} kept, {size(s.bytes)} in {s.seconds:.1f} s ({size(s.hot_bytes)} from "

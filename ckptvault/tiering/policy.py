@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -84,6 +84,30 @@ class Postponed:
 POSTPONED = "expiry postponed: "  # how a `keep` action that is a postponed expiry begins
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaWait:
+    """A move the plan holds back because a replica should hold the save and does not yet (docs/replicas.md,
+    "Tiering waits for the copies"): an expiry (the primary's copy is the only one) or a transition into an
+    archival class (a frozen save costs a thaw to copy). One per replica; the action is a `keep`."""
+
+    run: str
+    step: int
+    save: int
+    replica: str  # the [[replicas]] name
+    action: Literal["transition", "expire"]  # what waits
+    to_class: str | None = None  # a transition's target
+
+    def as_dict(self) -> dict[str, Any]:
+        """An entry of `waits_for_replica` in `plan --json` and `tier --json`."""
+        return {"run": self.run, "step": self.step, "save": self.save, "replica": self.replica,
+                "action": self.action, "to_class": self.to_class}  # fmt: skip
+
+    def line(self) -> str:
+        """`plan`'s and `tier`'s line: "waits       r step 3 save 1: transition to GLACIER waits for replica dr"."""
+        what = f"transition to {self.to_class}" if self.action == "transition" else "expiry"
+        return f"{'waits':11} {self.run} step {self.step} save {self.save}: {what} waits for replica {self.replica}"
+
+
 def expiry_postponed(locked_until: float | None, legal_hold: bool, now: float, mode: str | None = None) -> str:
     """Why an expiry must wait, "" if nothing stops it: a legal hold, or a retention still ahead of
     `now`. The one wording of the plan (from the catalog, which has no mode) and the apply (from a
@@ -105,6 +129,8 @@ class Plan:
     pending: list[PendingMove] = field(default_factory=list)  # sorted by (run, step, save)
     # due expiries the catalog says are locked or held: a `keep` action each, listed here, not counted
     postponed: list[Postponed] = field(default_factory=list)  # sorted by (run, step, save)
+    # expiries and archival transitions held back until a replica holds the save: a `keep` action each
+    waits: list[ReplicaWait] = field(default_factory=list)  # sorted by (run, step, save), then replica
 
 
 def _date(ts: float | None) -> str:
@@ -328,13 +354,16 @@ def plan(
     store_kind: str,
     now: float,
     node_local: frozenset[str] = frozenset(),
+    unreplicated: Mapping[tuple[str, int, int], Sequence[str]] | None = None,
 ) -> Plan:
     """One storage action (keep/transition/expire/skip) per live checkpoint, plus evict_local actions.
     `node_local`: runs whose files live on each node's own disk, which tier (one host) cannot reach: their
     local copies are never evicted, since deleting node 0's share would record an eviction that left the
-    other nodes' files in place."""
+    other nodes' files in place. `unreplicated`: save -> the replicas that should hold it and do not
+    (`replica_selection.unreplicated`); such a save is not expired nor moved into an archival class
+    until they do: a `keep` whose reason says which replica it waits for, listed in `Plan.waits`."""
     with _no_gc_pauses():
-        return _plan(states, policy, prices, store_kind, now, node_local)
+        return _plan(states, policy, prices, store_kind, now, node_local, unreplicated or {})
 
 
 def _plan(
@@ -344,6 +373,7 @@ def _plan(
     store_kind: str,
     now: float,
     node_local: frozenset[str],
+    unreplicated: Mapping[tuple[str, int, int], Sequence[str]],
 ) -> Plan:
     pl = _Planner(policy, prices, store_kind, now)
     live = _live(states)
@@ -363,6 +393,7 @@ def _plan(
     holdings: list[Holding] = []
     pending: list[PendingMove] = []
     postponed: list[Postponed] = []
+    waits: list[ReplicaWait] = []
     hot_why = f"among the newest {policy.keep_hot} verified: stays put"
     evict_why = f"older than the newest {policy.keep_local} verified; a verified copy is in the store"
     evict_usd_per_byte = policy.hot_fs_usd_per_gb_month / GB * pl.horizon / DAYS_PER_MONTH
@@ -373,6 +404,9 @@ def _plan(
             a = Action(s.run, s.step, "keep", None, hot_why)
         else:
             a = pl.storage_action(s, (s.run, s.step) in ms)
+            if missing := unreplicated.get(s.key):
+                a, held = _wait_for_replicas(a, s, missing, prices)
+                waits += held
         if s.save != 1:
             a = replace(a, save=s.save)
         # A superseded save's local directory now holds the save that replaced it (or the abandoned
@@ -398,4 +432,26 @@ def _plan(
                 after, since = s.scheduled_class, s.scheduled_at
             holdings.append(Holding(s.run, s.bytes, max(s.files, 1), before, after, fee, since, s.stored_bytes))
     summary = summarize(holdings, prices, policy.hot_fs_usd_per_gb_month)
-    return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now, pending=pending, postponed=postponed)
+    return Plan(actions=actions, summary=summary, store_kind=store_kind, now=now, pending=pending, postponed=postponed,
+                waits=waits)  # fmt: skip
+
+
+def _wait_for_replicas(
+    a: Action, s: CheckpointState, missing: Sequence[str], prices: PriceTable
+) -> tuple[Action, list[ReplicaWait]]:
+    """`a` held back while `missing` replicas lack the save: an expiry (deletes never travel, so the
+    primary's copy is the only one there is) and a move into an archival class (the replicate pass reads
+    the primary, and a frozen object must be thawed first) become a `keep` that says why. A move into a
+    readable class (STANDARD_IA, Ceph's COLD) and a local eviction go ahead: the copy reads them as it is."""
+    if a.kind == "expire":
+        what = "expiry"
+    elif a.kind == "transition" and a.to_class and prices.get(a.to_class).frozen:
+        what = f"transition to {a.to_class}"
+    else:
+        return a, []
+    names = ("replicas " if len(missing) > 1 else "replica ") + ", ".join(missing)
+    cost = "the primary's is the only copy" if a.kind == "expire" else "a frozen save costs a thaw to copy"
+    why = f"{what} waits for {names}: not copied there yet ({cost})"
+    kind: Literal["transition", "expire"] = "expire" if a.kind == "expire" else "transition"
+    held = [ReplicaWait(s.run, s.step, s.save, r, kind, a.to_class) for r in missing]
+    return Action(s.run, s.step, "keep", None, why, save=s.save), held

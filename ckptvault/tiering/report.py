@@ -165,6 +165,7 @@ def render_text(
         )
     for p in plan.postponed:  # kept, so not among the lines above
         out.append(f"{'postponed':11} {p.run} step {p.step} save {p.save}: {p.why}")
+    out += [w.line() for w in plan.waits]  # kept too, until the replica holds the save
     out += [x.would() for x in would_lock]
     kept = sum(1 for a in plan.actions if a.kind == "keep")
     out.append(f"({kept} checkpoints kept as they are)")
@@ -236,8 +237,8 @@ def plan_record(
     stores: StoreCosts | None = None,
 ) -> dict[str, Any]:
     """`ckptvault plan --json`: every action, the pending lifecycle moves, the expiries a lock
-    postpones, the milestone locks it would raise, the cost table, (given) the bucket's lock and (with
-    replicas) each store's classes and the replicas' egress."""
+    postpones, the milestone locks it would raise, the moves waiting for a replica, the cost table, (given)
+    the bucket's lock and (with replicas) each store's classes and the replicas' egress."""
     s = plan.summary
     doc = {
         "actions": [
@@ -273,6 +274,7 @@ def plan_record(
         "compression_saving_usd_month": s.compression_monthly_saving,
         "expire_postponed": [p.as_dict() for p in plan.postponed],
         "lock_extended": [x.as_dict() for x in would_lock],
+        "waits_for_replica": [w.as_dict() for w in plan.waits],
     }
     if bucket_lock is not None:
         doc["bucket_lock"] = bucket_lock_record(*bucket_lock)

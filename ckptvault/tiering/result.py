@@ -9,7 +9,7 @@ from typing import Any
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.eviction import EvictionCheck
 from ckptvault.tiering.milestone_lock import LockExtension
-from ckptvault.tiering.policy import Plan, Postponed
+from ckptvault.tiering.policy import Plan, Postponed, ReplicaWait
 from ckptvault.tiering.report import observed_record, scheduled_record, skipped_record
 
 __all__ = ["Postponed", "TierResult"]  # Postponed lives with the planner, which finds most of them
@@ -26,6 +26,8 @@ class TierResult:
     expire_postponed: tuple[Postponed, ...] = ()
     # milestones whose lock is raised: a dry run's are those it would raise (objects: how many it would)
     lock_extended: tuple[LockExtension, ...] = ()
+    # expiries and archival moves the plan holds back until a replica holds the save (the apply does none)
+    waits_for_replica: tuple[ReplicaWait, ...] = ()
     # only after an apply:
     evict_skipped: tuple[EvictionCheck, ...] = ()  # evictions the store or local re-check stopped
     scheduled: tuple[Scheduled, ...] = ()  # transitions left to the bucket lifecycle
@@ -42,6 +44,7 @@ class TierResult:
             plan.summary.total_after,
             tuple(plan.postponed),
             would_lock,
+            tuple(plan.waits),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -52,6 +55,7 @@ class TierResult:
             "monthly_after": self.monthly_after,
             "expire_postponed": [p.as_dict() for p in self.expire_postponed],
             "lock_extended": [x.as_dict() for x in self.lock_extended],
+            "waits_for_replica": [w.as_dict() for w in self.waits_for_replica],
         }
         if self.applied:  # a dry run's document has no apply keys beyond these
             doc["evict_skipped"] = [skipped_record(c) for c in self.evict_skipped]

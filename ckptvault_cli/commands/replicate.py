@@ -1,7 +1,9 @@
 """`ckptvault replicate`: copy the committed saves each `[[replicas]]` store should hold and does not
 (docs/FORMAT.md, "Replicas"), without Prefect. Each replica's bucket is checked first: a missing bucket,
 refused credentials, an unknown profile or (with `[lock]` on) a bucket without Object Lock is exit 2
-naming the replica, before anything is copied. The replicate flow (ckptvault_prefect/flows/replicate.py)
+naming the replica, before anything is copied; so is (with `expire_after_days`) a bucket whose default
+retention outlasts it. The replica's retention rule is installed on its own bucket before its copies
+(ckptvault/replication/retention.py). The replicate flow (ckptvault_prefect/flows/replicate.py)
 makes the same library calls."""
 
 from __future__ import annotations

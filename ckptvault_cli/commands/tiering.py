@@ -18,6 +18,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ckptvault.save_lock import bucket_lock
     from ckptvault.tiering.milestone_lock import would_extend
     from ckptvault.tiering.policy import plan
+    from ckptvault.tiering.replica_selection import unreplicated
     from ckptvault.tiering.report import plan_record, render_text
     from ckptvault.tiering.store_cost import plan_primary_rows, store_costs
 
@@ -25,7 +26,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     states = Catalog(store, cfg.store.prefix).current()
     prices = load_prices(cfg.policy.prices)
-    p = plan(states, cfg.policy, prices, kind, time.time(), cfg.node_local_runs())
+    now = time.time()
+    waits = unreplicated(states, cfg.replicas, cfg.policy, now)  # from the catalog: no replica is reached
+    p = plan(states, cfg.policy, prices, kind, now, cfg.node_local_runs(), waits)
     would_lock = would_extend(states, cfg.policy, cfg.lock)  # from the catalog: no I/O
     lock = (cfg.store.bucket, bucket_lock(store))
     # with replicas, each store's classes and their egress (None without: the output stays as it was)

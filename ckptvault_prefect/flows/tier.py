@@ -70,7 +70,9 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             states = current_states_task(catalog)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     t = now if now is not None else time.time()
-    plan = plan_task(states, cfg.policy, load_prices(cfg.policy.prices), kind, t, cfg.node_local_runs())
+    # a save a replica should hold and does not is neither expired nor archived: the plan says it waits
+    prices = load_prices(cfg.policy.prices)
+    plan = plan_task(states, cfg.policy, prices, kind, t, cfg.node_local_runs(), cfg.replicas)
     would_lock = would_extend(states, cfg.policy, cfg.lock)  # the catalog's view; the apply HEADs each
     print(render_text(plan, would_lock))
     publish_markdown_task("tier-plan", render_markdown(plan, would_lock), "what the policy would do, and what it costs")

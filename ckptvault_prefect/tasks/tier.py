@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.config import PolicyConfig
+from ckptvault.config import PolicyConfig, ReplicaConfig
 from ckptvault.manifest import Manifest
 from ckptvault.pricing import PriceTable
 from ckptvault.store import ObjectStore
 from ckptvault.tiering import apply as tiering
-from ckptvault.tiering import eviction, milestone_lock, policy
+from ckptvault.tiering import eviction, milestone_lock, policy, replica_selection
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
@@ -23,8 +23,10 @@ def plan_task(
     store_kind: str,
     now: float,
     node_local: frozenset[str] = frozenset(),
+    replicas: Sequence[ReplicaConfig] = (),
 ) -> policy.Plan:
-    return policy.plan(states, cfg, prices, store_kind, now, node_local)
+    waits = replica_selection.unreplicated(states, replicas, cfg, now)
+    return policy.plan(states, cfg, prices, store_kind, now, node_local, waits)
 
 
 transition_task = io_task("transition", task_run_name="transition-{manifest.run}-{manifest.step}")(tiering.transition)

@@ -9,6 +9,7 @@ from ckptvault.alerts import watch, watch_inputs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import Config
 from ckptvault.pricing import load_prices
+from ckptvault.tiering.replica_selection import wanted
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 load_alert_state_task = io_task("load-alert-state")(alerting.load_alert_state)
@@ -25,4 +26,6 @@ def assess_task(
 ) -> watch_inputs.WatchResult:
     prices = load_prices(cfg.policy.prices)
     budget = cfg.notify.budget_usd_per_month
-    return watch_inputs.assess(states, cfg.sources, budget, prices, state, now, url, unreadable)
+    # which saves each replica should hold is the tiering wing's choice, which alerts may not import
+    lag = [(r, wanted(states, r, cfg.policy, now)) for r in cfg.replicas if r.max_lag_hours is not None]
+    return watch_inputs.assess(states, cfg.sources, budget, prices, state, now, url, unreadable, lag)

@@ -1,8 +1,9 @@
 """`ckptvault replicate` through the CLI, SeaweedFS primary and Ceph RGW replica (docs/FORMAT.md,
 "Replicas"): after one ingest, every object of every save is on the replica byte for byte with its
-manifest, a rerun copies nothing, and a replica that cannot be reached as configured (a profile that
-does not exist, a bucket that does not) is exit 2 naming it. The replica's credentials come from its
-`profile`, the primary's from the environment: two servers with two sets of keys, as in production."""
+manifest, the replica's retention rule is on its own bucket, a rerun copies nothing, and a replica that
+cannot be reached as configured (a profile that does not exist, a bucket that does not) is exit 2 naming
+it. The replica's credentials come from its `profile`, the primary's from the environment: two servers
+with two sets of keys, as in production."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def test_replicate_copies_every_save_byte_for_byte_and_a_rerun_copies_nothing(
     for step in (100, 200):  # one shard: files over 5 MiB, multipart objects at part_size 5 MiB
         write_checkpoint(root, "deepspeed", step, 12 * MiB, shards=1, seed=step)
     sources = [("r", root, "deepspeed")]
-    cfg = write_config(tmp_path / "c.toml", seaweedfs, primary, sources, extra=_replica("ceph-dr", ceph, replica, "dr"))
+    dr = _replica("ceph-dr", ceph, replica, "dr") + "expire_after_days = 400\n"  # its own retention, on its bucket
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, primary, sources, extra=dr)
     assert main(["--config", str(cfg), "ingest"]) == 0
     capsys.readouterr()
     # the hot copy is read where unchanged: touch step 200's big file, which is then read from the primary
@@ -68,6 +70,10 @@ def test_replicate_copies_every_save_byte_for_byte_and_a_rerun_copies_nothing(
     assert re.search(r"r step 100 save 1: .*\(\S+ MiB from the hot copy, [\d.]+ (B|KiB) from the primary\)", out)
     assert re.search(r"r step 200 save 1: .*, [\d.]+ MiB from the primary\)", out)
     assert f"r step 200 save 1: read from the primary instead: {touched}: modified since it was ingested" in err
+    assert "ceph-dr: retention rule installed (objects expire 400 days after their copy)" in out
+    rules = ceph.client().get_bucket_lifecycle_configuration(Bucket=replica)["Rules"]
+    [rule] = [r for r in rules if r["ID"] == "ckptvault-replica-expire-dr"]
+    assert rule["Expiration"]["Days"] == 400 and rule["NoncurrentVersionExpiration"]["NoncurrentDays"] == 1
     src = _objects(seaweedfs.client(), primary, "t/r/")
     dst = _objects(ceph.client(), replica, "dr/r/")
     assert dst == src  # every object and both manifests, byte for byte, key for key
@@ -81,7 +87,9 @@ def test_replicate_copies_every_save_byte_for_byte_and_a_rerun_copies_nothing(
     (again,) = json.loads(capsys.readouterr().out)["replicas"]
     assert (again["replica"], again["copied"], again["present"], again["failed"]) == ("ceph-dr", [], 2, {})
     assert main(["--config", str(cfg), "replicate"]) == 0
-    assert "ceph-dr: nothing to copy (2 saves already there)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ceph-dr: nothing to copy (2 saves already there)" in out
+    assert "retention rule" not in out  # the rule as Ceph returns it is ours: not written again
 
     for extra, needle in (
         (_replica("bad-profile", ceph, replica, "nope"), "the credentials profile 'nope' does not exist"),

@@ -20,8 +20,8 @@ def test_tier_result_a_dry_run_has_only_the_plan_keys_and_an_apply_lists_what_it
     dry = TierResult(False, ("transition", "skip"), 1.5, 0.25)
     assert json.dumps(dry.as_dict()) == (
         '{"applied": false, "actions": ["transition", "skip"], "monthly_before": 1.5, "monthly_after": 0.25, '
-        '"expire_postponed": [], "lock_extended": []}'
-    )  # a dry run lists what the plan postpones and the milestone locks it would raise, nothing it did
+        '"expire_postponed": [], "lock_extended": [], "waits_for_replica": []}'
+    )  # a dry run lists what the plan postpones or holds for a replica and the locks it would raise, nothing it did
     skip = EvictionCheck("r", 10, 1, "/hot/r/checkpoint-10", local=(Mismatch("/hot/r/checkpoint-10/a", "size"),))
     sched = Scheduled("r", 20, 1, "ckptvault-tier-cold-t", "COLD", 1000.0, 3, 4096)
     seen = Observation("r", 30, 2, "COLD", {"COLD": 3})
@@ -29,7 +29,7 @@ def test_tier_result_a_dry_run_has_only_the_plan_keys_and_an_apply_lists_what_it
                      observed=(seen,), catalog_files_compacted=4).as_dict()  # fmt: skip
     assert list(doc) == [
         "applied", "actions", "monthly_before", "monthly_after", "expire_postponed", "lock_extended",
-        "evict_skipped", "scheduled", "observed", "catalog_files_compacted",
+        "waits_for_replica", "evict_skipped", "scheduled", "observed", "catalog_files_compacted",
     ]  # fmt: skip
     assert doc["expire_postponed"] == [] and doc["lock_extended"] == []
     assert doc["evict_skipped"] == [

@@ -209,3 +209,73 @@ def test_assess_is_the_whole_watch_decision() -> None:
         ("busy", "p/_catalog/run=busy/events/1-a.parquet", "http://ui/run"),
         ("*", "p/_catalog/events/x", "http://ui/run"),
     ]
+
+
+def _replica_states(copied: tuple[int, ...] = ()) -> list:  # type: ignore[type-arg]
+    """Three saves of run r committed 30, 20 and 1 h before T0 + 30 h, from catalog events; `copied`: the
+    steps with a `replicated` event for dr."""
+    from dataclasses import replace
+
+    from ckptvault import events
+    from ckptvault.catalog import Event, fold
+
+    evs = [Event("r", step, "verified", T0 + at * H, bytes=1, files=1, created_at=T0 + at * H)
+           for step, at in ((100, 0), (200, 10), (300, 29))]  # fmt: skip
+    for step in copied:
+        e = events.replicated("r", step, 1, store="dr", key=f"dr/r/step-{step}/_MANIFEST.json", nbytes=1,
+                              seconds=1.0, storage_class="COLD")  # fmt: skip
+        evs.append(replace(e, at=T0 + 29.5 * H))
+    return fold(evs)
+
+
+def test_a_replica_behind_its_max_lag_gives_one_alert_naming_it_the_count_and_the_oldest() -> None:
+    from ckptvault.alerts.watch_inputs import lagging_replicas
+    from ckptvault.config import ReplicaConfig
+
+    dr = ReplicaConfig(name="dr", bucket="dr-bucket", max_lag_hours=12)
+    other = ReplicaConfig(name="tape", bucket="tape-bucket", max_lag_hours=48)  # nothing that old yet
+    unwatched = ReplicaConfig(name="ceph", bucket="ceph-bucket")  # no max_lag_hours: never an alert
+    now = T0 + 30 * H
+    states = _replica_states()
+    [a] = lagging_replicas([(dr, states), (other, states), (unwatched, states)], AlertState(), now, "http://ui/x")
+    assert (a.kind, a.run, a.step, a.flow_run_url) == ("replica_lagging", "*", None, "http://ui/x")
+    # steps 100 (30 h) and 200 (20 h) are past 12 h; step 300 (1 h) is not late yet
+    assert a.summary == (
+        "Replica dr is behind: 2 save(s) committed more than 12 h ago are not copied there; "
+        "the oldest, r step 100 save 1, for 30.0 h"
+    )
+    assert [d.split(":")[0] for d in a.details] == ["r step 100 save 1", "r step 200 save 1"]
+    assert "ckptvault replicate --replica dr" in a.next_step
+    # a copy recorded for the oldest: the next one is the oldest late save, a new episode
+    [b] = lagging_replicas([(dr, _replica_states(copied=(100,)))], AlertState(), now)
+    assert "1 save(s)" in b.summary and "r step 200 save 1" in b.summary and b.dedup_key() != a.dedup_key()
+    # every late save copied (step 300 is not late): nothing to say
+    assert lagging_replicas([(dr, _replica_states(copied=(100, 200)))], AlertState(), now) == []
+
+
+def test_the_lag_alert_is_sent_once_per_oldest_late_save_not_every_hour() -> None:
+    """Hourly watches as the flow runs them (state loaded, assessed, sent through dedup, stored): one
+    delivery while the same save is the oldest behind, even past the dedup window; a failed delivery
+    comes back."""
+    from ckptvault.alerts.watch_inputs import assess
+    from ckptvault.config import ReplicaConfig
+    from ckptvault.pricing import load_prices
+
+    dr = ReplicaConfig(name="dr", bucket="dr-bucket", max_lag_hours=12)
+    inbox, blob = Inbox(), AlertState().to_json()
+    delivered: list[int] = []
+    for hour, (copied, up) in enumerate([((), False), ((), True), ((), True), ((), True), ((100,), True)]):
+        now = T0 + (30 + hour) * H
+        states = _replica_states(copied)
+        state = AlertState.from_json(blob)
+        found = assess(states, [], None, load_prices(), state, now, replicas=[(dr, states)])
+        inbox.up = up
+        notifier = DedupNotifier(inbox, found.state, window_seconds=1800, now=lambda t=now: t)  # < 1 h
+        for alert in found.alerts:
+            notifier.send(alert)
+        blob = found.state.to_json()
+        delivered.append(len(inbox.got))
+    # hour 0: Slack down, nothing delivered; hour 1: delivered; hours 2-3: not emitted again;
+    # hour 4: step 100 copied, step 200 is now the oldest behind: a new alert
+    assert delivered == [0, 1, 1, 1, 2]
+    assert ["oldest=r/100/1" in a.reason for a in inbox.got] == [True, False]
