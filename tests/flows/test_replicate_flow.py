@@ -12,6 +12,7 @@ then one replica by name, an unknown name (Failed, naming it) and a config witho
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,9 @@ def test_replicate_flow_one_task_run_per_replica_artifact_alerts_then_a_rerun_co
     src = _objects(s3, primary, "t/r/")
     victim = next(k for k in src if k.startswith("step-0000000200/") and k.endswith(".safetensors"))
     s3.put_object(Bucket=primary, Key="t/r/" + victim, Body=random.Random(7).randbytes(len(src[victim])))
+    # the hot file touched since its ingest: the pass reads the primary's (rotten) object instead
+    hot = root / "checkpoint-200" / victim.split("/", 1)[1]
+    os.utime(hot, (hot.stat().st_atime, hot.stat().st_mtime + 5))
     slack.clear()
 
     # 1. a rotten object on the primary: that save reaches neither replica, the run ends Failed
