@@ -7,7 +7,10 @@ conditionally. A save is recorded (a `replicated` event in the primary's catalog
 manifest is on the replica. Rerun it after any failure: kept objects are not sent again.
 
 Lock: the replica's objects are written with `[lock]`'s retention, the date computed when the save's
-copy starts (save_lock.save_retention), as an ingest dates its own."""
+copy starts (save_lock.save_retention), as an ingest dates its own; before the manifest, the objects a
+killed pass copied (their date is that pass's) are raised to it, as an ingest's rerun raises its own
+(save_lock.to_extend), so every object of a committed save holds at least the date its `replicated`
+event records. `_VALIDATION.json` stays unlocked, as on the primary (rewritten by every rerun)."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
-from ckptvault.save_lock import save_retention
+from ckptvault.save_lock import save_retention, to_extend
 from ckptvault.store import ObjectInfo, ObjectStore
 from ckptvault.store.stored_crc import stored_crc32c
 
@@ -146,9 +149,20 @@ def _replicate_save(
     with ThreadPoolExecutor(max(1, min(FILES_AT_ONCE, len(todo))), thread_name_prefix="ckptvault-replicate") as pool:
         copied_bytes = sum(pool.map(copy, todo))
     copied = len(todo)
+    if retention is not None:
+        # The manifest is written with the lock; the objects a killed pass copied carry that pass's
+        # earlier date, and all of them are raised if this pass outlasted the date's margin.
+        sent = {f.path for f in todo}
+        keys = to_extend(
+            retention, lock.days, clock(),
+            [dst_base + f.path for f in manifest.files if f.path not in sent], [dst_base + p for p in sorted(sent)],
+        )  # fmt: skip
+        for key in keys:
+            dst.extend_retention(key, retention)  # never shortens: a later date stays as it is
     if primary.head(src_base + VALIDATION_NAME) is not None:
         data = primary.get_bytes(src_base + VALIDATION_NAME)
-        dst.put_bytes(dst_base + VALIDATION_NAME, data, content_type="application/json")
+        # unlocked, as the primary's (docs/FORMAT.md, "Object Lock": it stays mutable)
+        replica_store.put_bytes(dst_base + VALIDATION_NAME, data, content_type="application/json")
         copied, copied_bytes = copied + 1, copied_bytes + len(data)
     # Last, byte for byte, conditionally: a replica without it does not hold the save.
     dst.put_bytes(dst_base + MANIFEST_NAME, raw, if_none_match=True, content_type="application/json")

@@ -8,6 +8,7 @@ import json
 import random
 import re
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manife
 from ckptvault.replication import replicate
 from ckptvault.store import StoreError, TransientStoreError, open_store
 from ckptvault.store.memory import MemoryStore
-from ckptvault.store.port import TransferConfig
+from ckptvault.store.port import Retention, TransferConfig
 
 MIB = 1024 * 1024
 TRANSFER = TransferConfig(part_size=5 * MIB, multipart_threshold=5 * MIB, max_concurrency=2)
@@ -148,10 +149,75 @@ def test_a_replica_with_lock_writes_every_object_locked() -> None:
     assert done.retain_until is not None
     for o in replica.list(DST):
         info = replica.head(o.key)
-        assert info is not None and info.retention is not None and info.retention.until_ts == done.retain_until
+        assert info is not None
+        if o.key == DST + VALIDATION_NAME:  # mutable, as on the primary (FORMAT.md, "Object Lock")
+            assert info.retention is None
+        else:
+            assert info.retention is not None and info.retention.until_ts == done.retain_until
     (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
     assert json.loads(ev.detail)["retain_until"] == done.retain_until
     assert catalog.current("r1")[0].locked_until is None  # the primary's lock state is not the replica's
+
+
+def _fail_mid_model_bin(monkeypatch: pytest.MonkeyPatch, primary: MemoryStore) -> None:
+    real = primary.read_range
+
+    def flaky(key: str, offset: int, length: int, *, size: int) -> bytes:
+        if key.endswith("model.bin") and offset > 0:  # the pass dies mid-object, as a kill would stop it
+            raise TransientStoreError(f"reading {key}: connection reset (injected)")
+        return real(key, offset, length, size=size)
+
+    monkeypatch.setattr(primary, "read_range", flaky)
+
+
+def _retention(store: MemoryStore, key: str) -> Retention | None:
+    info = store.head(key)
+    assert info is not None, key
+    return info.retention
+
+
+def test_the_rerun_raises_the_lock_of_what_a_killed_pass_copied_to_its_own_date(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER, object_lock=True)
+    lock = LockConfig(mode="governance", days=7)
+    first = time.time()
+    _fail_mid_model_bin(monkeypatch, primary)
+    got = replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog, clock=lambda: first)
+    assert got.copied == [] and replica.head(DST + MANIFEST_NAME) is None
+    early = _retention(replica, DST + "config.json")
+    assert early is not None  # the killed pass's objects carry its own date
+
+    monkeypatch.undo()
+    later = first + 3 * 86_400  # the rerun, three days on: its date is three days later
+    (done,) = replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog, clock=lambda: later).copied
+    assert done.kept == 2 and done.retain_until is not None and done.retain_until > early.until_ts
+    for name in ("config.json", "empty", "model.bin", MANIFEST_NAME):  # kept, kept, copied, the commit
+        r = _retention(replica, DST + name)
+        assert r is not None and (r.mode, r.until_ts) == ("GOVERNANCE", done.retain_until), name
+    (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
+    assert json.loads(ev.detail)["retain_until"] == done.retain_until
+    assert _objects(replica, DST) == _objects(primary, SRC)
+
+
+def test_the_rerun_never_shortens_or_weakens_a_lock_it_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    primary, _catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER, object_lock=True)
+    now = time.time()
+    _fail_mid_model_bin(monkeypatch, primary)
+    replicate(primary, "ck", replica, REPLICA, states, LockConfig(mode="compliance", days=7), clock=lambda: now)
+    far = Retention("GOVERNANCE", datetime.fromtimestamp(now + 400 * 86_400, UTC))
+    replica.extend_retention(DST + "empty", far)  # a later date, set by hand
+    monkeypatch.undo()
+
+    lock = LockConfig(mode="governance", days=7)
+    (done,) = replicate(primary, "ck", replica, REPLICA, states, lock, clock=lambda: now + 86_400).copied
+    assert done.retain_until is not None
+    config = _retention(replica, DST + "config.json")  # COMPLIANCE stays COMPLIANCE, raised to the new date
+    assert config is not None and (config.mode, config.until_ts) == ("COMPLIANCE", done.retain_until)
+    empty = _retention(replica, DST + "empty")  # a later date than the rerun's is left as it is
+    assert empty is not None and empty.until_ts == far.until_ts > done.retain_until
 
 
 def test_every_object_goes_in_the_replicas_storage_class() -> None:
