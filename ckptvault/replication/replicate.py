@@ -14,6 +14,7 @@ event records. `_VALIDATION.json` stays unlocked, as on the primary (rewritten b
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +70,9 @@ class ReplicaPass:
     copied: list[ReplicatedSave] = field(default_factory=list)
     present: int = 0  # wanted saves the replica already held
     failed: dict[str, str] = field(default_factory=dict)  # "run step N save K" -> why (the save stays uncommitted)
+    # saves a killed pass committed on the replica (manifest there) without recording them: recorded
+    # now (counted in `present` too; bytes and seconds 0, this pass copied nothing of them)
+    recorded: list[ReplicatedSave] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +80,7 @@ class ReplicaPass:
             "copied": [s.as_dict() for s in self.copied],
             "present": self.present,
             "failed": self.failed,
+            "recorded": [s.as_dict() for s in self.recorded],
         }
 
 
@@ -95,10 +100,19 @@ def replicate(
     store) is left uncommitted and named in `failed`; the others go on. `catalog`: the primary's, where
     each committed save's `replicated` event goes (None: nothing recorded)."""
     out = ReplicaPass(replica.name)
+    recorded: dict[str, set[tuple[int, int]]] = {}  # run -> (step, save) with this replica's event
     for s in saves:
         dst_base = checkpoint_prefix(replica.prefix, s.run, s.step, s.save)
-        if replica_store.head(dst_base + MANIFEST_NAME) is not None:
+        there = replica_store.head(dst_base + MANIFEST_NAME)
+        if there is not None:
             out.present += 1
+            if catalog is not None and (s.step, s.save) not in _recorded(catalog, replica.name, s.run, recorded):
+                # committed by a pass killed before its event: the manifest is the truth, record it
+                # (as ingest's record_committed), with the date its objects were raised to before it
+                until = there.retention.until_ts if there.retention is not None else None
+                late = ReplicatedSave(replica.name, s.run, s.step, s.save, there.key, 0, 0.0, 0, 0, until)
+                catalog.append([_event(late, s, replica)])
+                out.recorded.append(late)
             continue
         try:
             done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock)
@@ -109,6 +123,18 @@ def replicate(
         if catalog is not None:
             catalog.append([_event(done, s, replica)])
     return out
+
+
+def _recorded(catalog: Catalog, store: str, run: str, seen: dict[str, set[tuple[int, int]]]) -> set[tuple[int, int]]:
+    """The saves of `run` with a `replicated` event of `store`: the run's events, read once a pass and
+    only for a run with a save already on the replica."""
+    if run not in seen:
+        got = {
+            (e.step, e.save) for e in catalog.events(run)
+            if e.event == "replicated" and json.loads(e.detail or "{}").get("store") == store
+        }  # fmt: skip
+        seen[run] = got
+    return seen[run]
 
 
 def _event(done: ReplicatedSave, s: CheckpointState, replica: ReplicaConfig) -> Any:

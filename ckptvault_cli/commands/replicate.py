@@ -64,6 +64,8 @@ def cmd_replicate(args: argparse.Namespace) -> int:
                     f"{replica.name}: {s.run} step {s.step} save {s.save}: {s.copied} objects copied, {s.kept} kept, "
                     f"{size(s.bytes)} in {s.seconds:.1f} s"
                 )
+            for s in p.recorded:
+                print(f"{replica.name}: {s.run} step {s.step} save {s.save}: committed by an earlier pass, recorded")
             for save, why in p.failed.items():
                 say(f"{replica.name}: {save} NOT copied: {why}")
             if p.copied or p.failed:

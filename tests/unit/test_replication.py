@@ -220,6 +220,44 @@ def test_the_rerun_never_shortens_or_weakens_a_lock_it_keeps(monkeypatch: pytest
     assert empty is not None and empty.until_ts == far.until_ts > done.retain_until
 
 
+class _Killed(BaseException):
+    """The process dies here (nothing catches it, as nothing catches a SIGKILL)."""
+
+
+def test_a_save_committed_by_a_pass_killed_before_its_event_is_recorded_by_the_rerun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER, object_lock=True)
+    lock = LockConfig(mode="governance", days=7)
+
+    def killed(_events: Any) -> None:
+        raise _Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(catalog, "append", killed)  # the manifest is on the replica, the event never written
+        with pytest.raises(_Killed):
+            replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog)
+    assert replica.head(DST + MANIFEST_NAME) is not None
+    assert not [e for e in catalog.events("r1") if e.event == "replicated"]
+
+    again = replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog)
+    assert again.copied == [] and again.present == 1 and len(again.recorded) == 1
+    (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
+    detail = json.loads(ev.detail)
+    until = _retention(replica, DST + MANIFEST_NAME)
+    assert until is not None and (detail["store"], detail["key"]) == ("dr", DST + MANIFEST_NAME)
+    assert detail["retain_until"] == until.until_ts  # the killed pass's date, that its objects were raised to
+    for o in replica.list(DST):
+        r = _retention(replica, o.key)
+        assert o.key == DST + VALIDATION_NAME or (r is not None and r.until_ts >= until.until_ts), o.key
+    third = replicate(primary, "ck", replica, REPLICA, catalog.current(), lock, catalog=catalog)
+    assert (third.present, third.recorded) == (1, [])  # recorded once
+    assert len([e for e in catalog.events("r1") if e.event == "replicated"]) == 1
+    other = REPLICA.model_copy(update={"name": "dr2"})  # another replica's event is not this one's
+    assert len(replicate(primary, "ck", replica, other, states, lock, catalog=catalog).recorded) == 1
+
+
 def test_every_object_goes_in_the_replicas_storage_class() -> None:
     primary, catalog, states = _primary()
     deep = REPLICA.model_copy(update={"storage_class": "DEEP_ARCHIVE"})
