@@ -101,6 +101,7 @@ def replicate(
     each committed save's `replicated` event goes (None: nothing recorded)."""
     out = ReplicaPass(replica.name)
     recorded: dict[str, set[tuple[int, int]]] = {}  # run -> (step, save) with this replica's event
+    rule_set = False  # the replica's abort rule, checked once a pass, before its first copy
     for s in saves:
         dst_base = checkpoint_prefix(replica.prefix, s.run, s.step, s.save)
         there = replica_store.head(dst_base + MANIFEST_NAME)
@@ -115,6 +116,12 @@ def replicate(
                 out.recorded.append(late)
             continue
         try:
+            if not rule_set:
+                # Every bucket ckptvault writes to aborts incomplete multipart uploads after a day: a
+                # killed pass's upload of an object its rerun sent again lies under a save no later pass
+                # revisits (its manifest is there), so only the rule ends it.
+                replica_store.ensure_abort_incomplete_mpu_rule(1)
+                rule_set = True
             done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock)
         except CkptvaultError as e:
             out.failed[f"{s.run} step {s.step} save {s.save}"] = str(e)

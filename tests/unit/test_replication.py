@@ -64,6 +64,8 @@ def test_copies_every_object_byte_for_byte_records_it_and_a_rerun_copies_nothing
     assert (done.copied, done.kept) == (5, 0)  # three files, _VALIDATION.json, the manifest
     assert _objects(replica, DST) == _objects(primary, SRC)
     assert replica.head(DST + "model.bin").parts == 3  # type: ignore[union-attr]  # streamed as multipart
+    rules = [r for r in replica.get_lifecycle() if "AbortIncompleteMultipartUpload" in r]
+    assert [r["AbortIncompleteMultipartUpload"] for r in rules] == [{"DaysAfterInitiation": 1}]  # a kill's uploads end
     ev = [e for e in catalog.events("r1") if e.event == "replicated"]
     assert len(ev) == 1 and (ev[0].bytes, ev[0].storage_class) == (0, "")
     detail = json.loads(ev[0].detail)
