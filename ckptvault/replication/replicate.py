@@ -107,13 +107,19 @@ def replicate(
         there = replica_store.head(dst_base + MANIFEST_NAME)
         if there is not None:
             out.present += 1
-            if catalog is not None and (s.step, s.save) not in _recorded(catalog, replica.name, s.run, recorded):
-                # committed by a pass killed before its event: the manifest is the truth, record it
-                # (as ingest's record_committed), with the date its objects were raised to before it
-                until = there.retention.until_ts if there.retention is not None else None
-                late = ReplicatedSave(replica.name, s.run, s.step, s.save, there.key, 0, 0.0, 0, 0, until)
-                catalog.append([_event(late, s, replica)])
-                out.recorded.append(late)
+            if catalog is None:
+                continue
+            try:
+                if (s.step, s.save) not in _recorded(catalog, replica.name, s.run, recorded):
+                    # committed by a pass killed before its event: the manifest is the truth, record it
+                    # (as ingest's record_committed), with the date its objects were raised to before it
+                    until = there.retention.until_ts if there.retention is not None else None
+                    key = dst_base + MANIFEST_NAME
+                    late = ReplicatedSave(replica.name, s.run, s.step, s.save, key, 0, 0.0, 0, 0, until)
+                    catalog.append([_event(late, s, replica)])
+                    out.recorded.append(late)
+            except CkptvaultError as e:  # the copy stands; recording it is left to the next pass
+                out.failed[f"{s.run} step {s.step} save {s.save}"] = f"on the replica, but not recorded: {e}"
             continue
         try:
             if not rule_set:

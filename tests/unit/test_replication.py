@@ -257,6 +257,15 @@ def test_a_save_committed_by_a_pass_killed_before_its_event_is_recorded_by_the_r
     assert (third.present, third.recorded) == (1, [])  # recorded once
     assert len([e for e in catalog.events("r1") if e.event == "replicated"]) == 1
     other = REPLICA.model_copy(update={"name": "dr2"})  # another replica's event is not this one's
+
+    def unreadable(_run: str | None = None) -> list[Any]:
+        raise StoreError("reading the catalog: connection reset (injected)")
+
+    with monkeypatch.context() as m:  # the copy stands; the pass says it is not recorded, and fails
+        m.setattr(catalog, "events", unreadable)
+        failed = replicate(primary, "ck", replica, other, states, lock, catalog=catalog)
+    assert failed.present == 1 and failed.recorded == []
+    assert "on the replica, but not recorded: reading the catalog" in failed.failed["r1 step 10 save 1"]
     assert len(replicate(primary, "ck", replica, other, states, lock, catalog=catalog).recorded) == 1
 
 
