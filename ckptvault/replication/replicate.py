@@ -119,7 +119,8 @@ def replicate(
                     catalog.append([_event(late, s, replica)])
                     out.recorded.append(late)
             except CkptvaultError as e:  # the copy stands; recording it is left to the next pass
-                out.failed[f"{s.run} step {s.step} save {s.save}"] = f"on the replica, but not recorded: {e}"
+                why = f"copied by an earlier pass, but not recorded (the next run records it): {e}"
+                out.failed[f"{s.run} step {s.step} save {s.save}"] = why
             continue
         try:
             if not rule_set:

@@ -67,7 +67,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
             for s in p.recorded:
                 print(f"{replica.name}: {s.run} step {s.step} save {s.save}: committed by an earlier pass, recorded")
             for save, why in p.failed.items():
-                say(f"{replica.name}: {save} NOT copied: {why}")
+                say(f"{replica.name}: {save} FAILED: {why}")
             if p.copied or p.failed:
                 print(
                     f"{replica.name}: {len(p.copied)} saves copied, {p.present} already there, {len(p.failed)} failed"

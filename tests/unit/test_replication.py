@@ -265,7 +265,8 @@ def test_a_save_committed_by_a_pass_killed_before_its_event_is_recorded_by_the_r
         m.setattr(catalog, "events", unreadable)
         failed = replicate(primary, "ck", replica, other, states, lock, catalog=catalog)
     assert failed.present == 1 and failed.recorded == []
-    assert "on the replica, but not recorded: reading the catalog" in failed.failed["r1 step 10 save 1"]
+    why = failed.failed["r1 step 10 save 1"]
+    assert "copied by an earlier pass, but not recorded (the next run records it): reading the catalog" in why
     assert len(replicate(primary, "ck", replica, other, states, lock, catalog=catalog).recorded) == 1
 
 
