@@ -278,7 +278,7 @@ def test_replicate_killed_at_stratified_random_points_then_rerun(
     proxy.stop()
     assert_abort_rules(client, replica, names)
     print(
-        f"\n[crash replicate, seaweedfs] a pass sends {last} requests to the replica, the first copy at the "
-        f"{first}th; SIGKILLs at requests {kill_at}; "
+        f"\n[crash replicate, seaweedfs] a pass sends {last} requests to the replica, the first copy at "
+        f"request {first}; SIGKILLs at requests {kill_at}; "
         f"{json.dumps(dict(seen), sort_keys=True)}; {time.monotonic() - t_start:.0f} s in all"
     )
