@@ -153,11 +153,13 @@ def compact_now(
     progress: Callable[[int], Callable[[int], None]] | None = None,
     workers: int = _COMPACTORS,
     clock: Callable[[], float] = time.time,
+    deletes: bool = True,
 ) -> Compacted:
     """Every partition (or those of `runs`) compacted now, not time boxed (`ckptvault catalog compact`):
     passes of `compact` until the flat layout is gone, then one more for what the last migration moved.
     Each partition's compaction is whole or not at all (docs/FORMAT.md, "Compaction"), so an interrupted
-    call leaves a catalog that reads the same, and the next call goes on from there."""
+    call leaves a catalog that reads the same, and the next call goes on from there. `deletes=False`
+    (credentials without s3:DeleteObject): snapshots only, as `compact` without deletes."""
     t0 = time.monotonic()
     counted = [0]
 
@@ -174,7 +176,7 @@ def compact_now(
     wanted = None if runs is None else sorted(set(runs))
     passes = files = 0
     while True:
-        n = compact(cat, clock(), runs=wanted, progress=counting, workers=workers)
+        n = compact(cat, clock(), runs=wanted, progress=counting, workers=workers, deletes=deletes)
         files, passes = files + n, passes + 1
         # no flat file left: the partitions hold everything, and are compacted; or nothing moved (a flat
         # file written since by an older version, listed again: the next call takes it)

@@ -288,9 +288,10 @@ class Catalog:
         runs: Iterable[str] | None = None,
         progress: Callable[[int], Callable[[int], None]] | None = None,
         workers: int = compaction._COMPACTORS,
+        deletes: bool = True,
     ) -> compaction.Compacted:
         """See `ckptvault.catalog.compaction.compact_now`."""
-        return compaction.compact_now(self, runs=runs, progress=progress, workers=workers)
+        return compaction.compact_now(self, runs=runs, progress=progress, workers=workers, deletes=deletes)
 
     def rebuild_from_manifests(
         self,

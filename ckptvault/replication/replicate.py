@@ -9,7 +9,10 @@ A save is recorded (a `replicated` event in the primary's catalog) only once its
 replica. Rerun it after any failure: kept objects are not sent again.
 
 Lock: the replica's objects are written with `[lock]`'s retention, the date computed when the save's
-copy starts (save_lock.save_retention), as an ingest dates its own."""
+copy starts (save_lock.save_retention), as an ingest dates its own; before the manifest, the objects a
+killed pass copied (their date is that pass's) are raised to it, as an ingest's rerun raises its own
+(save_lock.to_extend), so every object of a committed save holds at least the date its `replicated`
+event records. `_VALIDATION.json` stays unlocked, as on the primary (rewritten by every rerun)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.replication.hot_copy import HotCopyUnusable, HotFile, hot_path
 from ckptvault.replication.retention import install_retention
-from ckptvault.save_lock import save_retention
+from ckptvault.save_lock import save_retention, to_extend
 from ckptvault.store import ChecksumMismatchError, ObjectInfo, ObjectStore, StoreError
 from ckptvault.store.stored_crc import stored_crc32c
 
@@ -97,6 +100,9 @@ class ReplicaPass:
     failures: list[FailedSave] = field(default_factory=list)
     retention: str = "unchanged"  # its retention rule on the replica's bucket: installed, removed or unchanged
     retention_days: int | None = None  # the rule's `expire_after_days`
+    # saves a killed pass committed on the replica (manifest there) without recording them: recorded
+    # now (counted in `present` too; bytes and seconds 0, this pass copied nothing of them)
+    recorded: list[ReplicatedSave] = field(default_factory=list)
 
     @property
     def failed(self) -> dict[str, str]:
@@ -110,6 +116,7 @@ class ReplicaPass:
             "present": self.present,
             "failed": self.failed,
             "retention": self.retention,
+            "recorded": [s.as_dict() for s in self.recorded],
         }
 
 
@@ -136,12 +143,34 @@ def replicate(
         out.retention = install_retention(replica_store, replica)
     except StoreError as e:
         raise StoreError(f"replica {replica.name}: cannot install its retention rule: {e}") from None
+    rule_set = False  # the replica's abort rule, checked once a pass, before its first copy
     for s in saves:
         dst_base = checkpoint_prefix(replica.prefix, s.run, s.step, s.save)
-        if replica_store.head(dst_base + MANIFEST_NAME) is not None:
+        there = replica_store.head(dst_base + MANIFEST_NAME)
+        if there is not None:
             out.present += 1
+            if catalog is None:
+                continue
+            try:
+                if not any(c.store == replica.name for c in s.replicas):
+                    # committed by a pass killed before its event: the manifest is the truth, record it
+                    # (as ingest's record_committed), with the date its objects were raised to before it
+                    until = there.retention.until_ts if there.retention is not None else None
+                    key = dst_base + MANIFEST_NAME
+                    late = ReplicatedSave(replica.name, s.run, s.step, s.save, key, 0, 0.0, 0, 0, until)
+                    catalog.append([_event(late, s, replica)])
+                    out.recorded.append(late)
+            except CkptvaultError as e:  # the copy stands; recording it is left to the next pass
+                why = f"copied by an earlier pass, but not recorded (the next run records it): {e}"
+                out.failures.append(FailedSave(s.run, s.step, s.save, why))
             continue
         try:
+            if not rule_set:
+                # Every bucket ckptvault writes to aborts incomplete multipart uploads after a day: a
+                # killed pass's upload of an object its rerun sent again lies under a save no later pass
+                # revisits (its manifest is there), so only the rule ends it.
+                replica_store.ensure_abort_incomplete_mpu_rule(1)
+                rule_set = True
             done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock, hot)
         except CkptvaultError as e:
             out.failures.append(FailedSave(s.run, s.step, s.save, str(e)))
@@ -214,9 +243,20 @@ def _replicate_save(
     hot_files = sum(1 for _, from_hot, _ in results if from_hot)
     fallbacks = tuple(why for _, _, why in results if why is not None)
     copied = len(todo)
+    if retention is not None:
+        # The manifest is written with the lock; the objects a killed pass copied carry that pass's
+        # earlier date, and all of them are raised if this pass outlasted the date's margin.
+        sent = {f.path for f in todo}
+        keys = to_extend(
+            retention, lock.days, clock(),
+            [dst_base + f.path for f in manifest.files if f.path not in sent], [dst_base + p for p in sorted(sent)],
+        )  # fmt: skip
+        for key in keys:
+            dst.extend_retention(key, retention)  # never shortens: a later date stays as it is
     if primary.head(src_base + VALIDATION_NAME) is not None:
         data = primary.get_bytes(src_base + VALIDATION_NAME)
-        dst.put_bytes(dst_base + VALIDATION_NAME, data, content_type="application/json")
+        # unlocked, as the primary's (docs/FORMAT.md, "Object Lock": it stays mutable)
+        replica_store.put_bytes(dst_base + VALIDATION_NAME, data, content_type="application/json")
         copied, copied_bytes = copied + 1, copied_bytes + len(data)
     # Last, byte for byte, conditionally: a replica without it does not hold the save.
     dst.put_bytes(dst_base + MANIFEST_NAME, raw, if_none_match=True, content_type="application/json")

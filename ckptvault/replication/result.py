@@ -52,7 +52,9 @@ class ReplicateResult:
                                    f"the hot copy, {size(s.primary_bytes)} from the primary)"))  # fmt: skip
                 out += [(True, f"{p.replica}: {s.run} step {s.step} save {s.save}: read from the primary instead: "
                                f"{why}") for why in s.fallbacks]  # fmt: skip
-            out += [(True, f"{p.replica}: {f.label} NOT copied: {f.error}") for f in p.failures]
+            out += [(False, f"{p.replica}: {s.run} step {s.step} save {s.save}: committed by an earlier pass, recorded")
+                    for s in p.recorded]  # fmt: skip
+            out += [(True, f"{p.replica}: {f.label} FAILED: {f.error}") for f in p.failures]
             if p.copied or p.failures:
                 n = (len(p.copied), p.present, len(p.failures))
                 out.append((False, "{}: {} saves copied, {} already there, {} failed".format(p.replica, *n)))

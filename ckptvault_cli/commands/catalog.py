@@ -141,7 +141,9 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     key = catalog.append(events) if args.write and events else None
     if key is not None:
         # compacted at once: the first `ls` after a rebuild reads snapshots, not every event it wrote
-        catalog.compact_now(progress=lambda n: ProgressBar(n, "compact", unit="partitions"), workers=8)
+        catalog.compact_now(
+            progress=lambda n: ProgressBar(n, "compact", unit="partitions"), workers=8, deletes=cfg.store.flows_delete
+        )
     if args.json:
         emit_json({"saves_found": found, "superseded": len(replaced), "written": key is not None, "key": key})
     elif key is not None:

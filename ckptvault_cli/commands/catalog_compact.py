@@ -19,7 +19,9 @@ def cmd_catalog_compact(args: argparse.Namespace) -> int:
     catalog = Catalog(store, cfg.store.prefix)
     # Partitions at once: as many as `ls` reads partitions with, within the store's connection pool;
     # each is a few round trips, one at a time within it. The bar is on stderr, only on a terminal.
-    done = catalog.compact_now(runs, progress=lambda n: ProgressBar(n, "compact", unit="partitions"), workers=8)
+    bar = lambda n: ProgressBar(n, "compact", unit="partitions")  # noqa: E731
+    # [store] deletes = "tier-only": this role may not delete, so snapshots only (the tier run merges)
+    done = catalog.compact_now(runs, progress=bar, workers=8, deletes=cfg.store.flows_delete)
     if args.json:
         emit_json(done.as_dict())
     else:

@@ -111,18 +111,20 @@ def tree(root: Path) -> dict[str, bytes]:
 
 # A CLI process with its imports done, waiting for "go" on stdin, then exactly `ckptvault ARGS`: kill
 # offsets then fall in the command's own work, not in interpreter start-up (seconds on a loaded box).
+# `preload`: the modules the command imports once it runs (the Prefect flows for ingest and tier).
 _PREWARMED = (
     "import os, sys; import ckptvault_cli.main as cli; "
-    "import ckptvault_prefect.flows.ingest, ckptvault_prefect.flows.tier; "
+    "import {preload}; "
     "print('ready', flush=True); os.dup2(os.open(os.devnull, os.O_WRONLY), 1); "
     "sys.stdin.readline(); sys.exit(cli.main(sys.argv[1:]))"
 )
+FLOWS = "ckptvault_prefect.flows.ingest, ckptvault_prefect.flows.tier"
 
 
-def prewarmed(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def prewarmed(cmd: list[str], env: dict[str, str], preload: str = FLOWS) -> subprocess.Popen[bytes]:
     args = cmd[cmd.index("ckptvault_cli.main") + 1 :]
     return subprocess.Popen(
-        [sys.executable, "-c", _PREWARMED, *args],
+        [sys.executable, "-c", _PREWARMED.format(preload=preload), *args],
         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )  # fmt: skip
 

@@ -105,7 +105,7 @@ def test_a_run_with_a_failed_save_and_a_stopped_replica_reports_publishes_and_al
     lines = result.lines()
     assert (False, "dr: 1 saves copied, 0 already there, 1 failed") in lines
     assert [text for bad, text in lines if bad] == [
-        f"dr: r1 step 20 save 1 NOT copied: {p.failures[0].error}",
+        f"dr: r1 step 20 save 1 FAILED: {p.failures[0].error}",
         "dr2: stopped: dr2.example: connection refused",
     ]
 
@@ -128,7 +128,7 @@ def test_a_run_with_a_failed_save_and_a_stopped_replica_reports_publishes_and_al
 
     err = ReplicateIncomplete(result)
     assert isinstance(err, AlreadyAlerted) and err.result is result  # the failure hook stays quiet
-    assert "dr: r1 step 20 save 1 NOT copied" in str(err) and "dr2: stopped" in str(err)
+    assert "dr: r1 step 20 save 1 FAILED" in str(err) and "dr2: stopped" in str(err)
 
 
 def test_a_rerun_that_copies_nothing_reports_ok_with_an_empty_row() -> None:

@@ -8,6 +8,7 @@ import json
 import random
 import re
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manife
 from ckptvault.replication import replicate
 from ckptvault.store import StoreError, TransientStoreError, open_store
 from ckptvault.store.memory import MemoryStore
-from ckptvault.store.port import TransferConfig
+from ckptvault.store.port import Retention, TransferConfig
 
 MIB = 1024 * 1024
 TRANSFER = TransferConfig(part_size=5 * MIB, multipart_threshold=5 * MIB, max_concurrency=2)
@@ -63,6 +64,8 @@ def test_copies_every_object_byte_for_byte_records_it_and_a_rerun_copies_nothing
     assert (done.copied, done.kept) == (5, 0)  # three files, _VALIDATION.json, the manifest
     assert _objects(replica, DST) == _objects(primary, SRC)
     assert replica.head(DST + "model.bin").parts == 3  # type: ignore[union-attr]  # streamed as multipart
+    rules = [r for r in replica.get_lifecycle() if "AbortIncompleteMultipartUpload" in r]
+    assert [r["AbortIncompleteMultipartUpload"] for r in rules] == [{"DaysAfterInitiation": 1}]  # a kill's uploads end
     ev = [e for e in catalog.events("r1") if e.event == "replicated"]
     assert len(ev) == 1 and (ev[0].bytes, ev[0].storage_class) == (0, "")
     detail = json.loads(ev[0].detail)
@@ -148,10 +151,123 @@ def test_a_replica_with_lock_writes_every_object_locked() -> None:
     assert done.retain_until is not None
     for o in replica.list(DST):
         info = replica.head(o.key)
-        assert info is not None and info.retention is not None and info.retention.until_ts == done.retain_until
+        assert info is not None
+        if o.key == DST + VALIDATION_NAME:  # mutable, as on the primary (FORMAT.md, "Object Lock")
+            assert info.retention is None
+        else:
+            assert info.retention is not None and info.retention.until_ts == done.retain_until
     (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
     assert json.loads(ev.detail)["retain_until"] == done.retain_until
     assert catalog.current("r1")[0].locked_until is None  # the primary's lock state is not the replica's
+
+
+def _fail_mid_model_bin(monkeypatch: pytest.MonkeyPatch, primary: MemoryStore) -> None:
+    real = primary.read_range
+
+    def flaky(key: str, offset: int, length: int, *, size: int) -> bytes:
+        if key.endswith("model.bin") and offset > 0:  # the pass dies mid-object, as a kill would stop it
+            raise TransientStoreError(f"reading {key}: connection reset (injected)")
+        return real(key, offset, length, size=size)
+
+    monkeypatch.setattr(primary, "read_range", flaky)
+
+
+def _retention(store: MemoryStore, key: str) -> Retention | None:
+    info = store.head(key)
+    assert info is not None, key
+    return info.retention
+
+
+def test_the_rerun_raises_the_lock_of_what_a_killed_pass_copied_to_its_own_date(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER, object_lock=True)
+    lock = LockConfig(mode="governance", days=7)
+    first = time.time()
+    _fail_mid_model_bin(monkeypatch, primary)
+    got = replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog, clock=lambda: first)
+    assert got.copied == [] and replica.head(DST + MANIFEST_NAME) is None
+    early = _retention(replica, DST + "config.json")
+    assert early is not None  # the killed pass's objects carry its own date
+
+    monkeypatch.undo()
+    later = first + 3 * 86_400  # the rerun, three days on: its date is three days later
+    (done,) = replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog, clock=lambda: later).copied
+    assert done.kept == 2 and done.retain_until is not None and done.retain_until > early.until_ts
+    for name in ("config.json", "empty", "model.bin", MANIFEST_NAME):  # kept, kept, copied, the commit
+        r = _retention(replica, DST + name)
+        assert r is not None and (r.mode, r.until_ts) == ("GOVERNANCE", done.retain_until), name
+    (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
+    assert json.loads(ev.detail)["retain_until"] == done.retain_until
+    assert _objects(replica, DST) == _objects(primary, SRC)
+
+
+def test_the_rerun_never_shortens_or_weakens_a_lock_it_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    primary, _catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER, object_lock=True)
+    now = time.time()
+    _fail_mid_model_bin(monkeypatch, primary)
+    replicate(primary, "ck", replica, REPLICA, states, LockConfig(mode="compliance", days=7), clock=lambda: now)
+    far = Retention("GOVERNANCE", datetime.fromtimestamp(now + 400 * 86_400, UTC))
+    replica.extend_retention(DST + "empty", far)  # a later date, set by hand
+    monkeypatch.undo()
+
+    lock = LockConfig(mode="governance", days=7)
+    (done,) = replicate(primary, "ck", replica, REPLICA, states, lock, clock=lambda: now + 86_400).copied
+    assert done.retain_until is not None
+    config = _retention(replica, DST + "config.json")  # COMPLIANCE stays COMPLIANCE, raised to the new date
+    assert config is not None and (config.mode, config.until_ts) == ("COMPLIANCE", done.retain_until)
+    empty = _retention(replica, DST + "empty")  # a later date than the rerun's is left as it is
+    assert empty is not None and empty.until_ts == far.until_ts > done.retain_until
+
+
+class _Killed(BaseException):
+    """The process dies here (nothing catches it, as nothing catches a SIGKILL)."""
+
+
+def test_a_save_committed_by_a_pass_killed_before_its_event_is_recorded_by_the_rerun(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    primary, catalog, states = _primary()
+    replica = MemoryStore("replica", transfer=TRANSFER, object_lock=True)
+    lock = LockConfig(mode="governance", days=7)
+
+    def killed(_events: Any) -> None:
+        raise _Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(catalog, "append", killed)  # the manifest is on the replica, the event never written
+        with pytest.raises(_Killed):
+            replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog)
+    assert replica.head(DST + MANIFEST_NAME) is not None
+    assert not [e for e in catalog.events("r1") if e.event == "replicated"]
+
+    again = replicate(primary, "ck", replica, REPLICA, states, lock, catalog=catalog)
+    assert again.copied == [] and again.present == 1 and len(again.recorded) == 1
+    (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
+    detail = json.loads(ev.detail)
+    until = _retention(replica, DST + MANIFEST_NAME)
+    assert until is not None and (detail["store"], detail["key"]) == ("dr", DST + MANIFEST_NAME)
+    assert detail["retain_until"] == until.until_ts  # the killed pass's date, that its objects were raised to
+    for o in replica.list(DST):
+        r = _retention(replica, o.key)
+        assert o.key == DST + VALIDATION_NAME or (r is not None and r.until_ts >= until.until_ts), o.key
+    third = replicate(primary, "ck", replica, REPLICA, catalog.current(), lock, catalog=catalog)
+    assert (third.present, third.recorded) == (1, [])  # recorded once
+    assert len([e for e in catalog.events("r1") if e.event == "replicated"]) == 1
+    other = REPLICA.model_copy(update={"name": "dr2"})  # another replica's event is not this one's
+
+    def unwritable(_events: Any) -> None:
+        raise StoreError("writing the catalog: connection reset (injected)")
+
+    with monkeypatch.context() as m:  # the copy stands; the pass says it is not recorded, and fails
+        m.setattr(catalog, "append", unwritable)
+        failed = replicate(primary, "ck", replica, other, states, lock, catalog=catalog)
+    assert failed.present == 1 and failed.recorded == []
+    why = failed.failed["r1 step 10 save 1"]
+    assert "copied by an earlier pass, but not recorded (the next run records it): writing the catalog" in why
+    assert len(replicate(primary, "ck", replica, other, states, lock, catalog=catalog).recorded) == 1
 
 
 def test_every_object_goes_in_the_replicas_storage_class() -> None:
