@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from prometheus_client import generate_latest, pushadd_to_gateway, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -160,14 +161,75 @@ class CatalogCollector(Collector):
         return iter(())  # unchecked collector: registering it must not read the catalog
 
     def collect(self) -> Iterator[Metric]:
-        now = self._clock()
-        try:
-            summary = summarize(self._catalog(), now, self._options.cover_days)
-        except (CkptvaultError, OSError) as e:
-            log.warning("metrics: the catalog could not be read: %s", e)
-            yield from down()
-            return
-        yield from families(summary, now, self._options)
+        got = compute(self._catalog(), self._options, self._clock())
+        if got.error is not None:
+            log.warning("metrics: the catalog could not be read: %s", got.error)
+        return got.collect()
+
+
+class Computed(Collector):
+    """Metrics computed once and handed out as they are: `ckptvault metrics` writes one computation to
+    a textfile, a Pushgateway and stdout alike, reading the catalog once."""
+
+    def __init__(self, metrics: list[Metric], error: str | None = None) -> None:
+        self.metrics = metrics
+        self.error = error  # why the catalog could not be read (then `metrics` is catalog_up 0 alone)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
+
+    @property
+    def up(self) -> bool:
+        return self.error is None
+
+
+def compute(catalog: Catalog, options: MetricsOptions, now: float | None = None) -> Computed:
+    """Every metric of the catalog now, once."""
+    t = time.time() if now is None else now
+    try:
+        summary = summarize(catalog, t, options.cover_days)
+    except (CkptvaultError, OSError) as e:
+        return Computed(down(), str(e))
+    return Computed(families(summary, t, options))
+
+
+def exposition(collector: Collector) -> bytes:
+    """The text format Prometheus scrapes (0.0.4), as `/metrics` serves it."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    return generate_latest(reg)
+
+
+def write_textfile(path: str, collector: Collector) -> None:
+    """For the node exporter's textfile collector: written to a temporary file beside `path` and
+    renamed over it, so the collector never reads half a file (prometheus_client's write_to_textfile)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    write_to_textfile(path, reg)
+
+
+def grouping_key(bucket: str, prefix: str) -> dict[str, str]:
+    """A Pushgateway group per catalog, stable across runs and hosts: the group a push replaces. Never a
+    flow-run id: the Pushgateway keeps every group it was sent until someone deletes it."""
+    return {"config": f"{bucket}/{prefix.strip('/')}" if prefix.strip("/") else bucket}
+
+
+def push(url: str, collector: Collector, grouping: dict[str, str], timeout: float = 10.0) -> None:
+    """`pushadd` (POST: the group's other metrics kept, these replaced) under job="ckptvault"."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+    pushadd_to_gateway(url, job=PREFIX, registry=reg, grouping_key=grouping, timeout=timeout)
+
+
+def as_json(collector: Collector) -> list[dict[str, object]]:
+    """The metrics as `ckptvault metrics --json` prints them (docs/commands.md)."""
+    return [
+        {
+            "name": m.name, "type": m.type, "help": m.documentation,
+            "samples": [{"name": s.name, "labels": dict(s.labels), "value": s.value} for s in m.samples],
+        }
+        for m in collector.collect()
+    ]  # fmt: skip
 
 
 def registry_for(
