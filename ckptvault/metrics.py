@@ -10,11 +10,13 @@ the series are bounded by the fleet's runs, not its saves.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import generate_latest, pushadd_to_gateway, write_to_textfile
+from prometheus_client import generate_latest, pushadd_to_gateway, start_http_server, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -230,6 +232,26 @@ def as_json(collector: Collector) -> list[dict[str, object]]:
         }
         for m in collector.collect()
     ]  # fmt: skip
+
+
+class MetricsServerError(CkptvaultError):
+    """The metrics server cannot listen where `[metrics]` says; the message names the address."""
+
+
+def serve_metrics(
+    bind_address: str, port: int, catalog: Callable[[], Catalog], options: MetricsOptions
+) -> tuple[WSGIServer, threading.Thread]:
+    """Serve `/metrics` on `bind_address:port` from a daemon thread (prometheus_client's server), every
+    scrape computed from the catalog then; port 0 picks a free one (`server.server_port`). The caller
+    stops it with `server.shutdown()`, or it ends with the process."""
+    try:
+        server, thread = start_http_server(port, bind_address, registry_for(catalog, options))
+    except OSError as e:  # in use, an address this host does not have, one that does not resolve
+        raise MetricsServerError(
+            f"[metrics] cannot listen on {bind_address} port {port}: {e.strerror or e}. Free the port, or set "
+            "another [metrics] port / bind_address"
+        ) from None
+    return server, thread
 
 
 def registry_for(

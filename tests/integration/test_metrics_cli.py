@@ -99,6 +99,17 @@ def test_metrics_printed_written_and_refused(
         err = capsys.readouterr().err
         assert needle in err and "Traceback" not in err, err
 
+    # `serve` with [metrics] on a port another process holds: exit 2 naming it, before Prefect starts
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cfg.write_text(cfg.read_text() + f"\n[metrics]\nport = {port}\n")
+        assert main(["--config", str(cfg), "serve"]) == 2
+    err = capsys.readouterr().err
+    assert f"[metrics] cannot listen on 127.0.0.1 port {port}: Address already in use" in err, err
+    assert "Prefect" not in err and "Traceback" not in err
+
 
 @pytest.fixture
 def pushgateway(tmp_path: Path) -> Iterator[str]:

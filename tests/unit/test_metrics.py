@@ -5,6 +5,7 @@ catalog's events, `catalog stats` and the per-state definitions on `CheckpointSt
 from __future__ import annotations
 
 import time
+import urllib.request
 
 import pytest
 from prometheus_client import generate_latest
@@ -12,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ckptvault import events
 from ckptvault.catalog import Catalog, Event
-from ckptvault.metrics import MetricsOptions, registry_for
+from ckptvault.metrics import MetricsOptions, MetricsServerError, registry_for, serve_metrics
 from ckptvault.pricing import load_prices
 from ckptvault.store import MemoryStore
 
@@ -151,3 +152,37 @@ def test_an_empty_catalog_and_an_unreadable_one() -> None:
 
     m = _scrape(Catalog(Broken("b"), "vault"))
     assert m == {("ckptvault_catalog_up", ()): 0.0}
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+
+
+def test_the_server_computes_every_scrape_from_the_catalog(cat: Catalog) -> None:
+    server, _ = serve_metrics("127.0.0.1", 0, lambda: cat, MetricsOptions())
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        status, ctype, text = _get(url)
+        assert status == 200 and ctype.startswith("text/plain")
+        m = {
+            (s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
+        }
+        assert m[("ckptvault_run_newest_verified_timestamp_seconds", (("run", "a"),))] == NOW - 600
+        assert m[("ckptvault_runs", ())] == 3.0
+        # a save committed after the first scrape is in the next one: nothing cached, nothing pushed
+        cat.append(_saved("d", 1, time.time() - 60, time.time(), 10))
+        text = _get(url)[2]
+        m = {
+            (s.name, tuple(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
+        }
+        assert m[("ckptvault_runs", ())] == 4.0
+        assert ("ckptvault_run_newest_verified_timestamp_seconds", (("run", "d"),)) in m
+
+        with pytest.raises(
+            MetricsServerError, match=rf"\[metrics\] cannot listen on 127.0.0.1 port {server.server_port}"
+        ):
+            serve_metrics("127.0.0.1", server.server_port, lambda: cat, MetricsOptions())
+    finally:
+        server.shutdown()
+        server.server_close()
