@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import generate_latest, pushadd_to_gateway, start_http_server, write_to_textfile
@@ -22,8 +22,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from ckptvault.catalog import Catalog
 from ckptvault.catalog.summary import FleetSummary, summarize
+from ckptvault.config import Config
 from ckptvault.errors import CkptvaultError
-from ckptvault.pricing import PriceError, PriceTable
+from ckptvault.pricing import PriceError, PriceTable, load_prices
 
 log = logging.getLogger("ckptvault.metrics")
 
@@ -34,8 +35,23 @@ LAG_BUCKETS = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
 
 @dataclass(frozen=True)
 class MetricsOptions:
+    """What the configuration adds to the catalog's figures: the alert rules compare against these, so a
+    threshold is set once, in the config the watch flow reads too."""
+
     cover_days: float | None = None  # [drill] cover_days: the drill coverage window (None: ever drilled)
     prices: PriceTable | None = None  # None: no cost metric
+    stale_after: Mapping[str, float] = field(default_factory=dict)  # run -> seconds ([[sources]] stale_after_hours)
+    budget_usd_per_month: float | None = None  # [notify] budget_usd_per_month
+
+
+def options_for(cfg: Config) -> MetricsOptions:
+    """The options a configuration gives (raises PriceError for a bad `[policy.prices]`)."""
+    return MetricsOptions(
+        cover_days=cfg.drill.cover_days,
+        prices=load_prices(cfg.policy.prices),
+        stale_after={s.run: s.stale_after_hours * 3600 for s in cfg.sources if s.stale_after_hours is not None},
+        budget_usd_per_month=cfg.notify.budget_usd_per_month,
+    )
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
@@ -112,6 +128,18 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
     out += [saves, nbytes, stored]
     if options.prices is not None:
         out.append(cost)
+    if options.budget_usd_per_month is not None:
+        budget = _gauge("budget_usd_per_month", "[notify] budget_usd_per_month: what the storage may cost per month.")
+        budget.add_metric([], options.budget_usd_per_month)
+        out.append(budget)
+    stale = _gauge(
+        "run_stale_after_seconds",
+        "[[sources]] stale_after_hours of each watched run, in seconds: CkptvaultRunStale's threshold.",
+        ("run",),
+    )
+    for name, seconds in sorted(options.stale_after.items()):
+        stale.add_metric([name], seconds)
+    out.append(stale)
 
     hist = HistogramMetricFamily(
         f"{PREFIX}_archive_lag_seconds",

@@ -47,16 +47,15 @@ def check_push_url(url: str) -> str:
 def cmd_metrics(args: argparse.Namespace) -> int:
     from ckptvault import metrics
     from ckptvault.catalog import Catalog
-    from ckptvault.pricing import PriceError, load_prices
+    from ckptvault.pricing import PriceError
 
     textfile = check_textfile(args.textfile) if args.textfile else None
     url = check_push_url(args.push) if args.push else None
     cfg, store = preflight_store(args, need_sources=False)
     try:
-        prices = load_prices(cfg.policy.prices)
+        options = metrics.options_for(cfg)
     except PriceError as e:
         raise UsageError(str(e)) from None
-    options = metrics.MetricsOptions(cover_days=cfg.drill.cover_days, prices=prices)
     got = metrics.compute(Catalog(store, cfg.store.prefix), options)
     if textfile is not None:
         try:

@@ -22,11 +22,11 @@ def start_metrics(cfg: Config, store: ObjectStore) -> None:
         return
     from ckptvault import metrics
     from ckptvault.catalog import Catalog
-    from ckptvault.pricing import PriceError, load_prices
+    from ckptvault.pricing import PriceError
     from ckptvault_cli.output import say
 
     try:
-        options = metrics.MetricsOptions(cover_days=cfg.drill.cover_days, prices=load_prices(cfg.policy.prices))
+        options = metrics.options_for(cfg)
         server, _ = metrics.serve_metrics(
             cfg.metrics.bind_address, cfg.metrics.port, lambda: Catalog(store, cfg.store.prefix), options
         )

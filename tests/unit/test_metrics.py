@@ -186,3 +186,11 @@ def test_the_server_computes_every_scrape_from_the_catalog(cat: Catalog) -> None
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_thresholds_from_the_config_are_exported_for_the_rules(cat: Catalog) -> None:
+    m = _scrape(cat, MetricsOptions(stale_after={"a": 6 * 3600.0}, budget_usd_per_month=250.0))
+    assert m[("ckptvault_run_stale_after_seconds", (("run", "a"),))] == 21600.0
+    assert ("ckptvault_run_stale_after_seconds", (("run", "b"),)) not in m  # b is not watched
+    assert m[("ckptvault_budget_usd_per_month", ())] == 250.0
+    assert ("ckptvault_budget_usd_per_month", ()) not in _scrape(cat)
