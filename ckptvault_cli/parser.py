@@ -168,7 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(fn=fn)
 
     s = sub.add_parser(
-        "serve", parents=[common], help="serve all five deployments from this process (one machine, no work pool)"
+        "serve",
+        parents=[common],
+        help="serve all five deployments from this process (one machine, no work pool), and /metrics with [metrics]",
     )
     s.set_defaults(fn=cmd_serve)
 
