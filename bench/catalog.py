@@ -14,7 +14,8 @@ partition), in the in-memory store of tests/unit/test_catalog_layout.py. Then ti
 times each, and prints one line per measurement, then peak RSS (`resource.getrusage`, the whole process:
 the catalog built in memory included). `--path table` times what `ls --json` runs now instead
 (`table_view.current_table` and `write_json_table` to /dev/null, no `CheckpointState`); `states` the states and
-`render_json`. `--save` pickles the built catalog's objects, `--load` reads them instead of building, so
+`render_json`; `--path metrics` what `ckptvault metrics` computes (ckptvault/metrics.py: the read, the
+sums, the exposition text). `--save` pickles the built catalog's objects, `--load` reads them instead of building, so
 an A/B compares fresh processes on one catalog and peak RSS is the read's, not the build's.
 """
 
@@ -29,11 +30,15 @@ import sys
 import time
 from pathlib import Path
 
+from prometheus_client import generate_latest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckptvault.catalog import Catalog, Event
 from ckptvault.catalog.table_view import current_table, write_json_table
 from ckptvault.listing import render_json
+from ckptvault.metrics import MetricsOptions, registry_for
+from ckptvault.pricing import load_prices
 from tests.unit.test_catalog_layout import MemStore
 
 
@@ -74,8 +79,18 @@ def memory_main(a: argparse.Namespace) -> None:
         a.save.write_bytes(pickle.dumps(store.objects))
     store.got.clear()
     n = 0
+    options = MetricsOptions(cover_days=30, prices=load_prices())
     for i in range(a.reps):
         t = time.perf_counter()
+        if a.path == "metrics":
+            # `ckptvault metrics`: a fresh Catalog read, summed and rendered as the exposition text
+            text = generate_latest(registry_for(lambda: Catalog(store, "bench"), options))  # type: ignore[arg-type]
+            t_read = time.perf_counter() - t
+            n = a.runs * a.ckpts
+            t = time.perf_counter()
+            print(f"metrics: rep {i + 1}: {t_read:.3f} s for {n} saves, {len(text)} bytes of text")
+            store.got.clear()
+            continue
         if a.path == "table":
             table = current_table(cat)
             n = table.num_rows
@@ -111,7 +126,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--ckpts", type=int, default=200)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--path", choices=["states", "table"], default="states", help="memory only")
+    ap.add_argument("--path", choices=["states", "table", "metrics"], default="states", help="memory only")
     ap.add_argument("--save", type=Path, help="memory only")
     ap.add_argument("--load", type=Path, help="memory only")
     ap.add_argument("--manifests", default="100000",

@@ -243,6 +243,12 @@ def child(op: str, cfg_path: Path, args: list[str]) -> None:
         from ckptvault.listing import render_table, select
 
         print(render_table(select(cat.current(args[0]), None, None)).count("\n"), "lines")
+    elif op == "metrics":  # what `ckptvault metrics` computes, without the CLI's start-up
+        from ckptvault.config import load_config
+        from ckptvault.metrics import compute, exposition, options_for
+
+        got = compute(cat, options_for(load_config(str(cfg_path))))
+        print(f"{len(exposition(got))} bytes of metrics, catalog read {'ok' if got.up else got.error}")
     elif op == "compact":
         print(f"compacted {cat.compact(time.time())} event files")
     elif op == "compact-runs":  # what an ingest pass compacts after itself: its sources' runs
@@ -276,6 +282,20 @@ def _measure(cmd: list[str], env: dict[str, str], log: Path, reps: int, out: Pat
         # the library call alone, timed inside the child: the rest is the process's start-up and imports
         "in_process_seconds": statistics.median(inproc) if inproc else None,
     }
+
+
+def metrics_rows(cfg: Path, env: dict[str, str], log: Path, reps: int, scratch: Path) -> dict[str, Any]:
+    """`ckptvault metrics --textfile` (docs/metrics.md) over the fleet, and its library calls alone."""
+    prom = scratch / "ckptvault.prom"
+    cmd = [str(paths.VENV_BIN / "ckptvault"), "--config", str(cfg), "metrics", "--textfile", str(prom)]
+    rows = {
+        "metrics --textfile": _measure(cmd, env, log, reps),
+        "metrics: its library calls": _measure(
+            [sys.executable, str(Path(__file__).resolve()), "child", "metrics", str(cfg)], env, log, reps
+        ),
+    }
+    assert "ckptvault_catalog_up 1.0" in prom.read_text()
+    return rows
 
 
 def fleet_main(a: argparse.Namespace) -> None:
@@ -329,6 +349,7 @@ def fleet_main(a: argparse.Namespace) -> None:
             rows["ls --run R --json"] = _measure([*base, "ls", "--run", one, "--json"], env, log, a.reps)
             rows["restore's catalog read"] = _measure([*py, "child", "restore-read", str(cfg), one], env, log, a.reps)
             rows["ingest's catalog read"] = _measure([*py, "child", "ingest-read", str(cfg), one], env, log, a.reps)
+            rows.update(metrics_rows(cfg, env, log, a.reps, scratch))
             for name, row in rows.items():
                 measure.log(f"{name}: {row}")
             t = time.perf_counter()

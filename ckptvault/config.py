@@ -594,6 +594,20 @@ class ScaleConfig(_Strict):
         return self
 
 
+class MetricsConfig(_Strict):
+    """`[metrics]`: `/metrics` for Prometheus from `ckptvault serve` (docs/metrics.md). Off unless `port` is set."""
+
+    port: Annotated[int, Field(ge=1, le=65535)] | None = Field(
+        default=None,
+        description="The port `ckptvault serve` serves `/metrics` on (e.g. 9464); unset: no metrics server.",
+    )
+    bind_address: str = Field(
+        default="127.0.0.1",
+        description="The address it listens on: loopback by default; `0.0.0.0` (or `::`) for a Prometheus on "
+        "another machine (the metrics name runs, classes and costs, and carry no credentials).",
+    )
+
+
 class Config(_Strict):
     """The whole file: one `[store]`, a `[[sources]]` entry per run, and the optional sections."""
 
@@ -608,6 +622,7 @@ class Config(_Strict):
     replicas: list[ReplicaConfig] = Field(
         default_factory=list, description="Further copies of committed saves, each in a store of its own."
     )
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Prometheus metrics.")
     sha256: bool = Field(
         default=False,
         description="Also record each file's SHA-256 in the manifest (such files are never split into ranges).",

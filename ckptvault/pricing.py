@@ -22,6 +22,9 @@ from functools import cached_property
 from importlib import resources
 from typing import Any
 
+import numpy as np
+from numpy.typing import ArrayLike
+
 from ckptvault.errors import CkptvaultError
 
 GB = 2**30  # AWS bills GB-months in binary gigabytes
@@ -118,6 +121,17 @@ class PriceTable:
             self.get(name)  # raises the error that names the fix
             raise
         return max(nbytes, objects * min_size) * per_byte + objects * per_object
+
+    def monthly_cost_total(self, nbytes: ArrayLike, name: str, objects: ArrayLike) -> float:
+        """`monthly_cost` summed over many checkpoints of class `name` (each its own minimum billable
+        size), vectorised: the metrics price every save of a fleet on each scrape."""
+        try:
+            per_byte, min_size, per_object = self._monthly_terms[name]
+        except KeyError:
+            self.get(name)  # raises the error that names the fix
+            raise
+        b, o = np.asarray(nbytes, dtype=np.float64), np.asarray(objects, dtype=np.float64)
+        return float((np.maximum(b, o * min_size) * per_byte + o * per_object).sum())
 
     def early_deletion_fee(self, nbytes: int, objects: int, name: str, days_in_class: float) -> float:
         """What leaving class `name` after `days_in_class` costs on top: the rest of its minimum."""

@@ -8,6 +8,7 @@ from ckptvault_cli.commands.catalog import cmd_accept, cmd_catalog_rebuild, cmd_
 from ckptvault_cli.commands.catalog_compact import cmd_catalog_compact
 from ckptvault_cli.commands.hold import cmd_hold, cmd_release
 from ckptvault_cli.commands.ingest import cmd_ingest
+from ckptvault_cli.commands.metrics import cmd_metrics
 from ckptvault_cli.commands.replicate import cmd_replicate
 from ckptvault_cli.commands.restore import cmd_drill, cmd_restore
 from ckptvault_cli.commands.scrub import cmd_scrub
@@ -147,6 +148,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_scrub)
 
+    s = sub.add_parser(
+        "metrics", parents=[common], help="the Prometheus metrics of the catalog, computed once (docs/metrics.md)"
+    )
+    s.add_argument(
+        "--textfile", metavar="PATH",
+        help="write them to PATH (a *.prom file, replaced atomically) for the node exporter's textfile collector",
+    )  # fmt: skip
+    s.add_argument(
+        "--push", metavar="URL",
+        help="pushadd them to the Pushgateway at URL, grouped by job=ckptvault and config=BUCKET/PREFIX",
+    )  # fmt: skip
+    s.add_argument("--json", action="store_true", help="print them as one JSON document (its schema: docs/commands.md)")
+    s.set_defaults(fn=cmd_metrics)
+
     s = sub.add_parser("accept", parents=[common], help="release a quarantined (invalid) checkpoint after review")
     s.add_argument("run", help="the run name (see `ckptvault ls --state invalid`)")
     s.add_argument("step", type=int, help="the quarantined step")
@@ -165,7 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(fn=fn)
 
     s = sub.add_parser(
-        "serve", parents=[common], help="serve all six deployments from this process (one machine, no work pool)"
+        "serve",
+        parents=[common],
+        help="serve all six deployments from this process (one machine, no work pool), and /metrics with [metrics]",
     )
     s.set_defaults(fn=cmd_serve)
 
