@@ -214,14 +214,15 @@ def _repair_manifest(
     try:
         if mhead is None:
             # a commit, as the replicate pass makes one: dated now, written conditionally
-            store = target.store.with_retention(save_retention(lock, now))
+            # in the default class, as the replicate pass writes a manifest (docs/FORMAT.md, "Replicas")
+            store = target.store.with_retention(save_retention(lock, now)).writing_in(None)
             store.put_bytes(key, raw, if_none_match=True, content_type="application/json")
         else:
             refused = _writable(target, mhead, now)
             if refused:
                 rep.left[MANIFEST_NAME] = f"{why}; not repairable: {refused}"
                 return None
-            store = target.store.with_retention(later(mhead.retention, None, now))
+            store = target.store.with_retention(later(mhead.retention, None, now)).writing_in(None)
             store.put_bytes(key, raw, content_type="application/json")
             if mhead.legal_hold:
                 target.store.put_legal_hold(key, True)

@@ -256,10 +256,12 @@ def _replicate_save(
     if primary.head(src_base + VALIDATION_NAME) is not None:
         data = primary.get_bytes(src_base + VALIDATION_NAME)
         # unlocked, as the primary's (docs/FORMAT.md, "Object Lock": it stays mutable)
-        replica_store.put_bytes(dst_base + VALIDATION_NAME, data, content_type="application/json")
+        replica_store.writing_in(None).put_bytes(dst_base + VALIDATION_NAME, data, content_type="application/json")
         copied, copied_bytes = copied + 1, copied_bytes + len(data)
-    # Last, byte for byte, conditionally: a replica without it does not hold the save.
-    dst.put_bytes(dst_base + MANIFEST_NAME, raw, if_none_match=True, content_type="application/json")
+    # Last, byte for byte, conditionally: a replica without it does not hold the save. In the server's
+    # default class whatever the replica's `storage_class`, as the primary keeps its manifests hot: a
+    # restore, scrub or rebuild reads it without a thaw (docs/FORMAT.md, "Replicas").
+    dst.writing_in(None).put_bytes(dst_base + MANIFEST_NAME, raw, if_none_match=True, content_type="application/json")
     return ReplicatedSave(
         replica.name, s.run, s.step, s.save, dst_base + MANIFEST_NAME, copied_bytes + len(raw),
         time.monotonic() - t0, copied + 1, kept, retention.until_ts if retention else None, hot_bytes, hot_files,

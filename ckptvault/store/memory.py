@@ -159,6 +159,11 @@ class MemoryStore:
         other.retention = retention
         return other
 
+    def writing_in(self, storage_class: str | None) -> MemoryStore:
+        other = self.under(self.prefix)
+        other.write_class = storage_class or "STANDARD"
+        return other
+
     def lock_status(self) -> LockStatus:
         if self.default_retention is None:
             return LockStatus(enabled=self.object_lock)

@@ -280,6 +280,12 @@ class ObjectStore(Protocol):
         other on a locked write)."""
         ...
 
+    def writing_in(self, storage_class: str | None) -> ObjectStore:
+        """This store (same bucket, client, probe and retention), writing every new object in
+        `storage_class` (None: the server's default, STANDARD) instead of its configured one: a
+        replica writing its data in DEEP_ARCHIVE keeps its manifests readable without a thaw."""
+        ...
+
     def lock_status(self) -> LockStatus:
         """The bucket's Object Lock configuration; `enabled` False where it has none (or the server
         has no Object Lock)."""

@@ -94,10 +94,10 @@ class S3Store(S3Connection):
             args["ServerSideEncryption"] = self.cfg.sse
             if self.cfg.sse == "aws:kms" and self.cfg.sse_kms_key_id:
                 args["SSEKMSKeyId"] = self.cfg.sse_kms_key_id
-        # A replica's storage class (ReplicaConfig): every object it writes goes straight there
-        storage_class: str | None = getattr(self.cfg, "storage_class", None)
-        if storage_class:
-            args["StorageClass"] = storage_class
+        # A replica's storage class (ReplicaConfig): every object it writes goes straight there, but
+        # what `writing_in` keeps in another (its manifests)
+        if self.write_class:
+            args["StorageClass"] = self.write_class
         return args | object_lock.put_args(self.retention)
 
     def put_bytes(

@@ -141,6 +141,8 @@ class S3Connection:
         self._caps_lock = threading.Lock()
         self._kind: str | None = None if cfg.kind == "auto" else cfg.kind
         self.retention: Retention | None = None
+        # the class new objects are written in: a replica's `storage_class`; None the server's default
+        self.write_class: str | None = getattr(cfg, "storage_class", None)
         self._bucket_lock: LockStatus | None = None  # read once where needed (S3Store._bucket_lock_if_defaulted)
 
     # -- pickling: a store crosses process boundaries (Dask worker processes) as its configuration --
@@ -208,6 +210,11 @@ class S3Connection:
         other = object.__new__(type(self))
         other.__dict__.update(self.__dict__)
         other.retention = retention
+        return other
+
+    def writing_in(self, storage_class: str | None) -> Self:
+        other = self.with_retention(self.retention)
+        other.write_class = storage_class
         return other
 
     @property

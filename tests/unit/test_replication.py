@@ -270,13 +270,17 @@ def test_a_save_committed_by_a_pass_killed_before_its_event_is_recorded_by_the_r
     assert len(replicate(primary, "ck", replica, other, states, lock, catalog=catalog).recorded) == 1
 
 
-def test_every_object_goes_in_the_replicas_storage_class() -> None:
+def test_every_data_object_goes_in_the_replicas_storage_class_the_manifests_stay_readable() -> None:
     primary, catalog, states = _primary()
     deep = REPLICA.model_copy(update={"storage_class": "DEEP_ARCHIVE"})
     replica = MemoryStore.for_config(deep)
     got = replicate(primary, "ck", replica, deep, states, NO_LOCK, catalog=catalog)
     assert len(got.copied) == 1
-    assert {replica.head(o.key).storage_class for o in replica.list(DST)} == {"DEEP_ARCHIVE"}  # type: ignore[union-attr]
+    classes = {o.key[len(DST) :]: replica.head(o.key).storage_class for o in replica.list(DST)}  # type: ignore[union-attr]
+    hot = {MANIFEST_NAME, VALIDATION_NAME}
+    assert {c for k, c in classes.items() if k not in hot} == {"DEEP_ARCHIVE"}
+    assert {c for k, c in classes.items() if k in hot} == {"STANDARD"}  # read without a thaw, as the primary's
+    assert replica.get_bytes(DST + MANIFEST_NAME) == primary.get_bytes("ck/r1/step-0000000010/" + MANIFEST_NAME)
     (ev,) = [e for e in catalog.events("r1") if e.event == "replicated"]
     assert json.loads(ev.detail)["storage_class"] == "DEEP_ARCHIVE"
     assert catalog.current("r1")[0].storage_class == "STANDARD"  # the primary's class, as the fold keeps it
@@ -287,6 +291,7 @@ def test_opening_a_replica_store_honours_its_profile_and_storage_class() -> None
         open_store(REPLICA.model_copy(update={"profile": "nope", "endpoint_url": "http://127.0.0.1:9"}))
     cold = open_store(REPLICA.model_copy(update={"storage_class": "COLD", "endpoint_url": "http://127.0.0.1:9"}))
     assert cold._put_args()["StorageClass"] == "COLD"
+    assert "StorageClass" not in cold.writing_in(None)._put_args() and cold._put_args()["StorageClass"] == "COLD"
     assert cold.section == "[[replicas]] dr"
     assert (
         "StorageClass" not in open_store(REPLICA.model_copy(update={"endpoint_url": "http://127.0.0.1:9"}))._put_args()
