@@ -34,7 +34,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # Prefect is imported only when an event is sent
+    from prefect.events import Event
 
 EVENT = "ckptvault.checkpoint.saved"
 RESOURCE_PREFIX = "ckptvault.run."
@@ -145,24 +148,12 @@ def _quiet_prefect_in_hook_thread() -> None:
         logger.addFilter(_NotFromHookThread())
 
 
-def send_event(saved: Saved, env: Mapping[str, str]) -> None:
-    """One Prefect event over a client opened for it: connection errors raise here (in the hook's
-    thread), where prefect.events.emit_event's own worker would swallow them and the hook could not
-    say the signal was lost. The API is the one `env` names, set for this thread's context only
-    (Prefect's settings were read when it was imported, perhaps before the variable was set), and never
-    an ephemeral server: the hook must not start one inside a training process."""
-    import asyncio
-
+def event_for(saved: Saved) -> Event:
+    """The `ckptvault.checkpoint.saved` event of one save: what the ingest deployment's trigger matches
+    (its resource id) and reads its run and step parameters from (its payload)."""
     from prefect.events import Event, Resource
-    from prefect.events.clients import get_events_client
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
 
-    _quiet_prefect_in_hook_thread()
-    api = env.get("PREFECT_API_URL")
-    if not api:
-        raise RuntimeError("no PREFECT_API_URL: set it to the Prefect API that runs the ingest deployment")
-
-    event = Event(
+    return Event(
         event=EVENT,
         resource=Resource(
             {
@@ -174,6 +165,25 @@ def send_event(saved: Saved, env: Mapping[str, str]) -> None:
         ),
         payload={"run": saved.run, "step": saved.step, "path": saved.path},
     )
+
+
+def send_event(saved: Saved, env: Mapping[str, str]) -> None:
+    """One Prefect event over a client opened for it: connection errors raise here (in the hook's
+    thread), where prefect.events.emit_event's own worker would swallow them and the hook could not
+    say the signal was lost. The API is the one `env` names, set for this thread's context only
+    (Prefect's settings were read when it was imported, perhaps before the variable was set), and never
+    an ephemeral server: the hook must not start one inside a training process."""
+    import asyncio
+
+    from prefect.events.clients import get_events_client
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+
+    _quiet_prefect_in_hook_thread()
+    api = env.get("PREFECT_API_URL")
+    if not api:
+        raise RuntimeError("no PREFECT_API_URL: set it to the Prefect API that runs the ingest deployment")
+
+    event = event_for(saved)
 
     async def emit() -> None:
         async with get_events_client(reconnection_attempts=0) as client:

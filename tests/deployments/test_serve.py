@@ -60,6 +60,30 @@ def test_served_deployments_match_prefect_yaml() -> None:
     assert spec["restore"]["schedules"] == []
 
 
+def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_step() -> None:
+    """The trigger prefect.yaml gives the ingest deployment: it parses as `prefect deploy` and `serve`
+    read it, expects the event the hooks send, matches its resource, and its parameter templates render
+    from that event (as the automation's RunDeployment action renders them) into the run and an int step."""
+    from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
+    from prefect.server.events.actions import RunDeployment
+    from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
+
+    from ckptvault.hooks.signal import EVENT, Saved, event_for
+    from ckptvault_prefect.deployments.serve import build_deployments
+
+    spec = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    assert [t["expect"] for t in spec["ingest"]["triggers"]] == [[EVENT]]
+    assert all("triggers" not in spec[name] for name in NAMES - {"ingest"})
+    (trigger,) = {d.name: d for d in build_deployments()}["ingest"].triggers
+    assert isinstance(trigger, DeploymentEventTrigger) and trigger.expect == {EVENT}
+    event = event_for(Saved("llama-a", 400, "/ckpt/checkpoint-400"))
+    assert trigger.match.matches(event.resource)
+    params = dict(trigger.parameters or {})
+    RunDeployment._upgrade_v1_templates(params)
+    rendered = hydrate(params, HydrationContext(render_jinja=True, jinja_context={"event": event}, raise_on_error=True))
+    assert rendered == {"run": "llama-a", "step": 400}
+
+
 @pytest.fixture
 def prefect_server() -> Iterator[PrefectServer]:
     local_prefect.reap_stale()
