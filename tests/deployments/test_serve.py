@@ -105,7 +105,7 @@ def _stop_group(proc: subprocess.Popen[str], timeout: float) -> None:
         proc.wait(10)
 
 
-def test_ckptvault_serve_registers_and_runs_the_six_deployments(
+def test_ckptvault_serve_registers_and_runs_the_six_deployments_and_the_ingest_trigger(
     prefect_server: PrefectServer, seaweedfs: Any, bucket_factory: Any, tmp_path: Path
 ) -> None:
     bucket = bucket_factory(seaweedfs)
@@ -151,6 +151,26 @@ def test_ckptvault_serve_registers_and_runs_the_six_deployments(
         assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
         print(f"serve: ingest run completed in {time.monotonic() - t1:.1f} s")
         seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+
+        # A hook's event (sent by the hook's own code) starts a run of the served ingest deployment for
+        # that run and step, through the trigger prefect.yaml gives it: the checkpoint is committed.
+        from ckptvault.hooks.signal import Saved, send_event
+
+        path = write_checkpoint(hot, "hf", 20, 1 << 20)
+        t2 = time.monotonic()
+        send_event(Saved("r", 20, str(path)), {"PREFECT_API_URL": prefect_server.api_url})
+
+        def triggered() -> dict[str, Any] | None:
+            runs = prefect_server.post(
+                "/flow_runs/filter", {"deployments": {"id": {"any_": [deployments["ingest"]["id"]]}}}
+            )
+            done = [r for r in runs if r["parameters"].get("step") == 20 and r["state"]["type"] == "COMPLETED"]
+            return done[0] if done else None
+
+        run = wait_for("the event's ingest run completes", triggered, 240)
+        print(f"serve: the event's ingest run completed {time.monotonic() - t2:.1f} s after the event")
+        assert run["parameters"] == {"config_path": str(cfg), "run": "r", "step": 20}
+        seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 20) + MANIFEST_NAME)
     finally:
         _stop_group(proc, 60)
     # On SIGTERM serve pauses its schedules: nothing piles up as Late while no process serves them.
