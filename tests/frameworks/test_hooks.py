@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -80,6 +81,18 @@ def test_each_hugging_face_save_is_verified_in_the_store_by_the_hooks_ingest(
     log = (logs / "r.log").read_text()
     assert [s for s in (2, 4) if re.search(rf"^uploaded +r step {s} ", log, re.M)] == [2, 4], log
     assert "waits" not in log, log
+
+    # By hand, on the same store: a step whose commit marker is missing (the Trainer's files of step 4
+    # without its trainer_state.json, as a save cut short leaves them) uploads nothing and says it waits;
+    # a run that is not configured is exit 2 naming the configured one.
+    shutil.copytree(root / "checkpoint-4", root / "checkpoint-6", ignore=shutil.ignore_patterns("trainer_state.json"))
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ingest", "--run", "r", "--step", "6"]) == 3
+    err = capsys.readouterr().err
+    assert "step 6 waits, nothing uploaded" in err and "trainer_state.json" in err, err
+    assert _stored(seaweedfs, bucket, 6) == []
+    assert main(["--config", str(cfg), "ingest", "--run", "nope", "--step", "6"]) == 2
+    assert "configured runs: r" in capsys.readouterr().err
 
 
 def test_a_lightning_save_without_a_commit_marker_still_waits_settle_seconds(
