@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,19 @@ def test_notify_saved_with_a_bad_argument_warns_instead_of_raising(
     with caplog.at_level(logging.WARNING, logger="ckptvault.hooks"):
         hooks.notify_saved("r", "not a step", "/p")  # type: ignore[arg-type]
     assert any("not signalled" in r.getMessage() for r in caplog.records)
+
+
+def test_a_detached_ingest_that_fails_is_warned_about_once_naming_its_log(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CKPTVAULT_HOOK_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.setattr(sig.DISPATCHER, "warned", set())
+    missing = str(tmp_path / "no-such-config.toml")
+    with caplog.at_level(logging.WARNING, logger="ckptvault.hooks"):
+        sig.run_ingest(Saved("r", 7, "/p", missing), {})  # the real command: exits 2 on the missing config
+        deadline = time.monotonic() + WAIT  # the reaper thread warns when the child has exited
+        while not any("exited" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "ckptvault.hooks"]
+    assert "--run r --step 7` exited 2" in warning and str(tmp_path / "logs" / "r.log") in warning
+    assert "no-such-config.toml" in (tmp_path / "logs" / "r.log").read_text()
