@@ -42,6 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
     _dask_flags(s, "uploads")
+    s.add_argument("--run", metavar="R", help="only this run's source (a [[sources]] run = ...)")
+    s.add_argument(
+        "--step",
+        type=int,
+        metavar="S",
+        help="with --run: only this step; its format's commit marker, where it has one, stands in for settle_seconds",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_ingest)
 

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from ckptvault_prefect.runtime.scale import RunnerChoice
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# `ingest --run R --step S` when that step is not ready (its commit rule, or settle_seconds): nothing uploaded
+EXIT_WAITING = 3
 
 
 class UsageError(CkptvaultError):

@@ -1,4 +1,5 @@
-"""`ckptvault ingest`: one ingest pass over every [[sources]] entry, and how its outcomes are printed."""
+"""`ckptvault ingest`: one ingest pass over every [[sources]] entry (or one run's, or one step of it), and
+how its outcomes are printed."""
 
 from __future__ import annotations
 
@@ -7,15 +8,34 @@ from collections.abc import Sequence
 
 from ckptvault_cli import process, running
 from ckptvault_cli.output import emit_json, jsonable, say
-from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, preflight, preflight_runner, start_prefect_note
+from ckptvault_cli.preflight import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_WAITING,
+    UsageError,
+    preflight,
+    preflight_runner,
+    start_prefect_note,
+)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
+    run, step = args.run, args.step
+    if step is not None and run is None:
+        raise UsageError("--step needs --run: a step number names a checkpoint only within its run")
     cfg = preflight(args, need_sources=True)
+    if run is not None:
+        from ckptvault.ingest.narrow import UnknownRunError, narrow_sources
+
+        try:
+            narrow_sources(cfg.sources, run)
+        except UnknownRunError as e:
+            raise UsageError(str(e)) from None
     choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
     if cfg.validation.enabled and cfg.validation.isolate and not choice.needs_prefect:
         from ckptvault.ingest import quality
+
         # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
         # instead of after them; with nothing new to validate the flow stops it after discovery.
         quality.prewarm()
@@ -29,7 +49,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
         ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
-    result = running.run_flow(ingest, 2, force_prefect=choice.needs_prefect, config_path=cfg_path)
+    result = running.run_flow(ingest, 2, force_prefect=choice.needs_prefect, config_path=cfg_path, run=run, step=step)
     if isinstance(result, IngestIncomplete):
         print_outcomes(result.outcomes, args.json)
         say(str(result))
@@ -40,6 +60,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         say(f"ingest failed: {result}")
         return EXIT_FAILED
     print_outcomes(result, args.json)
+    if run is not None and step is not None:
+        from ckptvault.ingest.narrow import waits
+
+        why = waits(result, run, step)
+        if why:
+            # the hook's word was a hint: the commit rule (or settle_seconds) says not yet
+            say(f"{why}; the next ingest (scheduled, or this command again) takes it once it is ready")
+            return EXIT_WAITING
     return EXIT_OK
 
 

@@ -1,6 +1,6 @@
 """`ckptvault serve`: all six deployments served from one process, for one machine with no work pool.
 
-Schedules, parameters, descriptions and concurrency limits are read from prefect.yaml next to this
+Schedules, parameters, descriptions, concurrency limits and event triggers are read from prefect.yaml next to this
 module (shipped in the wheel), so the served deployments and the work-pool deployments (`prefect
 deploy --all`) cannot drift apart; only the
 flows themselves are bound here. The process needs a Prefect API: PREFECT_API_URL of a running server
@@ -17,10 +17,12 @@ from typing import Any
 
 import yaml
 from prefect import Flow, serve
+from prefect.events import DeploymentTriggerTypes
 from prefect.exceptions import TerminationSignal
 from prefect.runner import Runner
 from prefect.schedules import Cron, Interval, Schedule
 from prefect.task_runners import TaskRunner
+from pydantic import TypeAdapter
 
 from ckptvault_prefect.flows.drill import drill
 from ckptvault_prefect.flows.ingest import ingest
@@ -30,6 +32,7 @@ from ckptvault_prefect.flows.tier import tier
 from ckptvault_prefect.flows.watch import watch
 
 PREFECT_YAML = Path(__file__).with_name("prefect.yaml")
+_TRIGGERS: TypeAdapter[DeploymentTriggerTypes] = TypeAdapter(DeploymentTriggerTypes)
 
 # prefect.yaml's entrypoints, bound to the flow objects (imported, so a typo fails at import, not at run).
 FLOWS: dict[str, Flow[..., Any]] = {
@@ -69,6 +72,8 @@ def _options(spec: dict[str, Any], config_path: str | None) -> dict[str, Any]:
         "schedules": [_schedule(s) for s in spec.get("schedules") or []],
         "parameters": params,
         "concurrency_limit": spec.get("concurrency_limit"),
+        # the event triggers, validated as `prefect deploy` does (its _initialize_deployment_triggers)
+        "triggers": [_TRIGGERS.validate_python(dict(t)) for t in spec.get("triggers") or []],
     }
 
 

@@ -11,6 +11,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.ingest import narrow
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import IngestIncomplete, Outcome
@@ -26,6 +27,7 @@ from ckptvault_prefect.tasks.ingest import (
     STEPS,
     ensure_bucket_rules_task,
     find_checkpoints_task,
+    find_step_task,
     known_states_task,
     publish_outcomes_task,
     release_gate_child_task,
@@ -35,18 +37,22 @@ from ckptvault_prefect.tasks.retry import RETRIES
 
 
 @flow(name="ingest", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True, **HOOKS)  # type: ignore[arg-type]
-def ingest(config_path: str | None = None) -> list[Outcome]:
-    """One pass over every configured source. Fails (after recording everything) if any finished
-    checkpoint ended neither uploaded nor already present."""
+def ingest(config_path: str | None = None, run: str | None = None, step: int | None = None) -> list[Outcome]:
+    """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
+    ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
+    neither uploaded nor already present."""
     cfg = load_config_task(config_path)
+    if step is not None and run is None:
+        raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
+    sources = narrow.narrow_sources(cfg.sources, run)
     store = open_store_task(cfg)
     ensure_bucket_rules_task(store)
     catalog = Catalog(store, cfg.store.prefix)
     known: dict[str, dict[int, CheckpointState]] = {}
     founds: list[Found] = []
-    for source in cfg.sources:
+    for source in sources:
         known[source.run] = known_states_task(catalog, source.run)
-        result = find_checkpoints_task(source)
+        result = find_checkpoints_task(source) if step is None else find_step_task(source, step)
         for problem in result.problems:
             print(f"{source.run}: {problem}")
         founds += result.found
@@ -61,7 +67,7 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
     # after the alerts, which must not wait on it: this pass's events into its runs' snapshots, so the
     # next read of a run is one snapshot and a few files; time boxed. With [store] deletes = "tier-only"
     # this role may not delete: snapshots only, the tier flow merges and deletes
-    compact_catalog_task(catalog, time.time(), [s.run for s in cfg.sources], deletes=cfg.store.flows_delete)
+    compact_catalog_task(catalog, time.time(), [s.run for s in sources], deletes=cfg.store.flows_delete)
     if not all(o.ok for o in outcomes):
         raise IngestIncomplete(outcomes)
     return outcomes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -9,7 +10,7 @@ from prefect.artifacts import create_table_artifact
 
 from ckptvault.catalog import Catalog
 from ckptvault.config import Compression, SourceConfig
-from ckptvault.ingest import nodes, quality
+from ckptvault.ingest import narrow, nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
 from ckptvault.manifest import FileEntry
@@ -36,6 +37,11 @@ committed_manifest_task = io_task("load-manifest")(load_manifest)
 @local_task("discover", task_run_name="discover-{source.run}")
 def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
     return lib.find_checkpoints(source)
+
+
+@local_task("discover-step", task_run_name="discover-{source.run}-step-{step}")
+def find_step_task(source: SourceConfig, step: int) -> DiscoveryResult:
+    return narrow.find_step(source, step, time.time())
 
 
 is_committed_task = io_task("is-committed")(lib.is_committed)

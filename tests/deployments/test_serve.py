@@ -60,6 +60,30 @@ def test_served_deployments_match_prefect_yaml() -> None:
     assert spec["restore"]["schedules"] == []
 
 
+def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_step() -> None:
+    """The trigger prefect.yaml gives the ingest deployment: it parses as `prefect deploy` and `serve`
+    read it, expects the event the hooks send, matches its resource, and its parameter templates render
+    from that event (as the automation's RunDeployment action renders them) into the run and an int step."""
+    from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
+    from prefect.server.events.actions import RunDeployment
+    from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
+
+    from ckptvault.hooks.signal import EVENT, Saved, event_for
+    from ckptvault_prefect.deployments.serve import build_deployments
+
+    spec = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
+    assert [t["expect"] for t in spec["ingest"]["triggers"]] == [[EVENT]]
+    assert all("triggers" not in spec[name] for name in NAMES - {"ingest"})
+    (trigger,) = {d.name: d for d in build_deployments()}["ingest"].triggers
+    assert isinstance(trigger, DeploymentEventTrigger) and trigger.expect == {EVENT}
+    event = event_for(Saved("llama-a", 400, "/ckpt/checkpoint-400"))
+    assert trigger.match.matches(event.resource)
+    params = dict(trigger.parameters or {})
+    RunDeployment._upgrade_v1_templates(params)
+    rendered = hydrate(params, HydrationContext(render_jinja=True, jinja_context={"event": event}, raise_on_error=True))
+    assert rendered == {"run": "llama-a", "step": 400}
+
+
 @pytest.fixture
 def prefect_server() -> Iterator[PrefectServer]:
     local_prefect.reap_stale()
@@ -81,7 +105,7 @@ def _stop_group(proc: subprocess.Popen[str], timeout: float) -> None:
         proc.wait(10)
 
 
-def test_ckptvault_serve_registers_and_runs_the_six_deployments(
+def test_ckptvault_serve_registers_and_runs_the_six_deployments_and_the_ingest_trigger(
     prefect_server: PrefectServer, seaweedfs: Any, bucket_factory: Any, tmp_path: Path
 ) -> None:
     bucket = bucket_factory(seaweedfs)
@@ -127,6 +151,26 @@ def test_ckptvault_serve_registers_and_runs_the_six_deployments(
         assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
         print(f"serve: ingest run completed in {time.monotonic() - t1:.1f} s")
         seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
+
+        # A hook's event (sent by the hook's own code) starts a run of the served ingest deployment for
+        # that run and step, through the trigger prefect.yaml gives it: the checkpoint is committed.
+        from ckptvault.hooks.signal import Saved, send_event
+
+        path = write_checkpoint(hot, "hf", 20, 1 << 20)
+        t2 = time.monotonic()
+        send_event(Saved("r", 20, str(path)), {"PREFECT_API_URL": prefect_server.api_url})
+
+        def triggered() -> dict[str, Any] | None:
+            runs = prefect_server.post(
+                "/flow_runs/filter", {"deployments": {"id": {"any_": [deployments["ingest"]["id"]]}}}
+            )
+            done = [r for r in runs if r["parameters"].get("step") == 20 and r["state"]["type"] == "COMPLETED"]
+            return done[0] if done else None
+
+        run = wait_for("the event's ingest run completes", triggered, 240)
+        print(f"serve: the event's ingest run completed {time.monotonic() - t2:.1f} s after the event")
+        assert run["parameters"] == {"config_path": str(cfg), "run": "r", "step": 20}
+        seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 20) + MANIFEST_NAME)
     finally:
         _stop_group(proc, 60)
     # On SIGTERM serve pauses its schedules: nothing piles up as Late while no process serves them.

@@ -44,6 +44,7 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 SEED = 1234
 BATCH = 8
 IN, HIDDEN, OUT = 64, 512, 16  # the MLP of Lightning, DCP, DeepSpeed and Orbax: ~0.6 MB of weights
+HOOK_RUN: str | None = None  # --ckptvault-run: hf and lightning train with ckptvault's hook for this run
 
 # Where --kill-at stops a save (the framework function the kill replaces, run at that moment):
 KILL_POINTS = {
@@ -149,7 +150,12 @@ def hf_train(
             real(self, json_path)
 
         TrainerState.save_to_json = save_to_json  # type: ignore[method-assign]
-    trainer = cls(model=model, args=args, train_dataset=data)
+    callbacks = []
+    if HOOK_RUN:
+        from ckptvault.hooks import CkptvaultCallback
+
+        callbacks.append(CkptvaultCallback(HOOK_RUN))
+    trainer = cls(model=model, args=args, train_dataset=data, callbacks=callbacks)
     trainer.train(resume_from_checkpoint=str(root / f"checkpoint-{resume_step}") if resume_step else None)
     return {"steps": steps}
 
@@ -247,7 +253,12 @@ def lightning_train(
                 resource.setrlimit(resource.RLIMIT_FSIZE, (half, half))
 
         sys.addaudithook(hook)
-    trainer = _lightning_trainer(L, root, steps, [checkpoint])
+    callbacks = [checkpoint]
+    if HOOK_RUN:
+        from ckptvault.hooks import CkptvaultLightningCallback
+
+        callbacks.append(CkptvaultLightningCallback(HOOK_RUN))
+    trainer = _lightning_trainer(L, root, steps, callbacks)
     ckpt = None
     if resume_step:
         ckpt = next(str(p) for p in sorted(root.rglob(f"*step={resume_step}.ckpt")))
@@ -664,6 +675,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--kill-at-last", action="store_true")
     t.add_argument("--resume-step", type=int, default=None, help="resume from this step's checkpoint in ROOT")
     t.add_argument("--hidden", type=int, default=None, help="the MLP's hidden width (a wider one saves longer)")
+    t.add_argument("--ckptvault-run", default=None, help="train with ckptvault's hook (hf, lightning) for this run")
     r = sub.add_parser("resume")
     r.add_argument("framework", choices=sorted(RESUME))
     r.add_argument("ckpt", type=Path)
@@ -671,8 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--steps", type=int, default=8)
     a = ap.parse_args(argv)
     if a.cmd == "train":
-        global HIDDEN
+        global HIDDEN, HOOK_RUN
         HIDDEN = a.hidden or HIDDEN
+        HOOK_RUN = a.ckptvault_run
         result = TRAIN[a.framework](a.root, a.steps, a.every, a.kill_at_last, a.resume_step)
     else:
         result = RESUME[a.framework](a.ckpt, a.out, a.steps)

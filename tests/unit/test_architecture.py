@@ -52,7 +52,9 @@ class Rule:
 
 
 RULES = (
-    Rule("the library knows nothing of Prefect", ("ckptvault.",), ("prefect", "prefect_dask")),
+    # ckptvault/hooks/ runs inside the training process: it sends its one Prefect event itself (lazily,
+    # in its own thread), as the ckptvault_prefect layer would need a flow run it has not got
+    Rule("the library knows nothing of Prefect", ("ckptvault.",), ("prefect", "prefect_dask"), ("ckptvault/hooks/",)),
     Rule(
         "the library does not import the layers above it",
         ("ckptvault.",),
@@ -90,8 +92,9 @@ RULES = (
         "training frameworks only in the drill's load checks",
         ("ckptvault.",),
         ("torch", "jax", "orbax", "deepspeed", "megatron", "transformers", "lightning"),
-        ("ckptvault/restore/pickle_check.py", "ckptvault/restore/tensor_load.py"),
+        ("ckptvault/restore/pickle_check.py", "ckptvault/restore/tensor_load.py", "ckptvault/hooks/"),
     ),
+    Rule("hooks only signal: no wing, not alerts", ("ckptvault.hooks",), (*WINGS, "ckptvault.alerts")),
     *(Rule(f"{w.rpartition('.')[2]} imports no other wing", (w,), tuple(o for o in WINGS if o != w)) for w in WINGS),
     Rule("alerts, below the wings, imports none of them", ("ckptvault.alerts",), WINGS),
     Rule("the foundations import no wing and not alerts", FOUNDATIONS, (*WINGS, "ckptvault.alerts")),

@@ -1,0 +1,288 @@
+"""The one thing a framework hook says: "run R, step S is committed at PATH", handed off so that the
+training step never waits on it and never sees it fail.
+
+`notify_saved` puts the signal on a queue and returns (microseconds); one daemon thread per process
+takes it from there and sends it on the channels `channels()` picks:
+
+- `event`: a Prefect event `ckptvault.checkpoint.saved` (resource `ckptvault.run.<run>`, the step and
+  path in the payload and as resource labels), sent by a Prefect events client opened for it in the
+  thread. The ingest deployment's trigger (ckptvault_prefect/deployments/prefect.yaml) turns it into an
+  ingest of that run and step.
+- `ingest`: `ckptvault ingest --run R --step S` as a detached subprocess (its own session, so it
+  finishes even when training exits first), its output appended to a log file per run.
+
+`CKPTVAULT_HOOK_SIGNAL` (or the hook's `signal=`) chooses: `auto` (the default) sends the event when a
+Prefect API is configured (PREFECT_API_URL) and runs the subprocess otherwise; `event`, `ingest`, `both`
+or `off` say it outright. Whatever the channel, the hook's word is a hint: ingest judges the step by its
+format's commit rule as always (ckptvault/ingest/narrow.py).
+
+Never raising into training: every failure in the thread is caught, and the first of each channel is
+logged as one warning (`ckptvault.hooks` logger); later ones at debug level, so a dead API does not
+fill the training log. A checkpoint whose signal was lost is still archived by the next scheduled ingest.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # Prefect is imported only when an event is sent
+    from prefect.events import Event
+
+EVENT = "ckptvault.checkpoint.saved"
+RESOURCE_PREFIX = "ckptvault.run."
+SignalMode = Literal["auto", "event", "ingest", "both", "off"]
+MODES: tuple[str, ...] = ("auto", "event", "ingest", "both", "off")
+Channel = Literal["event", "ingest"]
+THREAD_NAME = "ckptvault-hooks"
+# At interpreter exit, how long the signals still queued get to be handed on (a subprocess start takes
+# milliseconds; an event waits at most for one connection attempt)
+EXIT_DRAIN_SECONDS = 10.0
+
+log = logging.getLogger("ckptvault.hooks")
+
+
+@dataclass(frozen=True)
+class Saved:
+    """Run `run`, step `step` is committed at `path` (as the framework's save returned)."""
+
+    run: str
+    step: int
+    path: str
+    config: str | None = None  # the ckptvault config the subprocess ingest reads; None: $CKPTVAULT_CONFIG
+    mode: str = "auto"
+
+
+def channels(mode: str, env: Mapping[str, str]) -> tuple[Channel, ...]:
+    """Where a signal goes. An unknown mode is treated as `auto`: a typo in an environment variable must
+    not stop the signal (the hook warns about it once)."""
+    if mode == "off":
+        return ()
+    if mode == "event":
+        return ("event",)
+    if mode == "ingest":
+        return ("ingest",)
+    if mode == "both":
+        return ("event", "ingest")
+    return ("event",) if env.get("PREFECT_API_URL") else ("ingest",)
+
+
+def resolve_mode(given: str | None, env: Mapping[str, str]) -> str:
+    """The hook's `signal=`, else $CKPTVAULT_HOOK_SIGNAL, else `auto`."""
+    return given or env.get("CKPTVAULT_HOOK_SIGNAL") or "auto"
+
+
+def is_rank_zero(env: Mapping[str, str]) -> bool:
+    """Whether this process speaks for the job: global rank 0 as torchrun, SLURM or MPI number it (a
+    process without any of these variables is a job of its own). Every rank returns from a DCP or
+    Megatron save; one signal is enough."""
+    for var in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        value = env.get(var)
+        if value is not None and value.strip() != "":
+            return value.strip() == "0"
+    return True
+
+
+def ingest_command(saved: Saved) -> list[str]:
+    """The detached ingest: this interpreter's own ckptvault, so a venv without `ckptvault` on PATH works."""
+    cmd = [sys.executable, "-m", "ckptvault_cli.main", "ingest", "--run", saved.run, "--step", str(saved.step)]
+    if saved.config:
+        cmd += ["--config", saved.config]
+    return cmd
+
+
+def log_path(run: str) -> Path:
+    """Where the detached ingests of `run` append their output: $CKPTVAULT_HOOK_LOG_DIR, else the temp dir."""
+    base = Path(os.environ.get("CKPTVAULT_HOOK_LOG_DIR") or Path(tempfile.gettempdir()) / "ckptvault-hooks")
+    return base / f"{run}.log"
+
+
+def start_ingest(saved: Saved) -> subprocess.Popen[bytes]:
+    path = log_path(saved.run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as out:  # the child keeps its own descriptor; ours closes at once
+        return subprocess.Popen(
+            ingest_command(saved),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
+        )  # fmt: skip
+
+
+def run_ingest(saved: Saved, env: Mapping[str, str]) -> None:
+    """Start the detached ingest, and reap it from a thread of its own: an exit that is neither done (0)
+    nor waiting (3) is warned about once, naming the log."""
+    proc = start_ingest(saved)
+
+    def reap() -> None:
+        code = proc.wait()
+        if code not in (0, 3):
+            DISPATCHER._warn(
+                "ingest-exit",
+                f"ckptvault hook: `ckptvault ingest --run {saved.run} --step {saved.step}` exited {code}; "
+                f"its output is in {log_path(saved.run)}; the next scheduled ingest retries",
+            )
+
+    threading.Thread(target=reap, name=f"ckptvault-hooks-reap-{proc.pid}", daemon=True).start()
+
+
+class _NotFromHookThread(logging.Filter):
+    """Drops what Prefect's events client logs from the hook's own thread: its "Unable to connect"
+    warning would repeat at every save, and the hook's one warning already says it, with the reason."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.threadName != THREAD_NAME
+
+
+def _quiet_prefect_in_hook_thread() -> None:
+    logger = logging.getLogger("prefect.events.clients")
+    if not any(isinstance(f, _NotFromHookThread) for f in logger.filters):
+        logger.addFilter(_NotFromHookThread())
+
+
+def event_for(saved: Saved) -> Event:
+    """The `ckptvault.checkpoint.saved` event of one save: what the ingest deployment's trigger matches
+    (its resource id) and reads its run and step parameters from (its payload)."""
+    from prefect.events import Event, Resource
+
+    return Event(
+        event=EVENT,
+        resource=Resource(
+            {
+                "prefect.resource.id": f"{RESOURCE_PREFIX}{saved.run}",
+                "prefect.resource.name": saved.run,
+                "ckptvault.run": saved.run,
+                "ckptvault.step": str(saved.step),
+            }
+        ),
+        payload={"run": saved.run, "step": saved.step, "path": saved.path},
+    )
+
+
+def send_event(saved: Saved, env: Mapping[str, str]) -> None:
+    """One Prefect event over a client opened for it: connection errors raise here (in the hook's
+    thread), where prefect.events.emit_event's own worker would swallow them and the hook could not
+    say the signal was lost. The API is the one `env` names, set for this thread's context only
+    (Prefect's settings were read when it was imported, perhaps before the variable was set), and never
+    an ephemeral server: the hook must not start one inside a training process."""
+    import asyncio
+
+    from prefect.events.clients import get_events_client
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+
+    _quiet_prefect_in_hook_thread()
+    api = env.get("PREFECT_API_URL")
+    if not api:
+        raise RuntimeError("no PREFECT_API_URL: set it to the Prefect API that runs the ingest deployment")
+
+    event = event_for(saved)
+
+    async def emit() -> None:
+        async with get_events_client(reconnection_attempts=0) as client:
+            await client.emit(event)
+
+    with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
+        asyncio.run(emit())
+
+
+@dataclass
+class Dispatcher:
+    """The process's one queue and thread. `send` is what each channel runs (replaced only by tests
+    that count calls); `warned` holds the channels that have had their one warning."""
+
+    send: dict[str, Callable[[Saved, Mapping[str, str]], object]] = field(
+        default_factory=lambda: {"event": send_event, "ingest": run_ingest}
+    )
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    warned: set[str] = field(default_factory=set)
+    _queue: queue.SimpleQueue[Saved | threading.Event] = field(default_factory=queue.SimpleQueue)
+    _thread: threading.Thread | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _last: dict[str, int] = field(default_factory=dict)  # each run's last signalled step
+    _at_exit: bool = False
+
+    def put(self, saved: Saved) -> None:
+        """Queue the signal; a step already signalled for its run is dropped (Lightning's `last.ckpt`
+        copy of the same step, a callback registered twice)."""
+        with self._lock:
+            if self._last.get(saved.run) == saved.step:
+                return
+            self._last[saved.run] = saved.step
+            self._ensure_thread()
+        self._queue.put(saved)
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every signal queued so far is handed on (tests, and a script that wants its last
+        signal out before it exits); False when `timeout` passed first."""
+        done = threading.Event()
+        with self._lock:
+            self._ensure_thread()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name=THREAD_NAME, daemon=True)
+            self._thread.start()
+            if not self._at_exit:
+                # A script that saves its last checkpoint and exits would otherwise take that signal down
+                # with the daemon thread: at exit, the queue gets a bounded time to be handed on
+                atexit.register(self.drain, EXIT_DRAIN_SECONDS)
+                self._at_exit = True
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if isinstance(item, threading.Event):
+                item.set()
+            else:
+                self.handle(item)
+
+    def handle(self, saved: Saved) -> None:
+        if saved.mode not in MODES:
+            self._warn("mode", f"CKPTVAULT_HOOK_SIGNAL={saved.mode!r} is none of {', '.join(MODES)}; using auto")
+        for channel in channels(saved.mode, self.env):
+            try:
+                self.send[channel](saved, self.env)
+            except Exception as e:  # never into training: said once, the scheduled ingest catches the checkpoint
+                self._warn(
+                    channel,
+                    f"ckptvault hook: could not signal run {saved.run!r} step {saved.step} by {channel} ({e}); "
+                    "training goes on and the next scheduled ingest archives the checkpoint",
+                )
+
+    def _warn(self, key: str, message: str) -> None:
+        if key in self.warned:
+            log.debug("%s", message)
+            return
+        self.warned.add(key)
+        log.warning("%s", message)
+
+
+DISPATCHER = Dispatcher()
+
+
+def notify_saved(
+    run: str, step: int, path: str | os.PathLike[str], *, config: str | None = None, signal: str | None = None
+) -> None:
+    """Say "run `run`, step `step` is committed at `path`": call it after the framework's save has
+    returned (DCP `dcp.save`, or an async save's future resolving; DeepSpeed `save_checkpoint`;
+    Megatron `save_checkpoint`; Orbax `CheckpointManager.save` with `wait_until_finished`). Only global
+    rank 0 sends (RANK / SLURM_PROCID / OMPI_COMM_WORLD_RANK / PMI_RANK); the others return at once.
+    Never raises and never waits: the signal is sent from a background thread."""
+    try:
+        env = os.environ
+        if not is_rank_zero(env):
+            return
+        cfg = config or env.get("CKPTVAULT_CONFIG")
+        DISPATCHER.put(Saved(str(run), int(step), os.fspath(path), cfg, resolve_mode(signal, env)))
+    except Exception as e:  # a bad argument must not end a training run either
+        DISPATCHER._warn("call", f"ckptvault hook: notify_saved({run!r}, {step!r}, ...) failed ({e}); not signalled")

@@ -1,0 +1,100 @@
+"""An ingest narrowed to one run, or to one step of one run (`ckptvault ingest --run R --step S`): what a
+framework hook asks for right after a save returns (ckptvault.hooks).
+
+The hook's word is a hint and never trusted alone: the step is judged by its format's commit rule
+exactly as the scheduled pass judges it (discovery), so a step whose commit rule does not hold waits
+and nothing of it is uploaded. What the hint does change is the settle time. `settle_seconds` exists
+for writers whose finished state cannot be told from the files (a file still growing, a rank still
+writing after the pointer moved); a format whose commit marker is written last, after every other
+file of the save, proves the save finished by the marker itself. So with a step named and its
+format in `COMMIT_MARKERS`, the settle time is skipped; every other format still waits for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ckptvault.config import SourceConfig
+from ckptvault.errors import InvalidArgumentError
+from ckptvault.ingest.discovery import DiscoveryResult, _quiet_reason, discover
+from ckptvault.ingest.nodes import node_path
+from ckptvault.ingest.steps import Outcome
+
+# The formats whose commit marker is written after every other file of the save, so its presence is
+# the proof (each layout module's docstring cites the writer's code):
+#   hf        trainer_state.json: Trainer._save_checkpoint writes it after weights, optimizer, RNG
+#   dcp       .metadata: FileSystemWriter.finish renames it into place after every rank's write_data
+#   megatron  latest_checkpointed_iteration.txt: rank 0 writes it after a barrier over every rank
+#   nemo      the `-unfinished` sibling: deleted only after the save
+#   orbax     commit_success.txt / the rename out of `.orbax-checkpoint-tmp`, both in finalize
+# Not here: deepspeed (rank 0 writes `latest` with no barrier: other ranks may still be writing) and
+# lightning (a bare .ckpt file with no marker; a copy across file systems grows under its final name).
+COMMIT_MARKERS: dict[str, str] = {
+    "hf": "trainer_state.json",
+    "dcp": ".metadata",
+    "megatron": "latest_checkpointed_iteration.txt naming the iteration",
+    "nemo": "no -unfinished sibling",
+    "orbax": "commit_success.txt",
+}
+
+
+class UnknownRunError(InvalidArgumentError):
+    """`--run` names no `[[sources]]` entry."""
+
+
+def narrow_sources(sources: Sequence[SourceConfig], run: str | None) -> list[SourceConfig]:
+    """The sources an ingest covers: every one, or only `run`'s. Raises UnknownRunError naming the
+    configured runs when `run` is none of them."""
+    if run is None:
+        return list(sources)
+    picked = [s for s in sources if s.run == run]
+    if not picked:
+        names = ", ".join(s.run for s in sources) or "none"
+        raise UnknownRunError(
+            f"run {run!r} is not in the config's [[sources]] (configured runs: {names}); "
+            "name one of them, or add a [[sources]] entry for it"
+        )
+    return picked
+
+
+def skips_settle(fmt: str) -> bool:
+    """A named step of this format needs no settle time: its commit marker is the proof."""
+    return fmt in COMMIT_MARKERS
+
+
+def pick_step(run: str, result: DiscoveryResult, step: int, settle_seconds: float, now: float) -> DiscoveryResult:
+    """`result` (discovered with no settle time) cut down to `step`, with the settle time put back on
+    it unless its format has a commit marker. A step that is not there at all is a problem line."""
+    found = [f for f in result.found if f.step == step]
+    problems = list(result.problems)
+    if not found:
+        problems.append(f"run {run!r}: no checkpoint of step {step} found; nothing uploaded, it waits")
+        return DiscoveryResult([], problems)
+    f = found[0]
+    if f.ready and not skips_settle(f.format):
+        reason = _quiet_reason(f.newest_mtime, settle_seconds, now)
+        if reason:
+            f = replace(f, ready=False, reason=reason)
+    return DiscoveryResult([f], problems)
+
+
+def find_step(source: SourceConfig, step: int, now: float) -> DiscoveryResult:
+    """Discovery of one step of a source: its commit rule judged as always, its settle time skipped
+    where the format's commit marker proves the save finished (`skips_settle`)."""
+    path: Path = node_path(source.path) if source.locality == "node" else source.path
+    # settle 0 here: the format is known only after detection ("auto"), so pick_step puts it back
+    result = discover(source.run, path, source.format, 0.0, now)
+    return pick_step(source.run, result, step, source.settle_seconds, now)
+
+
+def waits(outcomes: Sequence[Outcome], run: str, step: int) -> str:
+    """Why the requested step was not archived by this narrowed pass and waits (empty when it was
+    uploaded, was already there, or ended otherwise: a failure or a rejection says so itself)."""
+    mine = [o for o in outcomes if o.run == run and o.step == step]
+    if not mine:
+        return f"run {run!r} has no checkpoint of step {step} yet; nothing uploaded, it waits"
+    if mine[0].result == "waiting":
+        return f"run {run!r} step {step} waits, nothing uploaded: {mine[0].message}"
+    return ""

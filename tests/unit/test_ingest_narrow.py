@@ -1,0 +1,183 @@
+"""`ingest --run R --step S` (ckptvault/ingest/narrow.py): only that run's source, only that step; the
+commit rule judged as always (a hook's word is a hint), settle_seconds skipped only where the format's
+commit marker proves the save finished. The pass itself on the in-memory store."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.config import Config, SourceConfig, StoreConfig, ValidationRules
+from ckptvault.ingest import steps
+from ckptvault.ingest.ingest_pass import IngestPass
+from ckptvault.ingest.narrow import (
+    COMMIT_MARKERS,
+    UnknownRunError,
+    find_step,
+    narrow_sources,
+    skips_settle,
+    waits,
+)
+from ckptvault.ingest.steps import Outcome
+from ckptvault.store.memory import MemoryStore
+from ckptvault_cli import running, synthetic
+from ckptvault_cli.commands import ingest as ingest_cmd
+from ckptvault_cli.preflight import EXIT_OK, EXIT_WAITING, UsageError
+from tests.unit.submitters import Plain
+
+SIZE = 64 << 10
+SETTLE = 600.0  # far longer than a test: a checkpoint written just now is never settled by it
+PREFIX = "t"
+
+
+def _source(root: Path, fmt: str, run: str = "r") -> SourceConfig:
+    return SourceConfig(run=run, path=root, format=fmt, settle_seconds=SETTLE)
+
+
+def test_no_run_keeps_every_source_and_a_run_keeps_only_its_own(tmp_path: Path) -> None:
+    a, b = _source(tmp_path / "a", "hf", "a"), _source(tmp_path / "b", "hf", "b")
+    assert narrow_sources([a, b], None) == [a, b]
+    assert narrow_sources([a, b], "b") == [b]
+
+
+def test_an_unknown_run_is_refused_naming_the_configured_runs(tmp_path: Path) -> None:
+    sources = [_source(tmp_path / "a", "hf", "alpha"), _source(tmp_path / "b", "hf", "beta")]
+    with pytest.raises(UnknownRunError) as e:
+        narrow_sources(sources, "gamma")
+    assert "'gamma'" in str(e.value) and "alpha, beta" in str(e.value)
+
+
+def test_the_formats_that_skip_settle_are_those_whose_marker_is_written_last() -> None:
+    assert {f for f in synthetic.FORMATS if skips_settle(f)} == {"hf", "dcp", "megatron", "nemo", "orbax"}
+    assert set(COMMIT_MARKERS) <= set(synthetic.FORMATS)
+    # deepspeed's `latest` is written with no barrier, lightning's .ckpt has no marker: they settle
+    assert not skips_settle("deepspeed") and not skips_settle("lightning")
+
+
+@pytest.mark.parametrize("fmt", sorted(COMMIT_MARKERS))
+def test_a_named_step_with_its_commit_marker_is_ready_at_once(tmp_path: Path, fmt: str) -> None:
+    synthetic.write_checkpoint(tmp_path, fmt, 100, SIZE)
+    synthetic.write_checkpoint(tmp_path, fmt, 200, SIZE)
+    now = time.time()
+    # the scheduled pass waits for settle_seconds ...
+    assert not any(f.ready for f in steps.find_checkpoints(_source(tmp_path, fmt), now).found)
+    # ... a named step does not, and only that step is there
+    res = find_step(_source(tmp_path, fmt), 200, now)
+    assert [(f.step, f.ready, f.reason) for f in res.found] == [(200, True, "")]
+
+
+@pytest.mark.parametrize("fmt", ["deepspeed", "lightning"])
+def test_a_named_step_without_a_marker_format_still_settles(tmp_path: Path, fmt: str) -> None:
+    synthetic.write_checkpoint(tmp_path, fmt, 300, SIZE)
+    (f,) = find_step(_source(tmp_path, fmt), 300, time.time()).found
+    assert not f.ready and "settle_seconds" in f.reason
+    (f,) = find_step(_source(tmp_path, fmt), 300, time.time() + SETTLE + 1).found
+    assert f.ready
+
+
+@pytest.mark.parametrize("fmt", synthetic.FORMATS)
+def test_a_named_step_whose_commit_rule_fails_waits_however_long_it_is_quiet(tmp_path: Path, fmt: str) -> None:
+    synthetic.write_checkpoint(tmp_path, fmt, 400, SIZE, complete=False)
+    res = find_step(_source(tmp_path, fmt), 400, time.time() + 10 * SETTLE)
+    assert [f.ready for f in res.found if f.step == 400] in ([False], [])
+
+
+def test_a_step_that_is_not_there_is_a_problem_and_waits(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "hf", 100, SIZE)
+    res = find_step(_source(tmp_path, "hf"), 999, time.time())
+    assert res.found == []
+    assert any("step 999" in p for p in res.problems)
+    assert "step 999" in waits([], "r", 999) and "waits" in waits([], "r", 999)
+
+
+def test_waits_says_why_for_a_waiting_outcome_and_nothing_for_an_uploaded_one() -> None:
+    waiting = Outcome("r", 5, "hf", "waiting", message="no trainer_state.json yet")
+    assert "no trainer_state.json yet" in waits([waiting], "r", 5)
+    assert waits([Outcome("r", 5, "hf", "uploaded")], "r", 5) == ""
+    assert waits([Outcome("r", 5, "hf", "present")], "r", 5) == ""
+
+
+def _narrow_pass(cfg: Config, store: MemoryStore, run: str, step: int) -> list[Outcome]:
+    """What the ingest flow does with run and step given: the narrowed sources, find_step, the pass."""
+    catalog = Catalog(store, PREFIX)
+    known: dict[str, dict[int, CheckpointState]] = {}
+    founds = []
+    for source in narrow_sources(cfg.sources, run):
+        known[source.run] = steps.known_states(catalog, source.run)
+        founds += find_step(source, step, time.time()).found
+    return IngestPass(cfg, store, catalog, "flow-run", known, Plain()).run(founds)
+
+
+def test_the_narrowed_pass_uploads_only_the_named_step_of_the_named_run(tmp_path: Path) -> None:
+    for run in ("a", "b"):
+        for step in (100, 200):
+            synthetic.write_checkpoint(tmp_path / run, "hf", step, SIZE)
+    cfg = Config(
+        store=StoreConfig(bucket="ckpts", prefix=PREFIX),
+        sources=[_source(tmp_path / "a", "hf", "a"), _source(tmp_path / "b", "hf", "b")],
+        validation=ValidationRules(enabled=False),
+    )
+    store = MemoryStore("ckpts")
+    outcomes = _narrow_pass(cfg, store, "b", 200)
+    assert [(o.run, o.step, o.result) for o in outcomes] == [("b", 200, "uploaded")]
+    assert waits(outcomes, "b", 200) == ""
+    states = Catalog(store, PREFIX).current("b")
+    assert {s.step for s in states} == {200}
+    assert Catalog(store, PREFIX).current("a") == []
+
+
+def test_the_narrowed_pass_uploads_nothing_of_a_step_whose_marker_is_missing(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "hf", 100, SIZE, complete=False)
+    cfg = Config(
+        store=StoreConfig(bucket="ckpts", prefix=PREFIX),
+        sources=[_source(tmp_path, "hf")],
+        validation=ValidationRules(enabled=False),
+    )
+    store = MemoryStore("ckpts")
+    outcomes = _narrow_pass(cfg, store, "r", 100)
+    assert [(o.step, o.result) for o in outcomes] == [(100, "waiting")]
+    assert "trainer_state.json" in waits(outcomes, "r", 100)
+    assert list(store.list(f"{PREFIX}/")) == []
+
+
+def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, result: object, **flags: Any) -> tuple[int, dict[str, Any]]:
+    """cmd_ingest with the config's preflight and the flow replaced: what the command makes of them."""
+    cfg = SimpleNamespace(sources=[_source(tmp_path, "hf", "alpha")], validation=SimpleNamespace(enabled=False))
+    monkeypatch.setattr(ingest_cmd, "preflight", lambda args, need_sources: cfg)
+    monkeypatch.setattr(ingest_cmd, "preflight_runner", lambda *a, **k: SimpleNamespace(needs_prefect=False))
+    monkeypatch.setattr(ingest_cmd, "start_prefect_note", lambda force_prefect=False: None)
+    params: dict[str, Any] = {}
+
+    def run_flow(flow: object, workers: int, **kw: Any) -> object:
+        params.update(kw)
+        return result
+
+    monkeypatch.setattr(running, "run_flow", run_flow)
+    args = argparse.Namespace(config=None, dask_address=None, dask_workers=None, json=False, **flags)
+    return ingest_cmd.cmd_ingest(args), params
+
+
+def test_the_command_refuses_an_unknown_run_naming_the_configured_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    with pytest.raises(UsageError, match="configured runs: alpha"):
+        _cli(monkeypatch, tmp_path, [], run="beta", step=5)
+    with pytest.raises(UsageError, match="--step needs --run"):
+        _cli(monkeypatch, tmp_path, [], run=None, step=5)
+
+
+def test_the_command_hands_run_and_step_to_the_flow_and_exits_3_while_the_step_waits(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    waiting = Outcome("alpha", 5, "hf", "waiting", message="no trainer_state.json yet")
+    code, params = _cli(monkeypatch, tmp_path, [waiting], run="alpha", step=5)
+    assert code == EXIT_WAITING and (params["run"], params["step"]) == ("alpha", 5)
+    assert "step 5 waits, nothing uploaded: no trainer_state.json yet" in capsys.readouterr().err
+    code, _ = _cli(monkeypatch, tmp_path, [Outcome("alpha", 5, "hf", "uploaded")], run="alpha", step=5)
+    assert code == EXIT_OK
