@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("ingest", parents=[common], help="one ingest pass over every [[sources]] entry")
     _dask_flags(s, "uploads")
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    _profile_flag(s)
     s.set_defaults(fn=cmd_ingest)
 
     s = sub.add_parser("ls", parents=[common], help="list checkpoints from the catalog")
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="restore into a non-empty destination (kept aside, not deleted), or restore a suspect checkpoint",
     )
+    _profile_flag(s)
     s.set_defaults(fn=cmd_restore)
 
     s = sub.add_parser("drill", parents=[common], help="restore a rotating sample into scratch and prove it loads")
@@ -185,3 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     r.set_defaults(fn=cmd_catalog_compact)
     return p
+
+
+def _profile_flag(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the output, print on stderr where this command's wall time went, phase by phase "
+        "(with --json: a `profile` key too; docs/performance.md)",
+    )
