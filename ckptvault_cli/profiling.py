@@ -95,7 +95,7 @@ def finish(*, shutdown: bool) -> None:
     _state.clear()
     print(f"ckptvault: --profile, where this command's {breakdown.total:.3f} s went:", file=sys.stderr)
     print("\n".join(breakdown.table()), file=sys.stderr, flush=True)
-    if as_json:
+    if as_json and held is not None:  # none held: the command ended before its document (exit 2)
         import json
 
         from ckptvault_cli.output import jsonable
