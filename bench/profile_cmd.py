@@ -138,6 +138,15 @@ def table(results: dict[str, list[dict[str, Any]]], total: int, loads: list[floa
     walls = [statistics.median(r["wall"] for r in results[c]) for c in cols]
     lines.append("| **total (printed)** | " + " | ".join(f"{t:.2f}" for t in printed) + " |")
     lines.append("| wall, measured around the process | " + " | ".join(f"{w:.2f}" for w in walls) + " |")
+    beside = sorted({a["phase"] for runs in results.values() for r in runs for a in r["profile"].get("alongside", [])})
+    for n in beside:  # what ran beside the main thread and overlapped it (the gate child): not in the total
+
+        def med_beside(col: str, name: str = n) -> str:
+            vals = [sum(a["thread_seconds"] for a in r["profile"]["alongside"] if a["phase"] == name)
+                    for r in results[col]]  # fmt: skip
+            return f"{statistics.median(vals):.2f}" if any(vals) else "-"
+
+        lines.append(f"| *beside: {n}* | " + " | ".join(med_beside(c) for c in cols) + " |")
     return "\n".join(lines)
 
 

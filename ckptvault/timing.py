@@ -10,11 +10,13 @@ each instant of it is charged to the innermost phase open on that thread, or to 
 so the phases and "other" sum to the measured wall time exactly, by construction. A phase nested in
 another takes its time out of the outer one (`prefect flow run` around the flow's own phases is the
 flow run's overhead alone). Phases opened on other threads (a worker's upload) overlap the timeline:
-they are summed separately, as thread-seconds beside it, and never added to the total.
+they are summed separately, as thread-seconds beside it, and never added to the total; so is what a
+child process reports of itself (`note`: the gate child's start and evaluation).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -72,7 +74,7 @@ class Breakdown:
             lines.append(f"{n:<{width}}  {s:8.3f}  {share:5.1f}%")
         lines.append(f"{'total':<{width}}  {self.total:8.3f}  100.0%")
         if self.alongside:
-            lines.append("on worker threads, overlapping the above (thread-seconds):")
+            lines.append("beside the above, overlapping it (worker threads, the gate child; seconds each):")
             lines += [f"{n:<{width}}  {s:8.3f}" for n, s in self.alongside]
         return lines
 
@@ -110,6 +112,14 @@ class Recorder:
     def disable(self) -> None:
         with self._lock:
             self.enabled = False
+
+    def note(self, name: str, seconds: float) -> None:
+        """Add `seconds` beside the timeline under `name`: what ran elsewhere and reported its own
+        duration (the gate child's import and evaluation)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._beside[name] = self._beside.get(name, 0.0) + seconds
 
     def charge(self, name: str, until: float) -> None:
         """Charge the timeline's time from its last mark up to `until` (a perf_counter value) to
@@ -174,6 +184,20 @@ class Recorder:
 
 
 RECORDER = Recorder()
+
+
+def process_age() -> float | None:
+    """Seconds since this process started (Linux: /proc, to the clock tick), None where unknown."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        # the fields after the command name, which may itself hold spaces and parentheses
+        started_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def phase(name: str) -> AbstractContextManager[None]:

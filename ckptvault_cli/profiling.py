@@ -11,7 +11,6 @@ the shutdown (Prefect's log and event drains, the exit handlers) is on it; `main
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from typing import Any
@@ -35,26 +34,12 @@ PHASES = {
 _state: dict[str, Any] = {}  # command, json, one_shot, held (the --json document, held back)
 
 
-def process_age() -> float | None:
-    """Seconds since this process started (Linux: /proc, to the clock tick), None where unknown."""
-    try:
-        with open("/proc/self/stat") as f:
-            stat = f.read()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        # the fields after the command name, which may itself hold spaces and parentheses
-        started_ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def begin(command: str, as_json: bool, main_started: float, one_shot: bool) -> None:
     """Turn the recorder on for `command`. In the console script (`one_shot`) the total starts at the
     process's start: the interpreter's start up to `main_started` (main.py's first line) is "process
     start", from there to now "imports"; in-process, at `main_started`."""
     now = time.perf_counter()
-    age = process_age() if one_shot else None
+    age = timing.process_age() if one_shot else None
     origin = now - age if age is not None else main_started
     RECORDER.enable(origin=origin)
     RECORDER.charge(timing.PROCESS_START, main_started)

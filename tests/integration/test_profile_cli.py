@@ -34,6 +34,7 @@ def _cli(cfg: Path, endpoint: Any, *args: str) -> subprocess.CompletedProcess[st
 def _table(stderr: str) -> tuple[dict[str, float], float]:
     """The printed breakdown: each phase's seconds, and the total line's."""
     lines = stderr[stderr.index("--profile, where this command's") :].splitlines()[2:]
+    lines = lines[: next(i for i, line in enumerate(lines) if line.startswith("total ")) + 1]
     rows = {m["name"]: float(m["s"]) for line in lines if (m := ROW.match(line))}
     total = rows.pop("total")
     return rows, total
@@ -59,6 +60,9 @@ def test_profile_names_every_phase_and_adds_up_to_the_total(
     assert abs(sum(seconds.values()) - profile["total_s"]) <= 0.0001 * (len(seconds) + 1)
     # wired where the work is: the bytes were sent inside "transfer", the process's start was read
     assert seconds["transfer"] > 0 and seconds["process start"] > 0
+    # the gate child's own report, beside the timeline (validation is on by default)
+    beside = {p["phase"] for p in profile["alongside"]}
+    assert {"gate child: start and imports", "gate child: evaluation"} <= beside
     rows, total = _table(ingest.stderr)
     assert list(rows) == names
     assert abs(sum(rows.values()) - total) <= 0.001 * (len(rows) + 1)  # printed to the ms

@@ -156,3 +156,21 @@ def test_expected_names_come_first_in_order_with_zeros(clock: Clock) -> None:
         clock.now += 1
     b = r.report(expected=["imports", "transfer", "alerts"])
     assert b.phases == (("imports", 0.0), ("transfer", 2.0), ("alerts", 0.0), ("unplanned", 1.0), (OTHER, 0.0))
+
+
+def test_a_noted_duration_goes_beside_the_timeline(clock: Clock) -> None:
+    r = Recorder()
+    r.note("gate child: evaluation", 9.0)  # off: dropped
+    r.enable()
+    with r.phase("quality gates"):
+        clock.now += 2
+        r.note("gate child: evaluation", 1.5)
+        r.note("gate child: evaluation", 0.5)
+    b = r.report()
+    assert dict(b.alongside) == {"gate child: evaluation": 2.0}
+    assert b.total == pytest.approx(2.0) and b.seconds("quality gates") == pytest.approx(2.0)
+
+
+def test_process_age_is_read_from_proc() -> None:
+    age = timing.process_age()
+    assert age is not None and age >= 0  # this test's own interpreter started before it
