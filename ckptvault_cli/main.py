@@ -7,31 +7,40 @@ reported before anything is touched.
 
 from __future__ import annotations
 
-import argparse
-import atexit
-import contextlib
-import logging
-import os
-import signal
-import sys
-import threading
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+import time
 
-from ckptvault.config import ConfigError
-from ckptvault.errors import CkptvaultError
-from ckptvault_cli import process
-from ckptvault_cli.output import say
-from ckptvault_cli.parser import build_parser
-from ckptvault_cli.preflight import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+# As early as main.py can: `--profile` charges the interpreter's start up to here to "process start"
+# and from here to the command's start to "imports" (ckptvault_cli/profiling.py).
+_T_MAIN = time.perf_counter()
+
+import argparse  # noqa: E402
+import atexit  # noqa: E402
+import contextlib  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
+from typing import NoReturn  # noqa: E402
+
+from ckptvault.config import ConfigError  # noqa: E402
+from ckptvault.errors import CkptvaultError  # noqa: E402
+from ckptvault_cli import process, profiling  # noqa: E402
+from ckptvault_cli.output import say  # noqa: E402
+from ckptvault_cli.parser import build_parser  # noqa: E402
+from ckptvault_cli.preflight import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError  # noqa: E402
 
 __all__ = ["build_parser", "main", "run"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = _T_MAIN if process.one_shot() else time.perf_counter()
     parser = build_parser()
     args = parser.parse_args(argv)
     fn: Callable[[argparse.Namespace], int] = args.fn
+    if getattr(args, "profile", False):
+        profiling.begin(args.command, bool(getattr(args, "json", False)), started, process.one_shot())
     try:
         return fn(args)
     except (ConfigError, UsageError) as e:
@@ -43,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("ckptvault: interrupted; rerun the same command to continue where it stopped")
         return EXIT_INTERRUPTED
+    finally:
+        if not process.one_shot():  # in-process (tests): now; the console script's last exit handler else
+            profiling.finish(shutdown=False)
 
 
 # After Ctrl-C the work gets this long to stop by itself (a flow run reports its state to the server),
@@ -76,6 +88,7 @@ def _end_process() -> None:
     in it, sometimes abort the process ("terminate called without an active exception", exit -6)
     after a command that read the catalog had already printed its result: a wrong exit code for a
     command that worked, or an exit 2 reported as a crash."""
+    profiling.finish(shutdown=True)  # after every other exit handler: the shutdown is on it
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
@@ -93,6 +106,7 @@ def run() -> NoReturn:
     except SystemExit as e:  # argparse's own exits (--help 0, a usage error 2) keep their code
         _exit_code.append(e.code if isinstance(e.code, int) else 0 if e.code is None else EXIT_FAILED)
         raise
+    profiling.returned()
     process.end_one_shot()
     if rc == EXIT_INTERRUPTED:
         # Worker threads may still be inside a part upload: an ordinary exit would join them first.

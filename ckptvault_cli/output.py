@@ -21,4 +21,8 @@ def emit_json(doc: object) -> None:
     """The one JSON document a `--json` command prints on stdout (schemas in docs/commands.md)."""
     import json
 
+    from ckptvault_cli import profiling
+
+    if profiling.hold_json(doc):  # --profile: printed at the end, with its `profile` key
+        return
     print(json.dumps(doc, indent=1, default=jsonable), flush=True)

@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --run: only this step; its format's commit marker, where it has one, stands in for settle_seconds",
     )
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    _profile_flag(s)
     s.set_defaults(fn=cmd_ingest)
 
     s = sub.add_parser("ls", parents=[common], help="list checkpoints from the catalog")
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="restore into a non-empty destination (kept aside, not deleted), or restore a suspect checkpoint",
     )
+    _profile_flag(s)
     s.set_defaults(fn=cmd_restore)
 
     s = sub.add_parser("drill", parents=[common], help="restore a rotating sample into scratch and prove it loads")
@@ -209,3 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     r.set_defaults(fn=cmd_catalog_compact)
     return p
+
+
+def _profile_flag(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the output, print on stderr where this command's wall time went, phase by phase "
+        "(with --json: a `profile` key too; docs/performance.md)",
+    )

@@ -32,6 +32,11 @@ def begin_one_shot() -> None:
     gc.disable()
 
 
+def one_shot() -> bool:
+    """True in the console script's process (`begin_one_shot` was called), False for `main` in-process."""
+    return bool(_one_shot)
+
+
 def imports_done() -> None:
     """After the heavy imports: what exists now lives until exit, so later collections skip it."""
     if _one_shot and not gc.isenabled():

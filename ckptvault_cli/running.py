@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from ckptvault import timing
+from ckptvault.timing import phase
 from ckptvault_cli import process
 
 
@@ -36,8 +38,10 @@ def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **para
             try:
                 return flow.fn(**params)
             except Exception as e:  # the same outcome a Failed flow state carries
-                alert_failed(flow.name, "Failed", str(e), e, params)
+                with phase(timing.ALERTS):
+                    alert_failed(flow.name, "Failed", str(e), e, params)
                 return e
-    with process.flow_settings():
+    # the flow's own phases are nested in this one: what is left of it is Prefect's own overhead
+    with phase(timing.PREFECT), process.flow_settings():
         state = flow(**params, return_state=True)
-    return state.result(raise_on_failure=False)
+        return state.result(raise_on_failure=False)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ckptvault import events
+from ckptvault import events, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
@@ -56,6 +56,7 @@ from ckptvault.save_lock import save_retention
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore, Retention
 from ckptvault.submitter import Submitter, settle
+from ckptvault.timing import phase
 
 
 @dataclass(frozen=True)
@@ -201,10 +202,12 @@ class IngestPass:
         # Ask, do what is asked, learn, ask again: the decision itself lives in ckptvault.ingest.decision.
         while not (d := decide(seen)).final:
             if d.action == "load_manifest":
-                committed = self.submit(load_manifest, store, prefix, found.run, found.step, d.save)
+                with phase(timing.CATALOG_READ):
+                    committed = self.submit(load_manifest, store, prefix, found.run, found.step, d.save)
                 seen = seen.learn(diff=diff_files(found.files, committed.files))
             elif d.action == "check_commit":
-                seen = seen.learn(committed=self.submit(is_committed, store, prefix, found, d.save))
+                with phase(timing.CATALOG_READ):
+                    seen = seen.learn(committed=self.submit(is_committed, store, prefix, found, d.save))
             else:  # validate
                 problems, warnings = self._validate(found, d.save, gathered, placement)
                 seen = seen.learn(problems=tuple(problems), warnings=tuple(warnings))
@@ -220,25 +223,28 @@ class IngestPass:
             if records_rejection(seen):
                 self._record([_rejected(found, seen.problems or (), self.run_id, save=d.save)])
             return base.with_result("invalid", d.message)
-        jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
-        # One retain-until date per save, from when its upload starts (ckptvault/save_lock.py)
-        retention = save_retention(self.cfg.lock, time.time())
-        locked = store.with_retention(retention) if retention is not None else store
-        sent = uploads.send(self.submit, self.cfg, locked, found, jobs, d.save, placement)
+        with phase(timing.TRANSFER):
+            jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
+            # One retain-until date per save, from when its upload starts (ckptvault/save_lock.py)
+            retention = save_retention(self.cfg.lock, time.time())
+            locked = store.with_retention(retention) if retention is not None else store
+            sent = uploads.send(self.submit, self.cfg, locked, found, jobs, d.save, placement)
         return InFlight(base, found, d, seen.warnings, jobs, sent, placement, t0, locked, retention)
 
     def _validate(
         self, found: Found, save: int, gathered: Gathered | None, placement: Placement | None
     ) -> tuple[list[str], list[str]]:
         """(problems, warnings): the structure's problems, else the gates' reasons when they block."""
-        if gathered is not None and placement is not None:
-            problems = self.submit(validate_gathered, gathered, placement)
-        else:
-            problems = self.submit(validate_structure, found)
+        with phase(timing.GATES):
+            if gathered is not None and placement is not None:
+                problems = self.submit(validate_gathered, gathered, placement)
+            else:
+                problems = self.submit(validate_structure, found)
         if problems or not self.cfg.validation.enabled:
             return problems, []
         self._settle_run(found.run)
-        report = self._gate(found, save)
+        with phase(timing.GATES):
+            report = self._gate(found, save)
         self.reports.append(report)
         if report.blocked:
             return report.reasons(), []
@@ -257,15 +263,18 @@ class IngestPass:
     def _commit(self, p: InFlight) -> Outcome:
         """Wait for a checkpoint's uploads; commit its manifest once, after every file is verified."""
         found, d, base = p.found, p.decision, p.base
-        errors = settle(p.sent.calls())
-        if errors:
-            uploads.abort(self.submit, p.store, p.sent.splits)
-            return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
-        entries = [f.result() for f in p.sent.files] + uploads.complete(self.submit, p.store, p.sent.splits)
+        with phase(timing.TRANSFER):  # each upload's bytes are checked (CRC32C) as they are sent
+            errors = settle(p.sent.calls())
+            if errors:
+                uploads.abort(self.submit, p.store, p.sent.splits)
+                return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
+        with phase(timing.VERIFICATION):  # split files: their parts completed, the whole's CRC32C checked
+            entries = [f.result() for f in p.sent.files] + uploads.complete(self.submit, p.store, p.sent.splits)
         placement = p.placement.record() if p.placement is not None else None
-        if p.retention is not None:  # the manifest is written with the lock; the data must hold it too
-            self.submit(lock_save, p.store, p.retention, self.cfg.lock.days, p.jobs)
-        manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
+        with phase(timing.WRITES):
+            if p.retention is not None:  # the manifest is written with the lock; the data must hold it too
+                self.submit(lock_save, p.store, p.retention, self.cfg.lock.days, p.jobs)
+            manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
         self._committed(manifest, flagged, d.changes)
@@ -301,7 +310,8 @@ class IngestPass:
         known[manifest.step] = state
 
     def _record(self, recorded: list[Event]) -> None:
-        self.submit(Catalog.append, self.catalog, recorded)
+        with phase(timing.WRITES):
+            self.submit(Catalog.append, self.catalog, recorded)
 
 
 def _rejected(found: Found, problems: Sequence[str], flow_run: str, kind: str = "invalid", save: int = 1) -> Event:

@@ -16,6 +16,7 @@ import threading
 from typing import TYPE_CHECKING, Any, cast
 
 from ckptvault.ingest.quality_error import QualityError
+from ckptvault.timing import RECORDER
 
 if TYPE_CHECKING:
     from ckptvault.ingest.gates import GatePlan
@@ -105,5 +106,9 @@ def evaluate_in_child(plan: GatePlan) -> dict[str, RuleOutcome]:
     outcomes, info = pickle.loads(stdout)  # our own child's answer
     last_child.clear()
     last_child.update(info)
+    # --profile: how much of the gates' wait was the child's start (prewarm hides what it can of it)
+    if info.get("ready_after_s") is not None:
+        RECORDER.note("gate child: start and imports", info["ready_after_s"])
+    RECORDER.note("gate child: evaluation", info.get("evaluate_s", 0.0))
     log.debug("gate child for %s: %s", what, info)
     return cast("dict[str, RuleOutcome]", outcomes)

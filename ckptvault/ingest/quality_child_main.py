@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 
 from ckptvault.ingest.quality_child import LEAN_ENV
 
@@ -56,15 +57,21 @@ def _child_main() -> int:
         os.execve(
             sys.executable, [sys.executable, "-m", "ckptvault.ingest.quality_child_main"], {**os.environ, LEAN_ENV: "0"}
         )
+    from ckptvault.timing import process_age
+
+    ready_after = process_age()  # the interpreter's start, the imports and the engine: what prewarm hides
     data = sys.stdin.buffer.read()
     if not data:
         return 0  # a prewarmed child nobody needed
     plan = pickle.loads(data)  # our own parent's request
     answer = sys.stdout.buffer
     sys.stdout = sys.stderr  # anything GX prints must not corrupt the answer
+    t0 = time.perf_counter()
     outcomes = quality.evaluate(plan)
+    evaluate_s = time.perf_counter() - t0
     loaded = tuple(m for m in LEAN_BLOCKED if sys.modules.get(m) is not None)
-    info = {"lean": bool(blocked), "blocked_loaded": loaded, "peak_rss_mib": _peak_rss_mib()}
+    info = {"lean": bool(blocked), "blocked_loaded": loaded, "peak_rss_mib": _peak_rss_mib(),
+            "ready_after_s": ready_after, "evaluate_s": evaluate_s}  # fmt: skip
     answer.write(pickle.dumps((outcomes, info)))
     answer.flush()
     return 0

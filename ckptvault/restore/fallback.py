@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from ckptvault import timing
 from ckptvault.manifest import Manifest
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import ranged
@@ -40,6 +41,7 @@ from ckptvault.store import (
     TransientStoreError,
 )
 from ckptvault.submitter import Pending, Submitter, settle
+from ckptvault.timing import phase
 
 
 @dataclass(frozen=True)
@@ -146,12 +148,15 @@ def restore_from_copies(
     named and nothing changed at `target`, when some file could be read from no copy."""
     staged = submit(staging_dir, target)
     try:
-        fallbacks = _fetch_everything(submit, ordered, staged, manifest, bar, threshold)
-        pointer = submit(write_pointer, staged, manifest)
+        with phase(timing.TRANSFER):  # every file's CRC32C checked as it arrives, fsynced before it is done
+            fallbacks = _fetch_everything(submit, ordered, staged, manifest, bar, threshold)
+        with phase(timing.FINALIZE):
+            pointer = submit(write_pointer, staged, manifest)
     except BaseException:
         submit(discard, staged)
         raise
-    moved = submit(finalize, staged, target, force)  # a failure here keeps the verified copy (finalize says where)
+    with phase(timing.FINALIZE):  # a failure here keeps the verified copy (finalize says where)
+        moved = submit(finalize, staged, target, force)
     return CopiesRestore(pointer, str(moved) if moved else None, ordered[0].name, tuple(fallbacks))
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from ckptvault import timing
+from ckptvault.timing import phase
 from ckptvault_cli import process, running
 from ckptvault_cli.output import emit_json, jsonable, say
 from ckptvault_cli.preflight import (
@@ -24,51 +26,55 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     run, step = args.run, args.step
     if step is not None and run is None:
         raise UsageError("--step needs --run: a step number names a checkpoint only within its run")
-    cfg = preflight(args, need_sources=True)
-    if run is not None:
-        from ckptvault.ingest.narrow import UnknownRunError, narrow_sources
+    with phase(timing.PREFLIGHT):
+        cfg = preflight(args, need_sources=True)
+        if run is not None:
+            from ckptvault.ingest.narrow import UnknownRunError, narrow_sources
 
-        try:
-            narrow_sources(cfg.sources, run)
-        except UnknownRunError as e:
-            raise UsageError(str(e)) from None
-    choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
+            try:
+                narrow_sources(cfg.sources, run)
+            except UnknownRunError as e:
+                raise UsageError(str(e)) from None
+        choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
     if cfg.validation.enabled and cfg.validation.isolate and not choice.needs_prefect:
         from ckptvault.ingest import quality
 
         # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
         # instead of after them; with nothing new to validate the flow stops it after discovery.
-        quality.prewarm()
-    start_prefect_note(force_prefect=choice.needs_prefect)
-    from ckptvault.ingest.steps import IngestIncomplete
-    from ckptvault_prefect.flows.ingest import ingest
+        with phase(timing.GATES):
+            quality.prewarm()
+    with phase(timing.IMPORTS):
+        start_prefect_note(force_prefect=choice.needs_prefect)
+        from ckptvault.ingest.steps import IngestIncomplete
+        from ckptvault_prefect.flows.ingest import ingest
 
-    process.imports_done()
-    if choice.needs_prefect:
-        from ckptvault_prefect.runtime.runners import task_runner_for
+        process.imports_done()
+        if choice.needs_prefect:
+            from ckptvault_prefect.runtime.runners import task_runner_for
 
-        ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
+            ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
     result = running.run_flow(ingest, 2, force_prefect=choice.needs_prefect, config_path=cfg_path, run=run, step=step)
-    if isinstance(result, IngestIncomplete):
-        print_outcomes(result.outcomes, args.json)
-        say(str(result))
-        return EXIT_FAILED
-    if isinstance(result, BaseException):
-        if args.json:
-            emit_json({"ok": False, "error": str(result), "outcomes": []})
-        say(f"ingest failed: {result}")
-        return EXIT_FAILED
-    print_outcomes(result, args.json)
-    if run is not None and step is not None:
-        from ckptvault.ingest.narrow import waits
+    with phase(timing.OUTPUT):
+        if isinstance(result, IngestIncomplete):
+            print_outcomes(result.outcomes, args.json)
+            say(str(result))
+            return EXIT_FAILED
+        if isinstance(result, BaseException):
+            if args.json:
+                emit_json({"ok": False, "error": str(result), "outcomes": []})
+            say(f"ingest failed: {result}")
+            return EXIT_FAILED
+        print_outcomes(result, args.json)
+        if run is not None and step is not None:
+            from ckptvault.ingest.narrow import waits
 
-        why = waits(result, run, step)
-        if why:
-            # the hook's word was a hint: the commit rule (or settle_seconds) says not yet
-            say(f"{why}; the next ingest (scheduled, or this command again) takes it once it is ready")
-            return EXIT_WAITING
-    return EXIT_OK
+            why = waits(result, run, step)
+            if why:
+                # the hook's word was a hint: the commit rule (or settle_seconds) says not yet
+                say(f"{why}; the next ingest (scheduled, or this command again) takes it once it is ready")
+                return EXIT_WAITING
+        return EXIT_OK
 
 
 def print_outcomes(outcomes: Sequence[object], as_json: bool = False) -> None:

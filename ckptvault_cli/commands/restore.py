@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
+from ckptvault import timing
+from ckptvault.timing import phase
 from ckptvault_cli import process, running
 from ckptvault_cli.output import emit_json, say
 from ckptvault_cli.preflight import (
@@ -26,69 +28,75 @@ if TYPE_CHECKING:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from ckptvault.catalog import Catalog
-    from ckptvault.config import load_config
-    from ckptvault.pricing import load_prices
-    from ckptvault.restore import copies as copies_lib
-    from ckptvault.restore import from_manifests
-    from ckptvault.restore import steps as lib
+    with phase(timing.IMPORTS):
+        from ckptvault.catalog import Catalog
+        from ckptvault.config import load_config
+        from ckptvault.pricing import load_prices
+        from ckptvault.restore import copies as copies_lib
+        from ckptvault.restore import from_manifests
+        from ckptvault.restore import steps as lib
 
-    cfg = load_config(args.config)
-    names = [copies_lib.PRIMARY, *(r.name for r in cfg.replicas)]
-    if args.source is not None and args.source not in names:
-        raise UsageError(f"--from {args.source}: no such store (known: {', '.join(names)}); name one of them")
-    if not cfg.replicas:  # one store: it must be there, as for every other command
-        cfg, store = preflight_store(args, need_sources=False)
-        copies = [copies_lib.Copy(copies_lib.PRIMARY, store, cfg.store.prefix)]
-    else:
-        copies = _open_copies(cfg)
+    with phase(timing.PREFLIGHT):
+        cfg = load_config(args.config)
+        names = [copies_lib.PRIMARY, *(r.name for r in cfg.replicas)]
+        if args.source is not None and args.source not in names:
+            raise UsageError(f"--from {args.source}: no such store (known: {', '.join(names)}); name one of them")
+        if not cfg.replicas:  # one store: it must be there, as for every other command
+            cfg, store = preflight_store(args, need_sources=False)
+            copies = [copies_lib.Copy(copies_lib.PRIMARY, store, cfg.store.prefix)]
+        else:
+            copies = _open_copies(cfg)
     primary = copies[0].store
-    if primary is not None:
-        # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
-        history = from_manifests.read_run(Catalog(primary, cfg.store.prefix), args.run)
-        if history.unreadable:
-            say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, history.unreadable)}")
-    else:
-        say(
-            f"ckptvault: warning: the primary store is unreachable ({copies[0].problem}); reading run {args.run}'s "
-            'saves from the replicas\' manifests (docs/runbook.md, "The primary store is down")'
-        )
-        history = copies_lib.history_from_replicas(copies, args.run)
-    try:
-        # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
-        # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
-        chosen = lib.resolve(history.states(), args.run, lib.parse_step(args.step), args.save, args.force)
-    except lib.RestoreError as e:
-        raise UsageError(str(e)) from None
-    if not args.node_local:  # --node-local: each node checks its own destination
-        check_destination_or_usage(lib.check_destination, args)
-    choice = restore_runner(cfg, args)
-    # Which copy is read (docs/replicas.md, "Restore from a copy"): each copy's manifest and one LIST
-    statuses = copies_lib.survey(copies, args.run, chosen.step, chosen.save)
-    try:
-        ordered = copies_lib.choose(statuses, args.source)
-    except lib.RestoreError as e:
-        raise UsageError(str(e)) from None
-    if not args.json:
-        # What it will cost and how long, on stdout, before anything starts.
-        for note in chosen.notes:
-            print(note, flush=True)
-        first = ordered[0]
-        assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
-        prices = load_prices(cfg.policy.prices)
-        egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
-        est = lib.estimate(first.manifest, first.plans, prices, args.tier, egress, history.throughput())
-        print(est.report(), flush=True)
-        if len(statuses) > 1:
-            print("\n".join(copies_lib.report(ordered, statuses, args.source)), flush=True)
-    start_prefect_note()
-    from ckptvault_prefect.flows.restore import restore
+    with phase(timing.CATALOG_READ):
+        if primary is not None:
+            # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
+            history = from_manifests.read_run(Catalog(primary, cfg.store.prefix), args.run)
+            if history.unreadable:
+                say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, history.unreadable)}")
+        else:
+            say(
+                f"ckptvault: warning: the primary store is unreachable ({copies[0].problem}); reading run "
+                f"{args.run}'s saves from the replicas' manifests (docs/runbook.md, \"The primary store is down\")"
+            )
+            history = copies_lib.history_from_replicas(copies, args.run)
+        try:
+            # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
+            # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
+            chosen = lib.resolve(history.states(), args.run, lib.parse_step(args.step), args.save, args.force)
+        except lib.RestoreError as e:
+            raise UsageError(str(e)) from None
+    with phase(timing.PREFLIGHT):
+        if not args.node_local:  # --node-local: each node checks its own destination
+            check_destination_or_usage(lib.check_destination, args)
+        choice = restore_runner(cfg, args)
+    with phase(timing.PLAN):
+        # Which copy is read (docs/replicas.md, "Restore from a copy"): each copy's manifest and one LIST
+        statuses = copies_lib.survey(copies, args.run, chosen.step, chosen.save)
+        try:
+            ordered = copies_lib.choose(statuses, args.source)
+        except lib.RestoreError as e:
+            raise UsageError(str(e)) from None
+        if not args.json:
+            # What it will cost and how long, on stdout, before anything starts.
+            for note in chosen.notes:
+                print(note, flush=True)
+            first = ordered[0]
+            assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
+            prices = load_prices(cfg.policy.prices)
+            egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
+            est = lib.estimate(first.manifest, first.plans, prices, args.tier, egress, history.throughput())
+            print(est.report(), flush=True)
+            if len(statuses) > 1:
+                print("\n".join(copies_lib.report(ordered, statuses, args.source)), flush=True)
+    with phase(timing.IMPORTS):
+        start_prefect_note()
+        from ckptvault_prefect.flows.restore import restore
 
-    process.imports_done()
-    if choice.needs_prefect:
-        from ckptvault_prefect.runtime.runners import task_runner_for
+        process.imports_done()
+        if choice.needs_prefect:
+            from ckptvault_prefect.runtime.runners import task_runner_for
 
-        restore = restore.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
+            restore = restore.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
     result = running.run_flow(
         restore,
         4,
@@ -105,15 +113,23 @@ def cmd_restore(args: argparse.Namespace) -> int:
         node_local=args.node_local,
         source=args.source,
     )
+    with phase(timing.OUTPUT):
+        return _print_restored(args, chosen.label, chosen.step, chosen.save, result)
+
+
+def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, result: object) -> int:
+    from ckptvault.restore import copies as copies_lib
+    from ckptvault.restore.result import RestoreResult
+
     if isinstance(result, BaseException):
         if args.json:
-            emit_json({"status": "failed", "run": args.run, "step": chosen.step, "save": chosen.save,
-                        "error": str(result)})  # fmt: skip
+            emit_json({"status": "failed", "run": args.run, "step": step, "save": save, "error": str(result)})
         from ckptvault.restore.nodes import PartialRestoreError
 
         changed = "" if isinstance(result, PartialRestoreError) else f"\nNothing at {args.dest} was changed."
         say(f"restore failed: {result}{changed}")
         return EXIT_FAILED
+    assert isinstance(result, RestoreResult)
     for f in result.fallbacks:  # on stderr, with --json too: a copy that failed needs a person (scrub --repair)
         say(f"ckptvault: fallback: {f['path']} read from {f['from']} ({f['because']})")
     if args.json:
@@ -121,7 +137,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         return EXIT_OK if result.status == "restored" or args.no_wait else EXIT_FAILED
     if result.status == "restored":
         where = "" if result.source == copies_lib.PRIMARY else f" from replica {result.source}"
-        print(f"restored {chosen.label} to {result.dest}{where} (every CRC32C verified)")
+        print(f"restored {label} to {result.dest}{where} (every CRC32C verified)")
         if result.pointer:
             print(f"pointer file {result.pointer} written: the framework resumes from this checkpoint")
         if result.replaced:

@@ -10,11 +10,13 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from ckptvault import timing
 from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.ingest import narrow
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import IngestIncomplete, Outcome
+from ckptvault.timing import phase
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
@@ -41,33 +43,40 @@ def ingest(config_path: str | None = None, run: str | None = None, step: int | N
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
     ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
     neither uploaded nor already present."""
-    cfg = load_config_task(config_path)
-    if step is not None and run is None:
-        raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
-    sources = narrow.narrow_sources(cfg.sources, run)
-    store = open_store_task(cfg)
-    ensure_bucket_rules_task(store)
+    with phase(timing.PREFLIGHT):
+        cfg = load_config_task(config_path)
+        if step is not None and run is None:
+            raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
+        sources = narrow.narrow_sources(cfg.sources, run)
+        store = open_store_task(cfg)
+        ensure_bucket_rules_task(store)
     catalog = Catalog(store, cfg.store.prefix)
     known: dict[str, dict[int, CheckpointState]] = {}
     founds: list[Found] = []
     for source in sources:
-        known[source.run] = known_states_task(catalog, source.run)
-        result = find_checkpoints_task(source) if step is None else find_step_task(source, step)
+        with phase(timing.CATALOG_READ):
+            known[source.run] = known_states_task(catalog, source.run)
+        with phase(timing.DISCOVERY):
+            result = find_checkpoints_task(source) if step is None else find_step_task(source, step)
         for problem in result.problems:
             print(f"{source.run}: {problem}")
         founds += result.found
     ingest_pass = IngestPass(cfg, store, catalog, str(flow_run.id or ""), known, TaskSubmitter(STEPS))
     outcomes = ingest_pass.run(founds)
-    release_gate_child_task()
-    publish_outcomes_task(outcomes)
-    if ingest_pass.reports:
-        markdown = "\n\n".join(r.to_markdown() for r in ingest_pass.reports)
-        publish_markdown_task("ingest-validation", markdown, "quality gates")
-    notify_task(cfg, store, ingest_pass.alerts(outcomes, flow_run_url(), 1 + RETRIES))
+    with phase(timing.GATES):
+        release_gate_child_task()
+    with phase(timing.ARTIFACTS):
+        publish_outcomes_task(outcomes)
+        if ingest_pass.reports:
+            markdown = "\n\n".join(r.to_markdown() for r in ingest_pass.reports)
+            publish_markdown_task("ingest-validation", markdown, "quality gates")
+    with phase(timing.ALERTS):
+        notify_task(cfg, store, ingest_pass.alerts(outcomes, flow_run_url(), 1 + RETRIES))
     # after the alerts, which must not wait on it: this pass's events into its runs' snapshots, so the
     # next read of a run is one snapshot and a few files; time boxed. With [store] deletes = "tier-only"
     # this role may not delete: snapshots only, the tier flow merges and deletes
-    compact_catalog_task(catalog, time.time(), [s.run for s in sources], deletes=cfg.store.flows_delete)
+    with phase(timing.COMPACTION):
+        compact_catalog_task(catalog, time.time(), [s.run for s in sources], deletes=cfg.store.flows_delete)
     if not all(o.ok for o in outcomes):
         raise IngestIncomplete(outcomes)
     return outcomes

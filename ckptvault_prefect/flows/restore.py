@@ -18,7 +18,7 @@ from prefect import flow
 from prefect.runtime import deployment, flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import events, humanize
+from ckptvault import events, humanize, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
 from ckptvault.pricing import load_prices
@@ -28,6 +28,7 @@ from ckptvault.restore import copies as copies_lib
 from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.result import RestoreResult
+from ckptvault.timing import phase
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
@@ -68,40 +69,44 @@ def restore(
     """`source` (`--from`): the copy read first, `primary` or a replica's name; None: the reachable,
     complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy")."""
     t0 = time.monotonic()
-    cfg = load_config_task(config_path)
-    copies = open_copies_task(cfg)
-    primary = copies[0].store  # None: the primary is unreachable; its catalog and alert state with it
-    catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
-    target = Path(dest).expanduser().resolve()
-    if not node_local:  # node-local: each node checks its own, where it stages
-        check_destination_task(target, force)
-    if catalog is not None and primary is not None:
-        history = restore_history_task(catalog, run)  # the one read of the run's catalog
-        if history.unreadable:
-            notify_task(cfg, primary, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
-    else:
-        print(
-            f"the primary store is unreachable ({copies[0].problem}); run {run}'s saves are read from the "
-            'replicas\' manifests (docs/runbook.md, "The primary store is down")'
-        )
-        history = replica_history_task(copies, run)
-    chosen = resolve_task(history.states(), run, step, save, force)
+    with phase(timing.PREFLIGHT):
+        cfg = load_config_task(config_path)
+        copies = open_copies_task(cfg)
+        primary = copies[0].store  # None: the primary is unreachable; its catalog and alert state with it
+        catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
+        target = Path(dest).expanduser().resolve()
+        if not node_local:  # node-local: each node checks its own, where it stages
+            check_destination_task(target, force)
+    with phase(timing.CATALOG_READ):
+        if catalog is not None and primary is not None:
+            history = restore_history_task(catalog, run)  # the one read of the run's catalog
+            if history.unreadable:
+                notify_task(cfg, primary, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
+        else:
+            print(
+                f"the primary store is unreachable ({copies[0].problem}); run {run}'s saves are read from the "
+                'replicas\' manifests (docs/runbook.md, "The primary store is down")'
+            )
+            history = replica_history_task(copies, run)
+        chosen = resolve_task(history.states(), run, step, save, force)
     for note in chosen.notes:
         print(note)
     n = chosen.step
-    statuses = survey_task(copies, run, n, chosen.save)
-    ordered = copies_lib.choose(statuses, source)
-    for line in copies_lib.report(ordered, statuses, source):
-        print(line.strip())
-    first = ordered[0]
-    store, manifest, plans = first.store, first.manifest, list(first.plans)
-    assert store is not None and manifest is not None  # a usable copy has both (copies.survey)
-    prices = load_prices(cfg.policy.prices)
-    egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
-    est = estimate_task(manifest, plans, prices, tier, egress, history.throughput())
-    publish_markdown_task(
-        "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
-    )
+    with phase(timing.PLAN):
+        statuses = survey_task(copies, run, n, chosen.save)
+        ordered = copies_lib.choose(statuses, source)
+        for line in copies_lib.report(ordered, statuses, source):
+            print(line.strip())
+        first = ordered[0]
+        store, manifest, plans = first.store, first.manifest, list(first.plans)
+        assert store is not None and manifest is not None  # a usable copy has both (copies.survey)
+        prices = load_prices(cfg.policy.prices)
+        egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
+        est = estimate_task(manifest, plans, prices, tier, egress, history.throughput())
+    with phase(timing.ARTIFACTS):
+        publish_markdown_task(
+            "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
+        )
     # "thawing" until every byte is restored and verified
     begun = RestoreResult(run, n, chosen.save, tuple(chosen.notes), str(target), est.describe(), est.as_record(),
                           status="thawing", source=first.name,
@@ -145,10 +150,12 @@ def restore(
         where = str(target)
     download_s = time.monotonic() - t_download
     if catalog is not None and primary is not None:
-        record_task(catalog, [events.restored(manifest, where, str(flow_run.id or ""), download_s,
-                                              store=None if first.order == 0 else first.name,
-                                              fallbacks=len(fallbacks))])  # fmt: skip
-        notify_task(cfg, primary, [alerts.restore_completed(run, n, where, time.monotonic() - t0, flow_run_url())])
+        with phase(timing.WRITES):
+            record_task(catalog, [events.restored(manifest, where, str(flow_run.id or ""), download_s,
+                                                  store=None if first.order == 0 else first.name,
+                                                  fallbacks=len(fallbacks))])  # fmt: skip
+        with phase(timing.ALERTS):
+            notify_task(cfg, primary, [alerts.restore_completed(run, n, where, time.monotonic() - t0, flow_run_url())])
     else:
         print("the primary store is unreachable: this restore is not recorded in its catalog, nor alerted")
     report = replace(
@@ -160,10 +167,11 @@ def restore(
         files=len(manifest.files),
         fallbacks=fallbacks,
     )
-    publish_markdown_task(
-        "restore-result",
-        f"### Restored {run} step {n}\n\n- destination: `{where}`\n- files: {len(manifest.files)}, "
-        f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
-        "what was restored and where",
-    )
+    with phase(timing.ARTIFACTS):
+        publish_markdown_task(
+            "restore-result",
+            f"### Restored {run} step {n}\n\n- destination: `{where}`\n- files: {len(manifest.files)}, "
+            f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
+            "what was restored and where",
+        )
     return report
