@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(fn=fn)
 
     s = sub.add_parser(
-        "serve", parents=[common], help="serve all six deployments from this process (one machine, no work pool)"
+        "serve", parents=[common], help="serve all seven deployments from this process (one machine, no work pool)"
     )
     s.set_defaults(fn=cmd_serve)
 

@@ -61,6 +61,14 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
             1,
             "model.safetensors: its bytes' CRC32C is AAAAAA==, the manifest says BBBBBB==",
         ),
+        "scrub_problem": (
+            "ceph-dr",
+            "llama-7b",
+            9000,
+            1,
+            ["model.safetensors: CRC32C mismatch: AAAAAA==, the manifest says BBBBBB==", "_MANIFEST.json: missing"],
+            False,
+        ),
     }
     return BUILDERS[kind](*args[kind], flow_run_url=url)
 

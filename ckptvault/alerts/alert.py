@@ -32,6 +32,7 @@ KINDS = (
     "legal_hold",
     "lock_drift",
     "replicate_failed",
+    "scrub_problem",
 )
 
 Severity = Literal["info", "warning", "error"]
