@@ -27,6 +27,9 @@ from typing import Any
 TERRAFORM = Path(__file__).resolve().parents[1] / "terraform"
 WORKER_TEMPLATE = TERRAFORM / "worker-policy.json.tftpl"  # the tier role's: may delete under the prefix
 INGEST_TEMPLATE = TERRAFORM / "ingest-policy.json.tftpl"  # the ingest role's: no s3:DeleteObject at all
+# a replica's credentials (its `profile`), on the replica bucket: no delete; without [lock]'s two actions,
+# which replica.tf adds with replica_object_lock
+REPLICA_TEMPLATE = TERRAFORM / "replica-policy.json.tftpl"
 # role -> (SeaweedFS user name, policy template)
 ROLES: dict[str, tuple[str, Path]] = {
     "ingest": ("ckptvault-ingest", INGEST_TEMPLATE),
