@@ -42,10 +42,14 @@ ROLES: dict[str, tuple[str, Path]] = {
 # action widens); RestoreObject it does not implement. Nor does it know the `...IfExists` condition
 # operators (a statement with one never matches), so the ListBucket statement loses its s3:prefix
 # condition here: that limit is checked statically (tests/infra/test_iam_policy.py) and holds on AWS.
+# Its `s3:ListMultipartUploads` is accepted but does not authorise the ListMultipartUploads call (tried
+# on SeaweedFS 4.x: `s3:List*` or `s3:Put*` on the bucket does); the ingest and worker users got it from
+# the lifecycle's `s3:Put*` by chance, the replica's user (no lifecycle action) was refused. So the
+# bucket's `s3:List*` stands in: lists only, on the bucket ARN only.
 SEAWEEDFS_NAMES: dict[str, str | None] = {
     "s3:GetLifecycleConfiguration": "s3:Get*",
     "s3:PutLifecycleConfiguration": "s3:Put*",
-    "s3:ListBucketMultipartUploads": "s3:ListMultipartUploads",
+    "s3:ListBucketMultipartUploads": "s3:List*",
     "s3:RestoreObject": None,
 }
 

@@ -21,8 +21,8 @@ every delete: tests/unit/test_no_delete_role.py, on a store that refuses them.
 A replica's policy (infra/terraform/replica-policy.json.tftpl, on the replica bucket, for the credentials
 of its `profile`): exactly REPLICA_ACTIONS, each an action the store's code needs (so the table cannot
 grant what nothing calls), each with the replica call that sends it; no delete, no lifecycle. Which S3
-operations replicate, scrub --repair and a restore from the replica really send to each bucket:
-tests/integration/test_replica_iam.py, on SeaweedFS.
+policy is enough for replicate, scrub --repair and a restore from the replica, with [lock], and refuses a
+delete: tests/integration/test_roles_live.py, against SeaweedFS's IAM engine.
 """
 
 from __future__ import annotations
@@ -521,8 +521,8 @@ def test_the_seaweedfs_translation_widens_nothing_on_the_objects(template: Path)
     before, after = granted(policy), granted(seaweed)
     on_objects = {a for a, r in after.items() if objects in r}
     assert on_objects == {a for a, r in before.items() if objects in r} - {"s3:RestoreObject"}
-    assert {a for a in after if "*" in a} == {"s3:Get*", "s3:Put*"}
-    assert after["s3:Get*"] == after["s3:Put*"] == {bucket}
+    assert {a for a in after if "*" in a} == {"s3:Get*", "s3:Put*", "s3:List*"}
+    assert after["s3:Get*"] == after["s3:Put*"] == after["s3:List*"] == {bucket}
     assert ("s3:DeleteObject" in after) == (template == WORKER_TEMPLATE)
     assert [st.get("Condition") for st in seaweed["Statement"]] == [None] * len(seaweed["Statement"])
 
