@@ -399,6 +399,21 @@ class DrillConfig(_Strict):
     )
 
 
+class ScrubConfig(_Strict):
+    """`[scrub]`: the scheduled scrub flow (docs/replicas.md, "The scrub flow")."""
+
+    # Off by default: a repair writes to the copy it repairs (under Object Lock a new version beside the
+    # locked one, billed until that retention ends), and what a scrub finds (a wiped replica bucket, a
+    # disk going bad under Ceph) deserves a person's look before anything is written there. So the
+    # scheduled scrub reports and alerts, and the alert says what to run. The command line repairs only
+    # with --repair, whatever this says.
+    repair: bool = Field(
+        default=False,
+        description="Whether the scheduled scrub flow repairs what it finds from a good copy; off: it reports "
+        "and alerts only (`ckptvault scrub` repairs only with --repair).",
+    )
+
+
 class LockConfig(_Strict):
     """`[lock]`: S3 Object Lock on every committed save (docs/FORMAT.md, "Object Lock"); the bucket
     must have been created with Object Lock."""
@@ -623,6 +638,7 @@ class Config(_Strict):
         default_factory=list, description="Further copies of committed saves, each in a store of its own."
     )
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Prometheus metrics.")
+    scrub: ScrubConfig = Field(default_factory=ScrubConfig, description="The scheduled scrub.")
     sha256: bool = Field(
         default=False,
         description="Also record each file's SHA-256 in the manifest (such files are never split into ranges).",

@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "serve",
         parents=[common],
-        help="serve all six deployments from this process (one machine, no work pool), and /metrics with [metrics]",
+        help="serve all seven deployments from this process (one machine, no work pool), and /metrics with [metrics]",
     )
     s.set_defaults(fn=cmd_serve)
 

@@ -1,4 +1,4 @@
-"""Re-exports ckptvault_prefect/deployments/serve.py; `python -m deployments.serve` serves the six."""
+"""Re-exports ckptvault_prefect/deployments/serve.py; `python -m deployments.serve` serves the seven."""
 
 from ckptvault_prefect.deployments.serve import *  # noqa: F403
 from ckptvault_prefect.deployments.serve import serve_all

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from mypy_boto3_s3 import S3Client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -223,6 +225,21 @@ def session_state_dir(kind: str) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def private_server(kind: str) -> Iterator[RunningServer]:
+    """An instance of `kind` of one test's own, not the session's, for a test that stops it (a store that
+    goes down): started with the infra script, like the session's, in a state dir the reaper recognises
+    (test-<kind>-<pid>-<hex>), stopped (if the test has not) and removed on exit."""
+    base = state_dir_for(kind, os.getpid())
+    state_dir = base.with_name(f"{base.name}-{uuid.uuid4().hex[:8]}")
+    server = start(kind, state_dir)
+    try:
+        yield server
+    finally:
+        stop(kind, state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
 _SHARED_RECORD = "endpoint.json"
 _SHARED_FAILURE = "start-failed.txt"
 
@@ -309,12 +326,14 @@ def start(kind: str, state_dir: Path, *, attempts: int = 3) -> RunningServer:
     raise ServerStartError(f"{kind}: `{spec.script} up` failed (state {state_dir}):\n{_tail(output)}")
 
 
-def stop(kind: str, state_dir: Path) -> str:
-    """Stop the instance recorded in state_dir (SIGTERM, then SIGKILL); returns the script's output."""
+def stop(kind: str, state_dir: Path, sigterm_seconds: int | None = None) -> str:
+    """Stop the instance recorded in state_dir (SIGTERM, then SIGKILL after the script's STOP_TIMEOUT, or
+    `sigterm_seconds`); returns the script's output."""
     if not state_dir.exists():
         return ""
+    env = dict(SPECS[kind].test_env) | ({} if sigterm_seconds is None else {"STOP_TIMEOUT": str(sigterm_seconds)})
     try:
-        proc = run_script(kind, "down", state_dir, dict(SPECS[kind].test_env), timeout=120)
+        proc = run_script(kind, "down", state_dir, env, timeout=120)
     except subprocess.TimeoutExpired:
         return f"{kind}: `down` timed out"
     return f"{proc.stdout}{proc.stderr}".strip()
@@ -335,7 +354,8 @@ def reap_stale_test_state() -> list[str]:
     reaped = []
     candidates = [*STATE_ROOT.glob("test-*-*"), *TMP_STATE_ROOT.glob("ckptvault-test-*-*")]
     for d in candidates:
-        m = re.fullmatch(r"(?:test|ckptvault-test)-(seaweedfs|ceph|moto)-(\d+)", d.name)
+        # a session's instance, or a test's own (private_server: "-<suffix>" after the pid)
+        m = re.fullmatch(r"(?:test|ckptvault-test)-(seaweedfs|ceph|moto)-(\d+)(?:-[0-9a-f]+)?", d.name)
         if not m or not d.is_dir() or _pid_alive(int(m[2])):
             continue
         stop(m[1], d)

@@ -62,6 +62,14 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
             "model.safetensors: its bytes' CRC32C is AAAAAA==, the manifest says BBBBBB==",
         ),
         "replica_lagging": ("ceph-dr", [("llama-7b", 9000, 1, T0), ("llama-7b", 9500, 1, T0 + 3600)], 24.0, T0 + 9e4),
+        "scrub_problem": (
+            "ceph-dr",
+            "llama-7b",
+            9000,
+            1,
+            ["model.safetensors: CRC32C mismatch: AAAAAA==, the manifest says BBBBBB==", "_MANIFEST.json: missing"],
+            False,
+        ),
     }
     return BUILDERS[kind](*args[kind], flow_run_url=url)
 

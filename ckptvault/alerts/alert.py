@@ -33,6 +33,7 @@ KINDS = (
     "lock_drift",
     "replicate_failed",
     "replica_lagging",
+    "scrub_problem",
 )
 
 Severity = Literal["info", "warning", "error"]

@@ -31,6 +31,7 @@ from ckptvault.alerts.messages_stages import lock_drift as lock_drift
 from ckptvault.alerts.messages_stages import replicate_failed as replicate_failed
 from ckptvault.alerts.messages_stages import restore_completed as restore_completed
 from ckptvault.alerts.messages_stages import restore_failed as restore_failed
+from ckptvault.alerts.messages_stages import scrub_problem as scrub_problem
 from ckptvault.alerts.messages_stages import tier_applied as tier_applied
 from ckptvault.alerts.messages_stages import validation_blocked as validation_blocked
 from ckptvault.alerts.messages_stages import validation_warned as validation_warned
@@ -56,5 +57,6 @@ BUILDERS: dict[str, Callable[..., Alert]] = {
     "lock_drift": lock_drift,
     "replicate_failed": replicate_failed,
     "replica_lagging": replica_lagging,
+    "scrub_problem": scrub_problem,
 }
 assert tuple(BUILDERS) == KINDS

@@ -274,3 +274,34 @@ def replicate_failed(
         flow_run_url=flow_run_url,
         reason=f"replica={replica}" + ("" if whole else f",step={step},save={save}"),
     )
+
+
+def scrub_problem(
+    store: str, run: str, step: int, save: int, problems: Sequence[str], repaired: bool, flow_run_url: str | None = None
+) -> Alert:
+    """What a scrub left wrong with one save on one copy (`store`: "primary" or a replica's name), each
+    of `problems` "path: why" (why it could not be repaired, when the scrub repaired)."""
+    first = problems[0].split(":", 1)[0] if problems else "?"
+    more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+    return Alert(
+        kind="scrub_problem",
+        run=run,
+        step=step,
+        summary=f"Scrub: {store}'s copy of {run} step {step} save {save} is damaged: {first}{more}",
+        details=list(problems),
+        next_step=(
+            (
+                "The scrub could not repair this from another copy (the reason is above). Restore the save with "
+                "`ckptvault restore` into scratch to see which copy still serves it, before that copy is needed."
+            )
+            if repaired
+            else (
+                f"Run `ckptvault scrub --replica {store} --repair`: it rewrites each object from a copy whose "
+                "object checks out (never over a good one, never deleting). Until then a restore of this save "
+                "falls back to another copy for these objects."
+            )
+        ),
+        severity="error",
+        flow_run_url=flow_run_url,
+        reason=f"store={store},step={step},save={save}," + ",".join(p.split(":", 1)[0] for p in problems)[:400],
+    )

@@ -16,23 +16,11 @@ if TYPE_CHECKING:
     from ckptvault.replication.scrub import SaveScrub
 
 
-def _label(s: SaveScrub) -> str:
-    return f"{s.run} step {s.step}" + (f" save {s.save}" if s.save > 1 else "")
-
-
 def _print(s: SaveScrub) -> None:
-    for c in s.copies:
-        n = c.counts()
-        how = f"{n['read']} read whole, {n['size_only']} archived or without a CRC32C: size only"
-        for p in c.problems:
-            fixed = p.path in c.repaired
-            line = f"{c.store}: {_label(s)}: {p.path}: {p.why}" + (" -> repaired" if fixed else "")
-            print(line) if fixed else say(line)
-        for path, why in c.left.items():
-            if not any(p.path == path and p.why == why for p in c.problems):
-                say(f"{c.store}: {_label(s)}: {path}: {why}")
-        state = "OK" if c.ok else f"{len(c.left)} problem(s) left"
-        print(f"{c.store}: {_label(s)}: {n['objects']} objects checked ({how}): {state}")
+    from ckptvault.replication.scrub_report import save_lines
+
+    for bad, line in save_lines(s):
+        say(line) if bad else print(line)
 
 
 def cmd_scrub(args: argparse.Namespace) -> int:
@@ -40,25 +28,20 @@ def cmd_scrub(args: argparse.Namespace) -> int:
     from ckptvault.replication.replicas import ReplicaUnusable, open_replica
     from ckptvault.replication.scrub import PRIMARY, Copy
     from ckptvault.replication.scrub_pass import run_scrub
+    from ckptvault.replication.scrub_report import choose_copies, closing_line
 
     if args.sample is not None and args.sample < 1:
         raise UsageError(f"--sample must be at least 1 (saves per scrub), got {args.sample}")
     cfg, primary = preflight_store(args, need_sources=False)
-    names = [PRIMARY, *(r.name for r in cfg.replicas)]
-    if args.replica is not None and args.replica not in names:
-        raise UsageError(
-            f"no [[replicas]] entry is named {args.replica!r} (copies: {', '.join(names)}). Name one of them, or "
-            "leave --replica out to scrub every copy"
-        )
     # every copy is opened (and checked: exit 2 naming the one that cannot be reached) before anything
     # is read, each being a repair's source; with --replica NAME only the primary and that one
-    wanted = [r for r in cfg.replicas if args.replica in (None, PRIMARY, r.name)]
-    copies = [Copy(PRIMARY, primary, cfg.store.prefix)]
     try:
-        copies += [Copy(r.name, open_replica(r, cfg.lock), r.prefix) for r in wanted]
+        choice = choose_copies(cfg.replicas, args.replica)
+        copies = [Copy(PRIMARY, primary, cfg.store.prefix)]
+        copies += [Copy(r.name, open_replica(r, cfg.lock), r.prefix) for r in choice.replicas]
     except ReplicaUnusable as e:
         raise UsageError(str(e)) from None
-    checked = [c.name for c in copies] if args.replica is None else [args.replica]
+    checked = choice.checked
     catalog = Catalog(primary, cfg.store.prefix)
     report = run_scrub(
         copies, checked, catalog.current(), catalog.events(), sample=args.sample, repair=args.repair,
@@ -67,12 +50,5 @@ def cmd_scrub(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.as_dict())
     else:
-        sel = report.selection
-        runs = f"{sel.window} scrub" + ("s" if sel.window != 1 else "")
-        print(
-            f"scrubbed {len(report.saves)} of {sel.scrubbable} saves on {', '.join(checked)} (sample {sel.sample}, "
-            f"{len(sel.rechecked)} rechecked: every save within {runs}): {report.found} problem(s) "
-            f"found, {len(report.repairs)} repaired, {report.left} left"
-            + ("" if report.ok or args.repair else "; `ckptvault scrub --repair` rewrites them from a good copy")
-        )
+        print(closing_line(report, args.repair))
     return EXIT_OK if report.ok else EXIT_FAILED

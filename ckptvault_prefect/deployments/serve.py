@@ -1,4 +1,4 @@
-"""`ckptvault serve`: all six deployments served from one process, for one machine with no work pool.
+"""`ckptvault serve`: all seven deployments served from one process, for one machine with no work pool.
 
 Schedules, parameters, descriptions, concurrency limits and event triggers are read from prefect.yaml next to this
 module (shipped in the wheel), so the served deployments and the work-pool deployments (`prefect
@@ -28,6 +28,7 @@ from ckptvault_prefect.flows.drill import drill
 from ckptvault_prefect.flows.ingest import ingest
 from ckptvault_prefect.flows.replicate import replicate
 from ckptvault_prefect.flows.restore import restore
+from ckptvault_prefect.flows.scrub import scrub
 from ckptvault_prefect.flows.tier import tier
 from ckptvault_prefect.flows.watch import watch
 
@@ -39,6 +40,7 @@ FLOWS: dict[str, Flow[..., Any]] = {
     "ckptvault_prefect.flows.ingest.ingest": ingest,
     "ckptvault_prefect.flows.tier.tier": tier,
     "ckptvault_prefect.flows.replicate.replicate": replicate,
+    "ckptvault_prefect.flows.scrub.scrub": scrub,
     "ckptvault_prefect.flows.drill.drill": drill,
     "ckptvault_prefect.flows.watch.watch": watch,
     "ckptvault_prefect.flows.restore.restore": restore,
@@ -98,7 +100,7 @@ def build_deployments(config_path: str | None = None) -> list[Any]:
 
 
 def serve_all(config_path: str | None = None, ingest_runner: TaskRunner[Any] | None = None) -> None:
-    """Register the six deployments and run their flow runs in this process until interrupted.
+    """Register the seven deployments and run their flow runs in this process until interrupted.
 
     Ctrl-C (SIGINT) or SIGTERM ends it; Prefect then pauses the schedules (pause_on_shutdown), so no
     scheduled runs pile up as Late while nothing serves them. The next `ckptvault serve` re-registers the

@@ -27,6 +27,9 @@ from typing import Any
 TERRAFORM = Path(__file__).resolve().parents[1] / "terraform"
 WORKER_TEMPLATE = TERRAFORM / "worker-policy.json.tftpl"  # the tier role's: may delete under the prefix
 INGEST_TEMPLATE = TERRAFORM / "ingest-policy.json.tftpl"  # the ingest role's: no s3:DeleteObject at all
+# a replica's credentials (its `profile`), on the replica bucket: no delete; without [lock]'s two actions,
+# which replica.tf adds with replica_object_lock
+REPLICA_TEMPLATE = TERRAFORM / "replica-policy.json.tftpl"
 # role -> (SeaweedFS user name, policy template)
 ROLES: dict[str, tuple[str, Path]] = {
     "ingest": ("ckptvault-ingest", INGEST_TEMPLATE),
@@ -39,10 +42,14 @@ ROLES: dict[str, tuple[str, Path]] = {
 # action widens); RestoreObject it does not implement. Nor does it know the `...IfExists` condition
 # operators (a statement with one never matches), so the ListBucket statement loses its s3:prefix
 # condition here: that limit is checked statically (tests/infra/test_iam_policy.py) and holds on AWS.
+# Its `s3:ListMultipartUploads` is accepted but does not authorise the ListMultipartUploads call (tried
+# on SeaweedFS 4.x: `s3:List*` or `s3:Put*` on the bucket does); the ingest and worker users got it from
+# the lifecycle's `s3:Put*` by chance, the replica's user (no lifecycle action) was refused. So the
+# bucket's `s3:List*` stands in: lists only, on the bucket ARN only.
 SEAWEEDFS_NAMES: dict[str, str | None] = {
     "s3:GetLifecycleConfiguration": "s3:Get*",
     "s3:PutLifecycleConfiguration": "s3:Put*",
-    "s3:ListBucketMultipartUploads": "s3:ListMultipartUploads",
+    "s3:ListBucketMultipartUploads": "s3:List*",
     "s3:RestoreObject": None,
 }
 

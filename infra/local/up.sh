@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make up`: everything ckptvault needs on one machine, started in order, each with a readiness wait and a
 # time limit: the S3 store (SeaweedFS by default, STORE=ceph for Ceph RGW), a Prefect server (SQLite, UI),
-# the `ckptvault` process work pool with the six deployments, and its workers. Idempotent: what already
+# the `ckptvault` process work pool with the seven deployments, and its workers. Idempotent: what already
 # runs healthy is left as it is. `make down` (down.sh) stops them all; data and the database are kept
 # (`make clean` deletes them).
 #
@@ -238,7 +238,7 @@ else
     run_at worker "$TIER_WORKER" down || die "could not stop the tier worker in $(rel_path "$TIER_WORKER")"
   fi
   run_at worker "$STATE_ROOT/worker" up "${WORKER_ARGS[@]}" || die "the worker did not start (see above)"
-  workers_text="One worker ($(rel_path "$STATE_ROOT/worker")) runs all six deployments with the store's admin key
+  workers_text="One worker ($(rel_path "$STATE_ROOT/worker")) runs all seven deployments with the store's admin key
   ($single_why)."
 fi
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A Prefect process worker for the `ckptvault` work pool, on this machine, against a running Prefect API.
-# `up` creates the work pool if it is missing, deploys the six deployments of ckptvault_prefect/deployments/prefect.yaml
+# `up` creates the work pool if it is missing, deploys the seven deployments of ckptvault_prefect/deployments/prefect.yaml
 # (`cd ckptvault_prefect/deployments && prefect --no-prompt deploy --all`), then starts `prefect worker start --pool POOL`
 # in the background and waits until the worker has registered with the API. With WORK_QUEUE it polls that
 # queue of the pool only (`make up` runs two: `default` with the ingest role's key, `tier` with the tier
-# role's); without it, every queue of the pool (Prefect's default), so one worker runs all six deployments.
+# role's); without it, every queue of the pool (Prefect's default), so one worker runs all seven deployments.
 #
 #   infra/local/worker.sh up|down|status|clean
 #

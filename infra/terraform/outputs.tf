@@ -35,3 +35,24 @@ output "store_config" {
     local.kms ? "sse_kms_key_id = \"${var.sse_kms_key_arn}\"" : "",
   ]))
 }
+
+output "replica_policy_arn" {
+  description = "Attach to the role the replica's `profile` resolves to: replicate, scrub and restore reach the copy with it; it cannot delete."
+  value       = local.replica ? aws_iam_policy.replica[0].arn : null
+}
+
+output "replica_policy_json" {
+  value = local.replica ? local.replica_policy : null
+}
+
+output "replica_config" {
+  description = "The [[replicas]] entry for ckptvault.toml (name it, and set its profile to the credentials with replica_policy_arn)."
+  value = local.replica ? join("\n", compact([
+    "[[replicas]]",
+    "name = \"${var.replica_bucket_name}\"",
+    "bucket = \"${var.replica_bucket_name}\"",
+    var.replica_prefix == "" ? "" : "prefix = \"${var.replica_prefix}\"",
+    var.replica_region == null ? "" : "region = \"${var.replica_region}\"",
+    "profile = \"replica\"",
+  ])) : null
+}

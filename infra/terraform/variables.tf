@@ -90,3 +90,43 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "replica_bucket_name" {
+  description = "Make a replica bucket ([[replicas]] bucket, docs/replicas.md) and the policy of the credentials it is reached with (replica_policy_arn); null: no replica."
+  type        = string
+  default     = null
+}
+
+variable "replica_prefix" {
+  description = "The replica's key prefix ([[replicas]] prefix), without slashes; \"\" for the whole bucket."
+  type        = string
+  default     = ""
+  validation {
+    condition     = !startswith(var.replica_prefix, "/") && !endswith(var.replica_prefix, "/") && !strcontains(var.replica_prefix, "*")
+    error_message = "replica_prefix: no leading or trailing slash, no wildcard (e.g. \"dr\")."
+  }
+}
+
+variable "replica_region" {
+  description = "The replica bucket's region (another region than the primary's is the point); null: the provider's default."
+  type        = string
+  default     = null
+}
+
+variable "replica_aws_profile" {
+  description = "The AWS credentials profile Terraform makes the replica bucket with (another account); null: the default credentials."
+  type        = string
+  default     = null
+}
+
+variable "replica_object_lock" {
+  description = "Make the replica bucket with Object Lock, for a config with [lock] (each copy is locked as its save); the replica policy then also grants s3:PutObjectRetention and s3:PutObjectLegalHold."
+  type        = bool
+  default     = false
+}
+
+variable "replica_role_name" {
+  description = "Attach the replica policy to this existing IAM role, the one the replica's `profile` resolves to on the workers; null to attach it yourself."
+  type        = string
+  default     = null
+}

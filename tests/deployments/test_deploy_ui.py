@@ -45,6 +45,7 @@ UI_SCHEDULES: dict[str, str | None] = {
     "drill": "At 05:00 AM, only on Sunday",
     "watch": "Hourly",
     "replicate": "Hourly",
+    "scrub": "At 04:30 AM every day",
     "restore": None,
 }
 PREFECT_CLI = str(Path(sys.executable).parent / "prefect")
@@ -148,7 +149,7 @@ def stack(seaweedfs: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         print("\n" + "\n".join(f"  {k}: {v:.1f} s" for k, v in timings.items()))
 
 
-def test_deploy_all_creates_six_scheduled_deployments_on_the_pool(stack: Stack) -> None:
+def test_deploy_all_creates_seven_scheduled_deployments_on_the_pool(stack: Stack) -> None:
     deployments = {d["name"]: d for d in stack.server.deployments()}
     assert set(deployments) == set(UI_SCHEDULES)
     assert {d["work_pool_name"] for d in deployments.values()} == {"ckptvault"}
@@ -162,6 +163,7 @@ def test_deploy_all_creates_six_scheduled_deployments_on_the_pool(stack: Stack) 
     assert [s["interval"] for s in sched["watch"]] == [3600.0]
     assert [s["interval"] for s in sched["replicate"]] == [3600.0]
     assert [(s["cron"], s["timezone"]) for s in sched["tier"]] == [("30 3 * * *", "UTC")]
+    assert [(s["cron"], s["timezone"]) for s in sched["scrub"]] == [("30 4 * * *", "UTC")]
     assert [(s["cron"], s["timezone"]) for s in sched["drill"]] == [("0 5 * * 0", "UTC")]
     assert sched["restore"] == []
     restore_params = deployments["restore"]["parameter_openapi_schema"]["properties"]
@@ -225,7 +227,7 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
         browser.save_screenshot(str(shots / name))
 
     ui = stack.server.ui_url
-    # 1. The deployments page: six rows, each with its schedule.
+    # 1. The deployments page: seven rows, each with its schedule.
     browser.get(f"{ui}/deployments")
 
     def rows() -> dict[str, str] | None:
@@ -234,7 +236,7 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
         found = {t.splitlines()[0]: t for t in texts if t.strip()}
         return found if set(UI_SCHEDULES) <= set(found) else None
 
-    table = ui_wait("the deployments page lists all six deployments", rows, 60)
+    table = ui_wait("the deployments page lists all seven deployments", rows, 60)
     shot("01-deployments.png")
     for name, schedule in UI_SCHEDULES.items():
         row_lines = table[name].splitlines()

@@ -1,4 +1,4 @@
-"""`ckptvault serve`: the six deployments served from one process, checked against a real Prefect server.
+"""`ckptvault serve`: the seven deployments served from one process, checked against a real Prefect server.
 
 Also: the served deployments and ckptvault_prefect/deployments/prefect.yaml cannot drift apart (serve.py
 reads the yaml).
@@ -28,7 +28,7 @@ from tests.helpers import write_config
 pytestmark = pytest.mark.timeout(600)
 
 PREFECT_YAML = local_prefect.REPO_ROOT / "ckptvault_prefect" / "deployments" / "prefect.yaml"
-NAMES = {"ingest", "tier", "replicate", "drill", "watch", "restore"}
+NAMES = {"ingest", "tier", "replicate", "scrub", "drill", "watch", "restore"}
 
 
 def test_served_deployments_match_prefect_yaml() -> None:
@@ -55,6 +55,10 @@ def test_served_deployments_match_prefect_yaml() -> None:
     assert spec["replicate"]["schedules"] == [{"interval": 3600}]
     assert spec["replicate"]["parameters"] == {} and spec["replicate"]["concurrency_limit"] == 1
     assert "work_queue_name" not in spec["replicate"]["work_pool"]  # the default queue: its role needs no delete
+    # daily: a seventh of the saves each time (the rotation's default sample), every save within a week
+    assert spec["scrub"]["schedules"] == [{"cron": "30 4 * * *", "timezone": "UTC"}]
+    assert spec["scrub"]["parameters"] == {} and spec["scrub"]["concurrency_limit"] == 1
+    assert "work_queue_name" not in spec["scrub"]["work_pool"]  # it never deletes: the default queue
     assert spec["tier"]["schedules"][0]["cron"] == "30 3 * * *"
     assert spec["drill"]["schedules"][0]["cron"] == "0 5 * * 0"
     assert spec["restore"]["schedules"] == []
@@ -105,7 +109,7 @@ def _stop_group(proc: subprocess.Popen[str], timeout: float) -> None:
         proc.wait(10)
 
 
-def test_ckptvault_serve_registers_and_runs_the_six_deployments_and_the_ingest_trigger(
+def test_ckptvault_serve_registers_and_runs_the_seven_deployments_and_the_ingest_trigger(
     prefect_server: PrefectServer, seaweedfs: Any, bucket_factory: Any, tmp_path: Path
 ) -> None:
     bucket = bucket_factory(seaweedfs)
@@ -138,12 +142,13 @@ def test_ckptvault_serve_registers_and_runs_the_six_deployments_and_the_ingest_t
             )
             return ds if ok else None
 
-        deployments = wait_for("ckptvault serve registers six deployments", registered, 120)
-        print(f"\nserve: six deployments registered after {time.monotonic() - t0:.1f} s")
+        deployments = wait_for("ckptvault serve registers seven deployments", registered, 120)
+        print(f"\nserve: seven deployments registered after {time.monotonic() - t0:.1f} s")
         scheds = {n: [s["schedule"] for s in d["schedules"]] for n, d in deployments.items()}
         assert scheds["ingest"][0]["interval"] == 600 and scheds["watch"][0]["interval"] == 3600
         assert scheds["tier"][0]["cron"] == "30 3 * * *" and scheds["drill"][0]["cron"] == "0 5 * * 0"
         assert scheds["replicate"][0]["interval"] == 3600 and scheds["restore"] == []
+        assert scheds["scrub"][0]["cron"] == "30 4 * * *"
 
         # A run of the served ingest deployment executes in the serve process (no worker, no pool).
         t1 = time.monotonic()

@@ -46,7 +46,8 @@ def test_serve_binds_the_ingest_deployment_to_the_configs_task_runner() -> None:
     # the others, and ingest without [scale], keep their own runner
     plain = {opts["name"]: flow for flow, opts in served_flows("/etc/c.toml")}
     assert type(plain["ingest"].task_runner).__name__ == "ThreadPoolTaskRunner"
-    assert all(bound[n].task_runner is plain[n].task_runner for n in ("tier", "replicate", "drill", "watch", "restore"))
+    others = ("tier", "replicate", "scrub", "drill", "watch", "restore")
+    assert all(bound[n].task_runner is plain[n].task_runner for n in others)
 
 
 def test_serve_with_an_unreachable_scheduler_is_exit_2_naming_it(
@@ -83,9 +84,9 @@ def test_a_served_ingest_run_uploads_on_the_clusters_workers(
             if proc.poll() is not None:
                 raise AssertionError(f"ckptvault serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
             ds = {d["name"]: d for d in prefect_server.deployments()}
-            return ds.get("ingest") if len(ds) == 5 else None
+            return ds.get("ingest") if len(ds) == 7 else None
 
-        deployment = wait_for("ckptvault serve registers six deployments", ingest_deployment, 120)
+        deployment = wait_for("ckptvault serve registers seven deployments", ingest_deployment, 120)
         t0 = time.monotonic()
         _, state = prefect_server.run_deployment(deployment["id"], 300)
         assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"

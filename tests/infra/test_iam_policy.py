@@ -17,6 +17,13 @@ release, the watch) is the same without s3:DeleteObject at all. The flows run un
 reached only from the tier flow, and every call of a function that deletes (catalog compaction, the
 alert-state save, the probes) passes that switch, except the tier flow's own. That the switch does stop
 every delete: tests/unit/test_no_delete_role.py, on a store that refuses them.
+
+A replica's policy (infra/terraform/replica-policy.json.tftpl, on the replica bucket, for the credentials
+of its `profile`): exactly REPLICA_ACTIONS, each an action the store's code needs (so the table cannot
+grant what nothing calls), each with the replica call that sends it; no delete (its lifecycle rules,
+which the pass puts, expire what goes). Which S3 policy is enough for replicate, scrub --repair and a
+restore from the replica, with [lock], and refuses a delete: tests/integration/test_roles_live.py,
+against SeaweedFS's IAM engine.
 """
 
 from __future__ import annotations
@@ -34,7 +41,14 @@ from typing import Any
 
 import pytest
 
-from infra.local.roles import INGEST_TEMPLATE, TERRAFORM, WORKER_TEMPLATE, for_seaweedfs, render_policy
+from infra.local.roles import (
+    INGEST_TEMPLATE,
+    REPLICA_TEMPLATE,
+    TERRAFORM,
+    WORKER_TEMPLATE,
+    for_seaweedfs,
+    render_policy,
+)
 from tests.helpers import missing_tool, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -458,6 +472,49 @@ def test_the_ingest_policy_is_the_worker_policy_without_any_delete(prefix: str) 
     assert not never & (set(worker) | set(ingest))
 
 
+# A replica's credentials: the action -> what sends it to the replica. The lock's two are added by
+# replica.tf with replica_object_lock (a PutObject carrying a retention or a legal hold needs them).
+REPLICA_ACTIONS: dict[str, str] = {
+    "s3:ListBucket": "the bucket check (HeadBucket), the pass's listing of a save, a restore's LIST",
+    "s3:ListBucketMultipartUploads": "the pass finds a killed pass's incomplete uploads",
+    "s3:GetBucketObjectLockConfiguration": "the [lock] check of the bucket, and repair's",
+    "s3:GetLifecycleConfiguration": "each pass reads the bucket's rules before its own go in",
+    "s3:PutLifecycleConfiguration": "each pass's abort rule for a killed pass's uploads, and expire_after_days",
+    "s3:AbortMultipartUpload": "the pass aborts those uploads, and its own on a failed copy",
+    "s3:GetObject": "HEAD (kept objects of a rerun, scrub), scrub's read-back, repair's source, restore",
+    "s3:GetObjectTagging": "scrub reads the crc32c tag of a multipart object",
+    "s3:PutObject": "the copies, the manifest last, and repair",
+    "s3:PutObjectTagging": "the crc32c tag on a multipart copy once verified",
+    "s3:RestoreObject": "a restore or drill reading an archived copy thaws it",
+    "s3:PutObjectRetention": "[lock]: each copy locked as its save (replica_object_lock)",
+    "s3:PutObjectLegalHold": "[lock]: a held save's copy held too, and repair's (replica_object_lock)",
+}
+REPLICA_LOCK_ACTIONS = frozenset({"s3:PutObjectRetention", "s3:PutObjectLegalHold"})
+
+
+@pytest.mark.parametrize("prefix", ["dr", "", "teams/dr"])
+def test_the_replica_policy_grants_what_a_replica_is_sent_and_never_a_delete(prefix: str) -> None:
+    grants = granted(render_policy("acme-dr", prefix, template=REPLICA_TEMPLATE))
+    assert set(grants) == set(REPLICA_ACTIONS) - REPLICA_LOCK_ACTIONS, sorted(grants)
+    # every action granted is one the store's code calls: nothing stale, no wildcard
+    assert set(REPLICA_ACTIONS) <= needed_actions(worker_calls()), set(REPLICA_ACTIONS) - needed_actions(worker_calls())
+    never = {a for a in needed_actions(scan_store()) if a.startswith("s3:Delete")}
+    # deletes never travel: the replica's own lifecycle rules (its abort rule, expire_after_days) expire
+    # what goes, and its credentials put those rules as ingest's put the primary's
+    assert never and not never & set(REPLICA_ACTIONS)
+    bucket_arn = "arn:aws:s3:::acme-dr"
+    objects = f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
+    for action, resources in grants.items():
+        assert resources == {bucket_arn if action in BUCKET_ACTIONS else objects}, (action, resources)
+    (listing,) = [st for st in render_policy("acme-dr", prefix, template=REPLICA_TEMPLATE)["Statement"]
+                  if "s3:ListBucket" in _as_list(st["Action"])]  # fmt: skip
+    assert listing["Condition"] == {"StringLikeIfExists": {"s3:prefix": [f"{prefix}/*" if prefix else "*"]}}
+    # the replica.tf lock statement grants the other two, on the objects
+    tf = (TERRAFORM / "replica.tf").read_text()
+    assert 'Action   = ["s3:PutObjectLegalHold", "s3:PutObjectRetention"]' in tf
+    assert sorted(REPLICA_LOCK_ACTIONS) == ["s3:PutObjectLegalHold", "s3:PutObjectRetention"]
+
+
 @pytest.mark.parametrize("template", [WORKER_TEMPLATE, INGEST_TEMPLATE])
 def test_the_seaweedfs_translation_widens_nothing_on_the_objects(template: Path) -> None:
     """`make up`'s users (infra/local/roles.py) get the templates translated for SeaweedFS: the wildcards that
@@ -469,8 +526,8 @@ def test_the_seaweedfs_translation_widens_nothing_on_the_objects(template: Path)
     before, after = granted(policy), granted(seaweed)
     on_objects = {a for a, r in after.items() if objects in r}
     assert on_objects == {a for a, r in before.items() if objects in r} - {"s3:RestoreObject"}
-    assert {a for a in after if "*" in a} == {"s3:Get*", "s3:Put*"}
-    assert after["s3:Get*"] == after["s3:Put*"] == {bucket}
+    assert {a for a in after if "*" in a} == {"s3:Get*", "s3:Put*", "s3:List*"}
+    assert after["s3:Get*"] == after["s3:Put*"] == after["s3:List*"] == {bucket}
     assert ("s3:DeleteObject" in after) == (template == WORKER_TEMPLATE)
     assert [st.get("Condition") for st in seaweed["Statement"]] == [None] * len(seaweed["Statement"])
 
@@ -578,3 +635,19 @@ def test_terraform_renders_the_policy_the_test_checks(
         ]  # fmt: skip
     else:
         assert kms_statements == []
+
+
+@pytest.mark.parametrize("lock", [False, True])
+def test_terraform_renders_the_replica_policy_the_test_checks(terraform_dir: Path, lock: bool) -> None:
+    args = ["console", "-no-color", "-var", "bucket_name=acme-ckpts", "-var", "replica_bucket_name=acme-dr"]
+    args += ["-var", "replica_prefix=dr", "-var", f"replica_object_lock={str(lock).lower()}"]
+    out = _terraform(terraform_dir, *args, stdin="local.replica_policy\n")
+    policy = json.loads(json.loads(out.strip()))
+    statements = policy["Statement"]
+    lock_statements = [st for st in statements if st.get("Sid") == "LockTheCopies"]
+    base = {**policy, "Statement": [st for st in statements if st not in lock_statements]}
+    assert base == render_policy("acme-dr", "dr", template=REPLICA_TEMPLATE)
+    want = [{"Sid": "LockTheCopies", "Effect": "Allow", "Action": sorted(REPLICA_LOCK_ACTIONS),
+             "Resource": "arn:aws:s3:::acme-dr/dr/*"}]  # fmt: skip
+    assert lock_statements == (want if lock else [])
+    assert set(granted(policy)) == set(REPLICA_ACTIONS) - (set() if lock else REPLICA_LOCK_ACTIONS)

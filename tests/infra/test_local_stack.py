@@ -236,6 +236,7 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     assert queues == {
         "ingest": "default",
         "replicate": "default",
+        "scrub": "default",
         "drill": "default",
         "watch": "default",
         "restore": "default",

@@ -1,16 +1,15 @@
 """`ckptvault restore` over two copies through the CLI (docs/replicas.md, "Restore from a copy"): a
 SeaweedFS primary and a Ceph RGW replica, two saves ingested and replicated once for the whole module.
 One object corrupted on the primary (its bytes overwritten on the server, same size) is read from the
-replica and reported; with the primary unreachable (a config whose [store] endpoint is a closed port on
-this host: connection refused, which is what a stopped server is to the client) the whole save comes
-from the replica, found from its manifests; `--from ceph-dr` reads the replica first, `--from nosuch`
+replica and reported; with the primary's server stopped (a SeaweedFS of that test's own, started and
+stopped with the infra script: its save ingested and replicated to the module's replica first) the whole
+save comes from the replica, found from its manifests; `--from ceph-dr` reads the replica first, `--from nosuch`
 is exit 2 naming the known stores. Every restore is byte-identical to what training wrote. Two drills
 restore each save from the primary, then from the replica (the rotation over copies)."""
 
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,17 +30,10 @@ def _tree(d: Path) -> dict[str, bytes]:
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:  # bound, then closed: nothing listens there
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 @dataclass(frozen=True)
 class World:
     cfg: Path  # the primary and the replica
-    down: Path  # the same, with the primary's endpoint a closed port
+    replica_entry: str  # the config's [[replicas]] entry
     primary: str  # bucket names
     replica: str
     saves: dict[int, Path]  # step -> the checkpoint directory training wrote
@@ -72,11 +64,9 @@ def world(seaweedfs: Any, ceph: Any, tmp_path_factory: pytest.TempPathFactory) -
         )
         sources = [("r", root, "deepspeed")]
         cfg = write_config(tmp / "c.toml", seaweedfs, primary, sources, extra=extra)
-        dead = type("Dead", (), {"url": f"http://127.0.0.1:{_closed_port()}", "region": seaweedfs.region})()
-        down = write_config(tmp / "down.toml", dead, primary, sources, extra=extra)
         assert main(["--config", str(cfg), "ingest"]) == 0
         assert main(["--config", str(cfg), "replicate"]) == 0
-        yield World(cfg, down, primary, replica, saves, seaweedfs.client())
+        yield World(cfg, extra, primary, replica, saves, seaweedfs.client())
     servers.cleanup_buckets(created)
 
 
@@ -105,17 +95,32 @@ def test_an_object_corrupted_on_the_primary_is_read_from_the_replica_and_reporte
 
 
 @pytest.mark.ceph
-def test_the_primary_unreachable_restores_the_whole_save_from_the_replica(
+def test_the_primary_server_stopped_restores_the_whole_save_from_the_replica(
     world: World, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    capsys.readouterr()
-    dest = tmp_path / "b"
-    assert main(["--config", str(world.down), "restore", "r", "--dest", str(dest)]) == 0
+    """A real stop: a SeaweedFS of this test's own (the session's serves the other tests) is the primary of
+    run `s`, whose save is ingested and replicated to the module's replica; then that server is stopped
+    with the infra script, and the restore finds the save from the replica's manifests."""
+    root = tmp_path / "hot"
+    src = write_checkpoint(root, "deepspeed", 300, 2 * MiB, shards=1, seed=300)
+    with servers.private_server("seaweedfs") as own:
+        bucket = servers.unique_bucket_name()
+        own.endpoint.client().create_bucket(Bucket=bucket)
+        cfg = write_config(
+            tmp_path / "own.toml", own.endpoint, bucket, [("s", root, "deepspeed")], extra=world.replica_entry
+        )
+        assert main(["--config", str(cfg), "ingest"]) == 0
+        assert main(["--config", str(cfg), "replicate"]) == 0
+        # the primary's server stopped (SIGKILL a second after SIGTERM, which SeaweedFS may ignore for
+        # seconds): nothing listens there now
+        servers.stop("seaweedfs", own.state_dir, sigterm_seconds=1)
+        capsys.readouterr()
+        dest = tmp_path / "b"
+        assert main(["--config", str(cfg), "restore", "s", "--dest", str(dest)]) == 0
     out, err = capsys.readouterr()
     assert "the primary store is unreachable" in err and "replicas' manifests" in err
     assert "copy: ceph-dr:" in out and "<- read from" in out and "copy: primary: unreachable" in out
-    assert f"restored r step 200 to {dest} from replica ceph-dr (every CRC32C verified)" in out
-    src = world.saves[200]
+    assert f"restored s step 300 to {dest} from replica ceph-dr (every CRC32C verified)" in out
     assert _tree(dest / src.name) == _tree(src)
     assert (dest / "latest").read_text().strip() == src.name  # the framework's pointer, as from the primary
 

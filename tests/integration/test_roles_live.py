@@ -6,7 +6,10 @@ infra/terraform's templates rendered as Terraform renders them and translated fo
 proves both halves the static IAM test cannot: the ingest role's policy is enough for everything that
 role runs (ingest with [lock], ls, hold, release, restore, a drill, under `[store] deletes = "tier-only"`),
 and a delete with its key, of a checkpoint or of the catalog, is refused by the server, not by
-ckptvault's good manners; the tier role's policy is enough for `tier --apply`.
+ckptvault's good manners; the tier role's policy is enough for `tier --apply`. And a replica's policy
+(infra/terraform/replica-policy.json.tftpl plus replica.tf's lock statement) is enough for replicate,
+scrub --repair and a restore from that copy, with [lock], the primary side run with the ingest role's
+key; a delete with the replica's key is refused.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from botocore.exceptions import ClientError
 
 from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
-from infra.local.roles import INGEST_TEMPLATE, WORKER_TEMPLATE, for_seaweedfs, render_policy
+from infra.local.roles import INGEST_TEMPLATE, REPLICA_TEMPLATE, WORKER_TEMPLATE, for_seaweedfs, render_policy
 from tests.helpers import write_config
 from tests.reliability.conftest import cli_env, run_cli
 from tests.servers import S3Endpoint
@@ -149,3 +152,52 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
     # The tier role's policy is enough for the daily run, whose compaction deletes what ingest left.
     tiered = run_cli(cfg, "tier", "--apply", env=cli_env(tier))
     assert tiered.returncode == 0, tiered.stderr[-3000:]
+
+
+def test_the_replica_policy_is_enough_to_replicate_scrub_repair_and_restore_and_cannot_delete(
+    prefect_api: None, seaweedfs: S3Endpoint, locked_bucket: Any, iam_user: Any, tmp_path: Path
+) -> None:
+    primary, copy = locked_bucket(seaweedfs), locked_bucket(seaweedfs)
+    ingest = iam_user("ingest", render_policy(primary, "t", template=INGEST_TEMPLATE))
+    policy = render_policy(copy, "dr", template=REPLICA_TEMPLATE)
+    policy["Statement"].append(  # replica.tf's, with replica_object_lock (test_iam_policy checks it is)
+        {"Sid": "LockTheCopies", "Effect": "Allow", "Action": ["s3:PutObjectLegalHold", "s3:PutObjectRetention"],
+         "Resource": f"arn:aws:s3:::{copy}/dr/*"}
+    )  # fmt: skip
+    replica = iam_user("replica", policy)
+    _until_allowed(ingest, primary, "t/_state/role-ready")
+    _until_allowed(replica, copy, "dr/_state/role-ready")
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[dr]\naws_access_key_id = {replica.access_key}\naws_secret_access_key = {replica.secret_key}\n")
+
+    root = tmp_path / "hot"
+    src = write_checkpoint(root, "deepspeed", 100, 12 * MiB, shards=1, seed=7)  # 5 MiB parts: multipart too
+    extra = (
+        f'[lock]\nmode = "governance"\ndays = 1\n[[replicas]]\nname = "dr"\nbucket = "{copy}"\nprefix = "dr"\n'
+        f'endpoint_url = "{seaweedfs.url}"\nregion = "{seaweedfs.region}"\nprofile = "dr"\npart_size_mb = 5\n'
+    )
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, primary, [("r", root, "deepspeed")], extra=extra)
+    cfg.write_text(cfg.read_text().replace("[store]\n", '[store]\ndeletes = "tier-only"\n', 1))
+    env = cli_env(ingest, AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(tmp_path / "no-config"))
+
+    def ok(*args: str) -> str:
+        out = run_cli(cfg, *args, env=env)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (args, out.stdout[-2000:] + out.stderr[-3000:])
+        return out.stdout
+
+    ok("ingest")
+    ok("replicate")
+    admin = seaweedfs.client()
+    victim = max(
+        (o for o in admin.list_objects_v2(Bucket=copy, Prefix="dr/r/")["Contents"]), key=lambda o: o["Size"]
+    )  # the multipart shard: a new version of other bytes beside the locked one
+    admin.put_object(Bucket=copy, Key=victim["Key"], Body=b"\0" * victim["Size"])
+    assert "1 repaired, 0 left" in ok("scrub", "--replica", "dr", "--repair")
+    ok("restore", "r", "--from", "dr", "--dest", str(tmp_path / "back"))
+    back = tmp_path / "back" / src.name
+    assert {p.relative_to(back): p.read_bytes() for p in back.rglob("*") if p.is_file()} == {
+        p.relative_to(src): p.read_bytes() for p in src.rglob("*") if p.is_file()
+    }
+    as_replica = replica.client()
+    assert _refused(lambda: as_replica.delete_object(Bucket=copy, Key=victim["Key"])) == "AccessDenied"
+    assert _refused(lambda: as_replica.get_object(Bucket=primary, Key="t/_state/role-ready")) in ("AccessDenied", "403")

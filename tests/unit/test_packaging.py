@@ -68,6 +68,6 @@ def test_the_installed_prefect_layer_imports_and_reads_its_prefect_yaml(wheel: P
     assert run.returncode == 0, run.stderr[-3000:]
     where, entrypoints, generic = run.stdout.strip().splitlines()[-3:]
     assert where.startswith(str(site))
-    flows = ("drill", "ingest", "replicate", "restore", "tier", "watch")
+    flows = ("drill", "ingest", "replicate", "restore", "scrub", "tier", "watch")
     assert entrypoints == str(sorted(f"ckptvault_prefect.flows.{f}.{f}" for f in flows))
     assert generic == "[]"

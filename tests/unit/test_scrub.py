@@ -322,3 +322,41 @@ def test_a_sample_under_one_is_exit_2_before_any_store_is_opened(capsys: pytest.
     assert main(["--config", "/nonexistent.toml", "scrub", "--sample", "0"]) == 2
     err = capsys.readouterr().err
     assert "--sample must be at least 1 (saves per scrub), got 0" in err and "Traceback" not in err
+
+
+def test_the_scrub_report_alerts_once_per_copy_and_save_left_and_its_markdown_says_what_was_repaired() -> None:
+    """ckptvault/replication/scrub_report.py, what the command and the scrub flow say: one scrub_problem
+    per save and copy with a problem left, naming copy, save and each path; the dedup key holds them."""
+    from ckptvault.replication.replicas import ReplicaUnusable
+    from ckptvault.replication.scrub_report import alerts, choose_copies, closing_line, to_markdown
+
+    primary, replica, catalog, copies = _setup()
+    replica.delete(DST + "optim.bin")
+    replica.put_bytes(DST + "config.json", b"short")
+    _same_size_other_bytes(primary, SRC + "model.bin")
+    report = _scrub(catalog, copies)
+    sent = alerts(report, repair=False, flow_run_url="http://prefect/runs/1")
+    assert [(a.kind, a.run, a.step) for a in sent] == [("scrub_problem", "r1", 10)] * 2
+    by_copy = {a.summary.split("'")[0]: a for a in sent}
+    assert set(by_copy) == {"Scrub: primary", "Scrub: dr"}
+    assert by_copy["Scrub: dr"].details == [
+        "optim.bin: missing",
+        "config.json: size mismatch: 5 bytes, the manifest says 300",
+    ]
+    assert "--replica dr --repair" in by_copy["Scrub: dr"].next_step
+    assert len({a.dedup_key() for a in sent}) == 2 and "store=dr,step=10,save=1," in by_copy["Scrub: dr"].reason
+    md = to_markdown(report, repair=False)
+    assert "| dr | 1 | 3 | 0 | 0 | 2 | 0 | 2 |" in md and "- dr: r1 step 10: optim.bin: missing" in md
+    assert "3 problem(s) found, 0 repaired, 3 left; `ckptvault scrub --repair`" in closing_line(report, False)
+
+    fixed = _scrub(catalog, copies, repair=True)  # the model.bin on the primary from dr, dr's two from the primary
+    assert alerts(fixed, repair=True) == [] and fixed.ok
+    md = to_markdown(fixed, repair=True)
+    assert "### Repaired" in md and "| dr | r1 step 10 save 1 | optim.bin | primary | missing | 4000 |" in md
+    assert "### Left" not in md and "Repair: on." in md
+
+    assert choose_copies([REPLICA], None).checked == ["primary", "dr"]
+    assert choose_copies([REPLICA], "primary").checked == ["primary"]  # every replica still opened, to repair from
+    assert [r.name for r in choose_copies([REPLICA], "primary").replicas] == ["dr"]
+    with pytest.raises(ReplicaUnusable, match=r"no \[\[replicas\]\] entry is named 'x' \(copies: primary, dr\)"):
+        choose_copies([REPLICA], "x")
