@@ -71,8 +71,9 @@ def compact(
     done, moved = _migrate(cat) if deletes else (0, set[str]())
     cutoff = int(older_than * 1e9)
     wanted = None if runs is None else set(runs) | moved
-    if wanted is not None and len(wanted) == 1:
-        [only] = wanted
+    whole = not (wanted is not None and len(wanted) == 1)  # the listing is of every run
+    if not whole:
+        [only] = wanted  # type: ignore[misc]
         flat, parts, _ = cat._list(only)
         combined = None  # listed after the partitions, below: one run's listing has none
     else:
@@ -128,7 +129,10 @@ def compact(
         if combined is None:
             combined = [o.key for o in cat.store.list(cat.root + COMBINED_DIR) if o.key.endswith(".parquet")]
         pieces = [p for _, p in got if p is not None]
-        _write_combined(cat, pieces, parts if runs is None else None, combined, deadline, deletes=deletes)
+        # every run's partition refreshed into it by a compaction of every run, and by the pass that
+        # ended a migration: the runs an earlier pass migrated are then read from it too
+        listed = parts if runs is None or (moved and whole) else None
+        _write_combined(cat, pieces, listed, combined, deadline, deletes=deletes)
     return done
 
 

@@ -237,3 +237,20 @@ def test_compact_now_interrupted_half_way_then_rerun_loses_and_doubles_nothing()
     cat.compact_now(runs=None)
     assert _reads_from_snapshots(cat) and cat.current() == want
     assert sorted(e.event for e in cat.events()) == sorted(e.event for e in [*evs, Event("run-3", 7, "drilled", 1.0)])
+
+
+def test_the_pass_that_ends_the_migration_writes_a_combined_snapshot_of_every_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # two ingest passes migrate half the flat files each: the second's combined snapshot covers the
+    # first's runs too, so `ls` after the upgrade is one read (bench/README.md, "right after an upgrade")
+    from ckptvault.catalog import compaction
+
+    monkeypatch.setattr(compaction, "MIGRATE_FILES", 6)
+    store = MemStore()
+    evs = _flat_fleet(store, runs=12, steps=1)
+    cat = _cat(store)
+    cat.compact(time.time(), runs=["run-0"], max_seconds=60)
+    assert any(k.startswith("p/_catalog/events/") for k in store.objects)  # half migrated
+    cat.compact(time.time(), runs=["run-0"], max_seconds=60)
+    assert _reads_from_snapshots(cat) and cat.current() == fold_python(evs)
