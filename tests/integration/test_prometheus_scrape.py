@@ -2,9 +2,9 @@
 serve` starts (ckptvault_cli/commands/serve.py start_metrics, run in this process from the test's config)
 after an ingest and a drill on SeaweedFS through the CLI, asked over its HTTP API with PromQL: each
 run's newest checkpoint's age equal to what `ls --json` says, bytes per class equal to `catalog stats
---json`, the drill's result per run, and the alert rules (infra/prometheus/ckptvault-rules.yml) loaded
-and CkptvaultDrillFailed firing for the run whose drill failed. No Prefect: the CLI runs the flows
-directly (ckptvault_cli/running.py)."""
+--json`, the drill's result per run, every query of the Grafana dashboard answered, and the alert rules
+(infra/prometheus/ckptvault-rules.yml) loaded and CkptvaultDrillFailed firing for the run whose drill
+failed. No Prefect: the CLI runs the flows directly (ckptvault_cli/running.py)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,13 @@ from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 from tests.prometheus import Prometheus, free_port
+from tests.promql import metric_names
 
 KiB = 2**10
 RULES = Path(__file__).resolve().parents[2] / "infra" / "prometheus" / "ckptvault-rules.yml"
+DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "ckptvault.json"
+# series this test's config has none of: no [[replicas]], no stale_after_hours
+NOTHING_HERE = {"ckptvault_replica_saves", "ckptvault_run_stale_after_seconds"}
 
 
 def _unix(iso: str) -> float:
@@ -52,7 +56,7 @@ def test_prometheus_scrapes_serve_after_an_ingest_and_a_drill(
     port = free_port()
     extra = (
         f'[validation]\nenabled = false\n[drill]\nscratch = "{tmp_path / "scratch"}"\nsample = 1\n'
-        f"[metrics]\nport = {port}\n"
+        f"[notify]\nbudget_usd_per_month = 100\n[metrics]\nport = {port}\n"
     )
     sources = [("a", tmp_path / "a", "hf"), ("b", tmp_path / "b", "hf")]
     cfg_path = write_config(tmp_path / "c.toml", seaweedfs, bucket, sources, extra=extra)
@@ -107,6 +111,15 @@ def test_prometheus_scrapes_serve_after_an_ingest_and_a_drill(
         for run, r in last.items():
             assert 0 <= drill_at[run] - _unix(r["last_drill_at"]) < 1.0, (run, drill_at, r)
         assert _by_run(prom.query("ckptvault_run_suspect_saves")) == {"a": 0.0, "b": 1.0}
+
+        # the Grafana dashboard's every query (tests/infra/test_grafana_dashboard.py), the run variable
+        # at All: valid PromQL, and an answer but where this config has nothing to say
+        dashboard = json.loads(DASHBOARD.read_text())
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+        assert len(exprs) >= 10
+        for expr in exprs:
+            got = prom.query(expr.replace("$run", ".*"))
+            assert got or metric_names(expr) <= NOTHING_HERE, expr
 
         # the rules as shipped, evaluated by Prometheus itself: the failed drill fires at once
         firing = prom.wait_for('ALERTS{alertstate="firing"}')
