@@ -14,6 +14,7 @@ from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import IngestIncomplete, Outcome
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
@@ -53,6 +54,7 @@ def ingest(config_path: str | None = None) -> list[Outcome]:
     ingest_pass = IngestPass(cfg, store, catalog, str(flow_run.id or ""), known, TaskSubmitter(STEPS))
     outcomes = ingest_pass.run(founds)
     release_gate_child_task()
+    prefect_events.recorded(ingest_pass.recorded)  # what the pass recorded in the catalog, for Prefect automations
     publish_outcomes_task(outcomes)
     if ingest_pass.reports:
         markdown = "\n\n".join(r.to_markdown() for r in ingest_pass.reports)

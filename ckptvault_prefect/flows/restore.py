@@ -28,6 +28,7 @@ from ckptvault.restore import copies as copies_lib
 from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.result import RestoreResult
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
@@ -160,6 +161,7 @@ def restore(
         files=len(manifest.files),
         fallbacks=fallbacks,
     )
+    prefect_events.restored(report)
     publish_markdown_task(
         "restore-result",
         f"### Restored {run} step {n}\n\n- destination: `{where}`\n- files: {len(manifest.files)}, "
