@@ -8,6 +8,8 @@ Fixtures (see infra/local/README.md for the servers themselves):
   pipeline_s3                   parametrized over seaweedfs and ceph (the stores the pipeline targets).
   bucket_factory                bucket_factory(endpoint) -> a fresh bucket, emptied and deleted afterwards.
   prefect_api                   a throwaway Prefect API (prefect_test_harness), for flow tests.
+  prometheus                    prometheus(targets, rule_files=()) -> a real Prometheus (tests/prometheus.py)
+                                scraping those host:port targets every second; stopped after the test.
 
 A server that fails to start fails the tests that need it (with the log tail), never skips them. The one
 exception, outside CI (CI=true) only: Ceph is skipped when radosgw is not installed or we are not root.
@@ -22,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -45,8 +48,10 @@ os.environ["CKPTVAULT_CACHE_DIR"] = _CACHE_DIR
 # every later test's flow logs fail on it. Here, sys.stderr is pytest's session-wide capture.
 import prefect.main  # noqa: E402, F401
 
+from tests import prometheus as prometheus_server  # noqa: E402
 from tests import servers  # noqa: E402  (after the environment above is set)
 from tests.helpers import in_ci  # noqa: E402
+from tests.prometheus import Prometheus  # noqa: E402
 from tests.servers import S3Endpoint  # noqa: E402
 from tests.slack_recorder import SLACK_TOKEN, SlackRecorder  # noqa: E402
 
@@ -234,6 +239,22 @@ def prefect_api() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=90):
         yield
+
+
+@pytest.fixture
+def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Prometheus]]:
+    """A factory: prometheus(["127.0.0.1:PORT"], rule_files=[...]) starts a Prometheus on loopback that
+    scrapes those targets every second (tests/prometheus.py); each one started is stopped after the test."""
+    started: list[Prometheus] = []
+
+    def start(targets: list[str], rule_files: tuple[Path, ...] = ()) -> Prometheus:
+        prom = prometheus_server.start(tmp_path_factory.mktemp("prometheus"), targets, rule_files)
+        started.append(prom)
+        return prom
+
+    yield start
+    for prom in started:
+        prometheus_server.stop(prom)
 
 
 # Fixtures whose parameter names the server a test runs against (any_s3[moto], pipeline_s3[ceph], ...).

@@ -89,6 +89,7 @@ class IngestPass:
         self.known_before = {run: dict(states) for run, states in known.items()}
         self.reports: list[ValidationReport] = []
         self.restarts: dict[str, list[Supersede]] = {}
+        self.recorded: list[Event] = []  # every catalog event this pass recorded, in order (for the caller's notices)
         self._founds: list[Found] = []
         self._slots: list[Outcome | InFlight] = []
 
@@ -312,6 +313,7 @@ class IngestPass:
     def _record(self, recorded: list[Event]) -> None:
         with phase(timing.WRITES):
             self.submit(Catalog.append, self.catalog, recorded)
+        self.recorded += recorded
 
 
 def _rejected(found: Found, problems: Sequence[str], flow_run: str, kind: str = "invalid", save: int = 1) -> Event:

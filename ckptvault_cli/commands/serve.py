@@ -10,16 +10,19 @@ from ckptvault_cli import process
 from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight_runner, preflight_store, quiet_prefect_env
 
 if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
     from ckptvault.config import Config
     from ckptvault.store import ObjectStore
 
 
-def start_metrics(cfg: Config, store: ObjectStore) -> None:
+def start_metrics(cfg: Config, store: ObjectStore) -> WSGIServer | None:
     """`/metrics` on `[metrics]`'s port, from a thread of this process, when one is set (docs/metrics.md):
     computed from the catalog on every scrape, so the flows this process runs need not report anything
-    and one that crashed leaves nothing stale; the server ends with the process."""
+    and one that crashed leaves nothing stale; the server ends with the process (or `.shutdown()`, which
+    the test that points a real Prometheus at it calls)."""
     if cfg.metrics.port is None:
-        return
+        return None
     from ckptvault import metrics
     from ckptvault.catalog import Catalog
     from ckptvault.pricing import PriceError
@@ -34,6 +37,7 @@ def start_metrics(cfg: Config, store: ObjectStore) -> None:
         raise UsageError(str(e)) from None
     host = cfg.metrics.bind_address
     say(f"metrics: http://{f'[{host}]' if ':' in host else host}:{server.server_port}/metrics")
+    return server
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -29,6 +29,7 @@ from ckptvault.restore.drill import (
     render_markdown,
 )
 from ckptvault.restore.steps import checkpoint_name
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     current_states_task,
@@ -130,6 +131,7 @@ def drill(
         print(f"lock drift: {label(run, step, save)}: {'; '.join(why)}")
     run_id = str(flow_run.id or "")
     record_task(catalog, [r.event(run_id) for r in results])
+    prefect_events.drilled(results)  # after the record: the suspect state an automation may look up is there
     # Coverage after this drill's events: what the next drill starts from.
     cov = coverage_task(current_states_task(catalog), time.time(), n, cover_days, interval_days)
     pending_names = [label(*p) for p in pending]

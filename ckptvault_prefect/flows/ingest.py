@@ -17,6 +17,7 @@ from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import IngestIncomplete, Outcome
 from ckptvault.timing import phase
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
@@ -65,6 +66,7 @@ def ingest(config_path: str | None = None, run: str | None = None, step: int | N
     outcomes = ingest_pass.run(founds)
     with phase(timing.GATES):
         release_gate_child_task()
+    prefect_events.recorded(ingest_pass.recorded)  # what the pass recorded in the catalog, for Prefect automations
     with phase(timing.ARTIFACTS):
         publish_outcomes_task(outcomes)
         if ingest_pass.reports:

@@ -29,6 +29,7 @@ from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.result import RestoreResult
 from ckptvault.timing import phase
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
@@ -167,6 +168,7 @@ def restore(
         files=len(manifest.files),
         fallbacks=fallbacks,
     )
+    prefect_events.restored(report)
     with phase(timing.ARTIFACTS):
         publish_markdown_task(
             "restore-result",

@@ -23,6 +23,7 @@ setpriv|cmd setpriv|util-linux|apt-get install util-linux (as root, a test drops
 curl|cmd curl|curl|apt-get install curl (infra/local/*.sh poll the servers with it)
 uuidgen|cmd uuidgen|uuid-runtime|apt-get install uuid-runtime (infra/local/ceph.sh)
 promtool|cmd promtool|prometheus|apt-get install prometheus, Debian'"'"'s (tests/infra/test_prometheus_rules.py runs promtool check rules and promtool test rules)
+prometheus|cmd prometheus|prometheus|apt-get install prometheus, Debian'"'"'s (tests/integration/test_prometheus_scrape.py starts the server, tests/prometheus.py)
 prometheus-pushgateway|cmd prometheus-pushgateway|prometheus-pushgateway|apt-get install prometheus-pushgateway (tests/integration/test_metrics_cli.py pushes to it)
 kubectl|cmd kubectl|kubernetes-client|apt-get install kubernetes-client, Debian'"'"'s kubectl (tests/infra/test_k8s_manifests.py runs kubectl kustomize)
 terraform|cmd terraform||not in Debian'"'"'s archive nor on PyPI: put HashiCorp'"'"'s terraform (>= 1.5) binary on PATH, e.g. /usr/local/bin (tests/infra/test_iam_policy.py; infra/terraform/README.md)

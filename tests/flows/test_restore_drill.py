@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.restore.drill import DrillFailed
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
+from tests.prefect_events import ckptvault_events
 
 MiB = 2**20
 
@@ -60,8 +62,15 @@ def test_restore_latest_recreates_pointer_and_bytes(
     _env(monkeypatch, seaweedfs)
     root, cfg = _ingested(seaweedfs, bucket_factory(seaweedfs), tmp_path, fmt, [100, 200])
     dest = tmp_path / "restored"
+    since = datetime.now(UTC)
     report = restore(run="r", dest=str(dest), config_path=str(cfg))
     assert report.status == "restored" and report.step == 200
+    [event] = ckptvault_events(since, 1)  # for Prefect automations (ckptvault_prefect/runtime/events.py)
+    assert (event.event, event.resource.id, event.payload["dest"]) == (
+        "ckptvault.checkpoint.restored",
+        "ckptvault.checkpoint.r.200.1",
+        str(dest.resolve()),
+    )
     newest = max((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name)
     assert _tree(dest / newest.name) == _tree(newest)
     assert (dest / pointer).read_text().strip() == (root / pointer).read_text().strip()
@@ -148,9 +157,15 @@ def test_drill_passes_then_catches_a_bit_flip(
 
     _env(monkeypatch, seaweedfs)
     bucket = bucket_factory(seaweedfs)
+    since = datetime.now(UTC)
     _, cfg = _ingested(seaweedfs, bucket, tmp_path, "hf", [10, 20])
     rows = drill(config_path=str(cfg)).drilled
     assert sorted((r.step, r.ok) for r in rows) == [(10, True), (20, True)]
+    # the ingest flow's events, each save its resource; a drill that passes sends none
+    ingested = ckptvault_events(since, 2)
+    assert sorted((e.event, e.resource.id, e.resource["ckptvault.run"]) for e in ingested) == [
+        ("ckptvault.checkpoint.verified", f"ckptvault.checkpoint.r.{step}.1", "r") for step in (10, 20)
+    ]
     client = seaweedfs.client()
     key = next(
         o["Key"]
@@ -164,6 +179,11 @@ def test_drill_passes_then_catches_a_bit_flip(
     err = state.result(raise_on_failure=False)
     assert isinstance(err, DrillFailed)
     assert os.path.basename(key) in str(err)
+    failed = ckptvault_events(since, 3)[2:]
+    assert [(e.event, e.resource.id) for e in failed] == [
+        ("ckptvault.checkpoint.drill.failed", "ckptvault.checkpoint.r.20.1")
+    ]
+    assert os.path.basename(key) in " ".join(failed[0].payload["problems"])
     assert not list((tmp_path / "scratch").glob("*ckptvault-partial*")), "drill left scratch data behind"
 
 

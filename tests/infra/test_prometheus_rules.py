@@ -1,7 +1,7 @@
 """infra/prometheus/ckptvault-rules.yml: valid for Prometheus (`promtool check rules`), each alert firing
 when it should in `promtool test rules` (ckptvault-rules.test.yml: CkptvaultRunStale for a run that
 stopped, not for one that trains or one nobody watches), every metric an expression names exported by
-ckptvault/metrics.py, and a runbook line on every alert. promtool is Debian's `prometheus` package;
+ckptvault/metrics.py (tests/promql.py), and a runbook line on every alert. promtool is Debian's `prometheus` package;
 missing it fails in CI (tests/helpers.py require_tool)."""
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from ckptvault.catalog import Catalog
-from ckptvault.metrics import MetricsOptions, compute
-from ckptvault.pricing import load_prices
-from ckptvault.store import MemoryStore
 from tests.helpers import require_tool
+from tests.promql import exported_names, metric_names
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "infra" / "prometheus"
 RULES = RULES_DIR / "ckptvault-rules.yml"
@@ -44,12 +41,11 @@ def test_promtool_checks_and_tests_the_rules() -> None:
 
 
 def test_every_rule_names_only_exported_metrics_and_has_a_runbook() -> None:
-    options = MetricsOptions(prices=load_prices(), stale_after={"r": 3600.0}, budget_usd_per_month=100.0)
-    exported = {m.name for m in compute(Catalog(MemoryStore("b"), "p"), options).metrics}
+    exported = exported_names()
     alerts = _alerts()
     assert "CkptvaultRunStale" in {a["alert"] for a in alerts}
     for a in alerts:
-        named = set(re.findall(r"\bckptvault_\w+", str(a["expr"])))
+        named = metric_names(str(a["expr"]))  # every series, not only ckptvault_ ones: a typo is caught too
         assert named and named <= exported, (a["alert"], named - exported)
         annotations = a["annotations"]
         assert isinstance(annotations, dict) and annotations.get("runbook") and annotations.get("summary"), a["alert"]

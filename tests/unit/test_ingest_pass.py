@@ -179,6 +179,18 @@ def test_a_new_save_of_a_step_supersedes_the_old_one_and_says_so(tmp_path: Path)
     assert [(e.event, e.step, e.save) for e in recorded] == [("verified", 100, 2), ("superseded", 100, 1)]
     assert ingest_pass.known["r"][100].save == 2 and ingest_pass.known["r"][100].verified
     assert [(x.state.step, x.state.save) for x in ingest_pass.restarts["r"]] == [(100, 1)]
+    assert ingest_pass.recorded == recorded  # what the flow tells Prefect (ckptvault_prefect/runtime/events.py)
+
+
+def test_a_quarantined_checkpoint_is_recorded_once_not_on_every_pass(tmp_path: Path) -> None:
+    ckpt = write_checkpoint(tmp_path / "r", "hf", 100, 1 * MiB, shards=1, seed=1)
+    (ckpt / "model.safetensors").write_bytes(b"\x10" * 20)  # not a safetensors file: structurally invalid
+    store, cfg = _store(), _cfg({"r": tmp_path / "r"})
+    first, [outcome] = _pass(cfg, store, Plain())
+    assert outcome.result == "invalid" and "model.safetensors" in outcome.message
+    assert [(e.event, e.step, e.save) for e in first.recorded] == [("invalid", 100, 1)]
+    again, [outcome] = _pass(cfg, store, Plain())
+    assert outcome.result == "invalid" and again.recorded == []  # still blocked; nothing new to record or emit
 
 
 def test_a_restart_supersedes_the_abandoned_branch_and_raises_its_alert(tmp_path: Path) -> None:

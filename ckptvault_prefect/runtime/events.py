@@ -1,0 +1,115 @@
+"""Prefect events of what the flows did to checkpoints, for Prefect automations to act on (docs/metrics.md,
+"Prefect events"): `ckptvault.checkpoint.verified`, `.invalid`, `.superseded`, `.drill.failed` and
+`.restored`, each about one save as its resource, `ckptvault.checkpoint.<run>.<step>.<save>`, labelled
+with its run, step and save, and related to its run (`ckptvault.run.<run>`, role `run`).
+
+The library returns what happened (the catalog events an ingest pass recorded, drill results, a
+restore's result); the flows call these functions once they have it, so an event says what the
+catalog recorded or the flow finished, never what was merely attempted. Prefect adds the flow run,
+flow and deployment as related resources itself. An event is a notification, not a record: one that
+cannot be sent is logged and the flow goes on (the catalog and the alerts are the record).
+
+In direct mode (the command line with no Prefect API, ckptvault_cli/running.py) nothing is emitted:
+there is no server to receive events, and Prefect's emitter would start a temporary one (10-30 s).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from prefect.events import Event, emit_event
+
+from ckptvault.catalog import Event as CatalogEvent
+from ckptvault.restore.drill import DrillResult
+from ckptvault.restore.result import RestoreResult
+from ckptvault_prefect.tasks.step import in_direct_mode
+
+log = logging.getLogger("ckptvault.events")
+
+CHECKPOINT = "ckptvault.checkpoint"
+VERIFIED = f"{CHECKPOINT}.verified"
+INVALID = f"{CHECKPOINT}.invalid"
+SUPERSEDED = f"{CHECKPOINT}.superseded"
+DRILL_FAILED = f"{CHECKPOINT}.drill.failed"
+RESTORED = f"{CHECKPOINT}.restored"
+NAMES = (VERIFIED, INVALID, SUPERSEDED, DRILL_FAILED, RESTORED)
+
+
+def resource(run: str, step: int, save: int) -> dict[str, str]:
+    """The save an event is about. The labels carry the parts, so an automation can match a run
+    (`ckptvault.run`) without parsing the id (a run name may itself hold dots)."""
+    return {
+        "prefect.resource.id": f"{CHECKPOINT}.{run}.{step}.{save}",
+        "prefect.resource.name": f"{run} step {step} save {save}",
+        "ckptvault.run": run,
+        "ckptvault.step": str(step),
+        "ckptvault.save": str(save),
+    }
+
+
+def related(run: str) -> list[dict[str, str]]:
+    return [{"prefect.resource.id": f"ckptvault.run.{run}", "prefect.resource.role": "run", "ckptvault.run": run}]
+
+
+def emit(name: str, run: str, step: int, save: int, payload: Mapping[str, Any]) -> Event | None:
+    """One event about save (run, step, save); the Event sent, or None (direct mode, or not sent)."""
+    if in_direct_mode():
+        return None
+    try:
+        return emit_event(name, resource=resource(run, step, save), related=related(run), payload=dict(payload))
+    except Exception as e:  # a notification that failed must not fail the flow that did the work
+        log.warning("could not emit the Prefect event %s for %s step %s save %s: %s", name, run, step, save, e)
+        return None
+
+
+def _sent(events: Iterable[Event | None]) -> list[Event]:
+    return [e for e in events if e is not None]
+
+
+def _detail(e: CatalogEvent) -> dict[str, Any]:
+    try:
+        got = json.loads(e.detail) if e.detail else {}
+    except ValueError:
+        return {}
+    return got if isinstance(got, dict) else {}
+
+
+def recorded(catalog_events: Iterable[CatalogEvent]) -> list[Event]:
+    """The ingest pass's, from the catalog events it recorded (IngestPass.recorded): each save committed
+    (`.verified`), each quarantined (`.invalid`: once, when the rejection is recorded, not on every pass
+    that sees it again), each save a commit superseded (`.superseded`). Other kinds: nothing."""
+    out: list[Event | None] = []
+    for e in catalog_events:
+        d = _detail(e)
+        if e.event == "verified":
+            payload = {"format": e.format, "bytes": e.bytes, "stored_bytes": e.stored_bytes or e.bytes,
+                       "files": e.files, "storage_class": e.storage_class, "created_at": e.created_at}  # fmt: skip
+            out.append(emit(VERIFIED, e.run, e.step, e.save, payload))
+        elif e.event == "invalid":
+            payload = {"format": e.format, "bytes": e.bytes, "files": e.files, "reasons": d.get("reasons", [])}
+            out.append(emit(INVALID, e.run, e.step, e.save, payload))
+        elif e.event == "superseded":
+            payload = {"reason": d.get("reason", ""), "by_step": d.get("by_step"), "by_save": d.get("by_save")}
+            out.append(emit(SUPERSEDED, e.run, e.step, e.save, payload))
+    return _sent(out)
+
+
+def drilled(results: Sequence[DrillResult]) -> list[Event]:
+    """The drill's: each save whose drill failed (`.drill.failed`), with its problems."""
+    return _sent(
+        emit(DRILL_FAILED, r.run, r.step, r.save, {"problems": list(r.problems), "copy": r.store, "bytes": r.bytes})
+        for r in results
+        if not r.ok
+    )
+
+
+def restored(result: RestoreResult) -> list[Event]:
+    """The restore's, once every byte is back and verified (`.restored`); a restore still thawing: none."""
+    if result.status != "restored":
+        return []
+    payload = {"dest": result.dest, "bytes": result.bytes, "files": result.files, "copy": result.source,
+               "fallbacks": len(result.fallbacks)}  # fmt: skip
+    return _sent([emit(RESTORED, result.run, result.step, result.save, payload)])
