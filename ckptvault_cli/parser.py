@@ -6,6 +6,7 @@ import argparse
 
 from ckptvault_cli.commands.catalog import cmd_accept, cmd_catalog_rebuild, cmd_catalog_stats, cmd_ls
 from ckptvault_cli.commands.catalog_compact import cmd_catalog_compact
+from ckptvault_cli.commands.follow import cmd_follow
 from ckptvault_cli.commands.hold import cmd_hold, cmd_release
 from ckptvault_cli.commands.ingest import cmd_ingest
 from ckptvault_cli.commands.metrics import cmd_metrics
@@ -52,6 +53,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     _profile_flag(s)
     s.set_defaults(fn=cmd_ingest)
+
+    s = sub.add_parser(
+        "follow", parents=[common], help="ingest each step as soon as its commit marker appears, until Ctrl-C"
+    )
+    s.add_argument("--run", metavar="R", help="only this run's source (default: every [[sources]] entry)")
+    s.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=5.0,
+        metavar="N",
+        help="scan the sources every N seconds (polling: works on network file systems; default 5)",
+    )
+    s.set_defaults(fn=cmd_follow)
 
     s = sub.add_parser("ls", parents=[common], help="list checkpoints from the catalog")
     s.add_argument("--run", help="only this run")
