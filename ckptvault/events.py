@@ -26,9 +26,18 @@ def _stored(manifest: Manifest) -> int:
 
 
 def verified(
-    manifest: Manifest, flow_run: str = "", storage_class: str = "STANDARD", locked_until: float | None = None
+    manifest: Manifest,
+    flow_run: str = "",
+    storage_class: str = "STANDARD",
+    locked_until: float | None = None,
+    committed_at: float | None = None,
 ) -> Event:
-    lock = {} if locked_until is None else {"locked_until": locked_until}
+    """`committed_at`: when the checkpoint was committed on the hot tier (its commit marker's mtime, or
+    its newest file's); the detail's `rpo_seconds` is from then to the manifest's commit (docs/FORMAT.md,
+    "The catalog"). Absent when unknown (a rebuild from manifests)."""
+    extra: dict[str, float] = {} if locked_until is None else {"locked_until": locked_until}
+    if committed_at is not None:
+        extra["rpo_seconds"] = round(manifest.uploaded_at - committed_at, 3)
     return Event(
         run=manifest.run,
         step=manifest.step,
@@ -42,7 +51,7 @@ def verified(
         created_at=manifest.created_at,
         # the fingerprint lets the next ingest tell "unchanged" from "saved again" without a GET
         detail=_detail(
-            metrics=manifest.metrics, uploaded_at=manifest.uploaded_at, fingerprint=manifest.fingerprint, **lock
+            metrics=manifest.metrics, uploaded_at=manifest.uploaded_at, fingerprint=manifest.fingerprint, **extra
         ),
         flow_run=flow_run,
         save=manifest.save,

@@ -35,6 +35,7 @@ from ckptvault.ingest.decision import (
 )
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.gates import ValidationReport
+from ckptvault.ingest.narrow import commit_time
 from ckptvault.ingest.nodes import Gathered, checkpoint_rel, list_node, listing_timed_out, merge, validate_gathered
 from ckptvault.ingest.steps import (
     FileJob,
@@ -218,7 +219,7 @@ class IngestPass:
         if d.action == "record_committed":
             # committed by a run that died before recording it: the manifest is the truth, record it
             manifest = self.submit(load_manifest, store, prefix, found.run, found.step, d.save)
-            self._committed(manifest, [], d.changes)
+            self._committed(manifest, [], d.changes, commit_time(found))
             return base.with_result("present", d.message)
         if d.action == "invalid":
             if records_rejection(seen):
@@ -278,7 +279,7 @@ class IngestPass:
             manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
-        self._committed(manifest, flagged, d.changes)
+        self._committed(manifest, flagged, d.changes, commit_time(found))
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
         if d.supersedes is not None:
@@ -287,7 +288,7 @@ class IngestPass:
         outcome = base.with_result("warned" if warnings else "uploaded", message, time.monotonic() - p.t0)
         return outcome.with_uploaded(sent)
 
-    def _committed(self, manifest: Manifest, flagged: list[Event], changes: str) -> None:
+    def _committed(self, manifest: Manifest, flagged: list[Event], changes: str, committed_at: float) -> None:
         """Record a committed save (with the lock its manifest says it was committed with), and every
         save it supersedes (the same step's older save, the abandoned branch's later steps after a
         restart); keep `known` current for the rest of the pass."""
@@ -295,7 +296,7 @@ class IngestPass:
         # The manifest's own record, not this pass's retention: a commit lost to a concurrent ingest,
         # or one a killed pass made and this one only records, was locked as that manifest says.
         until = manifest.lock.retain_until if manifest.lock is not None else None
-        recorded = [*flagged, events.verified(manifest, self.run_id, locked_until=until)]
+        recorded = [*flagged, events.verified(manifest, self.run_id, locked_until=until, committed_at=committed_at)]
         replaced = superseded_by(list(known.values()), manifest.step, manifest.save, manifest.created_at, changes)
         recorded += [
             events.superseded(x.state.run, x.state.step, x.state.save, x.reason, manifest.step, manifest.save,

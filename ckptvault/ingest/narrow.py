@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ckptvault.config import SourceConfig
 from ckptvault.errors import InvalidArgumentError
-from ckptvault.ingest.discovery import DiscoveryResult, _quiet_reason, discover
+from ckptvault.ingest.discovery import DiscoveryResult, Found, _quiet_reason, discover
 from ckptvault.ingest.nodes import node_path
 from ckptvault.ingest.steps import Outcome
 
@@ -38,6 +38,22 @@ COMMIT_MARKERS: dict[str, str] = {
     "nemo": "no -unfinished sibling",
     "orbax": "commit_success.txt",
 }
+
+
+# The marker files inside the checkpoint whose mtime is the commit's time (the RPO's start, events.verified):
+# the others (megatron's tracker is in the run root and moves with every later save; nemo's marker is an
+# absence; orbax's rename leaves no file) fall back to the newest mtime of the checkpoint.
+MARKER_FILES: dict[str, str] = {"hf": "trainer_state.json", "dcp": ".metadata", "orbax": "commit_success.txt"}
+
+
+def commit_time(found: Found) -> float:
+    """When the checkpoint was committed: its commit marker's mtime where the format has a marker file
+    in the checkpoint and it is there, else the newest mtime of its files (Found.newest_mtime)."""
+    marker = MARKER_FILES.get(found.format)
+    for f in found.files if marker else ():
+        if f.rel == marker:
+            return f.mtime
+    return found.newest_mtime
 
 
 class UnknownRunError(InvalidArgumentError):

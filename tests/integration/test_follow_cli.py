@@ -1,9 +1,10 @@
 """`ckptvault follow` as its own process on SeaweedFS: a checkpoint written into the source while it
 runs is ingested and verified with no ingest started by hand; Ctrl-C then stops it with exit 130, the
-usual message and no traceback."""
+usual message and no traceback. The verified event records the RPO from the commit marker."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, Event
 from ckptvault.config import StoreConfig
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
@@ -43,11 +44,11 @@ def test_follow_ingests_a_step_written_while_it_runs_and_stops_on_ctrl_c(
         write_checkpoint(root, "hf", 100, 1 << 20, seed=1)
         store = open_store(StoreConfig(bucket=bucket, endpoint_url=seaweedfs.url, region=seaweedfs.region))
         deadline = time.monotonic() + WAIT_S
-        kinds: list[str] = []
-        while proc.poll() is None and "verified" not in kinds and time.monotonic() < deadline:
+        verified: list[Event] = []
+        while proc.poll() is None and not verified and time.monotonic() < deadline:
             time.sleep(0.3)
-            kinds = [e.event for e in Catalog(store, "t").events("r") if e.step == 100]
-        assert "verified" in kinds, (kinds, proc.poll())
+            verified = [e for e in Catalog(store, "t").events("r") if e.step == 100 and e.event == "verified"]
+        assert verified, proc.poll()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
@@ -58,3 +59,7 @@ def test_follow_ingests_a_step_written_while_it_runs_and_stops_on_ctrl_c(
     assert "interrupted; rerun the same command" in err and "Traceback" not in err, err[-2000:]
     assert "following r: a scan every 0.5 s" in err
     assert out.count("uploaded  r step 100 ") == 1, out  # one ingest for the step, not one per poll
+    # the RPO: from trainer_state.json's mtime to the manifest's commit, a number (never negative)
+    detail = json.loads(verified[0].detail)
+    marker = next(root.glob("*/trainer_state.json")).stat().st_mtime
+    assert detail["rpo_seconds"] == round(detail["uploaded_at"] - marker, 3) >= 0

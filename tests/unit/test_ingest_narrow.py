@@ -5,6 +5,8 @@ commit marker proves the save finished. The pass itself on the in-memory store."
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +21,7 @@ from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.narrow import (
     COMMIT_MARKERS,
     UnknownRunError,
+    commit_time,
     find_step,
     narrow_sources,
     skips_settle,
@@ -181,3 +184,31 @@ def test_the_command_hands_run_and_step_to_the_flow_and_exits_3_while_the_step_w
     assert "step 5 waits, nothing uploaded: no trainer_state.json yet" in capsys.readouterr().err
     code, _ = _cli(monkeypatch, tmp_path, [Outcome("alpha", 5, "hf", "uploaded")], run="alpha", step=5)
     assert code == EXIT_OK
+
+
+def test_the_verified_event_records_the_rpo_from_the_commit_marker_to_the_manifest(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "hf", 100, SIZE)
+    ckpt = next(p for p in tmp_path.iterdir() if p.is_dir())
+    marker = ckpt / "trainer_state.json"
+    hour_ago = time.time() - 3600
+    # the marker committed an hour ago; a file touched since (not part of the save's commit) is newer
+    os.utime(marker, (hour_ago, hour_ago))
+    (found,) = find_step(_source(tmp_path, "hf"), 100, time.time()).found
+    assert commit_time(found) == marker.stat().st_mtime < found.newest_mtime
+    cfg = Config(
+        store=StoreConfig(bucket="ckpts", prefix=PREFIX),
+        sources=[_source(tmp_path, "hf")],
+        validation=ValidationRules(enabled=False),
+    )
+    store = MemoryStore("ckpts")
+    assert [o.result for o in _narrow_pass(cfg, store, "r", 100)] == ["uploaded"]
+    (ev,) = [e for e in Catalog(store, PREFIX).events("r") if e.event == "verified"]
+    detail = json.loads(ev.detail)
+    assert detail["rpo_seconds"] == round(detail["uploaded_at"] - marker.stat().st_mtime, 3)
+    assert detail["rpo_seconds"] >= 3600
+
+
+def test_without_a_marker_file_the_commit_time_is_the_newest_file(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "deepspeed", 100, SIZE)
+    (found,) = find_step(_source(tmp_path, "deepspeed"), 100, time.time() + SETTLE + 1).found
+    assert commit_time(found) == found.newest_mtime == max(f.mtime for f in found.files)
