@@ -79,7 +79,13 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
         "legal_hold": s.legal_hold,
         "copies": s.copies,  # the primary's (verified, not expired) and each replica's
         "replicas": replica_records(s.replicas),
+        "rpo_ms": _ms(s.rpo_seconds),  # commit on the hot tier to the manifest's; null: not recorded
     }
+
+
+def _ms(seconds: float | None) -> int | None:
+    """Seconds as whole milliseconds (an integer prints the same from Python and Arrow), or None."""
+    return None if seconds is None else round(seconds * 1000)
 
 
 def replica_records(replicas: Sequence[ReplicaCopy]) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ definition, one event at a time; `_fold_table` computes the same column at a tim
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from typing import Any
@@ -43,7 +44,7 @@ def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> 
         created_at=None, uploaded_at=None, verified=False, local_evicted=False, last_drill_at=None,
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
-        fingerprint="", stored_bytes=0, locked_until=None, legal_hold=False, replicas=(),
+        fingerprint="", stored_bytes=0, locked_until=None, legal_hold=False, replicas=(), rpo_seconds=None,
     )  # fmt: skip
     return _fold_into(s, events)
 
@@ -96,6 +97,9 @@ def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
         until = _locked_until(e.detail)
         if until is not None:
             s["locked_until"] = until
+        rpo = _rpo_seconds(e.detail)
+        if rpo is not None:
+            s["rpo_seconds"] = rpo
         if e.event == "replicated":
             s["replicas"] = _with_copy(s["replicas"], e.detail, e.at)
         if e.event not in SIDE_EVENTS:
@@ -156,11 +160,22 @@ def _field(detail: str, name: str) -> str:
 
 def _locked_until(detail: str) -> float | None:
     """The `locked_until` a detail says (unix s), or None: absent, not a number, or not JSON."""
+    return _number(detail, "locked_until")
+
+
+def _rpo_seconds(detail: str) -> float | None:
+    """The `rpo_seconds` a detail says (a `verified` event's, written by an ingest), or None (also for
+    a value that is not finite: no duration, and `ls` could not print it as milliseconds)."""
+    v = _number(detail, "rpo_seconds")
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _number(detail: str, name: str) -> float | None:
     try:
         d = json.loads(detail) if detail else None
     except json.JSONDecodeError:
         return None
-    v = d.get("locked_until") if isinstance(d, dict) else None
+    v = d.get(name) if isinstance(d, dict) else None
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
@@ -274,6 +289,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
         "superseded": _last_where(kind("superseded"), idx),
         "hold": _last_where(pc.is_in(ev, value_set=pa.array(["held", "released"])), idx),
         "locked_until": _last_where(may_name("locked_until"), idx),
+        "rpo_seconds": _last_where(may_name("rpo_seconds"), idx),
     }  # fmt: skip
     aggs = [("first", "min"), ("first_uv", "min")] + [(k, "max") for k in masked if k not in ("first", "first_uv")]
     g = pa.table({"g": gid, **masked}).group_by("g", use_threads=False).aggregate(aggs)
@@ -326,7 +342,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     out["scheduled_at"] = [a for _, a in sched]
     out["legal_hold"] = [k == "held" for k in at("hold_max", "event")]
     cand = {}
-    for name in ("metrics", "fingerprint", "locked_until"):
+    for name in ("metrics", "fingerprint", "locked_until", "rpo_seconds"):
         said = pc.is_valid(masked[name])
         cand[name] = (pc.filter(idx, said).to_numpy(), pc.filter(gid, said).to_numpy())
 
@@ -350,6 +366,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     out["metrics"] = decide("metrics", _metrics, {}, lambda m: m is not None)
     out["fingerprint"] = decide("fingerprint", lambda d: _field(d, "fingerprint"), "", bool)
     out["locked_until"] = decide("locked_until", _locked_until, None, lambda v: v is not None)
+    out["rpo_seconds"] = decide("rpo_seconds", _rpo_seconds, None, lambda v: v is not None)
     out["replicas"] = _replicas_by_group(col, side, gid, len(out["run"]))
     out["_last_at"] = pc.take(col["at"], last).to_pylist()
     out["_last_origin"] = pc.take(col[_ORIGIN], last).to_pylist()

@@ -96,6 +96,8 @@ class CheckpointState:
     locked_until: float | None = None  # unix s: the retain-until date of the save's objects; None: none known
     legal_hold: bool = False  # the last held/released event was `held`
     replicas: tuple[ReplicaCopy, ...] = ()  # the copies on replicas, in the order first recorded
+    # from the checkpoint's commit on the hot tier to its manifest's (docs/FORMAT.md, "The RPO of a save")
+    rpo_seconds: float | None = None  # None: not recorded (events before it, a rebuild)
 
     @property
     def copies(self) -> int:

@@ -28,7 +28,8 @@ _SNAPSHOT_SCHEMA = pa.schema(
         ("class_since", pa.float64()), ("save", pa.int64()), ("superseded", pa.bool_()),
         ("superseded_reason", pa.string()), ("scheduled_class", pa.string()), ("scheduled_at", pa.float64()),
         ("fingerprint", pa.string()), ("stored_bytes", pa.int64()), ("locked_until", pa.float64()),
-        ("legal_hold", pa.bool_()), ("replicas", pa.string()), ("_last_at", pa.float64()),
+        ("legal_hold", pa.bool_()), ("replicas", pa.string()), ("rpo_seconds", pa.float64()),
+        ("_last_at", pa.float64()),
         ("_last_origin", pa.string()),
         ("_last_row", pa.int64()), ("_origins", pa.list_(pa.string())), ("_rows", pa.list_(pa.int64())),
     ],
@@ -36,7 +37,9 @@ _SNAPSHOT_SCHEMA = pa.schema(
 )  # fmt: skip
 _STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
 # Compat: reads snapshots written before these columns (what their absence means); may go: never
-_ADDED: dict[str, Any] = {"stored_bytes": 0, "locked_until": None, "legal_hold": False, "replicas": ""}
+_ADDED: dict[str, Any] = {
+    "stored_bytes": 0, "locked_until": None, "legal_hold": False, "replicas": "", "rpo_seconds": None,
+}  # fmt: skip
 
 
 @dataclass

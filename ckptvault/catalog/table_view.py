@@ -33,7 +33,7 @@ _SCHEMA = pa.schema(
         ("uploaded_at", pa.float64()), ("verified", pa.bool_()), ("last_drill_ok", pa.bool_()),
         ("last_drill_at", pa.float64()), ("superseded", pa.bool_()), ("superseded_reason", pa.string()),
         ("updated_at", pa.float64()), ("locked_until", pa.float64()), ("legal_hold", pa.bool_()),
-        ("replicas", pa.string()),
+        ("replicas", pa.string()), ("rpo_seconds", pa.float64()),
     ]
 )  # fmt: skip
 _COLUMNS = _SCHEMA.names
@@ -164,6 +164,12 @@ def _json_ints(a: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.cast(a, pa.string())
 
 
+def _json_ms(a: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """`listing._ms`: seconds as whole milliseconds, half to even as Python's round, null as null."""
+    ms = pc.round(pc.multiply(a, 1000.0), 0, round_mode="half_to_even")
+    return pc.fill_null(pc.cast(pc.cast(ms, pa.int64()), pa.string()), "null")
+
+
 def _json_bools(a: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.fill_null(pc.if_else(a, "true", "false"), "null")
 
@@ -218,7 +224,7 @@ def _lines(t: pa.Table) -> pa.Array:
         ("last_drill_ok", _json_bools(t["last_drill_ok"])), ("last_drill_at", _json_times(t["last_drill_at"])),
         ("superseded_reason", _json_strings(reason)), ("locked_until", _json_times(t["locked_until"])),
         ("legal_hold", _json_bools(t["legal_hold"])), ("copies", _json_ints(_copies(t))),
-        ("replicas", _json_replicas(t["replicas"])),
+        ("replicas", _json_replicas(t["replicas"])), ("rpo_ms", _json_ms(t["rpo_seconds"])),
     ]  # fmt: skip
     parts: list[pa.Array | str] = []
     for i, (name, col) in enumerate(fields):

@@ -1,6 +1,6 @@
 """`ckptvault follow` as its own process on SeaweedFS: a checkpoint written into the source while it
 runs is ingested and verified with no ingest started by hand; Ctrl-C then stops it with exit 130, the
-usual message and no traceback. The verified event records the RPO from the commit marker."""
+usual message and no traceback. The verified event records the RPO from the commit marker, and `ls --json` shows it."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pytest
 from ckptvault.catalog import Catalog, Event
 from ckptvault.config import StoreConfig
 from ckptvault.store import open_store
+from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
 
@@ -27,8 +28,9 @@ WAIT_S = 60.0  # a bound, not a measurement: the step is normally verified withi
 
 
 def test_follow_ingests_a_step_written_while_it_runs_and_stops_on_ctrl_c(
-    seaweedfs: Any, bucket_factory: Callable[[Any], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    seaweedfs: Any, bucket_factory: Callable[[Any], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)
     bucket = bucket_factory(seaweedfs)
@@ -63,3 +65,7 @@ def test_follow_ingests_a_step_written_while_it_runs_and_stops_on_ctrl_c(
     detail = json.loads(verified[0].detail)
     marker = next(root.glob("*/trainer_state.json")).stat().st_mtime
     assert detail["rpo_seconds"] == round(detail["uploaded_at"] - marker, 3) >= 0
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ls", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert (row["step"], row["state"], row["rpo_ms"]) == (100, "verified", round(detail["rpo_seconds"] * 1000))

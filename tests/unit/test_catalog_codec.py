@@ -193,7 +193,7 @@ _details = st.one_of(
     st.just("not json"),
     st.just("[1, 2]"),
     st.builds(
-        lambda m, fp, reason, to, eff, lock: json.dumps(
+        lambda m, fp, reason, to, eff, lock, rpo: json.dumps(
             {
                 k: v
                 for k, v in (
@@ -203,6 +203,7 @@ _details = st.one_of(
                     ("to_class", to),
                     ("takes_effect", eff),
                     ("locked_until", lock),
+                    ("rpo_seconds", rpo),
                 )
                 if v is not None
             }
@@ -218,9 +219,11 @@ _details = st.one_of(
         st.none() | st.sampled_from(["", "GLACIER", "STANDARD_IA"]),
         st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10),
         st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10) | st.just("2030-01-01"),
+        st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10) | st.just(float("nan")),
     ),
     st.just('{"metrics": 3}'),
     st.just('{"\\u006cocked_until": 7}'),
+    st.just('{"\\u0072po_seconds": 1.5}'),
     st.just('{"\\u006detrics": {"loss": 9}}'),
     st.sampled_from(
         ['{"store": "r1", "storage_class": "COLD"}', '{"store": "r2", "retain_until": 9}', '{"store": "r1"}']
@@ -350,3 +353,18 @@ def test_copies_fold_from_replicated_events_beside_the_saves_own_life() -> None:
     # through a snapshot and back, and a snapshot written before the column reads as no copies
     assert _read_old_snapshot(s, without=()) == s
     assert _read_old_snapshot(s, without=("replicas",)).replicas == ()
+
+
+def test_rpo_seconds_is_the_last_said_and_old_snapshots_read_it_as_null() -> None:
+    from dataclasses import replace
+
+    evs = [
+        Event("r", 1, "verified", 1.0, bytes=10, detail='{"rpo_seconds": 4.25}'),
+        Event("r", 1, "drilled", 2.0, ok=True),  # says nothing of it: it stays
+        Event("r", 2, "verified", 1.0, bytes=10),  # a rebuilt or older event: not recorded
+    ]
+    one, two = fold(evs)
+    assert (one.rpo_seconds, two.rpo_seconds) == (4.25, None)
+    # A snapshot written before the column: every row reads with rpo_seconds null.
+    assert _read_old_snapshot(one, without=("rpo_seconds",)) == replace(one, rpo_seconds=None)
+    assert _read_old_snapshot(one, without=()) == one

@@ -47,7 +47,7 @@ def _every_state(run: str, t: float) -> list[Event]:
         Event(run, 3, "accepted", t + 3),
         Event(run, 4, "uploaded", t + 4, bytes=100, stored_bytes=60, files=3, storage_class="STANDARD", detail=m),
         Event(run, 4, "verified", t + 5, detail=m),  # verified, compressed, no created_at
-        Event(run, 5, "verified", t + 6, bytes=7, created_at=t - 1e6),
+        Event(run, 5, "verified", t + 6, bytes=7, created_at=t - 1e6, detail='{"rpo_seconds": 3.1415}'),
         Event(run, 5, "drilled", t + 7.999, ok=False),  # suspect
         Event(run, 6, "verified", t + 8, bytes=9, storage_class="GLACIER"),
         Event(run, 6, "superseded", t + 9, detail='{"reason": "a restart \u00e9 \\"before\\""}'),
@@ -95,6 +95,9 @@ _EVENT = st.builds(
             '{"reason": "x"}',
             '{"metrics": {"l": 1}}',
             '{"store": "dr", "storage_class": "COLD", "retain_until": 2e9}',
+            '{"fingerprint": "f", "uploaded_at": 1e9, "rpo_seconds": 2.0005}',  # a half millisecond
+            '{"rpo_seconds": 1234.567}',
+            '{"rpo_seconds": NaN}',  # not a duration: null, as a detail without it
         ]
     ),
     save=st.integers(1, 2),
