@@ -4,11 +4,16 @@ never again. And the scan itself: the commit rule read from the listing, an inco
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from ckptvault.config import SourceConfig
 from ckptvault.ingest.follow import FollowState, committed_steps, due, settle
 from ckptvault_cli import synthetic
+from ckptvault_cli.preflight import UsageError
 
 
 def test_new_steps_are_due_once_each_in_order_and_done_ones_never_again() -> None:
@@ -41,3 +46,16 @@ def test_the_scan_reads_the_commit_rule_and_says_when_the_root_is_not_there(tmp_
     steps, problems = committed_steps(src)
     # committed regardless of settle_seconds: the ingest it starts applies the settle time itself
     assert steps == {100} and problems == []
+
+
+def test_the_command_refuses_a_bad_poll_interval_and_an_unknown_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ckptvault_cli.commands import follow as follow_cmd
+
+    cfg = SimpleNamespace(sources=[SourceConfig(run="alpha", path=tmp_path, format="hf")])
+    monkeypatch.setattr(follow_cmd, "preflight", lambda args, need_sources: cfg)
+    with pytest.raises(UsageError, match="--poll-seconds 0: give a positive number"):
+        follow_cmd.cmd_follow(argparse.Namespace(config=None, run=None, poll_seconds=0.0))
+    with pytest.raises(UsageError, match="configured runs: alpha"):
+        follow_cmd.cmd_follow(argparse.Namespace(config=None, run="beta", poll_seconds=5.0))
