@@ -149,7 +149,11 @@ def choose(statuses: Sequence[CopyStatus], forced: str | None = None) -> list[Co
 
 def survey(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyStatus]:
     """Each copy's manifest and objects for this save (nothing is downloaded). A store error is recorded
-    as the copy being unreachable, an absent or unreadable manifest as it not holding the save."""
+    as the copy being unreachable, an absent or unreadable manifest as it not holding the save. With one
+    copy only, a transient store error is raised (the caller's retries take it, as they took a restore's
+    reads before there were copies): there is no other copy to turn to."""
+    from ckptvault.store import TransientStoreError
+
     out = []
     for order, c in enumerate(copies):
         if c.store is None:
@@ -158,12 +162,16 @@ def survey(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyS
         try:
             manifest = manifest_load.load_manifest(c.store, c.prefix, run, step, save)
         except CkptvaultError as e:
+            if isinstance(e, TransientStoreError) and len(copies) == 1:
+                raise
             reachable = not _is_store_failure(e)
             out.append(CopyStatus(c.name, reachable, False, order, str(e), store=c.store, prefix=c.prefix))
             continue
         try:
             plans, missing = plan_present(c.store, c.prefix, manifest)
         except CkptvaultError as e:
+            if isinstance(e, TransientStoreError) and len(copies) == 1:
+                raise
             out.append(CopyStatus(c.name, False, True, order, str(e), store=c.store, prefix=c.prefix))
             continue
         out.append(

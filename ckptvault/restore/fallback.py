@@ -179,8 +179,10 @@ def _fetch_everything(
     # a breaker only where another copy can take over: the last copy is asked for every file, with retries
     breakers = [Breaker(s.name) if i < len(ordered) - 1 else None for i, s in enumerate(ordered)]
     got = fetch_all(submit, first.store, list(first.plans), staged, manifest, bar, threshold, breakers[0])
+    said: dict[str, list[str]] = {}  # each copy's own error, for the error that ends a restore
     for path, e in got.items():
         failed[path] = why(e, first.name)
+        said.setdefault(path, []).append(str(e))
     fallbacks: list[Fallback] = []
     for alt, breaker in zip(ordered[1:], breakers[1:], strict=True):
         if not failed or alt.store is None:
@@ -196,10 +198,14 @@ def _fetch_everything(
         for p in plans:
             if p.path in again:
                 failed[p.path] += f"; {why(again[p.path], alt.name)}"
+                said.setdefault(p.path, []).append(str(again[p.path]))
             else:
                 fallbacks.append(Fallback(p.path, alt.name, failed.pop(p.path)))
     if failed:
-        lines = [f"{path}: {what}" for path, what in sorted(failed.items())]
+        lines = [
+            f"{path}: {what}" + (f" ({'; '.join(said[path])})" if path in said else "")
+            for path, what in sorted(failed.items())
+        ]
         raise RestoreError(
             f"{len(failed)} of {len(manifest.files)} files could be read from no copy "
             f"({', '.join(s.name for s in ordered)}); nothing was changed:\n" + "\n".join(lines[:20])
