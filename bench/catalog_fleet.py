@@ -107,23 +107,31 @@ def _flat_left(cfg_path: Path) -> int:
     return sum(1 for _ in store.list(f"{prefix}/_catalog/events/"))
 
 
-def upgrade_main(a: argparse.Namespace) -> None:
-    """The catalog right after an upgrade (issue [V]): RUNS x CKPTS x 5 events in the flat layout, then
-    (1) the ingest passes of one run (`compact(runs=[R], max_seconds=60)`, as the ingest flow calls it)
-    until no flat file is left, then `ls --json` and `ls --run R --json`; (2) the same catalog written
-    afresh under another prefix, one `ckptvault catalog compact`, then `ls --json`."""
+_Setup = tuple[Path, Path, servers.Server, dict[str, str], str, list[str], dict[str, Any]]
+
+
+def _bench_setup(a: argparse.Namespace) -> _Setup:
+    """A scratch directory of this run's own (two runs never share a server), its SeaweedFS (not yet up),
+    the environment and commands the children run with, and the result record."""
     scratch: Path = paths.BENCH / f".scratch-catalog-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "logs").mkdir(parents=True)
-    log = scratch / "logs" / "catalog.log"
     server = servers.Server("seaweedfs", scratch, 8 * units.GiB)
     os.environ.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
                       AWS_REGION=server.region, AWS_EC2_METADATA_DISABLED="true")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
     env["PYTHONPATH"] = str(paths.REPO)
-    ckv = str(paths.VENV_BIN / "ckptvault")
     py = [sys.executable, str(Path(__file__).resolve())]
     res: dict[str, Any] = {"runs": a.runs, "ckpts": a.ckpts, "events": a.runs * a.ckpts * 5, "rows": {}}
+    return scratch, scratch / "logs" / "catalog.log", server, env, str(paths.VENV_BIN / "ckptvault"), py, res
+
+
+def upgrade_main(a: argparse.Namespace) -> None:
+    """The catalog right after an upgrade (issue [V]): RUNS x CKPTS x 5 events in the flat layout, then
+    (1) the ingest passes of one run (`compact(runs=[R], max_seconds=60)`, as the ingest flow calls it)
+    until no flat file is left, then `ls --json` and `ls --run R --json`; (2) the same catalog written
+    afresh under another prefix, one `ckptvault catalog compact`, then `ls --json`."""
+    scratch, log, server, env, ckv, py, res = _bench_setup(a)
     rows = res["rows"]
     one = _run_name(a.runs // 2)
     try:
@@ -299,18 +307,7 @@ def metrics_rows(cfg: Path, env: dict[str, str], log: Path, reps: int, scratch: 
 
 
 def fleet_main(a: argparse.Namespace) -> None:
-    scratch: Path = paths.BENCH / f".scratch-catalog-{os.getpid()}"  # its own: two runs never share a server
-    shutil.rmtree(scratch, ignore_errors=True)
-    (scratch / "logs").mkdir(parents=True)
-    log = scratch / "logs" / "catalog.log"
-    server = servers.Server("seaweedfs", scratch, 8 * units.GiB)
-    os.environ.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
-                      AWS_REGION=server.region, AWS_EC2_METADATA_DISABLED="true")  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
-    env["PYTHONPATH"] = str(paths.REPO)
-    ckv = str(paths.VENV_BIN / "ckptvault")
-    py = [sys.executable, str(Path(__file__).resolve())]
-    res: dict[str, Any] = {"runs": a.runs, "ckpts": a.ckpts, "events": a.runs * a.ckpts * 5, "rows": {}}
+    scratch, log, server, env, ckv, py, res = _bench_setup(a)
     rows = res["rows"]
     try:
         server.up()
