@@ -129,10 +129,10 @@ def _detail_store(e: Event) -> str | None:
     return store if isinstance(store, str) else PRIMARY
 
 
-def holders(key: Key, history: Iterable[Event], replicas: Sequence[str]) -> list[str]:
-    """The copies of a save: the primary, then each of `replicas` (the configuration's order) that a
-    `replicated` event of the save names."""
-    named = {_detail_store(e) for e in history if e.event == "replicated" and (e.run, e.step, e.save) == key}
+def holders(s: CheckpointState, replicas: Sequence[str]) -> list[str]:
+    """The copies of a save: the primary, then each of `replicas` (the configuration's order) that holds
+    it as the catalog's fold recorded (`CheckpointState.replicas`, from its `replicated` events)."""
+    named = {c.store for c in s.replicas}
     return [PRIMARY, *(r for r in replicas if r in named)]
 
 

@@ -87,7 +87,7 @@ def drill(
         t0 = time.monotonic()
         source, src, src_prefix = PRIMARY, store, prefix
         if copies:
-            held = holders(s.key, history[s.run], replicas)
+            held = holders(s, replicas)
             down = [h for h in held if copies[h].store is None]
             for h in down:
                 print(f"{label(*s.key)}: copy {h} unreachable, not drilled this time: {copies[h].problem}")

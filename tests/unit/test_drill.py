@@ -344,9 +344,11 @@ def _replicated(run: str, step: int, store: str, at: float, save: int = 1) -> Ev
 def test_holders_are_the_primary_then_the_configured_replicas_a_replicated_event_names() -> None:
     history = [_replicated("r", 10, "far", 1.0), _replicated("r", 10, "dr", 2.0), _replicated("r", 20, "other", 3.0),
                _replicated("r", 10, "gone", 4.0)]  # fmt: skip
-    assert holders(("r", 10, 1), history, ["dr", "far"]) == ["primary", "dr", "far"]  # the configuration's order
-    assert holders(("r", 20, 1), history, ["dr", "far"]) == ["primary"]
-    assert holders(("r", 10, 2), history, ["dr", "far"]) == ["primary"]  # another save of the step
+    verified = [Event(run="r", step=st, save=sv, event="verified", at=0.5) for st, sv in ((10, 1), (20, 1), (10, 2))]
+    states = {s.key: s for s in fold([*verified, *history])}
+    assert holders(states[("r", 10, 1)], ["dr", "far"]) == ["primary", "dr", "far"]  # the configuration's order
+    assert holders(states[("r", 20, 1)], ["dr", "far"]) == ["primary"]
+    assert holders(states[("r", 10, 2)], ["dr", "far"]) == ["primary"]  # another save of the step
 
 
 def test_drills_rotate_over_every_copy_of_a_save_least_recently_drilled_first() -> None:
