@@ -11,7 +11,13 @@ from prefect import flow, unmapped
 from ckptvault.catalog import Catalog
 from ckptvault.replication import ReplicaPass, ReplicateIncomplete, ReplicateResult, select_replicas
 from ckptvault_prefect.runtime.hooks import HOOKS
-from ckptvault_prefect.tasks.common import current_states_task, load_config_task, open_store_task, publish_markdown_task
+from ckptvault_prefect.tasks.common import (
+    current_states_task,
+    ledger_task,
+    load_config_task,
+    open_store_task,
+    publish_markdown_task,
+)
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.replicate import open_replica_task, replicate_task, wanted_task
 from ckptvault_prefect.tasks.step import wait_all
@@ -45,6 +51,7 @@ def replicate(replica: str | None = None, config_path: str | None = None) -> Rep
         print(line)
     publish_markdown_task("replicate-report", result.to_markdown(), "what each replica was sent, and what failed")
     notify_task(cfg, primary, result.alerts(flow_run_url()))
+    ledger_task(primary, cfg.store.prefix, None, "replicate" if result.ok else None, delete=cfg.store.flows_delete)
     if not result.ok:
         raise ReplicateIncomplete(result)
     return result

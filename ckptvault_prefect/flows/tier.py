@@ -29,6 +29,7 @@ from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     current_states_task,
+    ledger_task,
     load_config_task,
     load_manifest_task,
     open_store_task,
@@ -141,4 +142,6 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     # the tier role may delete: fold the alert-state objects flows without deletes left (a no-op when
     # there is one); the catalog's leftovers went with the compaction above
     fold_alert_state_task(cfg, store)
+    # the tier role may delete: this record also folds the ledger objects flows without deletes left
+    ledger_task(store, prefix, None, "tier", delete=True)
     return report
