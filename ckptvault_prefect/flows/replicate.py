@@ -10,6 +10,7 @@ from prefect import flow, unmapped
 
 from ckptvault.catalog import Catalog
 from ckptvault.replication import ReplicaPass, ReplicateIncomplete, ReplicateResult, select_replicas
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     current_states_task,
@@ -47,6 +48,7 @@ def replicate(replica: str | None = None, config_path: str | None = None) -> Rep
         (r.name, f.result(raise_on_failure=False)) for r, f in zip(chosen, futures, strict=True)
     ]
     result = ReplicateResult.of(outcomes)
+    prefect_events.replicated(result)  # each copy committed (recorded by the pass), for Prefect automations
     for _, line in result.lines():
         print(line)
     publish_markdown_task("replicate-report", result.to_markdown(), "what each replica was sent, and what failed")
