@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -34,6 +35,7 @@ _FILE_RE = re.compile(r"\d{20}-[0-9a-f]{32}\.json")
 # recorded on that day has written its object (a flow records when it ends, dated by that moment).
 FOLD_AFTER_DAYS = 2
 _READ_ROUNDS = 5
+_GETS_IN_FLIGHT = 16
 
 # The counter families and the label each one's key carries ("" for none): `family` or `family|value`.
 FAMILIES: dict[str, str] = {
@@ -176,19 +178,32 @@ def read_parts(store: ObjectStore, prefix: str) -> list[tuple[str, Ledger]]:
     neither merged nor ever deleted (it may be a newer version's)."""
     known: dict[str, Ledger | None] = {}
     keys: list[str] = []
+
+    def get(k: str) -> Ledger | bool | None:  # False: gone (folded into a newer object by a concurrent save)
+        try:
+            return Ledger.from_json(store.get_bytes(k))
+        except NotFoundError:
+            return False
+        except (ChecksumMismatchError, ValueError) as e:
+            log.warning("skipping ledger object %s: %s", k, e)
+            return None
+
     for _ in range(_READ_ROUNDS):
         keys = _keys(store, prefix)
+        new = [k for k in keys if k not in known]
+        # without deletes (tier-only) a day of flow runs leaves an object each until tier folds them:
+        # fetched in parallel, so a scrape pays a few round trips for them, not one each
+        if len(new) > 1:
+            with ThreadPoolExecutor(min(_GETS_IN_FLIGHT, len(new))) as pool:
+                got = list(pool.map(get, new))
+        else:
+            got = [get(k) for k in new]
         vanished = False
-        for k in keys:
-            if k in known:
-                continue
-            try:
-                known[k] = Ledger.from_json(store.get_bytes(k))
-            except NotFoundError:  # folded into a newer object by a concurrent save: listed again
+        for k, g in zip(new, got, strict=True):
+            if g is False:
                 vanished = True
-            except (ChecksumMismatchError, ValueError) as e:
-                log.warning("skipping ledger object %s: %s", k, e)
-                known[k] = None
+            else:
+                known[k] = g if isinstance(g, Ledger) else None
         if not vanished:
             break
     return [(k, p) for k in keys if (p := known.get(k)) is not None]
