@@ -118,3 +118,38 @@ def test_alerts_delivered_are_counted_and_a_role_without_deletes_sends_none() ->
     record_ledger(tier, "vault", None, "tier", delete=True)  # the tier role folds them into one
     assert len(_objects(store)) == 1
     assert load(store, "vault").totals() == {"alerts_sent|legal_hold": 1.0, "drill_bytes": 5.0}
+
+
+def test_a_failed_restore_is_counted_by_its_error_class(monkeypatch: object) -> None:
+    """Direct mode (the command line without Prefect) ends a failed flow through hooks.alert_failed, as a
+    Prefect flow run's failure hook does: a restore's failure is counted there; another flow's is not."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    import pytest
+
+    from ckptvault.config import Config, StoreConfig
+    from ckptvault.store import StoreError
+    from ckptvault_cli import running
+    from ckptvault_prefect.runtime import hooks
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    store = MemoryStore("b")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("CKPTVAULT_PREFECT", raising=False)
+    monkeypatch.setattr(hooks, "load_config", lambda path: Config(store=StoreConfig(bucket="bkt", prefix="vault")))
+    monkeypatch.setattr(hooks, "open_store", lambda store_cfg: store)
+    sent: list[Any] = []
+    monkeypatch.setattr(hooks, "send_alerts", lambda cfg, st, alerts, secret: sent.append(alerts))
+
+    def failing(error: Exception) -> Any:
+        def fn(**_: Any) -> Any:
+            raise error
+
+        return fn
+
+    for name, error in (("restore", StoreError("get s3://b/k: timed out")), ("restore", KeyError("x")),
+                        ("restore", StoreError("again")), ("ingest", StoreError("not a restore"))):  # fmt: skip
+        assert running.run_flow(SimpleNamespace(name=name, fn=failing(error)), 1, config_path=None) is error
+    assert load(store, "vault").totals() == {"restore_failures|StoreError": 2.0, "restore_failures|KeyError": 1.0}
+    assert len(sent) == 4  # and each failure still alerted
