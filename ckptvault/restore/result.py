@@ -33,7 +33,8 @@ class RestoreResult:
 
     def ledger_counts(self, seconds: float) -> dict[str, float]:
         """What the metrics' ledger counts of this restore (ckptvault/ledger.py), `seconds` being how long
-        the whole restore took: nothing for one still thawing (its bytes come with the restore that ends it)."""
+        it spent bringing the bytes back: nothing for one still thawing (its bytes come with the restore that
+        ends it)."""
         if self.status != "restored":
             return {}
         return {"restore_bytes": float(self.bytes), "restore_seconds": float(seconds)}
