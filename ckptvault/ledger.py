@@ -21,7 +21,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, StoreError
@@ -85,6 +85,9 @@ class Ledger:
     through: str = ""  # the base holds every entry of this day and before ("" : none yet)
     base: dict[str, float] = field(default_factory=dict)
     entries: dict[str, Entry] = field(default_factory=dict)
+    # the keys of the stored objects whose content this object's holds (not part of the ledger: a reader
+    # of the object that holds it need not GET them)
+    covers: tuple[str, ...] = field(default=(), compare=False)
 
     def totals(self) -> dict[str, float]:
         """Each counter: the base plus every entry not yet in it."""
@@ -99,6 +102,7 @@ class Ledger:
             "last_success": self.last_success,
             "base": {"through": self.through, "counts": self.base},
             "entries": {i: {"day": e.day, "counts": e.counts} for i, e in sorted(self.entries.items())},
+            "covers": list(self.covers),
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -119,6 +123,7 @@ class Ledger:
                 through=str(base.get("through") or ""),
                 base={str(k): float(v) for k, v in (base.get("counts") or {}).items()},
                 entries=entries,
+                covers=tuple(str(k) for k in (doc.get("covers") or [])),
             )
         except (TypeError, KeyError, AttributeError, json.JSONDecodeError) as e:
             raise ValueError(f"not a readable {SCHEMA} document: {e}") from None
@@ -173,11 +178,29 @@ def _keys(store: ObjectStore, prefix: str) -> list[str]:
     return [o.key for o in store.list(folder) if _FILE_RE.fullmatch(o.key[len(folder) :])]
 
 
-def read_parts(store: ObjectStore, prefix: str) -> list[tuple[str, Ledger]]:
-    """Each readable stored object with its ledger. One that cannot be read is logged and left out:
-    neither merged nor ever deleted (it may be a newer version's)."""
+@dataclass(frozen=True)
+class Stored:
+    """What a read of the stored ledger found: the objects it read, and the listed ones it did not need to
+    read because one of those holds their content (a record that may delete deletes both)."""
+
+    parts: list[tuple[str, Ledger]]
+    covered: list[str]
+
+    def merged(self) -> Ledger:
+        return merge(p for _, p in self.parts)
+
+    def holds(self) -> tuple[str, ...]:
+        """Every key whose content the parts hold: what a new object merging them covers."""
+        return tuple(sorted([*(k for k, _ in self.parts), *self.covered]))
+
+
+def read_stored(store: ObjectStore, prefix: str) -> Stored:
+    """The newest readable object, then every listed object its `covers` does not name (in parallel: one
+    each per record not yet merged, e.g. written at once by two flows). One that cannot be read is logged
+    and left out: neither merged nor ever deleted (it may be a newer version's)."""
     known: dict[str, Ledger | None] = {}
     keys: list[str] = []
+    covered: set[str] = set()
 
     def get(k: str) -> Ledger | bool | None:  # False: gone (folded into a newer object by a concurrent save)
         try:
@@ -188,30 +211,48 @@ def read_parts(store: ObjectStore, prefix: str) -> list[tuple[str, Ledger]]:
             log.warning("skipping ledger object %s: %s", k, e)
             return None
 
-    for _ in range(_READ_ROUNDS):
-        keys = _keys(store, prefix)
-        new = [k for k in keys if k not in known]
-        # without deletes (tier-only) a day of flow runs leaves an object each until tier folds them:
-        # fetched in parallel, so a scrape pays a few round trips for them, not one each
-        if len(new) > 1:
-            with ThreadPoolExecutor(min(_GETS_IN_FLIGHT, len(new))) as pool:
-                got = list(pool.map(get, new))
+    def fetch(want: list[str]) -> bool:
+        """GET these into `known`; False if one had vanished."""
+        if len(want) > 1:
+            with ThreadPoolExecutor(min(_GETS_IN_FLIGHT, len(want))) as pool:
+                got = list(pool.map(get, want))
         else:
-            got = [get(k) for k in new]
-        vanished = False
-        for k, g in zip(new, got, strict=True):
-            if g is False:
-                vanished = True
-            else:
+            got = [get(k) for k in want]
+        for k, g in zip(want, got, strict=True):
+            if g is not False:
                 known[k] = g if isinstance(g, Ledger) else None
-        if not vanished:
+        return all(g is not False for g in got)
+
+    for _ in range(_READ_ROUNDS):
+        keys = _keys(store, prefix)  # oldest first: the keys begin with their write time
+        listed = set(keys)
+        covered = set()
+        complete = True
+        for k in reversed(keys):  # the newest readable object holds what it covers
+            if k not in known:
+                complete = fetch([k]) and complete
+            got = known.get(k)
+            if got is not None:
+                covered = set(got.covers) & listed
+                break
+        complete = fetch([k for k in keys if k not in known and k not in covered]) and complete
+        for k in keys:
+            if k not in covered and (got := known.get(k)) is not None:
+                covered |= set(got.covers) & listed
+        if complete:
             break
-    return [(k, p) for k in keys if (p := known.get(k)) is not None]
+    parts = [(k, p) for k in keys if k not in covered and (p := known.get(k)) is not None]
+    return Stored(parts, sorted(covered))
+
+
+def read_parts(store: ObjectStore, prefix: str) -> list[tuple[str, Ledger]]:
+    """The objects a reader merges (`read_stored`'s parts)."""
+    return read_stored(store, prefix).parts
 
 
 def load(store: ObjectStore, prefix: str) -> Ledger:
     """The merged ledger (an empty one for a bucket written before it existed)."""
-    return merge(p for _, p in read_parts(store, prefix))
+    return read_stored(store, prefix).merged()
 
 
 def record_ledger(
@@ -225,32 +266,34 @@ def record_ledger(
 ) -> str | None:
     """Add one entry of `counts` (and, with `succeeded`, that flow's success now) to the stored ledger.
 
-    With `delete`, the stored objects are merged with it (closed days folded into the base), written as
-    one new object, and only then deleted. Without (`[store] deletes = "tier-only"`), only this entry is
-    written, as its own small object, with no read: readers merge it, and the next save that may delete
-    folds it. Returns the new key, or None when there was nothing to record. Raises StoreError only when
-    the new object could not be written (then nothing was deleted)."""
+    The stored ledger is merged with it (closed days folded into the base) and written as one new object
+    that names in `covers` every object whose content it holds; with `delete`, those are deleted after
+    it is written. Without (`[store] deletes = "tier-only"`), they stay until a record that may delete
+    (`tier --apply`), but a reader GETs only the newest and what it does not cover. Returns the new key,
+    or None when there was nothing to record. Raises StoreError only when the new object could not be
+    written (then nothing was deleted)."""
     t = time.time() if now is None else now
     e = entry(counts or {}, t)
     mine = Ledger(
         last_success={succeeded: t} if succeeded else {}, through="", base={}, entries={e.id: e} if e.counts else {}
     )
-    if not mine.last_success and not mine.entries and not delete:
-        return None
-    parts: list[tuple[str, Ledger]] = []
-    if delete:
-        try:
-            parts = read_parts(store, prefix)
-        except StoreError as err:  # ours alone loses nothing: the next save merges it with the rest
-            log.warning("cannot read the stored ledger (%s); writing this entry beside it", err)
+    stored = Stored([], [])
+    try:
+        stored = read_stored(store, prefix)
+    except StoreError as err:  # ours alone loses nothing: the next record merges it with the rest
+        log.warning("cannot read the stored ledger (%s); writing this entry beside it", err)
+    parts = stored.parts
     merged = fold_closed(merge([mine, *(p for _, p in parts)]), t)
     if merged == Ledger():
         return None
-    if len(parts) == 1 and parts[0][1] == merged:
+    if len(parts) == 1 and parts[0][1] == merged and (not delete or not stored.covered):
         return None
     key = f"{ledger_dir(prefix)}{time.time_ns():020d}-{uuid.uuid4().hex}.json"
-    store.put_bytes(key, merged.to_json(), if_none_match=True, content_type="application/json")
-    for k, _ in parts:
+    body = replace(merged, covers=stored.holds()).to_json()
+    store.put_bytes(key, body, if_none_match=True, content_type="application/json")
+    if not delete:
+        return key
+    for k in stored.holds():
         try:
             store.delete(k)
         except StoreError as err:

@@ -153,3 +153,26 @@ def test_a_failed_restore_is_counted_by_its_error_class(monkeypatch: object) -> 
         assert running.run_flow(SimpleNamespace(name=name, fn=failing(error)), 1, config_path=None) is error
     assert load(store, "vault").totals() == {"restore_failures|StoreError": 2.0, "restore_failures|KeyError": 1.0}
     assert len(sent) == 4  # and each failure still alerted
+
+
+def test_without_deletes_a_reader_gets_the_newest_object_and_what_it_does_not_cover() -> None:
+    store = MemoryStore("b")
+    for i in range(20):
+        record_ledger(store, "vault", {"drill_bytes": 1}, "ingest", delete=False, now=T0 + i)
+    assert len(_objects(store)) == 20  # nothing deleted
+    gets: list[str] = []
+    get = store.get_bytes
+
+    def counted(key: str, *a: object, **k: object) -> bytes:
+        gets.append(key)
+        return get(key, *a, **k)  # type: ignore[arg-type]
+
+    store.get_bytes = counted  # type: ignore[method-assign]
+    got = ledger.read_stored(store, "vault")
+    assert len(gets) == 1 and len(got.parts) == 1 and len(got.covered) == 19  # the newest covers the rest
+    assert got.merged().totals() == {"drill_bytes": 20.0} and got.merged().last_success == {"ingest": T0 + 19}
+    # an object written beside it that it does not cover (a concurrent writer's) is read as well
+    stray = Ledger({}, "", {}, {"z": Entry("z", ledger.day_of(T0), {"drill_bytes": 5.0})})
+    store.put_bytes("vault/_state/ledger/" + f"{1:020d}-" + "f" * 32 + ".json", stray.to_json())
+    gets.clear()
+    assert load(store, "vault").totals() == {"drill_bytes": 25.0} and len(gets) == 2
