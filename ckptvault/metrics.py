@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import generate_latest, pushadd_to_gateway, start_http_server, write_to_textfile
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ckptvault import ledger as ledger_lib
 from ckptvault.catalog import Catalog
 from ckptvault.catalog.summary import FleetSummary, summarize
 from ckptvault.config import Config
@@ -56,6 +57,45 @@ def options_for(cfg: Config) -> MetricsOptions:
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+
+
+def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+
+
+# ledger family -> (exported name without _total, help); docs/metrics.md, "What the flows did"
+_LEDGER_COUNTERS: dict[str, tuple[str, str]] = {
+    "alerts_sent": ("alerts_sent", "Alerts delivered, by kind."),
+    "restore_bytes": ("restore_bytes", "Original bytes restored (restores that ended restored)."),
+    "restore_seconds": ("restore_seconds", "Seconds those restores spent bringing the bytes back."),
+    "drill_bytes": ("drill_bytes", "Original bytes of the saves drilled, passed or not."),
+    "drill_seconds": ("drill_seconds", "Seconds those drills took (restore and load check)."),
+    "upload_failures": ("upload_failures", "Checkpoints an ingest failed to upload, by error class."),
+    "restore_failures": ("restore_failures", "Restores that failed, by error class."),
+}
+
+
+def ledger_families(led: ledger_lib.Ledger) -> list[Metric]:
+    """The counters and last successes the ledger holds (ckptvault/ledger.py). Every counter family is
+    sent, a labelled one with the labels it has seen (none before anything happened)."""
+    totals = led.totals()
+    out: list[Metric] = []
+    for family, (name, doc) in _LEDGER_COUNTERS.items():
+        label = ledger_lib.FAMILIES[family]
+        c = _counter(name, doc, (label,) if label else ())
+        if label:
+            for key, v in sorted(totals.items()):
+                f, value = ledger_lib.split_key(key)
+                if f == family:
+                    c.add_metric([value], v)
+        else:
+            c.add_metric([], totals.get(family, 0.0))
+        out.append(c)
+    last = _gauge("flow_last_success_timestamp_seconds", "When each flow last ended well (unix seconds).", ("flow",))
+    for flow, t in sorted(led.last_success.items()):
+        last.add_metric([flow], t)
+    out.append(last)
+    return out
 
 
 def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metric]:
@@ -165,6 +205,10 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
     for store, n in sorted(s.replica_saves.items()):
         replicas.add_metric([store], float(n))
     out.append(replicas)
+    ingested = _counter("ingest_bytes", "Original bytes of every save committed to the store, per run.", ("run",))
+    for name, b in sorted(s.ingested_bytes.items()):
+        ingested.add_metric([name], float(b))
+    out.append(ingested)
     return out
 
 
@@ -220,7 +264,12 @@ def compute(catalog: Catalog, options: MetricsOptions, now: float | None = None)
         summary = summarize(catalog, t, options.cover_days)
     except (CkptvaultError, OSError) as e:
         return Computed(down(), str(e))
-    return Computed(families(summary, t, options))
+    out = families(summary, t, options)
+    try:  # what the flows did: a ledger that cannot be read leaves out its metrics, not the catalog's
+        out += ledger_families(ledger_lib.load(catalog.store, catalog.prefix))
+    except (CkptvaultError, OSError) as e:
+        log.warning("metrics: the ledger could not be read, its counters are left out: %s", e)
+    return Computed(out)
 
 
 def exposition(collector: Collector) -> bytes:

@@ -52,3 +52,9 @@ def settle(pending: Sequence[Pending[Any]]) -> list[str]:
     nothing may be cleaned up while a sibling call is still writing."""
     outs = [p.result(raise_on_failure=False) for p in pending]
     return [str(out) for out in outs if isinstance(out, BaseException)]
+
+
+def first_error_class(pending: Sequence[Pending[Any]]) -> str:
+    """The type name of the first failed call's exception ("" when none failed): a failure's error class."""
+    outs = (p.result(raise_on_failure=False) for p in pending)
+    return next((type(out).__name__ for out in outs if isinstance(out, BaseException)), "")

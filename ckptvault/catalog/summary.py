@@ -63,6 +63,10 @@ class FleetSummary:
     replica_saves: dict[str, int] = field(default_factory=dict)  # [[replicas]] name -> saves with a copy there
     read_seconds: float = 0.0  # reading the catalog's current state
     unreadable: int = 0  # catalog objects the read skipped (Catalog.unreadable)
+    # run -> original bytes of every save ever committed (uploaded_at set, expired and superseded ones
+    # included: a save's row is never dropped), the counter ckptvault_ingest_bytes_total. Columns: run,
+    # bytes, uploaded_at (read above already)
+    ingested_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def _floats(t: pa.Table, c: str) -> np.ndarray:
@@ -142,6 +146,8 @@ def summarize_table(
                 billed=billed[rows], objects=np.maximum(files[rows], 1),
             )  # fmt: skip
     lag = (up - created)[stored & ~np.isnan(created)]
+    committed = ~np.isnan(up)
+    ingested = np.bincount(run[committed], weights=nbytes[committed], minlength=len(names)) if n else np.zeros(0)
 
     drillable = (codes == _VERIFIED) | (codes == _SUSPECT)
     since = -np.inf if cover_days is None else now - cover_days * DAY
@@ -157,6 +163,7 @@ def summarize_table(
         runs=runs, by_state=by_state, by_class=by_class, lag_seconds=lag, drillable=int(drillable.sum()),
         drill_covered=int(covered.sum()), never_drilled=int((drillable & np.isnan(drill_at)).sum()),
         replica_saves=dict(replicas), read_seconds=read_seconds, unreadable=unreadable,
+        ingested_bytes={name: int(ingested[i]) for i, name in enumerate(names)},
     )  # fmt: skip
 
 

@@ -15,13 +15,14 @@ from ckptvault.catalog import Catalog, CheckpointState
 from ckptvault.ingest import narrow
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
-from ckptvault.ingest.steps import IngestIncomplete, Outcome
+from ckptvault.ingest.steps import IngestIncomplete, Outcome, ledger_counts
 from ckptvault.timing import phase
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
+    ledger_task,
     load_config_task,
     open_store_task,
     publish_markdown_task,
@@ -79,6 +80,11 @@ def ingest(config_path: str | None = None, run: str | None = None, step: int | N
     # this role may not delete: snapshots only, the tier flow merges and deletes
     with phase(timing.COMPACTION):
         compact_catalog_task(catalog, time.time(), [s.run for s in sources], deletes=cfg.store.flows_delete)
-    if not all(o.ok for o in outcomes):
+    ok = all(o.ok for o in outcomes)
+    # the metrics' ledger (docs/metrics.md): failed uploads by error class, and a success when there are none
+    ledger_task(
+        store, cfg.store.prefix, ledger_counts(outcomes), "ingest" if ok else None, delete=cfg.store.flows_delete
+    )
+    if not ok:
         raise IngestIncomplete(outcomes)
     return outcomes

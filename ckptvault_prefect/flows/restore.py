@@ -33,6 +33,7 @@ from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.common import (
+    ledger_task,
     load_config_task,
     publish_markdown_task,
     record_task,
@@ -169,6 +170,10 @@ def restore(
         fallbacks=fallbacks,
     )
     prefect_events.restored(report)
+    if primary is not None:  # the metrics' ledger is the primary's, beside its catalog
+        ledger_task(
+            primary, cfg.store.prefix, report.ledger_counts(download_s), "restore", delete=cfg.store.flows_delete
+        )
     with phase(timing.ARTIFACTS):
         publish_markdown_task(
             "restore-result",

@@ -194,3 +194,30 @@ def test_thresholds_from_the_config_are_exported_for_the_rules(cat: Catalog) -> 
     assert ("ckptvault_run_stale_after_seconds", (("run", "b"),)) not in m  # b is not watched
     assert m[("ckptvault_budget_usd_per_month", ())] == 250.0
     assert ("ckptvault_budget_usd_per_month", ()) not in _scrape(cat)
+
+
+def test_counters_from_the_catalog_and_the_ledger(cat: Catalog) -> None:
+    from ckptvault import ledger
+
+    m = _scrape(cat)
+    # every save ever committed, expired and superseded ones included (c's only save expired)
+    assert m[("ckptvault_ingest_bytes_total", (("run", "a"),))] == 5000.0
+    assert m[("ckptvault_ingest_bytes_total", (("run", "b"),))] == 17000.0
+    assert m[("ckptvault_ingest_bytes_total", (("run", "c"),))] == 500.0
+    # a bucket from before the ledger: the unlabelled counters are 0, no flow has a last success
+    assert m[("ckptvault_restore_bytes_total", ())] == 0.0
+    assert not any(name == "ckptvault_flow_last_success_timestamp_seconds" for name, _ in m)
+
+    ledger.record_ledger(cat.store, "vault", ledger.alerts_sent(["run_stale", "run_stale"]), delete=True, now=NOW)
+    ledger.record_ledger(cat.store, "vault", {"drill_bytes": 150, "drill_seconds": 3}, "drill", delete=True, now=NOW)
+    ledger.record_ledger(cat.store, "vault", {"upload_failures|StoreTimeoutError": 1}, None, delete=False, now=NOW)
+    ledger.record_ledger(cat.store, "vault", {"restore_bytes": 4096, "restore_seconds": 2}, "restore", delete=False,
+                         now=NOW + 5)  # fmt: skip
+    m = _scrape(cat)
+    assert m[("ckptvault_alerts_sent_total", (("kind", "run_stale"),))] == 2.0
+    assert m[("ckptvault_drill_bytes_total", ())] == 150.0
+    assert m[("ckptvault_drill_seconds_total", ())] == 3.0
+    assert m[("ckptvault_restore_bytes_total", ())] == 4096.0
+    assert m[("ckptvault_upload_failures_total", (("error_class", "StoreTimeoutError"),))] == 1.0
+    assert m[("ckptvault_flow_last_success_timestamp_seconds", (("flow", "drill"),))] == NOW
+    assert m[("ckptvault_flow_last_success_timestamp_seconds", (("flow", "restore"),))] == NOW + 5
