@@ -5,9 +5,9 @@ training step never waits on it and never sees it fail.
 takes it from there and sends it on the channels `channels()` picks:
 
 - `event`: a Prefect event `ckptvault.checkpoint.saved` (resource `ckptvault.run.<run>`, the step and
-  path in the payload and as resource labels), sent by a Prefect events client opened for it in the
-  thread. The ingest deployment's trigger (ckptvault_prefect/deployments/prefect.yaml) turns it into an
-  ingest of that run and step.
+  path in the payload and as resource labels), POSTed to the Prefect API's events endpoint from the
+  thread (the standard library's HTTP: it works while the process exits). The ingest deployment's
+  trigger (ckptvault_prefect/deployments/prefect.yaml) turns it into an ingest of that run and step.
 - `ingest`: `ckptvault ingest --run R --step S` as a detached subprocess (its own session, so it
   finishes even when training exits first), its output appended to a log file per run.
 
@@ -24,6 +24,7 @@ fill the training log. A checkpoint whose signal was lost is still archived by t
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import queue
@@ -31,10 +32,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # Prefect is imported only when an event is sent
     from prefect.events import Event
@@ -48,6 +51,7 @@ THREAD_NAME = "ckptvault-hooks"
 # At interpreter exit, how long the signals still queued get to be handed on (a subprocess start takes
 # milliseconds; an event waits at most for one connection attempt)
 EXIT_DRAIN_SECONDS = 10.0
+EVENT_TIMEOUT_SECONDS = 5.0
 
 log = logging.getLogger("ckptvault.hooks")
 
@@ -134,63 +138,55 @@ def run_ingest(saved: Saved, env: Mapping[str, str]) -> None:
     threading.Thread(target=reap, name=f"ckptvault-hooks-reap-{proc.pid}", daemon=True).start()
 
 
-class _NotFromHookThread(logging.Filter):
-    """Drops what Prefect's events client logs from the hook's own thread: its "Unable to connect"
-    warning would repeat at every save, and the hook's one warning already says it, with the reason."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.threadName != THREAD_NAME
-
-
-def _quiet_prefect_in_hook_thread() -> None:
-    logger = logging.getLogger("prefect.events.clients")
-    if not any(isinstance(f, _NotFromHookThread) for f in logger.filters):
-        logger.addFilter(_NotFromHookThread())
+def event_body(saved: Saved, occurred: datetime | None = None, event_id: str | None = None) -> dict[str, Any]:
+    """The `ckptvault.checkpoint.saved` event of one save, as the Prefect events API takes it (JSON): what
+    the ingest deployment's trigger matches (its resource id) and reads its run and step parameters from
+    (its payload). Built without Prefect: it is sent from the training process, perhaps at its exit."""
+    when = occurred or datetime.now(UTC)
+    return {
+        "id": event_id or str(uuid.uuid4()),
+        "occurred": when.isoformat(),
+        "event": EVENT,
+        "resource": {
+            "prefect.resource.id": f"{RESOURCE_PREFIX}{saved.run}",
+            "prefect.resource.name": saved.run,
+            "ckptvault.run": saved.run,
+            "ckptvault.step": str(saved.step),
+        },
+        "related": [],
+        "payload": {"run": saved.run, "step": saved.step, "path": saved.path},
+    }
 
 
 def event_for(saved: Saved) -> Event:
-    """The `ckptvault.checkpoint.saved` event of one save: what the ingest deployment's trigger matches
-    (its resource id) and reads its run and step parameters from (its payload)."""
-    from prefect.events import Event, Resource
+    """`event_body` as Prefect's own Event (the trigger's templates are rendered against one)."""
+    from prefect.events import Event
 
-    return Event(
-        event=EVENT,
-        resource=Resource(
-            {
-                "prefect.resource.id": f"{RESOURCE_PREFIX}{saved.run}",
-                "prefect.resource.name": saved.run,
-                "ckptvault.run": saved.run,
-                "ckptvault.step": str(saved.step),
-            }
-        ),
-        payload={"run": saved.run, "step": saved.step, "path": saved.path},
-    )
+    return Event.model_validate(event_body(saved))
 
 
-def send_event(saved: Saved, env: Mapping[str, str]) -> None:
-    """One Prefect event over a client opened for it: connection errors raise here (in the hook's
-    thread), where prefect.events.emit_event's own worker would swallow them and the hook could not
-    say the signal was lost. The API is the one `env` names, set for this thread's context only
-    (Prefect's settings were read when it was imported, perhaps before the variable was set), and never
-    an ephemeral server: the hook must not start one inside a training process."""
-    import asyncio
+def send_event(saved: Saved, env: Mapping[str, str], timeout: float = EVENT_TIMEOUT_SECONDS) -> None:
+    """One event, POSTed to the events endpoint of the API `env` names (`$PREFECT_API_URL/events`, with
+    `$PREFECT_API_KEY` as the bearer token where set); a connection error or an error status raises here,
+    in the hook's thread, which says it once.
 
-    from prefect.events.clients import get_events_client
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE, temporary_settings
+    Plain HTTP from the standard library, not Prefect's events client: the last save's signal is often
+    sent while the training process exits, when an asyncio client cannot start (its executor's
+    `threading._register_atexit` is refused once interpreter shutdown has begun: the event was lost);
+    and the training process neither imports Prefect nor could start an ephemeral server."""
+    import urllib.request
 
-    _quiet_prefect_in_hook_thread()
     api = env.get("PREFECT_API_URL")
     if not api:
         raise RuntimeError("no PREFECT_API_URL: set it to the Prefect API that runs the ingest deployment")
-
-    event = event_for(saved)
-
-    async def emit() -> None:
-        async with get_events_client(reconnection_attempts=0) as client:
-            await client.emit(event)
-
-    with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE: False}):
-        asyncio.run(emit())
+    headers = {"Content-Type": "application/json"}
+    key = env.get("PREFECT_API_KEY")
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    body = json.dumps([event_body(saved)]).encode()
+    req = urllib.request.Request(f"{api.rstrip('/')}/events", data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as resp:  # an error status raises HTTPError
+        resp.read()
 
 
 @dataclass
