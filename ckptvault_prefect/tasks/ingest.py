@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,7 +40,7 @@ def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
 
 @local_task("discover-step", task_run_name="discover-{source.run}-step-{step}")
 def find_step_task(source: SourceConfig, step: int) -> DiscoveryResult:
-    return narrow.find_step(source, step, time.time())
+    return narrow.find_step_settled(source, step)
 
 
 is_committed_task = io_task("is-committed")(lib.is_committed)
