@@ -19,7 +19,6 @@ import threading
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Self, cast
 
-import boto3
 import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, ProfileNotFound
@@ -116,7 +115,9 @@ def _shared_loader() -> Any:
 
 
 def _credentials_source(profile: str | None = None) -> str:
-    creds = boto3.session.Session(profile_name=profile).get_credentials()
+    # botocore's session, as boto3's wraps it: importing boto3 (and s3transfer, multiprocessing) costs
+    # a read command's start-up ~50 ms for nothing a client uses
+    creds = botocore.session.Session(profile=profile).get_credentials()
     if creds is None:
         return "boto3 found no credentials."
     return f"boto3 found credentials via {creds.method!r} (not shown)."
