@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self, cast
 
+import botocore.parsers
 import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, ProfileNotFound
@@ -78,6 +80,7 @@ def make_client(
     profile: str | None = getattr(cfg, "profile", None)
     session = botocore.session.Session(profile=profile)
     session.register_component("data_loader", _shared_loader())
+    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
     try:
         client = session.create_client("s3", endpoint_url=cfg.endpoint_url, verify=verify, config=botocfg)
     except ProfileNotFound as e:
@@ -100,6 +103,22 @@ def signs_payload(cfg: StoreConfig) -> bool:
     if cfg.sign_payload != "auto":
         return cfg.sign_payload == "always"
     return urllib.parse.urlsplit(cfg.endpoint_url or "https://s3.amazonaws.com").scheme != "https"
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """A response's timestamp as botocore's own parser reads it, ISO 8601 with a zone (every key's
+    LastModified in a LIST) by `datetime.fromisoformat` first: botocore's parser (dateutil's) took two
+    thirds of a LIST's CPU, ~0.09 s of the 2,000 keys a fleet's catalog lists (bench/README.md)."""
+    if isinstance(value, str):
+        try:
+            got = datetime.fromisoformat(value)
+        except ValueError:
+            pass  # an HTTP date (a Last-Modified header), epoch seconds: botocore's own parser
+        else:
+            if got.tzinfo is not None:
+                return got
+    parsed: datetime = botocore.parsers.DEFAULT_TIMESTAMP_PARSER(value)
+    return parsed
 
 
 _loader: Any = None
