@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog
 
 DAY = 86400.0
+# The columns of the current state `summarize_table` reads (`_state_codes` the first five): all a
+# metrics read decodes of the combined snapshot (bench/README.md, "The metrics"). A figure reading
+# another column adds it here.
+COLUMNS = (
+    "run", "last_event", "verified", "superseded", "last_drill_ok", "last_drill_at", "uploaded_at",
+    "created_at", "bytes", "stored_bytes", "files", "storage_class", "replicas",
+)  # fmt: skip
 _VERIFIED, _SUSPECT, _EXPIRED = (LIFECYCLE_STATES.index(s) for s in ("verified", "suspect", "expired"))
 
 
@@ -170,6 +177,6 @@ def summarize_table(
 def summarize(cat: Catalog, now: float, cover_days: float | None = None) -> FleetSummary:
     """The catalog's current state (snapshots and the events since, as `ls` reads it), summed at `now`."""
     t0 = time.perf_counter()
-    t = current_table(cat)
+    t = current_table(cat, columns=COLUMNS)
     read = time.perf_counter() - t0
     return summarize_table(t, now, cover_days, read, len(cat.unreadable))

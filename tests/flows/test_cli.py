@@ -74,6 +74,21 @@ def test_read_commands_import_neither_great_expectations_prefect_torch_nor_panda
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no checkpoints in the catalog" in proc.stdout
+    # `ls --run R --json` alone, in a process of its own: a client from botocore without boto3 (nor its
+    # s3transfer and multiprocessing), no alert channels while nothing is unreadable, no manifests
+    code = (
+        "import sys\nfrom ckptvault_cli.main import main\n"
+        f"assert main(['--config', {str(cfg)!r}, 'ls', '--run', 'r', '--json']) == 0\n"
+        "unused = ('great_expectations', 'prefect', 'torch', 'pandas', 'boto3', 's3transfer', 'multiprocessing',\n"
+        "          'slack_sdk', 'ckptvault.alerts', 'ckptvault.manifest', 'ckptvault.restore', 'ckptvault.ingest')\n"
+        "assert 'botocore' in sys.modules and 'pyarrow' in sys.modules\n"
+        "heavy = [m for m in unused if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **seaweedfs.env()},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(
