@@ -30,14 +30,14 @@ def alert_failed(
     """One flow_failed alert, unless the flow already alerted for what failed. Never raises. Used by
     the hooks above and by direct mode (ckptvault_prefect/tasks/step.py), where no Prefect state exists."""
     try:
-        if isinstance(result, AlreadyAlerted):
-            return
         cfg = load_config(params.get("config_path"))
         store = open_store(cfg.store)
         if flow_name == "restore":  # `ckptvault_restore_failures_total{error_class}` (docs/metrics.md)
             error = type(result).__name__ if isinstance(result, BaseException) else "Unknown"
             counts = {ledger.counter_key("restore_failures", error): 1.0}
             ledger.note_ledger(store, cfg.store.prefix, counts, delete=cfg.store.flows_delete)  # never raises
+        if isinstance(result, AlreadyAlerted):  # counted above all the same: a failure alerted is a failure
+            return
         run, step = params.get("run"), str(params.get("step") or "")
         kw: dict[str, Any] = {"run": str(run)} if run else {}
         if run and step.isdigit():
