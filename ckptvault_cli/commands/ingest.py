@@ -4,7 +4,9 @@ how its outcomes are printed."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ckptvault import timing
 from ckptvault.timing import phase
@@ -20,6 +22,9 @@ from ckptvault_cli.preflight import (
     start_prefect_note,
 )
 
+if TYPE_CHECKING:
+    from ckptvault.config import Config
+
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
@@ -27,7 +32,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if step is not None and run is None:
         raise UsageError("--step needs --run: a step number names a checkpoint only within its run")
     with phase(timing.PREFLIGHT):
-        cfg = preflight(args, need_sources=True)
+        cfg = preflight(args, need_sources=True, config_read=lambda c: _start_gate_child(c, args))
         if run is not None:
             from ckptvault.ingest.narrow import UnknownRunError, narrow_sources
 
@@ -36,13 +41,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             except UnknownRunError as e:
                 raise UsageError(str(e)) from None
         choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
-    if cfg.validation.enabled and cfg.validation.isolate and not choice.needs_prefect:
-        from ckptvault.ingest import quality
-
-        # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
-        # instead of after them; with nothing new to validate the flow stops it after discovery.
-        with phase(timing.GATES):
-            quality.prewarm()
     with phase(timing.IMPORTS):
         start_prefect_note(force_prefect=choice.needs_prefect)
         from ckptvault.ingest.steps import IngestIncomplete
@@ -75,6 +73,32 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 say(f"{why}; the next ingest (scheduled, or this command again) takes it once it is ready")
                 return EXIT_WAITING
         return EXIT_OK
+
+
+def _start_gate_child(cfg: Config, args: argparse.Namespace) -> None:
+    """The gate child's start (interpreter, Great Expectations' import, its engine: ~3 s of CPU) runs
+    beside everything after the config is read (the checks, the bucket probe, the imports, discovery)
+    instead of after them: the gates then find it ready. With nothing new to validate the flow stops it
+    after discovery; a preflight that fails stops it at exit. Not for Dask runs: their gates run in the
+    workers, and the runner's own errors are preflight_runner's to report."""
+    if not (cfg.validation.enabled and cfg.validation.isolate):
+        return
+    from ckptvault_prefect.runtime.scale import RunnerChoiceError, choose_runner
+
+    try:
+        choice = choose_runner(
+            cfg.scale,
+            address_flag=args.dask_address,
+            workers_flag=args.dask_workers,
+            api_url=os.environ.get("PREFECT_API_URL"),
+        )
+    except RunnerChoiceError:
+        return
+    if not choice.needs_prefect:
+        from ckptvault.ingest import quality_child
+
+        with phase(timing.GATES):
+            quality_child.prewarm()
 
 
 def print_outcomes(outcomes: Sequence[object], as_json: bool = False) -> None:
