@@ -161,7 +161,11 @@ def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, result: object, **flag
         params.update(kw)
         return result
 
+    def run_direct(body: object, name: str, workers: int, **kw: Any) -> object:  # no Prefect API: the body
+        return run_flow(body, workers, **kw)
+
     monkeypatch.setattr(running, "run_flow", run_flow)
+    monkeypatch.setattr(running, "run_direct", run_direct)
     args = argparse.Namespace(config=None, dask_address=None, dask_workers=None, json=False, **flags)
     return ingest_cmd.cmd_ingest(args), params
 
