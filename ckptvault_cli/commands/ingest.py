@@ -17,8 +17,8 @@ from ckptvault_cli.preflight import (
     EXIT_OK,
     EXIT_WAITING,
     UsageError,
-    preflight,
     preflight_runner,
+    preflight_store,
     start_prefect_note,
 )
 
@@ -32,7 +32,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if step is not None and run is None:
         raise UsageError("--step needs --run: a step number names a checkpoint only within its run")
     with phase(timing.PREFLIGHT):
-        cfg = preflight(args, need_sources=True, config_read=lambda c: _start_gate_child(c, args))
+        cfg, store = preflight_store(args, need_sources=True, config_read=lambda c: _start_gate_child(c, args))
         if run is not None:
             from ckptvault.ingest.narrow import UnknownRunError, narrow_sources
 
@@ -49,7 +49,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             from ckptvault_prefect.flows.ingest_body import ingest_body
 
             process.imports_done()
-        result = running.run_direct(ingest_body, "ingest", 2, **params)
+        # the config parsed and the bucket probed above, not again in the body
+        result = running.run_direct(ingest_body, "ingest", 2, **params, preflighted=(cfg, store))
     else:
         with phase(timing.IMPORTS):
             start_prefect_note(force_prefect=choice.needs_prefect)

@@ -13,10 +13,12 @@ import time
 
 from ckptvault import timing
 from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.config import Config
 from ckptvault.ingest import narrow
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import IngestIncomplete, Outcome
+from ckptvault.store import ObjectStore
 from ckptvault.timing import phase
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
@@ -40,18 +42,24 @@ from ckptvault_prefect.tasks.retry import RETRIES
 
 
 def ingest_body(
-    config_path: str | None = None, run: str | None = None, step: int | None = None, flow_run_id: str = ""
+    config_path: str | None = None,
+    run: str | None = None,
+    step: int | None = None,
+    flow_run_id: str = "",
+    preflighted: tuple[Config, ObjectStore] | None = None,
 ) -> list[Outcome]:
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
     ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
     neither uploaded nor already present. `flow_run_id`: the Prefect flow run's, recorded in the
-    catalog's events ("" in direct mode)."""
+    catalog's events ("" in direct mode). `preflighted`: the config `config_path` names and its store,
+    bucket already probed, from a caller in this process that did both (the command line in direct
+    mode): not parsed and probed a second time."""
     with phase(timing.PREFLIGHT):
-        cfg = load_config_task(config_path)
+        cfg = load_config_task(config_path) if preflighted is None else preflighted[0]
         if step is not None and run is None:
             raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
         sources = narrow.narrow_sources(cfg.sources, run)
-        store = open_store_task(cfg)
+        store = open_store_task(cfg) if preflighted is None else preflighted[1]
         ensure_bucket_rules_task(store)
     catalog = Catalog(store, cfg.store.prefix)
     known: dict[str, dict[int, CheckpointState]] = {}

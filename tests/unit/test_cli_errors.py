@@ -91,7 +91,7 @@ def test_ingest_prints_an_incomplete_pass_once_and_exits_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = SimpleNamespace(validation=SimpleNamespace(enabled=False))
-    monkeypatch.setattr(ingest_cmd, "preflight", lambda args, need_sources, config_read=None: cfg)
+    monkeypatch.setattr(ingest_cmd, "preflight_store", lambda args, need_sources, config_read=None: (cfg, None))
     monkeypatch.setattr(ingest_cmd, "preflight_runner", lambda *a, **k: SimpleNamespace(needs_prefect=False))
     monkeypatch.setattr(ingest_cmd, "start_prefect_note", lambda force_prefect=False: None)
     incomplete = IngestIncomplete([FAILED])
