@@ -11,7 +11,8 @@ flow and deployment as related resources itself. An event is a notification, not
 cannot be sent is logged and the flow goes on (the catalog and the alerts are the record).
 
 In direct mode (the command line with no Prefect API, ckptvault_cli/running.py) nothing is emitted:
-there is no server to receive events, and Prefect's emitter would start a temporary one (10-30 s).
+there is no server to receive events, and Prefect's emitter would start a temporary one (10-30 s); nor
+is Prefect imported here for it (its import is 1-3 s of such a command's start).
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-from prefect.events import Event, emit_event
+from typing import TYPE_CHECKING, Any
 
 from ckptvault.alerts.alert import Alert
 from ckptvault.catalog import Event as CatalogEvent
@@ -29,6 +28,9 @@ from ckptvault.replication import ReplicateResult
 from ckptvault.restore.drill import DrillResult
 from ckptvault.restore.result import RestoreResult
 from ckptvault_prefect.tasks.step import in_direct_mode
+
+if TYPE_CHECKING:
+    from prefect.events import Event
 
 log = logging.getLogger("ckptvault.events")
 
@@ -78,6 +80,8 @@ def _emit(
 ) -> Event | None:
     if in_direct_mode():
         return None
+    from prefect.events import emit_event  # here: direct mode imports no Prefect
+
     try:
         return emit_event(name, resource=res, related=rel, payload=dict(payload))
     except Exception as e:  # a notification that failed must not fail the flow that did the work

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prefect.artifacts import create_markdown_artifact
-
 from ckptvault import ledger
 from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
 from ckptvault.config import Config, load_config
@@ -55,4 +53,6 @@ ledger_task = io_task("record-ledger")(ledger.note_ledger)
 
 @local_task("publish-markdown", record_only=True)
 def publish_markdown_task(key: str, markdown: str, description: str) -> None:
+    from prefect.artifacts import create_markdown_artifact  # record_only: never called in direct mode
+
     create_markdown_artifact(key=key, markdown=markdown, description=description)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from prefect.artifacts import create_table_artifact
-
 from ckptvault.catalog import Catalog
 from ckptvault.config import Compression, SourceConfig
 from ckptvault.ingest import narrow, nodes, quality
@@ -117,6 +115,8 @@ commit_manifest_task = io_task("commit-manifest")(lib.commit_manifest)
 
 @local_task("publish-outcomes", record_only=True)
 def publish_outcomes_task(outcomes: Sequence[lib.Outcome]) -> None:
+    from prefect.artifacts import create_table_artifact  # record_only: never called in direct mode
+
     rows = [
         {
             "run": o.run,

@@ -204,7 +204,7 @@ def test_the_narrowed_pass_uploads_nothing_of_a_step_whose_marker_is_missing(tmp
 def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, result: object, **flags: Any) -> tuple[int, dict[str, Any]]:
     """cmd_ingest with the config's preflight and the flow replaced: what the command makes of them."""
     cfg = SimpleNamespace(sources=[_source(tmp_path, "hf", "alpha")], validation=SimpleNamespace(enabled=False))
-    monkeypatch.setattr(ingest_cmd, "preflight", lambda args, need_sources: cfg)
+    monkeypatch.setattr(ingest_cmd, "preflight_store", lambda args, need_sources, config_read=None: (cfg, None))
     monkeypatch.setattr(ingest_cmd, "preflight_runner", lambda *a, **k: SimpleNamespace(needs_prefect=False))
     monkeypatch.setattr(ingest_cmd, "start_prefect_note", lambda force_prefect=False: None)
     params: dict[str, Any] = {}
@@ -213,7 +213,11 @@ def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, result: object, **flag
         params.update(kw)
         return result
 
+    def run_direct(body: object, name: str, workers: int, **kw: Any) -> object:  # no Prefect API: the body
+        return run_flow(body, workers, **kw)
+
     monkeypatch.setattr(running, "run_flow", run_flow)
+    monkeypatch.setattr(running, "run_direct", run_direct)
     args = argparse.Namespace(config=None, dask_address=None, dask_workers=None, json=False, **flags)
     return ingest_cmd.cmd_ingest(args), params
 
