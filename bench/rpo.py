@@ -85,6 +85,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def handoff_us(calls: int = 20_000) -> dict[str, float]:
+    """What `notify_saved` costs the training thread, in microseconds a call: the rank check, the queue
+    put and the thread start (the first call); the channel is `off`, so the hook's thread does nothing
+    with it and the machine's load is all that moves the number."""
+    from ckptvault.hooks.signal import DISPATCHER, notify_saved
+
+    times = []
+    for step in range(calls):
+        t0 = time.perf_counter()
+        notify_saved("bench-handoff", step, "/nowhere", signal="off")
+        times.append(time.perf_counter() - t0)
+    DISPATCHER.drain(30)
+    return {"median_us": statistics.median(times) * 1e6, "max_us": max(times) * 1e6, "first_us": times[0] * 1e6}
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -96,6 +111,7 @@ class RpoBench:
         self.logs = self.scratch / "logs"
         self.server = Server("seaweedfs", self.scratch, 8 * GiB)
         self.rows: list[dict[str, Any]] = []
+        self.handoff: dict[str, float] = {}
         self.children: list[subprocess.Popen[bytes]] = []  # follow and the scheduled ingests: stopped at the end
 
     def env(self) -> dict[str, str]:
@@ -186,6 +202,8 @@ class RpoBench:
             "fw": fw, "mode": mode, "rep": rep, "run": run, "load_before": load0, "load_after": load(),
             "train_seconds": train_s, "steps": len(steps) + 1, "every": t["every"],
             "step_median_ms": statistics.median(steps) * 1000, "step_mean_ms": statistics.fmean(steps) * 1000,
+            "cpu_median_ms": statistics.median(t["step_cpu_seconds"]) * 1000,
+            "cpu_mean_ms": statistics.fmean(t["step_cpu_seconds"]) * 1000,
             "saves": a.saves, "archived": len(got), "rpo_seconds": sorted(rpo),
             "rpo_by_step": {s: v / 1000 for s, v in sorted(got.items()) if v is not None},
             "rpo_median": statistics.median(rpo) if rpo else None, "rpo_max": max(rpo) if rpo else None,
@@ -194,7 +212,8 @@ class RpoBench:
             f"  RPO median {row['rpo_median']:.1f} s, max {row['rpo_max']:.1f} s" if rpo
             else ("" if mode == "baseline" else "  RPO: none recorded")
         )  # fmt: skip
-        log(f"  {run:22} step {row['step_median_ms']:6.1f} ms median, {row['step_mean_ms']:6.1f} mean; "
+        log(f"  {run:22} step {row['step_median_ms']:6.1f} ms median, {row['step_mean_ms']:6.1f} mean, "
+            f"CPU {row['cpu_median_ms']:5.1f} median; "
             f"{len(got)}/{a.saves} archived{shown}  (load {load0} -> {row['load_after']})")  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
         return row
@@ -230,6 +249,12 @@ class RpoBench:
         log(f"SeaweedFS at {self.server.url} in {time.perf_counter() - t0:.0f} s; load {load()}")
         s3_client(self.server).create_bucket(Bucket=BUCKET)
         env = self.env()
+        self.handoff = handoff_us()
+        h = self.handoff
+        log(
+            f"notify_saved on the caller's thread: {h['median_us']:.1f} us median, {h['max_us']:.0f} us max, "
+            f"{h['first_us']:.0f} us the first (the thread's start); load {load()}"
+        )
         for fw in a.frameworks:
             log(f"{fw}: {a.saves} saves, one every {EVERY[fw]} steps")
             for mode, rep in self.order():
@@ -248,7 +273,8 @@ class RpoBench:
         meta = machine_info()
         meta.update(started=started.isoformat(), args={k: str(v) for k, v in vars(a).items()})
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"meta": meta, "summary": summarize(self.rows), "runs": self.rows}, indent=1))
+        out = {"meta": meta, "handoff": self.handoff, "summary": summarize(self.rows), "runs": self.rows}
+        a.json.write_text(json.dumps(out, indent=1))
 
     def cleanup(self) -> None:
         for p in self.children:  # an interrupted bench: its follow or scheduled ingest still running
@@ -285,6 +311,8 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "modes": modes,
             "hook_median_ratio": [h["step_median_ms"] / b["step_median_ms"] for h, b in pairs],
             "hook_mean_ratio": [h["step_mean_ms"] / b["step_mean_ms"] for h, b in pairs],
+            "hook_cpu_median_ratio": [h["cpu_median_ms"] / b["cpu_median_ms"] for h, b in pairs],
+            "hook_cpu_mean_ratio": [h["cpu_mean_ms"] / b["cpu_mean_ms"] for h, b in pairs],
         }
     return out
 
@@ -312,7 +340,9 @@ def render(summary: dict[str, Any], a: argparse.Namespace) -> str:
     for fw, s in summary.items():
         med = ", ".join(f"{x:.3f}" for x in s["hook_median_ratio"])
         mean = ", ".join(f"{x:.3f}" for x in s["hook_mean_ratio"])
-        lines.append(f"- {fw}: median step {med}; mean step {mean}")
+        cpu = ", ".join(f"{x:.3f}" for x in s["hook_cpu_median_ratio"])
+        cpu_mean = ", ".join(f"{x:.3f}" for x in s["hook_cpu_mean_ratio"])
+        lines.append(f"- {fw}: wall: median step {med}, mean {mean}; process CPU: median step {cpu}, mean {cpu_mean}")
     return "\n".join(lines)
 
 

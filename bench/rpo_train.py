@@ -15,7 +15,9 @@ nothing but the framework's own save.
 The step time is the wall time from the end of one training step to the end of the next (the framework's
 own end-of-step callback), so a save and whatever the hook does inside it fall in the step that saved.
 torch runs one thread: the machine has two cores, and the other is left to the ingests and the store.
-TIMES.json: {"step_seconds": [...], "save_steps": [...], "saved_at": {step: unix time}, "wall": s}.
+The process's CPU time per step is kept too: what the hook itself costs the training process (its
+thread's work included), which the other engineers' load on the machine does not move as it moves wall
+time. TIMES.json: {"step_seconds": [...], "step_cpu_seconds": [...], "saved_at": {step: unix time}, "wall": s}.
 """
 
 from __future__ import annotations
@@ -40,18 +42,23 @@ IN, HIDDEN, OUT, BATCH = 64, 1024, 16, 64
 
 
 class Clock:
-    """Every step's end (perf_counter) and each save's return (unix time)."""
+    """Every step's end (perf_counter, and the process's CPU time: every thread's, the hook's included)
+    and each save's return (unix time)."""
 
     def __init__(self) -> None:
         self.ends: list[float] = []
+        self.cpu: list[float] = []
         self.saved_at: dict[int, float] = {}
 
     def step_end(self) -> None:
         self.ends.append(time.perf_counter())
+        self.cpu.append(time.process_time())
 
     def result(self, every: int, wall: float) -> dict[str, Any]:
         steps = [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)]  # step 2 onwards
-        return {"step_seconds": steps, "every": every, "saved_at": self.saved_at, "wall": wall}
+        cpu = [b - a for a, b in zip(self.cpu, self.cpu[1:], strict=False)]
+        return {"step_seconds": steps, "step_cpu_seconds": cpu, "every": every, "saved_at": self.saved_at,
+                "wall": wall}  # fmt: skip
 
 
 def _mlp() -> Any:
