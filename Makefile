@@ -83,8 +83,9 @@ bench-catalog: $(STAMP)
 	$(BIN)/python bench/catalog.py --path states
 
 # RPO per framework (bench/README.md "RPO"): real HF, Lightning and DCP training runs of 20 saves each on
-# SeaweedFS, archived by the hook, by `follow` and by a scheduled ingest scaled down (30 s, settle 3 s);
-# and the step time with the hook against without, interleaved. About 20 minutes on 2 busy cores.
+# SeaweedFS, archived by the hook and by a scheduled ingest scaled down (30 s, settle 3 s); and the step
+# time with the hook against without, 2 interleaved pairs. About an hour on 2 busy cores (HF and Lightning
+# with one pair took 36 minutes at load 16-37).
 bench-rpo: $(STAMP)
 	$(BIN)/python bench/rpo.py --json bench/results/rpo.json
 

@@ -23,7 +23,7 @@ Step time: each run's median (and mean: the save steps are in it) step time; the
 of each `hook` run to the `baseline` run next to it (the pairs alternate their order). Load on a shared
 machine moves both: read the ratios, with the load printed beside them.
 
-    .venv/bin/python bench/rpo.py [--frameworks hf,lightning,dcp] [--modes hook,follow,scheduled]
+    .venv/bin/python bench/rpo.py [--frameworks hf,lightning,dcp] [--modes hook,scheduled[,follow]]
         [--saves 20] [--pairs 2] [--interval 30] [--settle 3] [--json PATH]
 """
 
@@ -67,7 +67,7 @@ AFTER = {"hook": 900.0, "follow": 900.0}
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frameworks", default=",".join(FRAMEWORKS))
-    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--modes", default="hook,scheduled", help=f"of {', '.join(MODES)} (default hook,scheduled)")
     p.add_argument("--saves", type=int, default=20, help="checkpoints per training run (default 20)")
     p.add_argument("--pairs", type=int, default=2, help="baseline/hook pairs per framework, order alternating")
     p.add_argument("--interval", type=float, default=30, help="the scheduled ingest's period, s (default 30)")
