@@ -124,6 +124,11 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
         ("run",),
     )
     lag = _gauge("run_newest_archive_lag_seconds", "Created to verified of the run's newest good save.", ("run",))
+    rpo = _gauge(
+        "run_newest_rpo_seconds",
+        "Commit marker to verified manifest of the run's newest good save, as its ingest recorded it.",
+        ("run",),
+    )
     drill_at = _gauge("run_last_drill_timestamp_seconds", "When a save of the run was last drilled.", ("run",))
     drill_ok = _gauge("run_last_drill_success", "1 when the run's last drill passed, 0 when it failed.", ("run",))
     drill_pass = _gauge(
@@ -137,13 +142,15 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
             created.add_metric([name], r.newest_created_at)
         if r.newest_lag_seconds is not None:
             lag.add_metric([name], r.newest_lag_seconds)
+        if r.newest_rpo_seconds is not None:
+            rpo.add_metric([name], r.newest_rpo_seconds)
         if r.last_drill_at is not None:
             drill_at.add_metric([name], r.last_drill_at)
             drill_ok.add_metric([name], 1.0 if r.last_drill_ok else 0.0)
         if r.last_drill_success_at is not None:
             drill_pass.add_metric([name], r.last_drill_success_at)
         suspect.add_metric([name], float(r.suspect))
-    out += [newest, created, lag, drill_at, drill_ok, drill_pass, suspect]
+    out += [newest, created, lag, rpo, drill_at, drill_ok, drill_pass, suspect]
 
     states = _gauge("saves", "Checkpoint saves per lifecycle state.", ("state",))
     for state, n in s.by_state.items():

@@ -45,6 +45,8 @@ class RunSummary:
     last_drill_ok: bool | None  # that drill's result
     last_drill_success_at: float | None  # the newest drill that passed (a save's last drill)
     suspect: int  # verified saves whose last drill failed
+    # that newest good save's RPO (its commit marker to its manifest's commit), when its ingest recorded it
+    newest_rpo_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,7 @@ def summarize_table(
     names: list[str] = d.dictionary.to_pylist()
     run = d.indices.to_numpy(zero_copy_only=False).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
     up, created, drill_at = _floats(t, "uploaded_at"), _floats(t, "created_at"), _floats(t, "last_drill_at")
+    rpo = _floats(t, "rpo_seconds") if "rpo_seconds" in t.column_names else np.full(n, np.nan)
     drill_ok = pc.fill_null(t["last_drill_ok"].combine_chunks(), False).to_numpy(zero_copy_only=False)
     idx = np.arange(n)
 
@@ -131,6 +134,7 @@ def summarize_table(
             last_drill_ok=None if dr is None else bool(drill_ok[dr]),
             last_drill_success_at=None if ok is None else float(drill_at[ok]),
             suspect=int(suspect[i]),
+            newest_rpo_seconds=None if g is None else _opt(rpo[g]),
         )
 
     counts = np.bincount(codes, minlength=len(LIFECYCLE_STATES))

@@ -221,3 +221,23 @@ def test_counters_from_the_catalog_and_the_ledger(cat: Catalog) -> None:
     assert m[("ckptvault_upload_failures_total", (("error_class", "StoreTimeoutError"),))] == 1.0
     assert m[("ckptvault_flow_last_success_timestamp_seconds", (("flow", "drill"),))] == NOW
     assert m[("ckptvault_flow_last_success_timestamp_seconds", (("flow", "restore"),))] == NOW + 5
+
+
+def test_each_runs_newest_good_save_exports_its_rpo(cat: Catalog) -> None:
+    assert not [k for k in _scrape(cat) if k[0] == "ckptvault_run_newest_rpo_seconds"]  # none recorded yet
+    cat.append([
+        Event("a", 300, "verified", NOW - 60, bytes=10, created_at=NOW - 70, detail='{"rpo_seconds": 4.5}'),
+        Event("b", 30, "verified", NOW - 50, bytes=10, created_at=NOW - 900, detail='{"rpo_seconds": 812.25}'),
+        # c's newest good save is an older step committed later: the newest is by commit, not by step
+        Event("c", 5, "verified", NOW - 40, bytes=10, created_at=NOW - 50, detail='{"rpo_seconds": 9.0}'),
+        Event("c", 4, "verified", NOW - 30, bytes=10, created_at=NOW - 60, detail='{"rpo_seconds": 30.0}'),
+    ])  # fmt: skip
+    want = {"a": 4.5, "b": 812.25, "c": 30.0}
+    m = _scrape(cat)
+    assert {k[1][0][1]: v for k, v in m.items() if k[0] == "ckptvault_run_newest_rpo_seconds"} == want
+    cat.compact(time.time() + 10, runs=["a", "b"])  # read back from the snapshots' column alike
+    m = _scrape(cat)
+    assert {k[1][0][1]: v for k, v in m.items() if k[0] == "ckptvault_run_newest_rpo_seconds"} == want
+    # a newer save whose ingest recorded none (a `catalog rebuild`): the run's gauge is absent, not stale
+    cat.append([Event("a", 400, "verified", NOW - 10, bytes=10, created_at=NOW - 20)])
+    assert ("ckptvault_run_newest_rpo_seconds", (("run", "a"),)) not in _scrape(cat)
