@@ -29,7 +29,7 @@ DAY = 86400.0
 # another column adds it here.
 COLUMNS = (
     "run", "last_event", "verified", "superseded", "last_drill_ok", "last_drill_at", "uploaded_at",
-    "created_at", "bytes", "stored_bytes", "files", "storage_class", "replicas",
+    "created_at", "bytes", "stored_bytes", "files", "storage_class", "replicas", "rpo_seconds",
 )  # fmt: skip
 _VERIFIED, _SUSPECT, _EXPIRED = (LIFECYCLE_STATES.index(s) for s in ("verified", "suspect", "expired"))
 
