@@ -277,13 +277,18 @@ def record_ledger(
     mine = Ledger(
         last_success={succeeded: t} if succeeded else {}, through="", base={}, entries={e.id: e} if e.counts else {}
     )
-    stored = Stored([], [])
+    stored, read = Stored([], []), True
     try:
         stored = read_stored(store, prefix)
     except StoreError as err:  # ours alone loses nothing: the next record merges it with the rest
         log.warning("cannot read the stored ledger (%s); writing this entry beside it", err)
+        read = False
     parts = stored.parts
-    merged = fold_closed(merge([mine, *(p for _, p in parts)]), t)
+    merged = merge([mine, *(p for _, p in parts)])
+    # Fold only over a whole read: a fold of this entry alone would carry a newer `through` with an empty
+    # base, which the merge prefers, so every count before that day would be dropped from then on.
+    if read:
+        merged = fold_closed(merged, t)
     if merged == Ledger():
         return None
     if len(parts) == 1 and parts[0][1] == merged and (not delete or not stored.covered):

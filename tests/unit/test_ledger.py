@@ -9,7 +9,7 @@ from ckptvault.ingest.steps import Outcome, ledger_counts
 from ckptvault.ledger import Entry, Ledger, counter_key, load, merge, record_ledger
 from ckptvault.restore.drill import DrillReport, DrillResult
 from ckptvault.restore.result import RestoreResult
-from ckptvault.store import MemoryStore
+from ckptvault.store import MemoryStore, TransientStoreError
 
 DAY = 86400.0
 T0 = 1_796_000_000.0  # a UTC day's 00:00 + some hours, 2026-11
@@ -176,3 +176,22 @@ def test_without_deletes_a_reader_gets_the_newest_object_and_what_it_does_not_co
     store.put_bytes("vault/_state/ledger/" + f"{1:020d}-" + "f" * 32 + ".json", stray.to_json())
     gets.clear()
     assert load(store, "vault").totals() == {"drill_bytes": 25.0} and len(gets) == 2
+
+
+def test_a_record_that_cannot_read_the_ledger_folds_nothing_and_loses_no_count() -> None:
+    store = MemoryStore("b")
+    for d in range(4):
+        record_ledger(store, "vault", {"restore_bytes": 25}, "restore", delete=True, now=T0 + d * DAY)
+    assert load(store, "vault").totals() == {"restore_bytes": 100.0}
+    listing = store.list
+
+    def failing_list(prefix: str) -> object:
+        raise TransientStoreError(f"LIST {prefix}: injected")
+
+    store.list = failing_list  # type: ignore[method-assign]
+    # days later, its read fails: its own entry is written beside the rest, unfolded
+    record_ledger(store, "vault", {"restore_bytes": 1}, "restore", delete=True, now=T0 + 9 * DAY)
+    store.list = listing  # type: ignore[method-assign]
+    assert load(store, "vault").totals() == {"restore_bytes": 101.0}
+    record_ledger(store, "vault", None, "tier", delete=True, now=T0 + 10 * DAY)  # a whole read folds all of it
+    assert load(store, "vault").totals() == {"restore_bytes": 101.0} and len(_objects(store)) == 1
