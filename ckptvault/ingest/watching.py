@@ -236,15 +236,22 @@ class TreeWatcher:
         for wd in [wd for wd, (r, _, _) in self._wds.items() if r == run]:
             del self._wds[wd]
 
-    def retry_roots(self) -> list[str]:
-        """Try again the roots not watched yet; the runs whose root is watched now (scan them)."""
-        got = []
-        for run, root in self.roots.items():
+    def retry_roots(self) -> tuple[list[str], dict[str, OSError]]:
+        """Try again the roots not watched yet: the runs whose root is watched now (scan them), and the
+        runs whose watch the kernel refused for want of room (ENOSPC at fs.inotify.max_user_watches),
+        forgotten here: their sources are polled from now on."""
+        got, refused = [], {}
+        for run, root in list(self.roots.items()):
             if not self.watched[run]:
-                self._add_tree(run, root, 0)
+                try:
+                    self._add_tree(run, root, 0)
+                except OSError as e:  # a root that appeared when the watches had run out
+                    self.forget(run)
+                    refused[run] = e
+                    continue
                 if self.watched[run]:
                     got.append(run)
-        return got
+        return got, refused
 
     def _add_tree(self, run: str, d: Path, depth: int) -> None:
         try:

@@ -60,7 +60,12 @@ def cmd_follow(args: argparse.Namespace) -> int:
     try:
         while True:
             if watcher is not None:
-                changed.update(watcher.retry_roots())
+                appeared, refused = watcher.retry_roots()
+                changed.update(appeared)
+                for run, err in sorted(refused.items()):
+                    mechanism[run] = "poll"
+                    changed.add(run)
+                    say(f"{run}: {_refused(err)}; polling this source every {args.poll_seconds:g} s")
             now = time.time()
             for run in by_run:
                 watched = watcher is not None and watcher.watched.get(run, False)
@@ -127,14 +132,15 @@ def _open_watcher(
         except OSError as e:
             watcher.forget(run)
             mechanism[run] = "poll"
-            say(
-                f"{run}: inotify refused a watch ({e.strerror or e}: raise fs.inotify.max_user_watches); "
-                "polling this source"
-            )
+            say(f"{run}: {_refused(e)}; polling this source")
     if not any(m == "inotify" for m in mechanism.values()):
         watcher.close()
         return None
     return watcher
+
+
+def _refused(e: OSError) -> str:
+    return f"inotify refused a watch ({e.strerror or e}: raise fs.inotify.max_user_watches)"
 
 
 def _ingest_one(ingest: object, config: str | None, run: str, step: int) -> str:
@@ -142,7 +148,8 @@ def _ingest_one(ingest: object, config: str | None, run: str, step: int) -> str:
     the outcome's result, or "failed" when the pass ended without one."""
     from ckptvault.ingest.steps import IngestIncomplete, Outcome
 
-    result = running.run_flow(ingest, 2, config_path=config, run=run, step=step)
+    # no settle wait inside: follow looks again at the settle time itself, and waits for no run alone
+    result = running.run_flow(ingest, 2, config_path=config, run=run, step=step, settle_wait=False)
     if isinstance(result, IngestIncomplete):
         outcomes: list[Outcome] = result.outcomes
     elif isinstance(result, BaseException):

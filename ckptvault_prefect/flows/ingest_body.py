@@ -48,13 +48,16 @@ def ingest_body(
     step: int | None = None,
     flow_run_id: str = "",
     preflighted: tuple[Config, ObjectStore] | None = None,
+    settle_wait: bool = True,
 ) -> list[Outcome]:
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
     ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
     neither uploaded nor already present. `flow_run_id`: the Prefect flow run's, recorded in the
     catalog's events ("" in direct mode). `preflighted`: the config `config_path` names and its store,
     bucket already probed, from a caller in this process that did both (the command line in direct
-    mode): not parsed and probed a second time."""
+    mode): not parsed and probed a second time. `settle_wait`: a named step waiting only for its settle
+    time is waited for when that is soon (narrow.find_step_settled); `follow`, which looks again at the
+    settle time itself, says False so one run's wait never holds up the others."""
     with phase(timing.PREFLIGHT):
         cfg = load_config_task(config_path) if preflighted is None else preflighted[0]
         if step is not None and run is None:
@@ -69,7 +72,7 @@ def ingest_body(
         with phase(timing.CATALOG_READ):
             known[source.run] = known_states_task(catalog, source.run)
         with phase(timing.DISCOVERY):
-            result = find_checkpoints_task(source) if step is None else find_step_task(source, step)
+            result = find_checkpoints_task(source) if step is None else find_step_task(source, step, settle_wait)
         for problem in result.problems:
             print(f"{source.run}: {problem}")
         founds += result.found

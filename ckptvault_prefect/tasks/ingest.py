@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,8 +38,10 @@ def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
 
 
 @local_task("discover-step", task_run_name="discover-{source.run}-step-{step}")
-def find_step_task(source: SourceConfig, step: int) -> DiscoveryResult:
-    return narrow.find_step_settled(source, step)
+def find_step_task(source: SourceConfig, step: int, settle_wait: bool = True) -> DiscoveryResult:
+    if settle_wait:
+        return narrow.find_step_settled(source, step)
+    return narrow.find_step(source, step, time.time())
 
 
 is_committed_task = io_task("is-committed")(lib.is_committed)

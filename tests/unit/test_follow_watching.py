@@ -5,13 +5,15 @@ files is one change); and when a run is scanned with no event (ckptvault/ingest/
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from ckptvault.ingest.follow import RESCAN_SECONDS, ROOT_RETRY_SECONDS, scan_at
-from ckptvault.ingest.watching import Inotify, TreeWatcher, decide, mechanism_for, mount_of, parse_mountinfo
+from ckptvault.ingest.watching import WATCH_MASK, Inotify, TreeWatcher, decide, mechanism_for, mount_of, parse_mountinfo
 
 # A compute node's mounts: the root on ext4, a tmpfs, Lustre scratch, NFS home, GPFS, an sshfs FUSE mount,
 # a path with a space (written \040), an overlay container root stacked over "/" last.
@@ -104,15 +106,32 @@ def test_the_watcher_sees_a_save_in_a_new_step_directory_and_the_marker_after_it
 def test_a_root_that_appears_later_is_watched_once_it_is_there(watcher: TreeWatcher, tmp_path: Path) -> None:
     root = tmp_path / "later" / "root"
     watcher.watch("r", root)
-    assert watcher.watched["r"] is False and watcher.retry_roots() == []
+    assert watcher.watched["r"] is False and watcher.retry_roots() == ([], {})
     (root / "lightning_logs" / "version_0" / "checkpoints").mkdir(parents=True)
-    assert watcher.retry_roots() == ["r"] and watcher.watched["r"]
+    assert watcher.retry_roots() == (["r"], {}) and watcher.watched["r"]
     # Lightning's deepest layout: the file three directories down is seen
     (root / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=4.ckpt").write_bytes(b"PK")
     assert watcher.wait(5) == {"r"}
     watcher.forget("r")
     (root / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=6.ckpt").write_bytes(b"PK")
     assert watcher.wait(0.3) == set()  # forgotten: its source is polled instead
+    watcher.close()
+
+
+def test_a_root_that_appears_when_the_watches_ran_out_is_forgotten_and_said(tmp_path: Path) -> None:
+    class NoRoom(Inotify):
+        def add(self, path: str | os.PathLike[str], mask: int = WATCH_MASK) -> int:
+            if not os.path.exists(path):  # as the kernel: a missing path first
+                raise OSError(errno.ENOENT, "No such file or directory")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    watcher = TreeWatcher(NoRoom())
+    root = tmp_path / "later"
+    watcher.watch("r", root)  # not there yet: nothing added, nothing refused
+    root.mkdir()
+    appeared, refused = watcher.retry_roots()
+    assert appeared == [] and list(refused) == ["r"] and refused["r"].errno == errno.ENOSPC
+    assert "r" not in watcher.roots and watcher.retry_roots() == ([], {})  # forgotten: polled from now on
     watcher.close()
 
 
