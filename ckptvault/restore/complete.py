@@ -12,6 +12,7 @@ file fsynced, the staging directory renamed into place), as before.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -35,9 +36,11 @@ from ckptvault.restore.ranged import fetch_range
 from ckptvault.restore.resolve import Resolution
 from ckptvault.restore.result import RestoreResult
 from ckptvault.restore.steps import download_one
-from ckptvault.store import ObjectStore
+from ckptvault.store import ObjectStore, StoreError
 from ckptvault.submitter import Submitter
 from ckptvault.timing import phase
+
+log = logging.getLogger("ckptvault.restore")
 
 SecretLoader = Callable[[str], str | None]
 
@@ -116,17 +119,24 @@ def complete(
         fallbacks = tuple(f.as_dict() for f in done.fallbacks)
         where = str(chosen.target)
     download_s = time.monotonic() - t_download
-    # the bytes are durable and in place: what follows only tells the catalog and the operator
+    # the bytes are durable and in place: what follows only tells the catalog and the operator, and a
+    # store that cannot be told now makes it a restore said to be unrecorded, never a failed one (the
+    # operator would read "nothing changed" of a destination that did change)
+    unrecorded = ""
     if catalog is not None:
-        with phase(timing.WRITES):
-            submit(record, catalog, [events.restored(manifest, where, run_id, download_s,
-                                                     store=None if first.order == 0 else first.name,
-                                                     fallbacks=len(fallbacks))])  # fmt: skip
-        with phase(timing.ALERTS):
-            took = time.monotonic() - started
-            submit(alert, cfg, catalog.store, [alerts.restore_completed(run, n, where, took, url)], secret)
+        try:
+            with phase(timing.WRITES):
+                submit(record, catalog, [events.restored(manifest, where, run_id, download_s,
+                                                         store=None if first.order == 0 else first.name,
+                                                         fallbacks=len(fallbacks))])  # fmt: skip
+            with phase(timing.ALERTS):
+                took = time.monotonic() - started
+                submit(alert, cfg, catalog.store, [alerts.restore_completed(run, n, where, took, url)], secret)
+        except StoreError as e:
+            unrecorded = f"restored, but not recorded in the catalog nor alerted: {e}"
+            log.warning("%s step %s: %s", run, n, unrecorded)
     done_result = replace(begun, status="restored", pointer=pointer, replaced=aside, bytes=manifest.total_bytes,
-                          files=len(manifest.files), fallbacks=fallbacks)  # fmt: skip
+                          files=len(manifest.files), fallbacks=fallbacks, message=unrecorded)  # fmt: skip
     if catalog is not None:  # the metrics' ledger is the primary's, beside its catalog (docs/FORMAT.md)
         with phase(timing.WRITES):
             submit(note_ledger, catalog.store, cfg.store.prefix, done_result.ledger_counts(download_s), "restore",

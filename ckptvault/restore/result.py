@@ -48,6 +48,6 @@ class RestoreResult:
             doc.update(frozen=self.frozen, message=self.message)
         else:
             doc.update(pointer=self.pointer, replaced=self.replaced, bytes=self.bytes, files=self.files,
-                       fallbacks=list(self.fallbacks))  # fmt: skip
+                       fallbacks=list(self.fallbacks), message=self.message)  # fmt: skip
         doc.update(source=self.source, copies=list(self.copies))
         return doc

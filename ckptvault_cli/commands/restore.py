@@ -216,6 +216,8 @@ def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, 
             print(f"pointer file {result.pointer} written: the framework resumes from this checkpoint")
         if result.replaced:
             print(f"the previous contents of the destination were kept at {result.replaced}")
+        if result.message:  # restored, but the catalog could not be told
+            say(f"ckptvault: warning: {result.message}")
         return EXIT_OK
     print(result.message or "still thawing")
     return EXIT_OK if args.no_wait else EXIT_FAILED

@@ -133,3 +133,21 @@ def test_threads_retry_transient_errors_of_io_steps_only_and_map_waits_for_every
     assert isinstance(out[3].result(raise_on_failure=False), ValueError)
     with pytest.raises(ValueError, match="node's worker"):
         submit.map([partial(one, 1)], node="node-0")
+
+
+def test_a_catalog_that_cannot_be_told_leaves_a_restore_said_unrecorded_not_failed(
+    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
+) -> None:
+    store, _, src = saved
+
+    def no_catalog(catalog: Catalog, evs: Any) -> None:
+        raise TransientStoreError("PUT catalog: injected, after every retry")
+
+    submit = Plain(instead={"record": no_catalog})
+    result = _complete(store, tmp_path / "dest", submit)
+    # the bytes are in place and durable: a restore, with why the catalog does not know of it
+    assert result.status == "restored" and _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
+    assert result.message.startswith("restored, but not recorded in the catalog nor alerted: PUT catalog")
+    assert result.as_dict()["message"] == result.message
+    assert "restored" not in [e.event for e in Catalog(store, PREFIX).events("r")]
+    assert "alert" not in submit.names()  # nothing alerted of a restore the catalog does not hold
