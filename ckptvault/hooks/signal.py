@@ -27,6 +27,7 @@ fill the training log. A checkpoint whose signal was lost is still archived by t
 from __future__ import annotations
 
 import atexit
+import base64
 import json
 import logging
 import os
@@ -260,8 +261,9 @@ def event_for(saved: Saved) -> Event:
 
 def send_event(saved: Saved, env: Mapping[str, str], timeout: float = EVENT_TIMEOUT_SECONDS) -> None:
     """One event, POSTed to the events endpoint of the API `env` names (`$PREFECT_API_URL/events`, with
-    `$PREFECT_API_KEY` as the bearer token where set); a connection error or an error status raises here,
-    in the hook's thread, which says it once.
+    `$PREFECT_API_KEY` as the bearer token where set, else `$PREFECT_API_AUTH_STRING` as basic auth;
+    a Prefect profile's settings and TLS options are not read: the environment only); a connection
+    error or an error status raises here, in the hook's thread, which says it once.
 
     Plain HTTP from the standard library, not Prefect's events client: the last save's signal is often
     sent while the training process exits, when an asyncio client cannot start (its executor's
@@ -273,9 +275,11 @@ def send_event(saved: Saved, env: Mapping[str, str], timeout: float = EVENT_TIME
     if not api:
         raise RuntimeError("no PREFECT_API_URL: set it to the Prefect API that runs the ingest deployment")
     headers = {"Content-Type": "application/json"}
-    key = env.get("PREFECT_API_KEY")
-    if key:
+    key, auth = env.get("PREFECT_API_KEY"), env.get("PREFECT_API_AUTH_STRING")
+    if key:  # Prefect Cloud
         headers["Authorization"] = f"Bearer {key}"
+    elif auth:  # a self-hosted server with basic auth ("user:password"), as Prefect's own client sends it
+        headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     body = json.dumps([event_body(saved)]).encode()
     req = urllib.request.Request(f"{api.rstrip('/')}/events", data=body, headers=headers, method="POST")
     with urllib.request.urlopen(req, timeout=timeout) as resp:  # an error status raises HTTPError

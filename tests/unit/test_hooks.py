@@ -235,3 +235,39 @@ def test_the_detached_ingest_runs_nicer_than_the_training_process() -> None:
         child.kill()
         child.wait()
     sig.lower_priority(child.pid)  # gone already: nothing raised
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        ({"PREFECT_API_KEY": "pnu_x"}, "Bearer pnu_x"),
+        ({"PREFECT_API_AUTH_STRING": "admin:pass"}, "Basic YWRtaW46cGFzcw=="),
+        ({}, None),
+    ],
+)
+def test_the_event_post_carries_the_apis_credentials(env: dict[str, str], want: str | None) -> None:
+    import json
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    got: list[tuple[str, str | None, list[dict[str, object]]]] = []
+
+    class Events(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            got.append((self.path, self.headers.get("Authorization"), body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Events)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    api = f"http://127.0.0.1:{server.server_port}/api"
+    sig.send_event(Saved("r1", 40, "/ckpt/checkpoint-40"), {"PREFECT_API_URL": api, **env})
+    server.server_close()
+    [(path, auth, body)] = got
+    assert path == "/api/events" and auth == want
+    assert body[0]["event"] == "ckptvault.checkpoint.saved" and body[0]["payload"] == {
+        "run": "r1", "step": 40, "path": "/ckpt/checkpoint-40"
+    }  # fmt: skip
