@@ -70,7 +70,7 @@ _LEDGER_COUNTERS: dict[str, tuple[str, str]] = {
     "restore_seconds": ("restore_seconds", "Seconds those restores spent bringing the bytes back."),
     "drill_bytes": ("drill_bytes", "Original bytes of the saves drilled, passed or not."),
     "drill_seconds": ("drill_seconds", "Seconds those drills took (restore and load check)."),
-    "upload_failures": ("upload_failures", "Checkpoints an ingest failed to upload, by error class."),
+    "upload_failures": ("upload_failures", "Failed upload attempts (each retrying pass counts), by error class."),
     "restore_failures": ("restore_failures", "Restores that failed, by error class."),
 }
 
