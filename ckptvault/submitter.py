@@ -10,9 +10,10 @@ and the rollback are library code a unit test reaches on the in-memory store, an
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -33,8 +34,8 @@ class Pending(Protocol[R_co]):
 class Submitter(Protocol):
     @property
     def inline(self) -> bool:
-        """Whether `map` returns only once every call it was given has finished (plain calls, the
-        command line's direct mode): nothing is then in flight for later work to overlap with."""
+        """Whether `map` returns only once every call it was given has finished (plain calls in the
+        unit tests): nothing is then in flight for later work to overlap with."""
         ...
 
     def __call__(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -72,12 +73,23 @@ RETRY_DELAYS = (2.0, 4.0, 8.0)
 RETRY_JITTER = 0.5
 
 
-class _Done:
-    def __init__(self, future: Future[Any]) -> None:
-        self._future = future
+class _Running:
+    """One call of a `Threads.map`, running or queued: `result` waits for it. Ctrl-C while waiting
+    stops the whole restore's pool (`Threads.stop`) before it is raised."""
+
+    def __init__(self, future: Future[Any], owner: Threads) -> None:
+        self._future, self._owner = future, owner
 
     def result(self, timeout: float | None = None, raise_on_failure: bool = True) -> Any:
-        error = self._future.exception(timeout)
+        try:
+            error: BaseException | None = self._future.exception(timeout)
+        except CancelledError as e:  # a queued call stopped by Ctrl-C: it never ran
+            error = e
+        except TimeoutError:
+            raise
+        except BaseException:  # Ctrl-C in the waiting thread
+            self._owner.stop()
+            raise
         if error is None:
             return self._future.result()
         if raise_on_failure:
@@ -86,16 +98,29 @@ class _Done:
 
 
 class Threads:
-    """A Submitter without Prefect, for the command line's direct mode: each call a plain call, the
-    functions in `io` retried on transient store errors as their tasks would be, a map fanned out over
-    `workers` threads and waited for whole before it returns (`inline`)."""
+    """A Submitter without Prefect, for the command line's direct mode and a big file's ranges in the
+    restore flow: each call a plain call, the functions in `io` retried on transient store errors as
+    their tasks would be. A map's calls go to one pool of `workers` threads shared by every map of this
+    submitter and are not waited for (not `inline`): a big file's ranges and the whole-file downloads
+    submitted after them run at once, as they do on a task runner. Use it as a context manager (or call
+    `close`): no thread outlives it."""
 
     def __init__(self, io: Iterable[Callable[..., Any]], workers: int = 4, sleep: Callable[[float], None] = time.sleep):
         self._io, self._workers, self._sleep = frozenset(io), max(1, workers), sleep
+        self._pool: ThreadPoolExecutor | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._name = f"ckptvault-threads-{id(self):x}"
 
     @property
     def inline(self) -> bool:
-        return True
+        return False
+
+    def __enter__(self) -> Threads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __call__(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
         attempt = 0
@@ -114,17 +139,46 @@ class Threads:
             raise ValueError("plain threads cannot run a call on a node's worker (--node-local needs a cluster)")
         if not calls:
             return []
-        pool = ThreadPoolExecutor(max_workers=min(self._workers, len(calls)))
+        with self._lock:
+            if self._stopped:
+                # after Ctrl-C nothing new starts, whatever a cleanup path asks for
+                raise KeyboardInterrupt("the restore was interrupted: no new call is started")
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix=self._name)
+            pool = self._pool
+        futures: list[Future[Any]] = []
         try:
-            futures = [pool.submit(self, c.func, *c.args, **c.keywords) for c in calls]
-            wait(futures)
-        except BaseException:
-            # Ctrl-C: start nothing new and do not wait for what is in flight (nothing is renamed into
-            # place before every file is verified)
-            pool.shutdown(wait=False, cancel_futures=True)
+            for c in calls:
+                futures.append(pool.submit(self, c.func, *c.args, **c.keywords))
+        except BaseException:  # Ctrl-C while submitting
+            self.stop()
             raise
-        pool.shutdown(wait=True)
-        return [_Done(f) for f in futures]
+        return [_Running(f, self) for f in futures]
+
+    def stop(self) -> None:
+        """After Ctrl-C: every queued call cancelled, no new one started, and the calls already running
+        waited for, so that the staging directory the caller then removes has no writer left (a second
+        Ctrl-C ends the wait). Nothing is renamed into place: that is the caller's step after every
+        result, which is never reached."""
+        with self._lock:
+            self._stopped = True
+            pool = self._pool
+        self._end(pool)
+
+    def close(self) -> None:
+        """Every call still queued cancelled, every running one waited for, the threads gone."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        self._end(pool)
+
+    def _end(self, pool: ThreadPoolExecutor | None) -> None:
+        if pool is None:
+            return
+        pool.shutdown(wait=True, cancel_futures=True)
+        # and a thread the pool started but had not yet counted (Ctrl-C inside its start): joined too
+        for t in threading.enumerate():
+            if t.name.startswith(self._name) and t is not threading.current_thread():
+                t.join()
 
     def node_workers(self) -> list[dict[str, float]] | None:
         return None

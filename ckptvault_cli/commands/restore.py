@@ -144,17 +144,18 @@ def _restore_here(
 
     process.imports_done()
     started = time.monotonic()
-    submit = Threads(complete.IO_STEPS, workers=4)  # as many threads as the flow's task runner
     if catalog is None:
         say("ckptvault: the primary store is unreachable: this restore is not recorded in its catalog, nor alerted")
     try:
-        if catalog is not None and unreadable:
-            with phase(timing.ALERTS):
-                submit(complete.alert, cfg, catalog.store, [alerts.catalog_unreadable(args.run, unreadable, None)],
-                       _secret)  # fmt: skip
-        return complete.complete(submit, cfg, catalog, plan, tier=args.tier,
-                                 wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
-                                 secret=_secret, started=started)  # fmt: skip
+        # as many threads as the flow's task runner; none left running once the restore has returned
+        with Threads(complete.IO_STEPS, workers=4) as submit:
+            if catalog is not None and unreadable:
+                with phase(timing.ALERTS):
+                    submit(complete.alert, cfg, catalog.store,
+                           [alerts.catalog_unreadable(args.run, unreadable, None)], _secret)  # fmt: skip
+            return complete.complete(submit, cfg, catalog, plan, tier=args.tier,
+                                     wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
+                                     secret=_secret, started=started)  # fmt: skip
     except Exception as e:  # as a Failed flow state would: one flow_failed alert, unless already alerted
         with phase(timing.ALERTS):
             _alert_failed(cfg, catalog, plan, e)

@@ -102,10 +102,11 @@ def restore(
             "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
         )
     chosen_copies = Chosen(run, chosen, target, tuple(ordered), tuple(statuses), est)
-    report = complete(RestoreSubmitter(), cfg, catalog, chosen_copies, tier=tier,
-                      wait_s=wait_hours * 3600 if wait else 0.0, force=force, secret=load_secret, started=t0,
-                      node_local=dest if node_local else None, run_id=str(flow_run.id or ""),
-                      url=flow_run_url())  # fmt: skip
+    with RestoreSubmitter() as submit:
+        report = complete(submit, cfg, catalog, chosen_copies, tier=tier,
+                          wait_s=wait_hours * 3600 if wait else 0.0, force=force, secret=load_secret, started=t0,
+                          node_local=dest if node_local else None, run_id=str(flow_run.id or ""),
+                          url=flow_run_url())  # fmt: skip
     if report.status == "thawing":
         msg = report.message
         if reschedule and deployment.name:

@@ -20,11 +20,19 @@ class RestoreSubmitter(TaskSubmitter):
     """The flow's submitter for a restore: every call its task, except a big file's ranges on a thread
     pool task runner, fetched on plain threads of the flow run (the same retry policy, the same CRC32C
     checks, no task run each); the file's allocate and verify steps stay task runs. On a Dask cluster
-    each range stays a task, to run on a worker that sees the destination."""
+    each range stays a task, to run on a worker that sees the destination. A map of ranges is not
+    waited for: the whole-file tasks submitted after it run at the same time. Use it as a context
+    manager: its threads end with it."""
 
     def __init__(self, workers: int = 4) -> None:
         super().__init__(STEPS)
         self._threads = Threads(complete.IO_STEPS, workers)
+
+    def __enter__(self) -> RestoreSubmitter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._threads.close()  # no range thread outlives the flow run's restore
 
     def map(self, calls: Sequence[partial[Any]], node: str | None = None) -> list[Pending[Any]]:
         if calls and node is None and calls[0].func in RANGES and self.node_workers() is None:

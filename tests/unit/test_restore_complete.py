@@ -5,7 +5,9 @@ command line (ckptvault/submitter.py `Threads`) retries exactly the steps the fl
 
 from __future__ import annotations
 
+import signal
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
 from ckptvault.manifest import Manifest
 from ckptvault.pricing import load_prices
-from ckptvault.restore import complete, copies
+from ckptvault.restore import complete, copies, fallback
 from ckptvault.restore import steps as lib
 from ckptvault.restore.copies import Copy
 from ckptvault.restore.resolve import Resolution, RestoreError
@@ -95,7 +97,7 @@ def test_the_command_lines_threads_retry_what_the_flows_io_tasks_retry() -> None
     assert retried == set(complete.IO_STEPS)
 
 
-def test_threads_retry_transient_errors_of_io_steps_only_and_map_waits_for_every_call() -> None:
+def test_threads_retry_transient_errors_of_io_steps_only() -> None:
     naps: list[float] = []
     calls = {"io": 0, "local": 0}
 
@@ -109,30 +111,84 @@ def test_threads_retry_transient_errors_of_io_steps_only_and_map_waits_for_every
         calls["local"] += 1
         raise TransientStoreError("503")
 
-    submit = Threads([io], sleep=naps.append)
-    assert submit(io) == "ok" and calls["io"] == RETRIES + 1 and len(naps) == RETRIES
-    with pytest.raises(TransientStoreError):
-        submit(local)
-    assert calls["local"] == 1  # not store I/O: not retried
+    with Threads([io], sleep=naps.append) as submit:
+        assert submit(io) == "ok" and calls["io"] == RETRIES + 1 and len(naps) == RETRIES
+        with pytest.raises(TransientStoreError):
+            submit(local)
+        assert calls["local"] == 1  # not store I/O: not retried
+        calls["io"] = 0
+        [mapped] = submit.map([partial(io)])  # a mapped call has the same policy
+        assert mapped.result() == "ok" and calls["io"] == RETRIES + 1
+        with pytest.raises(ValueError, match="node's worker"):
+            submit.map([partial(io)], node="node-0")
 
-    seen: list[str] = []
-    lock = threading.Lock()
 
+def _pool_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("ckptvault-threads")]
+
+
+def test_a_maps_calls_run_while_the_next_maps_calls_do_and_no_thread_outlives_the_submitter() -> None:
+    # a big file's ranges, then the whole files: the first map's call can only finish once the second
+    # map's call has run, so a map that waited for its calls before returning would never see it set
+    ranges_done = threading.Event()
+    with Threads([], workers=2) as submit:
+        ranges = submit.map([partial(ranges_done.wait, 30.0)])
+        whole = submit.map([partial(ranges_done.set)])
+        assert ranges[0].result() is True
+        assert whole[0].result() is None
+        assert _pool_threads()
+    assert not _pool_threads()
+
+
+def test_an_exception_in_one_call_reaches_that_calls_result_only() -> None:
     def one(i: int) -> int:
-        with lock:
-            seen.append(threading.current_thread().name)
         if i == 3:
             raise ValueError("three")
         return i * 2
 
-    from functools import partial
+    with Threads([]) as submit:
+        out = submit.map([partial(one, i) for i in range(6)])
+        got = [o.result(raise_on_failure=False) for o in out]
+        assert got[:3] + got[4:] == [0, 2, 4, 8, 10] and isinstance(got[3], ValueError)
+        with pytest.raises(ValueError, match="three"):
+            out[3].result()
 
-    out = submit.map([partial(one, i) for i in range(6)])
-    assert len(seen) == 6  # every call finished before map returned
-    assert [o.result(raise_on_failure=False) for o in out][:3] == [0, 2, 4]
-    assert isinstance(out[3].result(raise_on_failure=False), ValueError)
-    with pytest.raises(ValueError, match="node's worker"):
-        submit.map([partial(one, 1)], node="node-0")
+
+def test_ctrl_c_while_waiting_starts_nothing_new_and_renames_nothing_into_place(
+    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, _, _ = saved
+    interrupted = threading.Event()
+    started: list[str] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    def ctrl_c_on_first(fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            started.append(fn.__name__)
+            if len(started) == 1:  # Ctrl-C in the restore's (main) thread, waiting on this call's result
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                assert interrupted.wait(30.0)
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name in ("download_guarded", "fetch_range_guarded"):
+        monkeypatch.setattr(fallback, name, ctrl_c_on_first(getattr(fallback, name)))
+    before = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        # one thread: every call but the first is still queued when Ctrl-C comes
+        with Threads(complete.IO_STEPS, workers=1) as submit, pytest.raises(KeyboardInterrupt):
+            _complete(store, tmp_path / "dest", submit)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert interrupted.is_set() and len(started) == 1  # the queued calls never started
+    assert not (tmp_path / "dest").exists()  # nothing renamed into place
+    assert not [p for p in tmp_path.iterdir() if ".ckptvault-partial-" in p.name]  # the staging dir removed
+    assert "restored" not in [e.event for e in Catalog(store, PREFIX).events("r")]
+    assert not _pool_threads()
 
 
 def test_a_catalog_that_cannot_be_told_leaves_a_restore_said_unrecorded_not_failed(
