@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -423,24 +423,38 @@ def _migrate(
             if tick is not None:
                 tick(1)
 
+    def finished(futs: list[Future[tuple[str, str, _Piece] | None]]) -> list[tuple[str, str, _Piece]]:
+        return [g for f in futs if f.done() and not f.cancelled() and f.exception() is None
+                and (g := f.result()) is not None]  # fmt: skip
+
+    def clear(got: list[tuple[str, str, _Piece]]) -> list[str]:
+        # the flat files whose every run is in its partition now, with its snapshot
+        moved = {r for r, _, _ in got}
+        gone = [k for k in flat if runs_of[k] <= moved]
+        for k in gone:
+            if k in cat.unreadable:
+                _set_aside(cat, k)
+            else:
+                cat.store.delete(k)
+        return gone
+
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    futs = [pool.submit(one, r) for r in by_run]
     try:
-        got = [g for g in pool.map(one, list(by_run)) if g is not None]
+        for f in futs:
+            f.result()
     except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)  # the runs moving finish whole (with their snapshots)
+        # Ctrl-C (or a run's error): the runs moving finish whole, with their snapshots, and the flat files
+        # they emptied go, so a rerun goes on from there
+        pool.shutdown(wait=True, cancel_futures=True)
+        clear(finished(futs))
         raise
     pool.shutdown()
-    moved = {r for r, _, _ in got}
+    got = finished(futs)
     for r, merged, piece in got:
         parts[r] = _Part([merged], [piece[1]])
-    gone = [k for k in flat if runs_of[k] <= moved]
-    for k in gone:
-        if k in cat.unreadable:
-            _set_aside(cat, k)
-        else:
-            cat.store.delete(k)
-    left = set(gone)
-    return len(gone), moved, [p for _, _, p in got], [k for k in listed if k not in left]
+    left = set(clear(got))
+    return len(left), {r for r, _, _ in got}, [p for _, _, p in got], [k for k in listed if k not in left]
 
 
 def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tuple[str, _Piece]:
