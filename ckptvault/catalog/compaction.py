@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -52,8 +52,10 @@ def compact(
     deletes: bool = True,
     progress: Callable[[int], Callable[[int], None]] | None = None,
     workers: int = _COMPACTORS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:
-    """Migrate the flat layout (up to MIGRATE_FILES files), then compact partitions (of `runs` and of
+    """Migrate the flat layout (up to MIGRATE_FILES files; each run moved with its snapshot, the time box
+    checked between runs), then compact partitions (of `runs` and of
     the runs the migration moved, or all; and any listed partition without a snapshot, so that a
     catalog upgraded from the flat layout or grown by many runs at once reads from snapshots after a
     few passes, not after the daily tier run has reached every run): merge each one's event files
@@ -66,16 +68,25 @@ def compact(
     merged, migrated or set aside: a partition with event files newer than its newest snapshot, if
     that is SNAPSHOT_EVERY_SECONDS older than `older_than` (or there is none), gets a snapshot of every
     listed event file, naming the snapshots it supersedes in its `covers`; the combined snapshot is
-    written as usual and the older ones kept."""
-    t0 = time.monotonic()
-    done, moved = _migrate(cat) if deletes else (0, set[str]())
+    written as usual and the older ones kept. `clock` (monotonic seconds) times the box."""
+    t0 = clock()
+    deadline = None if max_seconds is None else t0 + max_seconds
+    done, moved, migrated = 0, set[str](), list[_Piece]()
+    listing = None
+    if deletes and cat._keys():
+        # the migration moves each run with its partition's files, so it needs every run's listing
+        flat, parts, combined = listing = cat._list(None)
+        done, moved, migrated, flat = _migrate(cat, flat, parts, deadline, clock, workers, progress)
+    ended = listing is not None and not flat  # this pass deleted the last flat file
     cutoff = int(older_than * 1e9)
     wanted = None if runs is None else set(runs) | moved
-    whole = not (wanted is not None and len(wanted) == 1)  # the listing is of every run
-    if not whole:
+    whole = listing is not None or not (wanted is not None and len(wanted) == 1)  # the listing is of every run
+    if listing is not None:
+        pass  # the migration's listing, as it left it
+    elif not whole:
         [only] = wanted  # type: ignore[misc]
         flat, parts, _ = cat._list(only)
-        combined = None  # listed after the partitions, below: one run's listing has none
+        combined = None  # type: ignore[assignment]  # listed after the partitions, below
     else:
         flat, parts, combined = cat._list(None)
     todo = []
@@ -97,12 +108,11 @@ def compact(
     if max_partitions is not None:
         todo = todo[:max_partitions]
 
-    deadline = None if max_seconds is None else t0 + max_seconds
     tick = progress(len(todo)) if progress is not None else None
 
     def one(item: tuple[int, str, list[str], list[str]]) -> tuple[int, _Piece | None]:
         # the time box, checked as each partition starts: what has not started waits for the next call
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and clock() > deadline:
             return 0, None
         _, run, old, snaps = item
         try:
@@ -128,11 +138,14 @@ def compact(
     if not flat:  # while flat files remain no reader uses a combined snapshot
         if combined is None:
             combined = [o.key for o in cat.store.list(cat.root + COMBINED_DIR) if o.key.endswith(".parquet")]
-        pieces = [p for _, p in got if p is not None]
-        # every run's partition refreshed into it by a compaction of every run, and by the pass that
-        # ended a migration: the runs an earlier pass migrated are then read from it too
+        # the migrated runs' snapshots first: a compaction of the same run after them is newer
+        pieces = [*migrated, *(p for _, p in got if p is not None)]
+        # every run's partition refreshed into it by a compaction of every run, and by a migrating pass:
+        # the runs an earlier pass migrated are then read from it too. The pass that ended the migration
+        # refreshes every clean run whatever the time box (a GET each), so the first `ls` is one GET.
         listed = parts if runs is None or (moved and whole) else None
-        _write_combined(cat, pieces, listed, combined, deadline, deletes=deletes)
+        _write_combined(cat, pieces, listed, combined, None if ended else deadline, deletes=deletes,
+                        clock=clock)  # fmt: skip
     return done
 
 
@@ -200,6 +213,7 @@ def _write_combined(
     deadline: float | None,
     *,
     deletes: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
     """A new combined snapshot (docs/FORMAT.md, "Compaction"): the newest previous one's rows, those of
     the runs compacted now replaced by their snapshots (`pieces`, in memory); with `listed` (every
@@ -227,7 +241,7 @@ def _write_combined(
 
         def refresh(item: tuple[str, _Part]) -> tuple[str, pa.Table, RunCover] | None:
             r, p = item
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and clock() > deadline:
                 return None  # keeps its previous rows, if any, until a later compaction
             try:
                 t, cover = from_snapshot(p.snapshots[0], cat._get(p.snapshots[0]) or b"")
@@ -369,31 +383,115 @@ def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any
     return cols
 
 
-def _migrate(cat: Catalog) -> tuple[int, set[str]]:
-    """Move up to MIGRATE_FILES files of the flat layout into the partitions (docs/FORMAT.md): how many,
-    and the runs whose partitions received events."""
+def _migrate(
+    cat: Catalog,
+    listed: list[str],
+    parts: dict[str, _Part],
+    deadline: float | None,
+    clock: Callable[[], float],
+    workers: int,
+    progress: Callable[[int], Callable[[int], None]] | None = None,
+) -> tuple[int, set[str], list[_Piece], list[str]]:
+    """Move up to MIGRATE_FILES files of the flat layout (`listed`) into the partitions, run by run, each
+    run's move with its snapshot (docs/FORMAT.md, "The flat layout before partitions"). Updates `parts`
+    (as listed before) to what it left. Returns how many flat files it deleted, the runs it moved,
+    their snapshots (for the combined one) and the flat files left. `progress` as `compact`'s, over the
+    runs to move."""
     # Compat: reads the flat layout before partitions; may go: never, an older writer may still add to it
-    flat = sorted(cat._keys())[:MIGRATE_FILES]
+    flat = sorted(listed)[:MIGRATE_FILES]
     if not flat:
-        return 0, set()
-    t = _concat(cat._read_tables(flat))
-    moved: set[str] = set()
-    if t is not None:
+        return 0, set(), [], listed
+    runs_of: dict[str, set[str]] = {}
+    by_run: dict[str, list[pa.Table]] = {}  # in the order of the oldest flat file holding each run
+    for k, t in zip(flat, cat._read_by_key(flat), strict=True):
+        runs_of[k] = set()
+        if t is None or not t.num_rows:
+            continue
         t = _full(t)
-        moved = set(pc.unique(t["run"]).to_pylist())
-        for r in sorted(moved):
-            part = t.filter(pc.equal(t["run"], r))
-            ns = max(_key_time_ns(o) for o in pc.unique(part[_ORIGIN]).to_pylist())
-            cat.store.put_bytes(
-                cat._new_key(r, time_ns=ns), _to_bytes(part), if_none_match=True,
-                content_type="application/vnd.apache.parquet",
-            )  # fmt: skip
-    for k in flat:
+        for r in pc.unique(t["run"]).to_pylist():
+            runs_of[k].add(r)
+            by_run.setdefault(r, []).append(t.filter(pc.equal(t["run"], r)))
+    first = runs_of[flat[0]]  # always moved, whatever the time box: each pass deletes a flat file
+    tick = progress(len(by_run)) if progress is not None else None
+
+    def one(r: str) -> tuple[str, str, _Piece] | None:
+        try:
+            if r not in first and deadline is not None and clock() > deadline:
+                return None  # its flat files stay; the next pass moves it
+            return (r, *_move_run(cat, r, by_run[r], parts.get(r, _Part([], []))))
+        finally:
+            if tick is not None:
+                tick(1)
+
+    def finished(futs: list[Future[tuple[str, str, _Piece] | None]]) -> list[tuple[str, str, _Piece]]:
+        return [g for f in futs if f.done() and not f.cancelled() and f.exception() is None
+                and (g := f.result()) is not None]  # fmt: skip
+
+    def clear(got: list[tuple[str, str, _Piece]]) -> list[str]:
+        # the flat files whose every run is in its partition now, with its snapshot
+        moved = {r for r, _, _ in got}
+        gone = [k for k in flat if runs_of[k] <= moved]
+        for k in gone:
+            if k in cat.unreadable:
+                _set_aside(cat, k)
+            else:
+                cat.store.delete(k)
+        return gone
+
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    futs = [pool.submit(one, r) for r in by_run]
+    try:
+        for f in futs:
+            f.result()
+    except BaseException:
+        # Ctrl-C (or a run's error): the runs moving finish whole, with their snapshots, and the flat files
+        # they emptied go, so a rerun goes on from there
+        pool.shutdown(wait=True, cancel_futures=True)
+        clear(finished(futs))
+        raise
+    pool.shutdown()
+    got = finished(futs)
+    for r, merged, piece in got:
+        parts[r] = _Part([merged], [piece[1]])
+    left = set(clear(got))
+    return len(left), {r for r, _, _ in got}, [p for _, _, p in got], [k for k in listed if k not in left]
+
+
+def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tuple[str, _Piece]:
+    """One run's move out of the flat layout: its partition's listed event files and its events of the
+    flat files (`flat`, in memory) as one merged event file, then its snapshot of their fold, and only
+    then the partition's listed files and snapshots deleted (as `_compact_part`). Returns the merged
+    file's key and the snapshot."""
+    try:
+        here = cat._read_tables(part.events)
+        old, snaps = part.events, part.snapshots
+    except _Vanished:
+        # a compaction racing this one merged them: this run's snapshot covers the moved events only
+        # (a reader folds the rest on top), and what that compaction wrote is left to it
+        here, old, snaps = [], [], []
+    t = _concat([*here, *flat])
+    assert t is not None  # `flat` holds rows of this run
+    t = _full(t)
+    ns = max(_key_time_ns(o) for o in pc.unique(t[_ORIGIN]).to_pylist())
+    merged = cat._new_key(run, time_ns=ns)
+    cat.store.put_bytes(merged, _to_bytes(t), if_none_match=True, content_type="application/vnd.apache.parquet")
+    readable = [k for k in old if k not in cat.unreadable]
+    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), [*readable, merged]))
+    cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
+    for k in old:
         if k in cat.unreadable:
             _set_aside(cat, k)
-        else:
-            cat.store.delete(k)
-    return len(flat), moved
+    if readable:
+        failed = cat.store.delete_many(readable)
+        if failed:
+            k, why = next(iter(sorted(failed.items())))
+            raise StoreError(f"catalog: could not delete {len(failed)} event files of run {run} merged with its "
+                             f"flat-layout events, e.g. {k}: {why}. Nothing is lost or doubled: their events are "
+                             f"also in {merged} and are read once; the next compaction deletes them. If it keeps "
+                             f"failing, check that the worker may s3:DeleteObject under {cat.root}")  # fmt: skip
+    for k in snaps:
+        cat.store.delete(k)
+    return merged, piece
 
 
 def _set_aside(cat: Catalog, key: str) -> None:

@@ -137,6 +137,11 @@ class Catalog:
         self.unreadable[key] = str(e)
 
     def _read_tables(self, keys: Sequence[str], columns: Sequence[str] | None = None) -> list[pa.Table]:
+        return [t for t in self._read_by_key(keys, columns) if t is not None]
+
+    def _read_by_key(self, keys: Sequence[str], columns: Sequence[str] | None = None) -> list[pa.Table | None]:
+        """Each key's table, in the order of `keys` (None: unreadable, skipped)."""
+
         def read(k: str) -> pa.Table | None:
             data = self._get(k)
             try:
@@ -148,8 +153,7 @@ class Catalog:
         # Until a compaction runs there is one small file per flow run: fetch them concurrently, since
         # each GET is mostly round-trip latency.
         with ThreadPoolExecutor(max_workers=_READERS) as pool:
-            got = list(pool.map(read, keys)) if len(keys) > 1 else [read(k) for k in keys]
-        return [t for t in got if t is not None]
+            return list(pool.map(read, keys)) if len(keys) > 1 else [read(k) for k in keys]
 
     def _retrying(self, fn: Any) -> Any:
         for _ in range(5):

@@ -188,11 +188,12 @@ def test_the_pass_that_migrates_a_run_snapshots_it_and_the_combined_follows() ->
 
 
 def test_a_partition_without_a_snapshot_is_compacted_by_any_pass_that_lists_it() -> None:
-    # a time-boxed pass that did not reach every migrated run leaves some without a snapshot: the next
-    # pass of another run's ingest takes them
+    # a time-boxed pass that did not reach every run a fleet added at once leaves some without a
+    # snapshot: the next pass of another run's ingest takes them (the migration snapshots what it moves)
     store = MemStore()
-    evs = _flat_fleet(store, runs=6, steps=2)
     cat = _cat(store)
+    evs = [e for r in range(6) for s in range(2) for e in _life(f"run-{r}", s, float(r * 100 + s * 10))]
+    cat.append(evs)
     cat.compact(time.time(), runs=["run-0"], max_partitions=2)
     assert not _reads_from_snapshots(cat)
     cat.compact(time.time(), runs=["run-0", "run-1"])
@@ -253,4 +254,112 @@ def test_the_pass_that_ends_the_migration_writes_a_combined_snapshot_of_every_ru
     cat.compact(time.time(), runs=["run-0"], max_seconds=60)
     assert any(k.startswith("p/_catalog/events/") for k in store.objects)  # half migrated
     cat.compact(time.time(), runs=["run-0"], max_seconds=60)
+    assert _reads_from_snapshots(cat) and cat.current() == fold_python(evs)
+
+
+def _moved_runs_are_snapshotted(store: MemStore, evs: list[Event]) -> set[str]:
+    """Every run with a partition has one snapshot, covering every event file of its partition, whose
+    rows are the fold of all its events (`evs`); returns those runs."""
+    from ckptvault.catalog.snapshot import read_snapshot
+
+    parts: dict[str, dict[str, list[str]]] = {}
+    for k in store.objects:
+        rel = k[len("p/_catalog/") :].split("/")
+        if rel[0].startswith("run="):
+            parts.setdefault(unquote(rel[0][4:]), {"events": [], "snapshot": []})[rel[1]].append(k)
+    for run, p in parts.items():
+        assert len(p["snapshot"]) == 1, run  # moved with its snapshot, never without
+        snap = read_snapshot(p["snapshot"][0], store.objects[p["snapshot"][0]])
+        assert set(p["events"]) <= snap.covers, run
+        got = sorted((s for s, _ in snap.states.values()), key=lambda s: (s.step, s.save))
+        assert got == fold_python(e for e in evs if e.run == run), run
+    return set(parts)
+
+
+def test_one_time_boxed_pass_snapshots_every_run_it_moves(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the pass that moves a run's flat events writes its snapshot from them; the pass that moves the
+    # last flat file writes the combined snapshot (issue [V], "migration completes the read path")
+    from ckptvault.catalog import compaction
+
+    monkeypatch.setattr(compaction, "MIGRATE_FILES", 9)  # 24 flat files of 3 steps per run: 3 runs a pass
+    store = MemStore()
+    evs = _flat_fleet(store, runs=8, steps=3)
+    cat = _cat(store)
+    cat.compact(time.time(), runs=["run-7"], max_seconds=60)
+    assert _moved_runs_are_snapshotted(store, evs) == {"run-0", "run-1", "run-2"}
+    assert not any(k.startswith("p/_catalog/_combined/") for k in store.objects)  # flat files left
+    store.got.clear()
+    cat.compact(time.time(), runs=["run-7"], max_seconds=60)
+    # no second read: the runs it moved were read from the flat files alone, not from their partitions
+    assert not [k for k in store.got if "/run=run-3/" in k or "/run=run-4/" in k]
+    monkeypatch.setattr(compaction, "MIGRATE_FILES", 500)
+    cat.compact(time.time(), runs=["run-7"], max_seconds=60)
+    assert _moved_runs_are_snapshotted(store, evs) == {f"run-{i}" for i in range(8)}
+    assert _reads_from_snapshots(cat) and cat.current() == fold_python(evs)
+
+
+def test_a_clock_running_out_mid_migration_stops_between_runs_never_before_a_snapshot() -> None:
+    from ckptvault.catalog import compaction
+
+    store = MemStore()
+    evs = _flat_fleet(store, runs=8, steps=3)
+    late = [Event("run-2", 9, "discovered", 5.0, format="hf"), Event("run-6", 9, "discovered", 6.0, format="hf")]
+    store.put_bytes(f"p/_catalog/events/{time.time_ns() - 10**9:020d}-{0:032x}.parquet", encode_events(late))
+    evs += late
+    calls = [0]
+
+    def clock() -> float:  # the pass starts, then three runs' checks within the box, then it is over
+        calls[0] += 1
+        return 0.0 if calls[0] <= 4 else 1e6
+
+    cat = _cat(store)
+    compaction.compact(cat, time.time(), runs=["run-0"], max_seconds=60, workers=1, clock=clock)
+    assert _moved_runs_are_snapshotted(store, evs) == {"run-0", "run-1", "run-2", "run-3"}
+    left = sorted(k for k in store.objects if k.startswith("p/_catalog/events/"))
+    assert len(left) == 4 * 3 + 1  # runs 4-7's files, and the one holding run-2 and run-6
+    assert cat.current() == fold_python(evs)  # run-2's events there and in its partition count once
+    compaction.compact(cat, time.time(), runs=["run-0"], max_seconds=60, workers=1)
+    assert _moved_runs_are_snapshotted(store, evs) == {f"run-{i}" for i in range(8)}
+    assert _reads_from_snapshots(cat) and cat.current() == fold_python(evs)
+    assert len(cat.events("run-2")) == len([e for e in evs if e.run == "run-2"])  # moved twice, once each
+
+
+class _Racing(MemStore):
+    """Runs `hook` once, just before the first snapshot of `run` is written."""
+
+    def __init__(self, run: str) -> None:
+        super().__init__()
+        self.run, self.hook = run, None  # type: ignore[var-annotated]
+
+    def put_bytes(self, key: str, data: bytes, **kw: Any) -> None:
+        if self.hook is not None and f"/run={self.run}/snapshot/" in key:
+            hook, self.hook = self.hook, None
+            hook()
+        super().put_bytes(key, data, **kw)
+
+
+def test_a_writer_appending_while_a_run_is_moved_loses_nothing() -> None:
+    store = _Racing("run-1")
+    evs = _flat_fleet(store, runs=4, steps=2)
+    new = Event("run-1", 5, "discovered", 9e9, format="hf")
+    store.hook = lambda: _cat(store).append([new])  # type: ignore[assignment]
+    cat = _cat(store)
+    cat.compact(time.time(), runs=["run-0"])
+    appended = [k for k in store.objects if "/run=run-1/events/" in k]
+    assert len(appended) == 2  # the moved file and the appended one, neither covered nor deleted wrongly
+    assert cat.current() == fold_python([*evs, new])
+    cat.compact(time.time() + 1, runs=["run-1"])
+    assert _reads_from_snapshots(cat) and cat.current() == fold_python([*evs, new])
+
+
+def test_two_passes_migrating_at_once_read_each_event_once() -> None:
+    store = _Racing("run-1")
+    evs = _flat_fleet(store, runs=4, steps=2)
+    store.hook = lambda: _cat(store).compact(time.time(), runs=["run-3"])  # type: ignore[assignment]
+    cat = _cat(store)
+    cat.compact(time.time(), runs=["run-0"])
+    assert not any(k.startswith("p/_catalog/events/") for k in store.objects)
+    assert cat.current() == fold_python(evs)
+    assert sorted(e.event for e in cat.events()) == sorted(e.event for e in evs)  # none doubled
+    cat.compact(time.time() + 1)
     assert _reads_from_snapshots(cat) and cat.current() == fold_python(evs)
