@@ -47,8 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--step",
         type=int,
+        action="append",
         metavar="S",
-        help="with --run: only this step; its format's commit marker, where it has one, stands in for settle_seconds",
+        help=(
+            "with --run: only this step (again for more: --step S1 --step S2, one pass); its format's commit"
+            " marker, where it has one, stands in for settle_seconds"
+        ),
     )
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     _profile_flag(s)

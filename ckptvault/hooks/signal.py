@@ -13,6 +13,8 @@ takes it from there and sends it on the channels `channels()` picks:
   training node's CPUs, so it must not take them from training: one at a time per run (a save signalled
   while its run's ingest is still going waits for it; bench/README.md "RPO" measured a save every few
   seconds piling up 15 ingests at once and training 1.7x slower), at a lower CPU priority (niceness +10).
+  When it ends, the saves that waited meanwhile go to one ingest naming them all (`--step S1 --step S2`):
+  one process start and one catalog read for the lot, not one process per save.
 
 `CKPTVAULT_HOOK_SIGNAL` (or the hook's `signal=`) chooses: `auto` (the default) sends the event when a
 Prefect API is configured (PREFECT_API_URL) and runs the subprocess otherwise; `event`, `ingest`, `both`
@@ -104,9 +106,12 @@ def is_rank_zero(env: Mapping[str, str]) -> bool:
     return True
 
 
-def ingest_command(saved: Saved) -> list[str]:
-    """The detached ingest: this interpreter's own ckptvault, so a venv without `ckptvault` on PATH works."""
-    cmd = [sys.executable, "-m", "ckptvault_cli.main", "ingest", "--run", saved.run, "--step", str(saved.step)]
+def ingest_command(saved: Saved, *more: Saved) -> list[str]:
+    """The detached ingest of `saved` (and of `more`, later saves of the same run and config, in the same
+    pass): this interpreter's own ckptvault, so a venv without `ckptvault` on PATH works."""
+    cmd = [sys.executable, "-m", "ckptvault_cli.main", "ingest", "--run", saved.run]
+    for step in dict.fromkeys(s.step for s in (saved, *more)):
+        cmd += ["--step", str(step)]
     if saved.config:
         cmd += ["--config", saved.config]
     return cmd
@@ -118,12 +123,12 @@ def log_path(run: str) -> Path:
     return base / f"{run}.log"
 
 
-def start_ingest(saved: Saved) -> subprocess.Popen[bytes]:
+def start_ingest(saved: Saved, *more: Saved) -> subprocess.Popen[bytes]:
     path = log_path(saved.run)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as out:  # the child keeps its own descriptor; ours closes at once
         proc = subprocess.Popen(
-            ingest_command(saved),
+            ingest_command(saved, *more),
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True, close_fds=True,
         )  # fmt: skip
     lower_priority(proc.pid)
@@ -148,15 +153,35 @@ class Process(Protocol):
     def wait(self) -> int: ...
 
 
+class Start(Protocol):
+    """Starts the detached ingest of one or more saves of one run (start_ingest; a fake in tests)."""
+
+    def __call__(self, saved: Saved, *more: Saved) -> Process: ...
+
+
+def _steps_flags(batch: list[Saved]) -> str:
+    return " ".join(f"--step {s.step}" for s in batch)
+
+
+def take_batch(waiting: list[Saved]) -> list[Saved]:
+    """The saves one ingest takes from a run's queue (removed from it): the first and every later one
+    with its config (one command reads one config; a save with another waits for the next turn)."""
+    config = waiting[0].config
+    batch = [s for s in waiting if s.config == config]
+    waiting[:] = [s for s in waiting if s.config != config]
+    return batch
+
+
 @dataclass
 class Ingests:
     """The detached ingests of this process: one running per run at a time, the runs' later signals
-    waiting their turn in order (each step still gets its own ingest: a hook names one step). Each
-    running ingest is reaped by a thread of its own, which warns about an exit that is neither done (0)
-    nor waiting (3) and starts the run's next one. At interpreter exit the ones still waiting start at
-    once (`start_waiting`): the training is over, and a detached ingest outlives it."""
+    waiting their turn. Each running ingest is reaped by a thread of its own, which warns about an exit
+    that is neither done (0) nor waiting (3) and starts the run's next one: one ingest naming every save
+    that waited meanwhile (`take_batch`), so a burst of saves costs one process start and one pass, not
+    one each. At interpreter exit the ones still waiting start at once (`start_waiting`, one ingest per
+    run): the training is over, and a detached ingest outlives it."""
 
-    start: Callable[[Saved], Process] = start_ingest
+    start: Start = start_ingest
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _running: set[str] = field(default_factory=set)
     _waiting: dict[str, list[Saved]] = field(default_factory=dict)
@@ -170,7 +195,7 @@ class Ingests:
                 return
             self._running.add(saved.run)
         try:
-            self._launch(saved)
+            self._launch([saved])
         except BaseException:
             self._next(saved.run)
             raise
@@ -179,23 +204,24 @@ class Ingests:
         with self._lock:
             return list(self._waiting.get(run, ()))
 
-    def _launch(self, saved: Saved) -> None:
-        proc = self.start(saved)
+    def _launch(self, batch: list[Saved]) -> None:
+        proc = self.start(*batch)
+        run = batch[0].run
 
         def reap() -> None:
             code = proc.wait()
             if code not in (0, 3):
                 DISPATCHER._warn(
                     "ingest-exit",
-                    f"ckptvault hook: `ckptvault ingest --run {saved.run} --step {saved.step}` exited {code}; "
-                    f"its output is in {log_path(saved.run)}; the next scheduled ingest retries",
+                    f"ckptvault hook: `ckptvault ingest --run {run} {_steps_flags(batch)}` exited {code}; "
+                    f"its output is in {log_path(run)}; the next scheduled ingest retries",
                 )
-            self._next(saved.run)
+            self._next(run)
 
         threading.Thread(target=reap, name=f"ckptvault-hooks-reap-{proc.pid}", daemon=True).start()
 
     def _next(self, run: str) -> None:
-        """The run's ingest ended (or never started): start its next waiting one, if any."""
+        """The run's ingest ended (or never started): start one ingest of every save of it waiting, if any."""
         while True:
             with self._lock:
                 queue_ = self._waiting.get(run)
@@ -203,25 +229,31 @@ class Ingests:
                     self._waiting.pop(run, None)
                     self._running.discard(run)
                     return
-                saved = queue_.pop(0)
+                batch = take_batch(queue_)
             try:
-                self._launch(saved)
+                self._launch(batch)
                 return
-            except Exception as e:  # this one is lost (the scheduled ingest catches it); the next may start
+            except Exception as e:  # these are lost (the scheduled ingest catches them); the next may start
                 DISPATCHER._warn(
-                    "ingest", f"ckptvault hook: could not start the ingest of run {run!r} step {saved.step} ({e})"
+                    "ingest",
+                    f"ckptvault hook: could not start the ingest of run {run!r} {_steps_flags(batch)} ({e})",
                 )
 
     def start_waiting(self) -> None:
         """Start every waiting ingest now, unreaped: at interpreter exit, where nothing would reap them."""
         with self._lock:
-            pending = [s for q in self._waiting.values() for s in q]
+            batches: list[list[Saved]] = []
+            for q in self._waiting.values():
+                while q:
+                    batches.append(take_batch(q))
             self._waiting.clear()
-        for saved in pending:
+        for batch in batches:
             try:
-                self.start(saved)
+                self.start(*batch)
             except Exception as e:
-                log.warning("ckptvault hook: could not start the ingest of %r step %s (%s)", saved.run, saved.step, e)
+                log.warning(
+                    "ckptvault hook: could not start the ingest of %r %s (%s)", batch[0].run, _steps_flags(batch), e
+                )
 
 
 INGESTS = Ingests()

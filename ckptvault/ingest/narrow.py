@@ -1,5 +1,6 @@
-"""An ingest narrowed to one run, or to one step of one run (`ckptvault ingest --run R --step S`): what a
-framework hook asks for right after a save returns (ckptvault.hooks).
+"""An ingest narrowed to one run, or to one step of one run (`ckptvault ingest --run R --step S`), or to
+several (`--step S1 --step S2`): what a framework hook asks for right after a save returns (ckptvault.hooks;
+several when saves came faster than their ingests, and one pass takes them all).
 
 The hook's word is a hint and never trusted alone: the step is judged by its format's commit rule
 exactly as the scheduled pass judges it (discovery), so a step whose commit rule does not hold waits
@@ -76,6 +77,12 @@ def narrow_sources(sources: Sequence[SourceConfig], run: str | None) -> list[Sou
     return picked
 
 
+def named_steps(step: int | None, steps: Sequence[int] | None) -> list[int]:
+    """The steps an ingest is narrowed to: `step` (one, as the deployment's trigger passes it) and
+    `steps` (several, as a hook's drained queue names them), each once, in order; none: every step."""
+    return list(dict.fromkeys(([] if step is None else [step]) + list(steps or ())))
+
+
 def skips_settle(fmt: str) -> bool:
     """A named step of this format needs no settle time: its commit marker is the proof."""
     return fmt in COMMIT_MARKERS
@@ -84,26 +91,42 @@ def skips_settle(fmt: str) -> bool:
 def pick_step(run: str, result: DiscoveryResult, step: int, settle_seconds: float, now: float) -> DiscoveryResult:
     """`result` (discovered with no settle time) cut down to `step`, with the settle time put back on
     it unless its format has a commit marker. A step that is not there at all is a problem line."""
-    found = [f for f in result.found if f.step == step]
+    return pick_steps(run, result, [step], settle_seconds, now)
+
+
+def pick_steps(
+    run: str, result: DiscoveryResult, steps: Sequence[int], settle_seconds: float, now: float
+) -> DiscoveryResult:
+    """`pick_step` for several named steps of one run at once, from one discovery: each judged alone,
+    in the order named (a step named twice once)."""
     problems = list(result.problems)
-    if not found:
-        problems.append(f"run {run!r}: no checkpoint of step {step} found; nothing uploaded, it waits")
-        return DiscoveryResult([], problems)
-    f = found[0]
-    if f.ready and not skips_settle(f.format):
-        reason = _quiet_reason(f.newest_mtime, settle_seconds, now)
-        if reason:
-            f = replace(f, ready=False, reason=reason)
-    return DiscoveryResult([f], problems)
+    picked: list[Found] = []
+    for step in dict.fromkeys(steps):
+        found = [f for f in result.found if f.step == step]
+        if not found:
+            problems.append(f"run {run!r}: no checkpoint of step {step} found; nothing uploaded, it waits")
+            continue
+        f = found[0]
+        if f.ready and not skips_settle(f.format):
+            reason = _quiet_reason(f.newest_mtime, settle_seconds, now)
+            if reason:
+                f = replace(f, ready=False, reason=reason)
+        picked.append(f)
+    return DiscoveryResult(picked, problems)
 
 
 def find_step(source: SourceConfig, step: int, now: float) -> DiscoveryResult:
     """Discovery of one step of a source: its commit rule judged as always, its settle time skipped
     where the format's commit marker proves the save finished (`skips_settle`)."""
+    return find_steps(source, [step], now)
+
+
+def find_steps(source: SourceConfig, steps: Sequence[int], now: float) -> DiscoveryResult:
+    """`find_step` for several steps of a source, with one listing of its run root."""
     path: Path = node_path(source.path) if source.locality == "node" else source.path
-    # settle 0 here: the format is known only after detection ("auto"), so pick_step puts it back
+    # settle 0 here: the format is known only after detection ("auto"), so pick_steps puts it back
     result = discover(source.run, path, source.format, 0.0, now)
-    return pick_step(source.run, result, step, source.settle_seconds, now)
+    return pick_steps(source.run, result, steps, source.settle_seconds, now)
 
 
 # A named step that waits only for its settle time (a format with no commit marker, e.g. lightning) is
@@ -133,15 +156,28 @@ def find_step_settled(
     """`find_step`, except that a step waiting only for its settle time is waited for when that ends
     within SETTLE_WAIT_MAX_SECONDS, and looked at again (a file that changed meanwhile starts the wait
     over, within the same bound from the first look)."""
+    return find_steps_settled(source, [step], clock, sleep)
+
+
+def find_steps_settled(
+    source: SourceConfig,
+    steps: Sequence[int],
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DiscoveryResult:
+    """`find_step_settled` for several steps of a source: one wait, until the last of the steps whose
+    settle time ends within the bound has settled (the pass after it uploads them all together, so
+    waiting for each in turn would not start any upload sooner), then one more look at them all."""
     path: Path = node_path(source.path) if source.locality == "node" else source.path
     deadline = clock() + SETTLE_WAIT_MAX_SECONDS
     while True:
         now = clock()
         result = discover(source.run, path, source.format, 0.0, now)
-        left = settle_left(result, step, source.settle_seconds, now)
-        if left <= 0 or now + left > deadline:
-            return pick_step(source.run, result, step, source.settle_seconds, now)
-        sleep(left + 0.1)  # a tenth over: the mtime's age is then past settle_seconds, not equal to it
+        lefts = [settle_left(result, step, source.settle_seconds, now) for step in steps]
+        soon = [left for left in lefts if left > 0 and now + left <= deadline]
+        if not soon:
+            return pick_steps(source.run, result, steps, source.settle_seconds, now)
+        sleep(max(soon) + 0.1)  # a tenth over: the mtime's age is then past settle_seconds, not equal to it
 
 
 def waits(outcomes: Sequence[Outcome], run: str, step: int) -> str:
@@ -153,3 +189,9 @@ def waits(outcomes: Sequence[Outcome], run: str, step: int) -> str:
     if mine[0].result == "waiting":
         return f"run {run!r} step {step} waits, nothing uploaded: {mine[0].message}"
     return ""
+
+
+def waits_all(outcomes: Sequence[Outcome], run: str, steps: Sequence[int]) -> list[str]:
+    """`waits` for each named step, in the order named: why each one that waits does (none: every
+    named step was archived, was there already, or ended in a way its outcome says itself)."""
+    return [why for step in dict.fromkeys(steps) if (why := waits(outcomes, run, step))]

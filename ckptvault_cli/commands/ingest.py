@@ -1,5 +1,5 @@
-"""`ckptvault ingest`: one ingest pass over every [[sources]] entry (or one run's, or one step of it), and
-how its outcomes are printed."""
+"""`ckptvault ingest`: one ingest pass over every [[sources]] entry (or one run's, or one or several steps
+of it), and how its outcomes are printed."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     cfg_path = args.config
-    run, step = args.run, args.step
-    if step is not None and run is None:
+    # --step may be given more than once: a hook's queued saves of one run, taken in one pass
+    run, named = args.run, list(dict.fromkeys(args.step or ()))
+    if named and run is None:
         raise UsageError("--step needs --run: a step number names a checkpoint only within its run")
     with phase(timing.PREFLIGHT):
         cfg, store = preflight_store(args, need_sources=True, config_read=lambda c: _start_gate_child(c, args))
@@ -41,7 +42,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             except UnknownRunError as e:
                 raise UsageError(str(e)) from None
         choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
-    params = {"config_path": cfg_path, "run": run, "step": step}
+    # one step goes as `step`, as before (and as the deployment's trigger passes it); several as `steps`
+    step = named[0] if len(named) == 1 else None
+    params: dict[str, object] = {"config_path": cfg_path, "run": run, "step": step}
+    if len(named) > 1:
+        params["steps"] = named
     if running.direct() and not choice.needs_prefect:
         # the flow's body without its Prefect flow: no module of this path imports Prefect (1-3 s)
         with phase(timing.IMPORTS):
@@ -75,13 +80,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             say(f"ingest failed: {result}")
             return EXIT_FAILED
         print_outcomes(result, args.json)
-        if run is not None and step is not None:
-            from ckptvault.ingest.narrow import waits
+        if run is not None and named:
+            from ckptvault.ingest.narrow import waits_all
 
-            why = waits(result, run, step)
-            if why:
+            whys = waits_all(result, run, named)
+            for why in whys:
                 # the hook's word was a hint: the commit rule (or settle_seconds) says not yet
                 say(f"{why}; the next ingest (scheduled, or this command again) takes it once it is ready")
+            if whys:
                 return EXIT_WAITING
         return EXIT_OK
 

@@ -14,9 +14,14 @@ from ckptvault_prefect.runtime.hooks import HOOKS
 
 @flow(name="ingest", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True, **HOOKS)  # type: ignore[arg-type]
 def ingest(
-    config_path: str | None = None, run: str | None = None, step: int | None = None, settle_wait: bool = True
+    config_path: str | None = None,
+    run: str | None = None,
+    step: int | None = None,
+    settle_wait: bool = True,
+    steps: list[int] | None = None,
 ) -> list[Outcome]:
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
-    ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
-    neither uploaded nor already present. `settle_wait`: see ingest_body."""
-    return ingest_body(config_path, run, step, flow_run_id=str(flow_run.id or ""), settle_wait=settle_wait)
+    as the deployment's trigger asks; with `steps`, only those, ckptvault/ingest/narrow.py). Fails
+    (after recording everything) if any finished checkpoint ended neither uploaded nor already present.
+    `settle_wait`: see ingest_body."""
+    return ingest_body(config_path, run, step, flow_run_id=str(flow_run.id or ""), settle_wait=settle_wait, steps=steps)

@@ -34,6 +34,7 @@ from ckptvault_prefect.tasks.ingest import (
     ensure_bucket_rules_task,
     find_checkpoints_task,
     find_step_task,
+    find_steps_task,
     known_states_task,
     publish_outcomes_task,
     release_gate_child_task,
@@ -49,6 +50,7 @@ def ingest_body(
     flow_run_id: str = "",
     preflighted: tuple[Config, ObjectStore] | None = None,
     settle_wait: bool = True,
+    steps: list[int] | None = None,
 ) -> list[Outcome]:
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
     ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
@@ -57,10 +59,12 @@ def ingest_body(
     bucket already probed, from a caller in this process that did both (the command line in direct
     mode): not parsed and probed a second time. `settle_wait`: a named step waiting only for its settle
     time is waited for when that is soon (narrow.find_step_settled); `follow`, which looks again at the
-    settle time itself, says False so one run's wait never holds up the others."""
+    settle time itself, says False so one run's wait never holds up the others. `steps`: several steps
+    of `run` in one pass (with `step` too, that one among them): a hook's queued saves, one discovery."""
     with phase(timing.PREFLIGHT):
         cfg = load_config_task(config_path) if preflighted is None else preflighted[0]
-        if step is not None and run is None:
+        named = narrow.named_steps(step, steps)
+        if named and run is None:
             raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
         sources = narrow.narrow_sources(cfg.sources, run)
         store = open_store_task(cfg) if preflighted is None else preflighted[1]
@@ -72,7 +76,12 @@ def ingest_body(
         with phase(timing.CATALOG_READ):
             known[source.run] = known_states_task(catalog, source.run)
         with phase(timing.DISCOVERY):
-            result = find_checkpoints_task(source) if step is None else find_step_task(source, step, settle_wait)
+            if not named:
+                result = find_checkpoints_task(source)
+            elif len(named) == 1:  # one step, as the trigger and follow name it: its task run named by it
+                result = find_step_task(source, named[0], settle_wait)
+            else:
+                result = find_steps_task(source, named, settle_wait)
         for problem in result.problems:
             print(f"{source.run}: {problem}")
         founds += result.found

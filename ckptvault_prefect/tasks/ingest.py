@@ -44,6 +44,13 @@ def find_step_task(source: SourceConfig, step: int, settle_wait: bool = True) ->
     return narrow.find_step(source, step, time.time())
 
 
+@local_task("discover-steps", task_run_name="discover-{source.run}-steps")
+def find_steps_task(source: SourceConfig, steps: list[int], settle_wait: bool = True) -> DiscoveryResult:
+    if settle_wait:
+        return narrow.find_steps_settled(source, steps)
+    return narrow.find_steps(source, steps, time.time())
+
+
 is_committed_task = io_task("is-committed")(lib.is_committed)
 
 

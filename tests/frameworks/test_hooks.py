@@ -108,6 +108,15 @@ def test_each_hugging_face_save_is_verified_in_the_store_by_the_hooks_ingest(
     shutil.copy(root / "checkpoint-4" / "trainer_state.json", root / "checkpoint-6" / "trainer_state.json")
     assert main(["--config", str(cfg), "ingest", "--run", "r", "--step", "6"]) == 0
     assert MANIFEST_NAME in _stored(seaweedfs, bucket, 6)
+    # Two steps named in one command (a hook's drained queue): each judged alone in one pass; the one
+    # whose marker is missing waits (exit 3, named), the other is archived
+    shutil.copytree(root / "checkpoint-4", root / "checkpoint-8")
+    shutil.copytree(root / "checkpoint-4", root / "checkpoint-10", ignore=shutil.ignore_patterns("trainer_state.json"))
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ingest", "--run", "r", "--step", "8", "--step", "10"]) == 3
+    out, err = capsys.readouterr()
+    assert re.search(r"^uploaded +r step 8 ", out, re.M) and "step 10 waits" in err and "step 8 " not in err, err
+    assert MANIFEST_NAME in _stored(seaweedfs, bucket, 8) and _stored(seaweedfs, bucket, 10) == []
     assert main(["--config", str(cfg), "ingest", "--run", "nope", "--step", "6"]) == 2
     assert "configured runs: r" in capsys.readouterr().err
 

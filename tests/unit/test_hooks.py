@@ -69,6 +69,12 @@ def test_the_ingest_command_names_run_step_and_config() -> None:
     assert "--config" not in ingest_command(Saved("r1", 40, "/p"))
 
 
+def test_the_ingest_command_of_several_saves_names_each_step_once() -> None:
+    saves = [Saved("r1", step, f"/ckpt/checkpoint-{step}", "/etc/c.toml") for step in (40, 50, 40)]
+    cmd = ingest_command(*saves)
+    assert cmd[3:] == ["ingest", "--run", "r1", "--step", "40", "--step", "50", "--config", "/etc/c.toml"]
+
+
 def test_the_signal_is_sent_from_another_thread_while_the_caller_has_already_returned() -> None:
     release, sent = threading.Event(), []
 
@@ -166,8 +172,9 @@ class _Proc:
 
     pids = iter(range(10_000, 20_000))
 
-    def __init__(self, saved: Saved) -> None:
+    def __init__(self, saved: Saved, *more: Saved) -> None:
         self.saved, self.pid, self.code = saved, next(self.pids), 0
+        self.steps = [s.step for s in (saved, *more)]
         self.done = threading.Event()
 
     def wait(self) -> int:
@@ -182,41 +189,65 @@ def _until(check: Callable[[], object], what: str) -> None:
     assert check(), what
 
 
-def test_one_detached_ingest_per_run_at_a_time_the_others_wait_their_turn_in_order() -> None:
+def _starter() -> tuple[list[_Proc], sig.Start]:
     started: list[_Proc] = []
 
-    def start(saved: Saved) -> _Proc:
-        started.append(_Proc(saved))
+    def start(saved: Saved, *more: Saved) -> _Proc:
+        started.append(_Proc(saved, *more))
         return started[-1]
 
+    return started, start
+
+
+def test_one_detached_ingest_per_run_at_a_time_the_others_wait_their_turn() -> None:
+    started, start = _starter()
     ingests = sig.Ingests(start=start)
-    for step in (10, 20, 30):
+    for step in (10, 20):
         ingests.submit(Saved("a", step, "/p"))
     ingests.submit(Saved("b", 5, "/p"))  # another run is not held up by a's
-    assert [(p.saved.run, p.saved.step) for p in started] == [("a", 10), ("b", 5)]
-    assert [s.step for s in ingests.waiting("a")] == [20, 30]
+    assert [(p.saved.run, p.steps) for p in started] == [("a", [10]), ("b", [5])]
+    assert [s.step for s in ingests.waiting("a")] == [20]
     started[0].code = 1  # a failed ingest still lets the next one start
     started[0].done.set()
     _until(lambda: len(started) == 3, "a's step 20 started when step 10's ingest ended")
-    assert started[2].saved.step == 20 and [s.step for s in ingests.waiting("a")] == [30]
+    assert started[2].steps == [20] and ingests.waiting("a") == []
     started[2].done.set()
-    _until(lambda: len(started) == 4, "a's step 30 started when step 20's ingest ended")
-    started[3].done.set()
     started[1].done.set()
     _until(lambda: not ingests._running, "both runs idle")
     ingests.submit(Saved("a", 40, "/p"))  # idle again: starts at once
-    assert started[-1].saved.step == 40 and len(started) == 5
-    # at interpreter exit the waiting ones start at once, unreaped: the training is over
+    assert started[-1].steps == [40] and len(started) == 4
+    # at interpreter exit the waiting ones start at once, unreaped, in one ingest: the training is over
     ingests.submit(Saved("a", 50, "/p"))
     ingests.submit(Saved("a", 60, "/p"))
-    assert len(started) == 5
+    assert len(started) == 4
     ingests.start_waiting()
-    assert [p.saved.step for p in started[5:]] == [50, 60] and ingests.waiting("a") == []
-    started[4].done.set()
+    assert [p.steps for p in started[4:]] == [[50, 60]] and ingests.waiting("a") == []
+    started[3].done.set()
+
+
+def test_the_saves_that_waited_for_their_runs_ingest_are_drained_by_one_start() -> None:
+    started, start = _starter()
+    ingests = sig.Ingests(start=start)
+    ingests.submit(Saved("a", 10, "/p"))
+    ingests.submit(Saved("a", 20, "/p"))
+    ingests.submit(Saved("a", 30, "/p"))
+    ingests.submit(Saved("a", 35, "/p", config="/other.toml"))  # one command reads one config
+    assert [p.steps for p in started] == [[10]]
+    started[0].done.set()
+    _until(lambda: len(started) == 2, "the waiting saves started when step 10's ingest ended")
+    assert started[1].steps == [20, 30]  # both waiting saves, one process
+    assert [s.step for s in ingests.waiting("a")] == [35]
+    ingests.submit(Saved("a", 40, "/p", config="/other.toml"))  # queued behind, joins 35's turn
+    started[1].done.set()
+    _until(lambda: len(started) == 3, "the other config's saves started next")
+    assert started[2].steps == [35, 40] and started[2].saved.config == "/other.toml"
+    started[2].done.set()
+    _until(lambda: not ingests._running, "the run idle")
+    assert len(started) == 3
 
 
 def test_an_ingest_that_cannot_start_raises_to_the_dispatcher_and_frees_its_run() -> None:
-    def start(saved: Saved) -> _Proc:
+    def start(saved: Saved, *more: Saved) -> _Proc:
         raise OSError("no such interpreter")
 
     ingests = sig.Ingests(start=start)

@@ -25,15 +25,21 @@ from ckptvault.ingest.narrow import (
     commit_time,
     find_step,
     find_step_settled,
+    find_steps,
+    find_steps_settled,
+    named_steps,
     narrow_sources,
     skips_settle,
     waits,
+    waits_all,
 )
 from ckptvault.ingest.steps import Outcome
 from ckptvault.store.memory import MemoryStore
+from ckptvault_cli import main as cli_main
 from ckptvault_cli import running, synthetic
 from ckptvault_cli.commands import ingest as ingest_cmd
-from ckptvault_cli.preflight import EXIT_OK, EXIT_WAITING, UsageError
+from ckptvault_cli.parser import build_parser
+from ckptvault_cli.preflight import EXIT_OK, EXIT_USAGE, EXIT_WAITING, UsageError
 from tests.unit.submitters import Plain
 
 SIZE = 64 << 10
@@ -158,14 +164,18 @@ def test_waits_says_why_for_a_waiting_outcome_and_nothing_for_an_uploaded_one() 
     assert waits([Outcome("r", 5, "hf", "present")], "r", 5) == ""
 
 
-def _narrow_pass(cfg: Config, store: MemoryStore, run: str, step: int) -> list[Outcome]:
-    """What the ingest flow does with run and step given: the narrowed sources, find_step, the pass."""
+def _narrow_pass(cfg: Config, store: MemoryStore, run: str, step: int | list[int]) -> list[Outcome]:
+    """What the ingest flow does with run and step (or steps) given: the narrowed sources, find_step(s),
+    one catalog read per source, one pass."""
     catalog = Catalog(store, PREFIX)
     known: dict[str, dict[int, CheckpointState]] = {}
     founds = []
     for source in narrow_sources(cfg.sources, run):
         known[source.run] = steps.known_states(catalog, source.run)
-        founds += find_step(source, step, time.time()).found
+        if isinstance(step, int):
+            founds += find_step(source, step, time.time()).found
+        else:
+            founds += find_steps(source, step, time.time()).found
     return IngestPass(cfg, store, catalog, "flow-run", known, Plain()).run(founds)
 
 
@@ -185,6 +195,47 @@ def test_the_narrowed_pass_uploads_only_the_named_step_of_the_named_run(tmp_path
     states = Catalog(store, PREFIX).current("b")
     assert {s.step for s in states} == {200}
     assert Catalog(store, PREFIX).current("a") == []
+
+
+def test_one_narrowed_pass_over_two_named_steps_uploads_those_two_only(tmp_path: Path) -> None:
+    for step in (100, 200, 300, 400):
+        synthetic.write_checkpoint(tmp_path / "b", "hf", step, SIZE)
+    synthetic.write_checkpoint(tmp_path / "a", "hf", 200, SIZE)
+    cfg = Config(
+        store=StoreConfig(bucket="ckpts", prefix=PREFIX),
+        sources=[_source(tmp_path / "a", "hf", "a"), _source(tmp_path / "b", "hf", "b")],
+        validation=ValidationRules(enabled=False),
+    )
+    store = MemoryStore("ckpts")
+    outcomes = _narrow_pass(cfg, store, "b", [300, 200, 300])  # a step named twice is taken once
+    assert sorted((o.run, o.step, o.result) for o in outcomes) == [("b", 200, "uploaded"), ("b", 300, "uploaded")]
+    assert waits_all(outcomes, "b", [300, 200]) == []
+    assert {s.step for s in Catalog(store, PREFIX).current("b")} == {200, 300}
+    assert Catalog(store, PREFIX).current("a") == []
+    # one of two named steps missing: the other is judged alone and archived, the missing one waits
+    outcomes = _narrow_pass(cfg, store, "b", [400, 999])
+    assert [(o.step, o.result) for o in outcomes] == [(400, "uploaded")]
+    (why,) = waits_all(outcomes, "b", [400, 999])
+    assert "step 999" in why and "waits" in why
+
+
+def test_named_steps_each_keep_their_own_rule_in_one_discovery(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "hf", 100, SIZE)
+    synthetic.write_checkpoint(tmp_path, "hf", 200, SIZE, complete=False)
+    res = find_steps(_source(tmp_path, "hf"), [100, 200, 300], time.time())
+    assert [(f.step, f.ready) for f in res.found] == [(100, True), (200, False)]
+    assert any("step 300" in p for p in res.problems)
+    assert named_steps(5, [7, 5, 9]) == [5, 7, 9] and named_steps(None, None) == []
+
+
+def test_several_named_lightning_steps_are_waited_for_once_until_the_last_settles(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "lightning", 300, SIZE)
+    synthetic.write_checkpoint(tmp_path, "lightning", 400, SIZE)
+    clock = _Clock(_newest(tmp_path) + 1)
+    source = SourceConfig(run="r", path=tmp_path, format="lightning", settle_seconds=30)
+    res = find_steps_settled(source, [300, 400], clock, clock.sleep)
+    assert [(f.step, f.ready) for f in res.found] == [(300, True), (400, True)]
+    assert len(clock.slept) == 1 and clock.slept[0] <= 29.1 + 1e-6
 
 
 def test_the_narrowed_pass_uploads_nothing_of_a_step_whose_marker_is_missing(tmp_path: Path) -> None:
@@ -226,20 +277,49 @@ def test_the_command_refuses_an_unknown_run_naming_the_configured_ones(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     with pytest.raises(UsageError, match="configured runs: alpha"):
-        _cli(monkeypatch, tmp_path, [], run="beta", step=5)
+        _cli(monkeypatch, tmp_path, [], run="beta", step=[5])
     with pytest.raises(UsageError, match="--step needs --run"):
-        _cli(monkeypatch, tmp_path, [], run=None, step=5)
+        _cli(monkeypatch, tmp_path, [], run=None, step=[5])
 
 
 def test_the_command_hands_run_and_step_to_the_flow_and_exits_3_while_the_step_waits(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     waiting = Outcome("alpha", 5, "hf", "waiting", message="no trainer_state.json yet")
-    code, params = _cli(monkeypatch, tmp_path, [waiting], run="alpha", step=5)
+    code, params = _cli(monkeypatch, tmp_path, [waiting], run="alpha", step=[5])
     assert code == EXIT_WAITING and (params["run"], params["step"]) == ("alpha", 5)
     assert "step 5 waits, nothing uploaded: no trainer_state.json yet" in capsys.readouterr().err
-    code, _ = _cli(monkeypatch, tmp_path, [Outcome("alpha", 5, "hf", "uploaded")], run="alpha", step=5)
+    code, _ = _cli(monkeypatch, tmp_path, [Outcome("alpha", 5, "hf", "uploaded")], run="alpha", step=[5])
     assert code == EXIT_OK
+
+
+def test_step_is_parsed_once_or_several_times() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["ingest", "--run", "r", "--step", "5"]).step == [5]
+    assert parser.parse_args(["ingest", "--run", "r", "--step", "5", "--step", "7"]).step == [5, 7]
+    assert parser.parse_args(["ingest", "--run", "r"]).step is None
+
+
+@pytest.mark.parametrize("flags", [["--step", "5"], ["--step", "5", "--step", "7"]])
+def test_step_without_run_exits_2(flags: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main.main(["ingest", *flags]) == EXIT_USAGE == 2
+    assert "--step needs --run" in capsys.readouterr().err
+
+
+def test_the_command_hands_several_steps_to_the_flow_and_says_which_waits(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = Outcome("alpha", 5, "hf", "uploaded")
+    waiting = Outcome("alpha", 7, "hf", "waiting", message="no trainer_state.json yet")
+    code, params = _cli(monkeypatch, tmp_path, [done, waiting], run="alpha", step=[5, 7, 5])
+    assert code == EXIT_WAITING and (params["run"], params["step"], params["steps"]) == ("alpha", None, [5, 7])
+    out, err = capsys.readouterr()
+    assert "alpha step 5" in out and "alpha step 7" in out  # one line per step
+    assert "step 7 waits, nothing uploaded: no trainer_state.json yet" in err and "step 5 " not in err
+    code, params = _cli(monkeypatch, tmp_path, [done, Outcome("alpha", 7, "hf", "present")], run="alpha", step=[5, 7])
+    assert code == EXIT_OK
+    code, params = _cli(monkeypatch, tmp_path, [done], run="alpha", step=[5])
+    assert code == EXIT_OK and params["step"] == 5 and "steps" not in params  # one step: as before
 
 
 def test_the_verified_event_records_the_rpo_from_the_commit_marker_to_the_manifest(tmp_path: Path) -> None:
