@@ -121,27 +121,30 @@ def memory_main(a: argparse.Namespace) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", choices=["memory", "seaweedfs"], default="memory",
-                    help="memory: the decode and fold alone; seaweedfs: bench/catalog_fleet.py")  # fmt: skip
+    ap.add_argument("--store", choices=["memory", "seaweedfs", "moto"], default="memory",
+                    help="memory: the decode and fold alone; seaweedfs (or moto): bench/catalog_fleet.py")  # fmt: skip
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--ckpts", type=int, default=200)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--path", choices=["states", "table", "metrics"], default="states", help="memory only")
     ap.add_argument("--save", type=Path, help="memory only")
     ap.add_argument("--load", type=Path, help="memory only")
-    ap.add_argument("--manifests", default="100000",
-                    help="seaweedfs only: manifests for catalog rebuild, or sizes to grow through (10000,30000)")
+    ap.add_argument(
+        "--manifests",
+        default="100000",
+        help="seaweedfs only: manifests for catalog rebuild, or sizes to grow through (10000,30000)",
+    )
     ap.add_argument("--day-saves", type=int, default=6, help="seaweedfs only: new saves per run in a day")
     ap.add_argument("--json", type=Path, help="seaweedfs only: the results as JSON")
     ap.add_argument("--keep-logs", action="store_true", help="seaweedfs only: keep the logs in bench/.catalog-logs")
     ap.add_argument("--upgrade", action="store_true",
                     help="seaweedfs only: the catalog right after an upgrade from the flat layout")  # fmt: skip
     a = ap.parse_args()
-    if a.store == "seaweedfs" and a.upgrade:
+    if a.store != "memory" and a.upgrade:
         from catalog_fleet import upgrade_main
 
         upgrade_main(a)
-    elif a.store == "seaweedfs":
+    elif a.store != "memory":
         from catalog_fleet import fleet_main
 
         fleet_main(a)

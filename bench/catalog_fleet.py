@@ -116,13 +116,14 @@ def _bench_setup(a: argparse.Namespace) -> _Setup:
     scratch: Path = paths.BENCH / f".scratch-catalog-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
     (scratch / "logs").mkdir(parents=True)
-    server = servers.Server("seaweedfs", scratch, 8 * units.GiB)
+    server = servers.Server(a.store, scratch, 8 * units.GiB)
     os.environ.update(AWS_ACCESS_KEY_ID=servers.ACCESS_KEY, AWS_SECRET_ACCESS_KEY=servers.SECRET_KEY,
                       AWS_REGION=server.region, AWS_EC2_METADATA_DISABLED="true")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "CKPTVAULT_CONFIG")}
     env["PYTHONPATH"] = str(paths.REPO)
     py = [sys.executable, str(Path(__file__).resolve())]
-    res: dict[str, Any] = {"runs": a.runs, "ckpts": a.ckpts, "events": a.runs * a.ckpts * 5, "rows": {}}
+    res: dict[str, Any] = {"store": a.store, "runs": a.runs, "ckpts": a.ckpts, "events": a.runs * a.ckpts * 5,
+                           "rows": {}}  # fmt: skip
     return scratch, scratch / "logs" / "catalog.log", server, env, str(paths.VENV_BIN / "ckptvault"), py, res
 
 
@@ -130,7 +131,8 @@ def upgrade_main(a: argparse.Namespace) -> None:
     """The catalog right after an upgrade (issue [V]): RUNS x CKPTS x 5 events in the flat layout, then
     (1) the ingest passes of one run (`compact(runs=[R], max_seconds=60)`, as the ingest flow calls it)
     until no flat file is left, then `ls --json` and `ls --run R --json`; (2) the same catalog written
-    afresh under another prefix, one `ckptvault catalog compact`, then `ls --json`."""
+    afresh under another prefix, one `ckptvault catalog compact`, then `ls --json`, `ls --run R --json`
+    and `metrics --textfile`. On SeaweedFS or moto (`--store`)."""
     scratch, log, server, env, ckv, py, res = _bench_setup(a)
     rows = res["rows"]
     one = _run_name(a.runs // 2)
@@ -145,6 +147,11 @@ def upgrade_main(a: argparse.Namespace) -> None:
             passes.append(_measure([*py, "child", "compact-runs", str(cfg), one], env, log, 1))
             measure.log(f"ingest pass {len(passes)}: {passes[-1]}")
         res["ingest_passes"] = len(passes)
+        store, _ = _store(cfg)  # what the passes' time boxes left without a snapshot is folded by every read
+        res["snapshots_after_passes"] = sum("/snapshot/" in o.key for o in store.list("upgrade/_catalog/"))
+        res["combined_after_passes"] = sum(1 for _ in store.list("upgrade/_catalog/_combined/"))
+        measure.log(f"after the passes: {res['snapshots_after_passes']} run snapshots, "
+                    f"{res['combined_after_passes']} combined")  # fmt: skip
         rows[f"the ingest passes that migrate it ({len(passes)}), together"] = {
             "seconds": sum(p["seconds"] for p in passes), "all_seconds": [p["seconds"] for p in passes],
             "max_rss_mib": max(p["max_rss_mib"] for p in passes),
@@ -166,6 +173,11 @@ def upgrade_main(a: argparse.Namespace) -> None:
         assert _flat_left(cfg2) == 0
         rows["ls --json, after catalog compact"] = _measure([ckv, "--config", str(cfg2), "ls", "--json"], env, log,
                                                             a.reps, Path(os.devnull))  # fmt: skip
+        rows["ls --run R --json, after catalog compact"] = _measure(
+            [ckv, "--config", str(cfg2), "ls", "--run", one, "--json"], env, log, a.reps)  # fmt: skip
+        # the [Q] metrics over the same 1M-event catalog, compacted (issue [Q]'s Done-when)
+        got = metrics_rows(cfg2, env, log, a.reps, scratch)
+        rows.update({f"{k}, after catalog compact": v for k, v in got.items()})
         for name, row in rows.items():
             measure.log(f"{name}: {row}")
     finally:

@@ -138,6 +138,13 @@ def table(results: dict[str, list[dict[str, Any]]], total: int, loads: list[floa
     walls = [statistics.median(r["wall"] for r in results[c]) for c in cols]
     lines.append("| **total (printed)** | " + " | ".join(f"{t:.2f}" for t in printed) + " |")
     lines.append("| wall, measured around the process | " + " | ".join(f"{w:.2f}" for w in walls) + " |")
+
+    def med_mark(col: str, name: str = "first_byte") -> str:
+        vals = [r["profile"].get("marks", {}).get(name) for r in results[col]]
+        got = [v for v in vals if v is not None]
+        return f"{statistics.median(got):.2f}" if got else "-"
+
+    lines.append("| *first bytes moved, s from the process's start* | " + " | ".join(med_mark(c) for c in cols) + " |")
     beside = sorted({a["phase"] for runs in results.values() for r in runs for a in r["profile"].get("alongside", [])})
     for n in beside:  # what ran beside the main thread and overlapped it (the gate child): not in the total
 

@@ -25,7 +25,7 @@ from bench.paths import VENV_BIN
 from tests import servers as test_servers
 
 ACCESS_KEY, SECRET_KEY = "benchkey", "bench-secret-key"
-_FIRST_PORT = {"seaweedfs": 23100, "ceph": 27480}
+_FIRST_PORT = {"seaweedfs": 23100, "ceph": 27480, "moto": 25600}
 
 
 def port_free(port: int) -> bool:

@@ -135,6 +135,10 @@ def render_table(states: Sequence[CheckpointState], filters: Sequence[str] = ())
         )
         for s in states
     ]
+    if any(s.rpo_seconds is not None for s in states):
+        # only where an ingest recorded one (docs/hooks.md): a catalog from before keeps its columns
+        header = (*header, "RPO")
+        rows = [(*r, rpo_text(s.rpo_seconds)) for r, s in zip(rows, states, strict=True)]
     if any(s.replicas for s in states):
         # only where replicas are configured: a listing without them keeps its columns
         header = (*header, "COPIES")
@@ -142,6 +146,14 @@ def render_table(states: Sequence[CheckpointState], filters: Sequence[str] = ())
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *rows]]
     return "\n".join(lines)
+
+
+def rpo_text(seconds: float | None) -> str:
+    """A save's RPO as the text `ls` shows it: tenths of a second while it is seconds (a hook's and
+    `follow`'s), whole units beyond (the scheduled ingest's minutes); "-" where none was recorded."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f} s" if seconds < 60 else humanize.duration(seconds)
 
 
 def _copies(s: CheckpointState) -> str:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import generate_latest, pushadd_to_gateway, start_http_server, write_to_textfile
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from ckptvault import ledger as ledger_lib
 from ckptvault.catalog import Catalog
 from ckptvault.catalog.summary import FleetSummary, summarize
 from ckptvault.config import Config
@@ -58,6 +59,45 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFami
     return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
 
 
+def _counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> CounterMetricFamily:
+    return CounterMetricFamily(f"{PREFIX}_{name}", doc, labels=list(labels))
+
+
+# ledger family -> (exported name without _total, help); docs/metrics.md, "What the flows did"
+_LEDGER_COUNTERS: dict[str, tuple[str, str]] = {
+    "alerts_sent": ("alerts_sent", "Alerts delivered, by kind."),
+    "restore_bytes": ("restore_bytes", "Original bytes restored (restores that ended restored)."),
+    "restore_seconds": ("restore_seconds", "Seconds those restores spent bringing the bytes back."),
+    "drill_bytes": ("drill_bytes", "Original bytes of the saves drilled, passed or not."),
+    "drill_seconds": ("drill_seconds", "Seconds those drills took (restore and load check)."),
+    "upload_failures": ("upload_failures", "Checkpoints an ingest failed to upload, by error class."),
+    "restore_failures": ("restore_failures", "Restores that failed, by error class."),
+}
+
+
+def ledger_families(led: ledger_lib.Ledger) -> list[Metric]:
+    """The counters and last successes the ledger holds (ckptvault/ledger.py). Every counter family is
+    sent, a labelled one with the labels it has seen (none before anything happened)."""
+    totals = led.totals()
+    out: list[Metric] = []
+    for family, (name, doc) in _LEDGER_COUNTERS.items():
+        label = ledger_lib.FAMILIES[family]
+        c = _counter(name, doc, (label,) if label else ())
+        if label:
+            for key, v in sorted(totals.items()):
+                f, value = ledger_lib.split_key(key)
+                if f == family:
+                    c.add_metric([value], v)
+        else:
+            c.add_metric([], totals.get(family, 0.0))
+        out.append(c)
+    last = _gauge("flow_last_success_timestamp_seconds", "When each flow last ended well (unix seconds).", ("flow",))
+    for flow, t in sorted(led.last_success.items()):
+        last.add_metric([flow], t)
+    out.append(last)
+    return out
+
+
 def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metric]:
     """The metric families of one summary, in the order docs/metrics.md lists them."""
     out: list[Metric] = []
@@ -84,6 +124,11 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
         ("run",),
     )
     lag = _gauge("run_newest_archive_lag_seconds", "Created to verified of the run's newest good save.", ("run",))
+    rpo = _gauge(
+        "run_newest_rpo_seconds",
+        "Commit marker to verified manifest of the run's newest good save, as its ingest recorded it.",
+        ("run",),
+    )
     drill_at = _gauge("run_last_drill_timestamp_seconds", "When a save of the run was last drilled.", ("run",))
     drill_ok = _gauge("run_last_drill_success", "1 when the run's last drill passed, 0 when it failed.", ("run",))
     drill_pass = _gauge(
@@ -97,13 +142,15 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
             created.add_metric([name], r.newest_created_at)
         if r.newest_lag_seconds is not None:
             lag.add_metric([name], r.newest_lag_seconds)
+        if r.newest_rpo_seconds is not None:
+            rpo.add_metric([name], r.newest_rpo_seconds)
         if r.last_drill_at is not None:
             drill_at.add_metric([name], r.last_drill_at)
             drill_ok.add_metric([name], 1.0 if r.last_drill_ok else 0.0)
         if r.last_drill_success_at is not None:
             drill_pass.add_metric([name], r.last_drill_success_at)
         suspect.add_metric([name], float(r.suspect))
-    out += [newest, created, lag, drill_at, drill_ok, drill_pass, suspect]
+    out += [newest, created, lag, rpo, drill_at, drill_ok, drill_pass, suspect]
 
     states = _gauge("saves", "Checkpoint saves per lifecycle state.", ("state",))
     for state, n in s.by_state.items():
@@ -165,6 +212,10 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
     for store, n in sorted(s.replica_saves.items()):
         replicas.add_metric([store], float(n))
     out.append(replicas)
+    ingested = _counter("ingest_bytes", "Original bytes of every save committed to the store, per run.", ("run",))
+    for name, b in sorted(s.ingested_bytes.items()):
+        ingested.add_metric([name], float(b))
+    out.append(ingested)
     return out
 
 
@@ -220,7 +271,12 @@ def compute(catalog: Catalog, options: MetricsOptions, now: float | None = None)
         summary = summarize(catalog, t, options.cover_days)
     except (CkptvaultError, OSError) as e:
         return Computed(down(), str(e))
-    return Computed(families(summary, t, options))
+    out = families(summary, t, options)
+    try:  # what the flows did: a ledger that cannot be read leaves out its metrics, not the catalog's
+        out += ledger_families(ledger_lib.load(catalog.store, catalog.prefix))
+    except (CkptvaultError, OSError) as e:
+        log.warning("metrics: the ledger could not be read, its counters are left out: %s", e)
+    return Computed(out)
 
 
 def exposition(collector: Collector) -> bytes:

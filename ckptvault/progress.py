@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any, TextIO
 
+from ckptvault import timing
+
 
 class ProgressBar:
     """Thread-safe: file transfers report bytes from several worker threads."""
@@ -31,6 +33,8 @@ class ProgressBar:
         return ProgressBar, (self.total, self.label, io.StringIO(), self._min_interval, self.unit)
 
     def __call__(self, nbytes: int) -> None:
+        if self.unit == "B" and nbytes > 0:
+            timing.mark(timing.FIRST_BYTE)  # for --profile: when the transfer's first bytes moved
         with self._lock:
             self.done += nbytes
             now = time.monotonic()

@@ -9,9 +9,14 @@ and the rollback are library code a unit test reaches on the in-memory store, an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import random
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import partial
 from typing import Any, ParamSpec, Protocol, TypeVar
+
+from ckptvault.store import TransientStoreError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,3 +57,74 @@ def settle(pending: Sequence[Pending[Any]]) -> list[str]:
     nothing may be cleaned up while a sibling call is still writing."""
     outs = [p.result(raise_on_failure=False) for p in pending]
     return [str(out) for out in outs if isinstance(out, BaseException)]
+
+
+def first_error_class(pending: Sequence[Pending[Any]]) -> str:
+    """The type name of the first failed call's exception ("" when none failed): a failure's error class."""
+    outs = (p.result(raise_on_failure=False) for p in pending)
+    return next((type(out).__name__ for out in outs if isinstance(out, BaseException)), "")
+
+
+# The retry policy of every store-I/O step (ckptvault_prefect/tasks/retry.py gives its Prefect tasks the same):
+# transient store errors only, 3 retries after 2, 4 and 8 s, each +-50%.
+RETRIES = 3
+RETRY_DELAYS = (2.0, 4.0, 8.0)
+RETRY_JITTER = 0.5
+
+
+class _Done:
+    def __init__(self, future: Future[Any]) -> None:
+        self._future = future
+
+    def result(self, timeout: float | None = None, raise_on_failure: bool = True) -> Any:
+        error = self._future.exception(timeout)
+        if error is None:
+            return self._future.result()
+        if raise_on_failure:
+            raise error
+        return error
+
+
+class Threads:
+    """A Submitter without Prefect, for the command line's direct mode: each call a plain call, the
+    functions in `io` retried on transient store errors as their tasks would be, a map fanned out over
+    `workers` threads and waited for whole before it returns (`inline`)."""
+
+    def __init__(self, io: Iterable[Callable[..., Any]], workers: int = 4, sleep: Callable[[float], None] = time.sleep):
+        self._io, self._workers, self._sleep = frozenset(io), max(1, workers), sleep
+
+    @property
+    def inline(self) -> bool:
+        return True
+
+    def __call__(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        attempt = 0
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except TransientStoreError:
+                if fn not in self._io or attempt >= RETRIES:
+                    raise
+                delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
+                self._sleep(delay * (1 + random.uniform(-RETRY_JITTER, RETRY_JITTER)))
+                attempt += 1
+
+    def map(self, calls: Sequence[partial[R]], node: str | None = None) -> list[Pending[R]]:
+        if node is not None:
+            raise ValueError("plain threads cannot run a call on a node's worker (--node-local needs a cluster)")
+        if not calls:
+            return []
+        pool = ThreadPoolExecutor(max_workers=min(self._workers, len(calls)))
+        try:
+            futures = [pool.submit(self, c.func, *c.args, **c.keywords) for c in calls]
+            wait(futures)
+        except BaseException:
+            # Ctrl-C: start nothing new and do not wait for what is in flight (nothing is renamed into
+            # place before every file is verified)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return [_Done(f) for f in futures]
+
+    def node_workers(self) -> list[dict[str, float]] | None:
+        return None

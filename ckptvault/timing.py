@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["OTHER", "RECORDER", "Breakdown", "Recorder", "phase"]
+__all__ = ["OTHER", "RECORDER", "Breakdown", "Recorder", "mark", "phase"]
 
 OTHER = "other"  # the timeline's time no phase covered
 # The phase names the commands' code marks (one spelling each; docs/performance.md says what each holds)
@@ -44,16 +44,20 @@ ALERTS = "alerts"
 COMPACTION = "compaction"
 OUTPUT = "output"
 SHUTDOWN = "shutdown"
+# Instants, not phases: when something first happened, in seconds from the process's start
+FIRST_BYTE = "first_byte"  # the first bytes of a transfer moved (a restore's first GET body read)
 
 
 @dataclass(frozen=True)
 class Breakdown:
     """`phases`: (name, seconds) on the timeline in the order each was first entered, then `OTHER`;
-    they sum to `total`. `alongside`: thread-seconds of phases on other threads (not in the total)."""
+    they sum to `total`. `alongside`: thread-seconds of phases on other threads (not in the total).
+    `marks`: (name, seconds from the origin) of instants (`first_byte`), on no line of the sum."""
 
     phases: tuple[tuple[str, float], ...]
     total: float
     alongside: tuple[tuple[str, float], ...] = ()
+    marks: tuple[tuple[str, float], ...] = ()
 
     def seconds(self, name: str) -> float:
         return sum(s for n, s in self.phases if n == name)
@@ -63,6 +67,7 @@ class Breakdown:
             "total_s": round(self.total, 4),
             "phases": [{"phase": n, "seconds": round(s, 4)} for n, s in self.phases],
             "alongside": [{"phase": n, "thread_seconds": round(s, 4)} for n, s in self.alongside],
+            "marks": {n: round(s, 4) for n, s in self.marks},
         }
 
     def table(self) -> list[str]:
@@ -76,6 +81,7 @@ class Breakdown:
         if self.alongside:
             lines.append("beside the above, overlapping it (worker threads, the gate child; seconds each):")
             lines += [f"{n:<{width}}  {s:8.3f}" for n, s in self.alongside]
+        lines += [f"{n} at {s:.3f} s from the process's start" for n, s in self.marks]
         return lines
 
 
@@ -96,6 +102,7 @@ class Recorder:
         self._stacks: dict[int, _Stack] = {}
         self._on: dict[str, float] = {}  # the timeline's, in first-entered order (dicts keep it)
         self._beside: dict[str, float] = {}
+        self._marks: dict[str, float] = {}  # name: perf_counter value of its first `mark`
 
     def enable(self, origin: float | None = None) -> None:
         """Start recording on the calling thread's timeline. `origin`: a `time.perf_counter()` value
@@ -107,7 +114,7 @@ class Recorder:
             self._timeline = threading.get_ident()
             self._origin = now if origin is None else min(origin, now)
             self._stacks = {self._timeline: _Stack(mark=self._origin)}
-            self._on, self._beside = {}, {}
+            self._on, self._beside, self._marks = {}, {}, {}
 
     def disable(self) -> None:
         with self._lock:
@@ -120,6 +127,14 @@ class Recorder:
             return
         with self._lock:
             self._beside[name] = self._beside.get(name, 0.0) + seconds
+
+    def mark(self, name: str) -> None:
+        """Note the instant `name` first happens, from any thread; later marks of it are ignored."""
+        if not self.enabled or name in self._marks:
+            return
+        now = time.perf_counter()
+        with self._lock:
+            self._marks.setdefault(name, now)
 
     def charge(self, name: str, until: float) -> None:
         """Charge the timeline's time from its last mark up to `until` (a perf_counter value) to
@@ -179,8 +194,9 @@ class Recorder:
             other = on.pop(OTHER, 0.0)
             total = end - self._origin
             beside = tuple(self._beside.items())
+            marks = tuple((n, at - self._origin) for n, at in self._marks.items() if at <= end)
         rows = [(n, on.pop(n, 0.0)) for n in expected if n != OTHER]
-        return Breakdown((*rows, *on.items(), (OTHER, other)), total, beside)
+        return Breakdown((*rows, *on.items(), (OTHER, other)), total, beside, marks)
 
 
 RECORDER = Recorder()
@@ -203,3 +219,8 @@ def process_age() -> float | None:
 def phase(name: str) -> AbstractContextManager[None]:
     """`with phase("transfer"): ...` on the process-wide recorder."""
     return RECORDER.phase(name)
+
+
+def mark(name: str) -> None:
+    """`mark(FIRST_BYTE)` on the process-wide recorder: the first call's instant is kept."""
+    RECORDER.mark(name)

@@ -63,7 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=5.0,
         metavar="N",
-        help="scan the sources every N seconds (polling: works on network file systems; default 5)",
+        help="scan the polled sources every N seconds (default 5); inotify sources are rescanned every max(60, N) s",
+    )
+    s.add_argument(
+        "--watch",
+        choices=("auto", "inotify", "poll"),
+        default="auto",
+        help="auto (default): inotify where the run root is on a local file system, polling elsewhere",
     )
     s.set_defaults(fn=cmd_follow)
 

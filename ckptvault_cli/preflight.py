@@ -32,16 +32,24 @@ def quiet_prefect_env() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
-def preflight(args: argparse.Namespace, *, need_sources: bool) -> Config:
+def preflight(
+    args: argparse.Namespace, *, need_sources: bool, config_read: Callable[[Config], None] | None = None
+) -> Config:
     """Everything that can be checked before touching anything: config, source paths, the bucket."""
-    return preflight_store(args, need_sources=need_sources)[0]
+    return preflight_store(args, need_sources=need_sources, config_read=config_read)[0]
 
 
-def preflight_store(args: argparse.Namespace, *, need_sources: bool) -> tuple[Config, ObjectStore]:
-    """`preflight`, and the store it checked, for a command that reads it next (a client costs ~70 ms)."""
+def preflight_store(
+    args: argparse.Namespace, *, need_sources: bool, config_read: Callable[[Config], None] | None = None
+) -> tuple[Config, ObjectStore]:
+    """`preflight`, and the store it checked, for a command that reads it next (a client costs ~70 ms).
+    `config_read`: called with the config as soon as it is parsed, before the checks and the store's
+    import and round trips (ingest starts its gate child there, so the child boots beside them)."""
+    cfg = load_config(args.config)
+    if config_read is not None:
+        config_read(cfg)
     from ckptvault.store import StoreError, open_store
 
-    cfg = load_config(args.config)
     if need_sources:
         problems = check_sources(cfg)
         if problems:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from ckptvault import timing
@@ -29,19 +30,26 @@ def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **para
     `workers`: the threads a mapped step fans out over in direct mode (the flow's own task runner's
     size in Prefect mode)."""
     if direct() and not force_prefect:
-        from ckptvault_prefect.runtime.hooks import alert_failed
-        from ckptvault_prefect.tasks.step import direct_mode
-
-        # What a flow prints is its log (in a flow run, Prefect's console handler puts it on stderr):
-        # stdout stays the command's own output, so `--json` is parseable in either mode.
-        with direct_mode(workers), contextlib.redirect_stdout(sys.stderr):
-            try:
-                return flow.fn(**params)
-            except Exception as e:  # the same outcome a Failed flow state carries
-                with phase(timing.ALERTS):
-                    alert_failed(flow.name, "Failed", str(e), e, params)
-                return e
+        return run_direct(flow.fn, flow.name, workers, **params)
     # the flow's own phases are nested in this one: what is left of it is Prefect's own overhead
     with phase(timing.PREFECT), process.flow_settings():
         state = flow(**params, return_state=True)
         return state.result(raise_on_failure=False)
+
+
+def run_direct(body: Callable[..., Any], flow_name: str, workers: int = 4, **params: Any) -> Any:
+    """A flow's body run in direct mode: `run_flow` without a Prefect API. A command whose flow body
+    lives in a module without Prefect (ckptvault_prefect/flows/ingest_body.py) calls this with it and
+    never imports the flow's own module, nor Prefect."""
+    from ckptvault_prefect.runtime.hooks import alert_failed
+    from ckptvault_prefect.tasks.step import direct_mode
+
+    # What a flow prints is its log (in a flow run, Prefect's console handler puts it on stderr):
+    # stdout stays the command's own output, so `--json` is parseable in either mode.
+    with direct_mode(workers), contextlib.redirect_stdout(sys.stderr):
+        try:
+            return body(**params)
+        except Exception as e:  # the same outcome a Failed flow state carries
+            with phase(timing.ALERTS):
+                alert_failed(flow_name, "Failed", str(e), e, params)
+            return e

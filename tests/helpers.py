@@ -190,3 +190,14 @@ def deny_deletes(store: Any) -> list[str]:
 
     store.delete, store.delete_many = delete, delete_many
     return attempted
+
+
+def primary_env_and_dr_profile(mp: pytest.MonkeyPatch, primary: Any, replica: Any, tmp: Path) -> None:
+    """Two stores with two sets of keys, as in production: the primary's credentials in the environment,
+    the replica's under the shared-credentials profile `dr` (what `[[replicas]] profile = "dr"` names)."""
+    for k, v in primary.env().items():
+        mp.setenv(k, v)
+    creds = tmp / "credentials"
+    creds.write_text(f"[dr]\naws_access_key_id = {replica.access_key}\naws_secret_access_key = {replica.secret_key}\n")
+    mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    mp.setenv("AWS_CONFIG_FILE", str(tmp / "no-config"))

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from ckptvault import ledger
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.channels import SENT_RETENTION_SECONDS, build_notifier
 from ckptvault.alerts.watch import AlertState, forget_sent_before, merge_states
@@ -181,13 +182,16 @@ def send_alerts(
         log.warning("cannot read alert state (%s); sending without dedup", e)
         current = AlertState()
     notifier = build_notifier(cfg.notify, current, secret_loader)
-    delivered = sum(1 for a in alerts if notifier.send(a))
+    sent = [a.kind for a in alerts if notifier.send(a)]
+    delivered = len(sent)
     try:
         save_alert_state(
             store, cfg.store.prefix, current, forget_before=_forget_before(cfg), delete=cfg.store.flows_delete
         )
     except StoreError as e:
         log.warning("cannot save alert state (%s); some alerts may repeat", e)
+    if sent:  # `ckptvault_alerts_sent_total{kind}` (docs/metrics.md): counted where they are delivered
+        ledger.note_ledger(store, cfg.store.prefix, ledger.alerts_sent(sent), delete=cfg.store.flows_delete)
     return delivered
 
 

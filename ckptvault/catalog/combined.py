@@ -37,6 +37,24 @@ class Combined:
     key: str
     runs: dict[str, RunCover]
     data: bytes
+    checked: frozenset[str] = frozenset()  # the columns whose pages were decoded once: readable
+
+    def check(self, columns: Collection[str] | None = None) -> None:
+        """Decode each row group's pages of `columns` (None: every column) not decoded yet; CatalogError
+        naming the key when one is damaged. The footer alone says nothing of the data pages, and a
+        damaged page found later, in a read of every run or in a compaction's rewrite, would fail every
+        command instead of being skipped and set aside. Only the columns a reader reads: a listing never
+        decodes `metrics` or `detail`, the metrics read 13 of 28 columns (bench/README.md); a compaction's
+        rewrite asks for every column first."""
+        try:
+            pf = pq.ParquetFile(pa.BufferReader(self.data))
+            todo = [c for c in pf.schema_arrow.names if (columns is None or c in columns) and c not in self.checked]
+            if todo:
+                for g in range(pf.num_row_groups):  # one at a time: memory stays one row group
+                    pf.read_row_group(g, columns=todo)
+        except (pa.ArrowInvalid, OSError, KeyError, ValueError, TypeError, AttributeError) as e:
+            raise CatalogError(f"{self.key}: not a readable combined snapshot ({e})") from None
+        self.checked = self.checked | set(todo)
 
     def covers(self, run: str, part: _Part) -> bool:
         """Whether every key the listing shows in `run`'s partition is in what its rows fold: then
@@ -72,8 +90,9 @@ class Combined:
         return out
 
 
-def read_combined(key: str, data: bytes) -> Combined:
-    """One combined snapshot; CatalogError naming `key` when it is not a readable one."""
+def read_combined(key: str, data: bytes, columns: Collection[str] | None = None) -> Combined:
+    """One combined snapshot, the pages of `columns` (None: every column) decoded once; CatalogError
+    naming `key` when it is not a readable one."""
     try:
         pf = pq.ParquetFile(pa.BufferReader(data))
         meta = pf.schema_arrow.metadata or {}
@@ -87,16 +106,13 @@ def read_combined(key: str, data: bytes) -> Combined:
         lost = [c for c in _STATE_FIELDS if c not in have and c not in _ADDED]
         if lost:
             raise KeyError(lost[0])
-        # The footer alone says nothing of the data pages. A damaged page found later, in a read of
-        # every run or in a compaction's rewrite, would fail every command instead of being skipped and
-        # set aside: decode each row group once here (one at a time: memory stays one row group).
-        for g in range(pf.num_row_groups):
-            pf.read_row_group(g)
     except CatalogError:
         raise
     except (pa.ArrowInvalid, OSError, KeyError, ValueError, TypeError, AttributeError) as e:
         raise CatalogError(f"{key}: not a readable combined snapshot ({e})") from None
-    return Combined(key, runs, data)
+    got = Combined(key, runs, data)
+    got.check(columns)
+    return got
 
 
 def from_snapshot(key: str, data: bytes) -> tuple[pa.Table, RunCover]:

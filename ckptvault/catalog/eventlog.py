@@ -14,7 +14,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ckptvault.catalog import compaction, rebuild, stats
+from ckptvault.catalog import compaction, stats
 from ckptvault.catalog.codec import (
     _FOLD_COLUMNS,
     _concat,
@@ -108,13 +108,16 @@ class Catalog:
                     (p.events if kind == "events" else p.snapshots).append(o.key)
         return flat, parts, combined
 
-    def _combined(self, keys: Sequence[str]) -> Combined | None:
-        """The newest readable combined snapshot of these (kept: a key is never rewritten)."""
+    def _combined(self, keys: Sequence[str], columns: Collection[str] | None = None) -> Combined | None:
+        """The newest readable combined snapshot of these (kept: a key is never rewritten), readable
+        in `columns` (None: every column, as a compaction's rewrite reads it)."""
         for key in sorted(keys, reverse=True):
-            if self._combined_seen is not None and self._combined_seen.key == key:
-                return self._combined_seen
             try:
-                self._combined_seen = read_combined(key, self._get(key) or b"")
+                seen = self._combined_seen
+                if seen is not None and seen.key == key:
+                    seen.check(columns)  # the columns a reader before this one did not read
+                    return seen
+                self._combined_seen = read_combined(key, self._get(key) or b"", columns)
                 return self._combined_seen
             except CatalogError as e:
                 self._skip(key, e)
@@ -213,12 +216,14 @@ class Catalog:
             got: list[CheckpointState] = self._retrying(read)
         return got
 
-    def _partitions(self, run: str | None) -> tuple[list[str], dict[str, _Part], dict[str, pa.Table], Combined | None]:
+    def _partitions(
+        self, run: str | None, columns: Collection[str] | None = None
+    ) -> tuple[list[str], dict[str, _Part], dict[str, pa.Table], Combined | None]:
         """What a read of `run` (or of every run) covers: the runs in order, each run's partition,
         each run's rows still in the flat layout of older versions, and (every run, no flat layout)
-        the newest readable combined snapshot."""
+        the newest combined snapshot readable in `columns` (None: every column)."""
         flat, parts, combined = self._list(run)
-        comb = self._combined(combined) if run is None and not flat and combined else None
+        comb = self._combined(combined, columns) if run is None and not flat and combined else None
         flat_by_run: dict[str, pa.Table] = {}
         if flat:
             ft = _concat(self._read_tables(flat, _FOLD_COLUMNS))
@@ -300,6 +305,8 @@ class Catalog:
         lock_heads: bool = True,
     ) -> list[Event]:
         """See `ckptvault.catalog.rebuild.rebuild_from_manifests`."""
+        from ckptvault.catalog import rebuild  # with ckptvault.manifest: not on a listing's start-up
+
         return rebuild.rebuild_from_manifests(self, progress, run, lock_heads)
 
     def unreadable_of(self, run: str) -> dict[str, str]:

@@ -24,6 +24,13 @@ if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog
 
 DAY = 86400.0
+# The columns of the current state `summarize_table` reads (`_state_codes` the first five): all a
+# metrics read decodes of the combined snapshot (bench/README.md, "The metrics"). A figure reading
+# another column adds it here.
+COLUMNS = (
+    "run", "last_event", "verified", "superseded", "last_drill_ok", "last_drill_at", "uploaded_at",
+    "created_at", "bytes", "stored_bytes", "files", "storage_class", "replicas", "rpo_seconds",
+)  # fmt: skip
 _VERIFIED, _SUSPECT, _EXPIRED = (LIFECYCLE_STATES.index(s) for s in ("verified", "suspect", "expired"))
 
 
@@ -38,6 +45,8 @@ class RunSummary:
     last_drill_ok: bool | None  # that drill's result
     last_drill_success_at: float | None  # the newest drill that passed (a save's last drill)
     suspect: int  # verified saves whose last drill failed
+    # that newest good save's RPO (its commit marker to its manifest's commit), when its ingest recorded it
+    newest_rpo_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,10 @@ class FleetSummary:
     replica_saves: dict[str, int] = field(default_factory=dict)  # [[replicas]] name -> saves with a copy there
     read_seconds: float = 0.0  # reading the catalog's current state
     unreadable: int = 0  # catalog objects the read skipped (Catalog.unreadable)
+    # run -> original bytes of every save ever committed (uploaded_at set, expired and superseded ones
+    # included: a save's row is never dropped), the counter ckptvault_ingest_bytes_total. Columns: run,
+    # bytes, uploaded_at (read above already)
+    ingested_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def _floats(t: pa.Table, c: str) -> np.ndarray:
@@ -100,6 +113,7 @@ def summarize_table(
     names: list[str] = d.dictionary.to_pylist()
     run = d.indices.to_numpy(zero_copy_only=False).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
     up, created, drill_at = _floats(t, "uploaded_at"), _floats(t, "created_at"), _floats(t, "last_drill_at")
+    rpo = _floats(t, "rpo_seconds") if "rpo_seconds" in t.column_names else np.full(n, np.nan)
     drill_ok = pc.fill_null(t["last_drill_ok"].combine_chunks(), False).to_numpy(zero_copy_only=False)
     idx = np.arange(n)
 
@@ -120,6 +134,7 @@ def summarize_table(
             last_drill_ok=None if dr is None else bool(drill_ok[dr]),
             last_drill_success_at=None if ok is None else float(drill_at[ok]),
             suspect=int(suspect[i]),
+            newest_rpo_seconds=None if g is None else _opt(rpo[g]),
         )
 
     counts = np.bincount(codes, minlength=len(LIFECYCLE_STATES))
@@ -142,6 +157,8 @@ def summarize_table(
                 billed=billed[rows], objects=np.maximum(files[rows], 1),
             )  # fmt: skip
     lag = (up - created)[stored & ~np.isnan(created)]
+    committed = ~np.isnan(up)
+    ingested = np.bincount(run[committed], weights=nbytes[committed], minlength=len(names)) if n else np.zeros(0)
 
     drillable = (codes == _VERIFIED) | (codes == _SUSPECT)
     since = -np.inf if cover_days is None else now - cover_days * DAY
@@ -157,12 +174,13 @@ def summarize_table(
         runs=runs, by_state=by_state, by_class=by_class, lag_seconds=lag, drillable=int(drillable.sum()),
         drill_covered=int(covered.sum()), never_drilled=int((drillable & np.isnan(drill_at)).sum()),
         replica_saves=dict(replicas), read_seconds=read_seconds, unreadable=unreadable,
+        ingested_bytes={name: int(ingested[i]) for i, name in enumerate(names)},
     )  # fmt: skip
 
 
 def summarize(cat: Catalog, now: float, cover_days: float | None = None) -> FleetSummary:
     """The catalog's current state (snapshots and the events since, as `ls` reads it), summed at `now`."""
     t0 = time.perf_counter()
-    t = current_table(cat)
+    t = current_table(cat, columns=COLUMNS)
     read = time.perf_counter() - t0
     return summarize_table(t, now, cover_days, read, len(cat.unreadable))

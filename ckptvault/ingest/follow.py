@@ -1,8 +1,10 @@
 """`ckptvault follow`'s decisions: which steps a scan of the sources shows as newly committed, which
 waiting ones are due for another look, and what an ingest's outcome means for the next scan.
 
-The loop itself (ckptvault_cli/commands/follow.py) scans by polling: a directory listing of each run
-root every few seconds, which works on network file systems where inotify sees nothing. A scan only
+The loop itself (ckptvault_cli/commands/follow.py) scans a run when something tells it to look: an
+inotify event on a local file system, the poll interval elsewhere (ckptvault/ingest/watching.py
+decides which per source), a waiting step's retry time, and with inotify a slow rescan as insurance
+(`scan_at`). A scan only
 lists candidates and reads their commit rule (the layout's `complete`); it walks no files, so a
 run with hundreds of steps costs one listing. The ingest it starts judges the step again exactly as
 the scheduled pass does (discovery, settle time, gates): the scan is a hint, like a hook's call.
@@ -25,6 +27,12 @@ Key = tuple[str, int]  # (run, step)
 # "invalid" is done: the same bytes fail the same gate; a rewrite of the step is a new save, which the
 # scheduled ingest picks up.
 DONE_RESULTS = frozenset({"uploaded", "warned", "present", "invalid"})
+# With inotify, a full rescan this often all the same (or every --poll-seconds, if longer): events are
+# never trusted alone, nor is their absence (a watch that could not be added, a directory deeper than
+# the watched depth)
+RESCAN_SECONDS = 60.0
+# A run root that is not there yet (training has not started) is looked for this often under inotify
+ROOT_RETRY_SECONDS = 1.0
 
 
 @dataclass
@@ -78,3 +86,25 @@ def settle(state: FollowState, key: Key, result: str, now: float, retry_after: f
         state.retry_at.pop(key, None)
     else:
         state.retry_at[key] = now + retry_after
+
+
+def scan_at(
+    mechanism: str, root_watched: bool, last_scan: float, poll_seconds: float, retries: Iterable[float]
+) -> float:
+    """When a run is next scanned with no event: polled, every `poll_seconds`; under inotify, every
+    RESCAN_SECONDS (or `poll_seconds` if longer), its root looked for every ROOT_RETRY_SECONDS while it
+    is missing; and in any case at the first of its waiting steps' retry times set since its last scan
+    (an older one was acted on by that scan, or its step has gone)."""
+    if mechanism == "poll":
+        interval = poll_seconds
+    elif not root_watched:
+        interval = min(poll_seconds, ROOT_RETRY_SECONDS)
+    else:
+        interval = max(RESCAN_SECONDS, poll_seconds)
+    pending = [t for t in retries if t > last_scan]
+    return min([last_scan + interval, *pending])
+
+
+def retries_of(state: FollowState, run: str) -> list[float]:
+    """The retry times of `run`'s waiting steps."""
+    return [t for (r, _), t in state.retry_at.items() if r == run]

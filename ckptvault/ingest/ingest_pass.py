@@ -56,7 +56,7 @@ from ckptvault.placement import NodeError, Placement, require_workers
 from ckptvault.save_lock import save_retention
 from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore, Retention
-from ckptvault.submitter import Submitter, settle
+from ckptvault.submitter import Submitter, first_error_class, settle
 from ckptvault.timing import phase
 
 
@@ -266,10 +266,12 @@ class IngestPass:
         """Wait for a checkpoint's uploads; commit its manifest once, after every file is verified."""
         found, d, base = p.found, p.decision, p.base
         with phase(timing.TRANSFER):  # each upload's bytes are checked (CRC32C) as they are sent
-            errors = settle(p.sent.calls())
+            calls = p.sent.calls()
+            errors = settle(calls)
             if errors:
                 uploads.abort(self.submit, p.store, p.sent.splits)
-                return base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
+                failed = base.with_result("failed", "; ".join(errors), time.monotonic() - p.t0)
+                return replace(failed, error=first_error_class(calls))
         with phase(timing.VERIFICATION):  # split files: their parts completed, the whole's CRC32C checked
             entries = [f.result() for f in p.sent.files] + uploads.complete(self.submit, p.store, p.sent.splits)
         placement = p.placement.record() if p.placement is not None else None
@@ -323,4 +325,5 @@ def _rejected(found: Found, problems: Sequence[str], flow_run: str, kind: str = 
 
 
 def _failed(found: Found, e: Exception) -> Outcome:
-    return Outcome(found.run, found.step, found.format, "failed", found.total_bytes, len(found.files), message=str(e))
+    return Outcome(found.run, found.step, found.format, "failed", found.total_bytes, len(found.files), message=str(e),
+                   error=type(e).__name__)  # fmt: skip

@@ -12,7 +12,8 @@ format in `COMMIT_MARKERS`, the settle time is skipped; every other format still
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -103,6 +104,44 @@ def find_step(source: SourceConfig, step: int, now: float) -> DiscoveryResult:
     # settle 0 here: the format is known only after detection ("auto"), so pick_step puts it back
     result = discover(source.run, path, source.format, 0.0, now)
     return pick_step(source.run, result, step, source.settle_seconds, now)
+
+
+# A named step that waits only for its settle time (a format with no commit marker, e.g. lightning) is
+# waited for in the same command when the settle time ends within this long: else the hook's signal
+# would be spent and the save left to the next scheduled pass. Longer settle times than this are the
+# writers that need them (a copy across file systems): those are left to the schedule, as before.
+SETTLE_WAIT_MAX_SECONDS = 120.0
+
+
+def settle_left(result: DiscoveryResult, step: int, settle_seconds: float, now: float) -> float:
+    """Seconds until `step` (discovered with no settle time) has settled, where its commit rule holds
+    and its format needs the settle time; 0 where nothing is to wait for (absent, not ready by its commit
+    rule, a marker format, settled already, or an mtime in the future: clock skew is not waited out)."""
+    found = [f for f in result.found if f.step == step]
+    if not found or not found[0].ready or skips_settle(found[0].format):
+        return 0.0
+    age = now - found[0].newest_mtime
+    return settle_seconds - age if 0 <= age < settle_seconds else 0.0
+
+
+def find_step_settled(
+    source: SourceConfig,
+    step: int,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> DiscoveryResult:
+    """`find_step`, except that a step waiting only for its settle time is waited for when that ends
+    within SETTLE_WAIT_MAX_SECONDS, and looked at again (a file that changed meanwhile starts the wait
+    over, within the same bound from the first look)."""
+    path: Path = node_path(source.path) if source.locality == "node" else source.path
+    deadline = clock() + SETTLE_WAIT_MAX_SECONDS
+    while True:
+        now = clock()
+        result = discover(source.run, path, source.format, 0.0, now)
+        left = settle_left(result, step, source.settle_seconds, now)
+        if left <= 0 or now + left > deadline:
+            return pick_step(source.run, result, step, source.settle_seconds, now)
+        sleep(left + 0.1)  # a tenth over: the mtime's age is then past settle_seconds, not equal to it
 
 
 def waits(outcomes: Sequence[Outcome], run: str, step: int) -> str:

@@ -100,6 +100,7 @@ class Outcome:
     seconds: float = 0.0
     message: str = ""
     save: int = FIRST_SAVE
+    error: str = ""  # a failed one's error class (the exception's type name), for the metrics' ledger
 
     @property
     def ok(self) -> bool:
@@ -113,6 +114,17 @@ class Outcome:
 
     def with_save(self, save: int) -> Outcome:
         return replace(self, save=save)
+
+
+def ledger_counts(outcomes: Sequence[Outcome]) -> dict[str, float]:
+    """What the metrics' ledger counts of an ingest pass (ckptvault/ledger.py): each checkpoint whose
+    upload failed, by its error class. (Its bytes are the catalog's: `verified` events carry them.)"""
+    out: dict[str, float] = {}
+    for o in outcomes:
+        if o.result == "failed":
+            key = f"upload_failures|{o.error or 'Unknown'}"
+            out[key] = out.get(key, 0.0) + 1.0
+    return out
 
 
 class IngestIncomplete(AlreadyAlerted):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ckptvault import manifest_load
 from ckptvault.catalog import Catalog
+from ckptvault.config import Config
 from ckptvault.errors import CkptvaultError
 from ckptvault.manifest import Manifest
 from ckptvault.restore import from_manifests
@@ -145,6 +146,25 @@ def choose(statuses: Sequence[CopyStatus], forced: str | None = None) -> list[Co
             + "; ".join(s.describe() for s in sorted(statuses, key=lambda s: s.order))
         )
     return usable
+
+
+def open_copies(cfg: Config) -> list[Copy]:
+    """Every store a save may be read from, the primary first then `[[replicas]]` in order, each opened
+    and its bucket checked once (one HEAD, botocore's quick client): a store that fails is a Copy without
+    a store, saying why, so a restore goes on from another."""
+    from ckptvault.store import StoreError, open_store
+
+    out = []
+    named = [(PRIMARY, cfg.store), *((r.name, r) for r in cfg.replicas)]
+    for name, store_cfg in named:
+        try:
+            store = open_store(store_cfg)
+            store.check_bucket()
+        except StoreError as e:
+            out.append(Copy(name, None, store_cfg.prefix, str(e)))
+            continue
+        out.append(Copy(name, store, store_cfg.prefix))
+    return out
 
 
 def survey(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyStatus]:

@@ -31,6 +31,14 @@ class RestoreResult:
     copies: tuple[dict[str, Any], ...] = ()
     fallbacks: tuple[dict[str, str], ...] = ()
 
+    def ledger_counts(self, seconds: float) -> dict[str, float]:
+        """What the metrics' ledger counts of this restore (ckptvault/ledger.py), `seconds` being how long
+        it spent bringing the bytes back: nothing for one still thawing (its bytes come with the restore that
+        ends it)."""
+        if self.status != "restored":
+            return {}
+        return {"restore_bytes": float(self.bytes), "restore_seconds": float(seconds)}
+
     def as_dict(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "run": self.run, "step": self.step, "save": self.save, "notes": list(self.notes), "dest": self.dest,

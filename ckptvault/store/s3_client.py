@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self, cast
 
-import boto3
+import botocore.parsers
 import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, ProfileNotFound
@@ -79,6 +80,7 @@ def make_client(
     profile: str | None = getattr(cfg, "profile", None)
     session = botocore.session.Session(profile=profile)
     session.register_component("data_loader", _shared_loader())
+    session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
     try:
         client = session.create_client("s3", endpoint_url=cfg.endpoint_url, verify=verify, config=botocfg)
     except ProfileNotFound as e:
@@ -103,6 +105,22 @@ def signs_payload(cfg: StoreConfig) -> bool:
     return urllib.parse.urlsplit(cfg.endpoint_url or "https://s3.amazonaws.com").scheme != "https"
 
 
+def parse_timestamp(value: Any) -> datetime:
+    """A response's timestamp as botocore's own parser reads it, ISO 8601 with a zone (every key's
+    LastModified in a LIST) by `datetime.fromisoformat` first: botocore's parser (dateutil's) took two
+    thirds of a LIST's CPU, ~0.09 s of the 2,000 keys a fleet's catalog lists (bench/README.md)."""
+    if isinstance(value, str):
+        try:
+            got = datetime.fromisoformat(value)
+        except ValueError:
+            pass  # an HTTP date (a Last-Modified header), epoch seconds: botocore's own parser
+        else:
+            if got.tzinfo is not None:
+                return got
+    parsed: datetime = botocore.parsers.DEFAULT_TIMESTAMP_PARSER(value)
+    return parsed
+
+
 _loader: Any = None
 _loader_lock = threading.Lock()
 
@@ -116,7 +134,9 @@ def _shared_loader() -> Any:
 
 
 def _credentials_source(profile: str | None = None) -> str:
-    creds = boto3.session.Session(profile_name=profile).get_credentials()
+    # botocore's session, as boto3's wraps it: importing boto3 (and s3transfer, multiprocessing) costs
+    # a read command's start-up ~50 ms for nothing a client uses
+    creds = botocore.session.Session(profile=profile).get_credentials()
     if creds is None:
         return "boto3 found no credentials."
     return f"boto3 found credentials via {creds.method!r} (not shown)."

@@ -61,11 +61,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def alert_unreadable(cfg: Config, catalog: Catalog) -> None:
     """Say on stderr which catalog objects could not be read (skipped: the rest is listed), and send a
     `catalog_unreadable` alert per run: deduplicated like every alert, never what makes the command fail."""
+    if not catalog.unreadable:
+        return
+    # only now: the alert channels (slack_sdk among them) are a tenth of a `ls --run`'s start-up
     from ckptvault.alerts import kinds
     from ckptvault.alerts.sending import send_alerts
 
-    if not catalog.unreadable:
-        return
     for key, why in sorted(catalog.unreadable.items()):
         say(f"ckptvault: warning: skipped the unreadable catalog object {key}: {why}")
     alerts = kinds.catalog_unreadable_by_run(catalog.unreadable_by_run())

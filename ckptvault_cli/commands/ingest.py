@@ -4,7 +4,9 @@ how its outcomes are printed."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ckptvault import timing
 from ckptvault.timing import phase
@@ -15,10 +17,13 @@ from ckptvault_cli.preflight import (
     EXIT_OK,
     EXIT_WAITING,
     UsageError,
-    preflight,
     preflight_runner,
+    preflight_store,
     start_prefect_note,
 )
+
+if TYPE_CHECKING:
+    from ckptvault.config import Config
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -27,7 +32,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     if step is not None and run is None:
         raise UsageError("--step needs --run: a step number names a checkpoint only within its run")
     with phase(timing.PREFLIGHT):
-        cfg = preflight(args, need_sources=True)
+        cfg, store = preflight_store(args, need_sources=True, config_read=lambda c: _start_gate_child(c, args))
         if run is not None:
             from ckptvault.ingest.narrow import UnknownRunError, narrow_sources
 
@@ -36,25 +41,29 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             except UnknownRunError as e:
                 raise UsageError(str(e)) from None
         choice = preflight_runner(cfg, address_flag=args.dask_address, workers_flag=args.dask_workers)
-    if cfg.validation.enabled and cfg.validation.isolate and not choice.needs_prefect:
-        from ckptvault.ingest import quality
+    params = {"config_path": cfg_path, "run": run, "step": step}
+    if running.direct() and not choice.needs_prefect:
+        # the flow's body without its Prefect flow: no module of this path imports Prefect (1-3 s)
+        with phase(timing.IMPORTS):
+            from ckptvault.ingest.steps import IngestIncomplete
+            from ckptvault_prefect.flows.ingest_body import ingest_body
 
-        # The gate child's Great Expectations import (~3 s) runs beside Prefect's start-up and discovery
-        # instead of after them; with nothing new to validate the flow stops it after discovery.
-        with phase(timing.GATES):
-            quality.prewarm()
-    with phase(timing.IMPORTS):
-        start_prefect_note(force_prefect=choice.needs_prefect)
-        from ckptvault.ingest.steps import IngestIncomplete
-        from ckptvault_prefect.flows.ingest import ingest
+            process.imports_done()
+        # the config parsed and the bucket probed above, not again in the body
+        result = running.run_direct(ingest_body, "ingest", 2, **params, preflighted=(cfg, store))
+    else:
+        with phase(timing.IMPORTS):
+            start_prefect_note(force_prefect=choice.needs_prefect)
+            from ckptvault.ingest.steps import IngestIncomplete
+            from ckptvault_prefect.flows.ingest import ingest
 
-        process.imports_done()
-        if choice.needs_prefect:
-            from ckptvault_prefect.runtime.runners import task_runner_for
+            process.imports_done()
+            if choice.needs_prefect:
+                from ckptvault_prefect.runtime.runners import task_runner_for
 
-            ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
-    # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
-    result = running.run_flow(ingest, 2, force_prefect=choice.needs_prefect, config_path=cfg_path, run=run, step=step)
+                ingest = ingest.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
+        # Dask workers run Prefect tasks: that needs a flow run, so a temporary API when none is configured
+        result = running.run_flow(ingest, 2, force_prefect=choice.needs_prefect, **params)
     with phase(timing.OUTPUT):
         if isinstance(result, IngestIncomplete):
             print_outcomes(result.outcomes, args.json)
@@ -75,6 +84,32 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 say(f"{why}; the next ingest (scheduled, or this command again) takes it once it is ready")
                 return EXIT_WAITING
         return EXIT_OK
+
+
+def _start_gate_child(cfg: Config, args: argparse.Namespace) -> None:
+    """The gate child's start (interpreter, Great Expectations' import, its engine: ~3 s of CPU) runs
+    beside everything after the config is read (the checks, the bucket probe, the imports, discovery)
+    instead of after them: the gates then find it ready. With nothing new to validate the flow stops it
+    after discovery; a preflight that fails stops it at exit. Not for Dask runs: their gates run in the
+    workers, and the runner's own errors are preflight_runner's to report."""
+    if not (cfg.validation.enabled and cfg.validation.isolate):
+        return
+    from ckptvault_prefect.runtime.scale import RunnerChoiceError, choose_runner
+
+    try:
+        choice = choose_runner(
+            cfg.scale,
+            address_flag=args.dask_address,
+            workers_flag=args.dask_workers,
+            api_url=os.environ.get("PREFECT_API_URL"),
+        )
+    except RunnerChoiceError:
+        return
+    if not choice.needs_prefect:
+        from ckptvault.ingest import quality_child
+
+        with phase(timing.GATES):
+            quality_child.prewarm()
 
 
 def print_outcomes(outcomes: Sequence[object], as_json: bool = False) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptvault import timing
@@ -22,7 +25,9 @@ from ckptvault_cli.preflight import (
 )
 
 if TYPE_CHECKING:
+    from ckptvault.catalog import Catalog
     from ckptvault.config import Config
+    from ckptvault.restore.complete import Chosen
     from ckptvault.restore.copies import Copy
     from ckptvault_prefect.runtime.scale import RunnerChoice
 
@@ -35,6 +40,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         from ckptvault.restore import copies as copies_lib
         from ckptvault.restore import from_manifests
         from ckptvault.restore import steps as lib
+        from ckptvault.restore.complete import Chosen
 
     with phase(timing.PREFLIGHT):
         cfg = load_config(args.config)
@@ -76,18 +82,28 @@ def cmd_restore(args: argparse.Namespace) -> int:
             ordered = copies_lib.choose(statuses, args.source)
         except lib.RestoreError as e:
             raise UsageError(str(e)) from None
+        first = ordered[0]
+        assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
+        prices = load_prices(cfg.policy.prices)
+        egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
+        est = lib.estimate(first.manifest, first.plans, prices, args.tier, egress, history.throughput())
         if not args.json:
             # What it will cost and how long, on stdout, before anything starts.
             for note in chosen.notes:
                 print(note, flush=True)
-            first = ordered[0]
-            assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
-            prices = load_prices(cfg.policy.prices)
-            egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
-            est = lib.estimate(first.manifest, first.plans, prices, args.tier, egress, history.throughput())
             print(est.report(), flush=True)
             if len(statuses) > 1:
                 print("\n".join(copies_lib.report(ordered, statuses, args.source)), flush=True)
+    if running.direct() and not choice.needs_prefect:
+        # No Prefect API and no cluster: nothing of Prefect runs, so none of it is imported, and what
+        # this command already read (the config, the stores, the catalog, the manifests) is not read
+        # again by a flow: the downloads start from here (docs/performance.md, "Where a command's time goes").
+        target = Path(args.dest).expanduser().resolve()
+        plan = Chosen(args.run, chosen, target, tuple(ordered), tuple(statuses), est)
+        catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
+        result = _restore_here(args, cfg, catalog, plan, history.unreadable)
+        with phase(timing.OUTPUT):
+            return _print_restored(args, chosen.label, chosen.step, chosen.save, result)
     with phase(timing.IMPORTS):
         start_prefect_note()
         from ckptvault_prefect.flows.restore import restore
@@ -115,6 +131,64 @@ def cmd_restore(args: argparse.Namespace) -> int:
     )
     with phase(timing.OUTPUT):
         return _print_restored(args, chosen.label, chosen.step, chosen.save, result)
+
+
+def _restore_here(
+    args: argparse.Namespace, cfg: Config, catalog: Catalog | None, plan: Chosen, unreadable: Mapping[str, str]
+) -> object:
+    """The restore's second half in this process (ckptvault/restore/complete.py) with plain threads:
+    the result, or the exception it ended with, alerted as a failed restore flow would be."""
+    from ckptvault.alerts import kinds as alerts
+    from ckptvault.restore import complete
+    from ckptvault.submitter import Threads
+
+    process.imports_done()
+    started = time.monotonic()
+    submit = Threads(complete.IO_STEPS, workers=4)  # as many threads as the flow's task runner
+    if catalog is None:
+        say("ckptvault: the primary store is unreachable: this restore is not recorded in its catalog, nor alerted")
+    try:
+        if catalog is not None and unreadable:
+            with phase(timing.ALERTS):
+                submit(complete.alert, cfg, catalog.store, [alerts.catalog_unreadable(args.run, unreadable, None)],
+                       _secret)  # fmt: skip
+        return complete.complete(submit, cfg, catalog, plan, tier=args.tier,
+                                 wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
+                                 secret=_secret, started=started)  # fmt: skip
+    except Exception as e:  # as a Failed flow state would: one flow_failed alert, unless already alerted
+        with phase(timing.ALERTS):
+            _alert_failed(cfg, catalog, plan, e)
+        return e
+
+
+def _secret(name: str) -> str | None:
+    """A Prefect Secret block's value: Prefect imported only when an alert channel names one."""
+    from ckptvault_prefect.tasks.notify import load_secret
+
+    return load_secret(name)
+
+
+def _alert_failed(cfg: Config, catalog: Catalog | None, plan: Chosen, e: Exception) -> None:
+    """What the restore flow's failure hook sends (ckptvault_prefect/runtime/hooks.py). Never raises."""
+    from ckptvault.alerts import kinds as alerts
+    from ckptvault.alerts.sending import send_alerts
+    from ckptvault.errors import AlreadyAlerted
+
+    if catalog is None:
+        return
+    from ckptvault import ledger
+
+    # `ckptvault_restore_failures_total{error_class}` (docs/metrics.md), as the flow's failure hook counts it
+    counts = {ledger.counter_key("restore_failures", type(e).__name__): 1.0}
+    ledger.note_ledger(catalog.store, cfg.store.prefix, counts, delete=cfg.store.flows_delete)  # never raises
+    if isinstance(e, AlreadyAlerted):
+        return
+    try:
+        alert = alerts.flow_failed("restore", "Failed", str(e), flow_run_url=None, run=plan.run,
+                                   step=plan.resolution.step)  # fmt: skip
+        send_alerts(cfg, catalog.store, [alert], _secret)
+    except Exception as failed:  # say so on the console at least
+        say(f"ckptvault: restore failed; the failure alert could not be sent ({failed})")
 
 
 def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, result: object) -> int:
@@ -149,7 +223,7 @@ def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, 
 
 def _open_copies(cfg: Config) -> list[Copy]:
     """The primary and every replica, opened; exit 2 when none can be reached."""
-    from ckptvault_prefect.tasks.restore import open_copies
+    from ckptvault.restore.copies import open_copies
 
     copies = open_copies(cfg)
     if all(c.store is None for c in copies):

@@ -33,6 +33,7 @@ from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     current_states_task,
+    ledger_task,
     load_config_task,
     load_manifest_task,
     open_store_task,
@@ -148,6 +149,7 @@ def drill(
         + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)]
         + [alerts.lock_drift(run, step, save, why, url) for (run, step, save), why in drift],
     )
+    ledger_task(store, prefix, report.ledger_counts(), None if failed else "drill", delete=cfg.store.flows_delete)
     if failed:
         raise DrillFailed(report)
     return report

@@ -1,42 +1,15 @@
-"""The ingest flow: discover, then one ingest pass (ckptvault/ingest/ingest_pass.py: decide, gate,
-upload, commit, record), then publish, alert and compact. Wiring only: the pass runs each of its
-library calls as the task that wraps it."""
+"""The ingest flow: its body (ckptvault_prefect/flows/ingest_body.py, importable without Prefect) as a
+Prefect flow run, with the flow run's id in the catalog's events and the failure hooks' alert."""
 
 from __future__ import annotations
-
-import time
 
 from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import timing
-from ckptvault.catalog import Catalog, CheckpointState
-from ckptvault.ingest import narrow
-from ckptvault.ingest.discovery import Found
-from ckptvault.ingest.ingest_pass import IngestPass
-from ckptvault.ingest.steps import IngestIncomplete, Outcome
-from ckptvault.timing import phase
-from ckptvault_prefect.runtime import events as prefect_events
+from ckptvault.ingest.steps import Outcome
+from ckptvault_prefect.flows.ingest_body import ingest_body
 from ckptvault_prefect.runtime.hooks import HOOKS
-from ckptvault_prefect.runtime.submitter import TaskSubmitter
-from ckptvault_prefect.tasks.common import (
-    compact_catalog_task,
-    load_config_task,
-    open_store_task,
-    publish_markdown_task,
-)
-from ckptvault_prefect.tasks.ingest import (
-    STEPS,
-    ensure_bucket_rules_task,
-    find_checkpoints_task,
-    find_step_task,
-    known_states_task,
-    publish_outcomes_task,
-    release_gate_child_task,
-)
-from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
-from ckptvault_prefect.tasks.retry import RETRIES
 
 
 @flow(name="ingest", task_runner=ThreadPoolTaskRunner(max_workers=2), log_prints=True, **HOOKS)  # type: ignore[arg-type]
@@ -44,41 +17,4 @@ def ingest(config_path: str | None = None, run: str | None = None, step: int | N
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
     ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
     neither uploaded nor already present."""
-    with phase(timing.PREFLIGHT):
-        cfg = load_config_task(config_path)
-        if step is not None and run is None:
-            raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
-        sources = narrow.narrow_sources(cfg.sources, run)
-        store = open_store_task(cfg)
-        ensure_bucket_rules_task(store)
-    catalog = Catalog(store, cfg.store.prefix)
-    known: dict[str, dict[int, CheckpointState]] = {}
-    founds: list[Found] = []
-    for source in sources:
-        with phase(timing.CATALOG_READ):
-            known[source.run] = known_states_task(catalog, source.run)
-        with phase(timing.DISCOVERY):
-            result = find_checkpoints_task(source) if step is None else find_step_task(source, step)
-        for problem in result.problems:
-            print(f"{source.run}: {problem}")
-        founds += result.found
-    ingest_pass = IngestPass(cfg, store, catalog, str(flow_run.id or ""), known, TaskSubmitter(STEPS))
-    outcomes = ingest_pass.run(founds)
-    with phase(timing.GATES):
-        release_gate_child_task()
-    prefect_events.recorded(ingest_pass.recorded)  # what the pass recorded in the catalog, for Prefect automations
-    with phase(timing.ARTIFACTS):
-        publish_outcomes_task(outcomes)
-        if ingest_pass.reports:
-            markdown = "\n\n".join(r.to_markdown() for r in ingest_pass.reports)
-            publish_markdown_task("ingest-validation", markdown, "quality gates")
-    with phase(timing.ALERTS):
-        notify_task(cfg, store, ingest_pass.alerts(outcomes, flow_run_url(), 1 + RETRIES))
-    # after the alerts, which must not wait on it: this pass's events into its runs' snapshots, so the
-    # next read of a run is one snapshot and a few files; time boxed. With [store] deletes = "tier-only"
-    # this role may not delete: snapshots only, the tier flow merges and deletes
-    with phase(timing.COMPACTION):
-        compact_catalog_task(catalog, time.time(), [s.run for s in sources], deletes=cfg.store.flows_delete)
-    if not all(o.ok for o in outcomes):
-        raise IngestIncomplete(outcomes)
-    return outcomes
+    return ingest_body(config_path, run, step, flow_run_id=str(flow_run.id or ""))

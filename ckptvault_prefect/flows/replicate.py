@@ -10,8 +10,15 @@ from prefect import flow, unmapped
 
 from ckptvault.catalog import Catalog
 from ckptvault.replication import ReplicaPass, ReplicateIncomplete, ReplicateResult, select_replicas
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
-from ckptvault_prefect.tasks.common import current_states_task, load_config_task, open_store_task, publish_markdown_task
+from ckptvault_prefect.tasks.common import (
+    current_states_task,
+    ledger_task,
+    load_config_task,
+    open_store_task,
+    publish_markdown_task,
+)
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.replicate import open_replica_task, replicate_task, wanted_task
 from ckptvault_prefect.tasks.step import wait_all
@@ -41,10 +48,12 @@ def replicate(replica: str | None = None, config_path: str | None = None) -> Rep
         (r.name, f.result(raise_on_failure=False)) for r, f in zip(chosen, futures, strict=True)
     ]
     result = ReplicateResult.of(outcomes)
+    prefect_events.replicated(result)  # each copy committed (recorded by the pass), for Prefect automations
     for _, line in result.lines():
         print(line)
     publish_markdown_task("replicate-report", result.to_markdown(), "what each replica was sent, and what failed")
     notify_task(cfg, primary, result.alerts(flow_run_url()))
+    ledger_task(primary, cfg.store.prefix, None, "replicate" if result.ok else None, delete=cfg.store.flows_delete)
     if not result.ok:
         raise ReplicateIncomplete(result)
     return result

@@ -18,37 +18,30 @@ from prefect import flow
 from prefect.runtime import deployment, flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import events, humanize, timing
+from ckptvault import humanize, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
 from ckptvault.pricing import load_prices
-from ckptvault.progress import ProgressBar
-from ckptvault.ranges import split_size
 from ckptvault.restore import copies as copies_lib
-from ckptvault.restore.fallback import restore_from_copies
-from ckptvault.restore.node_local import restore_on_nodes
+from ckptvault.restore.complete import Chosen, complete
 from ckptvault.restore.result import RestoreResult
 from ckptvault.timing import phase
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
-from ckptvault_prefect.runtime.submitter import TaskSubmitter
+from ckptvault_prefect.runtime.restore import RestoreSubmitter
 from ckptvault_prefect.tasks.common import (
     load_config_task,
     publish_markdown_task,
-    record_task,
 )
-from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
+from ckptvault_prefect.tasks.notify import flow_run_url, load_secret, notify_task
 from ckptvault_prefect.tasks.restore import (
-    STEPS,
     check_destination_task,
     estimate_task,
     open_copies_task,
     replica_history_task,
-    request_thaw_task,
     resolve_task,
     restore_history_task,
     survey_task,
-    wait_for_thaw_task,
 )
 
 
@@ -99,8 +92,8 @@ def restore(
         for line in copies_lib.report(ordered, statuses, source):
             print(line.strip())
         first = ordered[0]
-        store, manifest, plans = first.store, first.manifest, list(first.plans)
-        assert store is not None and manifest is not None  # a usable copy has both (copies.survey)
+        manifest, plans = first.manifest, list(first.plans)
+        assert manifest is not None  # a usable copy has its manifest (copies.survey)
         prices = load_prices(cfg.policy.prices)
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
         est = estimate_task(manifest, plans, prices, tier, egress, history.throughput())
@@ -108,72 +101,38 @@ def restore(
         publish_markdown_task(
             "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
         )
-    # "thawing" until every byte is restored and verified
-    begun = RestoreResult(run, n, chosen.save, tuple(chosen.notes), str(target), est.describe(), est.as_record(),
-                          status="thawing", source=first.name,
-                          copies=tuple(s.as_dict() for s in statuses))  # fmt: skip
-    if est.frozen:
-        requested = request_thaw_task(store, plans, tier)
-        if catalog is not None:
-            record_task(
-                catalog, [events.restore_requested(run, n, tier, requested, str(flow_run.id or ""), save=chosen.save)]
-            )
-        frozen = wait_for_thaw_task(store, plans, wait_hours * 3600 if wait else 0.0)
-        if frozen:
-            msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
-            if reschedule and deployment.name:
-                from prefect.deployments import run_deployment
+    chosen_copies = Chosen(run, chosen, target, tuple(ordered), tuple(statuses), est)
+    report = complete(RestoreSubmitter(), cfg, catalog, chosen_copies, tier=tier,
+                      wait_s=wait_hours * 3600 if wait else 0.0, force=force, secret=load_secret, started=t0,
+                      node_local=dest if node_local else None, run_id=str(flow_run.id or ""),
+                      url=flow_run_url())  # fmt: skip
+    if report.status == "thawing":
+        msg = report.message
+        if reschedule and deployment.name:
+            from prefect.deployments import run_deployment
 
-                later = datetime.now(UTC) + timedelta(seconds=max(est.seconds_min, 300))
-                run_deployment(
-                    name=f"{flow_run.flow_name}/{deployment.name}",
-                    parameters=flow_run.parameters,
-                    scheduled_time=later,
-                    timeout=0,
-                )
-                msg += f"; a follow-up run is scheduled for {later:%Y-%m-%d %H:%M} UTC"
-            print(msg)
-            return replace(begun, frozen=len(frozen), message=msg)
-    bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
-    t_download = time.monotonic()
-    submit = TaskSubmitter(STEPS)
-    fallbacks: tuple[dict[str, str], ...] = ()
-    if node_local:  # one copy: the node-local protocol does not fall back yet (docs/replicas.md, "Not yet")
-        pointer, aside = restore_on_nodes(submit, cfg, store, manifest, plans, dest, force, bar)
-        where = dest
-    else:
-        threshold = split_size(cfg.scale.split_size_mb)
-        done = restore_from_copies(submit, ordered, target, manifest, bar, threshold, force)
-        pointer, aside = done.pointer, done.replaced
-        for f in done.fallbacks:
-            print(f"fallback: {f.describe()}")
-        fallbacks = tuple(f.as_dict() for f in done.fallbacks)
-        where = str(target)
-    download_s = time.monotonic() - t_download
-    if catalog is not None and primary is not None:
-        with phase(timing.WRITES):
-            record_task(catalog, [events.restored(manifest, where, str(flow_run.id or ""), download_s,
-                                                  store=None if first.order == 0 else first.name,
-                                                  fallbacks=len(fallbacks))])  # fmt: skip
-        with phase(timing.ALERTS):
-            notify_task(cfg, primary, [alerts.restore_completed(run, n, where, time.monotonic() - t0, flow_run_url())])
-    else:
+            later = datetime.now(UTC) + timedelta(seconds=max(est.seconds_min, 300))
+            run_deployment(
+                name=f"{flow_run.flow_name}/{deployment.name}",
+                parameters=flow_run.parameters,
+                scheduled_time=later,
+                timeout=0,
+            )
+            msg += f"; a follow-up run is scheduled for {later:%Y-%m-%d %H:%M} UTC"
+        print(msg)
+        return replace(report, message=msg)
+    for f in report.fallbacks:
+        print(f"fallback: {f['path']}: read from {f['from']} ({f['because']})")
+    if catalog is None:
         print("the primary store is unreachable: this restore is not recorded in its catalog, nor alerted")
-    report = replace(
-        begun,
-        status="restored",
-        pointer=pointer,
-        replaced=aside,
-        bytes=manifest.total_bytes,
-        files=len(manifest.files),
-        fallbacks=fallbacks,
-    )
+    where = dest if node_local else report.dest
     prefect_events.restored(report)
     with phase(timing.ARTIFACTS):
         publish_markdown_task(
             "restore-result",
             f"### Restored {run} step {n}\n\n- destination: `{where}`\n- files: {len(manifest.files)}, "
-            f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n- pointer file: {pointer or 'none'}\n",
+            f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n"
+            f"- pointer file: {report.pointer or 'none'}\n",
             "what was restored and where",
         )
     return report

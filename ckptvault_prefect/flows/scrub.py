@@ -21,7 +21,13 @@ from ckptvault.replication.scrub_report import (
     to_markdown,
 )
 from ckptvault_prefect.runtime.hooks import HOOKS
-from ckptvault_prefect.tasks.common import current_states_task, load_config_task, open_store_task, publish_markdown_task
+from ckptvault_prefect.tasks.common import (
+    current_states_task,
+    ledger_task,
+    load_config_task,
+    open_store_task,
+    publish_markdown_task,
+)
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.replicate import open_replica_task
 from ckptvault_prefect.tasks.scrub import all_events_task, scrub_task
@@ -55,6 +61,7 @@ def scrub(
     print(closing_line(report, fix))
     publish_markdown_task("scrub-report", to_markdown(report, fix), "what the scrub checked, repaired and left")
     notify_task(cfg, primary, alerts(report, fix, flow_run_url()))
+    ledger_task(primary, cfg.store.prefix, None, "scrub" if report.ok else None, delete=cfg.store.flows_delete)
     if not report.ok:
         raise ScrubIncomplete(report, fix)
     return report

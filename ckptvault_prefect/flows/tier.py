@@ -10,7 +10,7 @@ from prefect.runtime import flow_run
 
 from ckptvault import events
 from ckptvault.alerts import kinds as alerts
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, Event
 from ckptvault.pricing import load_prices
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.cost import class_map
@@ -25,10 +25,12 @@ from ckptvault.tiering.report import (
     render_text,
 )
 from ckptvault.tiering.result import Postponed, TierResult
+from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     current_states_task,
+    ledger_task,
     load_config_task,
     load_manifest_task,
     open_store_task,
@@ -61,12 +63,18 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             print(f"warning: skipped the unreadable catalog object {key}: {why}")
         notify_task(cfg, store, alerts.catalog_unreadable_by_run(catalog.unreadable_by_run(), flow_run_url()))
     run_id = str(flow_run.id or "")
+    said: list[Event] = []  # what this run recorded: its moves and expiries become Prefect events at the end
+
+    def record(recorded: list[Event]) -> None:
+        record_task(catalog, recorded)
+        said.extend(recorded)
+
     observed: list[Observation] = []
     if apply:
         # where the bucket lifecycle has moved scheduled checkpoints since: the plan starts from there
         observed = [o for o in observe_scheduled_task(store, prefix, states) if o.arrived]
         if observed:
-            record_task(catalog, [o.event(run_id) for o in observed])
+            record([o.event(run_id) for o in observed])
             states = current_states_task(catalog)
     kind = cfg.store.kind if cfg.store.kind != "auto" else store.kind()
     t = now if now is not None else time.time()
@@ -95,7 +103,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
                 print(f"{a.run} step {a.step} save {a.save}: {r.detail}")
                 postponed.append(Postponed(a.run, a.step, a.save, r.detail))
                 continue
-            record_task(catalog, [events.expired(a.run, a.step, a.reason, r.objects, run_id, save=a.save)])
+            record([events.expired(a.run, a.step, a.reason, r.objects, run_id, save=a.save)])
             done.append(a)
             continue
         # the store re-check of this checkpoint's eviction found objects missing: moving them would fail
@@ -106,26 +114,27 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
             ev = evict_local_task(store, prefix, manifest)
             if not ev.evicted:
                 skipped.append(ev.check)
-                record_task(catalog, [ev.check.skipped_event(a.reason, run_id)])
+                record([ev.check.skipped_event(a.reason, run_id)])
                 continue
-            record_task(catalog, [events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)])
+            record([events.evicted_local(a.run, a.step, a.reason, ev.check.root, run_id, save=a.save)])
         elif isinstance(order, ScheduleTransition):
             sched = tag_for_server_task(store, prefix, manifest, order.tier, order.milestone, order.rule)
             scheduled.append(sched)
-            record_task(catalog, [sched.event(manifest, a.reason, run_id)])
+            record([sched.event(manifest, a.reason, run_id)])
         else:
             transition_task(store, prefix, manifest, order.action.to_class or "", order.tier, order.milestone)
-            record_task(catalog, [events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])
+            record([events.transitioned(manifest, a.to_class or "", a.reason, mode, run_id)])
         done.append(a)
     # milestones locked for longer than every save: raised after the moves (a copy keeps its lock)
     locked = extend_milestone_locks_task(store, prefix, states, cfg.policy, cfg.lock)
     for ext in locked:
         print(ext.said())
-    record_task(catalog, [x.event(run_id) for x in locked])
+    record([x.event(run_id) for x in locked])
     applied = render_applied(skipped, scheduled, observed)
     publish_markdown_task("tier-applied", applied, "what the apply did, left to the bucket lifecycle, or skipped")
     # one file per event recorded adds up: merge every partition's and refresh its snapshot, time boxed
     # (a dry run writes nothing, compaction included)
+    prefect_events.recorded(said)  # each save moved to a colder class or expired, for Prefect automations
     compacted = compact_catalog_task(catalog, time.time())
     report = replace(planned, applied=True, evict_skipped=tuple(skipped), scheduled=tuple(scheduled),
                      observed=tuple(observed), catalog_files_compacted=compacted,
@@ -141,4 +150,6 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     # the tier role may delete: fold the alert-state objects flows without deletes left (a no-op when
     # there is one); the catalog's leftovers went with the compaction above
     fold_alert_state_task(cfg, store)
+    # the tier role may delete: this record also folds the ledger objects flows without deletes left
+    ledger_task(store, prefix, None, "tier", delete=True)
     return report

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ckptvault import ledger
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.sending import send_alerts
 from ckptvault.config import load_config
@@ -29,15 +30,20 @@ def alert_failed(
     """One flow_failed alert, unless the flow already alerted for what failed. Never raises. Used by
     the hooks above and by direct mode (ckptvault_prefect/tasks/step.py), where no Prefect state exists."""
     try:
-        if isinstance(result, AlreadyAlerted):
-            return
         cfg = load_config(params.get("config_path"))
+        store = open_store(cfg.store)
+        if flow_name == "restore":  # `ckptvault_restore_failures_total{error_class}` (docs/metrics.md)
+            error = type(result).__name__ if isinstance(result, BaseException) else "Unknown"
+            counts = {ledger.counter_key("restore_failures", error): 1.0}
+            ledger.note_ledger(store, cfg.store.prefix, counts, delete=cfg.store.flows_delete)  # never raises
+        if isinstance(result, AlreadyAlerted):  # counted above all the same: a failure alerted is a failure
+            return
         run, step = params.get("run"), str(params.get("step") or "")
         kw: dict[str, Any] = {"run": str(run)} if run else {}
         if run and step.isdigit():
             kw["step"] = int(step)
         alert = alerts.flow_failed(flow_name, state_name, message, flow_run_url=url, **kw)
-        send_alerts(cfg, open_store(cfg.store), [alert], load_secret)
+        send_alerts(cfg, store, [alert], load_secret)
     except Exception as e:  # the config itself may be what failed: say so on the console at least
         log.error("flow %s ended %s; the failure alert could not be sent (%s)", flow_name, state_name, e)
 

@@ -44,4 +44,5 @@ class TaskSubmitter:
             return task.map(*args, **kwargs)
 
     def node_workers(self) -> list[dict[str, float]] | None:
-        return worker_resources()
+        # direct mode runs no Dask (and asks Prefect's run context nothing: it imports no Prefect)
+        return None if in_direct_mode() else worker_resources()

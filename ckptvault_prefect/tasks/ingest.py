@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
-
-from prefect.artifacts import create_table_artifact
 
 from ckptvault.catalog import Catalog
 from ckptvault.config import Compression, SourceConfig
@@ -41,7 +38,7 @@ def find_checkpoints_task(source: SourceConfig) -> DiscoveryResult:
 
 @local_task("discover-step", task_run_name="discover-{source.run}-step-{step}")
 def find_step_task(source: SourceConfig, step: int) -> DiscoveryResult:
-    return narrow.find_step(source, step, time.time())
+    return narrow.find_step_settled(source, step)
 
 
 is_committed_task = io_task("is-committed")(lib.is_committed)
@@ -118,6 +115,8 @@ commit_manifest_task = io_task("commit-manifest")(lib.commit_manifest)
 
 @local_task("publish-outcomes", record_only=True)
 def publish_outcomes_task(outcomes: Sequence[lib.Outcome]) -> None:
+    from prefect.artifacts import create_table_artifact  # record_only: never called in direct mode
+
     rows = [
         {
             "run": o.run,

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from prefect.runtime import flow_run
-
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import fold_alert_state, send_alerts
 from ckptvault.alerts.watch import AlertState
@@ -24,6 +22,13 @@ def load_secret(name: str) -> str | None:
 
 
 def flow_run_url() -> str | None:
+    """The flow run's page; None in direct mode (no flow run, and no Prefect imported for it)."""
+    from ckptvault_prefect.tasks.step import in_direct_mode
+
+    if in_direct_mode():
+        return None
+    from prefect.runtime import flow_run
+
     url = flow_run.ui_url
     return str(url) if url else None
 

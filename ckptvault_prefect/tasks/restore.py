@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.catalog import Catalog, CheckpointState
-from ckptvault.config import Config
+from ckptvault.ledger import note_ledger
 from ckptvault.manifest import Manifest
 from ckptvault.pricing import PriceTable
+from ckptvault.restore import complete, fallback, from_manifests, ranged
 from ckptvault.restore import copies as copies_lib
 from ckptvault.restore import drill as drill_lib
-from ckptvault.restore import fallback, from_manifests, ranged
 from ckptvault.restore import nodes as on_nodes
 from ckptvault.restore import steps as lib
 from ckptvault.store import ObjectStore
+from ckptvault_prefect.tasks.common import ledger_task, record_task
 from ckptvault_prefect.tasks.retry import io_task, local_task
 from ckptvault_prefect.tasks.step import Step
 
@@ -32,26 +33,7 @@ def restore_history_task(catalog: Catalog, run: str) -> from_manifests.RunHistor
     return history
 
 
-def open_copies(cfg: Config) -> list[copies_lib.Copy]:
-    """Every store a save may be read from, the primary first then `[[replicas]]` in order, each opened
-    and its bucket checked once (one HEAD, botocore's quick client): a store that fails is a Copy without
-    a store, saying why, so a restore goes on from another."""
-    from ckptvault.store import StoreError, open_store
-
-    out = []
-    named = [(copies_lib.PRIMARY, cfg.store), *((r.name, r) for r in cfg.replicas)]
-    for name, store_cfg in named:
-        try:
-            store = open_store(store_cfg)
-            store.check_bucket()
-        except StoreError as e:
-            out.append(copies_lib.Copy(name, None, store_cfg.prefix, str(e)))
-            continue
-        out.append(copies_lib.Copy(name, store, store_cfg.prefix))
-    return out
-
-
-open_copies_task = local_task("open-copies")(open_copies)
+open_copies_task = local_task("open-copies")(copies_lib.open_copies)
 
 
 replica_history_task = io_task("replica-history")(copies_lib.history_from_replicas)
@@ -111,6 +93,10 @@ fetch_range_task = io_task("download-range", task_run_name="download-{plan.path}
 seal_task = local_task("verify-file", task_run_name="verify-{plan.path}")(ranged.seal)
 
 
+# the restore's catalog event and alert (ckptvault/restore/complete.py), after the bytes are in place
+alert_task = local_task("notify")(complete.alert)
+
+
 write_pointer_task = local_task("write-pointer")(lib.write_pointer)
 
 
@@ -144,6 +130,11 @@ undo_on_node_task = local_task("undo-on-node", task_run_name="undo-on-{node}")(o
 # node_local.py), for the flow's submitter: the protocol names the library function, and this is how
 # Prefect runs it.
 STEPS: dict[Callable[..., Any], Step[..., Any]] = {
+    lib.request_thaw: request_thaw_task,
+    lib.wait_for_thaw: wait_for_thaw_task,
+    complete.record: record_task,
+    complete.alert: alert_task,
+    note_ledger: ledger_task,
     lib.staging_dir: staging_dir_task,
     lib.download_one: download_one_task,
     ranged.allocate: allocate_task,

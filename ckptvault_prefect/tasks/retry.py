@@ -7,17 +7,18 @@ retrying it wastes time and hides the problem, so those fail at once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
-
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-from prefect.tasks import exponential_backoff
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from ckptvault.store import TransientStoreError
 from ckptvault_prefect.tasks.step import Step
 
+if TYPE_CHECKING:
+    from prefect import Task
+
 RETRIES = 3
-RETRY_DELAYS = exponential_backoff(backoff_factor=2)
+# what prefect.tasks.exponential_backoff(backoff_factor=2) gives for RETRIES retries (2, 4, 8 s), spelled
+# out: this module is imported in direct mode, which imports no Prefect
+RETRY_DELAYS: list[float] = [2.0 * 2**r for r in range(RETRIES)]
 RETRY_JITTER = 0.5
 
 P = ParamSpec("P")
@@ -38,8 +39,11 @@ def io_task(name: str, task_run_name: str | None = None) -> Callable[[Callable[P
     """A task that talks to the store: retried with backoff on transient errors only, never cached
     (our idempotency lives in the store: a manifest present means done)."""
 
-    def wrap(fn: Callable[P, R]) -> Step[P, R]:
-        t = task(
+    def make(fn: Callable[P, R]) -> Task[P, R]:
+        from prefect import task
+        from prefect.cache_policies import NO_CACHE
+
+        return task(
             name=name,
             task_run_name=task_run_name,
             retries=RETRIES,
@@ -48,7 +52,9 @@ def io_task(name: str, task_run_name: str | None = None) -> Callable[[Callable[P
             retry_condition_fn=only_transient,
             cache_policy=NO_CACHE,
         )(fn)
-        return Step(t, retries=RETRIES, delays=RETRY_DELAYS(RETRIES), jitter=RETRY_JITTER)
+
+    def wrap(fn: Callable[P, R]) -> Step[P, R]:
+        return Step(fn, make, retries=RETRIES, delays=RETRY_DELAYS, jitter=RETRY_JITTER)
 
     return wrap
 
@@ -58,8 +64,13 @@ def local_task(
 ) -> Callable[[Callable[P, R]], Step[P, R]]:
     """A task that does local work (or only records into Prefect: `record_only`), not retried."""
 
+    def make(fn: Callable[P, R]) -> Task[P, R]:
+        from prefect import task
+        from prefect.cache_policies import NO_CACHE
+
+        return task(name=name, task_run_name=task_run_name, cache_policy=NO_CACHE)(fn)
+
     def wrap(fn: Callable[P, R]) -> Step[P, R]:
-        t = task(name=name, task_run_name=task_run_name, cache_policy=NO_CACHE)(fn)
-        return Step(t, record_only=record_only)
+        return Step(fn, make, record_only=record_only)
 
     return wrap

@@ -14,17 +14,19 @@ Nothing in a flow changes: a flow calls `step(...)`, `step.map(...)`, and waits 
 from __future__ import annotations
 
 import random
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar, copy_context
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
-
-from prefect import Task
-from prefect.utilities.annotations import BaseAnnotation
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ckptvault.store import TransientStoreError
+
+if TYPE_CHECKING:
+    from prefect import Task
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,27 +73,48 @@ class _Done:
         return error
 
 
+def _annotation(value: Any) -> bool:
+    """Prefect's `unmapped(x)` (or another annotation). Without Prefect imported there can be none, and
+    direct mode does not import it (ckptvault_cli/running.py: ~1-3 s of a command's start)."""
+    annotations = sys.modules.get("prefect.utilities.annotations")
+    return annotations is not None and isinstance(value, annotations.BaseAnnotation)
+
+
 def _unwrap(value: Any) -> Any:
-    return value.unwrap() if isinstance(value, BaseAnnotation) else value
+    return value.unwrap() if _annotation(value) else value
 
 
 class Step(Generic[P, R]):
-    """A Prefect task and how to run it directly. `retries` and `delays` mirror the task's own."""
+    """A Prefect task and how to run it directly. `retries` and `delays` mirror the task's own.
+
+    The Prefect task is made from `fn` by `make_task` on its first use as one: in direct mode no task
+    is ever made, so the modules that define steps import no Prefect (tests/unit/test_cli_imports.py)."""
 
     def __init__(
         self,
-        task: Task[P, R],
+        fn: Callable[P, R],
+        make_task: Callable[[Callable[P, R]], Task[P, R]],
         *,
         retries: int = 0,
         delays: Sequence[float] = (),
         jitter: float = 0.0,
         record_only: bool = False,
     ) -> None:
-        self.task = task
-        self.fn: Callable[P, R] = task.fn
+        self.fn = fn
+        self._make_task = make_task
+        self._task: Task[P, R] | None = None
+        self._task_lock = threading.Lock()
         self.retries, self.delays, self.jitter = retries, list(delays), jitter
         # A step that only records into Prefect (an artifact): in direct mode there is nowhere to record.
         self.record_only = record_only
+
+    @property
+    def task(self) -> Task[P, R]:
+        """The Prefect task (made once, on first use)."""
+        with self._task_lock:
+            if self._task is None:
+                self._task = self._make_task(self.fn)
+            return self._task
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         if not in_direct_mode():
@@ -135,8 +158,8 @@ class Step(Generic[P, R]):
 
 def _expand(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[list[Any], dict[str, Any]]]:
     """Prefect's map semantics: iterables are zipped, `unmapped(x)` is passed whole to every call."""
-    mapped = [i for i, a in enumerate(args) if not isinstance(a, BaseAnnotation)]
-    mapped_kw = [k for k, v in kwargs.items() if not isinstance(v, BaseAnnotation)]
+    mapped = [i for i, a in enumerate(args) if not _annotation(a)]
+    mapped_kw = [k for k, v in kwargs.items() if not _annotation(v)]
     lengths = {len(list(args[i])) for i in mapped} | {len(list(kwargs[k])) for k in mapped_kw}
     if len(lengths) > 1:
         raise ValueError(f"mapped arguments differ in length: {sorted(lengths)}")
@@ -153,10 +176,12 @@ def _expand(args: Sequence[Any], kwargs: dict[str, Any]) -> list[tuple[list[Any]
 
 def wait_all(futures: Iterable[StepFuture[Any]]) -> None:
     """Wait for every future of either kind."""
-    from prefect.futures import PrefectFuture, wait
-
     items = list(futures)
-    wait([f for f in items if isinstance(f, PrefectFuture)])
+    prefect_futures = [f for f in items if not isinstance(f, _Done)]
+    if prefect_futures:  # direct mode has none, and imports no Prefect for them
+        from prefect.futures import wait
+
+        wait(prefect_futures)  # type: ignore[arg-type]
     for f in items:
         if isinstance(f, _Done):
             f.wait()

@@ -75,7 +75,8 @@ def test_ingest_from_the_cli_to_the_multipart_upload_never_reenters_a_module(
     # submitter that hands out the upload tasks
     down = _our_modules(handed_out[0])
     assert down[0] == "ckptvault_cli/main.py" and down[-1] == "ckptvault_prefect/runtime/submitter.py", down
-    assert down.index("ckptvault_prefect/flows/ingest.py") < down.index("ckptvault/ingest/ingest_pass.py"), down
+    # (no PREFECT_API_URL in the environment: direct mode, the flow's body without its Prefect flow)
+    assert down.index("ckptvault_prefect/flows/ingest_body.py") < down.index("ckptvault/ingest/ingest_pass.py"), down
     # a task's thread, from the task to the store's multipart upload
     task = _our_modules(started[0])
     assert "ckptvault_prefect/tasks/ingest.py" in task and task[-1] == "ckptvault/store/upload.py", task

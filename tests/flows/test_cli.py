@@ -74,6 +74,46 @@ def test_read_commands_import_neither_great_expectations_prefect_torch_nor_panda
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no checkpoints in the catalog" in proc.stdout
+    # `ls --run R --json` alone, in a process of its own: a client from botocore without boto3 (nor its
+    # s3transfer and multiprocessing), no alert channels while nothing is unreadable, no manifests
+    code = (
+        "import sys\nfrom ckptvault_cli.main import main\n"
+        f"assert main(['--config', {str(cfg)!r}, 'ls', '--run', 'r', '--json']) == 0\n"
+        "unused = ('great_expectations', 'prefect', 'torch', 'pandas', 'boto3', 's3transfer', 'multiprocessing',\n"
+        "          'slack_sdk', 'ckptvault.alerts', 'ckptvault.manifest', 'ckptvault.restore', 'ckptvault.ingest')\n"
+        "assert 'botocore' in sys.modules and 'pyarrow' in sys.modules\n"
+        "heavy = [m for m in unused if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **seaweedfs.env()},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
+
+
+def test_ingest_without_a_prefect_api_imports_no_prefect(seaweedfs: Any, bucket_factory: Any, tmp_path: Path) -> None:
+    """Issue [W]: direct mode runs the ingest flow's body (ckptvault_prefect/flows/ingest_body.py), not
+    the flow: Prefect's import (1-3 s) is off the command's start. The gates still run (in their child,
+    started as soon as the config is read) and the save is committed."""
+    bucket = bucket_factory(seaweedfs)
+    root = tmp_path / "hot"
+    root.mkdir()
+    write_checkpoint(root, "deepspeed", 100, 2 * MiB, seed=1)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")])
+    code = (
+        "import sys\nfrom ckptvault_cli.main import main\n"
+        f"assert main(['--config', {str(cfg)!r}, 'ingest', '--json']) == 0\n"
+        "from ckptvault.ingest import quality_child\n"
+        "assert quality_child.last_child, 'the gates did not run in their child'\n"
+        "assert 'prefect' not in sys.modules, sorted(m for m in sys.modules if m.startswith('prefect'))[:5]\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "CKPTVAULT_PREFECT")}
+    proc = subprocess.run([sys.executable, "-c", code], env={**env, **seaweedfs.env()},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [(o["run"], o["step"], o["ok"]) for o in json.loads(proc.stdout)["outcomes"]] == [("r", 100, True)]
+    keys = seaweedfs.client().list_objects_v2(Bucket=bucket, Prefix="t/r/step-0000000100/_MANIFEST")
+    assert keys.get("KeyCount", 0) == 1, "the save was not committed"
 
 
 @pytest.mark.parametrize(

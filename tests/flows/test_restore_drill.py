@@ -161,10 +161,14 @@ def test_drill_passes_then_catches_a_bit_flip(
     _, cfg = _ingested(seaweedfs, bucket, tmp_path, "hf", [10, 20])
     rows = drill(config_path=str(cfg)).drilled
     assert sorted((r.step, r.ok) for r in rows) == [(10, True), (20, True)]
-    # the ingest flow's events, each save its resource; a drill that passes sends none
-    ingested = ckptvault_events(since, 2)
+    # the ingest flow's events, each save its resource, and the drill's: each save passed
+    first = ckptvault_events(since, 4)
+    ingested = [e for e in first if e.event == "ckptvault.checkpoint.verified"]
     assert sorted((e.event, e.resource.id, e.resource["ckptvault.run"]) for e in ingested) == [
         ("ckptvault.checkpoint.verified", f"ckptvault.checkpoint.r.{step}.1", "r") for step in (10, 20)
+    ]
+    assert sorted(e.resource.id for e in first if e.event == "ckptvault.checkpoint.drill.passed") == [
+        f"ckptvault.checkpoint.r.{step}.1" for step in (10, 20)
     ]
     client = seaweedfs.client()
     key = next(
@@ -179,7 +183,7 @@ def test_drill_passes_then_catches_a_bit_flip(
     err = state.result(raise_on_failure=False)
     assert isinstance(err, DrillFailed)
     assert os.path.basename(key) in str(err)
-    failed = ckptvault_events(since, 3)[2:]
+    failed = [e for e in ckptvault_events(since, 5) if e.event == "ckptvault.checkpoint.drill.failed"]
     assert [(e.event, e.resource.id) for e in failed] == [
         ("ckptvault.checkpoint.drill.failed", "ckptvault.checkpoint.r.20.1")
     ]

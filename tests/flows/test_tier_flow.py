@@ -277,6 +277,16 @@ def test_eviction_skips_a_local_copy_rewritten_after_upload_and_evicts_the_other
     assert again.is_completed() and [s.step for s in again.result().evict_skipped] == [10]
     assert _local_files(hot / "checkpoint-10") == before[10]
 
+    # the metrics' ledger (docs/FORMAT.md): the flows' successes and the alert delivered, folded by tier
+    from ckptvault import ledger
+    from ckptvault.config import load_config
+    from ckptvault.store import open_store
+
+    c = load_config(str(cfg))
+    led = ledger.load(open_store(c.store), c.store.prefix)
+    assert {"ingest", "tier"} <= led.last_success.keys() and led.totals()["alerts_sent|evict_skipped"] >= 1
+    assert len(ledger.read_parts(open_store(c.store), c.store.prefix)) == 1
+
 
 def test_eviction_skips_a_checkpoint_whose_object_vanished_from_the_store_and_the_run_goes_on(
     prefect_api: None, seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -4,13 +4,24 @@ checkpoint turns up verified in SeaweedFS while nothing else ingests.
 
 One Hugging Face Trainer run (its commit marker, trainer_state.json, lets the named step skip a
 settle_seconds far longer than the test) and one Lightning run (no marker: the named step still waits
-settle_seconds, so its ingests upload nothing and say they wait)."""
+settle_seconds, so its ingests upload nothing and say they wait).
+
+And [T]'s other Done-when runs: a Hugging Face and a Lightning run archived by `ckptvault follow` with no
+Prefect and no hook (inotify for one, polling for the other); a Lightning run whose hook cannot reach its
+Prefect API (training goes on, one warning, a plain ingest after archives every save); a step named
+before its commit marker is there (above: it waits, then is archived once the marker is written). The
+Lightning run with the hook on a real Prefect server is in tests/deployments/test_serve.py (its server
+and served deployments are there)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +30,9 @@ import pytest
 
 from ckptvault.manifest import MANIFEST_NAME
 from ckptvault_cli.main import main
-from tests.frameworks.conftest import write_run
+from tests.following import Follower
+from tests.frameworks import need
+from tests.frameworks.conftest import REPO, write_run
 from tests.frameworks.test_frameworks import _stored
 from tests.helpers import write_config
 
@@ -91,6 +104,10 @@ def test_each_hugging_face_save_is_verified_in_the_store_by_the_hooks_ingest(
     err = capsys.readouterr().err
     assert "step 6 waits, nothing uploaded" in err and "trainer_state.json" in err, err
     assert _stored(seaweedfs, bucket, 6) == []
+    # ... and once the marker is there, the same command archives it (the marker, not a settle time)
+    shutil.copy(root / "checkpoint-4" / "trainer_state.json", root / "checkpoint-6" / "trainer_state.json")
+    assert main(["--config", str(cfg), "ingest", "--run", "r", "--step", "6"]) == 0
+    assert MANIFEST_NAME in _stored(seaweedfs, bucket, 6)
     assert main(["--config", str(cfg), "ingest", "--run", "nope", "--step", "6"]) == 2
     assert "configured runs: r" in capsys.readouterr().err
 
@@ -117,3 +134,88 @@ def test_a_lightning_save_without_a_commit_marker_still_waits_settle_seconds(
     )
     assert "settle_seconds" in text, text
     assert _stored(seaweedfs, bucket, 2) == [] and _stored(seaweedfs, bucket, 4) == []
+
+
+def _verified(cfg: Path, run: str, capsys: pytest.CaptureFixture[str]) -> dict[int, float | None]:
+    """run's verified saves in the catalog: step -> rpo_ms (the save's commit to its manifest's)."""
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ls", "--run", run, "--json"]) == 0
+    return {r["step"]: r["rpo_ms"] for r in json.loads(capsys.readouterr().out) if r["state"] == "verified"}
+
+
+def test_follow_archives_real_hugging_face_and_lightning_runs_with_no_prefect_and_no_hook(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Two follow processes, started before training: `hf` on inotify (this machine's local file system),
+    `lt` forced to polling (as on a network file system). Both runs train with no hook and no Prefect;
+    every save ends verified in the catalog with no ingest started by anything else. Lightning has no
+    commit marker: its settle_seconds (2 s here) still applies, and follow looks again once it passed."""
+    _without_prefect(monkeypatch)
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    bucket = bucket_factory(seaweedfs)
+    hf_root, lt_root = tmp_path / "hf", tmp_path / "lt"
+    hf_root.mkdir()
+    lt_root.mkdir()
+    cfg = write_config(
+        tmp_path / "c.toml", seaweedfs, bucket, [("hf", hf_root, "hf"), ("lt", lt_root, "lightning")], settle=2,
+        extra="[validation]\nenabled = false\n",
+    )  # fmt: skip
+    env = {**os.environ, **seaweedfs.env(), "PYTHONPATH": str(REPO)}
+    followers = [
+        Follower(cfg, env, "--run", "hf", "--poll-seconds", "3600"),
+        Follower(cfg, env, "--run", "lt", "--watch", "poll", "--poll-seconds", "1"),
+    ]
+    try:
+        said = [f.started() for f in followers]
+        assert said[0][0].startswith(f"following hf at {hf_root}: inotify"), said
+        assert said[1][0].startswith(f"following lt at {lt_root}: polling every 1 s"), said
+        write_run("hf", hf_root, "--steps", "4", "--every", "2")
+        write_run("lightning", lt_root, "--steps", "4", "--every", "2")
+        for f, run in zip(followers, ("hf", "lt"), strict=True):
+            for step in (2, 4):
+                f.wait_line(f"uploaded  {run} step {step} ", WAIT)
+        codes = [f.stop() for f in followers]
+    finally:
+        for f in followers:
+            f.kill()
+    assert codes == [130, 130], [f.err[-10:] for f in followers]
+    rpo = {run: _verified(cfg, run, capsys) for run in ("hf", "lt")}
+    assert {run: sorted(v) for run, v in rpo.items()} == {"hf": [2, 4], "lt": [2, 4]}, rpo
+    print(f"\nfollow: save -> verified manifest (rpo_ms) per step: {rpo}")
+
+
+def test_a_hook_that_cannot_reach_its_prefect_api_warns_once_and_training_goes_on(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A real Lightning run whose hook sends its events to a Prefect API nobody listens on: training ends
+    normally with every save on disk and exactly one warning for its two saves; the next scheduled ingest
+    (a plain `ckptvault ingest`) archives both."""
+    need("lightning")
+    _without_prefect(monkeypatch)
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    bucket = bucket_factory(seaweedfs)
+    root = tmp_path / "root"
+    cfg = write_config(
+        tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "lightning")], extra="[validation]\nenabled = false\n"
+    )
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/api"
+    env = {**os.environ, "PREFECT_API_URL": dead, "CKPTVAULT_HOOK_SIGNAL": "auto"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.frameworks.writers", "train", "lightning", str(root), "--steps", "4",
+         "--every", "2", "--ckptvault-run", "r"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT " in proc.stdout
+    warnings = [ln for ln in proc.stderr.splitlines() if "ckptvault hook: could not signal" in ln]
+    assert len(warnings) == 1 and "by event" in warnings[0] and "scheduled ingest" in warnings[0], proc.stderr[-3000:]
+    assert len(list(root.rglob("*step=*.ckpt"))) == 2
+    assert _verified(cfg, "r", capsys) == {}  # nothing was archived by the lost signals
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    assert sorted(_verified(cfg, "r", capsys)) == [2, 4]

@@ -318,6 +318,7 @@ DELETERS: dict[str, str] = {
     # ingest flow's too (GUARDED below: with "tier-only" the ingest flow's deletes nothing)
     "ckptvault/catalog/compaction.py": "_catalog/",
     "ckptvault/alerts/sending.py": "_state/",  # the alert state files a save folded (GUARDED likewise)
+    "ckptvault/ledger.py": "_state/",  # the metrics' ledger objects a record folded (GUARDED likewise)
     "ckptvault/tiering/apply.py": "checkpoints",  # tier --apply's expiry: the worker (tier) role only
 }
 # Besides ckptvault/tiering itself, the only module that may call the expiry: the tier flow's task.
@@ -387,6 +388,9 @@ GUARDED: dict[str, str] = {
     "compact": "deletes",  # Catalog.compact and ckptvault.catalog.compaction.compact
     "compact_catalog_task": "deletes",
     "save_alert_state": "delete",
+    "record_ledger": "delete",
+    "note_ledger": "delete",
+    "ledger_task": "delete",
     "detect_capabilities": "delete",  # the capability probe's cleanup
     "probe_enforced": "cleanup",  # the Object Lock probe's cleanup (its delete by version is the probe)
 }
@@ -394,6 +398,7 @@ TIER_ROLE_CALLS = frozenset(
     {
         ("ckptvault_prefect/flows/tier.py", "compact_catalog_task"),  # tier --apply's full compaction
         ("ckptvault/alerts/sending.py", "save_alert_state"),  # in fold_alert_state only (checked below)
+        ("ckptvault_prefect/flows/tier.py", "ledger_task"),  # tier --apply's record folds the ledger
     }
 )
 # The tier flow's alert-state fold deletes whatever the switch says: only the tier flow may reach it.

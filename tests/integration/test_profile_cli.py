@@ -2,7 +2,7 @@
 the process's start and its shutdown are on the table), on SeaweedFS, without a Prefect API (the
 direct mode: seconds, not a server's start): every phase of the command is named, the phases and
 "other" add up to the printed total, and with --json stdout stays one document, with `profile`.
-Nothing here asserts how long anything took."""
+A restore without a Prefect API imports nothing of Prefect. Nothing here asserts how long anything took."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ def _cli(cfg: Path, endpoint: Any, *args: str) -> subprocess.CompletedProcess[st
     env.update(endpoint.env(), PYTHONPATH=str(REPO))
     cmd = [sys.executable, "-m", "ckptvault_cli.main", "--config", str(cfg), *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=REPO)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 def _table(stderr: str) -> tuple[dict[str, float], float]:
@@ -75,6 +79,24 @@ def test_profile_names_every_phase_and_adds_up_to_the_total(
     assert list(rows) == [*PHASES["restore"], OTHER]
     assert abs(sum(rows.values()) - total) <= 0.001 * (len(rows) + 1)
     assert rows["transfer"] > 0 and rows["plan"] > 0
+    # when the first bytes moved: an instant inside the total, on no line of the sum
+    first = re.search(r"^first_byte at (\d+\.\d{3}) s from the process's start$", restore.stderr, re.M)
+    assert first is not None, restore.stderr[-2000:]
+    assert 0 < float(first[1]) <= total
     assert sorted(p.name for p in dest.rglob("*") if p.is_file()) == sorted(
         p.name for p in root.rglob("*") if p.is_file()
     )
+
+    # issue [W]: without a Prefect API nothing of Prefect runs in a restore, so none of it is imported
+    again = tmp_path / "again"
+    code = (
+        "import sys\nfrom ckptvault_cli.main import main\n"
+        f"assert main(['--config', {str(cfg)!r}, 'restore', 'r', '--dest', {str(again)!r}]) == 0\n"
+        "print('imported:', sorted(m for m in sys.modules if m.split('.')[0] == 'prefect')[:5])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "CKPTVAULT_PREFECT")}
+    proc = subprocess.run([sys.executable, "-c", code], env={**env, **seaweedfs.env(), "PYTHONPATH": str(REPO)},
+                          capture_output=True, text=True, timeout=240, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "imported: []" in proc.stdout, proc.stdout
+    assert _files(again) == _files(dest)  # the same save, byte for byte

@@ -9,6 +9,7 @@ failed. No Prefect: the CLI runs the flows directly (ckptvault_cli/running.py)."
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -29,8 +30,11 @@ from tests.promql import metric_names
 KiB = 2**10
 RULES = Path(__file__).resolve().parents[2] / "infra" / "prometheus" / "ckptvault-rules.yml"
 DASHBOARD = Path(__file__).resolve().parents[2] / "infra" / "grafana" / "ckptvault.json"
-# series this test's config has none of: no [[replicas]], no stale_after_hours
-NOTHING_HERE = {"ckptvault_replica_saves", "ckptvault_run_stale_after_seconds"}
+# series this test's config has none of: no [[replicas]], no stale_after_hours, no restore, no failed upload
+NOTHING_HERE = {
+    "ckptvault_replica_saves", "ckptvault_run_stale_after_seconds", "ckptvault_restore_bytes_total",
+    "ckptvault_restore_seconds_total", "ckptvault_restore_failures_total", "ckptvault_upload_failures_total",
+}  # fmt: skip
 
 
 def _unix(iso: str) -> float:
@@ -112,11 +116,24 @@ def test_prometheus_scrapes_serve_after_an_ingest_and_a_drill(
             assert 0 <= drill_at[run] - _unix(r["last_drill_at"]) < 1.0, (run, drill_at, r)
         assert _by_run(prom.query("ckptvault_run_suspect_saves")) == {"a": 0.0, "b": 1.0}
 
+        # what the flows did, from the bucket: the catalog's committed bytes per run, the ledger's drill
+        # bytes (every save drilled, failed included) and alerts; ingest ended well, the drill did not
+        committed: dict[str, float] = {}
+        for r in rows:
+            committed[r["run"]] = committed.get(r["run"], 0.0) + float(r["bytes"])
+        assert _by_run(prom.query("ckptvault_ingest_bytes_total")) == committed
+        assert [float(r["value"][1]) for r in prom.query("ckptvault_drill_bytes_total")] == [sum(committed.values())]
+        assert float(prom.query("ckptvault_drill_seconds_total")[0]["value"][1]) > 0
+        assert _by_run(prom.query("ckptvault_alerts_sent_total"), "kind")["drill_failed"] >= 1
+        succeeded = _by_run(prom.query("ckptvault_flow_last_success_timestamp_seconds"), "flow")
+        assert succeeded.keys() == {"ingest"} and 0 < time.time() - succeeded["ingest"] < 600
+
         # the Grafana dashboard's every query (tests/infra/test_grafana_dashboard.py), the run variable
         # at All: valid PromQL, and an answer but where this config has nothing to say
         dashboard = json.loads(DASHBOARD.read_text())
         exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
         assert len(exprs) >= 10
+        prom.wait_for("count_over_time(ckptvault_catalog_up[1m]) >= 2")  # rate() needs two scrapes
         for expr in exprs:
             got = prom.query(expr.replace("$run", ".*"))
             assert got or metric_names(expr) <= NOTHING_HERE, expr

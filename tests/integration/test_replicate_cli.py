@@ -17,7 +17,7 @@ import pytest
 
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
-from tests.helpers import write_config
+from tests.helpers import primary_env_and_dr_profile, write_config
 
 MiB = 2**20
 
@@ -42,12 +42,7 @@ def test_replicate_copies_every_save_byte_for_byte_and_a_rerun_copies_nothing(
     seaweedfs: Any, ceph: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    for k, v in seaweedfs.env().items():
-        monkeypatch.setenv(k, v)
-    creds = tmp_path / "credentials"
-    creds.write_text(f"[dr]\naws_access_key_id = {ceph.access_key}\naws_secret_access_key = {ceph.secret_key}\n")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    primary_env_and_dr_profile(monkeypatch, seaweedfs, ceph, tmp_path)
     primary, replica = bucket_factory(seaweedfs), bucket_factory(ceph)
     root = tmp_path / "hot"
     for step in (100, 200):  # one shard: files over 5 MiB, multipart objects at part_size 5 MiB

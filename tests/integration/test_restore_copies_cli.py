@@ -21,7 +21,7 @@ from ckptvault.manifest import checkpoint_prefix
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import servers
-from tests.helpers import write_config
+from tests.helpers import primary_env_and_dr_profile, write_config
 
 MiB = 2**20
 
@@ -45,12 +45,7 @@ def world(seaweedfs: Any, ceph: Any, tmp_path_factory: pytest.TempPathFactory) -
     tmp = tmp_path_factory.mktemp("copies")
     created: list[tuple[Any, str]] = []
     with pytest.MonkeyPatch.context() as mp:
-        for k, v in seaweedfs.env().items():
-            mp.setenv(k, v)
-        creds = tmp / "credentials"
-        creds.write_text(f"[dr]\naws_access_key_id = {ceph.access_key}\naws_secret_access_key = {ceph.secret_key}\n")
-        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
-        mp.setenv("AWS_CONFIG_FILE", str(tmp / "no-config"))
+        primary_env_and_dr_profile(mp, seaweedfs, ceph, tmp)
         for endpoint in (seaweedfs, ceph):
             name = servers.unique_bucket_name()
             endpoint.client().create_bucket(Bucket=name)

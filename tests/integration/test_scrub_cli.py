@@ -27,7 +27,7 @@ from ckptvault.replication.scrub_pass import run_scrub
 from ckptvault.store import Retention
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
-from tests.helpers import write_config
+from tests.helpers import primary_env_and_dr_profile, write_config
 from tests.integration.store_backends import server_store
 
 MiB = 2**20
@@ -43,12 +43,7 @@ def test_scrub_names_a_corrupt_object_repair_fixes_it_from_the_other_copy_and_a_
     seaweedfs: Any, ceph: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    for k, v in seaweedfs.env().items():
-        monkeypatch.setenv(k, v)
-    creds = tmp_path / "credentials"
-    creds.write_text(f"[dr]\naws_access_key_id = {ceph.access_key}\naws_secret_access_key = {ceph.secret_key}\n")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    primary_env_and_dr_profile(monkeypatch, seaweedfs, ceph, tmp_path)
     primary, replica = bucket_factory(seaweedfs), bucket_factory(ceph)
     root = tmp_path / "hot"
     for step in (100, 200):  # one shard over 5 MiB: a multipart object (part_size 5 MiB) on each store

@@ -244,6 +244,37 @@ def test_a_damaged_data_page_is_named_skipped_and_set_aside_like_a_garbage_foote
     _same_as_partitions(store, [*everything, *_life("a", 7, 700.0)])
 
 
+def test_a_reader_decodes_only_the_columns_it_reads_and_a_compaction_every_column() -> None:
+    """A damaged page in `metrics` (read by neither `ls --json` nor the metrics): both take every run
+    from the combined snapshot; `current()` (every state column) and the compaction's rewrite find it
+    and read the partitions instead; one Catalog reading first a few columns, then all, finds it too."""
+    from ckptvault.catalog.summary import COLUMNS
+
+    store, everything = _built()
+    [key] = _combined(store)
+    data = bytearray(store.objects[key])
+    meta = pq.ParquetFile(pa.BufferReader(bytes(data))).metadata
+    i = [meta.schema.column(j).name for j in range(meta.num_columns)].index("metrics")
+    col = meta.row_group(0).column(i)
+    end = (col.dictionary_page_offset or col.data_page_offset) + col.total_compressed_size
+    data[end - 4 : end] = b"\xff\xff\xff\xff"
+    store.objects[key] = bytes(data)
+    plain = _cat(_without_combined(store))
+    for columns in (COLUMNS, None):
+        cat = _cat(store)
+        store.got.clear()
+        t = current_table(cat, columns=COLUMNS) if columns else current_table(cat)
+        assert not cat.unreadable and store.got == [key]  # one GET, none of the partitions' snapshots
+        assert t.equals(current_table(plain, columns=COLUMNS) if columns else current_table(plain))
+        assert "metrics" not in t.column_names
+        assert cat.current() == fold_python(everything) and key in cat.unreadable  # the same Catalog, all
+    cat = _cat(store)
+    cat.append(_life("a", 7, 700.0))
+    cat.compact(time.time())
+    assert key not in store.objects and len(_combined(store)) == 1
+    _same_as_partitions(store, [*everything, *_life("a", 7, 700.0)])
+
+
 def test_a_compaction_with_nothing_to_merge_does_not_fetch_the_combined_snapshot() -> None:
     store, _ = _built()
     store.got.clear()

@@ -91,11 +91,12 @@ def test_ingest_prints_an_incomplete_pass_once_and_exits_1(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = SimpleNamespace(validation=SimpleNamespace(enabled=False))
-    monkeypatch.setattr(ingest_cmd, "preflight", lambda args, need_sources: cfg)
+    monkeypatch.setattr(ingest_cmd, "preflight_store", lambda args, need_sources, config_read=None: (cfg, None))
     monkeypatch.setattr(ingest_cmd, "preflight_runner", lambda *a, **k: SimpleNamespace(needs_prefect=False))
     monkeypatch.setattr(ingest_cmd, "start_prefect_note", lambda force_prefect=False: None)
     incomplete = IngestIncomplete([FAILED])
     monkeypatch.setattr(running, "run_flow", lambda *a, **k: incomplete)
+    monkeypatch.setattr(running, "run_direct", lambda *a, **k: incomplete)  # no Prefect API here
     args = argparse.Namespace(config=None, dask_address=None, dask_workers=None, json=False, run=None, step=None)
 
     assert ingest_cmd.cmd_ingest(args) == EXIT_FAILED

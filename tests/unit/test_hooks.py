@@ -5,11 +5,13 @@ ckptvault.hooks` needs no framework."""
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -99,12 +101,12 @@ def _closed_port() -> int:
 
 def test_an_unreachable_prefect_api_is_one_warning_and_never_an_exception(caplog: pytest.LogCaptureFixture) -> None:
     api = f"http://127.0.0.1:{_closed_port()}/api"
-    d = Dispatcher(env={"PREFECT_API_URL": api})  # the real send: a Prefect events client, nothing faked
+    d = Dispatcher(env={"PREFECT_API_URL": api})  # the real send: an HTTP POST to the events endpoint
     with caplog.at_level(logging.WARNING):
         for step in (2, 4, 6):
             d.put(Saved("r", step, f"/ckpt/checkpoint-{step}"))
         assert d.drain(WAIT)
-    mine = [r for r in caplog.records if r.levelno >= logging.WARNING]  # Prefect's own "Unable to connect" too
+    mine = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(mine) == 1 and mine[0].name == "ckptvault.hooks"
     assert "run 'r' step 2 by event" in mine[0].getMessage() and "scheduled ingest" in mine[0].getMessage()
     assert d.warned == {"event"}
@@ -157,3 +159,79 @@ def test_a_detached_ingest_that_fails_is_warned_about_once_naming_its_log(
     (warning,) = [r.getMessage() for r in caplog.records if r.name == "ckptvault.hooks"]
     assert "--run r --step 7` exited 2" in warning and str(tmp_path / "logs" / "r.log") in warning
     assert "no-such-config.toml" in (tmp_path / "logs" / "r.log").read_text()
+
+
+class _Proc:
+    """A detached ingest that exits when the test says."""
+
+    pids = iter(range(10_000, 20_000))
+
+    def __init__(self, saved: Saved) -> None:
+        self.saved, self.pid, self.code = saved, next(self.pids), 0
+        self.done = threading.Event()
+
+    def wait(self) -> int:
+        self.done.wait(WAIT)
+        return self.code
+
+
+def _until(check: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert check(), what
+
+
+def test_one_detached_ingest_per_run_at_a_time_the_others_wait_their_turn_in_order() -> None:
+    started: list[_Proc] = []
+
+    def start(saved: Saved) -> _Proc:
+        started.append(_Proc(saved))
+        return started[-1]
+
+    ingests = sig.Ingests(start=start)
+    for step in (10, 20, 30):
+        ingests.submit(Saved("a", step, "/p"))
+    ingests.submit(Saved("b", 5, "/p"))  # another run is not held up by a's
+    assert [(p.saved.run, p.saved.step) for p in started] == [("a", 10), ("b", 5)]
+    assert [s.step for s in ingests.waiting("a")] == [20, 30]
+    started[0].code = 1  # a failed ingest still lets the next one start
+    started[0].done.set()
+    _until(lambda: len(started) == 3, "a's step 20 started when step 10's ingest ended")
+    assert started[2].saved.step == 20 and [s.step for s in ingests.waiting("a")] == [30]
+    started[2].done.set()
+    _until(lambda: len(started) == 4, "a's step 30 started when step 20's ingest ended")
+    started[3].done.set()
+    started[1].done.set()
+    _until(lambda: not ingests._running, "both runs idle")
+    ingests.submit(Saved("a", 40, "/p"))  # idle again: starts at once
+    assert started[-1].saved.step == 40 and len(started) == 5
+    # at interpreter exit the waiting ones start at once, unreaped: the training is over
+    ingests.submit(Saved("a", 50, "/p"))
+    ingests.submit(Saved("a", 60, "/p"))
+    assert len(started) == 5
+    ingests.start_waiting()
+    assert [p.saved.step for p in started[5:]] == [50, 60] and ingests.waiting("a") == []
+    started[4].done.set()
+
+
+def test_an_ingest_that_cannot_start_raises_to_the_dispatcher_and_frees_its_run() -> None:
+    def start(saved: Saved) -> _Proc:
+        raise OSError("no such interpreter")
+
+    ingests = sig.Ingests(start=start)
+    with pytest.raises(OSError, match="no such interpreter"):
+        ingests.submit(Saved("a", 1, "/p"))
+    assert not ingests._running  # the next signal tries again instead of waiting forever
+
+
+def test_the_detached_ingest_runs_nicer_than_the_training_process() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        sig.lower_priority(child.pid)
+        own = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, child.pid) == min(own + 10, 19)
+    finally:
+        child.kill()
+        child.wait()
+    sig.lower_priority(child.pid)  # gone already: nothing raised

@@ -20,9 +20,11 @@ from ckptvault.ingest import steps
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.narrow import (
     COMMIT_MARKERS,
+    SETTLE_WAIT_MAX_SECONDS,
     UnknownRunError,
     commit_time,
     find_step,
+    find_step_settled,
     narrow_sources,
     skips_settle,
     waits,
@@ -82,6 +84,56 @@ def test_a_named_step_without_a_marker_format_still_settles(tmp_path: Path, fmt:
     assert not f.ready and "settle_seconds" in f.reason
     (f,) = find_step(_source(tmp_path, fmt), 300, time.time() + SETTLE + 1).found
     assert f.ready
+
+
+class _Clock:
+    """A clock that sleeping moves on, from the files' own mtime: what find_step_settled waited is `slept`."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def _newest(root: Path) -> float:
+    return max(p.stat().st_mtime for p in root.rglob("*") if p.is_file())
+
+
+def test_a_named_lightning_step_is_waited_for_until_it_settles_when_that_is_soon(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "lightning", 300, SIZE)
+    clock = _Clock(_newest(tmp_path) + 1)
+    source = SourceConfig(run="r", path=tmp_path, format="lightning", settle_seconds=30)
+    (f,) = find_step_settled(source, 300, clock, clock.sleep).found
+    # one wait, to a tenth past the settle time (29 s left at the first look), then ready
+    assert f.ready and f.reason == "" and clock.slept == [pytest.approx(29.1)]
+
+
+def test_a_named_step_whose_settle_time_is_far_off_is_not_waited_for(tmp_path: Path) -> None:
+    synthetic.write_checkpoint(tmp_path, "lightning", 300, SIZE)
+    clock = _Clock(_newest(tmp_path))
+    source = SourceConfig(run="r", path=tmp_path, format="lightning", settle_seconds=SETTLE_WAIT_MAX_SECONDS + 1)
+    (f,) = find_step_settled(source, 300, clock, clock.sleep).found
+    assert not f.ready and "settle_seconds" in f.reason and clock.slept == []
+
+
+@pytest.mark.parametrize("fmt", ["hf", "lightning"])
+def test_nothing_is_waited_for_where_the_commit_rule_fails_or_the_marker_is_the_proof(tmp_path: Path, fmt: str) -> None:
+    synthetic.write_checkpoint(tmp_path / "done", fmt, 100, SIZE)
+    synthetic.write_checkpoint(tmp_path / "half", fmt, 100, SIZE, complete=False)
+    for root in (tmp_path / "done", tmp_path / "half"):
+        clock = _Clock(_newest(root))
+        source = SourceConfig(run="r", path=root, format=fmt, settle_seconds=30)
+        found = find_step_settled(source, 100, clock, clock.sleep).found
+        done = root.name == "done"
+        # an unfinished save waits for its writer, not for a clock; hf's marker needs no settle time
+        assert bool(clock.slept) == (done and fmt == "lightning")
+        assert any(f.ready for f in found) == done
 
 
 @pytest.mark.parametrize("fmt", synthetic.FORMATS)
@@ -152,7 +204,7 @@ def test_the_narrowed_pass_uploads_nothing_of_a_step_whose_marker_is_missing(tmp
 def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, result: object, **flags: Any) -> tuple[int, dict[str, Any]]:
     """cmd_ingest with the config's preflight and the flow replaced: what the command makes of them."""
     cfg = SimpleNamespace(sources=[_source(tmp_path, "hf", "alpha")], validation=SimpleNamespace(enabled=False))
-    monkeypatch.setattr(ingest_cmd, "preflight", lambda args, need_sources: cfg)
+    monkeypatch.setattr(ingest_cmd, "preflight_store", lambda args, need_sources, config_read=None: (cfg, None))
     monkeypatch.setattr(ingest_cmd, "preflight_runner", lambda *a, **k: SimpleNamespace(needs_prefect=False))
     monkeypatch.setattr(ingest_cmd, "start_prefect_note", lambda force_prefect=False: None)
     params: dict[str, Any] = {}
@@ -161,7 +213,11 @@ def _cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, result: object, **flag
         params.update(kw)
         return result
 
+    def run_direct(body: object, name: str, workers: int, **kw: Any) -> object:  # no Prefect API: the body
+        return run_flow(body, workers, **kw)
+
     monkeypatch.setattr(running, "run_flow", run_flow)
+    monkeypatch.setattr(running, "run_direct", run_direct)
     args = argparse.Namespace(config=None, dask_address=None, dask_workers=None, json=False, **flags)
     return ingest_cmd.cmd_ingest(args), params
 

@@ -129,6 +129,7 @@ def test_a_failed_range_fails_the_checkpoint_and_aborts_every_split_upload(tmp_p
     submit = Plain(fail=lambda c: c.name == "send_range" and _rel(c) == "optimizer.pt" and c.args[3] == 2)
     _, [outcome] = _pass(_cfg({"r": _split_checkpoint(tmp_path)}, split_mb=5), store, submit)
     assert outcome.result == "failed" and "injected: send_range failed" in outcome.message
+    assert outcome.error == "Injected"  # its error class, which the metrics' ledger counts failures by
     assert submit.names().count("begin_split") == 2 and submit.names().count("abort_split") == 2
     assert store.uploads.list("") == ()  # nothing left open
     assert "commit_manifest" not in submit.names()

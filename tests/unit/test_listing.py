@@ -82,3 +82,21 @@ def test_ls_shows_the_copies_only_where_a_save_has_replicas() -> None:
         table[0].endswith("COPIES") and table[2].endswith("2 (primary, ceph-dr)") and table[1].endswith("1 (primary)")
     )
     assert "COPIES" not in render_table(states[:1])  # no replica anywhere: the columns of before
+
+
+def test_ls_shows_the_rpo_only_where_a_save_has_one() -> None:
+    from ckptvault.listing import rpo_text
+
+    states = fold(
+        [
+            Event("r", 1, "verified", 1.0, bytes=5),  # before rpo_seconds was recorded (or a rebuild)
+            Event("r", 2, "verified", 2.0, bytes=5, detail='{"rpo_seconds": 4.25}'),
+            Event("r", 3, "verified", 3.0, bytes=5, detail='{"rpo_seconds": 754.0}'),
+        ]
+    )
+    table = render_table(states).splitlines()
+    assert table[0].split()[-1] == "RPO"
+    assert [line.rsplit("  ", 1)[-1].strip() for line in table[1:]] == ["-", "4.2 s", "13 min"]
+    assert "RPO" not in render_table(states[:1])  # none recorded anywhere: the columns of before
+    assert [as_record(s)["rpo_ms"] for s in states] == [None, 4250, 754000]
+    assert (rpo_text(59.94), rpo_text(60.0), rpo_text(0.0)) == ("59.9 s", "60 s", "0.0 s")

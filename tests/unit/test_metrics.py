@@ -194,3 +194,50 @@ def test_thresholds_from_the_config_are_exported_for_the_rules(cat: Catalog) -> 
     assert ("ckptvault_run_stale_after_seconds", (("run", "b"),)) not in m  # b is not watched
     assert m[("ckptvault_budget_usd_per_month", ())] == 250.0
     assert ("ckptvault_budget_usd_per_month", ()) not in _scrape(cat)
+
+
+def test_counters_from_the_catalog_and_the_ledger(cat: Catalog) -> None:
+    from ckptvault import ledger
+
+    m = _scrape(cat)
+    # every save ever committed, expired and superseded ones included (c's only save expired)
+    assert m[("ckptvault_ingest_bytes_total", (("run", "a"),))] == 5000.0
+    assert m[("ckptvault_ingest_bytes_total", (("run", "b"),))] == 17000.0
+    assert m[("ckptvault_ingest_bytes_total", (("run", "c"),))] == 500.0
+    # a bucket from before the ledger: the unlabelled counters are 0, no flow has a last success
+    assert m[("ckptvault_restore_bytes_total", ())] == 0.0
+    assert not any(name == "ckptvault_flow_last_success_timestamp_seconds" for name, _ in m)
+
+    ledger.record_ledger(cat.store, "vault", ledger.alerts_sent(["run_stale", "run_stale"]), delete=True, now=NOW)
+    ledger.record_ledger(cat.store, "vault", {"drill_bytes": 150, "drill_seconds": 3}, "drill", delete=True, now=NOW)
+    ledger.record_ledger(cat.store, "vault", {"upload_failures|StoreTimeoutError": 1}, None, delete=False, now=NOW)
+    ledger.record_ledger(cat.store, "vault", {"restore_bytes": 4096, "restore_seconds": 2}, "restore", delete=False,
+                         now=NOW + 5)  # fmt: skip
+    m = _scrape(cat)
+    assert m[("ckptvault_alerts_sent_total", (("kind", "run_stale"),))] == 2.0
+    assert m[("ckptvault_drill_bytes_total", ())] == 150.0
+    assert m[("ckptvault_drill_seconds_total", ())] == 3.0
+    assert m[("ckptvault_restore_bytes_total", ())] == 4096.0
+    assert m[("ckptvault_upload_failures_total", (("error_class", "StoreTimeoutError"),))] == 1.0
+    assert m[("ckptvault_flow_last_success_timestamp_seconds", (("flow", "drill"),))] == NOW
+    assert m[("ckptvault_flow_last_success_timestamp_seconds", (("flow", "restore"),))] == NOW + 5
+
+
+def test_each_runs_newest_good_save_exports_its_rpo(cat: Catalog) -> None:
+    assert not [k for k in _scrape(cat) if k[0] == "ckptvault_run_newest_rpo_seconds"]  # none recorded yet
+    cat.append([
+        Event("a", 300, "verified", NOW - 60, bytes=10, created_at=NOW - 70, detail='{"rpo_seconds": 4.5}'),
+        Event("b", 30, "verified", NOW - 50, bytes=10, created_at=NOW - 900, detail='{"rpo_seconds": 812.25}'),
+        # c's newest good save is an older step committed later: the newest is by commit, not by step
+        Event("c", 5, "verified", NOW - 40, bytes=10, created_at=NOW - 50, detail='{"rpo_seconds": 9.0}'),
+        Event("c", 4, "verified", NOW - 30, bytes=10, created_at=NOW - 60, detail='{"rpo_seconds": 30.0}'),
+    ])  # fmt: skip
+    want = {"a": 4.5, "b": 812.25, "c": 30.0}
+    m = _scrape(cat)
+    assert {k[1][0][1]: v for k, v in m.items() if k[0] == "ckptvault_run_newest_rpo_seconds"} == want
+    cat.compact(time.time() + 10, runs=["a", "b"])  # read back from the snapshots' column alike
+    m = _scrape(cat)
+    assert {k[1][0][1]: v for k, v in m.items() if k[0] == "ckptvault_run_newest_rpo_seconds"} == want
+    # a newer save whose ingest recorded none (a `catalog rebuild`): the run's gauge is absent, not stale
+    cat.append([Event("a", 400, "verified", NOW - 10, bytes=10, created_at=NOW - 20)])
+    assert ("ckptvault_run_newest_rpo_seconds", (("run", "a"),)) not in _scrape(cat)

@@ -109,12 +109,49 @@ def test_a_drill_emits_its_failures_and_a_restore_its_end(sent: Callable[[], lis
     events.restored(RestoreResult("a", 100, 1, (), "/restore/b", "", {}, "thawing", frozen=3))  # not yet: none
     got = sent()
     assert _named(got) == [
+        ("ckptvault.checkpoint.drill.passed", "ckptvault.checkpoint.a.100.1"),
         ("ckptvault.checkpoint.drill.failed", "ckptvault.checkpoint.b.200.2"),
         ("ckptvault.checkpoint.restored", "ckptvault.checkpoint.a.100.1"),
     ]
-    assert got[0].payload == {"problems": ["model.safetensors: CRC32C mismatch"], "copy": "cold", "bytes": 20}
-    assert got[0].resource["ckptvault.run"] == "b"
-    assert got[1].payload == {"dest": "/restore/a", "bytes": 10, "files": 3, "copy": "primary", "fallbacks": 0}
+    assert got[0].payload == {"copy": "primary", "bytes": 10, "seconds": 1.0}
+    assert got[1].payload == {"problems": ["model.safetensors: CRC32C mismatch"], "copy": "cold", "bytes": 20}
+    assert got[1].resource["ckptvault.run"] == "b"
+    assert got[2].payload == {"dest": "/restore/a", "bytes": 10, "files": 3, "copy": "primary", "fallbacks": 0}
+    assert {e.event for e in got} <= set(events.NAMES)
+
+
+def test_tier_replicate_and_watch_emit_what_they_did(sent: Callable[[], list[Event]]) -> None:
+    from ckptvault.alerts import kinds as alerts
+    from ckptvault.manifest import Manifest
+    from ckptvault.replication import ReplicaPass, ReplicatedSave, ReplicateResult
+
+    manifest = Manifest(run="r", step=100, format="hf", files=(), created_at=1.0, uploaded_at=2.0,
+                        source="/ckpt/checkpoint-100", save=2)  # fmt: skip
+    tiered = [
+        catalog_events.transitioned(manifest, "GLACIER", "older than 30 days", "client", "fr"),
+        catalog_events.expired("r", 50, "older than 90 days", 3, "fr"),
+        catalog_events.evicted_local("r", 50, "hot copy evicted", "/ckpt/checkpoint-50", "fr"),  # not an event
+    ]
+    events.recorded(tiered)
+    copied = ReplicatedSave("dr", "r", 100, 2, "dr/r/step-0000000100.save-2/_MANIFEST.json", 4096, 1.5, 3, 0)
+    found = ReplicatedSave("dr", "r", 90, 1, "dr/r/step-0000000090/_MANIFEST.json", 0, 0.0, 0, 2)
+    events.replicated(ReplicateResult((ReplicaPass("dr", copied=[copied], recorded=[found]),)))
+    stale = alerts.run_stale("llama.7b", 1000.0, 6, 1000.0 + 7 * 3600, step=500)
+    events.stale([stale, alerts.run_recovered("other", 1.0, 2.0)])
+    got = sent()
+    assert _named(got) == [
+        ("ckptvault.checkpoint.transitioned", "ckptvault.checkpoint.r.100.2"),
+        ("ckptvault.checkpoint.expired", "ckptvault.checkpoint.r.50.1"),
+        ("ckptvault.checkpoint.replicated", "ckptvault.checkpoint.r.100.2"),
+        ("ckptvault.checkpoint.replicated", "ckptvault.checkpoint.r.90.1"),
+        ("ckptvault.run.stale", "ckptvault.run.llama.7b"),
+    ]
+    assert got[0].payload == {"storage_class": "GLACIER", "mode": "client", "reason": "older than 30 days"}
+    assert got[1].payload == {"reason": "older than 90 days", "objects": 3}
+    assert got[2].payload == {"store": "dr", "key": copied.key, "bytes": 4096, "seconds": 1.5, "recovered": False}
+    assert got[3].payload["recovered"] is True
+    assert got[4].resource["ckptvault.run"] == "llama.7b" and got[4].payload["step"] == 500
+    assert got[4].payload["summary"] == stale.summary
     assert {e.event for e in got} <= set(events.NAMES)
 
 
@@ -155,3 +192,6 @@ def test_the_example_automations_are_valid_and_match_the_events_sent() -> None:
     assert evaluate.expect == {events.VERIFIED}
     assert evaluate.match.matches(Resource(events.resource("llama-7b", 1000, 1)))
     assert not evaluate.match.matches(Resource(events.resource("gpt-small", 1000, 1)))  # not its run
+    stale = by_name["ckptvault: a run stopped checkpointing"].trigger
+    assert isinstance(stale, EventTrigger) and stale.expect == {events.RUN_STALE}
+    assert stale.match.matches(Resource(events.run_resource("llama.7b")))

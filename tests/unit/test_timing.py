@@ -174,3 +174,38 @@ def test_a_noted_duration_goes_beside_the_timeline(clock: Clock) -> None:
 def test_process_age_is_read_from_proc() -> None:
     age = timing.process_age()
     assert age is not None and age >= 0  # this test's own interpreter started before it
+
+
+def test_a_mark_keeps_its_first_instant_from_any_thread_and_adds_no_time(clock: Clock) -> None:
+    r = Recorder()
+    r.mark("first_byte")  # off: nothing
+    r.enable(origin=90.0)
+    with r.phase("transfer"):
+        clock.now = 101.5
+        worker = threading.Thread(target=r.mark, args=("first_byte",))
+        worker.start()
+        worker.join()
+        clock.now = 104.0
+        r.mark("first_byte")  # later marks of it are ignored
+    b = r.report()
+    assert b.marks == (("first_byte", 11.5),)
+    assert sum(s for _, s in b.phases) == pytest.approx(b.total) == 14.0
+    assert b.as_dict()["marks"] == {"first_byte": 11.5}
+    assert b.table()[-1] == "first_byte at 11.500 s from the process's start"
+
+
+def test_a_progress_bar_marks_the_first_bytes_only(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from ckptvault.progress import ProgressBar
+
+    r = Recorder()
+    monkeypatch.setattr(timing, "RECORDER", r)
+    r.enable(origin=100.0)
+    ProgressBar(10, "files", io.StringIO(), unit="files")(1)  # a count, not bytes
+    bar = ProgressBar(10, "restore", io.StringIO())
+    bar(0)
+    assert r.report().marks == ()
+    clock.now = 100.25
+    bar(4)
+    assert r.report().marks == (("first_byte", 0.25),)

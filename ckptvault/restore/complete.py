@@ -1,0 +1,134 @@
+"""The second half of a restore, once the save, the copies to read it from and the estimate are known:
+thaw what is frozen, fetch and verify every byte into the destination, then record the restore in
+the catalog and send its alert.
+
+One function for both ways a restore runs (docs/performance.md, "Where a command's time goes"): the
+command line without a Prefect API calls it straight after its own preflight and plan, with plain
+threads (`Threads`, no Prefect imported, nothing read twice); the restore flow calls it after the
+flow's own preflight and plan, with each call as its Prefect task (ckptvault_prefect/runtime/
+submitter.py). The catalog event and the alert are written only after the bytes are durable (every
+file fsynced, the staging directory renamed into place), as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ckptvault import events, timing
+from ckptvault.alerts import kinds as alerts
+from ckptvault.alerts.alert import Alert
+from ckptvault.alerts.sending import send_alerts
+from ckptvault.catalog import Catalog, Event
+from ckptvault.config import Config
+from ckptvault.ledger import note_ledger
+from ckptvault.progress import ProgressBar
+from ckptvault.ranges import split_size
+from ckptvault.restore.copies import CopyStatus
+from ckptvault.restore.estimate import Estimate
+from ckptvault.restore.fallback import download_guarded, fetch_range_guarded, restore_from_copies
+from ckptvault.restore.node_local import restore_on_nodes
+from ckptvault.restore.plan import request_thaw, wait_for_thaw
+from ckptvault.restore.ranged import fetch_range
+from ckptvault.restore.resolve import Resolution
+from ckptvault.restore.result import RestoreResult
+from ckptvault.restore.steps import download_one
+from ckptvault.store import ObjectStore
+from ckptvault.submitter import Submitter
+from ckptvault.timing import phase
+
+SecretLoader = Callable[[str], str | None]
+
+
+def record(catalog: Catalog, evs: Sequence[Event]) -> str | None:
+    """Append `evs` to the catalog (a step of its own: retried as store I/O)."""
+    return catalog.append(evs)
+
+
+def alert(cfg: Config, store: ObjectStore, sent: Sequence[Alert], secret: SecretLoader | None) -> int:
+    """Send `sent` through the configured channels, deduplicated (ckptvault/alerts/sending.py)."""
+    return send_alerts(cfg, store, sent, secret)
+
+
+# The steps that are store I/O, retried on transient store errors (ckptvault/submitter.py's policy); the
+# flow's tasks for them are its io tasks (ckptvault_prefect/tasks/restore.py, STEPS; a unit test compares).
+IO_STEPS: tuple[Callable[..., object], ...] = (
+    download_one, fetch_range, download_guarded, fetch_range_guarded, request_thaw, wait_for_thaw, record,
+    note_ledger,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """What the first half decided: the save, where it goes, the copies in the order they are read
+    (`copies.choose`), every copy as surveyed, and the estimate."""
+
+    run: str
+    resolution: Resolution
+    target: Path
+    ordered: Sequence[CopyStatus]
+    statuses: Sequence[CopyStatus]
+    estimate: Estimate
+
+    def begun(self) -> RestoreResult:
+        """The result before any byte moved: "thawing" until every byte is restored and verified."""
+        r, first = self.resolution, self.ordered[0]
+        return RestoreResult(self.run, r.step, r.save, tuple(r.notes), str(self.target), self.estimate.describe(),
+                             self.estimate.as_record(), status="thawing", source=first.name,
+                             copies=tuple(s.as_dict() for s in self.statuses))  # fmt: skip
+
+
+def complete(
+    submit: Submitter, cfg: Config, catalog: Catalog | None, chosen: Chosen, *, tier: str, wait_s: float,
+    force: bool, secret: SecretLoader | None, started: float, node_local: str | None = None, run_id: str = "",
+    url: str | None = None,
+) -> RestoreResult:  # fmt: skip
+    """Thaw, fetch, verify, rename into place, then record and alert. `catalog`: the primary's, None
+    when the primary is unreachable (nothing is then recorded nor alerted: both live on the primary).
+    `node_local`: the destination as given, each node writing its own files there (one copy, no
+    fallback). `started`: a `time.monotonic()` the alert's duration counts from. A "thawing" result
+    when objects are still frozen after `wait_s`; RestoreError (nothing changed at the destination)
+    when some file could be read from no copy."""
+    run, n, save = chosen.run, chosen.resolution.step, chosen.resolution.save
+    first, est, begun = chosen.ordered[0], chosen.estimate, chosen.begun()
+    store, manifest, plans = first.store, first.manifest, list(first.plans)
+    assert store is not None and manifest is not None  # a usable copy has both (copies.survey)
+    if est.frozen:
+        requested = submit(request_thaw, store, plans, tier)
+        if catalog is not None:
+            submit(record, catalog, [events.restore_requested(run, n, tier, requested, run_id, save=save)])
+        frozen = submit(wait_for_thaw, store, plans, wait_s)
+        if frozen:
+            msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
+            return replace(begun, frozen=len(frozen), message=msg)
+    bar = ProgressBar(manifest.total_bytes, f"restore {run} step {n}")
+    t_download = time.monotonic()
+    fallbacks: tuple[dict[str, str], ...] = ()
+    if node_local is not None:  # one copy: the node-local protocol does not fall back yet (docs/replicas.md)
+        pointer, aside = restore_on_nodes(submit, cfg, store, manifest, plans, node_local, force, bar)
+        where = node_local
+    else:
+        threshold = split_size(cfg.scale.split_size_mb)
+        done = restore_from_copies(submit, chosen.ordered, chosen.target, manifest, bar, threshold, force)
+        pointer, aside = done.pointer, done.replaced
+        fallbacks = tuple(f.as_dict() for f in done.fallbacks)
+        where = str(chosen.target)
+    download_s = time.monotonic() - t_download
+    # the bytes are durable and in place: what follows only tells the catalog and the operator
+    if catalog is not None:
+        with phase(timing.WRITES):
+            submit(record, catalog, [events.restored(manifest, where, run_id, download_s,
+                                                     store=None if first.order == 0 else first.name,
+                                                     fallbacks=len(fallbacks))])  # fmt: skip
+        with phase(timing.ALERTS):
+            took = time.monotonic() - started
+            submit(alert, cfg, catalog.store, [alerts.restore_completed(run, n, where, took, url)], secret)
+    done_result = replace(begun, status="restored", pointer=pointer, replaced=aside, bytes=manifest.total_bytes,
+                          files=len(manifest.files), fallbacks=fallbacks)  # fmt: skip
+    if catalog is not None:  # the metrics' ledger is the primary's, beside its catalog (docs/FORMAT.md)
+        with phase(timing.WRITES):
+            submit(note_ledger, catalog.store, cfg.store.prefix, done_result.ledger_counts(download_s), "restore",
+                   delete=cfg.store.flows_delete)  # fmt: skip
+    return done_result

@@ -1,0 +1,51 @@
+"""A step (ckptvault_prefect/tasks/step.py) makes its Prefect task only when it runs as one: direct mode,
+the command line without a Prefect API, imports no Prefect for it (issue [W])."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ckptvault.store import TransientStoreError
+from ckptvault_prefect.tasks.retry import RETRIES, RETRY_DELAYS, io_task
+from ckptvault_prefect.tasks.step import Step, direct_mode
+
+
+def test_a_step_in_direct_mode_never_makes_its_prefect_task_and_keeps_its_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[str] = []
+    calls: list[int] = []
+
+    def make(fn: Any) -> Any:
+        made.append(fn.__name__)
+        raise AssertionError("direct mode made a Prefect task")
+
+    def flaky(x: int) -> int:
+        calls.append(x)
+        if len(calls) < 3:
+            raise TransientStoreError("503")
+        return x * 2
+
+    monkeypatch.setattr("ckptvault_prefect.tasks.step.time.sleep", lambda s: None)
+    step = Step(flaky, make, retries=2, delays=[0.0])
+    with direct_mode(2):
+        assert step(21) == 42
+        assert [f.result() for f in step.map([1, 2])] == [2, 4]
+    assert calls == [21, 21, 21, 1, 2] and made == []
+
+
+def test_the_task_is_made_once_on_first_use_with_prefects_backoff() -> None:
+    from prefect.tasks import exponential_backoff
+
+    # the delays spelled out in retry.py are what Prefect's own backoff gives
+    assert exponential_backoff(backoff_factor=2)(RETRIES) == RETRY_DELAYS
+
+    @io_task("double")
+    def double(x: int) -> int:
+        return 2 * x
+
+    task = double.task
+    assert task is double.task and task.name == "double" and task.retries == RETRIES
+    assert task.fn is double.fn
