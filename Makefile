@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-dev
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv demo test test-fast check check-types check-unit lint docs unit integration bench bench-catalog bench-rpo up down clean
+.PHONY: venv demo test test-fast check check-types check-unit lint docs unit integration bench bench-catalog bench-rpo bench-whole-process up down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -72,6 +72,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/replicate.py --json bench/results/replicate.json
 	$(MAKE) bench-catalog
 	$(MAKE) bench-rpo
+	$(MAKE) bench-whole-process
 
 # The catalog at fleet scale (bench/README.md): 1,000 runs x 200 saves x 5 events on SeaweedFS, every
 # catalog read, a day's compaction and catalog rebuild (over 10,000 then 30,000 manifests: 100,000 did
@@ -88,6 +89,12 @@ bench-catalog: $(STAMP)
 # with one pair took 36 minutes at load 16-37).
 bench-rpo: $(STAMP)
 	$(BIN)/python bench/rpo.py --json bench/results/rpo.json
+
+# Whole-process `ckptvault ingest` and `restore` as a user times them, against awscli, s5cmd and (restore)
+# `s5cmd cp && sync`, a Prefect API set, on SeaweedFS and Ceph RGW, interleaved (bench/README.md, issue [W]).
+bench-whole-process: $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
+	$(BIN)/python -m bench.whole_process --sizes 1,4,16 --json bench/results/whole-process.json
 
 # The store (shared with `make demo`'s when there is one), a Prefect server and a worker: infra/local/README.md.
 up: $(STAMP)

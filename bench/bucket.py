@@ -32,9 +32,9 @@ def s3_client(server: Server) -> Any:
     )
 
 
-def list_objects(client: Any, prefix: str) -> list[dict[str, Any]]:
+def list_objects(client: Any, prefix: str, bucket: str = BUCKET) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         out.extend(page.get("Contents", []))
     return out
 
@@ -49,5 +49,5 @@ def delete_prefix(client: Any, server: Server, prefix: str) -> None:
     server.vacuum()
 
 
-def stored_bytes(client: Any, prefix: str, names: set[str]) -> int:
-    return sum(o["Size"] for o in list_objects(client, prefix) if o["Key"].rpartition("/")[2] in names)
+def stored_bytes(client: Any, prefix: str, names: set[str], bucket: str = BUCKET) -> int:
+    return sum(o["Size"] for o in list_objects(client, prefix, bucket) if o["Key"].rpartition("/")[2] in names)

@@ -17,13 +17,22 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def measure(cmd: Sequence[str], env: dict[str, str], logfile: Path, timeout: float = 3600) -> dict[str, Any]:
-    """Wall time, CPU (user+sys of the child and its waited-for descendants, from wait4) and peak RSS."""
-    with open(logfile, "ab") as out:
+def measure(
+    cmd: Sequence[str], env: dict[str, str], logfile: Path, timeout: float = 3600, stdout: Path | None = None
+) -> dict[str, Any]:
+    """Wall time, CPU (user+sys of the child and its waited-for descendants, from wait4) and peak RSS.
+    `stdout`: the child's stdout goes to this file (e.g. a --json document to parse), its stderr to the log."""
+    with open(logfile, "ab") as out, open(stdout or os.devnull, "wb") as doc:
         out.write(f"\n$ {' '.join(cmd)}\n".encode())
         out.flush()
         t0 = time.perf_counter()
-        p = subprocess.Popen(list(cmd), env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        p = subprocess.Popen(
+            list(cmd),
+            env=env,
+            stdout=doc if stdout else out,
+            stderr=out if stdout else subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         running.append(p)
         hwm = tree = pss = 0
         polls = 0

@@ -27,10 +27,12 @@ def write_source(root: Path, size: int, step: int) -> Path:
     return ck
 
 
-def write_config(path: Path, server: Server, prefix: str, source_root: Path, extra: str = "") -> Path:
+def write_config(
+    path: Path, server: Server, prefix: str, source_root: Path, extra: str = "", bucket: str = BUCKET
+) -> Path:
     path.write_text(
         f"""[store]
-bucket = "{BUCKET}"
+bucket = "{bucket}"
 prefix = "{prefix}"
 endpoint_url = "{server.url}"
 region = "{server.region}"
