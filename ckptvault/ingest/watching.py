@@ -1,7 +1,7 @@
 """How `ckptvault follow` learns that a source changed: inotify on a local file system, polling elsewhere.
 
 inotify reports what this kernel writes. On a network or cluster file system (NFS, Lustre, GPFS, CIFS,
-CephFS, BeeGFS, FUSE mounts such as sshfs, s3fs, JuiceFS) the checkpoints are usually written by other
+CephFS, BeeGFS, FUSE mounts such as sshfs, S3 mounts, JuiceFS) the checkpoints are usually written by other
 nodes, whose writes this kernel never sees as events: a watcher there would wait forever. So each source
 gets its own mechanism, decided by the file system type its run root is on (/proc/self/mountinfo): a
 known local type gets inotify, anything else (a network type, an unknown one, no mountinfo: not Linux)

@@ -108,6 +108,17 @@ class Step(Generic[P, R]):
         # A step that only records into Prefect (an artifact): in direct mode there is nowhere to record.
         self.record_only = record_only
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a step travels by value to Dask workers inside the task runner's wrapper (cloudpickle): its
+        # lock does not pickle, and a worker makes its own
+        state = dict(self.__dict__)
+        del state["_task_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._task_lock = threading.Lock()
+
     @property
     def task(self) -> Task[P, R]:
         """The Prefect task (made once, on first use)."""

@@ -49,3 +49,19 @@ def test_the_task_is_made_once_on_first_use_with_prefects_backoff() -> None:
     task = double.task
     assert task is double.task and task.name == "double" and task.retries == RETRIES
     assert task.fn is double.fn
+
+
+def test_a_step_pickles_by_value_as_dask_sends_it_and_keeps_its_lock_working() -> None:
+    import threading
+
+    import cloudpickle
+
+    from ckptvault_prefect.tasks.retry import io_task
+
+    def fetch(x: int) -> int:
+        return x + 1
+
+    step = io_task("fetch")(fetch)
+    back = cloudpickle.loads(cloudpickle.dumps(step))  # the task runner's wrapper carries the step by value
+    assert back.fn(1) == 2 and back.retries == step.retries
+    assert isinstance(back._task_lock, type(threading.Lock()))
