@@ -80,7 +80,10 @@ def _objects(client: Any, bucket: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="t/"):
         for o in page.get("Contents", []):
-            if "/_catalog/" not in o["Key"] and not o["Key"].endswith(PASS_METADATA):
+            # the catalog, the pass's metadata and the metrics' ledger are named per pass (time, uuid)
+            if not any(k in o["Key"] for k in ("/_catalog/", "/_state/ledger/")) and not o["Key"].endswith(
+                PASS_METADATA
+            ):
                 out[o["Key"]] = o["Size"]
     return out
 
