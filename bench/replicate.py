@@ -35,7 +35,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,10 +44,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bucket import BUCKET, delete_prefix, list_objects, s3_client
+from bench.lifecycle import run_bench
 from bench.machine import machine_info
 from bench.measure import log, measure, run_quiet
 from bench.paths import BENCH, REPO, VENV_BIN
-from bench.servers import ACCESS_KEY, SECRET_KEY, Server, stop_leftovers
+from bench.servers import ACCESS_KEY, SECRET_KEY, Server
 from bench.source import RUN, STEP, dir_bytes, write_config, write_source
 from bench.units import GiB
 
@@ -301,22 +301,7 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=None, help="write the runs and the summary here")
     args = p.parse_args()
     args.scratch = args.scratch.resolve()
-    if args.scratch.exists():  # a previous run was killed hard: stop what it left running first
-        stop_leftovers(args.scratch)
-        subprocess.run(["rm", "-rf", str(args.scratch)], check=False)
-    bench = ReplicateBench(args)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return bench.main()
-    except KeyboardInterrupt:
-        log("interrupted: stopping servers and deleting bench data")
-        return 130
-    finally:
-        bench.cleanup()
+    return run_bench(args.scratch, lambda: ReplicateBench(args))
 
 
 if __name__ == "__main__":

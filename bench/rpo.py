@@ -46,10 +46,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bucket import BUCKET, s3_client
+from bench.lifecycle import run_bench
 from bench.machine import machine_info
 from bench.measure import log
 from bench.paths import BENCH, REPO, VENV_BIN
-from bench.servers import ACCESS_KEY, SECRET_KEY, Server, stop_leftovers
+from bench.servers import ACCESS_KEY, SECRET_KEY, Server
 from bench.units import GiB
 
 FRAMEWORKS = ("hf", "lightning", "dcp")
@@ -348,22 +349,7 @@ def render(summary: dict[str, Any], a: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.scratch.exists():  # a previous run was killed hard: stop its server first
-        stop_leftovers(args.scratch)
-        subprocess.run(["rm", "-rf", str(args.scratch)], check=False)
-    bench = RpoBench(args)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return bench.main()
-    except KeyboardInterrupt:
-        log("interrupted: stopping the server and deleting bench data")
-        return 130
-    finally:
-        bench.cleanup()
+    return run_bench(args.scratch, lambda: RpoBench(args))
 
 
 if __name__ == "__main__":

@@ -11,18 +11,14 @@ to bench/results/, and stops and deletes everything it started, also on Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.comparison import Bench
-from bench.measure import log
+from bench.lifecycle import run_bench
 from bench.paths import BENCH
-from bench.servers import stop_leftovers
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -60,22 +56,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.scratch.exists():  # a previous run was killed hard: stop what it left running first
-        stop_leftovers(args.scratch)
-        subprocess.run(["rm", "-rf", str(args.scratch)], check=False)
-    bench = Bench(args)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return bench.main()
-    except KeyboardInterrupt:
-        log("interrupted: stopping servers and deleting bench data")
-        return 130
-    finally:
-        bench.cleanup()
+    return run_bench(args.scratch, lambda: Bench(args))
 
 
 if __name__ == "__main__":

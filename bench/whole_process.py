@@ -25,7 +25,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -543,29 +542,16 @@ class WholeProcess:
         subprocess.run(["rm", "-rf", str(self.scratch)], check=False)
 
 
+def _print_report(bench: WholeProcess) -> None:
+    if bench.runs:  # what was measured before the interrupt
+        print("\n" + bench.report())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    from bench.measure import log
-    from bench.servers import stop_leftovers
+    from bench.lifecycle import run_bench
 
     args = parse_args(argv)
-    if args.scratch.exists():  # a run killed with -9: stop what it left running, then start clean
-        stop_leftovers(args.scratch)
-        subprocess.run(["rm", "-rf", str(args.scratch)], check=False)
-    bench = WholeProcess(args)
-
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        return bench.main()
-    except KeyboardInterrupt:
-        log("interrupted: stopping servers and deleting bench data")
-        if bench.runs:
-            print("\n" + bench.report())
-        return 130
-    finally:
-        bench.cleanup()
+    return run_bench(args.scratch, lambda: WholeProcess(args), _print_report)
 
 
 if __name__ == "__main__":
