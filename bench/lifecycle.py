@@ -3,6 +3,7 @@ stopped), SIGTERM is a Ctrl-C, and whatever happens the bench's servers are stop
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 from collections.abc import Callable
@@ -43,3 +44,18 @@ def run_bench(scratch: Path, make: Callable[[], B], on_interrupt: Callable[[B], 
         return 130
     finally:
         bench.cleanup()
+
+
+def stop_all(servers: list[Any], scratch: Path, keep_scratch: bool = False) -> None:
+    """A bench's cleanup: the commands still running killed, every server down (each failure ignored:
+    the next one still stops), the scratch directory deleted unless asked to keep it."""
+    from bench.measure import running
+
+    for p in list(running):
+        with contextlib.suppress(ProcessLookupError):
+            p.kill()
+    for s in servers:
+        with contextlib.suppress(Exception):
+            s.down()
+    if not keep_scratch:
+        subprocess.run(["rm", "-rf", str(scratch)], check=False)

@@ -529,17 +529,9 @@ class WholeProcess:
         tmp.rename(self.args.json)
 
     def cleanup(self) -> None:
-        from bench.measure import running
+        from bench.lifecycle import stop_all
 
-        for p in list(running):
-            with contextlib.suppress(ProcessLookupError):
-                p.kill()
-        with contextlib.suppress(Exception):
-            self.prefect.down()
-        for s in self.servers:
-            with contextlib.suppress(Exception):
-                s.down()
-        subprocess.run(["rm", "-rf", str(self.scratch)], check=False)
+        stop_all([self.prefect, *self.servers], self.scratch)
 
 
 def _print_report(bench: WholeProcess) -> None:
