@@ -66,7 +66,7 @@ def first_error_class(pending: Sequence[Pending[Any]]) -> str:
     return next((type(out).__name__ for out in outs if isinstance(out, BaseException)), "")
 
 
-# The retry policy of every store-I/O step (ckptvault_prefect/tasks/retry.py gives its Prefect tasks the same):
+# The retry policy of every store-I/O step (ckptvault_prefect/tasks/retry.py gives its Prefect tasks these):
 # transient store errors only, 3 retries after 2, 4 and 8 s, each +-50%.
 RETRIES = 3
 RETRY_DELAYS = (2.0, 4.0, 8.0)

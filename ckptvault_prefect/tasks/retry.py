@@ -9,17 +9,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from ckptvault import submitter
 from ckptvault.store import TransientStoreError
+from ckptvault.submitter import RETRIES as RETRIES
+from ckptvault.submitter import RETRY_JITTER as RETRY_JITTER
 from ckptvault_prefect.tasks.step import Step
 
 if TYPE_CHECKING:
     from prefect import Task
 
-RETRIES = 3
-# what prefect.tasks.exponential_backoff(backoff_factor=2) gives for RETRIES retries (2, 4, 8 s), spelled
-# out: this module is imported in direct mode, which imports no Prefect
-RETRY_DELAYS: list[float] = [2.0 * 2**r for r in range(RETRIES)]
-RETRY_JITTER = 0.5
+# The one retry policy of store I/O, the library's (ckptvault/submitter.py, which the command line's plain
+# threads follow): the delays are what prefect.tasks.exponential_backoff(backoff_factor=2) gives for
+# RETRIES retries, spelled out because this module is imported in direct mode, which imports no Prefect.
+RETRY_DELAYS: list[float] = list(submitter.RETRY_DELAYS)
 
 P = ParamSpec("P")
 R = TypeVar("R")
