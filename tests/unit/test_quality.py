@@ -365,6 +365,7 @@ assert "pandas" not in sys.modules, "pandas imported in the parent"
 def test_a_child_that_does_not_finish_is_an_error_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptvault.ingest import quality_child
     from ckptvault.ingest.quality_error import QualityError
+
     monkeypatch.setattr(quality_child, "CHILD_TIMEOUT", 0.05)
     run = Run()
     with pytest.raises(QualityError, match=r"did not finish within 0 s.*isolate = false"):
@@ -373,6 +374,7 @@ def test_a_child_that_does_not_finish_is_an_error_not_a_pass(monkeypatch: pytest
 
 def test_a_child_that_fails_is_an_error_naming_its_exit(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from ckptvault.ingest.quality_error import QualityError
+
     broken = tmp_path / "python"
     broken.write_text("#!/bin/sh\necho 'ImportError: no module named great_expectations' >&2\nexit 3\n")
     broken.chmod(0o755)
@@ -387,11 +389,15 @@ def test_the_child_leaves_the_optional_dependencies_out_and_agrees() -> None:
     """The gate child blocks pyarrow, sqlalchemy and boto3 (~60 MiB it never needs): it says it ran lean,
     none of them got imported, and its verdicts are the in-process engine's."""
     from ckptvault.ingest import quality_child
+
     run = Run()
     bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
     isolated = validate_candidate(bad, run.history, run.previous, ValidationRules())
     assert quality_child.last_child["lean"] is True
     assert quality_child.last_child["blocked_loaded"] == ()
+    # half of GX's import is altair's and scipy.stats': deferred, and no gate made them load
+    assert set(quality_child.last_child["deferred"]) == {"altair", "scipy.stats"}
+    assert quality_child.last_child["deferred_loaded"] == ()
     here = check(run, bad)
     assert [(x.rule, x.verdict) for x in isolated.results] == [(x.rule, x.verdict) for x in here.results]
 
@@ -400,6 +406,7 @@ def test_a_lean_import_that_fails_starts_over_with_everything(monkeypatch: pytes
     """If a future GX needed a blocked module, the child must start over with the full import, not fail:
     blocking numpy (which GX needs) forces that path."""
     from ckptvault.ingest import quality, quality_child
+
     monkeypatch.setenv(quality.LEAN_ENV, "numpy")
     run = Run()
     bad = run.next(metrics=hf_metrics(run.next_step, math.nan))
@@ -410,6 +417,7 @@ def test_a_lean_import_that_fails_starts_over_with_everything(monkeypatch: pytes
 
 def test_a_prewarmed_child_is_used_once_and_an_unused_one_is_stopped() -> None:
     from ckptvault.ingest import quality, quality_child
+
     quality.prewarm()
     quality.prewarm()  # idempotent: still one child
     assert len(quality_child._warm) == 1
@@ -422,3 +430,36 @@ def test_a_prewarmed_child_is_used_once_and_an_unused_one_is_stopped() -> None:
     unused = quality_child._warm[0]
     quality.discard_prewarmed()
     assert quality_child._warm == [] and unused.returncode is not None
+
+
+def test_a_deferred_module_loads_whole_at_its_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate child's stand-in for a module GX imports but no gate uses: nothing of it runs until an
+    attribute is read, then the real module answers, also when the module imports itself by its dotted
+    name while it loads (as scipy.stats does), and `from pkg import sub` finds it."""
+    from ckptvault.ingest.quality_child_main import _defer, _Deferred, _deferred_loaded
+
+    pkg = tmp_path / "deferpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub.py").write_text(
+        "import deferpkg.sub as me\n"  # its own dotted name, mid-load
+        "import deferpkg\n"
+        "deferpkg.ran = getattr(deferpkg, 'ran', 0) + 1\n"
+        "def twice(x):\n    return 2 * x\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert _defer("deferpkg.sub") is True
+        assert _defer("deferpkg.sub") is False  # there already
+        import deferpkg
+        from deferpkg import sub
+
+        assert isinstance(sub, _Deferred) and not hasattr(deferpkg, "ran")  # nothing of it has run
+        assert _deferred_loaded(["deferpkg.sub"]) == ()
+        assert sub.twice(21) == 42
+        assert deferpkg.ran == 1 and _deferred_loaded(["deferpkg.sub"]) == ("deferpkg.sub",)
+        assert sys.modules["deferpkg.sub"].twice is sub.twice and deferpkg.sub is sys.modules["deferpkg.sub"]
+        assert _defer("no_such_module_here") is False
+    finally:
+        for name in ("deferpkg.sub", "deferpkg"):
+            sys.modules.pop(name, None)
