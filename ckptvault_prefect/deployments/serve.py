@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,21 @@ def served_flows(
     return out
 
 
+# How often the serving process asks the API for flow runs to start. Prefect's default (10 s,
+# PREFECT_RUNNER_POLL_FREQUENCY) alone would put up to 10 s between a hook's event and its ingest's
+# start, the whole of issue [T]'s margin (upload + 10 s); a poll is one small API query. A value the
+# operator set in the environment wins.
+SERVE_POLL_SECONDS = 1.0
+POLL_ENV = "PREFECT_RUNNER_POLL_FREQUENCY"
+
+
+def poll_seconds(environ: dict[str, str] | None = None) -> float | None:
+    """The runner's poll interval for `ckptvault serve`: None (Prefect's setting) when the operator set
+    PREFECT_RUNNER_POLL_FREQUENCY, else SERVE_POLL_SECONDS."""
+    env = os.environ if environ is None else environ
+    return None if env.get(POLL_ENV, "").strip() else SERVE_POLL_SECONDS
+
+
 def build_deployments(config_path: str | None = None) -> list[Any]:
     """One RunnerDeployment per prefect.yaml entry; `config_path`, when given, becomes every deployment's
     default config_path parameter (otherwise flow runs read $CKPTVAULT_CONFIG of this process)."""
@@ -113,9 +129,9 @@ def serve_all(config_path: str | None = None, ingest_runner: TaskRunner[Any] | N
     cloudpickled), so its task runner is the one its runs get.
     """
     if ingest_runner is None:
-        serve(*build_deployments(config_path))
+        serve(*build_deployments(config_path), query_seconds=poll_seconds())
         return
-    runner = Runner(pause_on_shutdown=True)
+    runner = Runner(pause_on_shutdown=True, query_seconds=poll_seconds())
     for flow, options in served_flows(config_path, ingest_runner):
         if flow.name == ingest.name:
             runner.add_flow(flow, **options)

@@ -65,6 +65,17 @@ def test_served_deployments_match_prefect_yaml() -> None:
     assert spec["restore"]["schedules"] == []
 
 
+def test_serve_polls_for_runs_every_second_unless_the_operator_chose() -> None:
+    """Prefect's 10 s poll would be the whole of a hook's margin (issue [T]: upload + 10 s): serve asks
+    every second, and an interval the operator set in PREFECT_RUNNER_POLL_FREQUENCY is left to Prefect."""
+    from ckptvault_prefect.deployments.serve import SERVE_POLL_SECONDS, poll_seconds
+
+    assert SERVE_POLL_SECONDS <= 1.0
+    assert poll_seconds({}) == SERVE_POLL_SECONDS
+    assert poll_seconds({"PREFECT_RUNNER_POLL_FREQUENCY": "5"}) is None
+    assert poll_seconds({"PREFECT_RUNNER_POLL_FREQUENCY": " "}) == SERVE_POLL_SECONDS
+
+
 def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_step() -> None:
     """The trigger prefect.yaml gives the ingest deployment: it parses as `prefect deploy` and `serve`
     read it, expects the event the hooks send, matches its resource, and its parameter templates render
