@@ -102,6 +102,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a save every S seconds of wall time instead of every EVERY steps (~5-8 s at load, which queues: "
         "a real job saves every few minutes); longer than one ingest, each save's RPO is its own path",
     )  # fmt: skip
+    p.add_argument(
+        "--prefect-env", action="append", default=[], metavar="KEY=VALUE",
+        help="hook-prefect: a setting in the Prefect server's and serve's environment (repeatable), e.g. "
+        "PREFECT_RUNNER_POLL_FREQUENCY=1 or PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS=2; "
+        "default: none, Prefect's defaults as shipped",
+    )  # fmt: skip
     p.add_argument("--interval", type=float, default=30, help="the scheduled ingest's period, s (default 30)")
     p.add_argument("--settle", type=float, default=3, help="settle_seconds of every mode's source (default 3)")
     p.add_argument("--json", type=Path, default=None)
@@ -115,6 +121,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"unknown {', '.join(bad)}: frameworks are {', '.join(FRAMEWORKS)}, modes {', '.join(MODES)}")
     a.scratch = a.scratch.resolve()
     a.paired = next((m for m in a.modes if m in HOOKS), "hook")
+    bad_env = [kv for kv in a.prefect_env if "=" not in kv or not kv.startswith("PREFECT_")]
+    if bad_env:
+        p.error(f"--prefect-env takes PREFECT_NAME=VALUE, not {', '.join(bad_env)}")
+    a.prefect_env = dict(kv.split("=", 1) for kv in a.prefect_env)
     return a
 
 
@@ -352,6 +362,7 @@ class RpoBench:
         penv = {k: v for k, v in env.items() if not k.startswith("CKPTVAULT_HOOK")}
         penv.update(
             PREFECT_HOME=str(home / "home"), DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            **self.args.prefect_env,
         )  # fmt: skip
         t0 = time.perf_counter()
         self.prefect.up(penv)
@@ -404,10 +415,10 @@ class RpoBench:
     def timeline(self, run: str, saved_at: dict[int, float]) -> dict[int, dict[str, float | None]]:
         """Where a save's time went on the Prefect path, per step: `trigger` (the save's return, or the
         .ckpt's mtime for Lightning, to its flow run's creation by the automation: the hook's POST and the
-        trigger), `pickup` (creation to the run's start: `serve`'s poll for work, PREFECT_RUNNER_POLL_FREQUENCY,
-        and any wait for the deployment's concurrency slot, retried every
-        PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS), `run` (start to end: the subprocess, imports,
-        the ingest, the flow's after-work)."""
+        trigger), `pickup` (creation to the run's Running state: `serve`'s poll for work,
+        PREFECT_RUNNER_POLL_FREQUENCY, any wait for the deployment's concurrency slot, retried every
+        PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS, and the flow run subprocess's start and
+        imports), `run` (Running to its end: the ingest and the flow's after-work)."""
 
         def ts(v: str | None) -> float | None:
             return None if not v else dt.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
@@ -575,7 +586,8 @@ def render(summary: dict[str, Any], a: argparse.Namespace, prefect: dict[str, An
         f"RPO (commit marker -> verified manifest, the verified event's rpo_seconds), {a.saves} saves a run, a save "
         f"every {spacing}, SeaweedFS; scheduled: every {a.interval:g} s, settle_seconds {a.settle:g} in every mode. "
         f"Bound: verified within its upload_seconds + {BOUND_EXTRA:g} s of its save; margin = upload + "
-        f"{BOUND_EXTRA:g} - RPO (negative: over)",
+        f"{BOUND_EXTRA:g} - RPO (negative: over)"
+        + "".join(f"; {k}={v}" for k, v in getattr(a, "prefect_env", {}).items()),
         "",
         "| framework | mode | saves archived | within upload + 10 s | worst margin s | upload median s | RPO median s "
         "| RPO max s | step median ms | load |",
@@ -600,7 +612,7 @@ def render(summary: dict[str, Any], a: argparse.Namespace, prefect: dict[str, An
             tl = s["modes"].get("hook-prefect", {}).get("timeline_median")
             if tl:
                 lines.append(
-                    f"- {fw}, median over saves: save -> flow run created {_s(tl['trigger'])} s, created -> started "
+                    f"- {fw}, median over saves: save -> flow run created {_s(tl['trigger'])} s, created -> Running "
                     f"{_s(tl['pickup'])} s, flow run {_s(tl['run'])} s"
                 )
     lines += ["", "Step time with the hook / without (each interleaved pair):", ""]
