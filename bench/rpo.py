@@ -8,6 +8,13 @@ child process, a save every `--every` steps, `--saves` saves), in one run, inter
 - `baseline`: the training run alone, no hook, nothing ingesting: the step time without the hook;
 - `hook`: the framework's hook (CKPTVAULT_HOOK_SIGNAL=ingest: each save starts a detached
   `ckptvault ingest --run R --step S`, no Prefect anywhere), then nothing else;
+- `hook-prefect`: [T]'s Done-when path. A real Prefect server (bench-only state under the scratch dir,
+  bench/servers.py) and `ckptvault serve` (the seven deployments of prefect.yaml, the ingest one with its
+  trigger on `ckptvault.checkpoint.saved`), every deployment's schedule set inactive once registered (its
+  scheduled runs deleted: no scheduled ingest runs; any ingest flow run without a `run` parameter is
+  counted and printed); the framework's hook with PREFECT_API_URL set (CKPTVAULT_HOOK_SIGNAL=event):
+  each save's event starts a flow run of the served ingest deployment for that run and step, one at a
+  time (the deployment's concurrency limit of 1);
 - `follow`: no hook; `ckptvault follow --run R --poll-seconds 1` beside the training run;
 - `scheduled`: no hook; `ckptvault ingest` every `--interval` seconds (the deployment's 10-minute
   schedule, scaled down; a pass that overruns delays the next, as the deployment's concurrency limit
@@ -15,16 +22,30 @@ child process, a save every `--every` steps, `--saves` saves), in one run, inter
 
 Every mode's config is the same (defaults, validation on), only `settle_seconds` set. After the training
 run ends, the bench waits until every save is verified in the catalog (or the mode's bound passes: a
-save the mode does not archive is counted, not waited for forever), then reads `ls --run R --json`'s
-`rpo_ms` (the commit marker's mtime to the manifest's commit, recorded by the ingest). Reported per
-framework and mode: the saves archived, median and max RPO.
+save the mode does not archive is counted, not waited for forever), then reads each save's `verified`
+event: `rpo_seconds` (the commit marker's mtime to the manifest's commit, recorded by the ingest) and
+`upload_seconds` (the ingest's first file sent to that commit: the save's upload time). Reported per
+framework and mode: the saves archived, median and max RPO, and the Done-when's bound: the saves verified
+within their upload time + 10 s of their save (`rpo_seconds <= upload_seconds + 10`) over all saves, and
+the worst margin (`upload_seconds + 10 - rpo_seconds`, the smallest; negative: over the bound).
+
+The save interval. By default a save every `EVERY` steps, every ~5-8 s of training at load 15-30: far
+more often than a real job saves (every few minutes), and shorter than one ingest (process start,
+imports, the gate child, the upload: ~20 s at that load), so a run's saves QUEUE behind its earlier
+ingests and their RPO is the queue's, not one save's path. `--every-seconds S` spaces the saves by wall
+time instead (the first step end S seconds after the last save), in every mode alike: with S longer than
+one ingest, each save's RPO is its own signal, ingest and upload, which is what the bound is about.
 
 Step time: each run's median (and mean: the save steps are in it) step time; the hook's cost is the ratio
 of each `hook` run to the `baseline` run next to it (the pairs alternate their order). Load on a shared
 machine moves both: read the ratios, with the load printed beside them.
 
-    .venv/bin/python bench/rpo.py [--frameworks hf,lightning,dcp] [--modes hook,scheduled[,follow]]
-        [--saves 20] [--pairs 2] [--interval 30] [--settle 3] [--json PATH]
+    .venv/bin/python bench/rpo.py [--frameworks hf,lightning,dcp]
+        [--modes hook,scheduled[,follow][,hook-prefect]] [--saves 20] [--pairs 2] [--every-seconds S]
+        [--interval 30] [--settle 3] [--json PATH]
+
+The baseline/hook pairs pair `baseline` with the first hook mode of --modes (`hook` or `hook-prefect`);
+the other modes run once, after the first pair.
 """
 
 from __future__ import annotations
@@ -41,6 +62,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +72,23 @@ from bench.lifecycle import run_bench
 from bench.machine import machine_info
 from bench.measure import log
 from bench.paths import BENCH, REPO, VENV_BIN
-from bench.servers import ACCESS_KEY, SECRET_KEY, Server
+from bench.servers import ACCESS_KEY, SECRET_KEY, PrefectServer, Server
 from bench.units import GiB
 
 FRAMEWORKS = ("hf", "lightning", "dcp")
-MODES = ("hook", "follow", "scheduled")
+MODES = ("hook", "hook-prefect", "follow", "scheduled")
+HOOKS = ("hook", "hook-prefect")
+BOUND_EXTRA = 10.0  # the Done-when: verified within (its upload time + 10 s) of its save
 # Steps between saves: about 5 s of training each at one torch thread here (at load 13-18). A save every
 # few seconds is far more often than a real job saves: long enough that one save's archiving is not
 # queued behind the last one's, short enough that 20 saves train in minutes.
 EVERY = {"hf": 25, "lightning": 60, "dcp": 50}
 FORMAT = {"hf": "hf", "lightning": "lightning", "dcp": "dcp"}
+PREFIX = "rpo"
+SERVE_TIMEOUT = 300.0  # `ckptvault serve` registering its deployments on a loaded machine
 # How long after the training run a mode gets to archive the rest: the hook's and follow's ingests are
 # already running or due within a poll; the scheduled one needs its next passes
-AFTER = {"hook": 900.0, "follow": 900.0}
+AFTER = {"hook": 900.0, "hook-prefect": 900.0, "follow": 900.0}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,6 +97,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--modes", default="hook,scheduled", help=f"of {', '.join(MODES)} (default hook,scheduled)")
     p.add_argument("--saves", type=int, default=20, help="checkpoints per training run (default 20)")
     p.add_argument("--pairs", type=int, default=2, help="baseline/hook pairs per framework, order alternating")
+    p.add_argument(
+        "--every-seconds", type=float, default=None,
+        help="a save every S seconds of wall time instead of every EVERY steps (~5-8 s at load, which queues: "
+        "a real job saves every few minutes); longer than one ingest, each save's RPO is its own path",
+    )  # fmt: skip
+    p.add_argument(
+        "--prefect-env", action="append", default=[], metavar="KEY=VALUE",
+        help="hook-prefect: a setting in the Prefect server's and serve's environment (repeatable), e.g. "
+        "PREFECT_RUNNER_POLL_FREQUENCY=1 or PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS=2; "
+        "default: none, Prefect's defaults as shipped",
+    )  # fmt: skip
     p.add_argument("--interval", type=float, default=30, help="the scheduled ingest's period, s (default 30)")
     p.add_argument("--settle", type=float, default=3, help="settle_seconds of every mode's source (default 3)")
     p.add_argument("--json", type=Path, default=None)
@@ -83,6 +120,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if bad:
         p.error(f"unknown {', '.join(bad)}: frameworks are {', '.join(FRAMEWORKS)}, modes {', '.join(MODES)}")
     a.scratch = a.scratch.resolve()
+    a.paired = next((m for m in a.modes if m in HOOKS), "hook")
+    bad_env = [kv for kv in a.prefect_env if "=" not in kv or not kv.startswith("PREFECT_")]
+    if bad_env:
+        p.error(f"--prefect-env takes PREFECT_NAME=VALUE, not {', '.join(bad_env)}")
+    a.prefect_env = dict(kv.split("=", 1) for kv in a.prefect_env)
     return a
 
 
@@ -114,6 +156,11 @@ class RpoBench:
         self.rows: list[dict[str, Any]] = []
         self.handoff: dict[str, float] = {}
         self.children: list[subprocess.Popen[bytes]] = []  # follow and the scheduled ingests: stopped at the end
+        # hook-prefect: the Prefect server, `ckptvault serve` and the served ingest deployment's id
+        self.prefect: PrefectServer | None = None
+        self.serve: subprocess.Popen[bytes] | None = None
+        self.ingest_deployment = ""
+        self.prefect_notes: dict[str, Any] = {}
 
     def env(self) -> dict[str, str]:
         drop = ("AWS_", "CKPTVAULT_", "PREFECT_")  # no Prefect API: the hook's signal is the subprocess ingest
@@ -127,15 +174,38 @@ class RpoBench:
         )  # fmt: skip
         return env
 
-    def config(self, run: str, root: Path, fw: str) -> Path:
-        path = self.scratch / "cfg" / f"{run}.toml"
+    def config(self, name: str, sources: list[tuple[str, Path, str]]) -> Path:
+        """A config of the bench's store with these (run, root, framework) sources."""
+        path = self.scratch / "cfg" / f"{name}.toml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            f'[store]\nbucket = "{BUCKET}"\nprefix = "rpo"\nendpoint_url = "{self.server.url}"\n'
-            f'region = "{self.server.region}"\n\n[[sources]]\nrun = "{run}"\npath = "{root}"\n'
-            f'format = "{FORMAT[fw]}"\nsettle_seconds = {self.args.settle:g}\n'
+        text = (
+            f'[store]\nbucket = "{BUCKET}"\nprefix = "{PREFIX}"\nendpoint_url = "{self.server.url}"\n'
+            f'region = "{self.server.region}"\n'
         )
+        for run, root, fw in sources:
+            text += (
+                f'\n[[sources]]\nrun = "{run}"\npath = "{root}"\nformat = "{FORMAT[fw]}"\n'
+                f"settle_seconds = {self.args.settle:g}\n"
+            )
+        path.write_text(text)
         return path
+
+    def root(self, run: str) -> Path:
+        return self.scratch / "hot" / run
+
+    def saves(self, run: str) -> dict[int, dict[str, float | None]]:
+        """step -> the `rpo_seconds` and `upload_seconds` of the run's last `verified` event of that step."""
+        from ckptvault.catalog import Catalog
+        from ckptvault.config import StoreConfig
+        from ckptvault.store import open_store
+
+        store = open_store(StoreConfig(bucket=BUCKET, endpoint_url=self.server.url, region=self.server.region))
+        out: dict[int, dict[str, float | None]] = {}
+        for e in Catalog(store, PREFIX).events(run):
+            if e.event == "verified":
+                d = json.loads(e.detail or "{}")
+                out[e.step] = {"rpo": d.get("rpo_seconds"), "upload": d.get("upload_seconds")}
+        return out
 
     def ckptvault(self, cfg: Path, *args: str) -> list[str]:
         return [str(VENV_BIN / "ckptvault"), "--config", str(cfg), *args]
@@ -150,15 +220,23 @@ class RpoBench:
     def one(self, fw: str, mode: str, rep: int, env: dict[str, str]) -> dict[str, Any]:
         a = self.args
         run = f"{fw}-{mode}-{rep}"
-        root, times = self.scratch / "hot" / run, self.scratch / "times" / f"{run}.json"
+        root, times = self.root(run), self.scratch / "times" / f"{run}.json"
         times.parent.mkdir(parents=True, exist_ok=True)
-        root.mkdir(parents=True)  # the config names it: it must exist before follow or ingest reads the config
-        cfg = self.config(run, root, fw)
+        # the config names it: it must exist before follow or ingest reads the config (hook-prefect's: made
+        # before `serve` read its config)
+        root.mkdir(parents=True, exist_ok=True)
+        cfg = self.config(run, [(run, root, fw)])
         env = {**env, "CKPTVAULT_CONFIG": str(cfg)}
-        child = [sys.executable, str(BENCH / "rpo_train.py"), fw, str(root), "--saves", str(a.saves),
-                 "--every", str(EVERY[fw]), "--out", str(times)]  # fmt: skip
-        if mode == "hook":
+        every = ["--every", str(EVERY[fw])] if a.every_seconds is None else ["--every-seconds", f"{a.every_seconds:g}"]
+        child = [sys.executable, str(BENCH / "rpo_train.py"), fw, str(root), "--saves", str(a.saves), *every,
+                 "--out", str(times)]  # fmt: skip
+        train_env = env
+        if mode in HOOKS:
             child += ["--hook", run]
+        if mode == "hook-prefect":
+            assert self.prefect is not None
+            # the hook's event to the served ingest deployment's trigger; nothing else in this mode sees it
+            train_env = {**env, "PREFECT_API_URL": self.prefect.url, "CKPTVAULT_HOOK_SIGNAL": "event"}
         side: subprocess.Popen[bytes] | None = None
         stop = threading.Event()
         ticker: threading.Thread | None = None
@@ -174,7 +252,7 @@ class RpoBench:
             ticker.start()
         load0 = load()
         t0 = time.perf_counter()
-        subprocess.run(child, env=env, stdout=logf, stderr=subprocess.STDOUT, check=True, timeout=1800)
+        subprocess.run(child, env=train_env, stdout=logf, stderr=subprocess.STDOUT, check=True, timeout=7200)
         train_s = time.perf_counter() - t0
         got: dict[int, int | None] = {}
         if mode != "baseline":
@@ -199,23 +277,37 @@ class RpoBench:
         t = json.loads(times.read_text())
         steps = t["step_seconds"]
         rpo = [v / 1000 for v in got.values() if v is not None]
+        per_save = self.saves(run) if mode != "baseline" else {}
+        margins = {
+            step: v["upload"] + BOUND_EXTRA - v["rpo"]
+            for step, v in per_save.items()
+            if step in got and v["rpo"] is not None and v["upload"] is not None
+        }
         row = {
             "fw": fw, "mode": mode, "rep": rep, "run": run, "load_before": load0, "load_after": load(),
             "train_seconds": train_s, "steps": len(steps) + 1, "every": t["every"],
             "step_median_ms": statistics.median(steps) * 1000, "step_mean_ms": statistics.fmean(steps) * 1000,
             "cpu_median_ms": statistics.median(t["step_cpu_seconds"]) * 1000,
             "cpu_mean_ms": statistics.fmean(t["step_cpu_seconds"]) * 1000,
-            "saves": a.saves, "archived": len(got), "rpo_seconds": sorted(rpo),
+            "saves": a.saves, "archived": len(got), "rpo_seconds": sorted(rpo), "saved_at": t["saved_at"],
             "rpo_by_step": {s: v / 1000 for s, v in sorted(got.items()) if v is not None},
             "rpo_median": statistics.median(rpo) if rpo else None, "rpo_max": max(rpo) if rpo else None,
+            "upload_by_step": {s: v["upload"] for s, v in sorted(per_save.items())},
+            "margin_by_step": dict(sorted(margins.items())),
+            "within_bound": sum(1 for m in margins.values() if m >= 0),
+            "worst_margin": min(margins.values()) if margins else None,
         }  # fmt: skip
+        if mode == "hook-prefect":
+            row["flow_runs"] = self.flow_runs(run)
+            row["prefect_timeline"] = self.timeline(run, {int(k): v for k, v in t["saved_at"].items()})
         shown = (
             f"  RPO median {row['rpo_median']:.1f} s, max {row['rpo_max']:.1f} s" if rpo
             else ("" if mode == "baseline" else "  RPO: none recorded")
         )  # fmt: skip
         log(f"  {run:22} step {row['step_median_ms']:6.1f} ms median, {row['step_mean_ms']:6.1f} mean, "
             f"CPU {row['cpu_median_ms']:5.1f} median; "
-            f"{len(got)}/{a.saves} archived{shown}  (load {load0} -> {row['load_after']})")  # fmt: skip
+            f"{len(got)}/{a.saves} archived{shown}{bound_text(row, mode)}{timeline_text(row)}  "
+            f"(load {load0} -> {row['load_after']})")  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
         return row
 
@@ -229,17 +321,135 @@ class RpoBench:
             stop.wait(max(0.0, start + self.args.interval - time.monotonic()))
 
     def order(self) -> list[tuple[str, int]]:
-        """Per framework: baseline/hook pairs, alternating which goes first, with follow and scheduled
-        after the first pair."""
+        """Per framework: baseline/hook pairs (the first hook mode of --modes), alternating which goes
+        first, with the other modes after the first pair."""
+        paired = self.args.paired
         out: list[tuple[str, int]] = []
         for rep in range(self.args.pairs):
-            pair = [("baseline", rep), ("hook", rep)]
+            pair = [("baseline", rep), (paired, rep)]
             out += pair if rep % 2 == 0 else pair[::-1]
             if rep == 0:
-                out += [(m, 0) for m in self.args.modes if m != "hook"]
-        if "hook" not in self.args.modes:
-            out = [(m, r) for m, r in out if m != "hook"]
+                out += [(m, 0) for m in self.args.modes if m != paired]
+        if paired not in self.args.modes:
+            out = [(m, r) for m, r in out if m != paired]
         return out
+
+    # hook-prefect: a Prefect server and `ckptvault serve`, for the whole bench
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        assert self.prefect is not None
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.prefect.url + path, data=data, method=method, headers={"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            text = r.read()
+        return json.loads(text) if text else None
+
+    def start_serve(self, env: dict[str, str]) -> None:
+        """The Prefect server and `ckptvault serve` over one config naming every hook-prefect run's source
+        (made now: the served deployments read it when a flow run starts); every schedule set inactive
+        once registered, so only the trigger starts ingests."""
+        runs = [
+            (f"{fw}-hook-prefect-{rep}", fw) for fw in self.args.frameworks for m, rep in self.order()
+            if m == "hook-prefect"
+        ]  # fmt: skip
+        for run, _ in runs:
+            self.root(run).mkdir(parents=True)
+        cfg = self.config("serve", [(run, self.root(run), fw) for run, fw in runs])
+        home = self.scratch / "prefect"
+        self.prefect = PrefectServer(home)
+        penv = {k: v for k, v in env.items() if not k.startswith("CKPTVAULT_HOOK")}
+        penv.update(
+            PREFECT_HOME=str(home / "home"), DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            **self.args.prefect_env,
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        self.prefect.up(penv)
+        penv["PREFECT_API_URL"] = self.prefect.url
+        logf = open(self.logs / "serve.log", "ab")  # noqa: SIM115 (lives as long as serve)
+        self.serve = subprocess.Popen(
+            self.ckptvault(cfg, "serve"), env=penv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: its flow runs' subprocesses are stopped with it
+        )  # fmt: skip
+        deadline = time.monotonic() + SERVE_TIMEOUT
+        while True:
+            if self.serve.poll() is not None:
+                raise RuntimeError(f"ckptvault serve exited {self.serve.returncode}; see {self.logs / 'serve.log'}")
+            ds = self.api("POST", "/deployments/filter", {})
+            if len(ds) == 7 and all(d["parameters"].get("config_path") == str(cfg) for d in ds):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ckptvault serve registered {len(ds)} of 7 deployments in {SERVE_TIMEOUT:g} s")
+            time.sleep(1)
+        for d in ds:  # inactive: no scheduled run of anything (the server deletes those already scheduled)
+            for sch in d["schedules"]:
+                self.api("PATCH", f"/deployments/{d['id']}/schedules/{sch['id']}", {"active": False})
+        self.ingest_deployment = next(d["id"] for d in ds if d["name"] == "ingest")
+        # a scheduled run that started before its schedule was set inactive: let it finish, and say so
+        early = self.api("POST", "/flow_runs/filter", {"limit": 200})
+        self.prefect_notes["runs_before_training"] = len(early)
+        while any(r["state"]["type"] in ("RUNNING", "PENDING") for r in early):
+            time.sleep(2)
+            early = self.api("POST", "/flow_runs/filter", {"limit": 200})
+        log(
+            f"Prefect server at {self.prefect.url} and `ckptvault serve` (7 deployments, schedules inactive, the "
+            f"ingest trigger on) in {time.perf_counter() - t0:.0f} s; {len(early)} flow runs before training; "
+            f"load {load()}"
+        )
+
+    def ingest_runs(self) -> list[dict[str, Any]]:
+        got: list[dict[str, Any]] = self.api(
+            "POST", "/flow_runs/filter", {"deployments": {"id": {"any_": [self.ingest_deployment]}}, "limit": 200}
+        )
+        return got
+
+    def flow_runs(self, run: str) -> dict[str, int]:
+        """The served ingest deployment's flow runs of `run`, by final state (triggered by its saves' events)."""
+        out: dict[str, int] = {}
+        for r in self.ingest_runs():
+            if r["parameters"].get("run") == run:
+                out[r["state"]["type"]] = out.get(r["state"]["type"], 0) + 1
+        return out
+
+    def timeline(self, run: str, saved_at: dict[int, float]) -> dict[int, dict[str, float | None]]:
+        """Where a save's time went on the Prefect path, per step: `trigger` (the save's return, or the
+        .ckpt's mtime for Lightning, to its flow run's creation by the automation: the hook's POST and the
+        trigger), `pickup` (creation to the run's Running state: `serve`'s poll for work,
+        PREFECT_RUNNER_POLL_FREQUENCY, any wait for the deployment's concurrency slot, retried every
+        PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS, and the flow run subprocess's start and
+        imports), `run` (Running to its end: the ingest and the flow's after-work)."""
+
+        def ts(v: str | None) -> float | None:
+            return None if not v else dt.datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+
+        out: dict[int, dict[str, float | None]] = {}
+        for r in self.ingest_runs():
+            step = r["parameters"].get("step")
+            if r["parameters"].get("run") != run or not isinstance(step, int):
+                continue
+            created, start, end = ts(r["created"]), ts(r["start_time"]), ts(r["end_time"])
+            saved = saved_at.get(step)
+            out[step] = {
+                "trigger": None if saved is None or created is None else created - saved,
+                "pickup": None if created is None or start is None else start - created,
+                "run": None if start is None or end is None else end - start,
+            }
+        return dict(sorted(out.items()))
+
+    def stop_serve(self) -> None:
+        if self.serve is not None and self.serve.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.serve.pid, signal.SIGTERM)
+            try:
+                self.serve.wait(60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.serve.pid, signal.SIGKILL)
+                self.serve.wait(10)
+        if self.prefect is not None:
+            with contextlib.suppress(Exception):
+                self.prefect.down()
 
     def main(self) -> int:
         a = self.args
@@ -249,7 +459,14 @@ class RpoBench:
         self.server.up()
         log(f"SeaweedFS at {self.server.url} in {time.perf_counter() - t0:.0f} s; load {load()}")
         s3_client(self.server).create_bucket(Bucket=BUCKET)
+        # the bench's own catalog reads (each save's verified event)
+        os.environ.update(
+            AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_EC2_METADATA_DISABLED="true",
+            AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        )  # fmt: skip
         env = self.env()
+        if "hook-prefect" in a.modes:
+            self.start_serve(env)
         self.handoff = handoff_us()
         h = self.handoff
         log(
@@ -257,13 +474,19 @@ class RpoBench:
             f"{h['first_us']:.0f} us the first (the thread's start); load {load()}"
         )
         for fw in a.frameworks:
-            log(f"{fw}: {a.saves} saves, one every {EVERY[fw]} steps")
+            spacing = f"{EVERY[fw]} steps" if a.every_seconds is None else f"{a.every_seconds:g} s"
+            log(f"{fw}: {a.saves} saves, one every {spacing}")
             for mode, rep in self.order():
                 self.rows.append(self.one(fw, mode, rep, env))
                 if a.json:  # after every run: an interrupted bench keeps what it measured
                     self.write_json(started)
+        if self.serve is not None:
+            # the Done-when's "no scheduled ingest running": every ingest flow run was a hook's event's
+            untriggered = [r["id"] for r in self.ingest_runs() if "run" not in r["parameters"]]
+            self.prefect_notes["untriggered_ingest_runs"] = len(untriggered)
+            log(f"ingest flow runs not started by a hook's event: {len(untriggered)}")
         summary = summarize(self.rows)
-        text = render(summary, a)
+        text = render(summary, a, self.prefect_notes)
         print("\n" + text)
         if a.json:
             self.write_json(started)
@@ -274,10 +497,12 @@ class RpoBench:
         meta = machine_info()
         meta.update(started=started.isoformat(), args={k: str(v) for k, v in vars(a).items()})
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        out = {"meta": meta, "handoff": self.handoff, "summary": summarize(self.rows), "runs": self.rows}
+        out = {"meta": meta, "handoff": self.handoff, "prefect": self.prefect_notes, "summary": summarize(self.rows),
+               "runs": self.rows}  # fmt: skip
         a.json.write_text(json.dumps(out, indent=1))
 
     def cleanup(self) -> None:
+        self.stop_serve()
         for p in self.children:  # an interrupted bench: its follow or scheduled ingest still running
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
@@ -300,16 +525,25 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for mode in dict.fromkeys(r["mode"] for r in mine):
             rs = [r for r in mine if r["mode"] == mode]
             rpo = sorted(x for r in rs for x in r["rpo_seconds"])
+            margins = [r["worst_margin"] for r in rs if r.get("worst_margin") is not None]
+            uploads = [u for r in rs for u in r.get("upload_by_step", {}).values() if u is not None]
             modes[mode] = {
                 "runs": len(rs), "saves": sum(r["saves"] for r in rs), "archived": sum(r["archived"] for r in rs),
                 "rpo_median": statistics.median(rpo) if rpo else None, "rpo_max": max(rpo) if rpo else None,
+                "within_bound": sum(r.get("within_bound", 0) for r in rs),
+                "worst_margin": min(margins) if margins else None,
+                "upload_median": statistics.median(uploads) if uploads else None,
+                "timeline_median": {k: _median([v[k] for r in rs for v in r.get("prefect_timeline", {}).values()])
+                                    for k in ("trigger", "pickup", "run")},
                 "step_median_ms": statistics.median(r["step_median_ms"] for r in rs),
                 "load": ", ".join(r["load_before"].split()[0] for r in rs),
             }  # fmt: skip
         base = {r["rep"]: r for r in mine if r["mode"] == "baseline"}
-        pairs = [(r, base[r["rep"]]) for r in mine if r["mode"] == "hook" and r["rep"] in base]
+        paired = next((m for m in modes if m in HOOKS), "hook")
+        pairs = [(r, base[r["rep"]]) for r in mine if r["mode"] == paired and r["rep"] in base]
         out[fw] = {
             "modes": modes,
+            "paired": paired,
             "hook_median_ratio": [h["step_median_ms"] / b["step_median_ms"] for h, b in pairs],
             "hook_mean_ratio": [h["step_mean_ms"] / b["step_mean_ms"] for h, b in pairs],
             "hook_cpu_median_ratio": [h["cpu_median_ms"] / b["cpu_median_ms"] for h, b in pairs],
@@ -318,32 +552,79 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _median(vs: list[float | None]) -> float | None:
+    known = [v for v in vs if v is not None]
+    return statistics.median(known) if known else None
+
+
 def _s(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def render(summary: dict[str, Any], a: argparse.Namespace) -> str:
+def bound_text(row: dict[str, Any], mode: str) -> str:
+    if mode == "baseline":
+        return ""
+    worst = row["worst_margin"]
+    return f"; within upload + {BOUND_EXTRA:g} s: {row['within_bound']}/{row['saves']}, worst margin {_s(worst)} s"
+
+
+def timeline_text(row: dict[str, Any]) -> str:
+    """hook-prefect: the medians of the timeline's parts (Prefect's share of the RPO)."""
+    parts = row.get("prefect_timeline")
+    if not parts:
+        return ""
+
+    def med(k: str) -> str:
+        return _s(_median([v[k] for v in parts.values()]))
+
+    return f"; median trigger {med('trigger')} s, pickup {med('pickup')} s, flow run {med('run')} s"
+
+
+def render(summary: dict[str, Any], a: argparse.Namespace, prefect: dict[str, Any] | None = None) -> str:
+    spacing = "EVERY steps" if a.every_seconds is None else f"{a.every_seconds:g} s"
     lines = [
-        f"RPO (commit marker -> verified manifest, `ls --json` rpo_ms), {a.saves} saves a run, SeaweedFS; "
-        f"scheduled: every {a.interval:g} s, settle_seconds {a.settle:g} in every mode",
+        f"RPO (commit marker -> verified manifest, the verified event's rpo_seconds), {a.saves} saves a run, a save "
+        f"every {spacing}, SeaweedFS; scheduled: every {a.interval:g} s, settle_seconds {a.settle:g} in every mode. "
+        f"Bound: verified within its upload_seconds + {BOUND_EXTRA:g} s of its save; margin = upload + "
+        f"{BOUND_EXTRA:g} - RPO (negative: over)"
+        + "".join(f"; {k}={v}" for k, v in getattr(a, "prefect_env", {}).items()),
         "",
-        "| framework | mode | saves archived | RPO median s | RPO max s | step median ms | load |",
-        "| --- | --- | ---: | ---: | ---: | ---: | --- |",
+        "| framework | mode | saves archived | within upload + 10 s | worst margin s | upload median s | RPO median s "
+        "| RPO max s | step median ms | load |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for fw, s in summary.items():
         for mode, m in s["modes"].items():
-            archived = "-" if mode == "baseline" else f"{m['archived']}/{m['saves']}"
+            if mode == "baseline":
+                archived = within = "-"
+            else:
+                archived, within = f"{m['archived']}/{m['saves']}", f"{m['within_bound']}/{m['saves']}"
             lines.append(
-                f"| {fw} | {mode} | {archived} | {_s(m['rpo_median'])} | {_s(m['rpo_max'])} | "
-                f"{m['step_median_ms']:.1f} | {m['load']} |"
+                f"| {fw} | {mode} | {archived} | {within} | {_s(m['worst_margin'])} | {_s(m['upload_median'])} | "
+                f"{_s(m['rpo_median'])} | {_s(m['rpo_max'])} | {m['step_median_ms']:.1f} | {m['load']} |"
             )
+    if prefect and "untriggered_ingest_runs" in prefect:
+        lines += [
+            "",
+            f"hook-prefect: ingest flow runs not started by a hook's event: {prefect['untriggered_ingest_runs']}",
+        ]
+        for fw, s in summary.items():
+            tl = s["modes"].get("hook-prefect", {}).get("timeline_median")
+            if tl:
+                lines.append(
+                    f"- {fw}, median over saves: save -> flow run created {_s(tl['trigger'])} s, created -> Running "
+                    f"{_s(tl['pickup'])} s, flow run {_s(tl['run'])} s"
+                )
     lines += ["", "Step time with the hook / without (each interleaved pair):", ""]
     for fw, s in summary.items():
         med = ", ".join(f"{x:.3f}" for x in s["hook_median_ratio"])
         mean = ", ".join(f"{x:.3f}" for x in s["hook_mean_ratio"])
         cpu = ", ".join(f"{x:.3f}" for x in s["hook_cpu_median_ratio"])
         cpu_mean = ", ".join(f"{x:.3f}" for x in s["hook_cpu_mean_ratio"])
-        lines.append(f"- {fw}: wall: median step {med}, mean {mean}; process CPU: median step {cpu}, mean {cpu_mean}")
+        lines.append(
+            f"- {fw} ({s['paired']}): wall: median step {med}, mean {mean}; "
+            f"process CPU: median step {cpu}, mean {cpu_mean}"
+        )
     return "\n".join(lines)
 
 

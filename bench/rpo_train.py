@@ -1,7 +1,12 @@
 """bench/rpo.py's training child: one small model trained by one real framework, saving a checkpoint every
-`--every` steps (`--saves` of them), with or without ckptvault's hook, timing every training step.
+`--every` steps, or at the first step end `--every-seconds` after the last save (`--saves` of them), with or
+without ckptvault's hook, timing every training step.
 
-    python bench/rpo_train.py FW ROOT --saves 20 --every K [--hook RUN] --out TIMES.json
+    python bench/rpo_train.py FW ROOT --saves 20 (--every K | --every-seconds S) [--hook RUN] --out TIMES.json
+
+By time, each framework's own means where it has one: Lightning's ModelCheckpoint(train_time_interval),
+the Trainer's `control.should_save` set from a callback, the plain loop's own check; the run stops after
+its last save.
 
 FW is hf (a Hugging Face Trainer, GPT-2 shaped, ~0.7 M parameters, ~8 MB a save with its optimizer),
 lightning (a Lightning MLP, ~1.2 M parameters, ~14 MB a save) or dcp (the same MLP in a plain loop,
@@ -23,6 +28,7 @@ time. TIMES.json: {"step_seconds": [...], "step_cpu_seconds": [...], "saved_at":
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -61,6 +67,24 @@ class Clock:
                 "wall": wall}  # fmt: skip
 
 
+class Due:
+    """--every-seconds: a save is due at the first step end `seconds` after the last one was due (the
+    first: after the first step's end, so model building and start-up are not counted)."""
+
+    def __init__(self, seconds: float, saves: int) -> None:
+        self.seconds, self.left = seconds, saves
+        self.last: float | None = None
+
+    def now(self) -> bool:
+        t = time.monotonic()
+        if self.last is None:
+            self.last = t
+        if self.left <= 0 or t - self.last < self.seconds:
+            return False
+        self.last, self.left = t, self.left - 1
+        return True
+
+
 def _mlp() -> Any:
     import torch
 
@@ -78,7 +102,7 @@ def _batch(step: int) -> tuple[Any, Any]:
     return torch.randn(BATCH, IN, generator=g), torch.randn(BATCH, OUT, generator=g)
 
 
-def hf(root: Path, steps: int, every: int, hook: str | None, clock: Clock) -> None:
+def hf(root: Path, steps: int, every: int, hook: str | None, clock: Clock, due: Due | None) -> None:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainerCallback, TrainingArguments
 
@@ -94,6 +118,9 @@ def hf(root: Path, steps: int, every: int, hook: str | None, clock: Clock) -> No
         # on_save runs after _save_checkpoint returned, after on_step_end: the save is in the next interval
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             clock.step_end()
+            if due is not None and due.now():  # after DefaultFlowCallback: the save happens this step
+                control.should_save = True
+                control.should_training_stop = due.left == 0
 
         def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             clock.saved_at[state.global_step] = time.time()
@@ -101,7 +128,8 @@ def hf(root: Path, steps: int, every: int, hook: str | None, clock: Clock) -> No
     torch.manual_seed(SEED)
     model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=2000, n_positions=64))
     args = TrainingArguments(
-        output_dir=str(root), max_steps=steps, save_steps=every, save_strategy="steps", logging_steps=10**6,
+        output_dir=str(root), max_steps=steps if due is None else 10**9,
+        save_steps=every if due is None else 10**9, save_strategy="steps", logging_steps=10**6,
         per_device_train_batch_size=8, learning_rate=1e-3, report_to=[], use_cpu=True, seed=SEED,
         data_seed=SEED, dataloader_num_workers=0, save_total_limit=None, disable_tqdm=True,
     )  # fmt: skip
@@ -113,7 +141,7 @@ def hf(root: Path, steps: int, every: int, hook: str | None, clock: Clock) -> No
     Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=callbacks).train()
 
 
-def lightning(root: Path, steps: int, every: int, hook: str | None, clock: Clock) -> None:
+def lightning(root: Path, steps: int, every: int, hook: str | None, clock: Clock, due: Due | None) -> None:
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint
@@ -138,20 +166,31 @@ def lightning(root: Path, steps: int, every: int, hook: str | None, clock: Clock
         def configure_optimizers(self) -> Any:
             return torch.optim.AdamW(self.parameters(), lr=1e-3)
 
+    saved, last = [0], (due.left if due is not None else 0)  # by time: stop once the last save is done
+
     class Timing(L.Callback):  # type: ignore[misc,name-defined]
         # first in the list: ModelCheckpoint saves in its own on_train_batch_end, after this one
         def on_train_batch_end(self, trainer: Any, *a: Any) -> None:
             clock.step_end()
+            if due is not None and saved[0] >= last:
+                trainer.should_stop = True  # the last save was in the step before
+
+        def on_save_checkpoint(self, *a: Any) -> None:
+            saved[0] += 1
 
     L.seed_everything(SEED, verbose=False)
-    callbacks: list[Any] = [Timing(), ModelCheckpoint(every_n_train_steps=every, save_top_k=-1)]
+    if due is None:
+        checkpoint = ModelCheckpoint(every_n_train_steps=every, save_top_k=-1)
+    else:
+        checkpoint = ModelCheckpoint(train_time_interval=dt.timedelta(seconds=due.seconds), save_top_k=-1)
+    callbacks: list[Any] = [Timing(), checkpoint]
     if hook:
         from ckptvault.hooks import CkptvaultLightningCallback
 
         callbacks.append(CkptvaultLightningCallback(hook))
     trainer = L.Trainer(
-        default_root_dir=str(root), max_steps=steps, callbacks=callbacks, accelerator="cpu", devices=1,
-        enable_progress_bar=False, enable_model_summary=False, logger=False, enable_checkpointing=True,
+        default_root_dir=str(root), max_steps=steps if due is None else -1, callbacks=callbacks, accelerator="cpu",
+        devices=1, enable_progress_bar=False, enable_model_summary=False, logger=False, enable_checkpointing=True,
     )  # fmt: skip
     data = torch.utils.data.DataLoader(Steps(), batch_size=1, shuffle=False)
     trainer.fit(Module(), data)
@@ -160,7 +199,7 @@ def lightning(root: Path, steps: int, every: int, hook: str | None, clock: Clock
         clock.saved_at[step] = p.stat().st_mtime
 
 
-def dcp(root: Path, steps: int, every: int, hook: str | None, clock: Clock) -> None:
+def dcp(root: Path, steps: int, every: int, hook: str | None, clock: Clock, due: Due | None) -> None:
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
@@ -170,12 +209,14 @@ def dcp(root: Path, steps: int, every: int, hook: str | None, clock: Clock) -> N
     model = _mlp()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     folder = root / "checkpoint"  # torchtitan: {job.dump_folder}/{checkpoint.folder}/step-{N}
-    for step in range(1, steps + 1):
+    step = 0
+    while (step < steps) if due is None else (due.left > 0):
+        step += 1
         x, y = _batch(step)
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         opt.zero_grad()
-        if step % every == 0:
+        if (step % every == 0) if due is None else due.now():
             msd, osd = get_state_dict(model, opt)
             path = folder / f"step-{step}"
             dcp.save({"model": msd, "optimizer": osd, "train_state": {"step": step}}, checkpoint_id=str(path))
@@ -190,7 +231,9 @@ def main() -> int:
     p.add_argument("fw", choices=("hf", "lightning", "dcp"))
     p.add_argument("root", type=Path)
     p.add_argument("--saves", type=int, default=20)
-    p.add_argument("--every", type=int, required=True)
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", type=int, help="a save every K steps")
+    when.add_argument("--every-seconds", type=float, help="a save at the first step end S seconds after the last")
     p.add_argument("--hook", default=None, help="train with ckptvault's hook for this run")
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
@@ -199,13 +242,15 @@ def main() -> int:
     torch.set_num_threads(1)
     clock = Clock()
     t0 = time.perf_counter()
-    {"hf": hf, "lightning": lightning, "dcp": dcp}[a.fw](a.root, a.saves * a.every, a.every, a.hook, clock)
+    due = None if a.every_seconds is None else Due(a.every_seconds, a.saves)
+    every = a.every or 0
+    {"hf": hf, "lightning": lightning, "dcp": dcp}[a.fw](a.root, a.saves * every, every, a.hook, clock, due)
     wall = time.perf_counter() - t0
     if a.hook:
         from ckptvault.hooks.signal import DISPATCHER
 
         DISPATCHER.drain(30)  # the last save's signal handed on before the timings are written
-    a.out.write_text(json.dumps(clock.result(a.every, wall)))
+    a.out.write_text(json.dumps(clock.result(every, wall)))
     return 0
 
 

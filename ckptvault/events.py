@@ -31,13 +31,19 @@ def verified(
     storage_class: str = "STANDARD",
     locked_until: float | None = None,
     committed_at: float | None = None,
+    upload_started_at: float | None = None,
 ) -> Event:
     """`committed_at`: when the checkpoint was committed on the hot tier (its commit marker's mtime, or
     its newest file's); the detail's `rpo_seconds` is from then to the manifest's commit (docs/FORMAT.md,
-    "The catalog"). Absent when unknown (a rebuild from manifests)."""
+    "The catalog"). Absent when unknown (a rebuild from manifests). `upload_started_at`: when this pass
+    began sending the save's files; `upload_seconds` is from then to the manifest's commit, absent when
+    this pass sent nothing (it only recorded a commit) or the manifest is another writer's, older than
+    this pass's start."""
     extra: dict[str, float] = {} if locked_until is None else {"locked_until": locked_until}
     if committed_at is not None:
         extra["rpo_seconds"] = round(manifest.uploaded_at - committed_at, 3)
+    if upload_started_at is not None and manifest.uploaded_at >= upload_started_at:
+        extra["upload_seconds"] = round(manifest.uploaded_at - upload_started_at, 3)
     return Event(
         run=manifest.run,
         step=manifest.step,

@@ -74,6 +74,7 @@ class InFlight:
     t0: float
     store: ObjectStore  # the pass's store, writing with the save's Object Lock retention if [lock] is on
     retention: Retention | None
+    upload_started_at: float  # wall time the save's first file was planned for sending: its upload_seconds' start
 
 
 class IngestPass:
@@ -225,13 +226,14 @@ class IngestPass:
             if records_rejection(seen):
                 self._record([_rejected(found, seen.problems or (), self.run_id, save=d.save)])
             return base.with_result("invalid", d.message)
+        upload_started_at = time.time()
         with phase(timing.TRANSFER):
             jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
             # One retain-until date per save, from when its upload starts (ckptvault/save_lock.py)
             retention = save_retention(self.cfg.lock, time.time())
             locked = store.with_retention(retention) if retention is not None else store
             sent = uploads.send(self.submit, self.cfg, locked, found, jobs, d.save, placement)
-        return InFlight(base, found, d, seen.warnings, jobs, sent, placement, t0, locked, retention)
+        return InFlight(base, found, d, seen.warnings, jobs, sent, placement, t0, locked, retention, upload_started_at)
 
     def _validate(
         self, found: Found, save: int, gathered: Gathered | None, placement: Placement | None
@@ -281,7 +283,7 @@ class IngestPass:
             manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
-        self._committed(manifest, flagged, d.changes, commit_time(found))
+        self._committed(manifest, flagged, d.changes, commit_time(found), p.upload_started_at)
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
         if d.supersedes is not None:
@@ -290,7 +292,14 @@ class IngestPass:
         outcome = base.with_result("warned" if warnings else "uploaded", message, time.monotonic() - p.t0)
         return outcome.with_uploaded(sent)
 
-    def _committed(self, manifest: Manifest, flagged: list[Event], changes: str, committed_at: float) -> None:
+    def _committed(
+        self,
+        manifest: Manifest,
+        flagged: list[Event],
+        changes: str,
+        committed_at: float,
+        upload_started_at: float | None = None,
+    ) -> None:
         """Record a committed save (with the lock its manifest says it was committed with), and every
         save it supersedes (the same step's older save, the abandoned branch's later steps after a
         restart); keep `known` current for the rest of the pass."""
@@ -298,7 +307,10 @@ class IngestPass:
         # The manifest's own record, not this pass's retention: a commit lost to a concurrent ingest,
         # or one a killed pass made and this one only records, was locked as that manifest says.
         until = manifest.lock.retain_until if manifest.lock is not None else None
-        recorded = [*flagged, events.verified(manifest, self.run_id, locked_until=until, committed_at=committed_at)]
+        mine = events.verified(
+            manifest, self.run_id, locked_until=until, committed_at=committed_at, upload_started_at=upload_started_at
+        )
+        recorded = [*flagged, mine]
         replaced = superseded_by(list(known.values()), manifest.step, manifest.save, manifest.created_at, changes)
         recorded += [
             events.superseded(x.state.run, x.state.step, x.state.save, x.reason, manifest.step, manifest.save,

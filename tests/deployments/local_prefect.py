@@ -127,13 +127,14 @@ class PrefectServer:
         return telemetry_off_env(PREFECT_API_URL=self.api_url, **extra)
 
 
-def start_prefect_server(ready_timeout: int = 150) -> PrefectServer:
-    """`prefect.sh up` on a free port with a fresh SQLite database; retried on a port taken meanwhile."""
+def start_prefect_server(ready_timeout: int = 150, **settings: str) -> PrefectServer:
+    """`prefect.sh up` on a free port with a fresh SQLite database; retried on a port taken meanwhile.
+    `settings`: the server's own PREFECT_* settings, passed in its environment."""
     out = ""
     for _ in range(3):
         state = new_state_dir("prefect")
         port = servers.free_port_base((0,))
-        env = telemetry_off_env(STATE_DIR=str(state), PORT=str(port), READY_TIMEOUT=str(ready_timeout))
+        env = telemetry_off_env(STATE_DIR=str(state), PORT=str(port), READY_TIMEOUT=str(ready_timeout), **settings)
         t0 = time.monotonic()
         p = _script("prefect", "up", env, timeout=ready_timeout + 60)
         if p.returncode == 0:

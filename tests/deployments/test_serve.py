@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,10 @@ def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_ste
 @pytest.fixture
 def prefect_server() -> Iterator[PrefectServer]:
     local_prefect.reap_stale()
-    server = local_prefect.start_prefect_server()
+    # The hook test below queues 4 triggered ingests on the deployment's concurrency limit of 1: a queued run
+    # is retried every this many seconds (Prefect's default 30), which only lengthens the test (bench/rpo.py
+    # measures the defaults)
+    server = local_prefect.start_prefect_server(PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS="2")
     try:
         yield server
     finally:
@@ -134,9 +138,16 @@ def test_ckptvault_serve_registers_and_runs_the_seven_deployments_and_the_ingest
     # waits settle_seconds; 1 s is shorter than any event -> trigger -> flow run start, so the triggered
     # ingest finds it settled (with a longer settle_seconds it would wait: docs/hooks.md "Not yet")
     lt_source = f'[[sources]]\nrun = "lt"\npath = "{lt}"\nformat = "lightning"\nsettle_seconds = 1\n'
-    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")], extra=lt_source)
+    # The Hugging Face run's: its commit marker (trainer_state.json) is the proof, so a step its hook names
+    # skips a settle time longer than the test; nothing but the hook's named steps can archive it here.
+    hf = tmp_path / "hf"
+    hf_source = f'\n[[sources]]\nrun = "hf"\npath = "{hf}"\nformat = "hf"\nsettle_seconds = 3600\n'
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")], extra=lt_source + hf_source)
     log = tmp_path / "serve.log"
-    env = prefect_server.cli_env(**seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"))
+    # serve looks for runs to start every second, not Prefect's default 10 (as above: test time only)
+    env = prefect_server.cli_env(
+        **seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"), PREFECT_RUNNER_POLL_FREQUENCY="1"
+    )
     t0 = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(
@@ -195,21 +206,29 @@ def test_ckptvault_serve_registers_and_runs_the_seven_deployments_and_the_ingest
         assert run["parameters"] == {"config_path": str(cfg), "run": "r", "step": 20}
         seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 20) + MANIFEST_NAME)
 
-        _lightning_with_the_hook(prefect_server, seaweedfs, bucket, deployments["ingest"]["id"], lt, monkeypatch)
+        _frameworks_with_the_hook(
+            prefect_server, seaweedfs, bucket, deployments["ingest"]["id"], {"lt": lt, "hf": hf}, monkeypatch
+        )
     finally:
         _stop_group(proc, 60)
     # On SIGTERM serve pauses its schedules: nothing piles up as Late while no process serves them.
     assert all(d["paused"] for d in prefect_server.deployments())
 
 
-def _lightning_with_the_hook(
-    prefect_server: PrefectServer, seaweedfs: Any, bucket: str, deployment: str, lt: Path, mp: pytest.MonkeyPatch
+def _frameworks_with_the_hook(
+    prefect_server: PrefectServer,
+    seaweedfs: Any,
+    bucket: str,
+    deployment: str,
+    roots: dict[str, Path],
+    mp: pytest.MonkeyPatch,
 ) -> None:
-    """[T]'s Done-when on a real Prefect server: a real Lightning training run with ckptvault's hook, whose
-    events (the hook's own, sent from the training process) start the served ingest deployment for each
-    step through its trigger, while no scheduled ingest runs. Every saved step ends verified in the
-    catalog; the seconds from each save to its manifest's commit (the verified event's rpo_seconds) are
-    printed, not asserted (bench/ measures them)."""
+    """[T]'s Done-when on a real Prefect server: a real Lightning (run `lt`) and a real Hugging Face
+    Trainer (run `hf`) training run, side by side, each with ckptvault's hook, whose events (the hook's
+    own, sent from the training process) start the served ingest deployment for each step through its
+    trigger, while no scheduled ingest runs. Every saved step ends verified in the catalog; the seconds
+    from each save to its manifest's commit (the verified event's rpo_seconds) and its upload_seconds are
+    printed, not asserted (bench/rpo.py --modes hook-prefect measures them)."""
     from ckptvault.catalog import Catalog
     from ckptvault.config import StoreConfig
     from ckptvault.store import open_store
@@ -217,9 +236,20 @@ def _lightning_with_the_hook(
 
     t0 = time.time()
     env = {"PREFECT_API_URL": prefect_server.api_url, "CKPTVAULT_HOOK_SIGNAL": "event", **seaweedfs.env()}
-    write_run("lightning", lt, "--steps", "4", "--every", "2", "--ckptvault-run", "lt", env=env)
-    saved = sorted(lt.rglob("*step=*.ckpt"))
+    fws = {"lt": "lightning", "hf": "hf"}
+    # both at once (two writer processes): the two trainings' seconds overlap instead of adding up
+    with ThreadPoolExecutor(2) as pool:
+        done = [
+            pool.submit(
+                write_run, fws[run], roots[run], "--steps", "4", "--every", "2", "--ckptvault-run", run, env=env
+            )
+            for run in fws
+        ]
+        for f in done:
+            f.result()
+    saved = sorted(roots["lt"].rglob("*step=*.ckpt"))
     assert [p.name for p in saved] == ["epoch=0-step=2.ckpt", "epoch=0-step=4.ckpt"], saved
+    assert sorted(p.name for p in roots["hf"].glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     for k, v in seaweedfs.env().items():  # the catalog read below: the store's credentials
         mp.setenv(k, v)
     store = open_store(StoreConfig(bucket=bucket, endpoint_url=seaweedfs.url, region=seaweedfs.region))
@@ -230,21 +260,33 @@ def _lightning_with_the_hook(
         )
         return got
 
-    def verified() -> dict[int, Any] | None:
+    def verified() -> dict[str, dict[int, Any]] | None:
         # the triggered flow runs completed (they write the verified event, then finish) and the events are there
-        done = [r for r in ingest_runs() if r["parameters"].get("run") == "lt" and r["state"]["type"] == "COMPLETED"]
-        if sorted(r["parameters"]["step"] for r in done) != [2, 4]:
-            return None
-        got = {e.step: e for e in Catalog(store, "t").events("lt") if e.event == "verified"}
-        return got if set(got) == {2, 4} else None
+        runs = ingest_runs()
+        got: dict[str, dict[int, Any]] = {}
+        for run in fws:
+            done = [r for r in runs if r["parameters"].get("run") == run and r["state"]["type"] == "COMPLETED"]
+            if sorted(r["parameters"]["step"] for r in done) != [2, 4]:
+                return None
+            got[run] = {e.step: e for e in Catalog(store, "t").events(run) if e.event == "verified"}
+            if set(got[run]) != {2, 4}:
+                return None
+        return got
 
-    events = wait_for("the Lightning run's steps 2 and 4 verified by triggered ingests", verified, 240)
+    events = wait_for("the Lightning and HF runs' steps 2 and 4 verified by triggered ingests", verified, 300)
     runs = ingest_runs()
-    # nothing else ingested meanwhile: every ingest run since training began is one of the hook's
+    # nothing else ingested meanwhile: every ingest run since training began is one of the hook's, one a save
     later = [r for r in runs if r["created"] and _epoch(r["created"]) >= t0]
-    assert all(r["parameters"].get("run") == "lt" for r in later), later
-    rpo = {s: json.loads(e.detail)["rpo_seconds"] for s, e in sorted(events.items())}
-    print(f"serve: Lightning with the hook, save -> verified manifest (rpo_seconds) per step: {rpo}")
+    assert sorted((r["parameters"].get("run"), r["parameters"].get("step")) for r in later) == [
+        ("hf", 2),
+        ("hf", 4),
+        ("lt", 2),
+        ("lt", 4),
+    ], later
+    for run, by_step in events.items():
+        details = {s: json.loads(e.detail) for s, e in sorted(by_step.items())}
+        times = {s: (d["rpo_seconds"], d.get("upload_seconds")) for s, d in details.items()}
+        print(f"serve: {fws[run]} with the hook, save -> verified manifest (rpo_seconds, upload_seconds): {times}")
 
 
 def _epoch(iso: str) -> float:

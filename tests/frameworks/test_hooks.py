@@ -10,8 +10,8 @@ And [T]'s other Done-when runs: a Hugging Face and a Lightning run archived by `
 Prefect and no hook (inotify for one, polling for the other); a Lightning run whose hook cannot reach its
 Prefect API (training goes on, one warning, a plain ingest after archives every save); a step named
 before its commit marker is there (above: it waits, then is archived once the marker is written). The
-Lightning run with the hook on a real Prefect server is in tests/deployments/test_serve.py (its server
-and served deployments are there)."""
+Lightning and Hugging Face runs with the hook on a real Prefect server are in
+tests/deployments/test_serve.py (its server and served deployments are there)."""
 
 from __future__ import annotations
 

@@ -342,6 +342,8 @@ def test_the_verified_event_records_the_rpo_from_the_commit_marker_to_the_manife
     detail = json.loads(ev.detail)
     assert detail["rpo_seconds"] == round(detail["uploaded_at"] - marker.stat().st_mtime, 3)
     assert detail["rpo_seconds"] >= 3600
+    # the upload's share of it: from the first file's sending to the commit, this pass's seconds only
+    assert 0 <= detail["upload_seconds"] < 3600 and detail["upload_seconds"] <= detail["rpo_seconds"]
 
 
 def test_without_a_marker_file_the_commit_time_is_the_newest_file(tmp_path: Path) -> None:
