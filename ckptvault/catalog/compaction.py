@@ -7,6 +7,7 @@ without deletes") only writes snapshots, and leaves the merging and deleting to 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +18,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ckptvault.catalog.codec import _ORIGIN, _concat, _decode_rows, _dedup_sorted, _full, _to_bytes
+from ckptvault.catalog.codec import (
+    _ORIGIN,
+    _concat,
+    _decode_rows,
+    _dedup_sorted,
+    _full,
+    _normalise,
+    _parquet,
+    _to_bytes,
+)
 from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
 from ckptvault.catalog.fold import _STATE_FIELDS, _fold_one, _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
@@ -33,6 +43,7 @@ COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between pa
 # Partitions compacted at a time: each is a few small GETs, two PUTs and a DELETE per merged file, mostly
 # round trips (bench/README.md, "compaction of a day"). Within one, the deletes stay in order.
 _COMPACTORS = 4
+_FLAT_READERS = 8  # flat-layout files fetched at a time (as the catalog's reads): round trips, mostly
 # Without deletes, a partition with event files newer than its newest snapshot gets a new one only when
 # that snapshot is at least this old (`older_than` is the compaction's "now"). Checkpoints saved further
 # apart get a snapshot at each ingest that recorded one, so reads stay one snapshot (and the combined one
@@ -401,25 +412,18 @@ def _migrate(
     flat = sorted(listed)[:MIGRATE_FILES]
     if not flat:
         return 0, set(), [], listed
-    runs_of: dict[str, set[str]] = {}
-    by_run: dict[str, list[pa.Table]] = {}  # in the order of the oldest flat file holding each run
-    for k, t in zip(flat, cat._read_by_key(flat), strict=True):
-        runs_of[k] = set()
-        if t is None or not t.num_rows:
-            continue
-        t = _full(t)
-        for r in pc.unique(t["run"]).to_pylist():
-            runs_of[k].add(r)
-            by_run.setdefault(r, []).append(t.filter(pc.equal(t["run"], r)))
+    held = _FlatFiles(cat, flat)
+    runs_of = held.runs_of
     first = runs_of[flat[0]]  # always moved, whatever the time box: each pass deletes a flat file
-    tick = progress(len(by_run)) if progress is not None else None
+    tick = progress(len(held.files_of)) if progress is not None else None
 
     def one(r: str) -> tuple[str, str, _Piece] | None:
         try:
             if r not in first and deadline is not None and clock() > deadline:
                 return None  # its flat files stay; the next pass moves it
-            return (r, *_move_run(cat, r, by_run[r], parts.get(r, _Part([], []))))
+            return (r, *_move_run(cat, r, held.events(r), parts.get(r, _Part([], []))))
         finally:
+            held.done(r)
             if tick is not None:
                 tick(1)
 
@@ -439,7 +443,7 @@ def _migrate(
         return gone
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    futs = [pool.submit(one, r) for r in by_run]
+    futs = [pool.submit(one, r) for r in held.files_of]
     try:
         for f in futs:
             f.result()
@@ -455,6 +459,64 @@ def _migrate(
         parts[r] = _Part([merged], [piece[1]])
     left = set(clear(got))
     return len(left), {r for r, _, _ in got}, [p for _, _, p in got], [k for k in listed if k not in left]
+
+
+class _FlatFiles:
+    """The flat files one migration moves, held as the store returned them (Parquet, compressed) and
+    decoded run by run as each run moves: every file decoded at once, the 500 files of a pass at 1M
+    events, was most of a migrating pass's memory (bench/README.md, issue [V]). A file's decoded
+    events are kept only while another of its runs is still to move, its bytes until all have."""
+
+    def __init__(self, cat: Catalog, flat: list[str]) -> None:
+        self.runs_of: dict[str, set[str]] = {}  # each file's runs; none when unreadable or empty
+        self.files_of: dict[str, list[str]] = {}  # each run's files, in the order of the oldest holding it
+        self._raw: dict[str, bytes] = {}
+        self._left: dict[str, int] = {}  # of each file's runs, those not moved (or passed over) yet
+        self._decoded: dict[str, pa.Table] = {}
+        self._lock = threading.Lock()
+
+        def runs(k: str) -> tuple[bytes, list[str]] | None:
+            data = cat._get(k) or b""
+            try:  # decoded whole once, as before, so what is unreadable is the same
+                t = _normalise(_parquet(data, k), k)
+            except CatalogError as e:
+                cat._skip(k, e)
+                return None
+            return data, (pc.unique(t["run"]).to_pylist() if t.num_rows else [])
+
+        with ThreadPoolExecutor(max_workers=_FLAT_READERS) as pool:
+            for k, got in zip(flat, pool.map(runs, flat), strict=True):
+                self.runs_of[k] = set() if got is None else set(got[1])
+                if got is None or not got[1]:
+                    continue
+                self._raw[k], self._left[k] = got[0], len(got[1])
+                for r in got[1]:
+                    self.files_of.setdefault(r, []).append(k)
+
+    def events(self, run: str) -> list[pa.Table]:
+        """`run`'s events of each flat file holding it, every column with identities, in file order."""
+        out = []
+        for k in self.files_of[run]:
+            with self._lock:
+                t = self._decoded.get(k)
+                data = self._raw[k]
+                shared = self._left[k] > 1
+            if t is None:
+                t = _full(_normalise(_parquet(data, k), k))
+                if shared:
+                    with self._lock:
+                        t = self._decoded.setdefault(k, t)
+            out.append(t.filter(pc.equal(t["run"], run)) if len(self.runs_of[k]) > 1 else t)
+        return out
+
+    def done(self, run: str) -> None:
+        """`run` moved or passed over: what only it still needed is let go."""
+        with self._lock:
+            for k in self.files_of[run]:
+                self._left[k] -= 1
+                if not self._left[k]:
+                    self._decoded.pop(k, None)
+                    del self._raw[k]
 
 
 def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tuple[str, _Piece]:
