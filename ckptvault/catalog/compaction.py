@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,7 +28,13 @@ from ckptvault.catalog.codec import (
     _parquet,
     _to_bytes,
 )
-from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
+from ckptvault.catalog.combined import (
+    COMBINED_DIR,
+    RunCover,
+    UnreadableSnapshot,
+    combined_bytes,
+    snapshot_cover,
+)
 from ckptvault.catalog.fold import _STATE_FIELDS, _fold_one, _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
 from ckptvault.catalog.model import CatalogError, CheckpointState, Event
@@ -213,7 +219,17 @@ def compact_now(
     return Compacted(passes, counted[0], files, time.monotonic() - t0)
 
 
-_Piece = tuple[str, str, bytes]  # a compacted partition's (run, snapshot key, snapshot bytes)
+# a compacted partition's (run, snapshot key, snapshot bytes, what it covers): the bytes as stored, not
+# decoded, until the combined snapshot is written from them
+_Piece = tuple[str, str, bytes, RunCover]
+
+
+def _piece(cat: Catalog, run: str, cols: dict[str, list[Any]], covers: Sequence[str]) -> _Piece:
+    """`run`'s new snapshot of the fold `cols` covering `covers`, written."""
+    key = cat._new_key(run, "snapshot")
+    data = _snapshot_bytes(cols, covers)
+    cat.store.put_bytes(key, data, if_none_match=True, content_type="application/vnd.apache.parquet")
+    return run, key, data, RunCover(frozenset([key, *covers]), sum(len(r) for r in cols["_ids"][1]))
 
 
 def _write_combined(
@@ -238,10 +254,10 @@ def _write_combined(
         prev = cat._combined(keys)
     except _Vanished:
         return  # a compaction racing this one has just written a newer one; these runs read as partitions
-    fresh: dict[str, pa.Table] = {}
+    fresh: dict[str, tuple[str, bytes]] = {}  # each run's snapshot as stored, decoded as it is written
     runs: dict[str, RunCover] = {}
-    for run, key, data in pieces:
-        fresh[run], runs[run] = from_snapshot(key, data)
+    for run, key, data, cover in pieces:
+        fresh[run], runs[run] = (key, data), cover
     refreshed = 0
     dropped = False
     if listed is not None:
@@ -250,23 +266,25 @@ def _write_combined(
             if r not in runs and len(p.snapshots) == 1 and not (prev is not None and prev.covers(r, p))
         ]  # fmt: skip
 
-        def refresh(item: tuple[str, _Part]) -> tuple[str, pa.Table, RunCover] | None:
+        def refresh(item: tuple[str, _Part]) -> _Piece | None:
             r, p = item
             if deadline is not None and clock() > deadline:
                 return None  # keeps its previous rows, if any, until a later compaction
+            key = p.snapshots[0]
             try:
-                t, cover = from_snapshot(p.snapshots[0], cat._get(p.snapshots[0]) or b"")
+                data = cat._get(key) or b""
+                cover = snapshot_cover(key, data)
             except _Vanished:
                 return None
             except CatalogError as e:
-                cat._skip(p.snapshots[0], e)
+                cat._skip(key, e)
                 return None
-            return (r, t, cover) if all(k in cover.covers for k in p.events) else None
+            return (r, key, data, cover) if all(k in cover.covers for k in p.events) else None
 
         with ThreadPoolExecutor(max_workers=_COMPACTORS) as pool:
-            for item in pool.map(refresh, stale):
-                if item is not None:
-                    fresh[item[0]], runs[item[0]] = item[1], item[2]
+            for got in pool.map(refresh, stale):
+                if got is not None:
+                    fresh[got[0]], runs[got[0]] = (got[1], got[2]), got[3]
                     refreshed += 1
         dropped = prev is not None and any(r not in listed for r in prev.runs)
     keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)] if prev is not None else []
@@ -276,16 +294,26 @@ def _write_combined(
         return
     if prev is not None:
         runs.update((r, prev.runs[r]) for r in keep)
-    try:
-        data = combined_bytes(prev, keep, fresh, runs)
-    except CatalogError as e:
-        assert prev is not None  # only the previous one's rows can be out of order
-        cat._skip(prev.key, e)  # its runs read from their partitions until each is compacted again
-        for r in keep:
-            del runs[r]
+    while True:
+        try:
+            data = combined_bytes(prev, keep, fresh, runs)
+            break
+        except UnreadableSnapshot as e:
+            # a run's snapshot whose pages do not decode (its footer and covers did): the run keeps its
+            # previous rows, if any, and reads from its partition until it is compacted again
+            cat._skip(e.key, e.error)
+            del fresh[e.run], runs[e.run]
+            if prev is not None and e.run in prev.runs and (listed is None or e.run in listed):
+                keep.append(e.run)
+                runs[e.run] = prev.runs[e.run]
+        except CatalogError as e:
+            assert prev is not None  # only the previous one's rows can be out of order
+            cat._skip(prev.key, e)  # its runs read from their partitions until each is compacted again
+            for r in keep:
+                del runs[r]
+            prev, keep = None, []
         if not runs:
             return
-        data = combined_bytes(None, (), fresh, runs)
     key = new_key(cat.root, "_combined")
     cat.store.put_bytes(key, data, if_none_match=True,
                         content_type="application/vnd.apache.parquet")  # fmt: skip
@@ -310,9 +338,7 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
         )
     piece = None
     if t is not None:
-        covers = [*readable, *([merged] if merged else [])]
-        piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers))
-        cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
+        piece = _piece(cat, run, _fold_table(t), [*readable, *([merged] if merged else [])])
     for k in old:
         if k in cat.unreadable:
             _set_aside(cat, k)
@@ -347,10 +373,7 @@ def _snapshot_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> 
         if t is None:
             return 0, None  # nothing readable: unreadable files wait for a compaction that may set them aside
         cols = _fold_table(t)
-    covers = [*(k for k in old if k not in cat.unreadable), *snaps]
-    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(cols, covers))
-    cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
-    return 0, piece
+    return 0, _piece(cat, run, cols, [*(k for k in old if k not in cat.unreadable), *snaps])
 
 
 def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any]] | None:
@@ -538,8 +561,7 @@ def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tupl
     merged = cat._new_key(run, time_ns=ns)
     cat.store.put_bytes(merged, _to_bytes(t), if_none_match=True, content_type="application/vnd.apache.parquet")
     readable = [k for k in old if k not in cat.unreadable]
-    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), [*readable, merged]))
-    cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
+    piece = _piece(cat, run, _fold_table(t), [*readable, merged])
     for k in old:
         if k in cat.unreadable:
             _set_aside(cat, k)
