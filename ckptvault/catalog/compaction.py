@@ -7,8 +7,9 @@ without deletes") only writes snapshots, and leaves the merging and deleting to 
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,8 +18,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ckptvault.catalog.codec import _ORIGIN, _concat, _decode_rows, _dedup_sorted, _full, _to_bytes
-from ckptvault.catalog.combined import COMBINED_DIR, RunCover, combined_bytes, from_snapshot
+from ckptvault.catalog.codec import (
+    _ORIGIN,
+    _concat,
+    _decode_rows,
+    _dedup_sorted,
+    _full,
+    _normalise,
+    _parquet,
+    _to_bytes,
+)
+from ckptvault.catalog.combined import (
+    COMBINED_DIR,
+    RunCover,
+    UnreadableSnapshot,
+    combined_bytes,
+    snapshot_cover,
+)
 from ckptvault.catalog.fold import _STATE_FIELDS, _fold_one, _fold_table
 from ckptvault.catalog.layout import _key_time_ns, _Part, _Vanished, new_key
 from ckptvault.catalog.model import CatalogError, CheckpointState, Event
@@ -33,6 +49,7 @@ COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between pa
 # Partitions compacted at a time: each is a few small GETs, two PUTs and a DELETE per merged file, mostly
 # round trips (bench/README.md, "compaction of a day"). Within one, the deletes stay in order.
 _COMPACTORS = 4
+_FLAT_READERS = 8  # flat-layout files fetched at a time (as the catalog's reads): round trips, mostly
 # Without deletes, a partition with event files newer than its newest snapshot gets a new one only when
 # that snapshot is at least this old (`older_than` is the compaction's "now"). Checkpoints saved further
 # apart get a snapshot at each ingest that recorded one, so reads stay one snapshot (and the combined one
@@ -202,7 +219,17 @@ def compact_now(
     return Compacted(passes, counted[0], files, time.monotonic() - t0)
 
 
-_Piece = tuple[str, str, bytes]  # a compacted partition's (run, snapshot key, snapshot bytes)
+# a compacted partition's (run, snapshot key, snapshot bytes, what it covers): the bytes as stored, not
+# decoded, until the combined snapshot is written from them
+_Piece = tuple[str, str, bytes, RunCover]
+
+
+def _piece(cat: Catalog, run: str, cols: dict[str, list[Any]], covers: Sequence[str]) -> _Piece:
+    """`run`'s new snapshot of the fold `cols` covering `covers`, written."""
+    key = cat._new_key(run, "snapshot")
+    data = _snapshot_bytes(cols, covers)
+    cat.store.put_bytes(key, data, if_none_match=True, content_type="application/vnd.apache.parquet")
+    return run, key, data, RunCover(frozenset([key, *covers]), sum(len(r) for r in cols["_ids"][1]))
 
 
 def _write_combined(
@@ -227,10 +254,10 @@ def _write_combined(
         prev = cat._combined(keys)
     except _Vanished:
         return  # a compaction racing this one has just written a newer one; these runs read as partitions
-    fresh: dict[str, pa.Table] = {}
+    fresh: dict[str, tuple[str, bytes]] = {}  # each run's snapshot as stored, decoded as it is written
     runs: dict[str, RunCover] = {}
-    for run, key, data in pieces:
-        fresh[run], runs[run] = from_snapshot(key, data)
+    for run, key, data, cover in pieces:
+        fresh[run], runs[run] = (key, data), cover
     refreshed = 0
     dropped = False
     if listed is not None:
@@ -239,23 +266,25 @@ def _write_combined(
             if r not in runs and len(p.snapshots) == 1 and not (prev is not None and prev.covers(r, p))
         ]  # fmt: skip
 
-        def refresh(item: tuple[str, _Part]) -> tuple[str, pa.Table, RunCover] | None:
+        def refresh(item: tuple[str, _Part]) -> _Piece | None:
             r, p = item
             if deadline is not None and clock() > deadline:
                 return None  # keeps its previous rows, if any, until a later compaction
+            key = p.snapshots[0]
             try:
-                t, cover = from_snapshot(p.snapshots[0], cat._get(p.snapshots[0]) or b"")
+                data = cat._get(key) or b""
+                cover = snapshot_cover(key, data)
             except _Vanished:
                 return None
             except CatalogError as e:
-                cat._skip(p.snapshots[0], e)
+                cat._skip(key, e)
                 return None
-            return (r, t, cover) if all(k in cover.covers for k in p.events) else None
+            return (r, key, data, cover) if all(k in cover.covers for k in p.events) else None
 
         with ThreadPoolExecutor(max_workers=_COMPACTORS) as pool:
-            for item in pool.map(refresh, stale):
-                if item is not None:
-                    fresh[item[0]], runs[item[0]] = item[1], item[2]
+            for got in pool.map(refresh, stale):
+                if got is not None:
+                    fresh[got[0]], runs[got[0]] = (got[1], got[2]), got[3]
                     refreshed += 1
         dropped = prev is not None and any(r not in listed for r in prev.runs)
     keep = [r for r in prev.runs if r not in runs and (listed is None or r in listed)] if prev is not None else []
@@ -265,16 +294,26 @@ def _write_combined(
         return
     if prev is not None:
         runs.update((r, prev.runs[r]) for r in keep)
-    try:
-        data = combined_bytes(prev, keep, fresh, runs)
-    except CatalogError as e:
-        assert prev is not None  # only the previous one's rows can be out of order
-        cat._skip(prev.key, e)  # its runs read from their partitions until each is compacted again
-        for r in keep:
-            del runs[r]
+    while True:
+        try:
+            data = combined_bytes(prev, keep, fresh, runs)
+            break
+        except UnreadableSnapshot as e:
+            # a run's snapshot whose pages do not decode (its footer and covers did): the run keeps its
+            # previous rows, if any, and reads from its partition until it is compacted again
+            cat._skip(e.key, e.error)
+            del fresh[e.run], runs[e.run]
+            if prev is not None and e.run in prev.runs and (listed is None or e.run in listed):
+                keep.append(e.run)
+                runs[e.run] = prev.runs[e.run]
+        except CatalogError as e:
+            assert prev is not None  # only the previous one's rows can be out of order
+            cat._skip(prev.key, e)  # its runs read from their partitions until each is compacted again
+            for r in keep:
+                del runs[r]
+            prev, keep = None, []
         if not runs:
             return
-        data = combined_bytes(None, (), fresh, runs)
     key = new_key(cat.root, "_combined")
     cat.store.put_bytes(key, data, if_none_match=True,
                         content_type="application/vnd.apache.parquet")  # fmt: skip
@@ -299,9 +338,7 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
         )
     piece = None
     if t is not None:
-        covers = [*readable, *([merged] if merged else [])]
-        piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), covers))
-        cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
+        piece = _piece(cat, run, _fold_table(t), [*readable, *([merged] if merged else [])])
     for k in old:
         if k in cat.unreadable:
             _set_aside(cat, k)
@@ -336,10 +373,7 @@ def _snapshot_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> 
         if t is None:
             return 0, None  # nothing readable: unreadable files wait for a compaction that may set them aside
         cols = _fold_table(t)
-    covers = [*(k for k in old if k not in cat.unreadable), *snaps]
-    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(cols, covers))
-    cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
-    return 0, piece
+    return 0, _piece(cat, run, cols, [*(k for k in old if k not in cat.unreadable), *snaps])
 
 
 def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any]] | None:
@@ -401,25 +435,18 @@ def _migrate(
     flat = sorted(listed)[:MIGRATE_FILES]
     if not flat:
         return 0, set(), [], listed
-    runs_of: dict[str, set[str]] = {}
-    by_run: dict[str, list[pa.Table]] = {}  # in the order of the oldest flat file holding each run
-    for k, t in zip(flat, cat._read_by_key(flat), strict=True):
-        runs_of[k] = set()
-        if t is None or not t.num_rows:
-            continue
-        t = _full(t)
-        for r in pc.unique(t["run"]).to_pylist():
-            runs_of[k].add(r)
-            by_run.setdefault(r, []).append(t.filter(pc.equal(t["run"], r)))
+    held = _FlatFiles(cat, flat)
+    runs_of = held.runs_of
     first = runs_of[flat[0]]  # always moved, whatever the time box: each pass deletes a flat file
-    tick = progress(len(by_run)) if progress is not None else None
+    tick = progress(len(held.files_of)) if progress is not None else None
 
     def one(r: str) -> tuple[str, str, _Piece] | None:
         try:
             if r not in first and deadline is not None and clock() > deadline:
                 return None  # its flat files stay; the next pass moves it
-            return (r, *_move_run(cat, r, by_run[r], parts.get(r, _Part([], []))))
+            return (r, *_move_run(cat, r, held.events(r), parts.get(r, _Part([], []))))
         finally:
+            held.done(r)
             if tick is not None:
                 tick(1)
 
@@ -439,7 +466,7 @@ def _migrate(
         return gone
 
     pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    futs = [pool.submit(one, r) for r in by_run]
+    futs = [pool.submit(one, r) for r in held.files_of]
     try:
         for f in futs:
             f.result()
@@ -455,6 +482,64 @@ def _migrate(
         parts[r] = _Part([merged], [piece[1]])
     left = set(clear(got))
     return len(left), {r for r, _, _ in got}, [p for _, _, p in got], [k for k in listed if k not in left]
+
+
+class _FlatFiles:
+    """The flat files one migration moves, held as the store returned them (Parquet, compressed) and
+    decoded run by run as each run moves: every file decoded at once, the 500 files of a pass at 1M
+    events, was most of a migrating pass's memory (bench/README.md, issue [V]). A file's decoded
+    events are kept only while another of its runs is still to move, its bytes until all have."""
+
+    def __init__(self, cat: Catalog, flat: list[str]) -> None:
+        self.runs_of: dict[str, set[str]] = {}  # each file's runs; none when unreadable or empty
+        self.files_of: dict[str, list[str]] = {}  # each run's files, in the order of the oldest holding it
+        self._raw: dict[str, bytes] = {}
+        self._left: dict[str, int] = {}  # of each file's runs, those not moved (or passed over) yet
+        self._decoded: dict[str, pa.Table] = {}
+        self._lock = threading.Lock()
+
+        def runs(k: str) -> tuple[bytes, list[str]] | None:
+            data = cat._get(k) or b""
+            try:  # decoded whole once, as before, so what is unreadable is the same
+                t = _normalise(_parquet(data, k), k)
+            except CatalogError as e:
+                cat._skip(k, e)
+                return None
+            return data, (pc.unique(t["run"]).to_pylist() if t.num_rows else [])
+
+        with ThreadPoolExecutor(max_workers=_FLAT_READERS) as pool:
+            for k, got in zip(flat, pool.map(runs, flat), strict=True):
+                self.runs_of[k] = set() if got is None else set(got[1])
+                if got is None or not got[1]:
+                    continue
+                self._raw[k], self._left[k] = got[0], len(got[1])
+                for r in got[1]:
+                    self.files_of.setdefault(r, []).append(k)
+
+    def events(self, run: str) -> list[pa.Table]:
+        """`run`'s events of each flat file holding it, every column with identities, in file order."""
+        out = []
+        for k in self.files_of[run]:
+            with self._lock:
+                t = self._decoded.get(k)
+                data = self._raw[k]
+                shared = self._left[k] > 1
+            if t is None:
+                t = _full(_normalise(_parquet(data, k), k))
+                if shared:
+                    with self._lock:
+                        t = self._decoded.setdefault(k, t)
+            out.append(t.filter(pc.equal(t["run"], run)) if len(self.runs_of[k]) > 1 else t)
+        return out
+
+    def done(self, run: str) -> None:
+        """`run` moved or passed over: what only it still needed is let go."""
+        with self._lock:
+            for k in self.files_of[run]:
+                self._left[k] -= 1
+                if not self._left[k]:
+                    self._decoded.pop(k, None)
+                    del self._raw[k]
 
 
 def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tuple[str, _Piece]:
@@ -476,8 +561,7 @@ def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tupl
     merged = cat._new_key(run, time_ns=ns)
     cat.store.put_bytes(merged, _to_bytes(t), if_none_match=True, content_type="application/vnd.apache.parquet")
     readable = [k for k in old if k not in cat.unreadable]
-    piece = (run, cat._new_key(run, "snapshot"), _snapshot_bytes(_fold_table(t), [*readable, merged]))
-    cat.store.put_bytes(piece[1], piece[2], if_none_match=True, content_type="application/vnd.apache.parquet")
+    piece = _piece(cat, run, _fold_table(t), [*readable, merged])
     for k in old:
         if k in cat.unreadable:
             _set_aside(cat, k)

@@ -324,6 +324,39 @@ def test_a_clock_running_out_mid_migration_stops_between_runs_never_before_a_sna
     assert len(cat.events("run-2")) == len([e for e in evs if e.run == "run-2"])  # moved twice, once each
 
 
+def test_a_migration_gets_each_flat_file_once_and_holds_its_events_decoded_only_while_its_runs_move() -> None:
+    # the migration keeps the flat files as stored and decodes them run by run: the 500 files of a pass
+    # decoded at once were most of its memory at 1M events (bench/README.md, issue [V])
+    from ckptvault.catalog import compaction
+    from ckptvault.catalog.codec import _decode_rows
+
+    store = MemStore()
+    base = time.time_ns() - 10**10
+    files = {"ab": [*_life("a", 1, 0.0), *_life("b", 1, 1.0)], "b": _life("b", 2, 2.0),
+             "abc": [*_life("c", 1, 3.0), *_life("a", 2, 4.0), *_life("b", 3, 5.0)]}  # fmt: skip
+    keys = {}
+    for i, (name, evs) in enumerate(files.items()):
+        keys[name] = f"p/_catalog/events/{base + i:020d}-{i:032x}.parquet"
+        store.put_bytes(keys[name], encode_events(evs))
+    bad = f"p/_catalog/events/{base + 9:020d}-{9:032x}.parquet"
+    store.put_bytes(bad, b"not parquet")
+    cat = _cat(store)
+    name_of = {k: name for name, k in keys.items()}
+    held = compaction._FlatFiles(cat, sorted([*keys.values(), bad]))
+    assert sorted(store.got) == sorted([*keys.values(), bad])  # one GET each, none again below
+    assert held.runs_of[bad] == set() and bad in cat.unreadable
+    assert held.files_of == {"a": [keys["ab"], keys["abc"]], "b": [keys["ab"], keys["b"], keys["abc"]],
+                             "c": [keys["abc"]]}  # fmt: skip
+    for run in ("a", "b", "c"):
+        got = [e for t in held.events(run) for e, _, _ in _decode_rows(t, "")]
+        assert got == [e for k in held.files_of[run] for e in files[name_of[k]] if e.run == run], run
+        held.done(run)
+    assert not held._raw and not held._decoded  # every run moved: nothing held
+    assert len(store.got) == 4
+    compaction.compact(cat, time.time(), workers=4)
+    assert cat.current() == fold_python([e for evs in files.values() for e in evs])
+
+
 class _Racing(MemStore):
     """Runs `hook` once, just before the first snapshot of `run` is written."""
 
