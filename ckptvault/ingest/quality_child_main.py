@@ -9,6 +9,7 @@ import importlib.util
 import os
 import pickle
 import sys
+import threading
 import time
 from types import ModuleType
 
@@ -30,29 +31,41 @@ LEAN_BLOCKED = ("pyarrow", "sqlalchemy", "boto3", "botocore")
 LEAN_DEFERRED = ("altair", "scipy.stats")
 
 
+_loading = threading.RLock()  # one first read loads the real module; another thread's waits for it
+
+
 class _Deferred(ModuleType):
     """Stands in sys.modules for a module not imported yet; the first attribute read imports the real
     one and answers from it. Not importlib.util.LazyLoader: `import altair as alt` reads the module's
-    `__spec__` (Python 3.11), which makes a LazyLoader module run its code at once."""
+    `__spec__` (Python 3.11), which makes a LazyLoader module run its code at once. A submodule imported
+    while it stands in (`import scipy.stats._x` reads its `__path__`) would run that submodule twice, so
+    that is an ImportError: the child starts over with the full import (`_child_main`)."""
 
     def __getattr__(self, attr: str) -> object:
-        real = self.__dict__.get("_real")
-        if real is None:
-            name = self.__name__
-            parent, _, child = name.rpartition(".")
-            # out of the way while the real one runs: its own `import scipy.stats._x` must find that one
-            del sys.modules[name]
-            if parent and getattr(sys.modules[parent], child, None) is self:
-                delattr(sys.modules[parent], child)
-            try:
-                real = importlib.import_module(name)
-            except BaseException:
-                sys.modules[name] = self
-                if parent:
-                    setattr(sys.modules[parent], child, self)
-                raise
-            self.__dict__["_real"] = real
+        with _loading:
+            real = self.__dict__.get("_real")
+            if real is None:
+                real = self._load()
+        if attr == "__path__":
+            raise ImportError(f"{self.__name__}: a submodule imported while it was deferred")
         return getattr(real, attr)
+
+    def _load(self) -> ModuleType:
+        name = self.__name__
+        parent, _, child = name.rpartition(".")
+        # out of the way while the real one runs: its own `import scipy.stats._x` must find that one
+        del sys.modules[name]
+        if parent and getattr(sys.modules[parent], child, None) is self:
+            delattr(sys.modules[parent], child)
+        try:
+            real = importlib.import_module(name)
+        except BaseException:
+            sys.modules[name] = self
+            if parent:
+                setattr(sys.modules[parent], child, self)
+            raise
+        self.__dict__["_real"] = real
+        return real
 
 
 def _defer(name: str) -> bool:
@@ -61,14 +74,17 @@ def _defer(name: str) -> bool:
     if name in sys.modules:
         return False
     try:
-        if importlib.util.find_spec(name) is None:  # a dotted name's parent is imported: scipy, cheap
-            return False
+        spec = importlib.util.find_spec(name)  # a dotted name's parent is imported: scipy, cheap
     except (ImportError, ValueError):
         return False
-    sys.modules[name] = _Deferred(name)
+    if spec is None:
+        return False
+    stand_in = _Deferred(name)
+    stand_in.__spec__ = spec  # find_spec(name) answers from it, as for any imported module
+    sys.modules[name] = stand_in
     parent, _, child = name.rpartition(".")
     if parent:
-        setattr(sys.modules[parent], child, sys.modules[name])  # `from scipy import stats` reads it there
+        setattr(sys.modules[parent], child, stand_in)  # `from scipy import stats` reads it there
     return True
 
 

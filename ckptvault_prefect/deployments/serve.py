@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from prefect.events import DeploymentTriggerTypes
 from prefect.exceptions import TerminationSignal
 from prefect.runner import Runner
 from prefect.schedules import Cron, Interval, Schedule
+from prefect.settings import get_current_settings
+from prefect.settings.profiles import load_current_profile
 from prefect.task_runners import TaskRunner
 from pydantic import TypeAdapter
 
@@ -96,17 +99,27 @@ def served_flows(
 
 # How often the serving process asks the API for flow runs to start. Prefect's default (10 s,
 # PREFECT_RUNNER_POLL_FREQUENCY) alone would put up to 10 s between a hook's event and its ingest's
-# start, the whole of issue [T]'s margin (upload + 10 s); a poll is one small API query. A value the
-# operator set in the environment wins.
+# start, the whole of issue [T]'s margin (upload + 10 s); a poll is one small API query. An interval the
+# operator chose (the environment, the active profile, or any other of Prefect's sources saying
+# something other than 10) wins.
 SERVE_POLL_SECONDS = 1.0
 POLL_ENV = "PREFECT_RUNNER_POLL_FREQUENCY"
+PREFECT_DEFAULT_POLL_SECONDS = 10.0
 
 
-def poll_seconds(environ: dict[str, str] | None = None) -> float | None:
-    """The runner's poll interval for `ckptvault serve`: None (Prefect's setting) when the operator set
-    PREFECT_RUNNER_POLL_FREQUENCY, else SERVE_POLL_SECONDS."""
+def poll_seconds(
+    environ: Mapping[str, str] | None = None, configured: float | None = None, in_profile: bool | None = None
+) -> float | None:
+    """The runner's poll interval for `ckptvault serve`: None (Prefect's own setting) when the operator
+    chose one, else SERVE_POLL_SECONDS. `configured` (Prefect's current value) and `in_profile` (the
+    active profile names it) are read from Prefect when not given."""
     env = os.environ if environ is None else environ
-    return None if env.get(POLL_ENV, "").strip() else SERVE_POLL_SECONDS
+    if configured is None:
+        configured = float(get_current_settings().runner.poll_frequency)
+    if in_profile is None:
+        in_profile = any(getattr(k, "name", k) == POLL_ENV for k in load_current_profile().settings)
+    chosen = bool(env.get(POLL_ENV, "").strip()) or in_profile or configured != PREFECT_DEFAULT_POLL_SECONDS
+    return None if chosen else SERVE_POLL_SECONDS
 
 
 def build_deployments(config_path: str | None = None) -> list[Any]:

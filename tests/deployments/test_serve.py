@@ -68,13 +68,17 @@ def test_served_deployments_match_prefect_yaml() -> None:
 
 def test_serve_polls_for_runs_every_second_unless_the_operator_chose() -> None:
     """Prefect's 10 s poll would be the whole of a hook's margin (issue [T]: upload + 10 s): serve asks
-    every second, and an interval the operator set in PREFECT_RUNNER_POLL_FREQUENCY is left to Prefect."""
+    every second, and an interval the operator chose (environment, profile, or any source saying other
+    than Prefect's 10) is left to Prefect."""
     from ckptvault_prefect.deployments.serve import SERVE_POLL_SECONDS, poll_seconds
 
     assert SERVE_POLL_SECONDS <= 1.0
-    assert poll_seconds({}) == SERVE_POLL_SECONDS
-    assert poll_seconds({"PREFECT_RUNNER_POLL_FREQUENCY": "5"}) is None
-    assert poll_seconds({"PREFECT_RUNNER_POLL_FREQUENCY": " "}) == SERVE_POLL_SECONDS
+    assert poll_seconds({}, 10.0, False) == SERVE_POLL_SECONDS
+    assert poll_seconds({"PREFECT_RUNNER_POLL_FREQUENCY": "5"}, 5.0, False) is None
+    assert poll_seconds({"PREFECT_RUNNER_POLL_FREQUENCY": " "}, 10.0, False) == SERVE_POLL_SECONDS
+    assert poll_seconds({}, 10.0, True) is None  # `prefect config set` in the active profile, even to 10
+    assert poll_seconds({}, 30.0, False) is None  # prefect.toml, .env, pyproject
+    assert poll_seconds({}) in (SERVE_POLL_SECONDS, None)  # read from this process's Prefect settings
 
 
 def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_step() -> None:
@@ -144,10 +148,8 @@ def test_ckptvault_serve_registers_and_runs_the_seven_deployments_and_the_ingest
     hf_source = f'\n[[sources]]\nrun = "hf"\npath = "{hf}"\nformat = "hf"\nsettle_seconds = 3600\n'
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", hot, "hf")], extra=lt_source + hf_source)
     log = tmp_path / "serve.log"
-    # serve looks for runs to start every second, not Prefect's default 10 (as above: test time only)
-    env = prefect_server.cli_env(
-        **seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"), PREFECT_RUNNER_POLL_FREQUENCY="1"
-    )
+    # serve's own 1 s poll for runs to start (not Prefect's 10 s): the shipped default, run end to end
+    env = prefect_server.cli_env(**seaweedfs.env(), PREFECT_HOME=str(tmp_path / "home"))
     t0 = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen(

@@ -463,3 +463,32 @@ def test_a_deferred_module_loads_whole_at_its_first_use(tmp_path: Path, monkeypa
     finally:
         for name in ("deferpkg.sub", "deferpkg"):
             sys.modules.pop(name, None)
+
+
+def test_a_submodule_of_a_deferred_package_is_an_import_error_not_a_second_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Importing a deferred package's submodule would run that submodule twice (Python reads the
+    stand-in's __path__ only after checking sys.modules): an ImportError instead, which makes the gate
+    child start over with the full import. find_spec answers for a deferred module as for a loaded one."""
+    import importlib.util
+
+    from ckptvault.ingest.quality_child_main import _defer
+
+    pkg = tmp_path / "deferpkg2"
+    (pkg / "inner").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "inner" / "__init__.py").write_text("from deferpkg2.inner import part\n")
+    (pkg / "inner" / "part.py").write_text("import deferpkg2\ndeferpkg2.runs = getattr(deferpkg2, 'runs', 0) + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert _defer("deferpkg2.inner") is True
+        assert importlib.util.find_spec("deferpkg2.inner") is not None
+        with pytest.raises(ImportError, match=r"deferpkg2\.inner: a submodule imported while it was deferred"):
+            import deferpkg2.inner.part
+        import deferpkg2
+
+        assert deferpkg2.runs == 1  # the real package's own import of it, once
+    finally:
+        for name in ("deferpkg2.inner.part", "deferpkg2.inner", "deferpkg2"):
+            sys.modules.pop(name, None)
