@@ -67,7 +67,7 @@ def ingest_body(
             raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
         sources = narrow.narrow_sources(cfg.sources, run)
         store = open_store_task(cfg) if preflighted is None else preflighted[1]
-        ensure_bucket_rules_task(store)
+        ensure_bucket_rules_task(store, cfg.store)
     catalog = Catalog(store, cfg.store.prefix)
     known: dict[str, dict[int, CheckpointState]] = {}
     founds: list[Found] = []
