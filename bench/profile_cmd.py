@@ -5,6 +5,10 @@ Prints a markdown table of the phases (median over --reps), the printed total an
 script measured around the process, and the load average.
 
     python -m bench.profile_cmd [--size-gib 1] [--reps 1] [--no-prefect-api] [--json out.json]
+                                [--tree before=/tmp/before]
+
+`--tree LABEL=DIR` runs the same commands from another checkout too (e.g. a `git archive` of main),
+interleaved with this one's in every rep: columns `ingest prefect @before` beside `ingest prefect`.
 
 Scratch (the servers' state, the checkpoint, the restores) is under bench/.scratch-profile, deleted at
 the end.
@@ -53,7 +57,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-prefect-api", action="store_true", help="only the direct mode (no Prefect server)")
     ap.add_argument("--scratch", type=Path, default=BENCH / ".scratch-profile")
     ap.add_argument("--json", type=Path, default=None, help="write every measurement here")
+    ap.add_argument("--tree", action="append", default=[], help="LABEL=DIR: another checkout, interleaved")
     args = ap.parse_args(argv)
+    trees: list[tuple[str, Path]] = [("", REPO)]
+    for spec in args.tree:
+        label, _, d = spec.partition("=")
+        if not label or not d or not (Path(d) / "ckptvault_cli").is_dir():
+            ap.error(f"--tree {spec}: want LABEL=DIR, DIR a ckptvault checkout")
+        trees.append((f" @{label}", Path(d).resolve()))
     scratch: Path = args.scratch
     stop_leftovers(scratch)
     shutil.rmtree(scratch, ignore_errors=True)
@@ -81,24 +92,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         total = dir_bytes(ck)
         log(f"checkpoint: {total / GiB:.2f} GiB, 8 shards + optimizer (hf)")
         ckptvault = str(VENV_BIN / "ckptvault")
-        for rep in range(args.reps):
-            for mode in modes:  # alternating: a slow minute of the shared box hits both modes alike
-                menv = dict(env, PREFECT_API_URL=prefect.url) if mode == "prefect" else env
-                prefix = f"prof-{mode}-{rep}"
-                cfg = write_config(scratch / f"{prefix}.toml", server, prefix, src)
-                loads.append(os.getloadavg()[0])
-                up = _run([ckptvault, "--config", str(cfg), "ingest", "--profile", "--json"], menv, logfile)
-                dest = scratch / f"back-{prefix}"
-                loads.append(os.getloadavg()[0])
-                down = _run(
-                    [ckptvault, "--config", str(cfg), "restore", RUN, "--dest", str(dest), "--profile", "--json"],
-                    menv, logfile,
-                )  # fmt: skip
-                shutil.rmtree(dest, ignore_errors=True)
-                delete_prefix(client, server, prefix)
-                results.setdefault(f"ingest {mode}", []).append(up)
-                results.setdefault(f"restore {mode}", []).append(down)
-                log(f"rep {rep} {mode}: ingest {up['wall']:.2f} s, restore {down['wall']:.2f} s")
+        # alternating: a slow minute of the shared box hits every mode and tree alike; the trees' order
+        # rotates by rep, so the first (cold) command of a rep is not always the same tree's
+        order = [(r, t, m) for r in range(args.reps) for t in trees[r % len(trees) :] + trees[: r % len(trees)]
+                 for m in modes]  # fmt: skip
+        for rep, (label, tree), mode in order:
+            menv = dict(env, PYTHONPATH=str(tree))
+            if mode == "prefect":
+                menv["PREFECT_API_URL"] = prefect.url
+            prefix = f"prof-{mode}-{rep}{label.replace(' @', '-')}"
+            cfg = write_config(scratch / f"{prefix}.toml", server, prefix, src)
+            loads.append(os.getloadavg()[0])
+            up = _run([ckptvault, "--config", str(cfg), "ingest", "--profile", "--json"], menv, logfile)
+            dest = scratch / f"back-{prefix}"
+            loads.append(os.getloadavg()[0])
+            down = _run(
+                [ckptvault, "--config", str(cfg), "restore", RUN, "--dest", str(dest), "--profile", "--json"],
+                menv, logfile,
+            )  # fmt: skip
+            shutil.rmtree(dest, ignore_errors=True)
+            delete_prefix(client, server, prefix)
+            results.setdefault(f"ingest {mode}{label}", []).append(up)
+            results.setdefault(f"restore {mode}{label}", []).append(down)
+            log(f"rep {rep} {mode}{label}: ingest {up['wall']:.2f} s, restore {down['wall']:.2f} s")
     finally:
         prefect.down()
         server.down()

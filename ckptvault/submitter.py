@@ -3,7 +3,8 @@
 A protocol decides what to call, in which order, and what to undo when a step fails; how a call runs
 is not its business. It names the library function and the arguments, and its Submitter runs them:
 in the flows each call is the Prefect task that wraps that function (retried, recorded, placed on a
-node's worker: ckptvault_prefect/runtime/submitter.py), in the unit tests a plain call. So the order
+node's worker: ckptvault_prefect/runtime/submitter.py) except the transfer's, which runs on `Threads`
+unless on a Dask cluster; in the command line without a Prefect API and in the unit tests, plain calls. So the order
 and the rollback are library code a unit test reaches on the in-memory store, and the flow only wires.
 """
 
@@ -98,12 +99,12 @@ class _Running:
 
 
 class Threads:
-    """A Submitter without Prefect, for the command line's direct mode and a big file's ranges in the
-    restore flow: each call a plain call, the functions in `io` retried on transient store errors as
-    their tasks would be. A map's calls go to one pool of `workers` threads shared by every map of this
-    submitter and are not waited for (not `inline`): a big file's ranges and the whole-file downloads
-    submitted after them run at once, as they do on a task runner. Use it as a context manager (or call
-    `close`): no thread outlives it."""
+    """A Submitter without Prefect, for the command line's direct mode and the transfer of the restore
+    and ingest flows on a thread pool task runner: each call a plain call, the functions in `io` retried
+    on transient store errors as their tasks would be. A map's calls go to one pool of `workers` threads
+    shared by every map of this submitter and are not waited for (not `inline`): a big file's ranges and
+    the whole-file downloads submitted after them run at once, as they do on a task runner. Use it as a
+    context manager (or call `close`): no thread outlives it."""
 
     def __init__(self, io: Iterable[Callable[..., Any]], workers: int = 4, sleep: Callable[[float], None] = time.sleep):
         self._io, self._workers, self._sleep = frozenset(io), max(1, workers), sleep

@@ -24,6 +24,7 @@ import threading  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
+from ckptvault import memo  # noqa: E402
 from ckptvault.config import ConfigError  # noqa: E402
 from ckptvault.errors import CkptvaultError  # noqa: E402
 from ckptvault_cli import process, profiling  # noqa: E402
@@ -42,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "profile", False):
         profiling.begin(args.command, bool(getattr(args, "json", False)), started, process.one_shot())
     try:
-        return fn(args)
+        with memo.command():  # the config, the bucket probes: read once by the command and its flow
+            return fn(args)
     except (ConfigError, UsageError) as e:
         say(f"ckptvault: {e}")
         return EXIT_USAGE

@@ -8,7 +8,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ckptvault.config import Config, check_sources, load_config
+from ckptvault import memo
+from ckptvault.config import Config, check_sources
 from ckptvault.errors import CkptvaultError
 from ckptvault_cli import running
 from ckptvault_cli.output import say
@@ -45,10 +46,10 @@ def preflight_store(
     """`preflight`, and the store it checked, for a command that reads it next (a client costs ~70 ms).
     `config_read`: called with the config as soon as it is parsed, before the checks and the store's
     import and round trips (ingest starts its gate child there, so the child boots beside them)."""
-    cfg = load_config(args.config)
+    cfg = memo.load_config(args.config)
     if config_read is not None:
         config_read(cfg)
-    from ckptvault.store import StoreError, open_store
+    from ckptvault.store import StoreError
 
     if need_sources:
         problems = check_sources(cfg)
@@ -56,9 +57,9 @@ def preflight_store(
             raise UsageError("\n".join(problems))
         if not cfg.sources:
             raise UsageError("no [[sources]] in the configuration: add one per training run to ingest.")
-    store = open_store(cfg.store)
     try:
-        store.check_bucket()
+        # remembered for this command: the flow it runs next in this process does not probe again
+        store = memo.checked_store(cfg.store)
     except StoreError as e:
         raise UsageError(str(e)) from None
     if need_sources:  # a command that writes saves: their locks must hold (docs/FORMAT.md, "Object Lock")

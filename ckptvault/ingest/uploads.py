@@ -8,6 +8,7 @@ aborted, so that a failed checkpoint leaves no upload open to be paid for until 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -23,6 +24,12 @@ from ckptvault.progress import ProgressBar
 from ckptvault.ranges import split_size
 from ckptvault.store import ObjectStore, SplitUpload
 from ckptvault.submitter import Pending, Submitter, settle
+
+# A checkpoint's transfer: every call here that moves or finishes bytes, per file and per part, all store
+# I/O (retried on transient store errors). The ingest flow runs these on plain threads of its own
+# process when no Dask cluster runs its tasks: no task run per file or per part
+# (ckptvault_prefect/runtime/ingest.py, docs/performance.md).
+DATA_PATH: frozenset[Callable[..., Any]] = frozenset({upload_one, begin_split, send_range, finish_split, abort_split})
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ the catalog and send its alert.
 One function for both ways a restore runs (docs/performance.md, "Where a command's time goes"): the
 command line without a Prefect API calls it straight after its own preflight and plan, with plain
 threads (`Threads`, no Prefect imported, nothing read twice); the restore flow calls it after the
-flow's own preflight and plan, with each call as its Prefect task (ckptvault_prefect/runtime/
-submitter.py). The catalog event and the alert are written only after the bytes are durable (every
-file fsynced, the staging directory renamed into place), as before.
+flow's own preflight and plan, on the same plain threads, or with each call as its Prefect task when a
+Dask cluster runs the flow's tasks (ckptvault_prefect/runtime/restore.py). The catalog event and the
+alert are written only after the bytes are durable (every file fsynced, the staging directory renamed
+into place), as before.
 """
 
 from __future__ import annotations

@@ -151,15 +151,16 @@ def choose(statuses: Sequence[CopyStatus], forced: str | None = None) -> list[Co
 def open_copies(cfg: Config) -> list[Copy]:
     """Every store a save may be read from, the primary first then `[[replicas]]` in order, each opened
     and its bucket checked once (one HEAD, botocore's quick client): a store that fails is a Copy without
-    a store, saying why, so a restore goes on from another."""
-    from ckptvault.store import StoreError, open_store
+    a store, saying why, so a restore goes on from another. Within one command a store already checked
+    is not checked again (ckptvault/memo.py)."""
+    from ckptvault import memo
+    from ckptvault.store import StoreError
 
     out = []
     named = [(PRIMARY, cfg.store), *((r.name, r) for r in cfg.replicas)]
     for name, store_cfg in named:
         try:
-            store = open_store(store_cfg)
-            store.check_bucket()
+            store = memo.checked_store(store_cfg)
         except StoreError as e:
             out.append(Copy(name, None, store_cfg.prefix, str(e)))
             continue

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 def cmd_restore(args: argparse.Namespace) -> int:
     with phase(timing.IMPORTS):
         from ckptvault.catalog import Catalog
-        from ckptvault.config import load_config
+        from ckptvault.memo import load_config
         from ckptvault.pricing import load_prices
         from ckptvault.restore import copies as copies_lib
         from ckptvault.restore import from_manifests

@@ -21,7 +21,7 @@ from ckptvault.ingest.steps import IngestIncomplete, Outcome, ledger_counts
 from ckptvault.store import ObjectStore
 from ckptvault.timing import phase
 from ckptvault_prefect.runtime import events as prefect_events
-from ckptvault_prefect.runtime.submitter import TaskSubmitter
+from ckptvault_prefect.runtime.ingest import IngestSubmitter
 from ckptvault_prefect.tasks.common import (
     compact_catalog_task,
     ledger_task,
@@ -30,7 +30,6 @@ from ckptvault_prefect.tasks.common import (
     publish_markdown_task,
 )
 from ckptvault_prefect.tasks.ingest import (
-    STEPS,
     ensure_bucket_rules_task,
     find_checkpoints_task,
     find_step_task,
@@ -68,7 +67,7 @@ def ingest_body(
             raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
         sources = narrow.narrow_sources(cfg.sources, run)
         store = open_store_task(cfg) if preflighted is None else preflighted[1]
-        ensure_bucket_rules_task(store)
+        ensure_bucket_rules_task(store, cfg.store)
     catalog = Catalog(store, cfg.store.prefix)
     known: dict[str, dict[int, CheckpointState]] = {}
     founds: list[Found] = []
@@ -85,8 +84,9 @@ def ingest_body(
         for problem in result.problems:
             print(f"{source.run}: {problem}")
         founds += result.found
-    ingest_pass = IngestPass(cfg, store, catalog, flow_run_id, known, TaskSubmitter(STEPS))
-    outcomes = ingest_pass.run(founds)
+    with IngestSubmitter() as submit:  # the transfer on plain threads unless on Dask (its docstring)
+        ingest_pass = IngestPass(cfg, store, catalog, flow_run_id, known, submit)
+        outcomes = ingest_pass.run(founds)
     with phase(timing.GATES):
         release_gate_child_task()
     prefect_events.recorded(ingest_pass.recorded)  # what the pass recorded in the catalog, for Prefect automations

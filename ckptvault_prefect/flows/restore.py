@@ -28,7 +28,7 @@ from ckptvault.restore.result import RestoreResult
 from ckptvault.timing import phase
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
-from ckptvault_prefect.runtime.restore import RestoreSubmitter
+from ckptvault_prefect.runtime.restore import restore_submitter
 from ckptvault_prefect.tasks.common import (
     load_config_task,
     publish_markdown_task,
@@ -102,7 +102,7 @@ def restore(
             "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
         )
     chosen_copies = Chosen(run, chosen, target, tuple(ordered), tuple(statuses), est)
-    with RestoreSubmitter() as submit:
+    with restore_submitter() as submit:  # plain threads unless on Dask (its docstring)
         report = complete(submit, cfg, catalog, chosen_copies, tier=tier,
                           wait_s=wait_hours * 3600 if wait else 0.0, force=force, secret=load_secret, started=t0,
                           node_local=dest if node_local else None, run_id=str(flow_run.id or ""),

@@ -1,40 +1,30 @@
-"""The restore flow's submitter: its task for every call, except the ranges of a big file."""
+"""The restore flow's submitter: the library's plain threads, as the command line's direct mode, unless
+a Dask cluster runs the flow's tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from ckptvault.restore import complete, fallback, ranged
-from ckptvault.submitter import Pending, Threads
+from ckptvault.restore import complete
+from ckptvault.submitter import Submitter, Threads
+from ckptvault_prefect.runtime.scale import worker_resources
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.restore import STEPS
 
-# The ranges of a big file: many per file (a 1 GiB save is dozens), each a task run created and its states
-# reported to the API from the same cores as the transfer (bench/README.md, "Restore with a Prefect API").
-RANGES = frozenset({ranged.fetch_range, fallback.fetch_range_guarded})
 
-
-class RestoreSubmitter(TaskSubmitter):
-    """The flow's submitter for a restore: every call its task, except a big file's ranges on a thread
-    pool task runner, fetched on plain threads of the flow run (the same retry policy, the same CRC32C
-    checks, no task run each); the file's allocate and verify steps stay task runs. On a Dask cluster
-    each range stays a task, to run on a worker that sees the destination. A map of ranges is not
-    waited for: the whole-file tasks submitted after it run at the same time. Use it as a context
-    manager: its threads end with it."""
-
-    def __init__(self, workers: int = 4) -> None:
-        super().__init__(STEPS)
-        self._threads = Threads(complete.IO_STEPS, workers)
-
-    def __enter__(self) -> RestoreSubmitter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._threads.close()  # no range thread outlives the flow run's restore
-
-    def map(self, calls: Sequence[partial[Any]], node: str | None = None) -> list[Pending[Any]]:
-        if calls and node is None and calls[0].func in RANGES and self.node_workers() is None:
-            return self._threads.map(calls)
-        return super().map(calls, node)
+@contextmanager
+def restore_submitter(workers: int = 4) -> Iterator[Submitter]:
+    """How the restore flow runs `complete` (ckptvault/restore/complete.py): on a thread pool task
+    runner, every call (each file's download, a big file's ranges, allocate, seal, the fsyncs, the
+    rename into place, the catalog's record, the alert, the ledger) a plain call on `workers` threads of
+    the flow run with the io steps' retry policy, exactly as the command line without a Prefect API
+    runs it: a task run per file and per range cost the flow run's process CPU on the same cores as the
+    transfer (bench/README.md, "Restore with a Prefect API"). On a Dask cluster each call stays its task:
+    the workers run tasks, and a node's files are written by its own worker (--node-local). The threads
+    end with the block."""
+    if worker_resources() is not None:
+        yield TaskSubmitter(STEPS)
+        return
+    with Threads(complete.IO_STEPS, workers) as threads:
+        yield threads

@@ -4,24 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckptvault import ledger
+from ckptvault import ledger, memo
 from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
-from ckptvault.config import Config, load_config
+from ckptvault.config import Config
 from ckptvault.restore.plan import load_manifest
-from ckptvault.store import ObjectStore, open_store
+from ckptvault.store import ObjectStore
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
 @local_task("load-config")
 def load_config_task(config_path: str | None) -> Config:
-    return load_config(config_path)
+    # once per command: the command line read it a moment ago in this process (ckptvault/memo.py)
+    return memo.load_config(config_path)
 
 
 @io_task("open-store")
 def open_store_task(cfg: Config) -> ObjectStore:
-    store = open_store(cfg.store)
-    store.check_bucket()
-    return store
+    return memo.checked_store(cfg.store)  # once per command, as the config
 
 
 @io_task("record-events")

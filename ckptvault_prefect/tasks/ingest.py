@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ckptvault import memo
 from ckptvault.catalog import Catalog
-from ckptvault.config import Compression, SourceConfig
+from ckptvault.config import Compression, SourceConfig, StoreConfig
 from ckptvault.ingest import narrow, nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
@@ -20,9 +21,10 @@ from ckptvault_prefect.tasks.step import Step
 
 
 @io_task("ensure-bucket-rules")
-def ensure_bucket_rules_task(store: ObjectStore) -> bool:
-    """Every bucket we write to aborts incomplete multipart uploads after a day (crashed uploads)."""
-    return store.ensure_abort_incomplete_mpu_rule(1)
+def ensure_bucket_rules_task(store: ObjectStore, cfg: StoreConfig) -> bool:
+    """Every bucket we write to aborts incomplete multipart uploads after a day (crashed uploads);
+    checked once per command for `cfg`'s store (`follow`: every few minutes; ckptvault/memo.py)."""
+    return memo.ensure_abort_rule(store, cfg, 1)
 
 
 known_states_task = io_task("catalog-state")(lib.known_states)
