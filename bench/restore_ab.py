@@ -3,7 +3,7 @@ and after it, e.g. `git archive C | tar -x -C /tmp/before`), interleaved on one 
 Prefect API, so a loaded shared box hits every tree alike: each phase's median, the wall time and
 `first_byte` per tree and mode (issue [W], bench/README.md "Where a command's time goes").
 
-    python -m bench.restore_ab --trees before=/tmp/before after=. --reps 3 --json out.json [--no-prefect-api]
+    python -m bench.restore_ab --trees before=/tmp/before after=. --reps 3 --json out.json [--no-prefect-api] [--step N]
 
 The save is ingested once, by the first tree. Scratch under bench/.scratch-restore-ab, deleted at the end.
 """
@@ -36,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--size-gib", type=float, default=1.0)
     ap.add_argument("--no-prefect-api", action="store_true")
+    ap.add_argument("--step", default=None, help="restore --step N (default: latest, the command's default)")
     ap.add_argument("--json", type=Path, required=True)
     a = ap.parse_args(argv)
     trees = {name: str(Path(path).resolve()) for name, path in (t.split("=", 1) for t in a.trees)}
@@ -79,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     load = os.getloadavg()[0]
                     t0 = time.perf_counter()
                     cmd = [ckptvault, "--config", str(cfg), "restore", RUN, "--dest", str(dest), "--profile", "--json"]
+                    cmd += ["--step", a.step] if a.step is not None else []
                     p = subprocess.run(cmd, env=menv, capture_output=True, text=True)
                     wall = time.perf_counter() - t0
                     if p.returncode != 0:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ckptvault.errors import CkptvaultError, InvalidArgumentError
-from ckptvault.formats import LAYOUTS
+from ckptvault.layout_names import LAYOUT_NAMES
 
 ENV_VAR = "CKPTVAULT_CONFIG"
 # "auto": each file stored as shuffle-zstd frames when a sample of it compresses (docs/FORMAT.md,
@@ -149,7 +149,7 @@ class SourceConfig(_Strict):
         description="The run's name in the bucket and the catalog (letters, digits, `.`, `_`, `-`)."
     )
     path: Path = Field(description="The run's checkpoint root on the hot file system (it must exist).")
-    # "auto" or a name in formats.LAYOUTS, the one list of layouts
+    # "auto" or a name in layout_names.LAYOUT_NAMES, the names of formats.LAYOUTS
     format: str = Field(default="auto", description="The checkpoint layout, or `auto` to detect it (docs/frameworks/).")
     settle_seconds: Annotated[float, Field(ge=0)] = Field(
         default=60, description="A finished checkpoint is picked up only once nothing in it changed for this long."
@@ -213,8 +213,8 @@ class SourceConfig(_Strict):
     @field_validator("format")
     @classmethod
     def _known_format(cls, v: str) -> str:
-        if v != "auto" and v not in LAYOUTS:
-            raise ValueError("Input should be " + ", ".join(repr(n) for n in ("auto", *LAYOUTS)))
+        if v != "auto" and v not in LAYOUT_NAMES:
+            raise ValueError("Input should be " + ", ".join(repr(n) for n in ("auto", *LAYOUT_NAMES)))
         return v
 
 

@@ -17,23 +17,18 @@ import random
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 from urllib.parse import urlsplit
-
-from slack_sdk.http_retry import (
-    ConnectionErrorRetryHandler,
-    Jitter,
-    RateLimitErrorRetryHandler,
-    RetryHandler,
-)
-from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
-from slack_sdk.web import WebClient
-from slack_sdk.webhook import WebhookClient
 
 from ckptvault.alerts.alert import Alert, escape
 from ckptvault.alerts.watch import AlertState
 from ckptvault.config import NotifyConfig
 from ckptvault.errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # slack-sdk itself only when a Slack channel is built: not on a restore's path to its first byte
+    from slack_sdk.http_retry import Jitter, RetryHandler
+    from slack_sdk.web import WebClient
+    from slack_sdk.webhook import WebhookClient
 
 log = logging.getLogger("ckptvault.alerts.channels")
 alerts_log = logging.getLogger("ckptvault.alerts")
@@ -130,11 +125,16 @@ class _RedactingLogger(logging.Logger):
         return record
 
 
-class _ScaledJitter(Jitter):
-    """slack-sdk's default jitter adds up to a whole second, whatever the backoff; scale it instead."""
+def _scaled_jitter() -> Jitter:
+    from slack_sdk.http_retry import Jitter
 
-    def recalculate(self, duration: float) -> float:
-        return duration * (1 + random.random())
+    class _ScaledJitter(Jitter):
+        """slack-sdk's default jitter adds up to a whole second, whatever the backoff; scale it instead."""
+
+        def recalculate(self, duration: float) -> float:
+            return duration * (1 + random.random())
+
+    return _ScaledJitter()
 
 
 class SlackNotifier:
@@ -165,11 +165,16 @@ class SlackNotifier:
         if webhook_url:
             secrets.append(urlsplit(webhook_url).path)  # an error may quote only the path
         self._redact = _Redactor(secrets)
+        from slack_sdk.http_retry import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+        from slack_sdk.http_retry.builtin_interval_calculators import BackoffRetryIntervalCalculator
+        from slack_sdk.web import WebClient
+        from slack_sdk.webhook import WebhookClient
+
         handlers: list[RetryHandler] = [
             RateLimitErrorRetryHandler(max_retry_count=3),
             ConnectionErrorRetryHandler(
                 max_retry_count=connect_retries,
-                interval_calculator=BackoffRetryIntervalCalculator(backoff_seconds, _ScaledJitter()),
+                interval_calculator=BackoffRetryIntervalCalculator(backoff_seconds, _scaled_jitter()),
             ),
         ]
         sdk_log = _RedactingLogger(self._redact)

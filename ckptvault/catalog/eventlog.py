@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -65,6 +66,14 @@ def gc_paused() -> Iterator[None]:
 log = logging.getLogger("ckptvault.catalog")
 
 
+@dataclass
+class _Once:
+    """What `Catalog.read_once` has read: listings by run (None: every run) and objects' bytes by key."""
+
+    listings: dict[str | None, tuple[list[str], dict[str, _Part], list[str]]] = field(default_factory=dict)
+    objects: dict[str, bytes | None] = field(default_factory=dict)
+
+
 class Catalog:
     def __init__(self, store: ObjectStore, prefix: str) -> None:
         self.store = store
@@ -73,6 +82,20 @@ class Catalog:
         self.dir = f"{self.prefix}/{CATALOG_DIR}" if self.prefix else CATALOG_DIR  # the flat layout
         self.unreadable: dict[str, str] = {}  # catalog files this catalog could not read, and why
         self._combined_seen: Combined | None = None
+        self._once: _Once | None = None  # inside `read_once`
+
+    @contextmanager
+    def read_once(self) -> Iterator[None]:
+        """Within it, each listing and each object is read from the store once: a restore reads the
+        run's current state and then its events, which list the same partition and fetch the same
+        event files (docs/performance.md, "Where a command's time goes"). A catalog object is never
+        rewritten under its key; a listing holds as first read until an object it named is gone (a
+        compaction replaced it), when the retry lists again."""
+        self._once = _Once()
+        try:
+            yield
+        finally:
+            self._once = None
 
     def _part_dir(self, run: str) -> str:
         return self.root + run_partition(run)
@@ -92,6 +115,9 @@ class Catalog:
 
     def _list(self, run: str | None) -> tuple[list[str], dict[str, _Part], list[str]]:
         """`_listing`, and the combined snapshots (listed only with every run)."""
+        once = self._once
+        if once is not None and run in once.listings:
+            return once.listings[run]
         parts: dict[str, _Part] = {}
         flat: list[str] = []
         combined: list[str] = []
@@ -106,6 +132,8 @@ class Catalog:
                 elif r is not None:
                     p = parts.setdefault(r, _Part([], []))
                     (p.events if kind == "events" else p.snapshots).append(o.key)
+        if once is not None:
+            once.listings[run] = (flat, parts, combined)
         return flat, parts, combined
 
     def _combined(self, keys: Sequence[str], columns: Collection[str] | None = None) -> Combined | None:
@@ -124,10 +152,16 @@ class Catalog:
         return None
 
     def _get(self, key: str) -> bytes | None:
+        once = self._once
+        if once is not None and key in once.objects:
+            return once.objects[key]
         try:
-            return self.store.get_bytes(key)
+            data = self.store.get_bytes(key)
         except NotFoundError:
             raise _Vanished(key) from None
+        if once is not None:
+            once.objects[key] = data
+        return data
 
     def _skip(self, key: str, e: CatalogError) -> None:
         # One unreadable object (bit rot, a partial write, a stray file) must not stop every command,
@@ -160,6 +194,8 @@ class Catalog:
             try:
                 return fn()
             except _Vanished:
+                if self._once is not None:  # what was listed is gone: list again
+                    self._once.listings.clear()
                 continue  # a compaction deleted what we listed, after writing what replaces it
         return fn()
 

@@ -11,6 +11,7 @@ order (the primary first). `rank` and `choose` are pure, so every ordering is un
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -199,6 +200,40 @@ def survey(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyS
             CopyStatus(c.name, True, True, order, "", tuple(plans), missing, c.store, c.prefix, manifest)
         )  # fmt: skip
     return out
+
+
+class EarlySurvey:
+    """`survey` of the save a restore most likely resolves to, on a thread started before the catalog
+    is read, so the copies' manifests and listings are fetched beside the catalog's objects instead of
+    after them (docs/performance.md, "Where a command's time goes"). Only `--step N` can be guessed:
+    its save is `--save K`, else the step's first (a step saved twice is rare); `latest` is named by
+    the catalog alone. The guess decides nothing: `statuses` hands the survey over only when the
+    catalog resolved to the very save surveyed and the survey ended without raising; otherwise the
+    caller surveys as it would have without it."""
+
+    def __init__(self, copies: Sequence[Copy], run: str, step: str, save: int | None) -> None:
+        self.key = (int(step), 1 if save is None else save) if step.isdigit() else None
+        self._got: list[CopyStatus] | None = None
+        self._thread: threading.Thread | None = None
+        if self.key is not None:
+            key = self.key
+            # a daemon: a restore that stops at bad input (exit 2) does not wait for it
+            self._thread = threading.Thread(target=self._run, args=(copies, run, *key), daemon=True,
+                                            name="ckptvault-survey")  # fmt: skip
+            self._thread.start()
+
+    def _run(self, copies: Sequence[Copy], run: str, step: int, save: int) -> None:
+        try:
+            self._got = survey(copies, run, step, save)
+        except Exception:  # the caller's own survey raises it again, where it always did
+            self._got = None
+
+    def statuses(self, step: int, save: int) -> list[CopyStatus] | None:
+        """The survey of (step, save) if that is what ran and it ended; None: survey it now."""
+        if self._thread is None or self.key != (step, save):
+            return None
+        self._thread.join()
+        return self._got
 
 
 def _is_store_failure(e: CkptvaultError) -> bool:

@@ -38,8 +38,9 @@ class RunHistory:
 
 
 def read_run(catalog: Catalog, run: str) -> RunHistory:
-    states = catalog.current(run)
-    got, unreadable = _events(catalog, run)
+    with catalog.read_once():  # the state and the events list the same partition and read its event files
+        states = catalog.current(run)
+        got, unreadable = _events(catalog, run)
     return RunHistory(tuple(got), unreadable, None if unreadable else tuple(states))
 
 

@@ -17,7 +17,6 @@ import time
 import uuid
 from pathlib import Path
 
-from ckptvault.formats import get_layout
 from ckptvault.manifest import Manifest
 from ckptvault.restore.estimate import Estimate as Estimate
 from ckptvault.restore.estimate import estimate as estimate
@@ -95,6 +94,9 @@ def download_one(
 
 def write_pointer(staged: Path, manifest: Manifest) -> str | None:
     """Recreate `latest` / `latest_checkpointed_iteration.txt` so the framework resumes from here."""
+    # here, after the bytes: the layouts' modules are not on a restore's path to its first byte
+    from ckptvault.formats import get_layout
+
     pointer = get_layout(manifest.format).pointer_file(manifest.step, checkpoint_name(manifest))
     if pointer is None:
         return None

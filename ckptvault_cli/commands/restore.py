@@ -53,6 +53,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         else:
             copies = _open_copies(cfg)
     primary = copies[0].store
+    # `--step N`: that step's manifest and listing fetched beside the catalog read, used if it names that save
+    early = copies_lib.EarlySurvey(copies, args.run, args.step, args.save)
     with phase(timing.CATALOG_READ):
         if primary is not None:
             # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
@@ -77,7 +79,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
         choice = restore_runner(cfg, args)
     with phase(timing.PLAN):
         # Which copy is read (docs/replicas.md, "Restore from a copy"): each copy's manifest and one LIST
-        statuses = copies_lib.survey(copies, args.run, chosen.step, chosen.save)
+        statuses = early.statuses(chosen.step, chosen.save)
+        if statuses is None:
+            statuses = copies_lib.survey(copies, args.run, chosen.step, chosen.save)
         try:
             ordered = copies_lib.choose(statuses, args.source)
         except lib.RestoreError as e:

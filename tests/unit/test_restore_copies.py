@@ -252,3 +252,29 @@ def test_without_the_primary_the_runs_saves_are_found_from_a_replicas_manifests(
     history = copies.history_from_replicas([Copy("primary", None, PREFIX, "down"), Copy("dr", replica, DR)], "r")
     [state] = history.states()
     assert (state.run, state.step, state.save, state.verified) == ("r", 100, 1, True)
+
+
+class _Failing(MemoryStore):
+    def get_bytes(self, key: str) -> bytes:
+        raise TransientStoreError(f"{key}: connection reset")
+
+
+def test_an_early_survey_is_handed_over_only_for_the_save_the_catalog_names(
+    two_copies: tuple[MemoryStore, MemoryStore, Manifest, Path],
+) -> None:
+    primary, replica, _, _ = two_copies
+    found = [Copy("primary", primary, PREFIX), Copy("dr", replica, DR)]
+    early = copies.EarlySurvey(found, "r", "100", None)  # --step 100: its first save guessed
+    assert early.key == (100, 1)
+    got = early.statuses(100, 1)
+    assert got is not None and got == copies.survey(found, "r", 100, 1) and got[0].manifest is not None
+    assert copies.EarlySurvey(found, "r", "100", None).statuses(100, 2) is None  # the catalog named save 2
+    assert copies.EarlySurvey(found, "r", "100", None).statuses(200, 1) is None
+    assert copies.EarlySurvey(found, "r", "100", 2).key == (100, 2)  # --save 2
+    latest = copies.EarlySurvey(found, "r", "latest", None)  # only the catalog names the step: nothing started
+    assert latest.key is None and latest.statuses(100, 1) is None
+    # a survey that raised is not handed over: the caller's own survey raises it where it always did
+    failing = [Copy("primary", _Failing("ckpts"), PREFIX)]
+    assert copies.EarlySurvey(failing, "r", "100", None).statuses(100, 1) is None
+    with pytest.raises(TransientStoreError):
+        copies.survey(failing, "r", 100, 1)
