@@ -384,8 +384,16 @@ class RpoBench:
         req = urllib.request.Request(
             self.prefect.url + path, data=data, method=method, headers={"content-type": "application/json"}
         )
-        with urllib.request.urlopen(req, timeout=30) as r:
-            text = r.read()
+        for attempt in range(10):
+            try:
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    text = r.read()
+                break
+            except urllib.error.HTTPError as e:
+                # the server's SQLite busy beside serve's own registrations answers 503: again, as a client would
+                if e.code not in (429, 503) or attempt == 9:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
         return json.loads(text) if text else None
 
     def start_serve(self, env: dict[str, str]) -> None:
