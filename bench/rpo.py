@@ -15,6 +15,10 @@ child process, a save every `--every` steps, `--saves` saves), in one run, inter
   counted and printed); the framework's hook with PREFECT_API_URL set (CKPTVAULT_HOOK_SIGNAL=event):
   each save's event starts a flow run of the served ingest deployment for that run and step, one at a
   time (the deployment's concurrency limit of 1);
+- `hook-event`: the hook's cost alone on the Prefect path: the same hook, the same events to the same
+  Prefect server, with the ingest deployment's trigger (its automation) disabled for the run, so nothing
+  is archived and nothing runs beside the training but the servers idling; its saves are not archived
+  (0/N is expected, not a failure);
 - `follow`: no hook; `ckptvault follow --run R --poll-seconds 1` beside the training run;
 - `scheduled`: no hook; `ckptvault ingest` every `--interval` seconds (the deployment's 10-minute
   schedule, scaled down; a pass that overruns delays the next, as the deployment's concurrency limit
@@ -53,8 +57,17 @@ up needs no privilege; a bench itself started at a niceness above N cannot go ba
 ignored, the servers keep the bench's). The `hook` mode's ingests are the training node's own (its
 niceness +10), as in production.
 
-The baseline/hook pairs pair `baseline` with the first hook mode of --modes (`hook` or `hook-prefect`);
-the other modes run once, after the first pair.
+The step-time pairs: each repetition runs `baseline` and every hook mode of --modes (`hook`,
+`hook-event`, `hook-prefect`), the order rotated each repetition; the other modes run once, after the
+first. Each hook run's ratio is to the baseline of its repetition.
+
+`--pin` (default on with two or more CPUs): the training run on the first CPU of the bench's affinity,
+everything a real deployment runs on other machines (SeaweedFS, the Prefect server, `serve` and its flow
+runs, `follow`, the scheduled ingests) on the others, every thread. Niceness alone (`--servers-nice`)
+keeps them from taking the training's core for long but not from running on it: each slice they get
+there is the training's L1/L2 caches refilled afterwards, which the training's own CPU time per step
+shows. `hook` mode's ingests are the training node's own: started by the hook, they inherit the training
+run's CPU, as they share a real training node. `--no-pin` runs everything where the kernel puts it.
 """
 
 from __future__ import annotations
@@ -86,8 +99,9 @@ from bench.servers import ACCESS_KEY, SECRET_KEY, PrefectServer, Server
 from bench.units import GiB
 
 FRAMEWORKS = ("hf", "lightning", "dcp")
-MODES = ("hook", "hook-prefect", "follow", "scheduled")
-HOOKS = ("hook", "hook-prefect")
+MODES = ("hook", "hook-event", "hook-prefect", "follow", "scheduled")
+HOOKS = ("hook", "hook-event", "hook-prefect")
+PREFECT_MODES = ("hook-event", "hook-prefect")
 BOUND_EXTRA = 10.0  # the Done-when: verified within (its upload time + 10 s) of its save
 # Steps between saves: about 5 s of training each at one torch thread here (at load 13-18). A save every
 # few seconds is far more often than a real job saves: long enough that one save's archiving is not
@@ -98,7 +112,7 @@ PREFIX = "rpo"
 SERVE_TIMEOUT = 300.0  # `ckptvault serve` registering its deployments on a loaded machine
 # How long after the training run a mode gets to archive the rest: the hook's and follow's ingests are
 # already running or due within a poll; the scheduled one needs its next passes
-AFTER = {"hook": 900.0, "hook-prefect": 900.0, "follow": 900.0}
+AFTER = {"hook": 900.0, "hook-prefect": 900.0, "follow": 900.0, "hook-event": 0.0}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -124,6 +138,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="niceness of SeaweedFS, the Prefect server and `ckptvault serve` (with its flow runs) (default 19): "
         "in production they are other machines, here they share the training's 2 cores; 0 shares them equally",
     )  # fmt: skip
+    p.add_argument(
+        "--pin", action=argparse.BooleanOptionalAction, default=None,
+        help="the training run on one CPU, the servers and the archive's processes on the others (default: on "
+        "with 2+ CPUs)",
+    )  # fmt: skip
     p.add_argument("--interval", type=float, default=30, help="the scheduled ingest's period, s (default 30)")
     p.add_argument("--settle", type=float, default=3, help="settle_seconds of every mode's source (default 3)")
     p.add_argument("--json", type=Path, default=None)
@@ -136,7 +155,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if bad:
         p.error(f"unknown {', '.join(bad)}: frameworks are {', '.join(FRAMEWORKS)}, modes {', '.join(MODES)}")
     a.scratch = a.scratch.resolve()
-    a.paired = next((m for m in a.modes if m in HOOKS), "hook")
+    a.paired = [m for m in a.modes if m in HOOKS] or ["hook"]
+    cpus = sorted(os.sched_getaffinity(0))
+    if a.pin is None:
+        a.pin = len(cpus) >= 2
+    if a.pin and len(cpus) < 2:
+        p.error(f"--pin needs two CPUs; this process may run on {len(cpus)}")
+    a.train_cpus, a.server_cpus = (set(cpus[:1]), set(cpus[1:])) if a.pin else (set(cpus), set(cpus))
     bad_env = [kv for kv in a.prefect_env if "=" not in kv or not kv.startswith("PREFECT_")]
     if bad_env:
         p.error(f"--prefect-env takes PREFECT_NAME=VALUE, not {', '.join(bad_env)}")
@@ -185,6 +210,44 @@ def renice(pids: list[int], n: int) -> None:
                 os.setpriority(os.PRIO_PROCESS, int(t.name), n)
 
 
+def pin(pids: list[int], cpus: set[int]) -> None:
+    """Every thread of `pids` on `cpus` (affinity is per thread; threads and processes started later
+    inherit their starter's). `--pin`: the servers a real deployment runs on other machines kept off the
+    training's CPU."""
+    for pid in pids:
+        for t in Path(f"/proc/{pid}/task").glob("*"):
+            with contextlib.suppress(OSError, ValueError):
+                os.sched_setaffinity(int(t.name), cpus)
+
+
+def on_cpus(cpus: set[int]) -> Callable[[], None]:
+    """A preexec_fn: the child starts on `cpus` (so does everything it starts)."""
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def busy_idle(t: dict[str, Any], windows: list[tuple[float, float]]) -> dict[str, Any]:
+    """The run's steps split by whether an ingest of its saves was running when the step ended (a window
+    per save: the save's return to its ingest's end), the steps that saved left out of both: the
+    archive's effect on the step inside one run, free of what moves between runs on a shared box."""
+    ends, steps = t.get("step_end_unix") or [], t["step_seconds"]
+    if not ends or not windows:
+        return {}
+    saves = sorted(float(v) for v in t["saved_at"].values())
+    busy: list[float] = []
+    idle: list[float] = []
+    for end, d in zip(ends, steps, strict=False):
+        if any(end - d - 0.05 <= s <= end for s in saves):  # the step that saved (and its hand-off)
+            continue
+        (busy if any(a <= end <= b for a, b in windows) else idle).append(d)
+    if len(busy) < 5 or len(idle) < 5:
+        return {}
+    return {
+        "busy_steps": len(busy), "idle_steps": len(idle),
+        "busy_median_ms": statistics.median(busy) * 1000, "idle_median_ms": statistics.median(idle) * 1000,
+        "busy_over_idle": statistics.median(busy) / statistics.median(idle),
+    }  # fmt: skip
+
+
 def load() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -202,6 +265,7 @@ class RpoBench:
         self.prefect: PrefectServer | None = None
         self.serve: subprocess.Popen[bytes] | None = None
         self.ingest_deployment = ""
+        self.automations: list[str] = []
         self.prefect_notes: dict[str, Any] = {}
 
     def env(self) -> dict[str, str]:
@@ -275,10 +339,11 @@ class RpoBench:
         train_env = env
         if mode in HOOKS:
             child += ["--hook", run]
-        if mode == "hook-prefect":
+        if mode in PREFECT_MODES:
             assert self.prefect is not None
-            # the hook's event to the served ingest deployment's trigger; nothing else in this mode sees it
+            # the hook's event to the served ingest deployment's trigger (hook-event: disabled for this run)
             train_env = {**env, "PREFECT_API_URL": self.prefect.url, "CKPTVAULT_HOOK_SIGNAL": "event"}
+            self.trigger(enabled=mode == "hook-prefect")
         side: subprocess.Popen[bytes] | None = None
         stop = threading.Event()
         ticker: threading.Thread | None = None
@@ -286,7 +351,7 @@ class RpoBench:
         if mode == "follow":
             side = subprocess.Popen(
                 self.ckptvault(cfg, "follow", "--run", run, "--poll-seconds", "1"), env=env, stdout=logf,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=on_cpus(a.server_cpus),
             )  # fmt: skip
             self.children.append(side)
         elif mode == "scheduled":
@@ -294,7 +359,10 @@ class RpoBench:
             ticker.start()
         load0 = load()
         t0 = time.perf_counter()
-        subprocess.run(child, env=train_env, stdout=logf, stderr=subprocess.STDOUT, check=True, timeout=7200)
+        subprocess.run(
+            child, env=train_env, stdout=logf, stderr=subprocess.STDOUT, check=True, timeout=7200,
+            preexec_fn=on_cpus(a.train_cpus),
+        )  # fmt: skip
         train_s = time.perf_counter() - t0
         got: dict[int, int | None] = {}
         if mode != "baseline":
@@ -342,13 +410,24 @@ class RpoBench:
         if mode == "hook-prefect":
             row["flow_runs"] = self.flow_runs(run)
             row["prefect_timeline"] = self.timeline(run, {int(k): v for k, v in t["saved_at"].items()})
+        # each save's ingest window: its return to the flow run's end (hook-prefect), else to its commit
+        # (its RPO after the marker) + 1 s of the ingest's after-work
+        windows = []
+        for k, at in t["saved_at"].items():
+            step = int(k)
+            end = row.get("prefect_timeline", {}).get(step, {}).get("end_unix")
+            if end is None and step in got and got[step] is not None:
+                end = float(at) + got[step] / 1000 + 1.0  # type: ignore[operator]
+            if end is not None:
+                windows.append((float(at), end))
+        row["busy_idle"] = busy_idle(t, windows)
         shown = (
             f"  RPO median {row['rpo_median']:.1f} s, max {row['rpo_max']:.1f} s" if rpo
             else ("" if mode == "baseline" else "  RPO: none recorded")
         )  # fmt: skip
         log(f"  {run:22} step {row['step_median_ms']:6.1f} ms median, {row['step_mean_ms']:6.1f} mean, "
             f"CPU {row['cpu_median_ms']:5.1f} median; "
-            f"{len(got)}/{a.saves} archived{shown}{bound_text(row, mode)}{timeline_text(row)}  "
+            f"{len(got)}/{a.saves} archived{shown}{bound_text(row, mode)}{timeline_text(row)}{busy_text(row)}  "
             f"(load {load0} -> {row['load_after']})")  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
         return row
@@ -357,23 +436,25 @@ class RpoBench:
         """`ckptvault ingest` every --interval s from the training run's start, one at a time."""
         while not stop.is_set():
             start = time.monotonic()
-            p = subprocess.Popen(self.ckptvault(cfg, "ingest"), env=env, stdout=logf, stderr=subprocess.STDOUT)
+            p = subprocess.Popen(
+                self.ckptvault(cfg, "ingest"), env=env, stdout=logf, stderr=subprocess.STDOUT,
+                preexec_fn=on_cpus(self.args.server_cpus),
+            )  # fmt: skip
             self.children.append(p)
             p.wait()
             stop.wait(max(0.0, start + self.args.interval - time.monotonic()))
 
     def order(self) -> list[tuple[str, int]]:
-        """Per framework: baseline/hook pairs (the first hook mode of --modes), alternating which goes
-        first, with the other modes after the first pair."""
-        paired = self.args.paired
+        """Per framework, each repetition: `baseline` and every hook mode of --modes, the order rotated
+        each repetition; the other modes after the first."""
+        paired = [m for m in self.args.paired if m in self.args.modes]
         out: list[tuple[str, int]] = []
         for rep in range(self.args.pairs):
-            pair = [("baseline", rep), (paired, rep)]
-            out += pair if rep % 2 == 0 else pair[::-1]
+            group = ["baseline", *paired]
+            k = rep % len(group)
+            out += [(m, rep) for m in group[k:] + group[:k]]
             if rep == 0:
-                out += [(m, 0) for m in self.args.modes if m != paired]
-        if paired not in self.args.modes:
-            out = [(m, r) for m, r in out if m != paired]
+                out += [(m, 0) for m in self.args.modes if m not in paired]
         return out
 
     # hook-prefect: a Prefect server and `ckptvault serve`, for the whole bench
@@ -401,11 +482,12 @@ class RpoBench:
         (made now: the served deployments read it when a flow run starts); every schedule set inactive
         once registered, so only the trigger starts ingests."""
         runs = [
-            (f"{fw}-hook-prefect-{rep}", fw) for fw in self.args.frameworks for m, rep in self.order()
-            if m == "hook-prefect"
+            (f"{fw}-{m}-{rep}", fw) for fw in self.args.frameworks for m, rep in self.order()
+            if m in PREFECT_MODES
         ]  # fmt: skip
         for run, _ in runs:
             self.root(run).mkdir(parents=True)
+        a = self.args
         cfg = self.config("serve", [(run, self.root(run), fw) for run, fw in runs])
         home = self.scratch / "prefect"
         self.prefect = PrefectServer(home)
@@ -416,12 +498,15 @@ class RpoBench:
         )  # fmt: skip
         t0 = time.perf_counter()
         self.prefect.up(penv)
-        renice(pids_where(lambda pgid, _: pgid == self.prefect.proc.pid), self.args.servers_nice)  # type: ignore[union-attr]
+        prefect_pids = pids_where(lambda pgid, _: pgid == self.prefect.proc.pid)  # type: ignore[union-attr]
+        renice(prefect_pids, a.servers_nice)
+        pin(prefect_pids, a.server_cpus)
         penv["PREFECT_API_URL"] = self.prefect.url
         logf = open(self.logs / "serve.log", "ab")  # noqa: SIM115 (lives as long as serve)
         self.serve = subprocess.Popen(
             self.ckptvault(cfg, "serve"), env=penv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: its flow runs' subprocesses are stopped with it
+            preexec_fn=on_cpus(a.server_cpus),  # its flow runs, started later, inherit it
         )  # fmt: skip
         # its flow runs, started later, inherit it
         renice(pids_where(lambda pgid, _: pgid == self.serve.pid), self.args.servers_nice)  # type: ignore[union-attr]
@@ -439,6 +524,13 @@ class RpoBench:
             for sch in d["schedules"]:
                 self.api("PATCH", f"/deployments/{d['id']}/schedules/{sch['id']}", {"active": False})
         self.ingest_deployment = next(d["id"] for d in ds if d["name"] == "ingest")
+        # the trigger's automation: its run-deployment action names the deployment
+        self.automations = [
+            x["id"] for x in self.api("POST", "/automations/filter", {})
+            if self.ingest_deployment in json.dumps(x.get("actions", []))
+        ]  # fmt: skip
+        if not self.automations:
+            raise RuntimeError("no automation runs the served ingest deployment: is its trigger in prefect.yaml?")
         # a scheduled run that started before its schedule was set inactive: let it finish, and say so
         early = self.api("POST", "/flow_runs/filter", {"limit": 200})
         self.prefect_notes["runs_before_training"] = len(early)
@@ -450,6 +542,11 @@ class RpoBench:
             f"ingest trigger on) in {time.perf_counter() - t0:.0f} s; {len(early)} flow runs before training; "
             f"load {load()}"
         )
+
+    def trigger(self, enabled: bool) -> None:
+        """The served ingest deployment's trigger on or off (hook-event: the events arrive, nothing starts)."""
+        for aid in self.automations:
+            self.api("PATCH", f"/automations/{aid}", {"enabled": enabled})
 
     def ingest_runs(self) -> list[dict[str, Any]]:
         got: list[dict[str, Any]] = self.api(
@@ -484,6 +581,7 @@ class RpoBench:
             created, start, end = ts(r["created"]), ts(r["start_time"]), ts(r["end_time"])
             saved = saved_at.get(step)
             out[step] = {
+                "end_unix": end,
                 "trigger": None if saved is None or created is None else created - saved,
                 "pickup": None if created is None or start is None else start - created,
                 "run": None if start is None or end is None else end - start,
@@ -510,7 +608,11 @@ class RpoBench:
         self.logs.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         self.server.up()
-        renice(pids_where(lambda _, cmd: str(self.server.state) in cmd), a.servers_nice)
+        store_pids = pids_where(lambda _, cmd: str(self.server.state) in cmd)
+        renice(store_pids, a.servers_nice)
+        pin(store_pids, a.server_cpus)
+        if a.pin:
+            log(f"pinned: training on CPU {sorted(a.train_cpus)}, servers and archive on {sorted(a.server_cpus)}")
         log(f"SeaweedFS at {self.server.url} in {time.perf_counter() - t0:.0f} s; load {load()}")
         s3_client(self.server).create_bucket(Bucket=BUCKET)
         # the bench's own catalog reads (each save's verified event)
@@ -519,7 +621,7 @@ class RpoBench:
             AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
         )  # fmt: skip
         env = self.env()
-        if "hook-prefect" in a.modes:
+        if any(m in PREFECT_MODES for m in a.modes):
             self.start_serve(env)
         self.handoff = handoff_us()
         h = self.handoff
@@ -590,19 +692,20 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "timeline_median": {k: _median([v[k] for r in rs for v in r.get("prefect_timeline", {}).values()])
                                     for k in ("trigger", "pickup", "run")},
                 "step_median_ms": statistics.median(r["step_median_ms"] for r in rs),
+                "busy_idle": [r["busy_idle"] for r in rs if r.get("busy_idle")],
                 "load": ", ".join(r["load_before"].split()[0] for r in rs),
             }  # fmt: skip
         base = {r["rep"]: r for r in mine if r["mode"] == "baseline"}
-        paired = next((m for m in modes if m in HOOKS), "hook")
-        pairs = [(r, base[r["rep"]]) for r in mine if r["mode"] == paired and r["rep"] in base]
-        out[fw] = {
-            "modes": modes,
-            "paired": paired,
-            "hook_median_ratio": [h["step_median_ms"] / b["step_median_ms"] for h, b in pairs],
-            "hook_mean_ratio": [h["step_mean_ms"] / b["step_mean_ms"] for h, b in pairs],
-            "hook_cpu_median_ratio": [h["cpu_median_ms"] / b["cpu_median_ms"] for h, b in pairs],
-            "hook_cpu_mean_ratio": [h["cpu_mean_ms"] / b["cpu_mean_ms"] for h, b in pairs],
-        }
+        ratios: dict[str, Any] = {}
+        for paired in (m for m in modes if m in HOOKS):
+            pairs = [(r, base[r["rep"]]) for r in mine if r["mode"] == paired and r["rep"] in base]
+            ratios[paired] = {
+                "hook_median_ratio": [h["step_median_ms"] / b["step_median_ms"] for h, b in pairs],
+                "hook_mean_ratio": [h["step_mean_ms"] / b["step_mean_ms"] for h, b in pairs],
+                "hook_cpu_median_ratio": [h["cpu_median_ms"] / b["cpu_median_ms"] for h, b in pairs],
+                "hook_cpu_mean_ratio": [h["cpu_mean_ms"] / b["cpu_mean_ms"] for h, b in pairs],
+            }
+        out[fw] = {"modes": modes, "ratios": ratios}
     return out
 
 
@@ -620,6 +723,13 @@ def bound_text(row: dict[str, Any], mode: str) -> str:
         return ""
     worst = row["worst_margin"]
     return f"; within upload + {BOUND_EXTRA:g} s: {row['within_bound']}/{row['saves']}, worst margin {_s(worst)} s"
+
+
+def busy_text(row: dict[str, Any]) -> str:
+    b = row.get("busy_idle")
+    if not b:
+        return ""
+    return f"; step while ingesting / not {b['busy_over_idle']:.3f} ({b['busy_steps']}/{b['idle_steps']} steps)"
 
 
 def timeline_text(row: dict[str, Any]) -> str:
@@ -671,14 +781,24 @@ def render(summary: dict[str, Any], a: argparse.Namespace, prefect: dict[str, An
                 )
     lines += ["", "Step time with the hook / without (each interleaved pair):", ""]
     for fw, s in summary.items():
-        med = ", ".join(f"{x:.3f}" for x in s["hook_median_ratio"])
-        mean = ", ".join(f"{x:.3f}" for x in s["hook_mean_ratio"])
-        cpu = ", ".join(f"{x:.3f}" for x in s["hook_cpu_median_ratio"])
-        cpu_mean = ", ".join(f"{x:.3f}" for x in s["hook_cpu_mean_ratio"])
-        lines.append(
-            f"- {fw} ({s['paired']}): wall: median step {med}, mean {mean}; "
-            f"process CPU: median step {cpu}, mean {cpu_mean}"
-        )
+        for paired, r in s["ratios"].items():
+            med = ", ".join(f"{x:.3f}" for x in r["hook_median_ratio"])
+            mean = ", ".join(f"{x:.3f}" for x in r["hook_mean_ratio"])
+            cpu = ", ".join(f"{x:.3f}" for x in r["hook_cpu_median_ratio"])
+            cpu_mean = ", ".join(f"{x:.3f}" for x in r["hook_cpu_mean_ratio"])
+            lines.append(
+                f"- {fw} ({paired}): wall: median step {med}, mean {mean}; "
+                f"process CPU: median step {cpu}, mean {cpu_mean}"
+            )
+    lines += ["", "Within each run: the median step while one of its saves' ingests ran / while none ran (the "
+              "steps that saved left out; busy/idle steps):", ""]
+    for fw, s in summary.items():
+        for mode, m in s["modes"].items():
+            if m.get("busy_idle"):
+                each = ", ".join(
+                    f"{b['busy_over_idle']:.3f} ({b['busy_steps']}/{b['idle_steps']})" for b in m["busy_idle"]
+                )
+                lines.append(f"- {fw} {mode}: {each}")
     return "\n".join(lines)
 
 

@@ -22,7 +22,8 @@ own end-of-step callback), so a save and whatever the hook does inside it fall i
 torch runs one thread: the machine has two cores, and the other is left to the ingests and the store.
 The process's CPU time per step is kept too: what the hook itself costs the training process (its
 thread's work included), which the other engineers' load on the machine does not move as it moves wall
-time. TIMES.json: {"step_seconds": [...], "step_cpu_seconds": [...], "saved_at": {step: unix time}, "wall": s}.
+time. TIMES.json: {"step_seconds": [...], "step_cpu_seconds": [...], "saved_at": {step: unix time}, "wall": s,
+"step_end_unix": [...] (each step's end, unix time, aligned with step_seconds)}.
 """
 
 from __future__ import annotations
@@ -54,17 +55,19 @@ class Clock:
     def __init__(self) -> None:
         self.ends: list[float] = []
         self.cpu: list[float] = []
+        self.unix_ends: list[float] = []  # the same ends as unix time: placed against the ingests' windows
         self.saved_at: dict[int, float] = {}
 
     def step_end(self) -> None:
         self.ends.append(time.perf_counter())
         self.cpu.append(time.process_time())
+        self.unix_ends.append(time.time())
 
     def result(self, every: int, wall: float) -> dict[str, Any]:
         steps = [b - a for a, b in zip(self.ends, self.ends[1:], strict=False)]  # step 2 onwards
         cpu = [b - a for a, b in zip(self.cpu, self.cpu[1:], strict=False)]
         return {"step_seconds": steps, "step_cpu_seconds": cpu, "every": every, "saved_at": self.saved_at,
-                "wall": wall}  # fmt: skip
+                "wall": wall, "step_end_unix": self.unix_ends[1:]}  # fmt: skip
 
 
 class Due:
