@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from prefect import Flow, serve
+from prefect import Flow
 from prefect.events import DeploymentTriggerTypes
 from prefect.exceptions import TerminationSignal
 from prefect.runner import Runner
@@ -35,6 +35,7 @@ from ckptvault_prefect.flows.restore import restore
 from ckptvault_prefect.flows.scrub import scrub
 from ckptvault_prefect.flows.tier import tier
 from ckptvault_prefect.flows.watch import watch
+from ckptvault_prefect.runtime import warm_start
 
 PREFECT_YAML = Path(__file__).with_name("prefect.yaml")
 _TRIGGERS: TypeAdapter[DeploymentTriggerTypes] = TypeAdapter(DeploymentTriggerTypes)
@@ -129,28 +130,27 @@ def build_deployments(config_path: str | None = None) -> list[Any]:
 
 
 def serve_all(config_path: str | None = None, ingest_runner: TaskRunner[Any] | None = None) -> None:
-    """Register the seven deployments and run their flow runs in this process until interrupted.
+    """Register the seven deployments and run their flow runs from this process until interrupted.
 
     Ctrl-C (SIGINT) or SIGTERM ends it; Prefect then pauses the schedules (pause_on_shutdown), so no
     scheduled runs pile up as Late while nothing serves them. The next `ckptvault serve` re-registers the
     deployments and resumes the schedules.
 
-    `ingest_runner`: the task runner of ingest's runs (a Dask one, from [scale]). A deployment's runs
-    are otherwise started as `python -m prefect.engine`, which imports the flow from its entrypoint
-    with the decorator's thread pool: a `with_options` copy would be lost. Runner.add_flow keeps the
-    flow object and runs that object itself in each run's subprocess (Prefect's DirectSubprocessStarter,
-    cloudpickled), so its task runner is the one its runs get.
+    Every flow is added as the object (Runner.add_flow), not as an entrypoint: its runs are that object
+    run in a child process (Prefect's DirectSubprocessStarter), not `python -m prefect.engine`
+    importing it again. So `ingest_runner` (a Dask task runner, from [scale]) is the one ingest's runs
+    get, and the children are forked from a warm process that has already imported Prefect's engine and
+    the flows (ckptvault_prefect/runtime/warm_start.py): a hook-triggered ingest starts in a fraction
+    of a second instead of ~2 s of imports.
     """
-    if ingest_runner is None:
-        serve(*build_deployments(config_path), query_seconds=poll_seconds())
-        return
+    warm = warm_start.install()
+    print(
+        "flow runs start from a warm process (Prefect and the flows imported once)" if warm
+        else "flow runs start cold (a new interpreter each)"
+    )  # fmt: skip
     runner = Runner(pause_on_shutdown=True, query_seconds=poll_seconds())
     for flow, options in served_flows(config_path, ingest_runner):
-        if flow.name == ingest.name:
-            runner.add_flow(flow, **options)
-        else:
-            deployment: Any = flow.to_deployment(**options)  # sync here: a RunnerDeployment
-            runner.add_deployment(deployment)
+        runner.add_flow(flow, **options)
     # as prefect.serve: the runner has paused the schedules on its way out
     with contextlib.suppress(KeyboardInterrupt, TerminationSignal):
         asyncio.run(runner.start())

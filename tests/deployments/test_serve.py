@@ -186,6 +186,8 @@ def test_ckptvault_serve_registers_and_runs_the_seven_deployments_and_the_ingest
         _, state = prefect_server.run_deployment(deployments["ingest"]["id"], 240)
         assert state["type"] == "COMPLETED", f"{state}\n{log.read_text()[-3000:]}"
         print(f"serve: ingest run completed in {time.monotonic() - t1:.1f} s")
+        # its flow runs forked from the warm process (warm_start.py; test_warm_start.py shows what it holds)
+        assert "flow runs start from a warm process" in log.read_text(), log.read_text()[-3000:]
         seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 10) + MANIFEST_NAME)
 
         # A hook's event (sent by the hook's own code) starts a run of the served ingest deployment for
