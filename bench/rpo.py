@@ -241,10 +241,14 @@ def busy_idle(t: dict[str, Any], windows: list[tuple[float, float]]) -> dict[str
         (busy if any(a <= end <= b for a, b in windows) else idle).append(d)
     if len(busy) < 5 or len(idle) < 5:
         return {}
+    idle_mean = statistics.fmean(idle)
     return {
         "busy_steps": len(busy), "idle_steps": len(idle),
         "busy_median_ms": statistics.median(busy) * 1000, "idle_median_ms": statistics.median(idle) * 1000,
         "busy_over_idle": statistics.median(busy) / statistics.median(idle),
+        # the whole run's mean step (the saving steps left out) against its steps with no ingest running:
+        # what the archive's work cost the run's steps on average, at this save interval
+        "run_over_idle_mean": statistics.fmean(busy + idle) / idle_mean,
     }  # fmt: skip
 
 
@@ -729,7 +733,10 @@ def busy_text(row: dict[str, Any]) -> str:
     b = row.get("busy_idle")
     if not b:
         return ""
-    return f"; step while ingesting / not {b['busy_over_idle']:.3f} ({b['busy_steps']}/{b['idle_steps']} steps)"
+    return (
+        f"; step while ingesting / not {b['busy_over_idle']:.3f} ({b['busy_steps']}/{b['idle_steps']} steps), "
+        f"run mean / idle mean {b['run_over_idle_mean']:.3f}"
+    )
 
 
 def timeline_text(row: dict[str, Any]) -> str:
@@ -791,12 +798,14 @@ def render(summary: dict[str, Any], a: argparse.Namespace, prefect: dict[str, An
                 f"process CPU: median step {cpu}, mean {cpu_mean}"
             )
     lines += ["", "Within each run: the median step while one of its saves' ingests ran / while none ran (the "
-              "steps that saved left out; busy/idle steps):", ""]
+              "steps that saved left out; busy/idle steps; the run's mean step / its idle steps' mean):", ""]
     for fw, s in summary.items():
         for mode, m in s["modes"].items():
             if m.get("busy_idle"):
                 each = ", ".join(
-                    f"{b['busy_over_idle']:.3f} ({b['busy_steps']}/{b['idle_steps']})" for b in m["busy_idle"]
+                    f"{b['busy_over_idle']:.3f} ({b['busy_steps']}/{b['idle_steps']}; the run's mean "
+                    f"{b['run_over_idle_mean']:.3f})"
+                    for b in m["busy_idle"]
                 )
                 lines.append(f"- {fw} {mode}: {each}")
     return "\n".join(lines)
