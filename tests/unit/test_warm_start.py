@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(180)
 
 PROBE = textwrap.dedent(
     """
-    import json, multiprocessing, sys, time
+    import json, multiprocessing, sys
 
     def child(q):
         # what the child found already imported when its target began: the warm process's preload
@@ -31,7 +31,6 @@ PROBE = textwrap.dedent(
         ok = warm_start.install()
         ctx = engine.multiprocessing.get_context("spawn")  # what the runner's direct starter asks for
         q = ctx.SimpleQueue()
-        t0 = time.perf_counter()
         p = ctx.Process(target=child, args=(q,))
         p.start()
         got = q.get()
@@ -43,7 +42,6 @@ PROBE = textwrap.dedent(
             "passthrough": engine.multiprocessing.context is multiprocessing.context,
             "exitcode": p.exitcode,
             "preloaded": got,
-            "child_seconds": time.perf_counter() - t0,
         }))
     """
 )
