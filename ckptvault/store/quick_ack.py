@@ -1,0 +1,73 @@
+"""Acknowledge a response's first bytes at once (Linux's TCP_QUICKACK) on every connection of our clients.
+
+Why: a server that writes a response's headers and its body in two sends with Nagle's algorithm on
+(Ceph RGW 16.2's frontend does) holds the body until the headers are acknowledged, and Linux delays
+that acknowledgement up to 40 ms on a connection that has just sent a request. Every response with a
+body (a GET, a LIST, a multipart upload's start and completion) then took ~44 ms against Ceph RGW on
+loopback, and 2-4 ms with the option set before the response is read (bench/README.md, "Session 48").
+The kernel leaves quick-ack mode again on its own, so it is asked before every response, one
+setsockopt each. Nothing changes in what is sent or checked; where the option does not exist (not
+Linux) or botocore builds its connections elsewhere, `install` changes nothing and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from typing import Any
+
+from botocore.awsrequest import (
+    AWSHTTPConnection,
+    AWSHTTPConnectionPool,
+    AWSHTTPSConnection,
+    AWSHTTPSConnectionPool,
+)
+
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
+
+def _ask(sock: socket.socket | None) -> None:
+    if sock is not None and _QUICKACK is not None:
+        with contextlib.suppress(OSError):  # a closed or foreign socket: the response is read as before
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+
+
+class QuickAckHTTPConnection(AWSHTTPConnection):
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        _ask(self.sock)
+        return super().getresponse(*args, **kwargs)
+
+
+class QuickAckHTTPSConnection(AWSHTTPSConnection):
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        _ask(self.sock)
+        return super().getresponse(*args, **kwargs)
+
+
+class QuickAckHTTPConnectionPool(AWSHTTPConnectionPool):
+    ConnectionCls = QuickAckHTTPConnection
+
+
+class QuickAckHTTPSConnectionPool(AWSHTTPSConnectionPool):
+    ConnectionCls = QuickAckHTTPSConnection
+
+
+def install(client: Any) -> bool:
+    """Make `client`'s connections quick-ack ones; False (nothing changed) where that is not possible.
+    Call it before the client's first request: pools made earlier keep their connections' class."""
+    if _QUICKACK is None:
+        return False
+    # botocore's URLLib3Session keeps the pool class per scheme in one dict its pool managers share
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    classes = getattr(session, "_pool_classes_by_scheme", None)
+    if not isinstance(classes, dict) or set(classes) != {"http", "https"}:
+        return False
+    classes["http"] = QuickAckHTTPConnectionPool
+    classes["https"] = QuickAckHTTPSConnectionPool
+    return True
+
+
+def installed(client: Any) -> bool:
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    classes = getattr(session, "_pool_classes_by_scheme", None)
+    return isinstance(classes, dict) and classes.get("http") is QuickAckHTTPConnectionPool
