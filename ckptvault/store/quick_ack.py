@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from botocore.awsrequest import (
@@ -47,22 +49,23 @@ def _is_bulk(response: Any) -> bool:
         return False
 
 
+def _answered(sock: socket.socket | None, read: Callable[[], Any]) -> Any:
+    """`read()` (the connection's own getresponse) with quick acks asked first, and off again for a bulk body."""
+    _ask(sock)
+    response = read()
+    if _is_bulk(response):
+        _ask(sock, quick=False)
+    return response
+
+
 class QuickAckHTTPConnection(AWSHTTPConnection):
     def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        _ask(self.sock)
-        response = super().getresponse(*args, **kwargs)
-        if _is_bulk(response):
-            _ask(self.sock, quick=False)
-        return response
+        return _answered(self.sock, partial(super().getresponse, *args, **kwargs))
 
 
 class QuickAckHTTPSConnection(AWSHTTPSConnection):
     def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        _ask(self.sock)
-        response = super().getresponse(*args, **kwargs)
-        if _is_bulk(response):
-            _ask(self.sock, quick=False)
-        return response
+        return _answered(self.sock, partial(super().getresponse, *args, **kwargs))
 
 
 class QuickAckHTTPConnectionPool(AWSHTTPConnectionPool):
