@@ -10,7 +10,8 @@ setsockopt each; a response whose body is large (a ranged GET of a restore) is r
 acknowledgements again once its headers are in: acknowledging each segment of a bulk body at once cost
 a 1 GiB restore from SeaweedFS ~6% (6 of 6 interleaved pairs slower), and a big body is not held by
 Nagle's algorithm anyway. Nothing changes in what is sent or checked; where the option does not exist
-(not Linux) or botocore builds its connections elsewhere, `install` changes nothing and says so.
+(not Linux) or botocore builds its connections elsewhere, `install` changes nothing and returns False
+(the client then works as before; tests/unit/test_quick_ack.py fails on `installed`).
 """
 
 from __future__ import annotations
@@ -76,15 +77,18 @@ class QuickAckHTTPSConnectionPool(AWSHTTPSConnectionPool):
     ConnectionCls = QuickAckHTTPSConnection
 
 
+def _pool_classes(client: Any) -> dict[str, Any] | None:
+    """botocore's URLLib3Session keeps the pool class per scheme in one dict its pool managers share."""
+    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
+    classes = getattr(session, "_pool_classes_by_scheme", None)
+    return classes if isinstance(classes, dict) and set(classes) == {"http", "https"} else None
+
+
 def install(client: Any) -> bool:
     """Make `client`'s connections quick-ack ones; False (nothing changed) where that is not possible.
     Call it before the client's first request: pools made earlier keep their connections' class."""
-    if _QUICKACK is None:
-        return False
-    # botocore's URLLib3Session keeps the pool class per scheme in one dict its pool managers share
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    classes = getattr(session, "_pool_classes_by_scheme", None)
-    if not isinstance(classes, dict) or set(classes) != {"http", "https"}:
+    classes = _pool_classes(client)
+    if _QUICKACK is None or classes is None:
         return False
     classes["http"] = QuickAckHTTPConnectionPool
     classes["https"] = QuickAckHTTPSConnectionPool
@@ -92,6 +96,5 @@ def install(client: Any) -> bool:
 
 
 def installed(client: Any) -> bool:
-    session = getattr(getattr(client, "_endpoint", None), "http_session", None)
-    classes = getattr(session, "_pool_classes_by_scheme", None)
-    return isinstance(classes, dict) and classes.get("http") is QuickAckHTTPConnectionPool
+    classes = _pool_classes(client)
+    return classes is not None and classes["http"] is QuickAckHTTPConnectionPool
