@@ -34,9 +34,12 @@ from ckptvault_cli.preflight import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, U
 
 __all__ = ["build_parser", "main", "run"]
 
+# The command's first line of Python: _T_MAIN here, the console script's own in a warm process's child.
+_main_started = [_T_MAIN]
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    started = _T_MAIN if process.one_shot() else time.perf_counter()
+    started = _main_started[-1] if process.one_shot() else time.perf_counter()
     parser = build_parser()
     args = parser.parse_args(argv)
     fn: Callable[[argparse.Namespace], int] = args.fn
@@ -100,8 +103,20 @@ def _end_process() -> None:
 
 def run() -> NoReturn:
     """The console-script entry (`ckptvault`): `main` in a process that ends with it."""
+    prepare_one_shot()
+    run_prepared()
+
+
+def prepare_one_shot() -> None:
+    """What a process that will run one command sets up before anything else is imported: the exit
+    handler that must run last (so registered first) and collection off. A warm process does this once,
+    before its imports; each child it forks then calls `run_prepared` (ckptvault_cli/warm_server.py)."""
     atexit.register(_end_process)
     process.begin_one_shot()
+
+
+def run_prepared() -> NoReturn:
+    """`main` on sys.argv in a process `prepare_one_shot` set up, ending the process with its code."""
     signal.signal(signal.SIGINT, _on_interrupt)
     try:
         rc = main()

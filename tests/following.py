@@ -17,8 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Follower:
-    def __init__(self, cfg: Path, env: Mapping[str, str], *args: str) -> None:
-        cmd = [sys.executable, "-m", "ckptvault_cli.main", "--config", str(cfg), "follow", *args]
+    def __init__(self, cfg: Path, env: Mapping[str, str], *args: str, entry: str = "ckptvault_cli.main") -> None:
+        """`entry`: ckptvault_cli.entry to start it as the console script does (through a warm process)."""
+        cmd = [sys.executable, "-m", entry, "--config", str(cfg), "follow", *args]
         self.proc = subprocess.Popen(
             cmd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
             stdin=subprocess.DEVNULL,

@@ -76,6 +76,21 @@ def discard_prewarmed() -> None:
 atexit.register(discard_prewarmed)
 
 
+def take_prewarmed() -> list[subprocess.Popen[bytes]]:
+    """The prewarmed child, if any, taken out of this module's hands: not used by a validation here, not
+    stopped at exit. For a process that gives it to another (ckptvault_cli/warm_server.py)."""
+    with _warm_lock:
+        procs = list(_warm)
+        _warm.clear()
+    return procs
+
+
+def forget_prewarmed(pid: int) -> None:
+    """The prewarmed child `pid` has ended and was reaped by its parent's own loop: not to be used."""
+    with _warm_lock:
+        _warm[:] = [p for p in _warm if p.pid != pid]
+
+
 def _take_child() -> subprocess.Popen[bytes]:
     with _warm_lock:
         if _warm:
@@ -102,6 +117,14 @@ def evaluate_in_child(plan: GatePlan) -> dict[str, RuleOutcome]:
             + " | ".join(tail)
             + f". The gates did not run, so the checkpoint is not uploaded. Check that {sys.executable} can "
             "`import great_expectations` (the project's install), or set [validation] isolate = false"
+        )
+    if not stdout:  # it ended without an answer; its exit code, where its parent is another, reads 0
+        tail = stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise QualityError(
+            f"validating {what}: the Great Expectations child process ended without an answer: "
+            + (" | ".join(tail) or "nothing on its stderr")
+            + ". The gates did not run, so the checkpoint is not uploaded. Retry; if it happens again, set"
+            " [validation] isolate = false"
         )
     outcomes, info = pickle.loads(stdout)  # our own child's answer
     last_child.clear()

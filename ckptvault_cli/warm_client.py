@@ -1,0 +1,135 @@
+"""The command's side of a warm process: hand this command to it, relay signals, end with its exit code.
+
+Standard library only, imported first by the console script (ckptvault_cli/entry.py). Every way of not
+finding a usable warm process (none started, another environment, a stale socket, a warm process that
+refuses) returns None and the command runs cold, in this process, exactly as before: looking costs a
+stat and, where a socket exists, a connect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+
+from ckptvault_cli import warm_protocol as proto
+
+# Never handed over: `warm` manages the warm process itself, `serve` is a long-lived process of its own.
+COLD_COMMANDS = frozenset({"warm", "serve"})
+# What a user's terminal or supervisor sends: the child gets it as a cold command would have.
+RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand: the first word that is neither an option nor `--config`'s value."""
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--config":
+            skip = True
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
+def _process_started() -> float | None:
+    """This process's start on the monotonic clock (perf_counter's, shared by every process on Linux)."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return time.perf_counter() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _streams() -> list[int]:
+    """fds 0, 1 and 2 as they are; one that is closed is sent as /dev/null (a cold process would fail to
+    write to it too, but would not fail to start)."""
+    fds = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+            fds.append(fd)
+        except OSError:
+            fds.append(os.open(os.devnull, os.O_RDWR))
+    return fds
+
+
+def hand_off(argv: Sequence[str], t_main: float) -> int | None:
+    """Run `ckptvault argv` in this environment's warm process and return its exit code (negative: the
+    signal that ended it); None: there is none to use, run cold."""
+    if os.environ.get(proto.OFF_ENV) == "0" or command_of(argv) in COLD_COMMANDS:
+        return None
+    directory = proto.runtime_dir()
+    if not proto.private_dir_ok(directory):
+        return None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.path.join(directory, f"warm-{proto.fingerprint()}.sock"))
+        request = {
+            "op": "run",
+            "v": proto.VERSION,
+            "argv": list(argv),
+            "cwd": os.getcwd(),
+            "env": dict(os.environ),
+            "umask": _umask(),
+            "t_process": _process_started(),
+            "t_main": t_main,
+        }
+        proto.send(sock, request, _streams())
+        reply, _ = proto.receive(sock)
+    except (OSError, EOFError, ValueError):
+        sock.close()
+        return None
+    if "pid" not in reply:  # refused: another version, stale code, another environment
+        sock.close()
+        return None
+    return _wait(sock, int(reply["pid"]))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _wait(sock: socket.socket, pid: int) -> int:
+    def relay(signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):  # it has just ended: its exit code is on the way
+            os.kill(pid, signum)
+
+    for sig in RELAYED:
+        signal.signal(sig, relay)
+    while True:
+        try:
+            reply, _ = proto.receive(sock)
+        except InterruptedError:
+            continue
+        except (OSError, EOFError, ValueError):
+            print(
+                f"ckptvault: the warm process ended while it ran this command (process {pid}); its outcome is"
+                " unknown: rerun the same command, which continues where it stopped, and see `ckptvault warm"
+                " --status` for the warm process's log",
+                file=sys.stderr,
+            )
+            return 1
+        if "exit" in reply:
+            return int(reply["exit"])
+
+
+def exit_with(code: int) -> None:
+    """End this process as the child ended: its exit code, or the signal that killed it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 128 - code
+    os._exit(code)

@@ -1,0 +1,445 @@
+"""The warm process (`ckptvault warm`): imports what every command imports once, then forks one child per
+command, which runs it as the cold process would have (docs/warm.md).
+
+A cold `ckptvault restore` spends ~1 s of its first bytes' wait importing Prefect, pydantic, pyarrow and
+boto before it does anything (issue [W]). Here that is done once, when the warm process starts. Each
+command the console script hands over (ckptvault_cli/warm_client.py) gets a child forked from this
+single-threaded process: the command's own standard streams (passed as descriptors), its working
+directory, environment, umask and argv, and then the same `main` the cold process runs, with the same
+exit handler last (registered here before any import). One process per command, as before: its own
+memory, threads, exit and signals (the command relays what it receives). This process only reaps the
+children and tells each command its child's exit code; a command that goes away (closed terminal,
+SIGKILL) has its child interrupted as Ctrl-C would.
+
+What a warm process will not run, so the command runs cold instead: a command from another environment
+(another socket), or after ckptvault, Prefect or the interpreter's packages changed on disk, or the
+Prefect profile file did (`_stamp`): it would run code or settings older than the command's. It stops
+after `--idle-minutes` without a command, on `ckptvault warm --stop`, or when it finds itself stale;
+commands it is running finish first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import importlib
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckptvault_cli import warm_protocol as proto
+
+# What commands import anyway: the command line, Prefect's engine and client, the flows with the library
+# under them, boto3's S3 client. Great Expectations is not here: the gates run it in a child of their own.
+PRELOAD = (
+    "ckptvault_cli.parser",
+    "ckptvault_cli.running",
+    "ckptvault_cli.preflight",
+    "prefect.flow_engine",
+    "prefect.client.orchestration",
+    "ckptvault_prefect.flows.ingest",
+    "ckptvault_prefect.flows.restore",
+    "ckptvault_prefect.flows.tier",
+    "ckptvault_prefect.flows.replicate",
+    "ckptvault_prefect.flows.scrub",
+    "ckptvault_prefect.flows.drill",
+    "ckptvault_prefect.flows.watch",
+    "ckptvault.store.s3_client",
+    "boto3",
+    "botocore.client",
+)
+# The commands whose quality gates take the spare Great Expectations child (below); the others leave it.
+GATED = frozenset({"ingest", "follow"})
+
+
+def _log(msg: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} warm[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
+
+
+def _stamp() -> tuple[int, ...]:
+    """Changes when code or settings a command would read differ from what this process imported: every
+    .py file of ckptvault's packages, every directory on sys.path (pip replacing a package changes
+    site-packages), the interpreter, the Prefect profile file."""
+    stamp: list[int] = []
+    roots: list[str] = []
+    for name in ("ckptvault", "ckptvault_cli", "ckptvault_prefect"):
+        mod = sys.modules.get(name) or importlib.import_module(name)
+        roots.extend(getattr(mod, "__path__", []))
+    for root in roots:
+        for dirpath, _dirs, files in os.walk(root):
+            for f in files:
+                if f.endswith(".py"):
+                    with contextlib.suppress(OSError):
+                        stamp.append(os.stat(os.path.join(dirpath, f)).st_mtime_ns)
+    for p in [*sys.path, sys.executable, _profiles_path()]:
+        try:
+            stamp.append(os.stat(p or ".").st_mtime_ns)
+        except OSError:
+            stamp.append(0)
+    return (len(stamp), sum(stamp) % (1 << 62), max(stamp, default=0))
+
+
+def _profiles_path() -> str:
+    from prefect.settings import PREFECT_PROFILES_PATH
+
+    return str(PREFECT_PROFILES_PATH.value())
+
+
+@dataclass
+class _Child:
+    conn: socket.socket | None  # None: the command went away
+    argv: list[str]
+    started: float
+
+
+@dataclass
+class _State:
+    listener: socket.socket
+    path: str
+    wake: tuple[int, int]
+    stamp: tuple[int, ...]
+    idle_s: float
+    env: dict[str, str]
+    inode: int
+    pid: int = field(default_factory=os.getpid)
+    children: dict[int, _Child] = field(default_factory=dict)
+    handed: dict[int, Any] = field(default_factory=dict)  # gate children given to commands, to reap
+    served: int = 0
+    accepting: bool = True
+    last: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.time)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ckptvault-warm")
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--idle-minutes", type=float, default=60.0)
+    args = ap.parse_args(argv)
+
+    t0 = time.monotonic()
+    from ckptvault_cli import main as cli_main
+
+    cli_main.prepare_one_shot()
+    for name in PRELOAD:
+        importlib.import_module(name)
+    gc.freeze()  # what the imports built lives as long as this process and every child: never collected
+    if threading.active_count() != 1:  # a fork would copy a thread's locks, not the thread
+        names = [t.name for t in threading.enumerate()]
+        _log(f"not starting: the imports started threads {names}; commands run cold")
+        os._exit(1)
+    state = _listen(args.socket, args.idle_minutes * 60)
+    _log(f"ready in {time.monotonic() - t0:.2f} s at {args.socket}; {len(sys.modules)} modules imported")
+    become: _Become | None = None
+    try:
+        _serve(state)
+    except _Become as child:  # in a child: the warm process's frames are gone; the command starts here
+        become = child
+    finally:
+        if os.getpid() == state.pid:
+            _close(state)
+    if become is None:
+        _log(f"stopped after {state.served} command(s)")
+        os._exit(0)  # not through the exit handlers registered for the children
+    _become_command(state, become)
+    cli_main.run_prepared()  # ends as a cold process ends: SystemExit, thread joins, exit handlers
+
+
+class _Become(Exception):  # not an error: a child leaving the warm process's loop
+    """Raised in a freshly forked child, caught by `main` once the warm process's frames are gone."""
+
+    def __init__(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+        super().__init__("a command's child")
+        self.conn, self.request, self.fds = conn, request, fds
+
+
+def _listen(path: str, idle_s: float) -> _State:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # `ckptvault warm` checked that nothing answers there
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # select wakes on the pipe; children are reaped below
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    return _State(listener, path, (r, w), _stamp(), idle_s, proto.comparable(os.environ), os.stat(path).st_ino)
+
+
+def _close(state: _State) -> None:
+    _stop_accepting(state)
+    signal.set_wakeup_fd(-1)
+    for fd in state.wake:
+        os.close(fd)
+
+
+def _stop_accepting(state: _State) -> None:
+    if not state.accepting:
+        return
+    state.accepting = False
+    with contextlib.suppress(OSError):
+        if os.stat(state.path).st_ino == state.inode:  # not a newer warm process's socket
+            os.unlink(state.path)
+    state.listener.close()
+
+
+def _serve(state: _State) -> None:
+    term = [False]
+    signal.signal(signal.SIGTERM, lambda *_: term.__setitem__(0, True))
+    while state.accepting or state.children:
+        if term[0]:
+            _stop_accepting(state)
+        if state.accepting and not state.children:
+            _spare_gate_child()
+        watched: list[Any] = [state.wake[0]]
+        if state.accepting:
+            watched.append(state.listener)
+        watched += [c.conn for c in state.children.values() if c.conn is not None]
+        timeout = None if state.children else max(0.0, state.last + state.idle_s - time.monotonic())
+        if not state.accepting:
+            timeout = 1.0
+        try:
+            ready, _, _ = select.select(watched, [], [], timeout)
+        except InterruptedError:
+            continue
+        if not ready and not state.children and state.accepting:
+            _log(f"idle for {state.idle_s / 60:g} min: stopping")
+            _stop_accepting(state)
+        for item in ready:
+            if item == state.wake[0]:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(state.wake[0], 512)
+            elif item is state.listener:
+                _accept(state)
+            else:
+                _command_gone(state, item)
+        _reap(state)
+
+
+def _command_gone(state: _State, conn: socket.socket) -> None:
+    """The command sent nothing after its request: readable means it closed (killed, terminal gone)."""
+    for pid, child in state.children.items():
+        if child.conn is conn:
+            with contextlib.suppress(OSError):
+                if conn.recv(1):
+                    return
+            conn.close()
+            child.conn = None
+            _log(f"command of child {pid} went away: interrupting it")
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGINT)
+            return
+
+
+def _reap(state: _State) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        child = state.children.pop(pid, None)
+        if child is None:
+            _gate_child_ended(state, pid)
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        _log(f"child {pid} `{' '.join(child.argv[:4])}` exit {code} after {time.monotonic() - child.started:.2f} s")
+        state.last = time.monotonic()
+        if child.conn is not None:
+            with contextlib.suppress(OSError):
+                proto.send(child.conn, {"exit": code})
+            child.conn.close()
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+def _accept(state: _State) -> None:
+    try:
+        conn, _ = state.listener.accept()
+    except OSError:
+        return
+    fds: list[int] = []
+    try:
+        conn.settimeout(10.0)
+        if _peer_uid(conn) != os.getuid():
+            conn.close()
+            return
+        request, fds = proto.receive(conn, max_fds=3)
+        op = request.get("op")
+        state.last = time.monotonic()
+        if op == "status":
+            proto.send(conn, _status(state))
+        elif op == "stop":
+            proto.send(conn, {**_status(state), "stopping": True})
+            _log("asked to stop")
+            _stop_accepting(state)
+        elif op == "run":
+            refusal = _refusal(state, request, fds)
+            if refusal:
+                _log(f"refused `{' '.join(map(str, request.get('argv', [])[:4]))}`: {refusal}")
+                proto.send(conn, {"refused": refusal})
+            else:
+                if _fork(state, conn, request):
+                    become = _Become(conn, request, list(fds))
+                    fds.clear()  # the child's now: not closed on the way out
+                    raise become
+                return
+    except (OSError, EOFError, ValueError) as e:
+        _log(f"a request that could not be read: {e}")
+    finally:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    conn.close()
+
+
+def _status(state: _State) -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "served": state.served,
+        "running": len(state.children),
+        "started": state.started,
+        "idle_minutes": state.idle_s / 60,
+        "socket": state.path,
+    }
+
+
+def _refusal(state: _State, request: dict[str, Any], fds: list[int]) -> str | None:
+    if request.get("v") != proto.VERSION:
+        return f"protocol {request.get('v')}, this warm process speaks {proto.VERSION}"
+    if len(fds) != 3:
+        return "the command's standard streams did not arrive"
+    if proto.comparable(request.get("env") or {}) != state.env:
+        return "another environment"
+    if threading.active_count() != 1:
+        return "a thread is running in the warm process; a fork would copy its locks, not the thread"
+    if _stamp() != state.stamp:
+        _stop_accepting(state)
+        _log("code or settings changed on disk since the imports: stopping after the running commands")
+        return "stale"
+    return None
+
+
+def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> bool:
+    """True in the child."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        return True
+    state.served += 1
+    state.children[pid] = _Child(conn, [str(a) for a in request["argv"]], time.monotonic())
+    if _gated(request):
+        _hand_over_gate_child(state, pid)
+    conn.settimeout(None)
+    proto.send(conn, {"pid": pid})
+    return False
+
+
+def _become_command(state: _State, become: _Become) -> None:
+    """The child takes on the command's streams, directory, environment, umask, argv and start time."""
+    conn, request, fds = become.conn, become.request, become.fds
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+        for fd in state.wake:
+            os.close(fd)
+        state.listener.close()
+        conn.close()
+        for child in state.children.values():
+            if child.conn is not None:
+                child.conn.close()
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in fds:
+            if fd > 2:
+                os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.umask(int(request["umask"]))
+        if not _gated(request):
+            _leave_gate_child()
+        # a cold interpreter buffers stdout by line on a terminal, by block elsewhere; stderr by line
+        sys.stdout.reconfigure(line_buffering=sys.stdout.isatty())  # type: ignore[union-attr]
+        sys.argv = ["ckptvault", *request["argv"]]
+        from ckptvault import timing
+        from ckptvault_cli import main as cli_main
+
+        if request.get("t_process") is not None:
+            timing.set_process_start(float(request["t_process"]))
+        if request.get("t_main") is not None:
+            cli_main._main_started[:] = [float(request["t_main"])]
+    except BaseException as e:  # nothing of the command has run: say so on its stderr
+        with contextlib.suppress(OSError):
+            os.write(2, f"ckptvault: the warm process could not start this command ({e}); run it again\n".encode())
+        os._exit(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+# The quality gates' Great Expectations child (ckptvault/ingest/quality_child.py) takes ~1.2 s to import
+# and build its engine. A cold ingest starts one first thing, and Prefect's own start hides it; a warm
+# ingest reaches its gates sooner than that, so this process keeps one started, and an ingest's child
+# inherits it as if it had prewarmed it itself. It is started only while no command runs (its import
+# would take a core from one), and is this process's child: reaped here once the ingest is done with it.
+
+
+def _gated(request: dict[str, Any]) -> bool:
+    from ckptvault_cli.warm_client import command_of
+
+    return command_of([str(a) for a in request.get("argv", [])]) in GATED
+
+
+def _spare_gate_child() -> None:
+    from ckptvault.ingest import quality_child
+
+    quality_child.prewarm()
+
+
+def _hand_over_gate_child(state: _State, child: int) -> None:
+    """In this process, after forking an ingest's child: the spare is the child's now."""
+    from ckptvault.ingest import quality_child
+
+    for proc in quality_child.take_prewarmed():
+        _log(f"gate child {proc.pid} handed to child {child}")
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()  # the command's child holds the pipes; EOF must reach each end from it
+        state.handed[proc.pid] = proc
+
+
+def _leave_gate_child() -> None:
+    """In a child that runs no gates: the spare stays the warm process's (not stopped at this exit)."""
+    from ckptvault.ingest import quality_child
+
+    for proc in quality_child.take_prewarmed():
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _gate_child_ended(state: _State, pid: int) -> None:
+    from ckptvault.ingest import quality_child
+
+    if state.handed.pop(pid, None) is None:
+        quality_child.forget_prewarmed(pid)  # the spare itself died: start another when idle
