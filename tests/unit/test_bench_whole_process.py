@@ -55,10 +55,12 @@ def test_summarize_one_row_per_ckptvault_contender_with_the_peers_medians() -> N
         run("ckptvault@before", 44, ok=False),
         run("awscli", 32),
         run("s5cmd", 27),
+        run("ckptvault+warm", 18),
     ]
     rows = summarize(runs)
-    assert [r.tool for r in rows] == ["ckptvault", "ckptvault@before"]
-    now, before = rows
+    assert [r.tool for r in rows] == ["ckptvault", "ckptvault@before", "ckptvault+warm"]
+    now, before, warm = rows
+    assert warm.seconds == 18 and warm.ratios["s5cmd"] == pytest.approx(26 / 18)
     assert now.seconds == 21 and now.spread == (20, 22)
     assert now.peers == {"awscli": 31, "s5cmd": 26}
     assert now.ratios["awscli"] == pytest.approx(31 / 21)
