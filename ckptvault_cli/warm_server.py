@@ -379,6 +379,10 @@ def _become_command(state: _State, become: _Become) -> None:
             _leave_gate_child()
         # a cold interpreter buffers stdout by line on a terminal, by block elsewhere; stderr by line
         sys.stdout.reconfigure(line_buffering=sys.stdout.isatty())  # type: ignore[union-attr]
+        if sys.stderr.isatty():  # Prefect's console handler chose its colours for this process's log file
+            from prefect.logging.configuration import setup_logging
+
+            setup_logging(incremental=False)
         sys.argv = ["ckptvault", *request["argv"]]
         from ckptvault import timing
         from ckptvault_cli import main as cli_main

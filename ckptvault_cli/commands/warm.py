@@ -52,7 +52,13 @@ def cmd_warm(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.idle_minutes <= 0:
         raise UsageError(f"--idle-minutes {args.idle_minutes:g}: give a positive number of minutes")
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"cannot create {directory} for the warm process's socket ({e.strerror}): set {proto.DIR_ENV} to a"
+            " directory of yours"
+        ) from None
     if not proto.private_dir_ok(directory):
         raise UsageError(
             f"{directory} is not private to you (another owner, or group/other access): a warm process's socket"

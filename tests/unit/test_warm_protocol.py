@@ -1,0 +1,82 @@
+"""The warm process's address and messages (ckptvault_cli/warm_protocol.py) and which commands the console
+script hands over (warm_client.command_of): no server, no fork. The forked commands themselves are
+tests/integration/test_warm_cli.py's."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from ckptvault_cli import warm_client
+from ckptvault_cli import warm_protocol as proto
+
+
+def test_the_fingerprint_ignores_the_shells_bookkeeping_and_nothing_else() -> None:
+    env = {"PATH": "/usr/bin", "AWS_PROFILE": "a", "PWD": "/x", "SHLVL": "1"}
+    same = {**env, "PWD": "/y", "OLDPWD": "/x", "SHLVL": "3", "_": "/usr/bin/ckptvault", proto.OFF_ENV: "1"}
+    assert proto.fingerprint(env) == proto.fingerprint(same)
+    assert proto.fingerprint(env) != proto.fingerprint({**env, "AWS_PROFILE": "b"})
+    assert proto.fingerprint(env) != proto.fingerprint({**env, "PREFECT_API_URL": "http://h/api"})
+    assert proto.fingerprint(env) != proto.fingerprint({k: v for k, v in env.items() if k != "AWS_PROFILE"})
+
+
+def test_the_socket_lives_in_a_directory_of_the_users_choosing_or_the_runtime_dir(tmp_path: Path) -> None:
+    assert proto.runtime_dir({proto.DIR_ENV: str(tmp_path)}) == str(tmp_path)
+    assert proto.runtime_dir({"XDG_RUNTIME_DIR": "/run/user/7"}) == "/run/user/7/ckptvault"
+    assert proto.runtime_dir({}) == f"/tmp/ckptvault-{os.getuid()}"
+    env = {proto.DIR_ENV: str(tmp_path), "A": "1"}
+    assert proto.socket_path(env) == str(tmp_path / f"warm-{proto.fingerprint(env)}.sock")
+
+
+def test_a_directory_open_to_others_is_not_used(tmp_path: Path) -> None:
+    d = tmp_path / "w"
+    d.mkdir(mode=0o700)
+    d.chmod(0o700)
+    assert proto.private_dir_ok(str(d))
+    d.chmod(0o770)
+    assert not proto.private_dir_ok(str(d))
+    assert not proto.private_dir_ok(str(tmp_path / "missing"))
+
+
+def test_messages_round_trip_with_descriptors() -> None:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    r, w = os.pipe()
+    try:
+        proto.send(a, {"op": "run", "argv": ["ls", "ü"]}, [r])
+        doc, fds = proto.receive(b, max_fds=3)
+        assert doc == {"op": "run", "argv": ["ls", "ü"]} and len(fds) == 1
+        os.write(w, b"x")
+        assert os.read(fds[0], 1) == b"x"  # the very pipe, through another descriptor
+        os.close(fds[0])
+        a.close()
+        with pytest.raises(EOFError):
+            proto.receive(b)
+    finally:
+        for fd in (r, w):
+            os.close(fd)
+        b.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["restore", "r", "--dest", "d"], "restore"),
+        (["--config", "c.toml", "ingest"], "ingest"),
+        (["--config", "warm", "ls"], "ls"),  # a config file named like a command is still the config
+        (["--version"], None),
+        (["warm", "--stop"], "warm"),
+    ],
+)
+def test_the_command_is_the_first_word_past_the_global_options(argv: list[str], command: str | None) -> None:
+    assert warm_client.command_of(argv) == command
+
+
+def test_warm_and_serve_are_never_handed_over(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(proto.DIR_ENV, str(tmp_path))  # private, but no socket: every command is cold
+    tmp_path.chmod(0o700)
+    assert warm_client.hand_off(["serve"], 0.0) is None
+    assert warm_client.hand_off(["warm"], 0.0) is None
+    assert warm_client.hand_off(["ls"], 0.0) is None
