@@ -4,6 +4,7 @@ are handed to, so they skip the ~1 s of imports a cold command pays before its w
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import socket
 import subprocess
@@ -65,6 +66,12 @@ def cmd_warm(args: argparse.Namespace) -> int:
             f" there could be used by others. `chmod 700 {directory}` if it is yours, or set {proto.DIR_ENV} to"
             " a directory only you can open"
         )
+    with open(path.removesuffix(".sock") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two `ckptvault warm` at once: the second finds the first's
+        return _start(path, log, args.idle_minutes)
+
+
+def _start(path: str, log: str, idle_minutes: float) -> int:
     reply = ask(path, "status") if os.path.exists(path) else None
     if reply is not None:
         say(f"ckptvault: warm process {reply['pid']} already serves this environment; log: {log}")
@@ -73,7 +80,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
     bindir = os.getcwd() if not script or script.endswith(".py") else os.path.dirname(os.path.abspath(script))
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, bindir, "--socket", path, "--idle-minutes", f"{args.idle_minutes:g}"],
+            [sys.executable, "-c", _BOOT, bindir, "--socket", path, "--idle-minutes", f"{idle_minutes:g}"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd="/",
         )  # fmt: skip
     t0 = time.monotonic()
@@ -86,7 +93,7 @@ def cmd_warm(args: argparse.Namespace) -> int:
         if reply is not None:
             say(
                 f"ckptvault: warm process {reply['pid']} ready in {time.monotonic() - t0:.1f} s: commands from this"
-                f" environment now start in it. It stops after {args.idle_minutes:g} min without a command,"
+                f" environment now start in it. It stops after {idle_minutes:g} min without a command,"
                 f" or with `ckptvault warm --stop`; log: {log}"
             )
             return EXIT_OK
