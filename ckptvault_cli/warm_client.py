@@ -76,6 +76,7 @@ def hand_off(argv: Sequence[str], t_main: float) -> int | None:
         request = {
             "op": "run",
             "v": proto.VERSION,
+            "argv0": sys.argv[0],
             "argv": list(argv),
             "cwd": os.getcwd(),
             "env": dict(os.environ),

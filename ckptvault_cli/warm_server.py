@@ -405,7 +405,7 @@ def _become_command(state: _State, become: _Become) -> None:
             from prefect.logging.configuration import setup_logging
 
             setup_logging(incremental=False)
-        sys.argv = ["ckptvault", *request["argv"]]
+        sys.argv = [str(request.get("argv0") or "ckptvault"), *request["argv"]]
         from ckptvault import timing
         from ckptvault_cli import main as cli_main
 
@@ -439,7 +439,10 @@ def _gated(request: dict[str, Any]) -> bool:
 def _spare_gate_child() -> None:
     from ckptvault.ingest import quality_child
 
-    quality_child.prewarm()
+    try:
+        quality_child.prewarm()
+    except OSError as e:  # an ingest then starts its own, as a cold one does
+        _log(f"could not start a Great Expectations child: {e}")
 
 
 def _hand_over_gate_child(state: _State, child: int) -> None:
