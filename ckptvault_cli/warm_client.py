@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import sys
@@ -20,8 +21,15 @@ from ckptvault_cli import warm_protocol as proto
 
 # Never handed over: `warm` manages the warm process itself, `serve` is a long-lived process of its own.
 COLD_COMMANDS = frozenset({"warm", "serve"})
-# What a user's terminal or supervisor sends: the child gets it as a cold command would have.
+# What a user's terminal or supervisor sends: the child gets it as a cold command would have. The
+# terminal's own (Ctrl-C, Ctrl-\\) go to the child's process group, as a terminal sends them to the
+# command's and every process it started; the others to the child alone.
 RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+TO_GROUP = (signal.SIGINT, signal.SIGQUIT)
+# Waiting for the warm process to fork the command's child (it does nothing else first): beyond this it
+# is stopped or stuck, and the command runs cold (a child forked later finds the command gone and is
+# interrupted at once).
+START_TIMEOUT_S = 20.0
 
 
 def command_of(argv: Sequence[str]) -> str | None:
@@ -30,7 +38,7 @@ def command_of(argv: Sequence[str]) -> str | None:
     for a in argv:
         if skip:
             skip = False
-        elif a == "--config":
+        elif len(a) > 2 and "--config".startswith(a):  # argparse takes `--conf X` for `--config X` too
             skip = True
         elif not a.startswith("-"):
             return a
@@ -70,7 +78,9 @@ def hand_off(argv: Sequence[str], t_main: float) -> int | None:
     directory = proto.runtime_dir()
     if not proto.private_dir_ok(directory):
         return None
+    streams = _streams()  # before the socket: a closed 0-2 must not become the socket's number
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(START_TIMEOUT_S)
     try:
         sock.connect(os.path.join(directory, f"warm-{proto.fingerprint()}.sock"))
         request = {
@@ -84,8 +94,9 @@ def hand_off(argv: Sequence[str], t_main: float) -> int | None:
             "t_process": _process_started(),
             "t_main": t_main,
         }
-        proto.send(sock, request, _streams())
+        proto.send(sock, request, streams)
         reply, _ = proto.receive(sock)
+        sock.settimeout(None)
     except (OSError, EOFError, ValueError):
         sock.close()
         return None
@@ -104,6 +115,12 @@ def _umask() -> int:
 def _wait(sock: socket.socket, pid: int) -> int:
     def relay(signum: int, _frame: object) -> None:
         with contextlib.suppress(OSError):  # it has just ended: its exit code is on the way
+            if signum in TO_GROUP:
+                try:
+                    os.killpg(pid, signum)
+                    return
+                except ProcessLookupError:
+                    pass  # not yet its own group leader
             os.kill(pid, signum)
 
     for sig in RELAYED:
@@ -114,10 +131,11 @@ def _wait(sock: socket.socket, pid: int) -> int:
         except InterruptedError:
             continue
         except (OSError, EOFError, ValueError):
+            _outlive(pid)
             print(
                 f"ckptvault: the warm process ended while it ran this command (process {pid}); its outcome is"
-                " unknown: rerun the same command, which continues where it stopped, and see `ckptvault warm"
-                " --status` for the warm process's log",
+                " unknown: rerun the same command, which continues where it stopped, and see the warm"
+                " process's log next to its socket",
                 file=sys.stderr,
             )
             return 1
@@ -125,12 +143,32 @@ def _wait(sock: socket.socket, pid: int) -> int:
             return int(reply["exit"])
 
 
+def _outlive(pid: int) -> None:
+    """Wait for the child itself (signals still relayed) when the warm process that would have told its
+    exit code is gone: the command ends when its work does, not before."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return  # already gone, or no pidfd here
+    try:
+        while True:
+            try:
+                select.select([fd], [], [])
+                return
+            except InterruptedError:
+                continue
+    finally:
+        os.close(fd)
+
+
 def exit_with(code: int) -> None:
     """End this process as the child ended: its exit code, or the signal that killed it."""
     sys.stdout.flush()
     sys.stderr.flush()
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
-        os.kill(os.getpid(), -code)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL, SIGSTOP: no handler to reset
+            signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), -code)  # a signal whose default is not to end: the shell's 128 + n below
         code = 128 - code
     os._exit(code)

@@ -62,14 +62,24 @@ PRELOAD = (
 GATED = frozenset({"ingest", "follow"})
 
 
+# Signals a command's child must not miss between its fork and its own handlers (blocked around the fork)
+CHILD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
+# Prefect reads these from the working directory when it is imported: a command run from a directory that
+# has one must import Prefect there, so it runs cold.
+PREFECT_CWD_FILES = (".env", "prefect.toml")
+SPARE_DEATHS_MAX = 3  # gate children that died unused before this process stops starting them
+
+
 def _log(msg: str) -> None:
-    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} warm[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError, ValueError):  # a full disk under the log must not stop the commands
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} warm[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
 
 
 def _stamp() -> tuple[int, ...]:
     """Changes when code or settings a command would read differ from what this process imported: every
-    .py file of ckptvault's packages, every directory on sys.path (pip replacing a package changes
-    site-packages), the interpreter, the Prefect profile file."""
+    .py file of ckptvault's packages, the site-packages directories (pip replacing a package changes
+    them), the interpreter, the Prefect profile and logging files. Not the other sys.path entries: a
+    working directory there changes whenever a file is made in it."""
     stamp: list[int] = []
     roots: list[str] = []
     for name in ("ckptvault", "ckptvault_cli", "ckptvault_prefect"):
@@ -81,7 +91,8 @@ def _stamp() -> tuple[int, ...]:
                 if f.endswith(".py"):
                     with contextlib.suppress(OSError):
                         stamp.append(os.stat(os.path.join(dirpath, f)).st_mtime_ns)
-    for p in [*sys.path, sys.executable, _profiles_path()]:
+    packages = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
+    for p in [*packages, sys.executable, *_prefect_files()]:
         try:
             stamp.append(os.stat(p or ".").st_mtime_ns)
         except OSError:
@@ -89,10 +100,10 @@ def _stamp() -> tuple[int, ...]:
     return (len(stamp), sum(stamp) % (1 << 62), max(stamp, default=0))
 
 
-def _profiles_path() -> str:
-    from prefect.settings import PREFECT_PROFILES_PATH
+def _prefect_files() -> list[str]:
+    from prefect.settings import PREFECT_LOGGING_SETTINGS_PATH, PREFECT_PROFILES_PATH
 
-    return str(PREFECT_PROFILES_PATH.value())
+    return [str(PREFECT_PROFILES_PATH.value()), str(PREFECT_LOGGING_SETTINGS_PATH.value())]
 
 
 @dataclass
@@ -114,6 +125,7 @@ class _State:
     pid: int = field(default_factory=os.getpid)
     children: dict[int, _Child] = field(default_factory=dict)
     handed: dict[int, Any] = field(default_factory=dict)  # gate children given to commands, to reap
+    spare_deaths: int = 0
     served: int = 0
     accepting: bool = True
     last: float = field(default_factory=time.monotonic)
@@ -223,7 +235,7 @@ def _serve(state: _State) -> None:
     while state.accepting or state.children:
         if term[0]:
             _stop_accepting(state)
-        if state.accepting and not state.children:
+        if state.accepting and not state.children and state.spare_deaths < SPARE_DEATHS_MAX:
             _spare_gate_child()
         watched: list[Any] = [state.wake[0]]
         if state.accepting:
@@ -298,7 +310,7 @@ def _accept(state: _State) -> None:
         return
     fds: list[int] = []
     try:
-        conn.settimeout(10.0)
+        conn.settimeout(2.0)  # the command sends its request as it connects
         if _peer_uid(conn) != os.getuid():
             conn.close()
             return
@@ -322,8 +334,10 @@ def _accept(state: _State) -> None:
                     fds.clear()  # the child's now: not closed on the way out
                     raise become
                 return
-    except (OSError, EOFError, ValueError) as e:
-        _log(f"a request that could not be read: {e}")
+    except _Become:
+        raise
+    except Exception as e:  # one request's trouble is not the warm process's end
+        _log(f"a request that could not be served: {e!r}")
     finally:
         for fd in fds:
             with contextlib.suppress(OSError):
@@ -351,6 +365,9 @@ def _refusal(state: _State, request: dict[str, Any], fds: list[int]) -> str | No
         return "another environment"
     if threading.active_count() != 1:
         return "a thread is running in the warm process; a fork would copy its locks, not the thread"
+    cwd = str(request.get("cwd", "/"))
+    if any(os.path.exists(os.path.join(cwd, f)) for f in PREFECT_CWD_FILES) or _prefect_pyproject(cwd):
+        return "the working directory has Prefect settings (.env, prefect.toml, [tool.prefect])"
     if _stamp() != state.stamp:
         _stop_accepting(state)
         _log("code or settings changed on disk since the imports: stopping after the running commands")
@@ -358,19 +375,38 @@ def _refusal(state: _State, request: dict[str, Any], fds: list[int]) -> str | No
     return None
 
 
+def _prefect_pyproject(cwd: str) -> bool:
+    try:
+        with open(os.path.join(cwd, "pyproject.toml"), "rb") as f:
+            return b"[tool.prefect" in f.read()
+    except OSError:
+        return False
+
+
 def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> bool:
-    """True in the child."""
+    """True in the child. The child is known to the command only once its pid reached it: if the
+    command went away meanwhile, the child is interrupted at once, as Ctrl-C would."""
     sys.stdout.flush()
     sys.stderr.flush()
+    signal.pthread_sigmask(signal.SIG_BLOCK, CHILD_SIGNALS)
     pid = os.fork()
     if pid == 0:
-        return True
+        return True  # unblocked once the child's own handlers are in place
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
     state.served += 1
-    state.children[pid] = _Child(conn, [str(a) for a in request["argv"]], time.monotonic())
+    child = _Child(None, [str(a) for a in request["argv"]], time.monotonic())
+    state.children[pid] = child
     if _gated(request):
         _hand_over_gate_child(state, pid)
-    conn.settimeout(None)
-    proto.send(conn, {"pid": pid})
+    try:
+        conn.settimeout(None)
+        proto.send(conn, {"pid": pid})
+        child.conn = conn
+    except OSError:
+        conn.close()
+        _log(f"the command of child {pid} went away before it started: interrupting it")
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)  # blocked until its handlers are set: then it is interrupted
     return False
 
 
@@ -378,9 +414,11 @@ def _become_command(state: _State, become: _Become) -> None:
     """The child takes on the command's streams, directory, environment, umask, argv and start time."""
     conn, request, fds = become.conn, become.request, become.fds
     try:
+        os.setpgid(0, 0)  # its own group: Ctrl-C reaches it and the processes it starts, as on a terminal
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGCHLD, signal.SIGTERM):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a cold interpreter's
         for fd in state.wake:
             os.close(fd)
         state.listener.close()
@@ -417,7 +455,7 @@ def _become_command(state: _State, become: _Become) -> None:
         with contextlib.suppress(OSError):
             os.write(2, f"ckptvault: the warm process could not start this command ({e}); run it again\n".encode())
         os._exit(1)
-
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
 
 if __name__ == "__main__":
     sys.exit(main())
@@ -470,5 +508,14 @@ def _leave_gate_child() -> None:
 def _gate_child_ended(state: _State, pid: int) -> None:
     from ckptvault.ingest import quality_child
 
-    if state.handed.pop(pid, None) is None:
-        quality_child.forget_prewarmed(pid)  # the spare itself died: start another when idle
+    if state.handed.pop(pid, None) is not None:
+        return
+    proc = quality_child.forget_prewarmed(pid)  # the spare died unused: another when idle, up to a point
+    if proc is None:
+        return
+    state.spare_deaths += 1
+    tail = b""
+    with contextlib.suppress(OSError, ValueError):
+        tail = proc.stderr.read()[-600:] if proc.stderr is not None else b""
+    more = "" if state.spare_deaths < SPARE_DEATHS_MAX else "; no more are started: ingests start their own"
+    _log(f"gate child {pid} ended unused: {tail.decode(errors='replace').strip() or 'nothing on stderr'}{more}")

@@ -85,10 +85,13 @@ def take_prewarmed() -> list[subprocess.Popen[bytes]]:
     return procs
 
 
-def forget_prewarmed(pid: int) -> None:
-    """The prewarmed child `pid` has ended and was reaped by its parent's own loop: not to be used."""
+def forget_prewarmed(pid: int) -> subprocess.Popen[bytes] | None:
+    """The prewarmed child `pid` has ended and was reaped by its parent's own loop: not to be used. Its
+    Popen (its stderr still readable), or None when it was not the prewarmed one."""
     with _warm_lock:
+        gone = [p for p in _warm if p.pid == pid]
         _warm[:] = [p for p in _warm if p.pid != pid]
+    return gone[0] if gone else None
 
 
 def _take_child() -> subprocess.Popen[bytes]:

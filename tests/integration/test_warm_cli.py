@@ -59,6 +59,20 @@ def _served(env: dict[str, str]) -> list[tuple[str, int]]:
     return [(m[2], int(m[3])) for m in SERVED.finditer(log.read_text())]
 
 
+def _log(env: dict[str, str]) -> str:
+    return Path(proto.socket_path(env).removesuffix(".sock") + ".log").read_text()
+
+
+def _command_child(warm_pid: int) -> int:
+    """The warm process's child that runs a command (not its spare Great Expectations child)."""
+    for _ in range(100):
+        for pid in Path(f"/proc/{warm_pid}/task/{warm_pid}/children").read_text().split():
+            if b"quality_child_main" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return int(pid)
+        time.sleep(0.1)
+    raise AssertionError(f"warm process {warm_pid} has no command child")
+
+
 def _files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
@@ -113,6 +127,16 @@ def test_commands_run_in_the_warm_process_as_they_do_cold(
     assert "Traceback" not in bad.stderr
     assert _served(env)[-1] == (f"--config {tmp_path / 'missing.toml'} ls", 2)
 
+    # Prefect reads .env, prefect.toml and pyproject's [tool.prefect] from the working directory when it is
+    # imported: from such a directory the command runs cold (the warm process imported Prefect in /)
+    n = len(_served(env))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "prefect.toml").write_text('[logging]\nlevel = "WARNING"\n')
+    there = _cli(env, "--config", str(cfg), "ls", "--json", cwd=project)
+    assert there.returncode == 0 and json.loads(there.stdout)[0]["step"] == 100, there.stderr
+    assert len(_served(env)) == n and "the working directory has Prefect settings" in _log(env)
+
     # another environment: another socket; nothing there, so the command runs cold and says nothing of it
     n = len(_served(env))
     other = _cli({**env, "CKPTVAULT_SOMETHING_ELSE": "1"}, "--config", str(cfg), "ls", "--json")
@@ -156,6 +180,18 @@ def test_ctrl_c_reaches_the_command_and_a_killed_warm_process_leaves_commands_co
 
     status = _cli(env, "warm", "--status")
     pid = int(re.search(r"warm process (\d+)", status.stderr)[1])  # type: ignore[index]
+
+    # a child killed by a signal: the command ends by the same signal (a shell shows 137), no traceback
+    follower = Follower(cfg, env, "--poll-seconds", "3600", entry="ckptvault_cli.entry")
+    try:
+        follower.started()
+        os.kill(_command_child(pid), signal.SIGKILL)
+        code = follower.proc.wait(30)
+    finally:
+        follower.kill()
+    assert code == -signal.SIGKILL, (code, follower.err[-20:])
+    assert _served(env)[-1][1] == -signal.SIGKILL
+
     os.kill(pid, signal.SIGKILL)  # its socket is left behind, with nothing listening
     time.sleep(0.2)
     assert os.path.exists(proto.socket_path(env))

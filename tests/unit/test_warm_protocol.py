@@ -5,7 +5,10 @@ tests/integration/test_warm_cli.py's."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -66,6 +69,7 @@ def test_messages_round_trip_with_descriptors() -> None:
         (["restore", "r", "--dest", "d"], "restore"),
         (["--config", "c.toml", "ingest"], "ingest"),
         (["--config", "warm", "ls"], "ls"),  # a config file named like a command is still the config
+        (["--conf", "serve", "ls"], "ls"),  # argparse's abbreviation of --config
         (["--version"], None),
         (["warm", "--stop"], "warm"),
     ],
@@ -74,9 +78,43 @@ def test_the_command_is_the_first_word_past_the_global_options(argv: list[str], 
     assert warm_client.command_of(argv) == command
 
 
-def test_warm_and_serve_are_never_handed_over(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(proto.DIR_ENV, str(tmp_path))  # private, but no socket: every command is cold
-    tmp_path.chmod(0o700)
-    assert warm_client.hand_off(["serve"], 0.0) is None
-    assert warm_client.hand_off(["warm"], 0.0) is None
-    assert warm_client.hand_off(["ls"], 0.0) is None
+def test_warm_and_serve_are_never_handed_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listening socket that records what reaches it and refuses it (so each command runs cold)."""
+    directory = tempfile.mkdtemp(prefix="cvw-")  # short: a socket's path is limited to 107 bytes
+    os.chmod(directory, 0o700)
+    monkeypatch.setenv(proto.DIR_ENV, directory)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(proto.socket_path())
+    server.listen(8)
+    server.settimeout(0.05)
+    got: list[list[str]] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                doc, fds = proto.receive(conn, max_fds=3)
+                for fd in fds:
+                    os.close(fd)
+                got.append(doc["argv"])
+                proto.send(conn, {"refused": "a test"})
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        assert warm_client.hand_off(["serve"], 0.0) is None
+        assert warm_client.hand_off(["--conf", "c.toml", "warm"], 0.0) is None
+        assert warm_client.hand_off(["--config", "c.toml", "ls"], 0.0) is None  # asked, refused: cold
+        monkeypatch.setenv(proto.OFF_ENV, "0")
+        assert warm_client.hand_off(["ls"], 0.0) is None
+    finally:
+        stop.set()
+        t.join(5)
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    assert got == [["--config", "c.toml", "ls"]]  # only the one command it may run reached it
