@@ -167,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli_main.run_prepared()  # ends as a cold process ends: SystemExit, thread joins, exit handlers
 
 
-class _Become(Exception):  # not an error: a child leaving the warm process's loop
+class _Become(BaseException):  # not an error: a child leaving the warm process's loop, past every except Exception
     """Raised in a freshly forked child, caught by `main` once the warm process's frames are gone."""
 
     def __init__(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
@@ -334,8 +334,6 @@ def _accept(state: _State) -> None:
                     fds.clear()  # the child's now: not closed on the way out
                     raise become
                 return
-    except _Become:
-        raise
     except Exception as e:  # one request's trouble is not the warm process's end
         _log(f"a request that could not be served: {e!r}")
     finally:
