@@ -12,8 +12,9 @@ children and tells each command its child's exit code; a command that goes away 
 SIGKILL) has its child interrupted as Ctrl-C would.
 
 What a warm process will not run, so the command runs cold instead: a command from another environment
-(another socket), or after ckptvault, Prefect or the interpreter's packages changed on disk, or the
-Prefect profile file did (`_stamp`): it would run code or settings older than the command's. It stops
+(another socket), after ckptvault, Prefect or the interpreter's packages changed on disk, or from a
+working directory with Prefect settings files (ckptvault_cli/warm_fresh.py): it would run code or
+settings other than the command's. The spare Great Expectations child is warm_spare.py's. It stops
 after `--idle-minutes` without a command, on `ckptvault warm --stop`, or when it finds itself stale;
 commands it is running finish first.
 """
@@ -36,7 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ckptvault_cli import warm_fresh
 from ckptvault_cli import warm_protocol as proto
+from ckptvault_cli.warm_spare import Spare, gated
 
 # What commands import anyway: the command line, Prefect's engine and client, the flows with the library
 # under them, boto3's S3 client. Great Expectations is not here: the gates run it in a child of their own.
@@ -58,52 +61,15 @@ PRELOAD = (
     "botocore.client",
     "fastapi.encoders",  # Prefect's serialize_parameters imports it at each flow run's creation (~0.12 s)
 )
-# The commands whose quality gates take the spare Great Expectations child (below); the others leave it.
-GATED = frozenset({"ingest", "follow"})
 
 
 # Signals a command's child must not miss between its fork and its own handlers (blocked around the fork)
 CHILD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
-# Prefect reads these from the working directory when it is imported: a command run from a directory that
-# has one must import Prefect there, so it runs cold.
-PREFECT_CWD_FILES = (".env", "prefect.toml")
-SPARE_DEATHS_MAX = 3  # gate children that died unused before this process stops starting them
 
 
 def _log(msg: str) -> None:
     with contextlib.suppress(OSError, ValueError):  # a full disk under the log must not stop the commands
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} warm[{os.getpid()}]: {msg}", file=sys.stderr, flush=True)
-
-
-def _stamp() -> tuple[int, ...]:
-    """Changes when code or settings a command would read differ from what this process imported: every
-    .py file of ckptvault's packages, the site-packages directories (pip replacing a package changes
-    them), the interpreter, the Prefect profile and logging files. Not the other sys.path entries: a
-    working directory there changes whenever a file is made in it."""
-    stamp: list[int] = []
-    roots: list[str] = []
-    for name in ("ckptvault", "ckptvault_cli", "ckptvault_prefect"):
-        mod = sys.modules.get(name) or importlib.import_module(name)
-        roots.extend(getattr(mod, "__path__", []))
-    for root in roots:
-        for dirpath, _dirs, files in os.walk(root):
-            for f in files:
-                if f.endswith(".py"):
-                    with contextlib.suppress(OSError):
-                        stamp.append(os.stat(os.path.join(dirpath, f)).st_mtime_ns)
-    packages = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
-    for p in [*packages, sys.executable, *_prefect_files()]:
-        try:
-            stamp.append(os.stat(p or ".").st_mtime_ns)
-        except OSError:
-            stamp.append(0)
-    return (len(stamp), sum(stamp) % (1 << 62), max(stamp, default=0))
-
-
-def _prefect_files() -> list[str]:
-    from prefect.settings import PREFECT_LOGGING_SETTINGS_PATH, PREFECT_PROFILES_PATH
-
-    return [str(PREFECT_PROFILES_PATH.value()), str(PREFECT_LOGGING_SETTINGS_PATH.value())]
 
 
 @dataclass
@@ -124,8 +90,7 @@ class _State:
     inode: int
     pid: int = field(default_factory=os.getpid)
     children: dict[int, _Child] = field(default_factory=dict)
-    handed: dict[int, Any] = field(default_factory=dict)  # gate children given to commands, to reap
-    spare_deaths: int = 0
+    spare: Spare = field(default_factory=lambda: Spare(_log))
     served: int = 0
     accepting: bool = True
     last: float = field(default_factory=time.monotonic)
@@ -209,7 +174,9 @@ def _listen(path: str, idle_s: float) -> _State:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # select wakes on the pipe; children are reaped below
     signal.signal(signal.SIGTERM, lambda *_: None)
     signal.signal(signal.SIGINT, lambda *_: None)
-    return _State(listener, path, (r, w), _stamp(), idle_s, proto.comparable(os.environ), os.stat(path).st_ino)
+    return _State(
+        listener, path, (r, w), warm_fresh.stamp(), idle_s, proto.comparable(os.environ), os.stat(path).st_ino
+    )
 
 
 def _close(state: _State) -> None:
@@ -235,8 +202,8 @@ def _serve(state: _State) -> None:
     while state.accepting or state.children:
         if term[0]:
             _stop_accepting(state)
-        if state.accepting and not state.children and state.spare_deaths < SPARE_DEATHS_MAX:
-            _spare_gate_child()
+        if state.accepting and not state.children:
+            state.spare.start()
         watched: list[Any] = [state.wake[0]]
         if state.accepting:
             watched.append(state.listener)
@@ -287,7 +254,7 @@ def _reap(state: _State) -> None:
             return
         child = state.children.pop(pid, None)
         if child is None:
-            _gate_child_ended(state, pid)
+            state.spare.ended(pid)
             continue
         code = os.waitstatus_to_exitcode(status)
         _log(f"child {pid} `{' '.join(child.argv[:4])}` exit {code} after {time.monotonic() - child.started:.2f} s")
@@ -363,22 +330,13 @@ def _refusal(state: _State, request: dict[str, Any], fds: list[int]) -> str | No
         return "another environment"
     if threading.active_count() != 1:
         return "a thread is running in the warm process; a fork would copy its locks, not the thread"
-    cwd = str(request.get("cwd", "/"))
-    if any(os.path.exists(os.path.join(cwd, f)) for f in PREFECT_CWD_FILES) or _prefect_pyproject(cwd):
+    if warm_fresh.prefect_settings_in(str(request.get("cwd", "/"))):
         return "the working directory has Prefect settings (.env, prefect.toml, [tool.prefect])"
-    if _stamp() != state.stamp:
+    if warm_fresh.stamp() != state.stamp:
         _stop_accepting(state)
         _log("code or settings changed on disk since the imports: stopping after the running commands")
         return "stale"
     return None
-
-
-def _prefect_pyproject(cwd: str) -> bool:
-    try:
-        with open(os.path.join(cwd, "pyproject.toml"), "rb") as f:
-            return b"[tool.prefect" in f.read()
-    except OSError:
-        return False
 
 
 def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> bool:
@@ -394,8 +352,8 @@ def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> bool:
     state.served += 1
     child = _Child(None, [str(a) for a in request["argv"]], time.monotonic())
     state.children[pid] = child
-    if _gated(request):
-        _hand_over_gate_child(state, pid)
+    if gated(request.get("argv", [])):
+        state.spare.hand_over(pid)
     try:
         conn.settimeout(None)
         proto.send(conn, {"pid": pid})
@@ -433,8 +391,8 @@ def _become_command(state: _State, become: _Become) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         os.umask(int(request["umask"]))
-        if not _gated(request):
-            _leave_gate_child()
+        if not gated(request.get("argv", [])):
+            Spare.leave()
         # a cold interpreter buffers stdout by line on a terminal, by block elsewhere; stderr by line
         sys.stdout.reconfigure(line_buffering=sys.stdout.isatty())  # type: ignore[union-attr]
         if sys.stderr.isatty():  # Prefect's console handler chose its colours for this process's log file
@@ -455,65 +413,6 @@ def _become_command(state: _State, become: _Become) -> None:
         os._exit(1)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
 
+
 if __name__ == "__main__":
     sys.exit(main())
-
-
-# The quality gates' Great Expectations child (ckptvault/ingest/quality_child.py) takes ~1.2 s to import
-# and build its engine. A cold ingest starts one first thing, and Prefect's own start hides it; a warm
-# ingest reaches its gates sooner than that, so this process keeps one started, and an ingest's child
-# inherits it as if it had prewarmed it itself. It is started only while no command runs (its import
-# would take a core from one), and is this process's child: reaped here once the ingest is done with it.
-
-
-def _gated(request: dict[str, Any]) -> bool:
-    from ckptvault_cli.warm_client import command_of
-
-    return command_of([str(a) for a in request.get("argv", [])]) in GATED
-
-
-def _spare_gate_child() -> None:
-    from ckptvault.ingest import quality_child
-
-    try:
-        quality_child.prewarm()
-    except OSError as e:  # an ingest then starts its own, as a cold one does
-        _log(f"could not start a Great Expectations child: {e}")
-
-
-def _hand_over_gate_child(state: _State, child: int) -> None:
-    """In this process, after forking an ingest's child: the spare is the child's now."""
-    from ckptvault.ingest import quality_child
-
-    for proc in quality_child.take_prewarmed():
-        _log(f"gate child {proc.pid} handed to child {child}")
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()  # the command's child holds the pipes; EOF must reach each end from it
-        state.handed[proc.pid] = proc
-
-
-def _leave_gate_child() -> None:
-    """In a child that runs no gates: the spare stays the warm process's (not stopped at this exit)."""
-    from ckptvault.ingest import quality_child
-
-    for proc in quality_child.take_prewarmed():
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def _gate_child_ended(state: _State, pid: int) -> None:
-    from ckptvault.ingest import quality_child
-
-    if state.handed.pop(pid, None) is not None:
-        return
-    proc = quality_child.forget_prewarmed(pid)  # the spare died unused: another when idle, up to a point
-    if proc is None:
-        return
-    state.spare_deaths += 1
-    tail = b""
-    with contextlib.suppress(OSError, ValueError):
-        tail = proc.stderr.read()[-600:] if proc.stderr is not None else b""
-    more = "" if state.spare_deaths < SPARE_DEATHS_MAX else "; no more are started: ingests start their own"
-    _log(f"gate child {pid} ended unused: {tail.decode(errors='replace').strip() or 'nothing on stderr'}{more}")
