@@ -16,12 +16,13 @@ child process reports of itself (`note`: the gate child's start and evaluation).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+
+from ckptvault import process_clock
 
 __all__ = ["OTHER", "RECORDER", "Breakdown", "Recorder", "mark", "phase"]
 
@@ -216,16 +217,7 @@ def process_age() -> float | None:
     warm process's child, since the command's own process started (`set_process_start`)."""
     if _process_start:
         return max(0.0, time.perf_counter() - _process_start[0])
-    try:
-        with open("/proc/self/stat") as f:
-            stat = f.read()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        # the fields after the command name, which may itself hold spaces and parentheses
-        started_ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
+    return process_clock.age()
 
 
 def phase(name: str) -> AbstractContextManager[None]:

@@ -14,9 +14,9 @@ import select
 import signal
 import socket
 import sys
-import time
 from collections.abc import Sequence
 
+from ckptvault import process_clock
 from ckptvault_cli import warm_protocol as proto
 
 # Never handed over: `warm` manages the warm process itself, `serve` is a long-lived process of its own.
@@ -43,18 +43,6 @@ def command_of(argv: Sequence[str]) -> str | None:
         elif not a.startswith("-"):
             return a
     return None
-
-
-def _process_started() -> float | None:
-    """This process's start on the monotonic clock (perf_counter's, shared by every process on Linux)."""
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return time.perf_counter() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def _streams() -> list[int]:
@@ -91,7 +79,7 @@ def hand_off(argv: Sequence[str], t_main: float) -> int | None:
             "cwd": os.getcwd(),
             "env": dict(os.environ),
             "umask": _umask(),
-            "t_process": _process_started(),
+            "t_process": process_clock.started(),
             "t_main": t_main,
         }
         proto.send(sock, request, streams)

@@ -57,6 +57,11 @@ def socket_path(env: dict[str, str] | os._Environ[str] = os.environ) -> str:
     return os.path.join(runtime_dir(env), f"warm-{fingerprint(env)}.sock")
 
 
+def log_path(socket: str) -> str:
+    """The warm process's log, beside its socket: each command it ran, its exit code and duration."""
+    return socket.removesuffix(".sock") + ".log"
+
+
 def private_dir_ok(path: str) -> bool:
     """The directory is ours alone: owned by this user, no access for group or others."""
     try:

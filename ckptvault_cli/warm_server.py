@@ -172,8 +172,7 @@ def _listen(path: str, idle_s: float) -> _State:
     os.set_blocking(w, False)
     signal.set_wakeup_fd(w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # select wakes on the pipe; children are reaped below
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.signal(signal.SIGINT, lambda *_: None)
+    signal.signal(signal.SIGINT, lambda *_: None)  # SIGTERM stops it (_serve); a stray Ctrl-C does not
     return _State(
         listener, path, (r, w), warm_fresh.stamp(), idle_s, proto.comparable(os.environ), os.stat(path).st_ino
     )

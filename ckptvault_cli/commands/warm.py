@@ -39,7 +39,7 @@ def ask(path: str, op: str) -> dict[str, Any] | None:
 
 def cmd_warm(args: argparse.Namespace) -> int:
     directory, path = proto.runtime_dir(), proto.socket_path()
-    log = path.removesuffix(".sock") + ".log"
+    log = proto.log_path(path)
     if args.stop or args.status:
         reply = ask(path, "stop" if args.stop else "status") if os.path.exists(path) else None
         if reply is None:

@@ -41,7 +41,7 @@ def warm_env(seaweedfs: Any) -> Iterator[dict[str, str]]:
     env.update(seaweedfs.env(), PYTHONPATH=str(REPO), **{proto.DIR_ENV: directory})
     yield env
     _cli(env, "warm", "--stop")
-    log = Path(proto.socket_path(env).removesuffix(".sock") + ".log")
+    log = Path(proto.log_path(proto.socket_path(env)))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and "stopped after" not in (log.read_text() if log.exists() else "stopped after"):
         time.sleep(0.1)
@@ -55,12 +55,12 @@ def _cli(env: dict[str, str], *args: str, cwd: Path = REPO) -> subprocess.Comple
 
 def _served(env: dict[str, str]) -> list[tuple[str, int]]:
     """What the warm process's log says it ran: (argv, exit code), in order."""
-    log = Path(proto.socket_path(env).removesuffix(".sock") + ".log")
+    log = Path(proto.log_path(proto.socket_path(env)))
     return [(m[2], int(m[3])) for m in SERVED.finditer(log.read_text())]
 
 
 def _log(env: dict[str, str]) -> str:
-    return Path(proto.socket_path(env).removesuffix(".sock") + ".log").read_text()
+    return Path(proto.log_path(proto.socket_path(env))).read_text()
 
 
 def _command_child(warm_pid: int) -> int:
@@ -107,7 +107,7 @@ def test_commands_run_in_the_warm_process_as_they_do_cold(
     assert _files(dest) == _files(cold_dest) and set(_files(dest)) == set(_files(root))
     assert [a.split()[2] for a, _ in _served(env)] == ["ingest", "restore"]  # the warm process ran both
     # the ingest's gates ran in the Great Expectations child the warm process had started for it
-    log = Path(proto.socket_path(env).removesuffix(".sock") + ".log").read_text()
+    log = Path(proto.log_path(proto.socket_path(env))).read_text()
     ingest_child = re.search(r"child (\d+) `--config \S+ ingest", log)
     assert ingest_child is not None and f"handed to child {ingest_child[1]}" in log, log
     # --profile from the command's own process start: the phases still add up to the printed total
