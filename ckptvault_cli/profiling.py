@@ -26,8 +26,8 @@ PHASES = {
     ),
     "restore": (
         timing.PROCESS_START, timing.IMPORTS, timing.PREFLIGHT, timing.CATALOG_READ, timing.PLAN, timing.PREFECT,
-        timing.TRANSFER, timing.FINALIZE, timing.WRITES, timing.ARTIFACTS, timing.ALERTS, timing.OUTPUT,
-        timing.SHUTDOWN,
+        timing.TRANSFER, timing.FINALIZE, timing.WRITES, timing.ALERTS, timing.OUTPUT, timing.COMPACTION,
+        timing.ARTIFACTS, timing.SHUTDOWN,
     ),
 }  # fmt: skip
 

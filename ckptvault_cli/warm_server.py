@@ -74,9 +74,11 @@ def _log(msg: str) -> None:
 
 @dataclass
 class _Child:
-    conn: socket.socket | None  # None: the command went away
+    conn: socket.socket | None  # None: the command went away, or was released (`_released`)
     argv: list[str]
     started: float
+    release: int | None = None  # the read end of the child's early-exit pipe (ckptvault_cli/early_exit.py)
+    released: int | None = None  # the exit code the command was given before the child's end
 
 
 @dataclass
@@ -110,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
     _complete_models()
+    from ckptvault.store import s3_client
+
+    s3_client.prime()  # S3's service model parsed here, not in each command's first client (~57 ms)
     gc.freeze()  # what the imports built lives as long as this process and every child: never collected
     if threading.active_count() != 1:  # a fork would copy a thread's locks, not the thread
         names = [t.name for t in threading.enumerate()]
@@ -135,9 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 class _Become(BaseException):  # not an error: a child leaving the warm process's loop, past every except Exception
     """Raised in a freshly forked child, caught by `main` once the warm process's frames are gone."""
 
-    def __init__(self, conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    def __init__(self, conn: socket.socket, request: dict[str, Any], fds: list[int], release: int) -> None:
         super().__init__("a command's child")
-        self.conn, self.request, self.fds = conn, request, fds
+        self.conn, self.request, self.fds, self.release = conn, request, fds, release
 
 
 def _complete_models() -> None:
@@ -207,6 +212,7 @@ def _serve(state: _State) -> None:
         if state.accepting:
             watched.append(state.listener)
         watched += [c.conn for c in state.children.values() if c.conn is not None]
+        watched += [c.release for c in state.children.values() if c.release is not None]
         timeout = None if state.children else max(0.0, state.last + state.idle_s - time.monotonic())
         if not state.accepting:
             timeout = 1.0
@@ -223,6 +229,8 @@ def _serve(state: _State) -> None:
                     os.read(state.wake[0], 512)
             elif item is state.listener:
                 _accept(state)
+            elif isinstance(item, int):
+                _released(state, item)
             else:
                 _command_gone(state, item)
         _reap(state)
@@ -243,6 +251,35 @@ def _command_gone(state: _State, conn: socket.socket) -> None:
             return
 
 
+def _released(state: _State, fd: int) -> None:
+    """A child wrote its command's exit code before its end (ckptvault_cli/early_exit.py): the command
+    is told now; the child goes on, output in this log. End of file: the child closed it (or ended)."""
+    for pid, child in state.children.items():
+        if child.release != fd:
+            continue
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            data = b""
+        if not data or child.released is not None:
+            os.close(fd)
+            child.release = None
+            return
+        try:
+            code = int(data.split(b"\n", 1)[0])
+        except ValueError:
+            _log(f"child {pid} wrote {data!r} on its early-exit pipe: ignored; its command waits for its end")
+            return
+        child.released = code
+        _log(f"child {pid} released its command with exit {code} after {time.monotonic() - child.started:.2f} s")
+        if child.conn is not None:
+            with contextlib.suppress(OSError):
+                proto.send(child.conn, {"exit": code})
+            child.conn.close()
+            child.conn = None  # its end of the socket closing now is not the command going away
+        return
+
+
 def _reap(state: _State) -> None:
     while True:
         try:
@@ -256,7 +293,11 @@ def _reap(state: _State) -> None:
             state.spare.ended(pid)
             continue
         code = os.waitstatus_to_exitcode(status)
-        _log(f"child {pid} `{' '.join(child.argv[:4])}` exit {code} after {time.monotonic() - child.started:.2f} s")
+        if child.release is not None:
+            os.close(child.release)
+        took = time.monotonic() - child.started
+        after = "" if child.released is None else f" (its command was given exit {child.released} before)"
+        _log(f"child {pid} `{' '.join(child.argv[:4])}` exit {code} after {took:.2f} s{after}")
         state.last = time.monotonic()
         if child.conn is not None:
             with contextlib.suppress(OSError):
@@ -295,8 +336,9 @@ def _accept(state: _State) -> None:
                 _log(f"refused `{' '.join(map(str, request.get('argv', [])[:4]))}`: {refusal}")
                 proto.send(conn, {"refused": refusal})
             else:
-                if _fork(state, conn, request):
-                    become = _Become(conn, request, list(fds))
+                release = _fork(state, conn, request)
+                if release is not None:  # in the child
+                    become = _Become(conn, request, list(fds), release)
                     fds.clear()  # the child's now: not closed on the way out
                     raise become
                 return
@@ -338,18 +380,27 @@ def _refusal(state: _State, request: dict[str, Any], fds: list[int]) -> str | No
     return None
 
 
-def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> bool:
-    """True in the child. The child is known to the command only once its pid reached it: if the
-    command went away meanwhile, the child is interrupted at once, as Ctrl-C would."""
+def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> int | None:
+    """In the child, the write end of its early-exit pipe; None in this process. The child is known to
+    the command only once its pid reached it: if the command went away meanwhile, the child is
+    interrupted at once, as Ctrl-C would."""
     sys.stdout.flush()
     sys.stderr.flush()
+    read_end, write_end = os.pipe()  # not inherited by what the child starts (close-on-exec)
     signal.pthread_sigmask(signal.SIG_BLOCK, CHILD_SIGNALS)
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except BaseException:
+        os.close(read_end)
+        os.close(write_end)
+        raise
     if pid == 0:
-        return True  # unblocked once the child's own handlers are in place
+        os.close(read_end)
+        return write_end  # signals unblocked once the child's own handlers are in place
     signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
+    os.close(write_end)
     state.served += 1
-    child = _Child(None, [str(a) for a in request["argv"]], time.monotonic())
+    child = _Child(None, [str(a) for a in request["argv"]], time.monotonic(), release=read_end)
     state.children[pid] = child
     if gated(request.get("argv", [])):
         state.spare.hand_over(pid)
@@ -362,7 +413,7 @@ def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> bool:
         _log(f"the command of child {pid} went away before it started: interrupting it")
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGINT)  # blocked until its handlers are set: then it is interrupted
-    return False
+    return None
 
 
 def _become_command(state: _State, become: _Become) -> None:
@@ -381,6 +432,9 @@ def _become_command(state: _State, become: _Become) -> None:
         for child in state.children.values():
             if child.conn is not None:
                 child.conn.close()
+            if child.release is not None:
+                os.close(child.release)
+        log = os.dup(2)  # this process's log, where the child's output goes once released
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         for fd in fds:
@@ -400,8 +454,10 @@ def _become_command(state: _State, become: _Become) -> None:
             setup_logging(incremental=False)
         sys.argv = [str(request.get("argv0") or "ckptvault"), *request["argv"]]
         from ckptvault import timing
+        from ckptvault_cli import early_exit
         from ckptvault_cli import main as cli_main
 
+        early_exit.arm(become.release, log)
         if request.get("t_process") is not None:
             timing.set_process_start(float(request["t_process"]))
         if request.get("t_main") is not None:

@@ -135,6 +135,20 @@ def _shared_loader() -> Any:
         return _loader
 
 
+def prime() -> None:
+    """Build one S3 client and throw it away: the shared loader then holds S3's service model, its
+    endpoint rules and the partitions parsed, and botocore's lazy imports are done. For a process that
+    forks a child per command (`ckptvault warm`): each child's first client then takes ~10 ms, not ~67.
+    No request is made and no credentials are looked up (explicit dummy ones; the endpoint is never
+    contacted)."""
+    session = botocore.session.Session()
+    session.register_component("data_loader", _shared_loader())
+    session.create_client(
+        "s3", endpoint_url="http://127.0.0.1:9", region_name="us-east-1", aws_access_key_id="prime",
+        aws_secret_access_key="prime", config=BotoConfig(s3={"addressing_style": "path"}),
+    )  # fmt: skip
+
+
 def _credentials_source(profile: str | None = None) -> str:
     # botocore's session, as boto3's wraps it: importing boto3 (and s3transfer, multiprocessing) costs
     # a read command's start-up ~50 ms for nothing a client uses

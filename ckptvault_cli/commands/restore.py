@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextvars
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,9 +107,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
         target = Path(args.dest).expanduser().resolve()
         plan = Chosen(args.run, chosen, target, tuple(ordered), tuple(statuses), est)
         catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
-        result = _restore_here(args, cfg, catalog, plan, history.unreadable)
-        with phase(timing.OUTPUT):
-            return _print_restored(args, chosen.label, chosen.step, chosen.save, result)
+        with _released_when_final(args, chosen.label, chosen.step, chosen.save):
+            result = _restore_here(args, cfg, catalog, plan, history.unreadable)
+        return _output(args, chosen.label, chosen.step, chosen.save, result)
     with phase(timing.IMPORTS):
         start_prefect_note()
         from ckptvault_prefect.flows.restore import restore
@@ -117,24 +119,66 @@ def cmd_restore(args: argparse.Namespace) -> int:
             from ckptvault_prefect.runtime.runners import task_runner_for
 
             restore = restore.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
-    result = running.run_flow(
-        restore,
-        4,
-        force_prefect=choice.needs_prefect,
-        run=args.run,
-        dest=args.dest,
-        step=str(chosen.step),
-        save=chosen.save,
-        tier=args.tier,
-        wait=not args.no_wait,
-        force=args.force,
-        wait_hours=args.wait_hours,
-        config_path=args.config,
-        node_local=args.node_local,
-        source=args.source,
-    )
+    with _released_when_final(args, chosen.label, chosen.step, chosen.save):
+        result = running.run_flow(
+            restore,
+            4,
+            force_prefect=choice.needs_prefect,
+            run=args.run,
+            dest=args.dest,
+            step=str(chosen.step),
+            save=chosen.save,
+            tier=args.tier,
+            wait=not args.no_wait,
+            force=args.force,
+            wait_hours=args.wait_hours,
+            config_path=args.config,
+            node_local=args.node_local,
+            source=args.source,
+        )
+    return _output(args, chosen.label, chosen.step, chosen.save, result)
+
+
+@contextmanager
+def _released_when_final(args: argparse.Namespace, label: str, step: int, save: int) -> Iterator[None]:
+    """In a warm child (ckptvault_cli/early_exit.py): once the restore's result is final (its bytes
+    durable in place and recorded: ckptvault/early_result.py), print it, end `--profile`'s breakdown
+    there, and give the user the exit code; the alert, the ledger and the flow run's end go on after.
+    A cold process: nothing (it prints the result at its end, as always)."""
+    from ckptvault_cli import early_exit
+
+    if not early_exit.armed():
+        yield
+        return
+    from ckptvault import early_result
+    from ckptvault_cli import profiling
+
+    def report(result: object) -> int:
+        with phase(timing.OUTPUT):
+            code = _print_restored(args, label, step, save, result)
+        profiling.finish(shutdown=False)
+        return code
+
+    def on_final(result: object) -> None:
+        # in a context of its own: in a flow run, Prefect turns print() into log lines (log_prints)
+        early_exit.release(contextvars.Context().run(report, result))
+
+    with early_result.listening(on_final):
+        yield
+
+
+def _output(args: argparse.Namespace, label: str, step: int, save: int, result: object) -> int:
+    """The result printed and the exit code, unless the user was already given both (`_released_when_final`):
+    then only what happened after, in the warm log."""
+    from ckptvault_cli import early_exit
+
     with phase(timing.OUTPUT):
-        return _print_restored(args, chosen.label, chosen.step, chosen.save, result)
+        code = early_exit.released()
+        if code is None:
+            return _print_restored(args, label, step, save, result)
+        if isinstance(result, BaseException):
+            say(f"ckptvault: after the restore's result was given (exit {code}), its flow run ended with: {result}")
+        return code
 
 
 def _restore_here(

@@ -95,6 +95,7 @@ seal_task = local_task("verify-file", task_run_name="verify-{plan.path}")(ranged
 
 # the restore's catalog event and alert (ckptvault/restore/complete.py), after the bytes are in place
 alert_task = local_task("notify")(complete.alert)
+compact_run_task = io_task("compact-catalog")(complete.compact_run)
 
 
 write_pointer_task = local_task("write-pointer")(lib.write_pointer)
@@ -135,6 +136,7 @@ STEPS: dict[Callable[..., Any], Step[..., Any]] = {
     complete.record: record_task,
     complete.alert: alert_task,
     note_ledger: ledger_task,
+    complete.compact_run: compact_run_task,
     lib.staging_dir: staging_dir_task,
     lib.download_one: download_one_task,
     ranged.allocate: allocate_task,

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from ckptvault import ledger
+from ckptvault import early_result, ledger
+from ckptvault import events as events_lib
 from ckptvault.catalog import Catalog
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
@@ -77,6 +78,50 @@ def test_the_bytes_are_in_place_before_the_catalog_event_and_the_alert(
     counted = ledger.load(store, PREFIX)
     assert "restore" in counted.last_success
     assert counted.totals()["restore_bytes"] == manifest.total_bytes
+
+
+def test_the_result_is_announced_once_durable_and_recorded_before_the_alert_and_the_run_is_compacted(
+    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
+) -> None:
+    submit = Plain()
+    seen: list[tuple[Any, list[str], dict[str, bytes], list[str]]] = []
+
+    def listener(result: Any) -> None:  # what a warm command line's user is told, and when
+        events = [e.event for e in Catalog(store, PREFIX).events("r")]
+        seen.append((result, list(submit.names()), _tree(tmp_path / "dest" / "checkpoint-100"), events))
+
+    store, manifest, src = saved
+    catalog = Catalog(store, PREFIX)  # the save's commit and an earlier restore: two event files
+    catalog.append([events_lib.verified(manifest)])
+    catalog.append([events_lib.restored(manifest, "/elsewhere", "", 1.0)])
+    before = len(catalog._list("r")[1]["r"].events)
+    with early_result.listening(listener):
+        result = _complete(store, tmp_path / "dest", submit)
+    [(told, calls, tree, events)] = seen
+    assert told == result and told.status == "restored"
+    assert tree == _tree(src) and events[-1] == "restored"  # in place and recorded when told
+    assert "record" in calls and "alert" not in calls and "note_ledger" not in calls
+    assert submit.names()[-1] == "compact_run"  # after the alert and the ledger
+    # the restore's event merged with the ingest's, under a snapshot: the run's next read is one file and
+    # the snapshot, not one file more per restore
+    after = Catalog(store, PREFIX)._list("r")[1]["r"]
+    assert before == 2 and len(after.events) == 1 and after.snapshots
+    assert [e.event for e in Catalog(store, PREFIX).events("r")][-1] == "restored"
+    early_result.announce(result)  # nobody listening any more: nothing happens
+    assert len(seen) == 1
+
+
+def test_a_listener_that_fails_does_not_fail_the_restore(
+    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
+) -> None:
+    store, _, src = saved
+
+    def broken(result: Any) -> None:
+        raise RuntimeError("a console that went away")
+
+    with early_result.listening(broken):
+        result = _complete(store, tmp_path / "dest", Plain())
+    assert result.status == "restored" and _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
 
 
 def test_a_file_no_copy_can_give_records_nothing_and_changes_nothing(

@@ -118,3 +118,41 @@ def test_warm_and_serve_are_never_handed_over(monkeypatch: pytest.MonkeyPatch) -
         server.close()
         shutil.rmtree(directory, ignore_errors=True)
     assert got == [["--config", "c.toml", "ls"]]  # only the one command it may run reached it
+
+
+_RELEASING = """
+import os, sys
+from ckptvault_cli import early_exit
+pipe, log = int(sys.argv[1]), os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND)
+assert not early_exit.release(5)  # not armed: a cold process ends as it always did
+early_exit.arm(pipe, log)
+assert early_exit.armed() and early_exit.released() is None
+print("the result", flush=True)
+print("said on stderr", file=sys.stderr)
+assert early_exit.release(3)
+assert not early_exit.armed() and early_exit.released() == 3 and not early_exit.release(4)
+print("after the release")
+print("an error after it", file=sys.stderr)
+"""
+
+
+def test_a_released_command_is_given_its_code_and_nothing_more_reaches_its_streams(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    log = tmp_path / "warm.log"
+    log.write_text("")
+    read_end, write_end = os.pipe()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _RELEASING, str(write_end), str(log)], pass_fds=(write_end,),
+            capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
+        )  # fmt: skip
+        os.close(write_end)
+        got = os.read(read_end, 64)
+    finally:
+        os.close(read_end)
+    assert done.returncode == 0, done.stderr
+    assert got == b"3\n"  # what the warm process sends the command
+    assert done.stdout == "the result\n" and done.stderr == "said on stderr\n"
+    assert log.read_text() == "after the release\nan error after it\n"
