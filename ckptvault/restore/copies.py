@@ -202,6 +202,19 @@ def survey(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyS
     return out
 
 
+def survey_once(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyStatus]:
+    """`survey`, once per command (ckptvault/memo.py, `remembered`): `ckptvault restore` surveys the copies
+    to choose one and print the estimate (exit 2 when none is usable), then its flow, in the same process
+    ~0.2 s later, surveys the same save of the same copies again. Keyed on each copy's name, store object,
+    prefix and problem, in order, and the run, step and save, within memo.READ_MAX_AGE_S: the flow gets the
+    command line's snapshot, from which it already chose. A survey that raised is not remembered.
+    Outside a command (a deployment's flow run) every call surveys."""
+    from ckptvault import memo
+
+    key = ("survey", tuple((c.name, memo.Same(c.store), c.prefix, c.problem) for c in copies), run, step, save)
+    return list(memo.remembered(key, lambda: survey(copies, run, step, save)))  # a list of the caller's own
+
+
 class EarlySurvey:
     """`survey` of the save a restore most likely resolves to, on a thread started before the catalog
     is read, so the copies' manifests and listings are fetched beside the catalog's objects instead of
@@ -209,7 +222,8 @@ class EarlySurvey:
     its save is `--save K`, else the step's first (a step saved twice is rare); `latest` is named by
     the catalog alone. The guess decides nothing: `statuses` hands the survey over only when the
     catalog resolved to the very save surveyed and the survey ended without raising; otherwise the
-    caller surveys as it would have without it."""
+    caller surveys as it would have without it. What it surveyed is remembered for the command
+    (`survey_once`): the flow the command runs next in this process does not survey that save again."""
 
     def __init__(self, copies: Sequence[Copy], run: str, step: str, save: int | None) -> None:
         self.key = (int(step), 1 if save is None else save) if step.isdigit() else None
@@ -224,7 +238,7 @@ class EarlySurvey:
 
     def _run(self, copies: Sequence[Copy], run: str, step: int, save: int) -> None:
         try:
-            self._got = survey(copies, run, step, save)
+            self._got = survey_once(copies, run, step, save)
         except Exception:  # the caller's own survey raises it again, where it always did
             self._got = None
 

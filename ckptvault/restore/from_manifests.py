@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptvault import events as event_builders
+from ckptvault import memo
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
 from ckptvault.restore.estimate import restore_throughput
 from ckptvault.saves import replay_supersedes
@@ -42,6 +43,18 @@ def read_run(catalog: Catalog, run: str) -> RunHistory:
         states = catalog.current(run)
         got, unreadable = _events(catalog, run)
     return RunHistory(tuple(got), unreadable, None if unreadable else tuple(states))
+
+
+def read_run_once(catalog: Catalog, run: str) -> RunHistory:
+    """`read_run`, once per command (ckptvault/memo.py, `remembered`): with a Prefect API, `ckptvault
+    restore` reads the run to exit 2 on bad input before a flow run exists, then its flow, in the same
+    process ~0.2 s later, reads it again to resolve the step and save the command line already resolved
+    and passes it: that second read is the first's snapshot, for the same store object, prefix and run,
+    within memo.READ_MAX_AGE_S. A history with unreadable objects is remembered too: the command line only
+    warns of them, the flow alerts (direct mode, which runs no flow, alerts itself), so still once.
+    Outside a command (a deployment's flow run) every call reads."""
+    return memo.remembered(("run-history", memo.Same(catalog.store), catalog.prefix, run),
+                           lambda: read_run(catalog, run))  # fmt: skip
 
 
 def read_replica(catalog: Catalog, run: str) -> RunHistory:

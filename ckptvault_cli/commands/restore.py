@@ -59,8 +59,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
     early = copies_lib.EarlySurvey(copies, args.run, args.step, args.save)
     with phase(timing.CATALOG_READ):
         if primary is not None:
-            # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
-            history = from_manifests.read_run(Catalog(primary, cfg.store.prefix), args.run)
+            # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts);
+            # remembered for this command: the flow it runs next in this process does not read it again
+            history = from_manifests.read_run_once(Catalog(primary, cfg.store.prefix), args.run)
             if history.unreadable:
                 say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, history.unreadable)}")
         else:
@@ -80,10 +81,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
             check_destination_or_usage(lib.check_destination, args)
         choice = restore_runner(cfg, args)
     with phase(timing.PLAN):
-        # Which copy is read (docs/replicas.md, "Restore from a copy"): each copy's manifest and one LIST
+        # Which copy is read (docs/replicas.md, "Restore from a copy"): each copy's manifest and one LIST,
+        # remembered for this command as the history is (the flow's survey of this save is this one)
         statuses = early.statuses(chosen.step, chosen.save)
         if statuses is None:
-            statuses = copies_lib.survey(copies, args.run, chosen.step, chosen.save)
+            statuses = copies_lib.survey_once(copies, args.run, chosen.step, chosen.save)
         try:
             ordered = copies_lib.choose(statuses, args.source)
         except lib.RestoreError as e:

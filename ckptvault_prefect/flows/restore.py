@@ -73,7 +73,7 @@ def restore(
             check_destination_task(target, force)
     with phase(timing.CATALOG_READ):
         if catalog is not None and primary is not None:
-            history = restore_history_task(catalog, run)  # the one read of the run's catalog
+            history = restore_history_task(catalog, run)  # the command line's, when it read it
             if history.unreadable:
                 notify_task(cfg, primary, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
         else:

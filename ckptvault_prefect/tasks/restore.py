@@ -26,8 +26,9 @@ log = logging.getLogger("ckptvault.restore")
 
 @io_task("restore-history")
 def restore_history_task(catalog: Catalog, run: str) -> from_manifests.RunHistory:
-    """The run's events, from its manifests too when an object of its catalog cannot be read."""
-    history = from_manifests.read_run(catalog, run)
+    """The run's events, from its manifests too when an object of its catalog cannot be read: the command
+    line's own read when it made one in this process a moment ago (from_manifests.read_run_once)."""
+    history = from_manifests.read_run_once(catalog, run)
     if history.unreadable:
         log.warning("%s", from_manifests.fallback_warning(run, history.unreadable))
     return history
@@ -39,7 +40,8 @@ open_copies_task = local_task("open-copies")(copies_lib.open_copies)
 replica_history_task = io_task("replica-history")(copies_lib.history_from_replicas)
 
 
-survey_task = io_task("survey-copies")(copies_lib.survey)
+# the command line's own survey of this save when it made one in this process a moment ago
+survey_task = io_task("survey-copies")(copies_lib.survey_once)
 
 
 @local_task("resolve-step")

@@ -98,3 +98,57 @@ def test_the_lifecycle_rule_is_checked_once_per_command(seen: dict[str, int]) ->
     assert memo.ensure_abort_rule(store, cfg) is False and memo.ensure_abort_rule(store, cfg) is False
     assert seen["lifecycle"] == 2  # outside a command: read every time
     assert not memo.active()
+
+
+def test_a_read_is_remembered_once_per_command_and_key_for_a_short_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []
+
+    def read(what: str) -> list[str]:
+        reads.append(what)
+        return [what]
+
+    key = ("kind", memo.Same(object()), "r")
+    assert memo.remembered(key, lambda: read("a")) is not memo.remembered(key, lambda: read("a"))
+    assert len(reads) == 2  # outside a command (a deployment's flow run): read each time
+    with memo.command():
+        first = memo.remembered(key, lambda: read("a"))
+        assert memo.remembered(key, lambda: read("a")) is first and len(reads) == 3
+        memo.remembered((*key[:2], "q"), lambda: read("a"))  # another key part: read anew
+        memo.remembered(("kind", memo.Same(object()), "r"), lambda: read("a"))  # another object, however equal
+        assert len(reads) == 5
+        monkeypatch.setattr(memo, "READ_MAX_AGE_S", 0.0)  # too old: read again
+        assert memo.remembered(key, lambda: read("a")) is not first and len(reads) == 6
+    with memo.command():  # a new command reads anew
+        memo.remembered(key, lambda: read("a"))
+        assert len(reads) == 7
+
+
+def test_a_failed_read_is_not_remembered_nor_one_outliving_its_command() -> None:
+    calls = [0]
+
+    def failing() -> int:
+        calls[0] += 1
+        raise StoreError("connection refused")
+
+    key = ("kind", "k")
+    with memo.command():
+        for _ in range(2):
+            with pytest.raises(StoreError):
+                memo.remembered(key, failing)
+        assert calls[0] == 2  # the failure was read again
+        assert memo.remembered(key, lambda: 1) == 1 and memo.remembered(key, lambda: 2) == 1
+    # a read started in one command and ending in the next (a survey thread outliving an exit 2)
+    first, second = memo.command(), memo.command()
+    first.__enter__()
+
+    def read_across() -> int:
+        first.__exit__(None, None, None)
+        second.__enter__()
+        return 3
+
+    try:
+        assert memo.remembered(key, read_across) == 3
+        assert memo.remembered(key, lambda: 4) == 4  # the new command read it itself
+    finally:
+        second.__exit__(None, None, None)
+    assert not memo.active()
