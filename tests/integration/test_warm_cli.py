@@ -63,6 +63,14 @@ def _log(env: dict[str, str]) -> str:
     return Path(proto.log_path(proto.socket_path(env))).read_text()
 
 
+def _settled(env: dict[str, str]) -> None:
+    """Every command child of the warm process has ended (a released restore's goes on after its command)."""
+    deadline = time.monotonic() + 60
+    while ", 0 running" not in (status := _cli(env, "warm", "--status")).stderr:
+        assert time.monotonic() < deadline, status.stderr
+        time.sleep(0.1)
+
+
 def _command_child(warm_pid: int) -> int:
     """The warm process's child that runs a command (not its spare Great Expectations child)."""
     for _ in range(100):
@@ -105,7 +113,15 @@ def test_commands_run_in_the_warm_process_as_they_do_cold(
     cold = _cli({**env, proto.OFF_ENV: "0"}, "--config", str(cfg), "restore", "r", "--dest", str(cold_dest))
     assert cold.returncode == 0, cold.stderr
     assert _files(dest) == _files(cold_dest) and set(_files(dest)) == set(_files(root))
+    _settled(env)
     assert [a.split()[2] for a, _ in _served(env)] == ["ingest", "restore"]  # the warm process ran both
+    # the restore's command was given its exit code once the result was final (durable, in place and
+    # recorded), its child going on with the alert, ledger and compaction: their output in the log
+    restore_child = re.search(r"child (\d+) `--config \S+ restore r", _log(env))
+    assert restore_child is not None, _log(env)
+    assert f"child {restore_child[1]} released its command with exit 0" in _log(env)
+    ended = f"child {restore_child[1]} `--config {cfg} restore r"
+    assert re.search(re.escape(ended) + r".* exit 0 after .*\(its command was given exit 0 before\)", _log(env))
     # the ingest's gates ran in the Great Expectations child the warm process had started for it
     log = Path(proto.log_path(proto.socket_path(env))).read_text()
     ingest_child = re.search(r"child (\d+) `--config \S+ ingest", log)
@@ -121,6 +137,7 @@ def test_commands_run_in_the_warm_process_as_they_do_cold(
     restore2 = _cli(env, "--config", str(cfg), "restore", "r", "--dest", "rel", cwd=tmp_path)
     assert restore2.returncode == 0, restore2.stderr
     assert _files(tmp_path / "rel") == _files(cold_dest)
+    _settled(env)  # its child has ended too (released at the result, it logs its end a moment later)
 
     bad = _cli(env, "--config", str(tmp_path / "missing.toml"), "ls")
     assert bad.returncode == 2 and "missing.toml does not exist" in bad.stderr, bad.stderr
