@@ -46,6 +46,25 @@ WARM = CKPTVAULT + "+warm"
 # After a warm ingest, untimed: the warm process starts the next ingest's Great Expectations child once
 # no command of its own runs (~1.2 s of a core); no peer should run beside that.
 WARM_SPARE_S = 2.5
+QUIET_BUSY = 0.25  # a phase starts once the CPUs are less than this busy for two seconds in a row
+QUIET_MAX_S = 300.0
+
+
+def _busy_share(seconds: float) -> float:
+    """The share of all CPUs' time spent busy over the next `seconds` (/proc/stat; 0 where there is none)."""
+
+    def sample() -> tuple[int, int]:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return 0, 0
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields), idle
+
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+    return 1.0 - (idle1 - idle0) / (total1 - total0) if total1 > total0 else 0.0
 INGEST_PEERS = ("awscli", "s5cmd")
 RESTORE_PEERS = ("awscli", "s5cmd", "s5cmd+sync")
 PEERS = {"ingest": INGEST_PEERS, "restore": RESTORE_PEERS}
@@ -457,6 +476,18 @@ class WholeProcess:
         run_quiet([str(VENV_BIN / "ckptvault"), "warm", "--idle-minutes", "600"], env=self.env(server, warm=True))
         time.sleep(WARM_SPARE_S)
 
+    def quiet(self, what: str) -> None:
+        """Untimed: wait (up to QUIET_MAX_S) until the machine's CPUs are mostly idle for two seconds in a
+        row. After a phase's buckets are dropped, Ceph RGW's garbage collector and its OSD keep both cores
+        busy for minutes (a 1-min load of 10-27 measured through the restores of session 50); every
+        command of the next phase is timed on a machine at rest instead, whoever's turn comes first."""
+        from bench.measure import log
+
+        t0, calm = time.monotonic(), 0
+        while calm < 2 and time.monotonic() - t0 < QUIET_MAX_S:
+            calm = calm + 1 if _busy_share(1.0) < QUIET_BUSY else 0
+        log(f"{what}: waited {time.monotonic() - t0:.0f} s for a quiet machine (load {os.getloadavg()[0]:.1f})")
+
     def settle_warm(self, server: Any) -> None:
         """Untimed: a warm restore's child goes on after its command returned (the alert, the ledger, the
         catalog's compaction: docs/warm.md); the next command, ours or a peer's, starts once it has ended."""
@@ -492,6 +523,7 @@ class WholeProcess:
         names = {p.name for p in ck.iterdir()}
         want = sum(p.stat().st_size for p in ck.iterdir())
         if "ingest" in a.ops:
+            self.quiet(f"{server.kind} {gib:g} GiB ingest")
             log(f"{server.kind} {gib:g} GiB: ingest, {a.reps} reps interleaved, a fresh bucket each")
             for rep in range(a.reps):
                 for tool in rotated(self.tools_for("ingest"), rep):
@@ -505,6 +537,7 @@ class WholeProcess:
             # no room for the source, the stored copy and a restore at once (16 GiB): the source goes
             if shutil.disk_usage(self.scratch).free < 1.5 * want:
                 shutil.rmtree(root, ignore_errors=True)
+            self.quiet(f"{server.kind} {gib:g} GiB restore")
             log(f"{server.kind} {gib:g} GiB: restore, {a.reps} reps interleaved, a new directory each")
             for rep in range(a.reps):
                 for tool in rotated(self.tools_for("restore"), rep):
