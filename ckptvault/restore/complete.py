@@ -23,8 +23,7 @@ from ckptvault import early_result, events, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import send_alerts
-from ckptvault.catalog import Catalog, CatalogError, Event
-from ckptvault.catalog.compaction import COMPACT_SECONDS
+from ckptvault.catalog import Catalog, Event
 from ckptvault.config import Config
 from ckptvault.ledger import note_ledger
 from ckptvault.progress import ProgressBar
@@ -46,6 +45,11 @@ log = logging.getLogger("ckptvault.restore")
 
 SecretLoader = Callable[[str], str | None]
 
+# A restore's compaction is its own run's partition: the time box (checked between partitions and between
+# the runs a flat-layout catalog's migration moves) keeps an old catalog's migration, up to a minute in
+# an ingest, from holding a cold restore's exit; what it does not reach waits for the next compaction.
+RESTORE_COMPACT_SECONDS = 2.0
+
 
 def record(catalog: Catalog, evs: Sequence[Event]) -> str | None:
     """Append `evs` to the catalog (a step of its own: retried as store I/O)."""
@@ -62,7 +66,7 @@ def compact_run(catalog: Catalog, run: str, deletes: bool) -> int:
     as every ingest does for the saves it records: each restore adds an event file, and a run restored or
     drilled ten times without an ingest between read 0.14 -> 0.27 s at its next restore's start (Ceph;
     compacted, 0.02 s). Returns the event files merged."""
-    return catalog.compact(time.time(), runs=[run], max_seconds=COMPACT_SECONDS, deletes=deletes)
+    return catalog.compact(time.time(), runs=[run], max_seconds=RESTORE_COMPACT_SECONDS, deletes=deletes)
 
 
 # The steps that are store I/O, retried on transient store errors (ckptvault/submitter.py's policy); the
@@ -146,15 +150,16 @@ def complete(
             log.warning("%s step %s: %s", run, n, unrecorded)
     done_result = replace(begun, status="restored", pointer=pointer, replaced=aside, bytes=manifest.total_bytes,
                           files=len(manifest.files), fallbacks=fallbacks, message=unrecorded)  # fmt: skip
-    # Durable, in place and recorded: the result the user is told cannot change any more
-    # (ckptvault/early_result.py); the alert and the ledger below only tell others of it.
+    # Durable and in place, and recorded (or the result says why not): what the user is told cannot change
+    # any more (ckptvault/early_result.py). What follows only tells others of it, so nothing that fails in
+    # it fails the restore: a warm command line's user has already gone on with this result.
     early_result.announce(done_result)
     if catalog is not None and recorded:
         try:
             with phase(timing.ALERTS):
                 took = time.monotonic() - started
                 submit(alert, cfg, catalog.store, [alerts.restore_completed(run, n, where, took, url)], secret)
-        except StoreError as e:  # after the announcement: the warm command line's user has gone on
+        except Exception as e:
             log.warning("%s step %s: restored and recorded, but the alert could not be sent: %s", run, n, e)
     if catalog is not None:  # the metrics' ledger is the primary's, beside its catalog (docs/FORMAT.md)
         with phase(timing.WRITES):
@@ -164,6 +169,6 @@ def complete(
         try:
             with phase(timing.COMPACTION):
                 submit(compact_run, catalog, run, cfg.store.flows_delete)
-        except (StoreError, CatalogError) as e:  # the next ingest's or restore's compaction does it
+        except Exception as e:  # the next ingest's or restore's compaction does it
             log.warning("%s step %s: restored and recorded; the run's catalog was not compacted: %s", run, n, e)
     return done_result

@@ -109,7 +109,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         target = Path(args.dest).expanduser().resolve()
         plan = Chosen(args.run, chosen, target, tuple(ordered), tuple(statuses), est)
         catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
-        with _released_when_final(args, chosen.label, chosen.step, chosen.save):
+        with _released_when_final(args, chosen.label, chosen.step, chosen.save, choice):
             result = _restore_here(args, cfg, catalog, plan, history.unreadable)
         return _output(args, chosen.label, chosen.step, chosen.save, result)
     with phase(timing.IMPORTS):
@@ -121,7 +121,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             from ckptvault_prefect.runtime.runners import task_runner_for
 
             restore = restore.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
-    with _released_when_final(args, chosen.label, chosen.step, chosen.save):
+    with _released_when_final(args, chosen.label, chosen.step, chosen.save, choice):
         result = running.run_flow(
             restore,
             4,
@@ -142,14 +142,19 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 @contextmanager
-def _released_when_final(args: argparse.Namespace, label: str, step: int, save: int) -> Iterator[None]:
+def _released_when_final(
+    args: argparse.Namespace, label: str, step: int, save: int, choice: RunnerChoice
+) -> Iterator[None]:
     """In a warm child (ckptvault_cli/early_exit.py): once the restore's result is final (its bytes
     durable in place and recorded: ckptvault/early_result.py), print it, end `--profile`'s breakdown
     there, and give the user the exit code; the alert, the ledger and the flow run's end go on after.
-    A cold process: nothing (it prints the result at its end, as always)."""
+    A cold process: nothing (it prints the result at its end, as always). Nor when the restore starts
+    processes of its own that would hold the user's streams open past the release (a local Dask
+    cluster's workers, the temporary Prefect API of CKPTVAULT_PREFECT=always without a server)."""
     from ckptvault_cli import early_exit
 
-    if not early_exit.armed():
+    own_processes = choice.kind != "threads" or (not running.direct() and not os.environ.get("PREFECT_API_URL"))
+    if not early_exit.armed() or own_processes:
         yield
         return
     from ckptvault import early_result
@@ -158,12 +163,15 @@ def _released_when_final(args: argparse.Namespace, label: str, step: int, save: 
     def report(result: object) -> int:
         with phase(timing.OUTPUT):
             code = _print_restored(args, label, step, save, result)
-        profiling.finish(shutdown=False)
+        try:
+            profiling.finish(shutdown=False)
+        finally:
+            early_exit.release(code)  # printed: never printed again (`_output`), whatever else fails
         return code
 
     def on_final(result: object) -> None:
         # in a context of its own: in a flow run, Prefect turns print() into log lines (log_prints)
-        early_exit.release(contextvars.Context().run(report, result))
+        contextvars.Context().run(report, result)
 
     with early_result.listening(on_final):
         yield
@@ -178,8 +186,9 @@ def _output(args: argparse.Namespace, label: str, step: int, save: int, result: 
         code = early_exit.released()
         if code is None:
             return _print_restored(args, label, step, save, result)
-        if isinstance(result, BaseException):
+        if isinstance(result, BaseException):  # the user has the result; this process's exit (in the log) says
             say(f"ckptvault: after the restore's result was given (exit {code}), its flow run ended with: {result}")
+            return EXIT_FAILED
         return code
 
 

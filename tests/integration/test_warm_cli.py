@@ -218,3 +218,37 @@ def test_ctrl_c_reaches_the_command_and_a_killed_warm_process_leaves_commands_co
     assert restarted.returncode == 0 and "ready in" in restarted.stderr, restarted.stderr
     assert _cli(env, "--config", str(cfg), "ls").returncode == 0
     assert _served(env)[-1] == (f"--config {cfg} ls", 0)
+
+
+def test_a_warm_restore_through_a_prefect_flow_run_gives_its_result_before_the_run_ends(
+    prefect_api: None, warm_env: dict[str, str], seaweedfs: Any, bucket_factory: Callable[[Any], str],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**warm_env, "PREFECT_API_URL": str(PREFECT_API_URL.value())}  # another environment: its own
+    bucket = bucket_factory(seaweedfs)
+    root = tmp_path / "hot"
+    write_checkpoint(root, "hf", 100, 4 * MiB, shards=2, seed=5)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "hf")])
+    try:
+        assert _cli(env, "warm", "--idle-minutes", "10").returncode == 0
+        ingest = _cli(env, "--config", str(cfg), "ingest", "--json")
+        assert ingest.returncode == 0, ingest.stderr
+        dest = tmp_path / "back"
+        restore = _cli(env, "--config", str(cfg), "restore", "r", "--dest", str(dest), "--json")
+        assert restore.returncode == 0, restore.stderr
+        # one document on stdout (Prefect's log_prints in the flow run did not take the print), printed once
+        assert json.loads(restore.stdout)["status"] == "restored"
+        assert _files(dest) and set(_files(dest)) == set(_files(root))
+        _settled(env)
+        log = _log(env)
+        child = re.search(r"child (\d+) released its command with exit 0", log)
+        assert child is not None, log
+        # the flow run ended after the command did: its last lines are in the warm log, not the command's
+        after = log[child.end() :]
+        assert "Finished in state Completed()" in after and "Flow run" in after, after
+        assert not re.search(r"Flow run '[^']*' - Finished in state", restore.stderr), restore.stderr
+        assert re.search(rf"child {child[1]} `--config \S+ restore r` exit 0 after .*given exit 0 before", log)
+    finally:
+        _cli(env, "warm", "--stop")

@@ -124,6 +124,21 @@ def test_a_listener_that_fails_does_not_fail_the_restore(
     assert result.status == "restored" and _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
 
 
+def test_nothing_after_the_result_fails_the_restore(
+    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
+) -> None:
+    store, _, src = saved
+
+    def broken(*args: Any) -> None:  # not a store error: a bug, a pyarrow error in the fold
+        raise ValueError("injected after the result")
+
+    submit = Plain(instead={"alert": broken, "compact_run": broken})
+    result = _complete(store, tmp_path / "dest", submit)
+    assert result.status == "restored" and not result.message
+    assert _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
+    assert {"alert", "note_ledger", "compact_run"} <= set(submit.names())
+
+
 def test_a_file_no_copy_can_give_records_nothing_and_changes_nothing(
     saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
 ) -> None:

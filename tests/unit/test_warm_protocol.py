@@ -133,6 +133,9 @@ assert early_exit.release(3)
 assert not early_exit.armed() and early_exit.released() == 3 and not early_exit.release(4)
 print("after the release")
 print("an error after it", file=sys.stderr)
+import signal
+os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C relayed late: the user already has the result
+print("still here")
 """
 
 
@@ -148,11 +151,13 @@ def test_a_released_command_is_given_its_code_and_nothing_more_reaches_its_strea
             [sys.executable, "-c", _RELEASING, str(write_end), str(log)], pass_fds=(write_end,),
             capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2],
         )  # fmt: skip
+    finally:
         os.close(write_end)
+    try:
         got = os.read(read_end, 64)
     finally:
         os.close(read_end)
     assert done.returncode == 0, done.stderr
     assert got == b"3\n"  # what the warm process sends the command
     assert done.stdout == "the result\n" and done.stderr == "said on stderr\n"
-    assert log.read_text() == "after the release\nan error after it\n"
+    assert log.read_text() == "after the release\nan error after it\nstill here\n"
