@@ -100,14 +100,17 @@ class Chosen:
 def complete(
     submit: Submitter, cfg: Config, catalog: Catalog | None, chosen: Chosen, *, tier: str, wait_s: float,
     force: bool, secret: SecretLoader | None, started: float, node_local: str | None = None, run_id: str = "",
-    url: str | None = None,
+    url: str | None = None, catalog_whole: bool = True,
 ) -> RestoreResult:  # fmt: skip
     """Thaw, fetch, verify, rename into place, then record and alert. `catalog`: the primary's, None
     when the primary is unreachable (nothing is then recorded nor alerted: both live on the primary).
     `node_local`: the destination as given, each node writing its own files there (one copy, no
     fallback). `started`: a `time.monotonic()` the alert's duration counts from. A "thawing" result
     when objects are still frozen after `wait_s`; RestoreError (nothing changed at the destination)
-    when some file could be read from no copy."""
+    when some file could be read from no copy. `catalog_whole`: the run's catalog read in full; when it
+    did not (the restore chose from the run's manifests), its partition is not compacted after: the
+    compaction would set the unreadable objects aside and leave a partition that looks whole without the
+    saves they held, where a person (`catalog rebuild`) should find them as the alert said."""
     run, n, save = chosen.run, chosen.resolution.step, chosen.resolution.save
     first, est, begun = chosen.ordered[0], chosen.estimate, chosen.begun()
     store, manifest, plans = first.store, first.manifest, list(first.plans)
@@ -165,7 +168,7 @@ def complete(
         with phase(timing.WRITES):
             submit(note_ledger, catalog.store, cfg.store.prefix, done_result.ledger_counts(download_s), "restore",
                    delete=cfg.store.flows_delete)  # fmt: skip
-    if catalog is not None and recorded:
+    if catalog is not None and recorded and catalog_whole:
         try:
             with phase(timing.COMPACTION):
                 submit(compact_run, catalog, run, cfg.store.flows_delete)

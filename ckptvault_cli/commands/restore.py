@@ -214,7 +214,7 @@ def _restore_here(
                            [alerts.catalog_unreadable(args.run, unreadable, None)], _secret)  # fmt: skip
             return complete.complete(submit, cfg, catalog, plan, tier=args.tier,
                                      wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
-                                     secret=_secret, started=started)  # fmt: skip
+                                     secret=_secret, started=started, catalog_whole=not unreadable)  # fmt: skip
     except Exception as e:  # as a Failed flow state would: one flow_failed alert, unless already alerted
         with phase(timing.ALERTS):
             _alert_failed(cfg, catalog, plan, e)

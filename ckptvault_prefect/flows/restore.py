@@ -106,7 +106,7 @@ def restore(
         report = complete(submit, cfg, catalog, chosen_copies, tier=tier,
                           wait_s=wait_hours * 3600 if wait else 0.0, force=force, secret=load_secret, started=t0,
                           node_local=dest if node_local else None, run_id=str(flow_run.id or ""),
-                          url=flow_run_url())  # fmt: skip
+                          url=flow_run_url(), catalog_whole=not history.unreadable)  # fmt: skip
     if report.status == "thawing":
         msg = report.message
         if reschedule and deployment.name:

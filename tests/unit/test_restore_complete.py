@@ -124,6 +124,18 @@ def test_a_listener_that_fails_does_not_fail_the_restore(
     assert result.status == "restored" and _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
 
 
+def test_a_run_whose_catalog_did_not_read_in_full_is_not_compacted_after(
+    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
+) -> None:
+    store, _, _ = saved
+    submit = Plain()
+    cfg = Config(store=StoreConfig(bucket="ckpts", prefix=PREFIX))
+    result = complete.complete(submit, cfg, Catalog(store, PREFIX), _chosen(store, tmp_path / "dest"), tier="Standard",
+                               wait_s=0.0, force=False, secret=None, started=0.0, catalog_whole=False)  # fmt: skip
+    assert result.status == "restored" and "record" in submit.names()
+    assert "compact_run" not in submit.names()  # its unreadable objects stay where the alert said
+
+
 def test_nothing_after_the_result_fails_the_restore(
     saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
 ) -> None:
