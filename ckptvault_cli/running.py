@@ -25,6 +25,11 @@ def direct() -> bool:
     return not os.environ.get("PREFECT_API_URL") and os.environ.get("CKPTVAULT_PREFECT", "") != "always"
 
 
+def temporary_api() -> bool:
+    """A flow run with no server configured: Prefect starts a temporary API in a process of its own."""
+    return not direct() and not os.environ.get("PREFECT_API_URL")
+
+
 def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **params: Any) -> Any:
     """The flow's return value, or the exception it ended with (as `state.result(raise_on_failure=False)`).
     `workers`: the threads a mapped step fans out over in direct mode (the flow's own task runner's

@@ -153,7 +153,7 @@ def _released_when_final(
     cluster's workers, the temporary Prefect API of CKPTVAULT_PREFECT=always without a server)."""
     from ckptvault_cli import early_exit
 
-    own_processes = choice.kind != "threads" or (not running.direct() and not os.environ.get("PREFECT_API_URL"))
+    own_processes = choice.kind != "threads" or running.temporary_api()
     if not early_exit.armed() or own_processes:
         yield
         return

@@ -23,6 +23,7 @@ from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
 from ckptvault.pricing import load_prices
 from ckptvault.restore import copies as copies_lib
+from ckptvault.restore import steps as lib
 from ckptvault.restore.complete import Chosen, complete
 from ckptvault.restore.result import RestoreResult
 from ckptvault.timing import phase
@@ -33,13 +34,11 @@ from ckptvault_prefect.tasks.common import (
     load_config_task,
     publish_markdown_task,
 )
+from ckptvault_prefect.tasks.futures import settle
 from ckptvault_prefect.tasks.notify import flow_run_url, load_secret, notify_task
 from ckptvault_prefect.tasks.restore import (
-    check_destination_task,
-    estimate_task,
     open_copies_task,
     replica_history_task,
-    resolve_task,
     restore_history_task,
     survey_task,
 )
@@ -61,7 +60,13 @@ def restore(
     source: str | None = None,
 ) -> RestoreResult:
     """`source` (`--from`): the copy read first, `primary` or a replica's name; None: the reachable,
-    complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy")."""
+    complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy").
+
+    The pure decisions before the transfer (the destination's check, the step's resolution, the
+    estimate) are plain calls, not task runs: each task run costs ~3-8 ms of Prefect's own on the way to
+    the first byte, for a step that cannot be retried into a different answer; their outcome is in this
+    flow run's log and, when they refuse, its failure. The estimate's artifact is published beside the
+    transfer (docs/performance.md)."""
     t0 = time.monotonic()
     with phase(timing.PREFLIGHT):
         cfg = load_config_task(config_path)
@@ -70,7 +75,7 @@ def restore(
         catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
         target = Path(dest).expanduser().resolve()
         if not node_local:  # node-local: each node checks its own, where it stages
-            check_destination_task(target, force)
+            lib.check_destination(target, force)
     with phase(timing.CATALOG_READ):
         if catalog is not None and primary is not None:
             history = restore_history_task(catalog, run)  # the command line's, when it read it
@@ -82,7 +87,7 @@ def restore(
                 'replicas\' manifests (docs/runbook.md, "The primary store is down")'
             )
             history = replica_history_task(copies, run)
-        chosen = resolve_task(history.states(), run, step, save, force)
+        chosen = lib.resolve(history.states(), run, lib.parse_step(step), save, force)
     for note in chosen.notes:
         print(note)
     n = chosen.step
@@ -96,9 +101,10 @@ def restore(
         assert manifest is not None  # a usable copy has its manifest (copies.survey)
         prices = load_prices(cfg.policy.prices)
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
-        est = estimate_task(manifest, plans, prices, tier, egress, history.throughput())
+        est = lib.estimate(manifest, plans, prices, tier, egress, history.throughput())
+        print(est.describe())
     with phase(timing.ARTIFACTS):
-        publish_markdown_task(
+        estimated = publish_markdown_task.submit(
             "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
         )
     chosen_copies = Chosen(run, chosen, target, tuple(ordered), tuple(statuses), est)
@@ -107,6 +113,8 @@ def restore(
                           wait_s=wait_hours * 3600 if wait else 0.0, force=force, secret=load_secret, started=t0,
                           node_local=dest if node_local else None, run_id=str(flow_run.id or ""),
                           url=flow_run_url(), catalog_whole=not history.unreadable)  # fmt: skip
+    for problem in settle([estimated]):  # the restore's outcome does not hang on its estimate's record
+        print(f"the restore estimate's artifact was not published: {problem}")
     if report.status == "thawing":
         msg = report.message
         if reschedule and deployment.name:

@@ -7,10 +7,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import Catalog
 from ckptvault.ledger import note_ledger
-from ckptvault.manifest import Manifest
-from ckptvault.pricing import PriceTable
 from ckptvault.restore import complete, fallback, from_manifests, ranged
 from ckptvault.restore import copies as copies_lib
 from ckptvault.restore import drill as drill_lib
@@ -44,28 +42,7 @@ replica_history_task = io_task("replica-history")(copies_lib.history_from_replic
 survey_task = io_task("survey-copies")(copies_lib.survey_once)
 
 
-@local_task("resolve-step")
-def resolve_task(
-    states: Sequence[CheckpointState], run: str, step: str, save: int | None, force: bool
-) -> lib.Resolution:
-    return lib.resolve(states, run, lib.parse_step(step), save, force)
-
-
 plan_objects_task = io_task("plan-objects")(lib.plan_objects)
-
-
-@local_task("estimate")
-def estimate_task(
-    manifest: Manifest,
-    plans: Sequence[lib.ObjectPlan],
-    prices: PriceTable,
-    tier: str,
-    egress: str = "in-region",
-    throughput_mib_s: float | None = None,
-) -> lib.Estimate:
-    est = lib.estimate(manifest, plans, prices, tier, egress, throughput_mib_s)
-    print(est.describe())
-    return est
 
 
 @io_task("request-thaw")
@@ -76,11 +53,6 @@ def request_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], tier:
 @io_task("wait-for-thaw")
 def wait_for_thaw_task(store: ObjectStore, plans: Sequence[lib.ObjectPlan], deadline_s: float) -> list[lib.ObjectPlan]:
     return lib.wait_for_thaw(store, plans, deadline_s)
-
-
-@local_task("check-destination")
-def check_destination_task(dest: Path, force: bool) -> None:
-    lib.check_destination(dest, force)
 
 
 staging_dir_task = local_task("stage")(lib.staging_dir)

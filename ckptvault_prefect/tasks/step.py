@@ -8,7 +8,8 @@ alerts); each step is called in-process, retried on transient store errors exact
 task would be, and mapped steps fan out over a thread pool. Only the Prefect-side records (flow and
 task runs, artifacts) are absent: without a server there is nowhere to keep them.
 
-Nothing in a flow changes: a flow calls `step(...)`, `step.map(...)`, and waits with `settle`.
+Nothing in a flow changes: a flow calls `step(...)`, `step.map(...)` or `step.submit(...)`, and waits
+with `settle`.
 """
 
 from __future__ import annotations
@@ -146,6 +147,18 @@ class Step(Generic[P, R]):
                 delay = self.delays[min(attempt, len(self.delays) - 1)] if self.delays else 0.0
                 time.sleep(delay * (1 + random.uniform(-self.jitter, self.jitter)))
                 attempt += 1
+
+    def submit(self, *args: P.args, **kwargs: P.kwargs) -> StepFuture[R]:
+        """The step started beside what the flow does next (on the flow's task runner), for a step nothing
+        after it waits on, e.g. an artifact published while the transfer runs. Direct mode: called now."""
+        if not in_direct_mode():
+            return self.task.submit(*args, **kwargs)
+        done: Future[R] = Future()
+        try:
+            done.set_result(self._direct(*args, **kwargs))
+        except Exception as e:
+            done.set_exception(e)
+        return _Done(done)
 
     def map(self, *args: Any, **kwargs: Any) -> list[StepFuture[R]]:
         if not in_direct_mode():

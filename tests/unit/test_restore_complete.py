@@ -38,13 +38,18 @@ def _tree(d: Path) -> dict[str, bytes]:
     return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture
-def saved(tmp_path: Path) -> tuple[MemoryStore, Manifest, Path]:
-    store = MemoryStore("ckpts", transfer=TransferConfig(part_size=5 * MiB, multipart_threshold=5 * MiB))
+def _save(store: MemoryStore, tmp_path: Path) -> tuple[MemoryStore, Manifest, Path]:
     src = write_checkpoint(tmp_path / "hot", "hf", 100, 12 * MiB, shards=2, seed=1)
     [found] = steps.find_checkpoints(SourceConfig(run="r", path=tmp_path / "hot", format="hf", settle_seconds=0)).found
     entries = [steps.upload_one(store, j, found) for j in steps.plan_upload(store, PREFIX, found)]
     return store, steps.commit_manifest(store, PREFIX, found, entries), src
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[MemoryStore, Manifest, Path]:
+    return _save(
+        MemoryStore("ckpts", transfer=TransferConfig(part_size=5 * MiB, multipart_threshold=5 * MiB)), tmp_path
+    )
 
 
 def _chosen(store: MemoryStore, target: Path) -> complete.Chosen:
@@ -136,9 +141,7 @@ def test_a_run_whose_catalog_did_not_read_in_full_is_not_compacted_after(
     assert "compact_run" not in submit.names()  # its unreadable objects stay where the alert said
 
 
-def test_nothing_after_the_result_fails_the_restore(
-    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
-) -> None:
+def test_nothing_after_the_result_fails_the_restore(saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path) -> None:
     store, _, src = saved
 
     def broken(*args: Any) -> None:  # not a store error: a bug, a pyarrow error in the fold
@@ -149,6 +152,45 @@ def test_nothing_after_the_result_fails_the_restore(
     assert result.status == "restored" and not result.message
     assert _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
     assert {"alert", "note_ledger", "compact_run"} <= set(submit.names())
+
+
+class _AskedStore(MemoryStore):
+    """The in-memory store, noting on which thread its capabilities are asked, failing the first ask
+    when told to (a store that answers on the second try)."""
+
+    def __init__(self) -> None:
+        super().__init__("ckpts", transfer=TransferConfig(part_size=5 * MiB, multipart_threshold=5 * MiB))
+        self.asked: list[str] = []
+        self.fail_first = False
+
+    def capabilities(self) -> Any:
+        self.asked.append(threading.current_thread().name)
+        if self.fail_first and len(self.asked) == 1:
+            raise TransientStoreError("injected: the probe's first try")
+        return super().capabilities()
+
+
+@pytest.mark.parametrize("fail_first", [False, True])
+def test_the_primarys_capabilities_are_asked_beside_the_transfer_and_a_failed_ask_fails_nothing(
+    tmp_path: Path, fail_first: bool
+) -> None:
+    store = _AskedStore()
+    _, _, src = _save(store, tmp_path)
+    store.asked.clear()
+    store.fail_first = fail_first
+    asked_at_record: list[list[str]] = []
+
+    def record(catalog: Catalog, evs: Any) -> Any:
+        asked_at_record.append(list(store.asked))
+        return complete.record(catalog, evs)
+
+    result = _complete(store, tmp_path / "dest", Plain(instead={"record": record}))
+    assert result.status == "restored" and _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
+    # asked on a thread of its own before the catalog's write needs the answer; a failed ask fails
+    # nothing (the S3 store's write asks again, and reports its own error if it fails there too)
+    [before] = asked_at_record
+    assert before[:1] == ["ckptvault-asked-beside"]
+    assert [e.event for e in Catalog(store, PREFIX).events("r")][-1:] == ["restored"]
 
 
 def test_a_file_no_copy_can_give_records_nothing_and_changes_nothing(

@@ -33,7 +33,22 @@ def test_a_step_in_direct_mode_never_makes_its_prefect_task_and_keeps_its_retrie
     with direct_mode(2):
         assert step(21) == 42
         assert [f.result() for f in step.map([1, 2])] == [2, 4]
-    assert calls == [21, 21, 21, 1, 2] and made == []
+        assert step.submit(5).result() == 10  # called now, its result kept as a mapped call's is
+    assert calls == [21, 21, 21, 1, 2, 5] and made == []
+
+
+def test_a_submitted_step_that_fails_in_direct_mode_keeps_its_error_for_whoever_waits() -> None:
+    def broken() -> None:
+        raise ValueError("an artifact the API refused")
+
+    def make(fn: Any) -> Any:
+        raise AssertionError("direct mode made a Prefect task")
+
+    with direct_mode(1):
+        future = Step(broken, make).submit()
+    assert isinstance(future.result(raise_on_failure=False), ValueError)
+    with pytest.raises(ValueError, match="refused"):
+        future.result()
 
 
 def test_the_task_is_made_once_on_first_use_with_prefects_backoff() -> None:
