@@ -16,6 +16,7 @@ import gc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 # Either name turns heartbeats back on for command-line flows (the second is Prefect's legacy alias).
 HEARTBEAT_VARS = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
@@ -51,14 +52,45 @@ def end_one_shot() -> None:
         gc.freeze()
 
 
+# (the settings a flow's were made from, the flow's): building Prefect's settings again costs ~26 ms (it
+# reads the environment and the profiles file anew), on the way to every command's first byte
+_made: list[tuple[Any, Any]] = []
+
+
+def _without_heartbeats(settings: Any) -> Any:
+    for base, made in _made:
+        if base is settings:
+            return made
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+
+    made = settings.copy_with_update(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
+    _made[:] = [(settings, made)]
+    return made
+
+
+def _heartbeats_asked() -> bool:
+    return any(os.environ.get(name) for name in HEARTBEAT_VARS)
+
+
+def prepare_flow_settings() -> None:
+    """The warm process, before it forks: the settings `flow_settings` enters, made once for every child
+    (the children run in this process's environment: ckptvault_cli/warm_server.py's fingerprint)."""
+    if not _heartbeats_asked():
+        from prefect.context import get_settings_context
+
+        _without_heartbeats(get_settings_context().settings)
+
+
 @contextmanager
 def flow_settings() -> Iterator[None]:
     """Prefect settings for a flow run started from the command line: no heartbeats unless the
-    operator asked for them in the environment (see HEARTBEAT_VARS)."""
-    if any(os.environ.get(name) for name in HEARTBEAT_VARS):
+    operator asked for them in the environment (see HEARTBEAT_VARS). What Prefect's
+    `temporary_settings` does, with the new settings made once per process (`_without_heartbeats`)."""
+    if _heartbeats_asked():
         yield
         return
-    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings
+    from prefect.context import SettingsContext, get_settings_context
 
-    with temporary_settings(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None}):
+    context = get_settings_context()
+    with SettingsContext(profile=context.profile, settings=_without_heartbeats(context.settings)):
         yield

@@ -24,6 +24,24 @@ def test_flow_settings_turn_heartbeats_off_and_back(monkeypatch: pytest.MonkeyPa
     assert get_current_settings().flows.heartbeat_frequency == before
 
 
+def test_flow_settings_are_made_once_per_settings_they_start_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    for name in process.HEARTBEAT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    process.prepare_flow_settings()  # as the warm process does before it forks
+    with process.flow_settings():
+        first = get_current_settings()
+    with process.flow_settings():
+        assert get_current_settings() is first  # not made again (~26 ms each time)
+    # settings changed under it (another API): made anew from those, never the stale ones
+    with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:1/api"}), process.flow_settings():
+        assert get_current_settings().api.url == "http://127.0.0.1:1/api"
+        assert get_current_settings().flows.heartbeat_frequency is None
+    with process.flow_settings():
+        assert get_current_settings().api.url == first.api.url
+
+
 @pytest.mark.parametrize("name", process.HEARTBEAT_VARS)
 def test_flow_settings_keep_heartbeats_the_operator_asked_for(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv(name, "60")
