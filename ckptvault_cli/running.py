@@ -37,7 +37,7 @@ def run_flow(flow: Any, workers: int = 4, *, force_prefect: bool = False, **para
     if direct() and not force_prefect:
         return run_direct(flow.fn, flow.name, workers, **params)
     # the flow's own phases are nested in this one: what is left of it is Prefect's own overhead
-    with phase(timing.PREFECT), process.flow_settings():
+    with phase(timing.PREFECT), process.flow_settings(), process.prefect_client():
         state = flow(**params, return_state=True)
         return state.result(raise_on_failure=False)
 

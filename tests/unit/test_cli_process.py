@@ -42,6 +42,27 @@ def test_flow_settings_are_made_once_per_settings_they_start_from(monkeypatch: p
         assert get_current_settings().api.url == first.api.url
 
 
+def test_the_warm_processs_prefect_client_serves_the_first_flow_run_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.context import SyncClientContext
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    api = "http://127.0.0.1:9/api"  # nothing listens: no request may be made before a flow run's own
+    monkeypatch.setenv("PREFECT_API_URL", api)
+    checks = {"client.server_version_check_enabled": False}  # entering a client asks the server otherwise
+    with temporary_settings(updates={PREFECT_API_URL: api, **checks}):  # type: ignore[dict-item]
+        process.prepare_prefect_client()  # as the warm process does before it forks
+        [made] = process._client_made
+        assert SyncClientContext.get() is None  # made, not entered: it holds no connection to fork
+        with process.prefect_client(), SyncClientContext.get_or_create() as found:  # as the flow engine asks
+            assert found is made and str(found.client.api_url) == api + "/"
+        assert found.client._closed and not process._client_made
+        with process.prefect_client():  # a later flow run in the same process makes its own client
+            assert SyncClientContext.get() is None
+    monkeypatch.delenv("PREFECT_API_URL")
+    process.prepare_prefect_client()  # no API: direct mode runs no flow, nothing is made
+    assert not process._client_made
+
+
 @pytest.mark.parametrize("name", process.HEARTBEAT_VARS)
 def test_flow_settings_keep_heartbeats_the_operator_asked_for(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv(name, "60")
