@@ -60,6 +60,20 @@ PRELOAD = (
     "boto3",
     "botocore.client",
     "fastapi.encoders",  # Prefect's serialize_parameters imports it at each flow run's creation (~0.12 s)
+    # What a warm restore's child still imported on first use (~35 ms in all, session 51): a flow call's
+    # graph helpers, the task engine and artifacts at the first task run, the catalog decoder's masked
+    # arrays, the compaction's Arrow datasets, the event and log workers' asyncio backend, Rich's emoji
+    "prefect.utilities.visualization",
+    "prefect.task_engine",
+    "prefect.artifacts",
+    "numpy.ma",
+    "pyarrow.dataset",
+    "pyarrow.acero",
+    "anyio._backends._asyncio",
+    "anyio.streams.tls",
+    "rich._emoji_codes",
+    "encodings.idna",
+    "ckptvault_cli.early_exit",
 )
 
 
@@ -112,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in PRELOAD:
         importlib.import_module(name)
     _complete_models()
+    _make_tasks()
     from ckptvault.store import s3_client
     from ckptvault_cli import process
 
@@ -166,6 +181,18 @@ def _complete_models() -> None:
             if not getattr(sub, "__pydantic_complete__", True):
                 with contextlib.suppress(Exception):
                     sub.model_rebuild(raise_errors=False)
+
+
+def _make_tasks() -> None:
+    """Make every flow step's Prefect task now: a step makes it at its first use as one
+    (ckptvault_prefect/tasks/step.py), ~2 ms each, and every child would make the same ones again."""
+    from ckptvault_prefect.tasks.step import Step
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("ckptvault_prefect.") and module is not None:
+            for value in list(vars(module).values()):
+                if isinstance(value, Step):
+                    _ = value.task
 
 
 def _listen(path: str, idle_s: float) -> _State:
