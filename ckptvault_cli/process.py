@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import os
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -52,19 +53,23 @@ def end_one_shot() -> None:
         gc.freeze()
 
 
-# (the settings a flow's were made from, the flow's): building Prefect's settings again costs ~26 ms (it
-# reads the environment and the profiles file anew), on the way to every command's first byte
-_made: list[tuple[Any, Any]] = []
+# (the settings a flow's were made from, the environment's PREFECT_* variables then, the flow's): building
+# Prefect's settings again costs ~26 ms (it reads the environment and the profiles file anew), on the way
+# to every command's first byte
+_made: list[tuple[Any, list[tuple[str, str]], Any]] = []
 
 
 def _without_heartbeats(settings: Any) -> Any:
-    for base, made in _made:
-        if base is settings:
+    # keyed on the Prefect variables of the environment too: Prefect's copy reads them again, and a
+    # caller that lives across commands (tests, `main` in-process) may change them between flow runs
+    key = (settings, sorted((k, v) for k, v in os.environ.items() if k.startswith("PREFECT_")))
+    for base, env, made in _made:
+        if base is key[0] and env == key[1]:
             return made
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
 
     made = settings.copy_with_update(updates={PREFECT_FLOWS_HEARTBEAT_FREQUENCY: None})
-    _made[:] = [(settings, made)]
+    _made[:] = [(key[0], key[1], made)]
     return made
 
 
@@ -102,9 +107,14 @@ def prefect_client() -> Iterator[None]:
     engine finds it (SyncClientContext.get_or_create) instead of making one. Used once: a client closed
     at the end of a flow run cannot be opened again; a later flow run makes its own, as always."""
     made = _client_made.pop() if _client_made else None
-    if made is None:
-        yield
+    http: Any = getattr(getattr(made, "client", None), "_client", None)
+    if made is None or not hasattr(http, "csrf_client_id"):
+        yield  # none made, or a Prefect whose client this does not know: the flow engine makes its own
         return
+    # The client's CSRF identity is drawn when it is made, so every child would share the warm process's:
+    # a server with CSRF protection keeps one token per identity, and concurrent commands would keep
+    # invalidating each other's. Each child draws its own, as a client made in it would.
+    http.csrf_client_id = uuid.uuid4()
     with made:
         yield
 

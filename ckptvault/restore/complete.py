@@ -183,9 +183,11 @@ def complete(
     return done_result
 
 
-# How long a restore that ends early waits for the question asked beside it: a probe cut off by the
+# How long a restore whose transfer failed waits for the question asked beside it: a probe cut off by the
 # process's exit would leave its objects in the bucket; one slower than this (a dead endpoint) is not
-# waited for.
+# waited for. After a transfer that succeeded the catalog's write waits for it anyway (the store's own
+# lock), and asks again if it failed: on a primary slower to probe than the transfer took, the result
+# comes that much later than it would have, never sooner than the probe.
 BESIDE_JOIN_SECONDS = 5.0
 
 

@@ -29,11 +29,18 @@ def test_flow_settings_are_made_once_per_settings_they_start_from(monkeypatch: p
 
     for name in process.HEARTBEAT_VARS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(process, "_made", [])
     process.prepare_flow_settings()  # as the warm process does before it forks
     with process.flow_settings():
         first = get_current_settings()
     with process.flow_settings():
         assert get_current_settings() is first  # not made again (~26 ms each time)
+    # a Prefect variable of the environment changed between two flow runs of one process: made anew
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:2/api")
+    with process.flow_settings():
+        assert get_current_settings() is not first
+        assert get_current_settings().api.url == "http://127.0.0.1:2/api"
+    monkeypatch.delenv("PREFECT_API_URL")
     # settings changed under it (another API): made anew from those, never the stale ones
     with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:1/api"}), process.flow_settings():
         assert get_current_settings().api.url == "http://127.0.0.1:1/api"
@@ -48,13 +55,16 @@ def test_the_warm_processs_prefect_client_serves_the_first_flow_run_only(monkeyp
 
     api = "http://127.0.0.1:9/api"  # nothing listens: no request may be made before a flow run's own
     monkeypatch.setenv("PREFECT_API_URL", api)
+    monkeypatch.setattr(process, "_client_made", [])
     checks = {"client.server_version_check_enabled": False}  # entering a client asks the server otherwise
     with temporary_settings(updates={PREFECT_API_URL: api, **checks}):  # type: ignore[dict-item]
         process.prepare_prefect_client()  # as the warm process does before it forks
         [made] = process._client_made
         assert SyncClientContext.get() is None  # made, not entered: it holds no connection to fork
+        identity = made.client._client.csrf_client_id  # drawn in the warm process: every child's otherwise
         with process.prefect_client(), SyncClientContext.get_or_create() as found:  # as the flow engine asks
             assert found is made and str(found.client.api_url) == api + "/"
+            assert found.client._client.csrf_client_id != identity  # its own CSRF identity
         assert found.client._closed and not process._client_made
         with process.prefect_client():  # a later flow run in the same process makes its own client
             assert SyncClientContext.get() is None
