@@ -27,10 +27,13 @@ class UsageError(CkptvaultError):
     """Bad input or environment: exit 2 with the message."""
 
 
+# Telemetry off, always: offline it fails noisily, and we promise users it is off.
+QUIET_PREFECT = {"DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+
+
 def quiet_prefect_env() -> None:
-    # Telemetry off, always: offline it fails noisily, and we promise users it is off.
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    for name, value in QUIET_PREFECT.items():
+        os.environ.setdefault(name, value)
 
 
 def preflight(

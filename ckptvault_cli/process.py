@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -77,13 +77,23 @@ def _heartbeats_asked() -> bool:
     return any(os.environ.get(name) for name in HEARTBEAT_VARS)
 
 
-def prepare_flow_settings() -> None:
+def prepare_flow_settings(defaults: Mapping[str, str] | None = None) -> None:
     """The warm process, before it forks: the settings `flow_settings` enters, made once for every child
-    (the children run in this process's environment: ckptvault_cli/warm_server.py's fingerprint)."""
-    if not _heartbeats_asked():
-        from prefect.context import get_settings_context
+    (the children run in this process's environment: ckptvault_cli/warm_server.py's fingerprint).
+    `defaults`: the variables a command sets where unset before its flow runs (preflight.QUIET_PREFECT),
+    set here only while the settings are made, so they are the ones a child's flow run asks for; this
+    process's own environment, which decides what it may run, is left as it was."""
+    if _heartbeats_asked():
+        return
+    from prefect.context import get_settings_context
 
+    missing = {k: v for k, v in (defaults or {}).items() if k not in os.environ}
+    os.environ.update(missing)
+    try:
         _without_heartbeats(get_settings_context().settings)
+    finally:
+        for name in missing:
+            del os.environ[name]
 
 
 # The warm process's Prefect client context for its child's flow run, made before the fork (at most one)

@@ -129,9 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     _make_tasks()
     from ckptvault.store import s3_client
     from ckptvault_cli import process
+    from ckptvault_cli.preflight import QUIET_PREFECT
 
     s3_client.prime()  # S3's service model parsed here, not in each command's first client (~57 ms)
-    process.prepare_flow_settings()  # a flow run's Prefect settings made here, not in each child (~26 ms)
+    process.prepare_flow_settings(QUIET_PREFECT)  # a flow run's Prefect settings made here, not in each child (~26 ms)
     process.prepare_prefect_client()  # and its first Prefect client (~20 ms)
     gc.freeze()  # what the imports built lives as long as this process and every child: never collected
     if threading.active_count() != 1:  # a fork would copy a thread's locks, not the thread

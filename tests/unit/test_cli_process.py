@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,23 @@ def test_the_warm_processs_prefect_client_serves_the_first_flow_run_only(monkeyp
     monkeypatch.delenv("PREFECT_API_URL")
     process.prepare_prefect_client()  # no API: direct mode runs no flow, nothing is made
     assert not process._client_made
+
+
+def test_the_settings_made_before_the_fork_are_the_ones_a_childs_flow_run_asks_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ckptvault_cli.preflight import QUIET_PREFECT, quiet_prefect_env
+
+    for name in (*process.HEARTBEAT_VARS, *QUIET_PREFECT):
+        monkeypatch.delenv(name, raising=False)  # a user's shell sets none of them
+    monkeypatch.setattr(process, "_made", [])
+    process.prepare_flow_settings(QUIET_PREFECT)
+    assert not any(name in os.environ for name in QUIET_PREFECT)  # the warm process's own env unchanged
+    [(_, _, made)] = process._made
+    quiet_prefect_env()  # what a command does before its flow run
+    with process.flow_settings():
+        assert get_current_settings() is made  # found, not made again
+        assert get_current_settings().server.analytics_enabled is False
 
 
 @pytest.mark.parametrize("name", process.HEARTBEAT_VARS)
