@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckptvault import preallocate
 from ckptvault.checksum import crc32c_combine, from_b64, to_b64
 from ckptvault.manifest import Manifest
 from ckptvault.ranges import ranges, splits
@@ -67,13 +68,15 @@ def by_file(split: Sequence[ObjectPlan], fetched: Sequence[FetchedRange]) -> lis
 
 
 def allocate(plan: ObjectPlan, into: Path, manifest: Manifest) -> str:
-    """Create the split file in the staging directory at its full size (sparse), for its ranges."""
+    """Create the split file in the staging directory at its full size for its ranges, its blocks
+    reserved where the filesystem can (ckptvault/preallocate.py)."""
     target = staged_path(into, plan, manifest)
     target.parent.mkdir(parents=True, exist_ok=True)
     # O_EXCL: a second allocate (a task run again) must fail, never truncate bytes ranges already wrote
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         os.ftruncate(fd, plan.size)
+        preallocate.reserve(fd, plan.size, target)  # its ranges' direct writes as overwrites: see the module
     finally:
         os.close(fd)
     return plan.path

@@ -24,6 +24,10 @@ the page cache as before; `[store] direct_io = false` turns direct writes off. B
 handed to the kernel for writeback as soon as they are written (sync_file_range where Linux has it),
 so the fsync before the rename into place finds little left to flush.
 
+Each file's blocks are reserved before its first GET (ckptvault/preallocate.py): on ext4 a direct write
+into a hole holds the inode lock until its I/O completes, so one big file's ranges would reach the disk
+one write at a time; into reserved blocks they are overwrites, under a shared lock.
+
 `download_range` fetches one span of an object the same way into a file the caller made, without
 truncating it: a restore splits a big file into such spans, one task each on several Dask workers
 (ckptvault/restore/ranged.py), and combines their CRCs itself; a span alone has nothing to compare.
@@ -50,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from ckptvault import timing
+from ckptvault import preallocate, timing
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.botocore_errors import error_code, is_transient, translate
@@ -149,6 +153,7 @@ class _Target:
         try:
             if create:
                 os.ftruncate(self.fd, size)  # sized up front so every worker can pwrite at its offset
+                preallocate.reserve(self.fd, size, path)  # direct writes as overwrites: see the module
             if direct_io and _O_DIRECT and size >= DIRECT_ALIGN:
                 try:
                     self.dfd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | _O_DIRECT)
@@ -158,6 +163,8 @@ class _Target:
                         raise
         except BaseException:
             os.close(self.fd)
+            if create:  # made (or emptied) above and never written: not left to look like a restored file
+                Path(path).unlink(missing_ok=True)
             raise
 
     def write(self, view: memoryview, off: int) -> int:

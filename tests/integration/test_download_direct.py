@@ -7,6 +7,7 @@ cannot exercise it fails, it is not skipped."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import errno
 import fcntl
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import urllib3.connection
 
+from ckptvault import preallocate
 from ckptvault.config import StoreConfig
 from ckptvault.store import S3Store, download
 from ckptvault.store.errors import TransientStoreError
@@ -90,6 +92,55 @@ def test_whole_blocks_are_written_direct_and_the_tail_through_the_cache(store: S
     assert dest.read_bytes() == src.read_bytes()
     assert written.direct == SIZE - SIZE % download.DIRECT_ALIGN
     assert written.buffered == SIZE % download.DIRECT_ALIGN
+
+
+def test_the_file_s_blocks_are_reserved_before_its_first_write(
+    store: S3Store, direct_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Direct writes into reserved blocks are overwrites (ext4 runs them under a shared inode lock;
+    into a hole each one would hold it exclusively until its I/O is done): ckptvault/preallocate.py."""
+    src, key, crc = _uploaded(store, direct_dir)
+    real_pwrite = os.pwrite
+    allocated_at_first_write: list[int] = []
+
+    def pwrite_noting_blocks(fd: int, data: Any, offset: int) -> int:
+        if not allocated_at_first_write:
+            allocated_at_first_write.append(os.fstat(fd).st_blocks * 512)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(download.os, "pwrite", pwrite_noting_blocks)
+    dest = direct_dir / "back.bin"
+    written = _download(store, key, dest, SIZE, crc)
+    assert dest.read_bytes() == src.read_bytes()
+    assert written.direct == SIZE - SIZE % download.DIRECT_ALIGN
+    assert allocated_at_first_write and allocated_at_first_write[0] >= SIZE
+
+
+def test_no_room_for_the_file_fails_before_its_first_get_and_leaves_nothing(
+    store: S3Store, direct_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, key, crc = _uploaded(store, direct_dir)
+
+    def fallocate_without_room(fd: int, mode: int, offset: int, length: int) -> int:
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    gets: list[int] = []
+    real_fetch_once = download._fetch_once
+
+    def counted_fetch_once(*args: Any) -> Any:
+        gets.append(1)
+        return real_fetch_once(*args)
+
+    monkeypatch.setattr(preallocate, "_fallocate", fallocate_without_room)
+    monkeypatch.setattr(download, "_fetch_once", counted_fetch_once)
+    dest = direct_dir / "back.bin"
+    with pytest.raises(OSError) as err:
+        _download(store, key, dest, SIZE, crc)
+    assert err.value.errno == errno.ENOSPC
+    assert "no room for the restored file" in str(err.value) and str(dest) in str(err.value)
+    assert gets == []
+    assert not dest.exists()
 
 
 def test_direct_io_off_writes_everything_through_the_cache(store: S3Store, tmp_path: Path) -> None:

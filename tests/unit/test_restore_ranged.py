@@ -118,3 +118,15 @@ def test_a_range_never_creates_its_file_nor_refills_a_discarded_staging_director
     with pytest.raises(RestoreError, match="was not created"):
         ranged.fetch_range(store, plan, staged, MANIFEST, 0, 5 * MIB)
     assert not (tmp_path / "discarded").exists() and list(staged.iterdir()) == []
+
+
+def test_allocate_reserves_the_file_s_blocks_before_any_range(tmp_path: Path) -> None:
+    """Its ranges' direct writes then overwrite reserved blocks (a shared inode lock on ext4, not an
+    exclusive one per allocating write): ckptvault/preallocate.py."""
+    plan = _plan("model.bin", 12 * MIB)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    ranged.allocate(plan, staged, MANIFEST)
+    st = os.stat(staged / "checkpoint-1" / "model.bin")
+    assert st.st_size == 12 * MIB
+    assert st.st_blocks * 512 >= 12 * MIB
