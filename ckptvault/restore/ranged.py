@@ -77,8 +77,11 @@ def allocate(plan: ObjectPlan, into: Path, manifest: Manifest) -> str:
     try:
         os.ftruncate(fd, plan.size)
         preallocate.reserve(fd, plan.size, target)  # its ranges' direct writes as overwrites: see the module
-    finally:
+    except BaseException:
         os.close(fd)
+        target.unlink(missing_ok=True)  # ours (O_EXCL), unwritten: a failed reserve may still hold blocks
+        raise
+    os.close(fd)
     return plan.path
 
 

@@ -24,9 +24,9 @@ the page cache as before; `[store] direct_io = false` turns direct writes off. B
 handed to the kernel for writeback as soon as they are written (sync_file_range where Linux has it),
 so the fsync before the rename into place finds little left to flush.
 
-Each file's blocks are reserved before its first GET (ckptvault/preallocate.py): on ext4 a direct write
-into a hole holds the inode lock until its I/O completes, so one big file's ranges would reach the disk
-one write at a time; into reserved blocks they are overwrites, under a shared lock.
+On ext4 and XFS each file's blocks are reserved before its first GET (ckptvault/preallocate.py): on ext4
+a direct write into a hole holds the inode lock until its I/O completes, so one big file's ranges would
+reach the disk one write at a time; into reserved blocks they are overwrites, under a shared lock.
 
 `download_range` fetches one span of an object the same way into a file the caller made, without
 truncating it: a restore splits a big file into such spans, one task each on several Dask workers

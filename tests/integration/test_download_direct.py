@@ -132,6 +132,7 @@ def test_no_room_for_the_file_fails_before_its_first_get_and_leaves_nothing(
         gets.append(1)
         return real_fetch_once(*args)
 
+    monkeypatch.setattr(preallocate, "_fs_type", lambda fd: preallocate.EXT4_MAGIC)
     monkeypatch.setattr(preallocate, "_fallocate", fallocate_without_room)
     monkeypatch.setattr(download, "_fetch_once", counted_fetch_once)
     dest = direct_dir / "back.bin"

@@ -3,6 +3,8 @@ allocate / fetch_range / seal steps on the in-memory store, the store the librar
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault import preallocate
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.manifest import Manifest
 from ckptvault.restore import ranged
@@ -129,4 +132,21 @@ def test_allocate_reserves_the_file_s_blocks_before_any_range(tmp_path: Path) ->
     ranged.allocate(plan, staged, MANIFEST)
     st = os.stat(staged / "checkpoint-1" / "model.bin")
     assert st.st_size == 12 * MIB
-    assert st.st_blocks * 512 >= 12 * MIB
+    assert st.st_blocks * 512 >= 12 * MIB, f"not reserved: is {tmp_path} on ext4 or XFS (preallocate.RESERVED_ON)?"
+
+
+def test_allocate_without_room_removes_the_file_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ext4 and XFS keep what a failed fallocate did allocate: the file goes, so its blocks do not hold
+    the room the other files' downloads need."""
+
+    def fallocate_without_room(fd: int, mode: int, offset: int, length: int) -> int:
+        ctypes.set_errno(errno.ENOSPC)
+        return -1
+
+    monkeypatch.setattr(preallocate, "_fs_type", lambda fd: preallocate.EXT4_MAGIC)
+    monkeypatch.setattr(preallocate, "_fallocate", fallocate_without_room)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    with pytest.raises(OSError, match="no room for the restored file"):
+        ranged.allocate(_plan("model.bin", 12 * MIB), staged, MANIFEST)
+    assert not (staged / "checkpoint-1" / "model.bin").exists()
