@@ -113,7 +113,9 @@ def test_the_file_s_blocks_are_reserved_before_its_first_write(
     written = _download(store, key, dest, SIZE, crc)
     assert dest.read_bytes() == src.read_bytes()
     assert written.direct == SIZE - SIZE % download.DIRECT_ALIGN
-    assert allocated_at_first_write and allocated_at_first_write[0] >= SIZE
+    assert allocated_at_first_write and allocated_at_first_write[0] >= SIZE, (
+        f"not reserved before the first write: is {direct_dir} on ext4 or XFS (preallocate.RESERVED_ON)?"
+    )
 
 
 def test_no_room_for_the_file_fails_before_its_first_get_and_leaves_nothing(

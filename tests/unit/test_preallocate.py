@@ -73,8 +73,7 @@ def test_other_file_systems_are_left_sparse_without_asking(
     monkeypatch.setattr(preallocate, "_fs_type", lambda fd: kind)
     monkeypatch.setattr(preallocate, "_fallocate", _failing(calls=calls))
     assert preallocate.reserve(fd, 8 * MIB, path) is False
-    assert calls == []
-    assert os.fstat(fd).st_blocks == 0
+    assert calls == []  # not even asked: the real file system is never touched
 
 
 @pytest.mark.parametrize("code", [errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.ENODEV, errno.EPERM])
