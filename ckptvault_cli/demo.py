@@ -1,23 +1,41 @@
 """`make demo`: the whole ingest lifecycle on this machine, with nothing configured.
 
 Starts the embedded default store (a persistent SeaweedFS on 127.0.0.1:8333, data under .demo/;
-DEMO_STORE=ceph for a real Ceph RGW), simulates three training runs that keep writing checkpoints
+DEMO_STORE=ceph for a real Ceph RGW), simulates four training runs that keep writing checkpoints
 in different formats while ingest passes run every few seconds, then prints the catalog and where
 to look next.
+
+The demo and `make up` (infra/local/up.sh) share one config, DEMO_DIR/ckptvault.toml, with one prefix
+(`demo`) that the stack's two roles' keys are scoped to: the stack's flows, UI and workers see the
+demo's runs, and the demo's runs stay under the keys' prefix across reruns. A rerun continues each run
+where the last demo stopped (its steps go on from there). When `make up`'s Prefect server is running,
+the demo's ingest passes are flow runs on it (its UI shows them); otherwise they run in this process.
+
+    python -m ckptvault_cli.demo                       # the demo
+    python -m ckptvault_cli.demo config URL KIND       # write the shared config (up.sh); prints its path
+    python -m ckptvault_cli.demo seed                  # the demo's checkpoints on the hot tier, no ingest (up.sh)
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = Path(os.environ.get("DEMO_DIR", ROOT / ".demo")).resolve()
+STATE_ROOT = Path(os.environ.get("STATE_ROOT", ROOT / ".state")).resolve()
+CONFIG = DEMO / "ckptvault.toml"
+# One prefix for every demo and `make up`: infra/local/roles.py scopes the workers' keys to the config's prefix
+PREFIX = "demo"
+# The config's first line while the demo and `make up` may rewrite it; a file without it is the user's own
+CONFIG_MARKER = "# Written by `make demo` and `make up`: rewritten by them while this line is here"
+# How many rounds the demo has played, across reruns: each rerun's steps go on from the last one's
+ROUNDS_FILE = "demo-rounds"
 KEY, SECRET = "ckptvault-demo", "ckptvault-demo-secret"
 MiB = 2**20
 
@@ -142,27 +160,32 @@ def _store_env() -> tuple[str, dict[str, str]]:
     return f"http://127.0.0.1:{port}", env
 
 
-def _write_config(endpoint: str) -> Path:
-    # a fresh prefix per demo: the store persists across demos, each demo tells its own story
-    prefix = time.strftime("demo-%Y%m%d-%H%M%S")
+def write_config(endpoint: str, kind: str = "seaweedfs") -> Path:
+    """The config the demo and `make up` share, at CONFIG: the demo's runs and the simulated trainer's
+    (ckptvault_cli/trainer.py), prefix PREFIX. Rewritten while it starts with CONFIG_MARKER; a config the
+    user took over (the marker line deleted) is left as it is."""
+    from ckptvault_cli import trainer
+
+    if CONFIG.exists() and not CONFIG.read_text().startswith(CONFIG_MARKER):
+        return CONFIG
     lines = [
-        "# Written by `make demo`. Credentials come from the environment (see the demo's last lines).",
+        CONFIG_MARKER,
+        "# (delete that line to keep your edits). Credentials come from the environment, never from here.",
         "[store]",
         'bucket = "ckpts"',
-        f'prefix = "{prefix}"',
+        f'prefix = "{PREFIX}"',
         f'endpoint_url = "{endpoint}"',
-        'region = "us-east-1"',
-        "",
+        f'region = "{"default" if kind == "ceph" else "us-east-1"}"',
     ]
+    if kind == "seaweedfs":  # `make up` runs its flows under two roles there; only the tier role may delete
+        lines.append('deletes = "tier-only"')
+    lines.append("")
     for run, fmt, _, _ in RUNS:
-        lines += [
-            "[[sources]]",
-            f'run = "{run}"',
-            f'path = "{DEMO / "hot" / run}"',
-            f'format = "{fmt}"',
-            "settle_seconds = 2",
-            "",
-        ]
+        lines += ["[[sources]]", f'run = "{run}"', f'path = "{DEMO / "hot" / run}"', f'format = "{fmt}"']
+        lines += ["settle_seconds = 2", ""]
+    for live in trainer.RUNS:
+        lines += ["[[sources]]", f'run = "{live.run}"', f'path = "{DEMO / "hot" / live.run}"', f'format = "{live.fmt}"']
+        lines += [f"settle_seconds = {trainer.SETTLE_SECONDS}", ""]
     lines += [
         "[policy]",
         "keep_hot = 2",
@@ -172,24 +195,71 @@ def _write_config(endpoint: str) -> Path:
         f'scratch = "{DEMO / "drill"}"',
         "",
     ]
-    path = DEMO / "ckptvault.toml"
-    path.write_text("\n".join(lines))
-    return path
+    for run in [r[0] for r in RUNS] + [live.run for live in trainer.RUNS]:
+        (DEMO / "hot" / run).mkdir(parents=True, exist_ok=True)
+    DEMO.mkdir(parents=True, exist_ok=True)
+    tmp = CONFIG.with_name(CONFIG.name + ".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, CONFIG)
+    return CONFIG
 
 
-def _write_round(i: int, complete: bool) -> None:
+def _rounds_played() -> int:
+    f = DEMO / "hot" / ROUNDS_FILE
+    text = f.read_text().strip() if f.exists() else ""
+    return int(text) if text.isdigit() else 0
+
+
+def _steps(steps: list[int], played: int) -> list[int]:
+    """A run's steps for this demo: its list, shifted past every step the demos before it wrote."""
+    return [s + played * steps[-1] for s in steps]
+
+
+def _prefect_api() -> str | None:
+    """`make up`'s Prefect API (STATE_ROOT/prefect), when it answers: the demo's passes become flow runs there."""
+    conf = _store_conf(STATE_ROOT / "prefect")
+    port = conf.get("PORT", "")
+    if not port.isdigit() or not (STATE_ROOT / "prefect" / "server").exists():
+        return None
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return url if r.read().strip() == b"true" else None
+    except OSError:
+        return None
+
+
+def _write_round(i: int, complete: bool, played: int, quiet: bool = False) -> None:
     from ckptvault_cli.synthetic import finish_checkpoint, write_checkpoint
 
-    for run, fmt, steps, size in RUNS:
-        if i >= len(steps):
+    for run, fmt, run_steps, size in RUNS:
+        if i >= len(run_steps):
             continue
         root = DEMO / "hot" / run
+        step = _steps(run_steps, played)[i]
+        loss = 2.5 / (played * len(run_steps) + i + 1)
         if complete:
-            finish_checkpoint(root, fmt, steps[i], loss=2.5 / (i + 1))
-            print(f"[demo] {run}: step {steps[i]} finished", flush=True)
+            finish_checkpoint(root, fmt, step, loss=loss)
+            if not quiet:
+                print(f"[demo] {run}: step {step} finished", flush=True)
         else:
-            write_checkpoint(root, fmt, steps[i], size, shards=2, seed=i, complete=False, loss=2.5 / (i + 1))
-            print(f"[demo] {run}: training is writing step {steps[i]} ({fmt})", flush=True)
+            write_checkpoint(root, fmt, step, size, shards=2, seed=i, complete=False, loss=loss)
+            if not quiet:
+                print(f"[demo] {run}: training is writing step {step} ({fmt})", flush=True)
+
+
+def seed() -> int:
+    """`make up` without a demo before it: the demo's checkpoints on the hot tier, finished, no ingest (the
+    stack's first ingest run archives them). Nothing when a demo already wrote its rounds."""
+    if _rounds_played():
+        return 0
+    rounds = max(len(steps) for _, _, steps, _ in RUNS)
+    for i in range(rounds):
+        _write_round(i, complete=False, played=0, quiet=True)
+        _write_round(i, complete=True, played=0, quiet=True)
+    (DEMO / "hot" / ROUNDS_FILE).write_text("1\n")
+    print(f"[demo] wrote the demo's {sum(len(s) for _, _, s, _ in RUNS)} checkpoints under {DEMO / 'hot'}", flush=True)
+    return 0
 
 
 def main() -> int:
@@ -209,30 +279,36 @@ def main() -> int:
             "PREFECT_LOGGING_HANDLERS_CONSOLE_FLOW_RUNS_LEVEL": "WARNING",
         }
     )
-    cfg_path = _write_config(endpoint)
+    cfg_path = write_config(endpoint, os.environ.get("DEMO_STORE", "seaweedfs"))
     from ckptvault.config import load_config
     from ckptvault.store import ensure_bucket
 
     ensure_bucket(load_config(str(cfg_path)).store)
     print(f"[demo] config written to {cfg_path}", flush=True)
-    # No PREFECT_API_URL: every pass runs in direct mode (ckptvault_cli/running.py), no server to wait for.
+    # Without `make up`'s server every pass runs in direct mode (ckptvault_cli/running.py): no server to wait for.
+    api = _prefect_api()
+    if api:
+        os.environ["PREFECT_API_URL"] = api
+        print(f"[demo] make up's Prefect server is running: each ingest pass is a flow run in its UI, {api[:-4]}/runs")
+    else:
+        os.environ.pop("PREFECT_API_URL", None)
     from ckptvault_cli.main import main as cli
 
-    # the simulated hot tier is the demo's own scratch data: start it afresh
-    shutil.rmtree(DEMO / "hot", ignore_errors=True)
-    for run, *_ in RUNS:
-        (DEMO / "hot" / run).mkdir(parents=True, exist_ok=True)
+    played = _rounds_played()
+    if played:
+        print(f"[demo] the runs go on where the last demo left them (demo {played + 1})", flush=True)
     # Training and ingest interleaved: each round, every run starts writing a checkpoint (an ingest
     # pass sees it unfinished and leaves it alone), then finishes it; the next pass uploads it.
     rounds = max(len(steps) for _, _, steps, _ in RUNS)
     for i in range(rounds + 1):
         if i < rounds:
-            _write_round(i, complete=False)
+            _write_round(i, complete=False, played=played)
         print(f"[demo] ingest pass {i + 1}", flush=True)
         cli(["--config", str(cfg_path), "ingest"])
         if i < rounds:
-            _write_round(i, complete=True)
+            _write_round(i, complete=True, played=played)
             time.sleep(2.5)  # settle_seconds = 2: a finished checkpoint must be quiet before it is taken
+    (DEMO / "hot" / ROUNDS_FILE).write_text(f"{played + 1}\n")
     print("\n[demo] the catalog now holds:\n", flush=True)
     cli(["--config", str(cfg_path), "ls"])
     key, secret = env["ACCESS_KEY"], env["SECRET_KEY"]
@@ -241,6 +317,13 @@ def main() -> int:
         shared = "`make up` uses this store (its data and keys) rather than start a second one on these ports"
     else:
         shared = "this store is not the demo's own (`make up`'s, most likely): `make down` stops it with the rest"
+    if api:
+        where_ran = f"these passes were flow runs on make up's Prefect server: its UI is {api[:-4]}"
+    else:
+        where_ran = (
+            "these passes ran in this process, without a Prefect server; `make up` serves this store, config and\n"
+            "  runs with the Prefect UI, scheduled deployments, two workers and a simulated trainer"
+        )
     print(
         f"""
 [demo] where to look next
@@ -254,13 +337,24 @@ def main() -> int:
       stop it:  make down     (stops every server of this checkout and says which; the data is kept)
       alone:    STATE_DIR={env["STATE_DIR"]} bash infra/local/{env["SCRIPT"]} down
       {shared}
-  these passes ran in this process, without a Prefect server (none is configured); for the Prefect UI,
-  scheduled deployments and a worker: `make up`, then `export PREFECT_API_URL=...` as it prints
+  {where_ran}
 """,
         flush=True,
     )
     return 0
 
 
+def _cli(argv: list[str]) -> int:
+    if argv[:1] == ["config"] and len(argv) in (2, 3):
+        print(write_config(argv[1], argv[2] if len(argv) == 3 else "seaweedfs"))
+        return 0
+    if argv == ["seed"]:
+        return seed()
+    if argv:
+        print("usage: python -m ckptvault_cli.demo [config ENDPOINT [seaweedfs|ceph] | seed]", file=sys.stderr)
+        return 2
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_cli(sys.argv[1:]))

@@ -13,14 +13,18 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow
+from prefect.client.schemas.objects import State
 from prefect.runtime import deployment, flow_run
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from ckptvault import humanize, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
+from ckptvault.errors import CkptvaultError
 from ckptvault.pricing import load_prices
 from ckptvault.restore import copies as copies_lib
 from ckptvault.restore import steps as lib
@@ -50,7 +54,7 @@ def restore(
     dest: str,
     step: str = "latest",
     save: int | None = None,
-    tier: str = "Standard",
+    tier: Literal["Expedited", "Standard", "Bulk"] = "Standard",
     wait: bool = True,
     force: bool = False,
     wait_hours: float = 48.0,
@@ -58,9 +62,56 @@ def restore(
     config_path: str | None = None,
     node_local: bool = False,
     source: str | None = None,
+) -> RestoreResult | State:
+    """Bring back run R at step S (or the newest good one) into a directory the framework resumes from:
+    every file's CRC32C checked, the destination filled only once every byte is in place.
+
+    Args:
+        run: The run's name, as in the config's [[sources]] run = ... (`ckptvault ls` lists them).
+        dest: An empty or new directory on the worker's machine, absolute: the run root to resume from.
+        step: A step number, or `latest`: the newest good save (verified, not superseded, its last drill passed).
+        save: Which save of that step, when it was saved more than once (empty: its newest).
+        tier: How fast archived (Glacier-class) objects are thawed; the cost rises with the speed.
+        wait: Wait for a thaw of archived objects (False: request it and stop).
+        force: Restore into a non-empty destination (kept, renamed aside), or a suspect save.
+        wait_hours: How long to wait for a thaw before giving up.
+        reschedule: Run as a deployment: while objects thaw, end and schedule a follow-up run instead of waiting.
+        config_path: The ckptvault config file (empty: $CKPTVAULT_CONFIG in the worker's environment).
+        node_local: Put each file back on the node that wrote it (a run whose source has locality = "node").
+        source: The copy read first: `primary` or a replica's name (empty: the cheapest complete copy).
+
+    Run as a deployment (the Prefect UI's "Run", `prefect deployment run restore/restore`), a restore
+    that ckptvault refuses (a run not in the catalog, a destination not empty, a step that is not a
+    number) ends Failed with the message the command line gives, not a traceback; from the command
+    line it raises, as every command does.
+    """
+    try:
+        return _restore(
+            run, dest, step, save, tier, wait, force, wait_hours, reschedule, config_path, node_local, source
+        )
+    except CkptvaultError as e:
+        if not deployment.id:
+            raise
+        print(f"ckptvault: {e}")
+        return Failed(message=f"ckptvault: {e}")
+
+
+def _restore(
+    run: str,
+    dest: str,
+    step: str,
+    save: int | None,
+    tier: str,
+    wait: bool,
+    force: bool,
+    wait_hours: float,
+    reschedule: bool,
+    config_path: str | None,
+    node_local: bool,
+    source: str | None,
 ) -> RestoreResult:
-    """`source` (`--from`): the copy read first, `primary` or a replica's name; None: the reachable,
-    complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy").
+    """The flow's body. `source` (`--from`): the copy read first, `primary` or a replica's name; None: the
+    reachable, complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy").
 
     The pure decisions before the transfer (the destination's check, the step's resolution, the
     estimate) are plain calls, not task runs: each task run costs ~3-8 ms of Prefect's own on the way to

@@ -238,7 +238,7 @@ usage_exit() {
 LOCAL_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DEMO_DIR=$(realpath -m "${DEMO_DIR:-$REPO_ROOT/.demo}")
 STATE_ROOT=$(realpath -m "${STATE_ROOT:-$REPO_ROOT/.state}")
-KINDS=(seaweedfs ceph moto prefect worker dask)
+KINDS=(seaweedfs ceph moto prefect worker dask trainer)
 # What a server script reads from its environment and records in config.env: a value left in the caller's
 # shell (`export PORT=3000`) must not move, or be refused by, an instance we drive by its STATE_DIR.
 SCRIPT_ENV_UNSET=()

@@ -2,8 +2,9 @@
 # `make down`: stop every server this checkout started, and say which: the demo's store (DEMO_DIR, default
 # .demo/), `make up`'s worker (its flow runs with it), Prefect server and store (STATE_ROOT, default .state/),
 # and any hand-started under STATE_ROOT/* (`STATE_DIR=.state/x infra/local/seaweedfs.sh up`): every
-# directory there with a `server` file. Workers first, then Dask clusters, then Prefect servers, then the
-# stores; each by its recorded PID (SIGTERM, then SIGKILL after STOP_TIMEOUT s), checked stopped afterwards. Data is kept.
+# directory there with a `server` file. The simulated trainer first (its hook would start ingests), then the
+# workers, then Dask clusters, then Prefect servers, then the stores; each by its recorded PID (SIGTERM, then
+# SIGKILL after STOP_TIMEOUT s, said when used), checked stopped afterwards. Data is kept.
 # A test session's servers (STATE_ROOT/test-<kind>-<pytest pid>) are left to that session while it runs.
 #
 #   infra/local/down.sh [clean]
@@ -27,10 +28,10 @@ esac
 
 mapfile -t all < <(instance_list)
 ordered=()
-for kind in worker dask prefect; do
+for kind in trainer worker dask prefect; do
   for d in "${all[@]}"; do [[ $(instance_kind "$d" || true) == "$kind" ]] && ordered+=("$d"); done
 done
-for d in "${all[@]}"; do [[ $(instance_kind "$d" || true) =~ ^(worker|dask|prefect)$ ]] || ordered+=("$d"); done
+for d in "${all[@]}"; do [[ $(instance_kind "$d" || true) =~ ^(trainer|worker|dask|prefect)$ ]] || ordered+=("$d"); done
 
 stopped=0 failed=0 kept=()
 for d in "${ordered[@]}"; do

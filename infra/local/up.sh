@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # `make up`: everything ckptvault needs on one machine, started in order, each with a readiness wait and a
 # time limit: the S3 store (SeaweedFS by default, STORE=ceph for Ceph RGW), a Prefect server (SQLite, UI),
-# the `ckptvault` process work pool with the seven deployments, and its workers. Idempotent: what already
+# the `ckptvault` process work pool with the seven deployments, its workers, and the simulated trainer
+# (trainer.sh) saving two runs on the demo's hot tier; then a first ingest run. It serves the demo's config
+# (DEMO_DIR/ckptvault.toml, prefix `demo`, written by `python -m ckptvault_cli.demo config` when no demo
+# wrote it, with the demo's checkpoints), so the UI shows the demo's runs. Idempotent: what already
 # runs healthy is left as it is. `make down` (down.sh) stops them all; data and the database are kept
 # (`make clean` deletes them).
 #
@@ -28,11 +31,11 @@
 # anything else is named with the variable that moves ours: STORE_PORT, PREFECT_PORT.
 #
 # env: STORE (seaweedfs|ceph), STORE_PORT (the store's S3 port for a new store; default its script's:
-#      8333 / 7480), PREFECT_PORT (4200), CKPTVAULT_CONFIG (default STATE_ROOT/ckptvault.toml, written on
-#      first `up` for the store: bucket `ckpts`, one source `local` at STATE_ROOT/hot/local, format auto),
-#      BUCKET (ckpts), STATE_ROOT (.state), DEMO_DIR (.demo; the demo's, to find its store).
+#      8333 / 7480), PREFECT_PORT (4200), CKPTVAULT_CONFIG (a config of yours, served instead of the demo's:
+#      no trainer, no demo checkpoints), TRAINER_EVERY (180 s between two saves of a simulated run),
+#      STATE_ROOT (.state), DEMO_DIR (.demo; the demo's store, config and hot tier).
 # State: STATE_ROOT/<store>/ (unless the demo's store is used), STATE_ROOT/prefect/, STATE_ROOT/worker/,
-#        STATE_ROOT/worker-tier/, STATE_ROOT/roles.env.
+#        STATE_ROOT/worker-tier/, STATE_ROOT/trainer/, STATE_ROOT/roles.env; DEMO_DIR/ckptvault.toml, DEMO_DIR/hot/.
 set -euo pipefail
 SERVER=up
 # shellcheck source-path=SCRIPTDIR source=common.sh
@@ -47,7 +50,6 @@ case $MODE in
     ;;
 esac
 STORE=${STORE:-seaweedfs}
-BUCKET=${BUCKET:-ckpts}
 CONFIG=${CKPTVAULT_CONFIG:-$STATE_ROOT/ckptvault.toml}
 case $STORE in
   seaweedfs) DEFAULT_STORE_PORT=8333 ;;
@@ -116,7 +118,7 @@ start_part() {
 }
 
 t0=$SECONDS
-say "1/3 S3 store: $STORE"
+say "1/4 S3 store: $STORE"
 OWN_STORE=$STATE_ROOT/$STORE
 DEMO_STORE=$DEMO_DIR/$STORE
 STORE_DIR=$OWN_STORE
@@ -135,35 +137,22 @@ ACCESS_KEY=$(instance_conf "$STORE_DIR" ACCESS_KEY)
 SECRET_KEY=$(instance_conf "$STORE_DIR" SECRET_KEY)
 if [[ $STORE == ceph ]]; then REGION=default; else REGION=us-east-1; fi
 
-if [[ ! -f $CONFIG ]]; then
-  mkdir -p "$(dirname "$CONFIG")" "$STATE_ROOT/hot/local" "$STATE_ROOT/drill-scratch"
-  # On SeaweedFS the ingest worker's user has no delete at all: its flows must be told (docs/OPERATIONS.md).
-  deletes_line=""
-  if [[ $STORE == seaweedfs ]]; then
-    deletes_line=$'\ndeletes = "tier-only"    # only the tier worker deletes: two roles (docs/OPERATIONS.md)'
+PY_BIN=$REPO_ROOT/.venv/bin/python
+if [[ -n ${CKPTVAULT_CONFIG:-} ]]; then
+  [[ -f $CONFIG ]] || die "CKPTVAULT_CONFIG=$CONFIG does not exist; unset it to serve the demo's config ($(rel_path "$DEMO_DIR/ckptvault.toml"))"
+  if ! grep -qF "endpoint_url = \"$S3_URL\"" "$CONFIG"; then
+    say "warning: $CONFIG does not name this store's endpoint $S3_URL; edit its endpoint_url"
   fi
-  cat >"$CONFIG" <<EOF
-# written by infra/local/up.sh for the $STORE store in $(rel_path "$STORE_DIR"); edit freely (it is not rewritten)
-[store]
-bucket = "$BUCKET"
-prefix = "local"
-endpoint_url = "$S3_URL"
-region = "$REGION"${deletes_line}
-
-[[sources]]
-run = "local"
-path = "$STATE_ROOT/hot/local"
-format = "auto"
-settle_seconds = 60
-
-[drill]
-scratch = "$STATE_ROOT/drill-scratch"
-EOF
-  say "wrote $CONFIG (one source: $(rel_path "$STATE_ROOT/hot/local"))"
-elif ! grep -qF "endpoint_url = \"$S3_URL\"" "$CONFIG"; then
-  say "warning: $CONFIG does not name this store's endpoint $S3_URL; edit its endpoint_url (or delete it to have it rewritten)"
+else
+  # The config `make demo` writes (the same one, rewritten while it carries its marker line): the demo's runs
+  # and the simulated trainer's, prefix `demo`, which the two roles' keys are scoped to.
+  CONFIG=$(DEMO_DIR=$DEMO_DIR STATE_ROOT=$STATE_ROOT "$PY_BIN" -m ckptvault_cli.demo config "$S3_URL" "$STORE") ||
+    die "could not write the demo's config in $(rel_path "$DEMO_DIR")"
+  say "config: $(rel_path "$CONFIG") (the demo's runs and the simulated trainer's, prefix demo)"
+  if [[ -f $STATE_ROOT/ckptvault.toml ]] && head -n 1 "$STATE_ROOT/ckptvault.toml" | grep -q "written by infra/local/up.sh"; then
+    say "note: $(rel_path "$STATE_ROOT/ckptvault.toml") (an older make up's, prefix local) is no longer served; delete it when done with it"
+  fi
 fi
-
 export AWS_ACCESS_KEY_ID=$ACCESS_KEY AWS_SECRET_ACCESS_KEY=$SECRET_KEY AWS_DEFAULT_REGION=$REGION
 export AWS_EC2_METADATA_DISABLED=true
 # The bucket (ensure_bucket is idempotent and leaves an existing bucket as it is).
@@ -182,14 +171,14 @@ EOF
   exit 0
 fi
 
-say "2/3 Prefect server"
+say "2/4 Prefect server"
 rc=0
 api_line=$(start_part prefect "$STATE_ROOT/prefect" PREFECT_PORT 4200 | tail -n 1) || rc=$?
 ((rc == 0)) || DIE_CODE=$rc die "the Prefect server did not start (see above)"
 PREFECT_API_URL=${api_line#PREFECT_API_URL=}
 PREFECT_UI=${PREFECT_API_URL%/api}
 
-say "3/3 work pool ckptvault, deployments, workers"
+say "3/4 work pool ckptvault, deployments, workers"
 WORKER_ARGS=("PREFECT_API_URL=$PREFECT_API_URL" "CKPTVAULT_CONFIG=$CONFIG" "CKPTVAULT_HOME=$REPO_ROOT")
 TIER_WORKER=$STATE_ROOT/worker-tier
 ROLES_FILE=$STATE_ROOT/roles.env
@@ -242,18 +231,35 @@ else
   ($single_why)."
 fi
 
+say "4/4 the demo's checkpoints, the simulated trainer, a first ingest"
+if [[ -z ${CKPTVAULT_CONFIG:-} ]]; then
+  DEMO_DIR=$DEMO_DIR STATE_ROOT=$STATE_ROOT "$PY_BIN" -m ckptvault_cli.demo seed || die "could not write the demo's checkpoints"
+  run_at trainer "$STATE_ROOT/trainer" up "HOT=$DEMO_DIR/hot" "EVERY=${TRAINER_EVERY:-180}" \
+    "PREFECT_API_URL=$PREFECT_API_URL" "CKPTVAULT_CONFIG=$CONFIG" || die "the simulated trainer did not start (see above)"
+  trainer_text="The simulated trainer ($(rel_path "$STATE_ROOT/trainer")) saves live-hf (its hook's event starts an ingest of
+  that step) and live-ds (the scheduled ingest finds it) every ${TRAINER_EVERY:-180} s under $(rel_path "$DEMO_DIR/hot")."
+else
+  trainer_text="No simulated trainer: CKPTVAULT_CONFIG names a config of yours."
+fi
+# The first ingest now rather than in 10 minutes: the UI shows the archive from the start.
+PREFECT_HOME=$STATE_ROOT/worker/home PREFECT_API_URL=$PREFECT_API_URL timeout 60 "$REPO_ROOT/.venv/bin/prefect" \
+  --no-prompt deployment run ingest/ingest >/dev/null || say "warning: could not start the first ingest run"
 cat <<EOF
 
 ckptvault is up ($((SECONDS - t0)) s): $STORE at $S3_URL ($(rel_path "$STORE_DIR")), Prefect UI at $PREFECT_UI
 $workers_text
-For the ckptvault and prefect commands in this shell:
+$trainer_text
+The UI's flow runs show the first ingest (the demo's checkpoints); Deployments > restore > Run > Custom run
+brings a run back from the archive (docs/prefect-ui.md). For the ckptvault and prefect commands in this shell:
 
   export PREFECT_API_URL=$PREFECT_API_URL
   export CKPTVAULT_CONFIG=$CONFIG
   export AWS_ACCESS_KEY_ID=$ACCESS_KEY AWS_SECRET_ACCESS_KEY=$SECRET_KEY AWS_DEFAULT_REGION=$REGION
   export DO_NOT_TRACK=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
 
-  prefect deployment run ingest/ingest            # or wait: every 10 minutes
-  prefect deployment run restore/restore --param run=local --param dest=/tmp/restored
-  make down                                       # stop every server of this checkout (data is kept)
+  .venv/bin/ckptvault ls                                    # the catalog: the demo's runs and the trainer's
+  .venv/bin/prefect deployment run ingest/ingest            # or wait: every 10 minutes
+  .venv/bin/prefect deployment run restore/restore --param run=llama-8b-hf --param dest=$DEMO_DIR/restored/llama-8b-hf
+  .venv/bin/prefect deployment run drill/drill              # or wait: Sundays 05:00 UTC
+  make down                                                 # stop every server of this checkout (data is kept)
 EOF

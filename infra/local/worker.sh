@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Prefect process worker for the `ckptvault` work pool, on this machine, against a running Prefect API.
 # `up` creates the work pool if it is missing, deploys the seven deployments of ckptvault_prefect/deployments/prefect.yaml
-# (`cd ckptvault_prefect/deployments && prefect --no-prompt deploy --all`), then starts `prefect worker start --pool POOL`
+# (`cd ckptvault_prefect/deployments && prefect --no-prompt deploy --all`), then starts Prefect's process worker for POOL (ckptvault_prefect/runtime/worker.py)
 # in the background and waits until the worker has registered with the API. With WORK_QUEUE it polls that
 # queue of the pool only (`make up` runs two: `default` with the ingest role's key, `tier` with the tier
 # role's); without it, every queue of the pool (Prefect's default), so one worker runs all seven deployments.
@@ -14,7 +14,8 @@
 #      DEPLOY (1: deploy on `up`; 0 to only start the worker), CKPTVAULT_HOME (default: this checkout; the
 #      deployments' pull step changes into it before each flow run), CKPTVAULT_CONFIG (the config file the
 #      flow runs read when a run's config_path parameter is empty; passed to the worker as is),
-#      READY_TIMEOUT (60 s), STOP_TIMEOUT (5 s; the 3.9.1 worker rarely exits by itself on SIGTERM, SIGKILL follows), PREFECT_BIN.
+#      READY_TIMEOUT (60 s), STOP_TIMEOUT (10 s; the worker exits within ~1 s of SIGTERM, SIGKILL only after this,
+#      and said), PREFECT_BIN.
 # Flow runs are child processes of the worker and inherit its environment (AWS_* credentials included): a
 # running worker started with another WORK_QUEUE or AWS_ACCESS_KEY_ID than this `up` asks for is restarted.
 set -euo pipefail
@@ -31,14 +32,14 @@ PREFECT_API_URL=${PREFECT_API_URL%/}
 DEPLOY=${DEPLOY:-1}
 CKPTVAULT_HOME=${CKPTVAULT_HOME:-$REPO_ROOT}
 READY_TIMEOUT=${READY_TIMEOUT:-60}
-STOP_TIMEOUT=${STOP_TIMEOUT:-5}
+STOP_TIMEOUT=${STOP_TIMEOUT:-10}
 
 PIDFILE=$STATE_DIR/worker.pid
 LOG=$STATE_DIR/worker.log
 NAMEFILE=$STATE_DIR/worker.name
 # What the running worker was started with (queue and access key id; never the secret): see `up`.
 STARTEDFILE=$STATE_DIR/worker.started
-PATTERN="worker start --pool $POOL"
+PATTERN="ckptvault_prefect.runtime.worker --pool $POOL"
 
 export DO_NOT_TRACK=1
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
@@ -59,8 +60,7 @@ healthy() { running && registered; }
 pool_exists() { curl -sf --max-time 5 -o /dev/null "$PREFECT_API_URL/work_pools/$POOL"; }
 
 # Flow runs are child processes of the worker, each started in a session of its own (Prefect isolates them):
-# a SIGTERM to the worker's group alone would leave them running as orphans. And the 3.9.1 worker, on
-# SIGTERM, stops polling and waits for its flow runs to finish. So `down` signals both: the worker's group
+# a SIGTERM to the worker's group alone would leave them running as orphans. So `down` signals both: the worker's group
 # and each flow run's group (SIGTERM: the runs end Crashed, their on_crashed alert fires; an interrupted
 # ingest resumes on its next run), then SIGKILL whatever is left after TIMEOUT s.
 # stop_worker TIMEOUT
@@ -143,7 +143,9 @@ up() {
   [[ -n ${CKPTVAULT_CONFIG:-} ]] && say "flow runs without a config_path read CKPTVAULT_CONFIG=$CKPTVAULT_CONFIG"
   local queue_args=()
   [[ -n $WORK_QUEUE ]] && queue_args=(--work-queue "$WORK_QUEUE")
-  start_bg "$PIDFILE" "$LOG" "$PREFECT" worker start --pool "$POOL" "${queue_args[@]}" --name "$(<"$NAMEFILE")" --type process
+  # Prefect's ProcessWorker under a cancel scope of ours (ckptvault_prefect/runtime/worker.py): the one
+  # `prefect worker start` makes does not stop on SIGTERM or SIGINT (prefect 3.9.1)
+  start_bg "$PIDFILE" "$LOG" "$(dirname "$PREFECT")/python" -m ckptvault_prefect.runtime.worker --pool "$POOL" "${queue_args[@]}" --name "$(<"$NAMEFILE")"
   echo "$started" >"$STARTEDFILE"
   if ! wait_until $((SECONDS + READY_TIMEOUT)) "worker for pool $POOL (${READY_TIMEOUT}s limit)" registered running; then
     log_tail "$LOG"

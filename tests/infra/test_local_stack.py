@@ -217,7 +217,9 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     assert "AWS_ACCESS_KEY_ID=ckptvault-demo AWS_SECRET_ACCESS_KEY=ckptvault-demo-secret" in out
     assert f"PREFECT_API_URL=http://127.0.0.1:{prefect_port}/api" in out
     assert not (stack.state_root / "seaweedfs").exists(), "make up started a second store"
-    config = (stack.state_root / "ckptvault.toml").read_text()
+    # the demo's config, served by the stack (one prefix, `demo`, that the roles' keys are scoped to)
+    config = (stack.demo_dir / "ckptvault.toml").read_text()
+    assert 'prefix = "demo"' in config
     assert f'endpoint_url = "http://127.0.0.1:{port}"' in config
     with urllib.request.urlopen(f"http://127.0.0.1:{prefect_port}/api/health", timeout=5) as r:
         assert r.read() == b"true"
@@ -226,7 +228,7 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     )
     assert "ckpts" in [b["Name"] for b in store.client().list_buckets()["Buckets"]]
     running = _running(stack)
-    assert len(running) == 4, running  # the demo's store, the Prefect server, the two workers
+    assert len(running) == 5, running  # the demo's store, the Prefect server, the two workers, the trainer
 
     # The two roles (docs/OPERATIONS.md): the tier deployment alone on the `tier` queue, one worker per queue,
     # each registered with the API, each with its own SeaweedFS user's key, and the config tells the flows.
@@ -262,13 +264,13 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     assert f"key {keys['TIER_ACCESS_KEY']} of user ckptvault-tier" in out
     as_ingest = replace(store, access_key=keys["INGEST_ACCESS_KEY"], secret_key=keys["INGEST_SECRET_KEY"]).client()
     as_tier = replace(store, access_key=keys["TIER_ACCESS_KEY"], secret_key=keys["TIER_SECRET_KEY"]).client()
-    store.client().put_object(Bucket="ckpts", Key="local/role-check", Body=b"x")
+    store.client().put_object(Bucket="ckpts", Key="demo/role-check", Body=b"x")
     with pytest.raises(ClientError) as refused:
-        as_ingest.delete_object(Bucket="ckpts", Key="local/role-check")
+        as_ingest.delete_object(Bucket="ckpts", Key="demo/role-check")
     assert refused.value.response["Error"]["Code"] == "AccessDenied"
-    as_tier.delete_object(Bucket="ckpts", Key="local/role-check")
-    assert "local/role-check" not in [
-        o["Key"] for o in store.client().list_objects_v2(Bucket="ckpts", Prefix="local/").get("Contents", [])
+    as_tier.delete_object(Bucket="ckpts", Key="demo/role-check")
+    assert "demo/role-check" not in [
+        o["Key"] for o in store.client().list_objects_v2(Bucket="ckpts", Prefix="demo/").get("Contents", [])
     ]
 
     # A second `make up` is a no-op on what runs; the demo's store start too (it finds its store running).
@@ -277,15 +279,22 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     _ok(proc)
     assert again["STATE_DIR"] == str(demo_dir) and again["PORT"] == str(port)
 
-    down = _ok(stack.script("down.sh"))
+    down = _ok(stack.script("down.sh", STOP_TIMEOUT="10"))  # as `make down` runs it
+    assert "SIGKILL" not in down, down  # every part stops on SIGTERM, the workers included
     for what in (
+        f"stopped trainer in {stack.state_root / 'trainer'} (make up's",
         f"stopped worker in {stack.state_root / 'worker'} (make up's",
         f"stopped worker in {stack.state_root / 'worker-tier'} (make up's",
         "stopped prefect in",
         f"stopped seaweedfs in {demo_dir} (the demo's",
     ):
         assert what in down, down
-    assert down.index("stopped worker") < down.index("stopped prefect") < down.index("stopped seaweedfs"), down
+    assert (
+        down.index("stopped trainer")
+        < down.index("stopped worker")
+        < down.index("stopped prefect")
+        < down.index("stopped seaweedfs")
+    ), down
     assert _running(stack) == []
     assert not stack.alive()
     assert not any(_port_open(port + o) for o in SEAWEED_BLOCK) and not _port_open(prefect_port)
