@@ -524,6 +524,9 @@ def cli_page() -> str:
         if cmd.help:
             lines += [cmd.help[0].upper() + cmd.help[1:] + ("" if cmd.help.endswith(".") else "."), ""]
         lines += [*_code(_usage(cmd.parser)), ""]
+        # a subcommand's own description (`serve`'s list of flows), laid out by hand as `--help` prints it
+        if cmd.parser.description and cmd.parser.description != cmd.help:
+            lines += [*_code(cmd.parser.description), ""]
         args = arguments(cmd)
         if args:
             lines += ["| argument | what it does |", "| --- | --- |"]
