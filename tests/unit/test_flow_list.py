@@ -1,6 +1,7 @@
 """The list of flows (ckptvault_prefect/deployments/flow_list.py) against what it describes and what is
 rendered from it: the deployments of prefect.yaml (names, schedules, event triggers), `ckptvault serve
---help` (from the list, with Prefect not imported)."""
+--help` (from the list, with Prefect not imported), and the links of the README's generated table. That the
+README's and the site's tables are the list's current rendering: test_docs_reference.py."""
 
 from __future__ import annotations
 
@@ -116,3 +117,14 @@ def test_serve_help_is_the_list_and_imports_no_prefect() -> None:
     for f in FLOWS:  # each flow's line: its name, then when it runs
         assert re.search(rf"^  {f.name} +{re.escape(f.when(None).split()[0])}", help_text, re.M), (f.name, help_text)
     assert f"Serves the {len(FLOWS)} deployments" in help_text
+
+
+def test_the_readme_tables_links_lead_to_files() -> None:
+    """docs/index.md's links are checked by `mkdocs build --strict`; the README's only here."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = readme.index("<!-- flows:")
+    block = readme[start : readme.index("<!-- /flows -->", start)]
+    links = re.findall(r"\]\(([^)#\s]+)", block)
+    assert "docs/replicas.md" in links and "docs/hooks.md" in links, links
+    missing = [link for link in links if not (ROOT / link).is_file()]
+    assert not missing, missing
