@@ -16,6 +16,7 @@ from ckptvault_cli.commands.scrub import cmd_scrub
 from ckptvault_cli.commands.serve import cmd_serve
 from ckptvault_cli.commands.tiering import cmd_plan, cmd_tier, cmd_watch
 from ckptvault_cli.commands.warm import cmd_warm
+from ckptvault_prefect.deployments.flow_list import FLOWS, serve_description
 
 
 def _dask_flags(s: argparse.ArgumentParser, work: str) -> None:
@@ -216,7 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "serve",
         parents=[common],
-        help="serve all seven deployments from this process (one machine, no work pool), and /metrics with [metrics]",
+        help=f"serve all {len(FLOWS)} deployments from this process (one machine, no work pool), and /metrics with "
+        "[metrics]",
+        description=serve_description(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the description's own lines: one flow each
     )
     s.set_defaults(fn=cmd_serve)
 

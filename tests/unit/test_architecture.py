@@ -66,6 +66,12 @@ RULES = (
         ("ckptvault_prefect.flows", "ckptvault_prefect.deployments"),
     ),
     Rule("flows do not import deployments", ("ckptvault_prefect.flows.",), ("ckptvault_prefect.deployments",)),
+    # the command line's parser imports it to print `serve --help`, before any command has chosen to load Prefect
+    Rule(
+        "the list of flows imports no Prefect",
+        ("ckptvault_prefect.deployments.flow_list",),
+        ("prefect", "prefect_dask", *(f"ckptvault_prefect.{p}" for p in ("tasks", "runtime", "flows"))),
+    ),
     Rule("tasks do not import the runtime", ("ckptvault_prefect.tasks.",), ("ckptvault_prefect.runtime",)),
     Rule(
         "the runtime does not import flows or deployments",

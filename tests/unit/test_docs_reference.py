@@ -106,3 +106,22 @@ def test_the_committed_pages_are_up_to_date(gen: ModuleType) -> None:
         assert path.read_text(encoding="utf-8") == render(), (
             f"{rel} is out of date with the code: run `python docs/gen_reference.py` and commit it"
         )
+
+
+def test_the_flows_table_replaces_only_what_is_between_its_markers(gen: ModuleType) -> None:
+    text = f"before\n{gen.FLOWS_START}\n| an old table |\n{gen.FLOWS_END}\nafter\n"
+    out = gen.with_flows(text, "docs/")
+    assert out.startswith(f"before\n{gen.FLOWS_START}\n\n| flow | when | what it does |\n")
+    assert out.endswith(f"|\n\n{gen.FLOWS_END}\nafter\n") and "an old table" not in out
+    assert "[Replicas](docs/replicas.md)" in out
+    assert gen.with_flows(out, "docs/") == out  # a second run changes nothing
+    for broken in ("no markers\n", f"{gen.FLOWS_END}\n{gen.FLOWS_START}\n", f"{gen.FLOWS_START}\n" * 2 + gen.FLOWS_END):
+        with pytest.raises(ValueError, match="want one"):
+            gen.with_flows(broken, "")
+
+
+def test_the_readme_and_the_home_page_are_generated_pages(gen: ModuleType) -> None:
+    """Both in PAGES, so `--check` and test_the_committed_pages_are_up_to_date cover their tables."""
+    assert {gen.README, gen.HOME_PAGE} <= set(gen.PAGES)
+    assert "| `scrub` | daily at 04:30 UTC |" in gen.readme()
+    assert "| `replicate` | hourly |" in gen.home_page()
