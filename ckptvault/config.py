@@ -6,12 +6,13 @@ Slack uses an environment variable or a Prefect Secret block named in `[notify]`
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -740,15 +741,43 @@ def _loc(loc: tuple[int | str, ...]) -> str:
     return out
 
 
+def _keys_beside(loc: tuple[int | str, ...]) -> list[str]:
+    """The valid keys of the section an unknown key (`loc`'s last part) was found in; none when its
+    place is not a section of these models (the near-miss hint is then left out)."""
+    model: type[BaseModel] | None = Config
+    for part in loc[:-1]:
+        if model is None:
+            return []
+        if isinstance(part, int):  # an entry of an array of tables: the same model
+            continue
+        field = model.model_fields.get(part)
+        model = _model_of(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The section model a field holds: itself, or inside `X | None`, `list[X]`, `Annotated[X, ...]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if (found := _model_of(arg)) is not None:
+            return found
+    return None
+
+
 def _explain(err: ValidationError, origin: str) -> str:
     lines = [f"{origin}: the configuration is not valid:"]
     for e in err.errors():
         where = _loc(tuple(e["loc"]))
         kind = e["type"]
         if kind == "extra_forbidden":
-            lines.append(
-                f"  - {where}: unknown key. Remove it, or check its spelling against docs/reference/config.md."
-            )
+            near = difflib.get_close_matches(str(e["loc"][-1]), _keys_beside(tuple(e["loc"])), n=1)
+            if near:  # a typo (`keep_hott`): the key meant, by name
+                lines.append(f"  - {where}: unknown key; did you mean {near[0]}?")
+            else:
+                lines.append(
+                    f"  - {where}: unknown key. Remove it, or check its spelling against docs/reference/config.md."
+                )
         elif kind == "missing":
             lines.append(f"  - {where}: required key is missing. Add it.")
         else:

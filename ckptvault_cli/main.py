@@ -2,7 +2,8 @@
 
 Exit codes: 0 success; 1 the work ran but something did not end well (an invalid checkpoint, a
 failed upload, a failed drill); 2 bad input or an unusable environment (config, paths, store),
-reported before anything is touched.
+reported before anything is touched; 141 stdout's reader went away (`ckptvault ls | head`), as a shell
+reports a tool SIGPIPE ended.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ckptvault import memo  # noqa: E402
 from ckptvault.config import ConfigError  # noqa: E402
 from ckptvault.errors import CkptvaultError  # noqa: E402
 from ckptvault_cli import process, profiling  # noqa: E402
-from ckptvault_cli.output import say  # noqa: E402
+from ckptvault_cli.output import EXIT_PIPE, let_go_of_closed_stdout, say  # noqa: E402
 from ckptvault_cli.parser import build_parser  # noqa: E402
 from ckptvault_cli.preflight import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError  # noqa: E402
 
@@ -54,6 +55,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CkptvaultError as e:  # the work ran and ckptvault said why it stopped: no traceback
         say(f"ckptvault: {e}")
         return EXIT_FAILED
+    except BrokenPipeError:
+        # the reader of stdout went away (`ckptvault ls --json | head`): end quietly, as a Unix tool
+        # ended by SIGPIPE does; a broken pipe of the work's own (stdout still read) is a bug, traceback
+        if not let_go_of_closed_stdout():
+            raise
+        return EXIT_PIPE
     except KeyboardInterrupt:
         say("ckptvault: interrupted; rerun the same command to continue where it stopped")
         return EXIT_INTERRUPTED
@@ -93,12 +100,29 @@ def _end_process() -> None:
     in it, sometimes abort the process ("terminate called without an active exception", exit -6)
     after a command that read the catalog had already printed its result: a wrong exit code for a
     command that worked, or an exit 2 reported as a crash."""
-    profiling.finish(shutdown=True)  # after every other exit handler: the shutdown is on it
+    code = _exit_code[-1] if _exit_code else EXIT_FAILED
+    try:
+        profiling.finish(shutdown=True)  # after every other exit handler: the shutdown is on it
+    except BrokenPipeError:  # the held --json document: its reader has gone (see below)
+        code = _output_lost(code)
     logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can reach it
-            stream.flush()
-    os._exit(_exit_code[-1] if _exit_code else EXIT_FAILED)
+    try:
+        sys.stdout.flush()  # what a command printed without flushing reaches a pipe only here
+    except BrokenPipeError:
+        code = _output_lost(code)
+    except (OSError, ValueError):  # stdout closed or unusable: nothing more can reach it
+        pass
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _output_lost(code: int) -> int:
+    """The exit code of a command whose output's reader went away before its end (`ckptvault plan | head -1`):
+    what a shell reports for a tool SIGPIPE ended, instead of a success, and nothing on stderr."""
+    if not let_go_of_closed_stdout():
+        return code  # stdout's reader is still there: nothing to say of it at exit
+    return EXIT_PIPE if code == 0 else code
 
 
 def run() -> NoReturn:
@@ -129,8 +153,9 @@ def run_prepared() -> NoReturn:
         # Worker threads may still be inside a part upload: an ordinary exit would join them first.
         # Nothing needs them: the work is committed only after every file is verified, and a rerun
         # resumes what they leave half-done.
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a reader gone too: nothing more can reach it
+                stream.flush()
         os._exit(rc)
     _exit_code.append(rc)
     sys.exit(rc)

@@ -110,6 +110,7 @@ CROSS_KEY: dict[str, list[tuple[str, str]]] = {
 }
 GENERAL_ERRORS: list[tuple[str, str]] = [
     ("a key that does not exist", '[store]\nbucket = "ckpts"\nbuckt = "ckpts"\n'),
+    ("a key near no valid one", '[store]\nbucket = "ckpts"\nowner = "ml-platform"\n'),
     ("a section that does not exist", BASE_TOML + "[storage]\nbucket = 'x'\n"),
     ("a required key missing", '[store]\nregion = "eu-west-1"\n'),
     ("not TOML", '[store\nbucket = "ckpts"\n'),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ckptvault import timing
 from ckptvault.timing import phase
 from ckptvault_cli import process, running
-from ckptvault_cli.output import emit_json, say
+from ckptvault_cli.output import EXIT_PIPE, emit_json, let_go_of_closed_stdout, say
 from ckptvault_cli.preflight import (
     EXIT_FAILED,
     EXIT_OK,
@@ -160,13 +160,20 @@ def _released_when_final(
     from ckptvault import early_result
     from ckptvault_cli import profiling
 
-    def report(result: object) -> int:
-        with phase(timing.OUTPUT):
-            code = _print_restored(args, label, step, save, result)
+    def report(result: object) -> int | None:
+        code: int | None = None
         try:
+            with phase(timing.OUTPUT):
+                code = _print_restored(args, label, step, save, result)
             profiling.finish(shutdown=False)
+        except BrokenPipeError:
+            # stdout's reader went away (`restore --json | head`): the user gets what main gives a cold one
+            if not let_go_of_closed_stdout():
+                raise
+            code = EXIT_PIPE if code in (None, EXIT_OK) else code
         finally:
-            early_exit.release(code)  # printed: never printed again (`_output`), whatever else fails
+            if code is not None:  # printed: never printed again (`_output`), whatever else fails
+                early_exit.release(code)
         return code
 
     def on_final(result: object) -> None:

@@ -1,8 +1,11 @@
-"""Which task runner an ingest pass gets, decided from the flags and `[scale]` (a pure function), and
+"""Which task runner an ingest pass gets, decided from the flags and `[scale]` (no network), and
 the one check that needs the network: the scheduler answers and has workers.
 
 Kept apart from ckptvault_prefect/runtime/runners.py, which imports prefect-dask and distributed (~1 s): the default
 path (no Dask at all) decides here without paying for them.
+
+A Dask runner is chosen only where Dask imports (`require_dask`): without the `dask` extra, the
+flag or key that asked for one is named with the fix.
 
 Precedence: a command-line flag wins over `[scale]`, and either flag replaces the whole section
 (`--dask-workers 2` on a host whose config names a cluster runs locally): a flag is what the
@@ -72,16 +75,34 @@ def choose_runner(
             address = parse_dask_address(address_flag)
         except ValueError as e:
             raise RunnerChoiceError(f"--dask-address: {e}") from None
+        require_dask("--dask-address")
         return _cluster(address, "--dask-address", api_url, timeout)
     if workers_flag is not None:
         if workers_flag < 1:
             raise RunnerChoiceError(f"--dask-workers {workers_flag}: give 1 or more workers")
+        require_dask("--dask-workers")
         return RunnerChoice("local", "--dask-workers", workers=workers_flag, processes=bool(api_url))
     if scale.dask_address is not None:
+        require_dask("[scale] dask_address")
         return _cluster(scale.dask_address, "[scale] dask_address", api_url, timeout)
     if scale.local_workers is not None:
+        require_dask("[scale] local_workers")
         return RunnerChoice("local", "[scale] local_workers", workers=scale.local_workers, processes=bool(api_url))
     return RunnerChoice("threads", "default")
+
+
+def require_dask(origin: str) -> None:
+    """RunnerChoiceError naming the fix when the `dask` extra is not installed: without it a Dask runner
+    ends in a ModuleNotFoundError deep in the flow run. Imported here, not looked up: a Dask run
+    imports both anyway (~1 s, paid here instead of later), and a broken install fails the same way."""
+    try:
+        import distributed  # noqa: F401
+        import prefect_dask  # noqa: F401
+    except ImportError as e:
+        raise RunnerChoiceError(
+            f"{origin} runs the work on Dask, which this environment cannot import ({e}): install the dask "
+            "extra, pip install 'ckptvault[dask]', or leave the option out to run on this host's threads"
+        ) from None
 
 
 def _cluster(address: str, origin: str, api_url: str | None, timeout: float) -> RunnerChoice:

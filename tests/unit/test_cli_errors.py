@@ -6,6 +6,7 @@ once and not alerted on again."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +20,7 @@ from ckptvault.store import StoreError
 from ckptvault_cli import main as cli_main
 from ckptvault_cli import running
 from ckptvault_cli.commands import ingest as ingest_cmd
+from ckptvault_cli.output import EXIT_PIPE
 from ckptvault_cli.preflight import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from ckptvault_prefect.runtime import hooks
 
@@ -70,6 +72,28 @@ def test_an_interrupt_is_130_and_a_bug_keeps_its_traceback(
     monkeypatch.setattr(cli_main, "build_parser", lambda: _Parser(_raising(RuntimeError("a bug"))))
     with pytest.raises(RuntimeError, match="a bug"):
         cli_main.main([])
+
+
+def test_a_broken_pipe_is_141_when_stdouts_reader_is_gone_and_a_bug_otherwise(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli_main, "build_parser", lambda: _Parser(_raising(BrokenPipeError(32, "Broken pipe"))))
+    # stdout is still read (pytest's capture): the broken pipe was another one, a bug with its traceback
+    with pytest.raises(BrokenPipeError):
+        cli_main.main([])
+    # stdout a pipe whose reader has gone (`ckptvault ls | head`): 141, nothing said, fd 1 now /dev/null
+    saved = os.dup(1)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        os.dup2(w, 1)
+        assert cli_main.main([]) == EXIT_PIPE
+        assert os.readlink("/proc/self/fd/1") == os.devnull
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(w)
+    assert capsys.readouterr().err == ""
 
 
 def test_direct_mode_alerts_on_a_failed_flow_unless_it_already_alerted(monkeypatch: pytest.MonkeyPatch) -> None:

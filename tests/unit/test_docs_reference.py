@@ -94,7 +94,7 @@ def test_the_config_page_shows_real_errors(gen: ModuleType) -> None:
     page = gen.config_page()
     assert "`store.part_size_mb: Input should be greater than or equal to 5 (got 4).`" in page
     assert "buffer_mb = 32 cannot hold one part of part_size_mb = 64" in page
-    assert "store.buckt: unknown key" in page
+    assert "store.buckt: unknown key; did you mean bucket?" in page
     for key in gen.all_keys():
         assert f"### `{key.path}`" in page
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,29 @@ def test_unknown_scale_key_names_it() -> None:
 
 def _cluster(origin: str) -> RunnerChoice:
     return RunnerChoice("cluster", origin, address="tcp://10.0.0.5:8786")
+
+
+@pytest.mark.parametrize("missing", ["distributed", "prefect_dask"])
+@pytest.mark.parametrize(
+    ("scale", "address_flag", "workers_flag", "origin"),
+    [
+        ("", "tcp://10.0.0.5:8786", None, "--dask-address"),
+        ("", None, 2, "--dask-workers"),
+        ('dask_address = "tcp://10.0.0.5:8786"\n', None, None, "[scale] dask_address"),
+        ("local_workers = 2\n", None, None, "[scale] local_workers"),
+    ],
+)
+def test_a_dask_runner_without_the_dask_extra_names_what_asked_and_the_install(
+    monkeypatch: pytest.MonkeyPatch, missing: str, scale: str, address_flag: str | None, workers_flag: int | None,
+    origin: str,
+) -> None:  # fmt: skip
+    monkeypatch.setitem(sys.modules, missing, None)  # None: `import` raises ModuleNotFoundError, as uninstalled
+    with pytest.raises(RunnerChoiceError) as e:
+        choose_runner(_scale(scale), address_flag=address_flag, workers_flag=workers_flag, api_url=API)
+    assert str(e.value).startswith(f"{origin} runs the work on Dask, which this environment cannot import (")
+    assert missing in str(e.value) and "pip install 'ckptvault[dask]'" in str(e.value)
+    # the default runner never needs Dask
+    assert choose_runner(_scale(""), address_flag=None, workers_flag=None, api_url=API).kind == "threads"
 
 
 def test_a_restore_runs_on_the_cluster_when_every_worker_sees_the_destination() -> None:
