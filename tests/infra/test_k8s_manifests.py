@@ -23,14 +23,17 @@ POOL = "ckptvault-k8s"
 EXPECTED_KINDS = {
     "namespace.yaml": ["Namespace"],
     "worker-rbac.yaml": ["ServiceAccount", "Role", "RoleBinding"],
-    "flow-serviceaccount.yaml": ["ServiceAccount"],
+    "flow-serviceaccounts.yaml": ["ServiceAccount", "ServiceAccount"],
     "hot-tier.yaml": ["PersistentVolume", "PersistentVolumeClaim"],
     "config.yaml": ["ConfigMap", "ConfigMap"],
-    "worker.yaml": ["Deployment", "Job"],
+    "worker.yaml": ["Deployment", "Deployment", "Job"],
     "dask.yaml": ["Deployment", "Service", "Deployment", "Deployment"],
     "secret.example.yaml": ["Secret"],
     "kustomization.yaml": ["Kustomization"],
 }
+# Not Kubernetes objects: kustomize's transformer configuration and the Kubernetes pool's deployments
+NOT_MANIFESTS = {"images-config.yaml", "prefect.yaml"}
+ROLES = {"ingest": "ckptvault-ingest", "tier": "ckptvault-tier"}  # infra/terraform's IRSA trust names these
 
 SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|AUTH|WEBHOOK)", re.I)
 SECRET_VALUE = [
@@ -45,7 +48,7 @@ SECRET_VALUE = [
 def manifests() -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(K8S.iterdir()):
-        if path.suffix in (".yaml", ".yml"):
+        if path.suffix in (".yaml", ".yml") and path.name not in NOT_MANIFESTS:
             out[path.name] = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     return out
 
@@ -72,7 +75,7 @@ def pod_specs(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
-def rendered_job() -> dict[str, Any]:
+def rendered_job(job_variables: dict[str, Any] | None = None) -> dict[str, Any]:
     """The Job the Kubernetes worker would create, rendered with Prefect's own templating from the
     template's variable defaults (plus what Prefect fills in at run time)."""
     from prefect.utilities.templating import apply_values
@@ -80,6 +83,7 @@ def rendered_job() -> dict[str, Any]:
     tpl = template()
     values = {k: v["default"] for k, v in tpl["variables"]["properties"].items() if "default" in v}
     values |= {"name": "ingest-run", "command": "prefect flow-run execute", "labels": {"a": "b"}}
+    values |= job_variables or {}
     config = apply_values(tpl["job_configuration"], values)
     job: dict[str, Any] = config["job_manifest"]
     return job
@@ -101,6 +105,7 @@ def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
     assert listed == set(EXPECTED_KINDS) - {"kustomization.yaml", "secret.example.yaml"}
     assert all((K8S / r).is_file() for r in listed)
     assert kust["configMapGenerator"] == [{"name": "ckptvault-work-pool", "files": ["base-job-template.json"]}]
+    assert kust["configurations"] == ["images-config.yaml"]
 
 
 def test_every_template_placeholder_is_a_declared_variable() -> None:
@@ -140,11 +145,9 @@ def test_the_hot_tier_is_mounted_read_only_into_flow_run_jobs() -> None:
 def test_credentials_come_from_the_secret_or_the_service_account() -> None:
     job = rendered_job()
     spec = job["spec"]["template"]["spec"]
-    assert spec["serviceAccountName"] == "ckptvault-flow"
+    assert spec["serviceAccountName"] == "ckptvault-ingest"  # the role that cannot delete, unless a deployment says
     (container,) = spec["containers"]
     assert {"secretRef": {"name": "ckptvault-credentials", "optional": True}} in container["envFrom"]
-    sa = manifests()["flow-serviceaccount.yaml"][0]
-    assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]  # IRSA
     secret = manifests()["secret.example.yaml"][0]
     assert {"CKPTVAULT_SLACK_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(secret["stringData"])
 
@@ -172,13 +175,82 @@ def test_no_literal_secrets() -> None:
 
 
 def test_worker_and_pool_job_agree_on_the_pool() -> None:
-    deployment, pool_job = manifests()["worker.yaml"]
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[:3] == ["prefect", "worker", "start"]
-    assert args[args.index("--pool") + 1] == POOL and args[args.index("--type") + 1] == "kubernetes"
-    create = pool_job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert create[:4] == ["prefect", "work-pool", "create", POOL]
-    assert create[create.index("--base-job-template") + 1] == "/etc/ckptvault-pool/base-job-template.json"
+    *workers, pool_job = manifests()["worker.yaml"]
+    for w in workers:
+        args = w["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[:3] == ["prefect", "worker", "start"]
+        assert _arg(args, "--pool") == POOL and _arg(args, "--type") == "kubernetes"
+    (script,) = pool_job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"prefect work-pool create {POOL} --type kubernetes --base-job-template /tmp/template.json" in script
+    assert "/etc/ckptvault-pool/base-job-template.json" in script
+
+
+def test_two_workers_two_queues_two_service_accounts() -> None:
+    """One worker per role's queue, each polling only its own (a worker without --work-queue polls every
+    queue, and would run tier's deletes as whichever role it has); one service account per role, named as
+    the Terraform trust policies name them; the tier deployment alone runs as the tier role."""
+    *workers, _ = manifests()["worker.yaml"]
+    queues = {w["metadata"]["name"]: _arg(w["spec"]["template"]["spec"]["containers"][0]["args"], "--work-queue")
+              for w in workers}  # fmt: skip
+    assert queues == {"ckptvault-worker": "default", "ckptvault-worker-tier": "tier"}
+    for w in workers:  # the workers only create Jobs: no store role on them
+        assert w["spec"]["template"]["spec"]["serviceAccountName"] == "ckptvault-worker"
+
+    sas = {d["metadata"]["name"]: d for d in manifests()["flow-serviceaccounts.yaml"]}
+    assert set(sas) == set(ROLES.values())
+    for role, name in ROLES.items():
+        assert sas[name]["metadata"]["namespace"] == "ckptvault"
+        assert sas[name]["metadata"]["labels"]["ckptvault.io/role"] == role
+        assert sas[name]["automountServiceAccountToken"] is False
+
+    # the pool's template may run as either role and nothing else, the ingest one by default
+    prop = template()["variables"]["properties"]["service_account_name"]
+    assert prop["default"] == ROLES["ingest"] and sorted(prop["enum"]) == sorted(ROLES.values())
+    assert rendered_job({"service_account_name": ROLES["tier"]})["spec"]["template"]["spec"][
+        "serviceAccountName"] == ROLES["tier"]  # fmt: skip
+
+    k8s = {d["name"]: d for d in yaml.safe_load((K8S / "prefect.yaml").read_text())["deployments"]}
+    for name, d in k8s.items():
+        pool = d["work_pool"]
+        role = "tier" if name == "tier" else "ingest"
+        assert pool["name"] == POOL, name
+        assert pool["work_queue_name"] == ("tier" if role == "tier" else "default"), name
+        assert pool["job_variables"]["service_account_name"] == ROLES[role], name
+        assert pool["job_variables"]["service_account_name"] in prop["enum"]
+
+
+def test_the_kubernetes_deployments_are_the_process_pools_but_for_the_pool() -> None:
+    """infra/k8s/prefect.yaml repeats the seven deployments for the Kubernetes pool: everything but
+    work_pool must equal ckptvault_prefect/deployments/prefect.yaml's, so schedules cannot drift apart."""
+    process = yaml.safe_load((ROOT / "ckptvault_prefect" / "deployments" / "prefect.yaml").read_text())
+    k8s = yaml.safe_load((K8S / "prefect.yaml").read_text())
+    assert k8s["pull"] == process["pull"] and k8s["prefect-version"] == process["prefect-version"]
+    assert k8s["build"] is None and k8s["push"] is None  # the code is in the image
+    strip = [{k: v for k, v in d.items() if k != "work_pool"} for d in process["deployments"]]
+    assert [{k: v for k, v in d.items() if k != "work_pool"} for d in k8s["deployments"]] == strip
+    env = next(d for d in manifests()["config.yaml"] if d["metadata"]["name"] == "ckptvault-env")["data"]
+    assert env["CKPTVAULT_HOME"] == "/opt/ckptvault"  # the pull step's directory: the Dockerfile's WORKDIR
+    assert "WORKDIR /opt/ckptvault" in (K8S / "Dockerfile").read_text()
+
+
+def test_irsa_role_arns_are_set_in_one_place() -> None:
+    """Each role's service account gets its IAM role from kustomization.yaml's patches (the one place to
+    put the real ARNs), and the rendered objects carry them: the ingest role's ARN on the ingest SA."""
+    for path in K8S.rglob("*.yaml"):
+        code = [line.split("#")[0] for line in path.read_text().splitlines()]
+        if path != K8S / "kustomization.yaml":
+            assert not [c for c in code if "eks.amazonaws.com/role-arn" in c], path
+    rendered = {(d["kind"], d["metadata"]["name"]): d for d in kustomize(K8S)}
+    for name in ROLES.values():
+        arn = rendered[("ServiceAccount", name)]["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+        assert re.fullmatch(rf"arn:aws:iam::\d{{12}}:role/{name}", arn), arn
+
+
+def test_the_config_lets_only_tier_delete() -> None:
+    from ckptvault.config import parse_config
+
+    toml = next(d for d in manifests()["config.yaml"] if d["metadata"]["name"] == "ckptvault-config")
+    assert parse_config(toml["data"]["ckptvault.toml"]).store.deletes == "tier-only"
 
 
 def _arg(args: list[str], flag: str) -> str:
@@ -220,14 +292,19 @@ def test_the_dask_cluster_agrees_with_the_config_and_the_node_placement() -> Non
     assert float(amount) == 1  # one task per worker process, as OPERATIONS.md sizes it
 
 
-def test_kustomize_builds_offline() -> None:
+def kustomize(path: Path) -> list[dict[str, Any]]:
     kubectl = require_tool("kubectl", "apt-get install kubernetes-client (Debian's; .ci/run does when it is missing)")
-    out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    kinds = [d["kind"] for d in yaml.safe_load_all(out.stdout) if d]
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_kustomize_builds_offline() -> None:
+    docs = kustomize(K8S)
+    kinds = [d["kind"] for d in docs]
     assert sorted(kinds) == sorted(
-        ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap",
-         "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Deployment", "Job",
+        ["Namespace", "ServiceAccount", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ConfigMap",
+         "ConfigMap", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Deployment", "Deployment", "Job",
          "Deployment", "Service", "Deployment", "Deployment"]
     )  # fmt: skip
-    assert "kind: Secret" not in out.stdout
+    assert "Secret" not in kinds
