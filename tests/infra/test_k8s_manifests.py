@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.helpers import require_tool
@@ -25,6 +26,7 @@ EXPECTED_KINDS = {
     "worker-rbac.yaml": ["ServiceAccount", "Role", "RoleBinding"],
     "flow-serviceaccounts.yaml": ["ServiceAccount", "ServiceAccount"],
     "hot-tier.yaml": ["PersistentVolume", "PersistentVolumeClaim"],
+    "restore.yaml": ["PersistentVolumeClaim"],
     "config.yaml": ["ConfigMap", "ConfigMap"],
     "worker.yaml": ["Deployment", "Deployment", "Job"],
     "dask.yaml": ["Deployment", "Service", "Deployment", "Deployment"],
@@ -33,6 +35,7 @@ EXPECTED_KINDS = {
 }
 # Not Kubernetes objects: kustomize's transformer configuration and the Kubernetes pool's deployments
 NOT_MANIFESTS = {"images-config.yaml", "prefect.yaml"}
+RESTORE_CLAIM = "ckptvault-restore"
 ROLES = {"ingest": "ckptvault-ingest", "tier": "ckptvault-tier"}  # infra/terraform's IRSA trust names these
 
 SECRET_NAME = re.compile(r"(KEY|SECRET|TOKEN|PASSWORD|AUTH|WEBHOOK)", re.I)
@@ -131,7 +134,8 @@ def test_the_hot_tier_is_mounted_read_only_into_flow_run_jobs() -> None:
     for docs in manifests().values():
         for d in docs:
             if d["kind"] in ("PersistentVolume", "PersistentVolumeClaim"):
-                assert d["spec"]["accessModes"] == ["ReadOnlyMany"], d["metadata"]["name"]
+                writable = d["metadata"]["name"] == RESTORE_CLAIM  # restores' destination: see the test below
+                assert d["spec"]["accessModes"] == ["ReadWriteMany" if writable else "ReadOnlyMany"], d["metadata"]
             for ps in pod_specs(d):
                 claims = {v["name"] for v in ps.get("volumes", []) if "persistentVolumeClaim" in v}
                 for c in ps["containers"]:
@@ -253,6 +257,59 @@ def test_the_config_lets_only_tier_delete() -> None:
     assert parse_config(toml["data"]["ckptvault.toml"]).store.deletes == "tier-only"
 
 
+def k8s_deployments() -> dict[str, dict[str, Any]]:
+    return {d["name"]: d for d in yaml.safe_load((K8S / "prefect.yaml").read_text())["deployments"]}
+
+
+def writable_claims(job: dict[str, Any]) -> dict[str, str]:
+    """{claim: mount path} of every PVC the Job's container mounts without readOnly."""
+    spec = job["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+    (container,) = spec["containers"]
+    return {
+        claims[m["name"]]["claimName"]: m["mountPath"]
+        for m in container["volumeMounts"]
+        if m["name"] in claims and not m.get("readOnly") and not claims[m["name"]].get("readOnly")
+    }
+
+
+def test_only_the_restore_deployment_mounts_a_writable_destination() -> None:
+    """The restore deployment's job variables add the writable claim ckptvault-restore at /restore (the
+    runbook's dest); every other deployment's Jobs, and the template's defaults, mount no claim writable.
+    Its job variables pass the pool's variable schema (what Prefect checks them against), and that schema
+    refuses a restore volume that is not a claim, a read-only one, or one mounted over the hot tier."""
+    import jsonschema
+
+    schema = template()["variables"]
+    assert writable_claims(rendered_job()) == {}
+    for name, d in k8s_deployments().items():
+        variables = dict(d["work_pool"]["job_variables"])
+        jsonschema.validate(variables, schema)
+        job = rendered_job(variables)
+        hot = [v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == "hot-tier"]
+        assert hot[0]["persistentVolumeClaim"]["readOnly"] is True, name
+        assert writable_claims(job) == ({RESTORE_CLAIM: "/restore"} if name == "restore" else {}), name
+        if name == "restore":
+            pod = job["spec"]["template"]["spec"]
+            assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"]  # the run may write
+        else:
+            assert "fsGroup" not in job["spec"]["template"]["spec"]["securityContext"], name
+    good = k8s_deployments()["restore"]["work_pool"]["job_variables"]
+    for bad in (
+        {"restore_volume": {"name": "restore", "hostPath": {"path": "/"}}},
+        {"restore_volume": {"name": "restore", "persistentVolumeClaim": {"claimName": "x", "readOnly": True}}},
+        {"restore_mount": {"name": "restore", "mountPath": "/hot/x"}},
+        {"restore_mount": {"name": "restore", "mountPath": "/restore", "readOnly": True}},
+        {"run_as_user": 0},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(good | bad, schema)
+    # the claim exists, and the runbook's command names this deployment and a dest under the mount
+    assert any(d["metadata"]["name"] == RESTORE_CLAIM for d in manifests()["restore.yaml"])
+    runbook = (ROOT / "docs" / "runbook.md").read_text()
+    assert re.search(r"prefect deployment run restore/restore --param run=\S+ --param dest=/restore/\S+", runbook)
+
+
 def _arg(args: list[str], flag: str) -> str:
     return args[args.index(flag) + 1]
 
@@ -304,7 +361,8 @@ def test_kustomize_builds_offline() -> None:
     kinds = [d["kind"] for d in docs]
     assert sorted(kinds) == sorted(
         ["Namespace", "ServiceAccount", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ConfigMap",
-         "ConfigMap", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "Deployment", "Deployment", "Job",
+         "ConfigMap", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "PersistentVolumeClaim",
+         "Deployment", "Deployment", "Job",
          "Deployment", "Service", "Deployment", "Deployment"]
     )  # fmt: skip
     assert "Secret" not in kinds
