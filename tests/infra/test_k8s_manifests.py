@@ -5,7 +5,9 @@ node resources agree with the config and with ckptvault's node placement."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import require_tool
+from tests.helpers import missing_tool, require_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "infra" / "k8s"
 TEMPLATE = K8S / "base-job-template.json"
+DASK = K8S / "components" / "dask"
+K8S_VERSION = "1.32"  # the namespace's Pod Security enforce-version, and the schemas the objects must pass
 POOL = "ckptvault-k8s"
 
 EXPECTED_KINDS = {
@@ -29,7 +33,6 @@ EXPECTED_KINDS = {
     "restore.yaml": ["PersistentVolumeClaim"],
     "config.yaml": ["ConfigMap", "ConfigMap"],
     "worker.yaml": ["Deployment", "Deployment", "Job"],
-    "dask.yaml": ["Deployment", "Service", "Deployment", "Deployment"],
     "secret.example.yaml": ["Secret"],
     "kustomization.yaml": ["Kustomization"],
 }
@@ -172,7 +175,9 @@ def test_no_literal_secrets() -> None:
                 assert "secretKeyRef" in node["valueFrom"], node
         if d.get("kind") == "ConfigMap":
             assert not [k for k in d.get("data", {}) if SECRET_NAME.search(k)], "a secret-looking ConfigMap key"
-    for path in K8S.iterdir():
+    for path in K8S.rglob("*"):
+        if not path.is_file():
+            continue
         text = path.read_text()
         for pattern in SECRET_VALUE:
             assert not pattern.search(text), f"{path.name}: looks like a credential ({pattern.pattern})"
@@ -320,7 +325,7 @@ def test_the_dask_cluster_agrees_with_the_config_and_the_node_placement() -> Non
     from ckptvault.config import parse_config
     from ckptvault.placement import Placement, missing_workers
 
-    docs = {(d["kind"], d["metadata"]["name"]): d for d in manifests()["dask.yaml"]}
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all((DASK / "dask.yaml").read_text())}
     scheduler = docs[("Deployment", "dask-scheduler")]["spec"]["template"]["spec"]["containers"][0]
     (port,) = docs[("Service", "dask-scheduler")]["spec"]["ports"]
     (container_port,) = scheduler["ports"]
@@ -345,6 +350,9 @@ def test_the_dask_cluster_agrees_with_the_config_and_the_node_placement() -> Non
     resource, amount = _arg(c["args"], "--resources").split("=")
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
     assert resource == Placement.name(0) == env["CKPTVAULT_NODE"] == spec["nodeSelector"]["ckptvault.io/node"]
+    pv = docs[("PersistentVolume", "ckptvault-node-0-nvme")]["spec"]  # the node's disk, on that node only
+    (term,) = pv["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "ckptvault.io/node", "operator": "In", "values": [resource]}]
     assert missing_workers(Placement(1, r"__(?P<rank>\d+)_", 1), [{resource: float(amount)}]) == []
     assert float(amount) == 1  # one task per worker process, as OPERATIONS.md sizes it
 
@@ -362,7 +370,138 @@ def test_kustomize_builds_offline() -> None:
     assert sorted(kinds) == sorted(
         ["Namespace", "ServiceAccount", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ConfigMap",
          "ConfigMap", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "PersistentVolumeClaim",
-         "Deployment", "Deployment", "Job",
-         "Deployment", "Service", "Deployment", "Deployment"]
+         "Deployment", "Deployment", "Job"]
     )  # fmt: skip
     assert "Secret" not in kinds
+
+
+def with_dask(tmp_path: Path) -> list[dict[str, Any]]:
+    """The base plus the Dask component, through an overlay outside infra/k8s as an operator writes one."""
+    rel = Path(os.path.relpath(K8S, tmp_path))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump({"resources": [str(rel)], "components": [str(rel / "components" / "dask")]})
+    )
+    return kustomize(tmp_path)
+
+
+def every_object(tmp_path: Path) -> list[dict[str, Any]]:
+    """Everything that reaches the cluster: the base with the Dask component, and the Job each
+    deployment's flow runs get from the pool's template (the default and the restore one)."""
+    jobs = [rendered_job(dict(d["work_pool"]["job_variables"])) for d in k8s_deployments().values()]
+    image = next(d for d in kustomize(K8S) if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]
+    flow_image = next(e["value"] for e in image["env"] if e["name"] == "FLOW_IMAGE")
+    for job in jobs:  # what the pool Job's sed writes in, and what the worker does before it creates the Job
+        job["metadata"]["name"] = "flow-run"
+        for c in job["spec"]["template"]["spec"]["containers"]:
+            c["image"] = c["image"].replace("@FLOW_IMAGE@", flow_image)
+            c["args"] = shlex.split(c["args"])
+            c["env"] = [{"name": k, "value": v} for k, v in c["env"].items()]
+    return with_dask(tmp_path) + jobs
+
+
+def test_every_object_passes_the_kubernetes_schema(tmp_path: Path) -> None:
+    try:
+        import kubernetes_validate
+    except ImportError:
+        missing_tool("kubernetes-validate is not installed: pip install -e '.[dev]' (pyproject's dev extra)")
+    objects = every_object(tmp_path)
+    assert len(objects) > 20
+    for d in objects:
+        # strict: a misspelt or misplaced field fails here instead of being dropped by the API server
+        kubernetes_validate.validate(d, K8S_VERSION, strict=True)
+    bad = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "x"}, "automountToken": False}
+    with pytest.raises(kubernetes_validate.ValidationError):  # the check can fail
+        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+
+
+def pods(d: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d["spec"]["template"]["spec"]] if d["kind"] in ("Deployment", "Job") else []
+
+
+def test_every_pod_is_hardened(tmp_path: Path) -> None:
+    """Pod Security "restricted" and more, pod by pod: non-root, RuntimeDefault seccomp, no escalation, no
+    capabilities, a read-only root file system with /tmp an emptyDir, CPU, memory and ephemeral-storage
+    requests and limits, no hostPath; every Job with a deadline; the namespace enforcing restricted."""
+    objects = every_object(tmp_path)
+    (ns,) = [d for d in objects if d["kind"] == "Namespace"]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce-version"] == f"v{K8S_VERSION}"
+    checked = 0
+    for d in objects:
+        for ps in pods(d):
+            where = f"{d['kind']} {d['metadata'].get('name')}"
+            sc = ps["securityContext"]
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] > 0, where
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, where
+            volumes = {v["name"]: v for v in ps.get("volumes", [])}
+            assert not [v for v in volumes.values() if "hostPath" in v], where
+            for c in ps["containers"]:
+                csc = c["securityContext"]
+                assert csc["allowPrivilegeEscalation"] is False, where
+                assert csc["capabilities"] == {"drop": ["ALL"]}, where
+                assert csc["readOnlyRootFilesystem"] is True, where
+                tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+                assert len(tmp) == 1 and "emptyDir" in volumes[tmp[0]["name"]], where
+                for kind in ("requests", "limits"):
+                    assert {"cpu", "memory", "ephemeral-storage"} <= set(c["resources"][kind]), (where, kind)
+                checked += 1
+        if d["kind"] == "Job":
+            assert int(d["spec"]["activeDeadlineSeconds"]) > 0, d["metadata"]["name"]
+    assert checked >= 7 + 3  # 2 workers, the pool Job, 3 Dask pods, the flow runs' Jobs
+
+
+def test_images_are_pinned_and_named_in_one_place(tmp_path: Path) -> None:
+    """No `:latest`, no untagged image anywhere rendered; the manifests name images without a tag
+    (kustomization.yaml's `images:` alone sets it); the flow runs' image is the Dask pods' image."""
+    kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
+    pins = {i["name"]: i for i in kust["images"]}
+    assert set(pins) == {"ghcr.io/acme/ckptvault", "prefecthq/prefect"}
+    for i in pins.values():
+        assert i.get("digest") or re.fullmatch(r"\d+\.\d+\.\d+(-[\w.-]+)?", i["newTag"]), i  # a version
+    images = []
+    for d in every_object(tmp_path):
+        for ps in pods(d):
+            images += [c["image"] for c in ps["containers"]]
+    assert images and len(set(images)) == 2
+    for image in images:
+        name, _, tag = image.partition("@")[0].rpartition(":")
+        assert name in pins and tag and tag != "latest", image
+    for path in [*K8S.glob("*.yaml"), *DASK.glob("*.yaml")]:
+        if path.name != "kustomization.yaml":
+            assert not re.search(r"image: \S+:", path.read_text()), f"{path.name}: a tag outside kustomization.yaml"
+
+
+def test_only_flow_pods_and_dask_reach_dask(tmp_path: Path) -> None:
+    objects = with_dask(tmp_path)
+    (policy,) = [d for d in objects if d["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    dask_pods = [d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("dask-")]
+    assert len(dask_pods) == 3
+    for d in dask_pods:  # every Dask pod is behind the policy
+        assert selected.items() <= d["spec"]["template"]["metadata"]["labels"].items(), d["metadata"]["name"]
+    (rule,) = policy["spec"]["ingress"]
+    peers = [p["podSelector"]["matchLabels"] for p in rule["from"]]
+    assert all(set(p) == {"podSelector"} for p in rule["from"])  # no namespaceSelector or ipBlock: this namespace
+    assert peers == [{"ckptvault.io/dask-client": "true"}, selected]
+    flow_pod = rendered_job()["spec"]["template"]["metadata"]["labels"]
+    assert flow_pod == peers[0]  # the flow runs carry the client label...
+    for d in objects:  # ...and no other pod does
+        for ps_owner in [d] if d["kind"] in ("Deployment", "Job") else []:
+            labels = ps_owner["spec"]["template"].get("metadata", {}).get("labels", {})
+            assert "ckptvault.io/dask-client" not in labels, d["metadata"]["name"]
+
+
+def test_the_image_is_built_pinned_and_non_root() -> None:
+    text = (K8S / "Dockerfile").read_text()
+    (base,) = re.findall(r"^FROM (\S+)", text, re.M)
+    assert re.fullmatch(r"[\w./-]+:[\w.-]+@sha256:[0-9a-f]{64}", base), base
+    assert re.search(r"pip install [^\n]*-c constraints\.txt", text)
+    assert re.search(r"^ENV HOME=/tmp\b", text, re.M)
+    (user,) = re.findall(r"^USER (\S+)", text, re.M)
+    assert user.split(":")[0] not in ("0", "root") and user.split(":")[0].isdigit()  # numeric: runAsNonRoot checks it
+    pins = [line for line in (K8S / "constraints.txt").read_text().splitlines() if not line.startswith("#")]
+    assert all(re.fullmatch(r"[\w.-]+==[\w.+!-]+", p) for p in pins), pins
+    names = {p.split("==")[0].lower() for p in pins}
+    assert {"prefect", "boto3", "pyarrow", "distributed", "prefect-dask"} <= names
+    assert not {"pytest", "ruff", "mypy", "moto"} & names  # run-time dependencies only
