@@ -79,7 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ckptvault_cli.trainer", description=__doc__.split("\n")[0])
     parser.add_argument("--hot", type=Path, required=True, help="the hot tier: one directory per run under it")
     parser.add_argument("--every", type=float, default=180.0, help="seconds between two saves of a run (180)")
-    parser.add_argument("--keep", type=int, default=3, help="checkpoints each run keeps on the hot tier (3)")
+    # 12 saves: at the default interval, 36 minutes on the hot tier, over three scheduled ingests (every 10
+    # minutes) for a save no hook signalled; a pruned save the archive missed would be a save lost
+    parser.add_argument("--keep", type=int, default=12, help="checkpoints each run keeps on the hot tier (12)")
     parser.add_argument("--size-mib", type=int, default=8, help="MiB per checkpoint (8)")
     args = parser.parse_args(argv)
     if args.every <= 0 or args.keep < 1 or args.size_mib < 1:

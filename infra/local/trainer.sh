@@ -7,7 +7,7 @@
 #   infra/local/trainer.sh up|down|status|clean
 #
 # env: STATE_DIR (default STATE_ROOT/trainer: PID, log), HOT (the hot tier, default DEMO_DIR/hot), EVERY (180 s),
-#      KEEP (3 checkpoints per run on the hot tier), PREFECT_API_URL (where the hook's events go; unset: the
+#      KEEP (12 checkpoints per run on the hot tier), PREFECT_API_URL (where the hook's events go; unset: the
 #      hook starts an ingest itself, `CKPTVAULT_CONFIG` naming its config), STOP_TIMEOUT (10 s).
 set -euo pipefail
 SERVER=trainer
@@ -17,7 +17,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 STATE_DIR=${STATE_DIR:-$STATE_ROOT/trainer}
 HOT=${HOT:-$DEMO_DIR/hot}
 EVERY=${EVERY:-180}
-KEEP=${KEEP:-3}
+KEEP=${KEEP:-12}
 STOP_TIMEOUT=${STOP_TIMEOUT:-10}
 PIDFILE=$STATE_DIR/trainer.pid
 LOG=$STATE_DIR/trainer.log

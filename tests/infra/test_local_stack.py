@@ -280,7 +280,10 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     assert again["STATE_DIR"] == str(demo_dir) and again["PORT"] == str(port)
 
     down = _ok(stack.script("down.sh", STOP_TIMEOUT="10"))  # as `make down` runs it
-    assert "SIGKILL" not in down, down  # every part stops on SIGTERM, the workers included
+    # the trainer, the workers and the Prefect server stop on SIGTERM (a store under load may still be
+    # given its SIGKILL after STOP_TIMEOUT, said, as before)
+    killed = [ln for ln in down.splitlines() if "SIGKILL" in ln and not ln.startswith("seaweedfs:")]
+    assert killed == [], down
     for what in (
         f"stopped trainer in {stack.state_root / 'trainer'} (make up's",
         f"stopped worker in {stack.state_root / 'worker'} (make up's",
