@@ -128,6 +128,23 @@ class StoreConfig(_Strict):
         """Whether flows other than `tier` may send deletes (their role has s3:DeleteObject)."""
         return self.deletes == "every-flow"
 
+    # Who writes the bucket's lifecycle configuration. A lifecycle rule can expire every unlocked object, so
+    # where Terraform owns the configuration (infra/terraform) no role but an operator's may write it: the
+    # ingest and replica policies have no s3:PutLifecycleConfiguration, and with "external" no flow tries.
+    lifecycle: Literal["managed", "external"] = Field(
+        default="managed",
+        description="Who writes this bucket's lifecycle rules: `managed`: the flows install the rules they need "
+        "(the abort rule for incomplete uploads, `tier`'s server-mode rules, a replica's retention), and their "
+        "credentials need `s3:PutLifecycleConfiguration`; `external`: Terraform (infra/terraform) or an operator "
+        "installs them and no flow writes the lifecycle (for the ingest and replica roles, which cannot): `tier` "
+        "in server mode and `replicate` check that the rules they rely on are there and say which is missing.",
+    )
+
+    @property
+    def manages_lifecycle(self) -> bool:
+        """Whether the flows write this bucket's lifecycle configuration themselves."""
+        return self.lifecycle == "managed"
+
     @model_validator(mode="after")
     def _budget_holds_a_part(self) -> StoreConfig:
         if self.buffer_mb is not None and self.buffer_mb < self.part_size_mb:

@@ -133,7 +133,11 @@ def checked_store(cfg: StoreConfig) -> ObjectStore:
 
 def ensure_abort_rule(store: ObjectStore, cfg: StoreConfig, days: int = 1) -> bool:
     """`store.ensure_abort_incomplete_mpu_rule(days)` (a lifecycle read, and a write when the rule is
-    missing), once per command for the same store and credentials: True when it wrote the rule."""
+    missing), once per command for the same store and credentials: True when it wrote the rule. With
+    `[store] lifecycle = "external"` nothing is read or written: the rule is Terraform's (infra/terraform
+    declares it with the same ID and content), and the ingest role could not write it anyway."""
+    if not cfg.manages_lifecycle:
+        return False
     key = (identity(cfg), days) if active() else None
     if key is not None:
         with _lock:

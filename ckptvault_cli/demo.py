@@ -179,6 +179,8 @@ def write_config(endpoint: str, kind: str = "seaweedfs") -> Path:
     ]
     if kind == "seaweedfs":  # `make up` runs its flows under two roles there; only the tier role may delete
         lines.append('deletes = "tier-only"')
+        # nor may the ingest role write the lifecycle: roles.py installs the abort rule, as Terraform does
+        lines.append('lifecycle = "external"')
     lines.append("")
     for run, fmt, _, _ in RUNS:
         lines += ["[[sources]]", f'run = "{run}"', f'path = "{DEMO / "hot" / run}"', f'format = "{fmt}"']

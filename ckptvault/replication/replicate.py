@@ -98,7 +98,7 @@ class ReplicaPass:
     copied: list[ReplicatedSave] = field(default_factory=list)
     present: int = 0  # wanted saves the replica already held
     failures: list[FailedSave] = field(default_factory=list)
-    retention: str = "unchanged"  # its retention rule on the replica's bucket: installed, removed or unchanged
+    retention: str = "unchanged"  # its retention rule on the replica's bucket: installed, removed, unchanged or missing
     retention_days: int | None = None  # the rule's `expire_after_days`
     # saves a killed pass committed on the replica (manifest there) without recording them: recorded
     # now (counted in `present` too; bytes and seconds 0, this pass copied nothing of them)
@@ -165,10 +165,10 @@ def replicate(
                 out.failures.append(FailedSave(s.run, s.step, s.save, why))
             continue
         try:
-            if not rule_set:
+            if not rule_set and replica.manages_lifecycle:
                 # Every bucket ckptvault writes to aborts incomplete multipart uploads after a day: a
                 # killed pass's upload of an object its rerun sent again lies under a save no later pass
-                # revisits (its manifest is there), so only the rule ends it.
+                # revisits (its manifest is there), so only the rule ends it. "external": replica.tf's.
                 replica_store.ensure_abort_incomplete_mpu_rule(1)
                 rule_set = True
             done = _replicate_save(primary, primary_prefix, replica_store, replica, s, lock, clock, hot)

@@ -42,7 +42,11 @@ class ReplicateResult:
         prints those on stderr)."""
         out: list[tuple[bool, str]] = []
         for p in self.passes:
-            if p.retention != "unchanged":
+            if p.retention == "missing":  # lifecycle = "external": Terraform's rule is not (or not so) there
+                out.append((True, f"{p.replica}: retention rule missing: expire_after_days = {p.retention_days}, but "
+                                  "the bucket has no such rule and lifecycle = \"external\"; apply infra/terraform "
+                                  f"with replica_expire_after_days = {p.retention_days}"))  # fmt: skip
+            elif p.retention != "unchanged":
                 days = p.retention_days
                 kept = f" (objects expire {days} days after their copy)" if p.retention == "installed" else ""
                 out.append((False, f"{p.replica}: retention rule {p.retention}{kept}"))

@@ -59,7 +59,16 @@ def install_retention(store: ObjectStore, replica: ReplicaConfig) -> str:
     """Put the replica's retention rule in its bucket's lifecycle configuration, every other rule kept;
     without `expire_after_days`, take ours out (turning retention off works; a bucket whose rules cannot be
     read is left alone then). Writes only on a change; a StoreError says why it could not.
-    Returns what it did: "installed", "removed" or "unchanged"."""
+    Returns what it did: "installed", "removed" or "unchanged". With the replica's `lifecycle = "external"`
+    it writes nothing (its credentials cannot: Terraform's replica_expire_after_days installs the rule) and
+    returns "missing" when the rule the config asks for is not there as the config says."""
+    if not replica.manages_lifecycle:
+        want = retention_rule(replica)
+        if want is None:
+            return "unchanged"  # whatever rules Terraform keeps there are its own business
+        ident = lifecycle.rule_id(RULE_NAME, replica.prefix)
+        found = [r for r in store.get_lifecycle() if r.get("ID") == ident]
+        return "unchanged" if len(found) == 1 and _same(found[0], want) else "missing"
     try:
         rules = store.get_lifecycle()
     except StoreError:

@@ -274,14 +274,26 @@ def observe_scheduled(store: ObjectStore, prefix: str, states: Iterable[Checkpoi
     return out
 
 
-def install_lifecycle(store: ObjectStore, rules: Sequence[dict[str, Any]]) -> int:
+def install_lifecycle(store: ObjectStore, rules: Sequence[dict[str, Any]], managed: bool = True) -> int:
     """Merge our rules into the bucket's lifecycle configuration; rules of others (other prefixes'
     included) are kept, and a rule an older version wrote for this prefix under the plain ID is
-    replaced."""
+    replaced. `managed` False (`[store] lifecycle = "external"`): write nothing, only check that a rule
+    of each ID is there (Terraform's may move later than ours: S3 wants 30 days before STANDARD_IA), and
+    raise TieringError naming the missing ones: objects tagged for a rule nobody installed never move."""
     try:
-        existing = [have for have in store.get_lifecycle() if not any(lifecycle.replaced_by(have, r) for r in rules)]
+        have = store.get_lifecycle()
     except StoreError as e:
         raise TieringError(f"cannot read the bucket lifecycle configuration: {e}") from None
+    if not managed:
+        ids = {r.get("ID") for r in have}
+        if missing := [r["ID"] for r in rules if r["ID"] not in ids]:
+            raise TieringError(
+                f'the bucket\'s lifecycle has no rule {", ".join(missing)}, and [store] lifecycle = "external" '
+                "leaves it to Terraform: apply infra/terraform with enable_tier_lifecycle = true (and the tiers "
+                'in tier_transitions), or set [policy] apply_mode = "client"'
+            )
+        return 0
+    existing = [r for r in have if not any(lifecycle.replaced_by(r, want) for want in rules)]
     store.put_lifecycle([*existing, *rules])
     store.ensure_abort_incomplete_mpu_rule(1)
     return len(rules)

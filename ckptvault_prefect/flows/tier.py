@@ -90,7 +90,7 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     mode = cfg.policy.apply_mode
     classes = class_map(kind, cfg.policy.classes)
     if rules := rules_to_install(prefix, classes, cfg.policy):
-        install_lifecycle_task(store, rules)
+        install_lifecycle_task(store, rules, cfg.store.manages_lifecycle)
     skipped: list[EvictionCheck] = []
     scheduled: list[Scheduled] = []
     done: list[Action] = []

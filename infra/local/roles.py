@@ -9,7 +9,9 @@ CONFIG is the stack's ckptvault config (its [store] names the endpoint, bucket a
 AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY. Idempotent: the users `ckptvault-ingest` (ingest policy: no delete at
 all) and `ckptvault-tier` (worker policy: may delete under the prefix) are created if missing, their policy is
 (re)attached on every run (a changed template takes effect), and the key recorded in KEYS_FILE is kept while the
-store still knows it; otherwise a new key is made and the user's other keys are deleted. KEYS_FILE (mode 600)
+store still knows it; otherwise a new key is made and the user's other keys are deleted. As Terraform does on AWS,
+it installs the bucket's abort rule for incomplete uploads with the admin key: the ingest user may not write the
+lifecycle (the config says `[store] lifecycle = "external"`). KEYS_FILE (mode 600)
 gets INGEST_ACCESS_KEY, INGEST_SECRET_KEY, TIER_ACCESS_KEY, TIER_SECRET_KEY lines. Exit 2 with a message on
 failure.
 """
@@ -43,9 +45,9 @@ ROLES: dict[str, tuple[str, Path]] = {
 # operators (a statement with one never matches), so the ListBucket statement loses its s3:prefix
 # condition here: that limit is checked statically (tests/infra/test_iam_policy.py) and holds on AWS.
 # Its `s3:ListMultipartUploads` is accepted but does not authorise the ListMultipartUploads call (tried
-# on SeaweedFS 4.x: `s3:List*` or `s3:Put*` on the bucket does); the ingest and worker users got it from
-# the lifecycle's `s3:Put*` by chance, the replica's user (no lifecycle action) was refused. So the
-# bucket's `s3:List*` stands in: lists only, on the bucket ARN only.
+# on SeaweedFS 4.x: `s3:List*` or `s3:Put*` on the bucket does). So the bucket's `s3:List*` stands in:
+# lists only, on the bucket ARN only. Only the tier (worker) template has the lifecycle write, so only
+# its user gets the bucket's `s3:Put*`.
 SEAWEEDFS_NAMES: dict[str, str | None] = {
     "s3:GetLifecycleConfiguration": "s3:Get*",
     "s3:PutLifecycleConfiguration": "s3:Put*",
@@ -157,6 +159,11 @@ def ensure_roles(config_path: Path, keys_file: Path) -> dict[str, tuple[str, str
         var = role.upper()
         known = (saved[f"{var}_ACCESS_KEY"], saved[f"{var}_SECRET_KEY"]) if f"{var}_SECRET_KEY" in saved else None
         keys[role] = ensure_user(iam, user, render_policy(store.bucket, store.prefix, template=template), known)
+    # Terraform's part on AWS (infra/terraform main.tf): the rule the ingest flow would otherwise write, same
+    # ID and content (days 1), so a config with lifecycle = "managed" finds it too and writes nothing.
+    from ckptvault.store import open_store
+
+    open_store(store).ensure_abort_incomplete_mpu_rule(1)  # the admin key, from the env
     lines = [f"# written by infra/local/roles.py for {store.endpoint_url}: the two roles' keys (make up's workers)"]
     for role, (key_id, secret) in keys.items():
         lines += [f"{role.upper()}_ACCESS_KEY={key_id}", f"{role.upper()}_SECRET_KEY={secret}"]

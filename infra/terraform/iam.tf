@@ -60,3 +60,48 @@ resource "aws_iam_role_policy_attachment" "ingest" {
   role       = var.ingest_role_name
   policy_arn = aws_iam_policy.ingest.arn
 }
+
+# The two roles on EKS (IRSA): each trusted by one Kubernetes service account only, the name infra/k8s gives
+# it, so a pod of the namespace under another account cannot take either role. The ingest role gets the
+# policy without deletes or lifecycle writes, the tier role the worker policy (the only one that may delete).
+locals {
+  irsa             = var.oidc_provider_arn != null
+  oidc_issuer      = local.irsa ? regex("oidc-provider/(.+)$", var.oidc_provider_arn)[0] : ""
+  service_accounts = { ingest = "ckptvault-ingest", tier = "ckptvault-tier" }
+  role_policies    = { ingest = aws_iam_policy.ingest.arn, tier = aws_iam_policy.worker.arn }
+
+  # Built here, not with aws_iam_policy_document: the document is then known at plan time, and the tests
+  # (tests/roles.tftest.hcl, with a mock provider) can read it.
+  irsa_trust = {
+    for role, account in local.service_accounts : role => jsonencode({
+      Version = "2012-10-17"
+      Statement = [{
+        Sid       = "OnlyTheServiceAccount${title(role)}"
+        Effect    = "Allow"
+        Principal = { Federated = var.oidc_provider_arn }
+        Action    = "sts:AssumeRoleWithWebIdentity"
+        Condition = {
+          StringEquals = {
+            "${local.oidc_issuer}:sub" = "system:serviceaccount:${var.k8s_namespace}:${account}"
+            "${local.oidc_issuer}:aud" = "sts.amazonaws.com"
+          }
+        }
+      }]
+    })
+  }
+}
+
+resource "aws_iam_role" "irsa" {
+  for_each             = local.irsa ? local.service_accounts : {}
+  name                 = "${var.role_name_prefix}-${each.key}"
+  description          = "ckptvault ${each.key} role, for the service account ${var.k8s_namespace}/${each.value} (IRSA)"
+  assume_role_policy   = local.irsa_trust[each.key]
+  max_session_duration = 3600
+  tags                 = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "irsa" {
+  for_each   = aws_iam_role.irsa
+  role       = each.value.name
+  policy_arn = local.role_policies[each.key]
+}

@@ -4,8 +4,9 @@
 locals {
   bucket_arn = "arn:${var.partition}:s3:::${var.bucket_name}"
   # Keys of ckptvault: "<prefix>/<run>/step-<n>/...", "<prefix>/_catalog/...", "<prefix>/_ckptvault_probe/..."
-  key_prefix = var.prefix == "" ? "" : "${var.prefix}/"
-  kms        = var.sse_kms_key_arn != null
+  key_prefix  = var.prefix == "" ? "" : "${var.prefix}/"
+  kms         = var.sse_kms_key_arn != null
+  object_lock = var.object_lock_mode != "off"
 
   # The lifecycle rule IDs of ckptvault carry the prefix they cover (ckptvault/store/lifecycle.py rule_id),
   # so that stores under different prefixes of one bucket keep their own rules.
@@ -16,7 +17,31 @@ locals {
 resource "aws_s3_bucket" "checkpoints" {
   bucket        = var.bucket_name
   force_destroy = var.force_destroy
-  tags          = var.tags
+  # [lock] (docs/FORMAT.md, "Object Lock"): ckptvault refuses a [lock] config on a bucket without it, and
+  # S3 enables it only when the bucket is made.
+  object_lock_enabled = local.object_lock
+  tags                = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = !var.object_lock_default_retention || (local.object_lock && var.object_lock_days >= 1)
+      error_message = "object_lock_default_retention needs object_lock_mode governance or compliance and object_lock_days of 1 or more."
+    }
+  }
+}
+
+# Optional: the bucket's default retention. ckptvault sets each save's retention itself, so this only adds a
+# floor for whatever else is written (see object_lock_default_retention).
+resource "aws_s3_bucket_object_lock_configuration" "checkpoints" {
+  count  = local.object_lock && var.object_lock_default_retention ? 1 : 0
+  bucket = aws_s3_bucket.checkpoints.id
+  rule {
+    default_retention {
+      mode = upper(var.object_lock_mode)
+      days = var.object_lock_days
+    }
+  }
+  depends_on = [aws_s3_bucket_versioning.checkpoints]
 }
 
 resource "aws_s3_bucket_ownership_controls" "checkpoints" {

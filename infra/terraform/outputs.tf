@@ -26,14 +26,28 @@ output "ingest_policy_json" {
 }
 
 output "store_config" {
-  description = "The [store] section for ckptvault.toml (credentials come from the role, never from the file)."
+  description = "The [store] section for ckptvault.toml (credentials come from the role, never from the file); with Object Lock, the [lock] section that matches the bucket."
   value = join("\n", compact([
     "[store]",
     "bucket = \"${var.bucket_name}\"",
     var.prefix == "" ? "" : "prefix = \"${var.prefix}\"",
+    "region = \"${var.region}\"",
     local.kms ? "sse = \"aws:kms\"" : "",
     local.kms ? "sse_kms_key_id = \"${var.sse_kms_key_arn}\"" : "",
+    "deletes = \"tier-only\"",  # the ingest role cannot delete
+    "lifecycle = \"external\"", # nor write the lifecycle: every rule is main.tf's
+    local.object_lock ? "\n[lock]\nmode = \"${var.object_lock_mode}\"\ndays = ${var.object_lock_days}" : "",
   ]))
+}
+
+output "ingest_role_arn" {
+  description = "The IRSA role of the service account ckptvault-ingest (annotate it with eks.amazonaws.com/role-arn); null without oidc_provider_arn."
+  value       = local.irsa ? aws_iam_role.irsa["ingest"].arn : null
+}
+
+output "tier_role_arn" {
+  description = "The IRSA role of the service account ckptvault-tier, the only one that may delete; null without oidc_provider_arn."
+  value       = local.irsa ? aws_iam_role.irsa["tier"].arn : null
 }
 
 output "replica_policy_arn" {
@@ -52,7 +66,9 @@ output "replica_config" {
     "name = \"${var.replica_bucket_name}\"",
     "bucket = \"${var.replica_bucket_name}\"",
     var.replica_prefix == "" ? "" : "prefix = \"${var.replica_prefix}\"",
-    var.replica_region == null ? "" : "region = \"${var.replica_region}\"",
+    "region = \"${coalesce(var.replica_region, var.region)}\"",
     "profile = \"replica\"",
+    "lifecycle = \"external\"", # its rules are replica.tf's; its credentials cannot write them
+    var.replica_expire_after_days == null ? "" : "expire_after_days = ${var.replica_expire_after_days}",
   ])) : null
 }

@@ -4,14 +4,14 @@
 # is the point of a replica. The policy (replica-policy.json.tftpl, checked by
 # tests/infra/test_iam_policy.py): what the replicate pass, scrub and its repair, and a restore or drill
 # reading this copy send to it, on the replica's prefix only, and no delete at all (deletes never
-# travel to a replica). With replica_object_lock the bucket has Object Lock and the policy gains
-# s3:PutObjectRetention and s3:PutObjectLegalHold (each copy locked as its save, [lock]; a held save
+# travel to a replica) nor a lifecycle write (an expiration rule would delete as surely). With
+# replica_object_lock the bucket has Object Lock and the policy gains s3:PutObjectRetention and s3:PutObjectLegalHold (each copy locked as its save, [lock]; a held save
 # held there too). The primary side of replicate needs nothing new: it reads the save and records the
 # `replicated` event with the ingest role (ingest_policy_arn).
 
 provider "aws" {
   alias   = "replica"
-  region  = var.replica_region
+  region  = coalesce(var.replica_region, var.region)
   profile = var.replica_aws_profile
 }
 
@@ -114,7 +114,9 @@ resource "aws_s3_bucket_policy" "replica" {
   depends_on = [aws_s3_bucket_public_access_block.replica]
 }
 
-# The replicate pass aborts a killed pass's uploads itself after six hours; this rule catches the rest.
+# Every rule of the replica bucket is installed here: its credentials (replica-policy.json.tftpl) cannot
+# write the lifecycle, and its [[replicas]] entry says lifecycle = "external". The replicate pass aborts a
+# killed pass's uploads itself after six hours; the abort rule catches the rest.
 # Noncurrent versions (a repair's replaced object) expire as on the primary; a locked one only once its
 # retention has ended.
 resource "aws_s3_bucket_lifecycle_configuration" "replica" {
@@ -143,6 +145,26 @@ resource "aws_s3_bucket_lifecycle_configuration" "replica" {
       }
       noncurrent_version_expiration {
         noncurrent_days = rule.value
+      }
+    }
+  }
+
+  # The replica's own retention ([[replicas]] expire_after_days): the rule replicate installs itself with
+  # lifecycle = "managed" (ckptvault/replication/retention.py retention_rule), same ID and content, so a
+  # pass with lifecycle = "external" finds it. Its credentials cannot write the lifecycle: only here.
+  dynamic "rule" {
+    for_each = var.replica_expire_after_days == null ? [] : [var.replica_expire_after_days]
+    content {
+      id     = "ckptvault-replica-expire${var.replica_prefix == "" ? "" : "-${var.replica_prefix}"}"
+      status = "Enabled"
+      filter {
+        prefix = local.replica_keys
+      }
+      expiration {
+        days = rule.value
+      }
+      noncurrent_version_expiration {
+        noncurrent_days = 1
       }
     }
   }

@@ -1,3 +1,8 @@
+variable "region" {
+  description = "The AWS region of the checkpoint bucket and the IAM resources' provider ([store] region)."
+  type        = string
+}
+
 variable "bucket_name" {
   description = "The checkpoint bucket ([store] bucket in ckptvault.toml)."
   type        = string
@@ -108,7 +113,7 @@ variable "replica_prefix" {
 }
 
 variable "replica_region" {
-  description = "The replica bucket's region (another region than the primary's is the point); null: the provider's default."
+  description = "The replica bucket's region (another region than the primary's is the point); null: region."
   type        = string
   default     = null
 }
@@ -125,8 +130,66 @@ variable "replica_object_lock" {
   default     = false
 }
 
+variable "replica_expire_after_days" {
+  description = "The replica's own retention: its [[replicas]] expire_after_days (set the same number there). Installs the rule ckptvault-replica-expire-<replica_prefix> that replicate would install itself with lifecycle = \"managed\": objects under the prefix expire this many days after their copy, their noncurrent versions a day later (once any lock has passed). null: kept until removed by hand."
+  type        = number
+  default     = null
+  validation {
+    condition     = var.replica_expire_after_days == null || try(var.replica_expire_after_days >= 1 && var.replica_expire_after_days <= 36500, false)
+    error_message = "replica_expire_after_days: 1 to 36500 days, as [[replicas]] expire_after_days, or null."
+  }
+}
+
 variable "replica_role_name" {
   description = "Attach the replica policy to this existing IAM role, the one the replica's `profile` resolves to on the workers; null to attach it yourself."
   type        = string
   default     = null
+}
+
+variable "object_lock_mode" {
+  description = "S3 Object Lock on the checkpoint bucket, the [lock] mode of ckptvault.toml: \"governance\" or \"compliance\" make the bucket with Object Lock (only at creation: changing it on an existing bucket replaces the bucket, so set it before the first apply); \"off\": none. ckptvault locks each save itself ([lock] days); the bucket's default retention is optional (object_lock_default_retention)."
+  type        = string
+  default     = "off"
+  validation {
+    condition     = contains(["off", "governance", "compliance"], var.object_lock_mode)
+    error_message = "object_lock_mode: \"off\", \"governance\" or \"compliance\", spelt as [lock] mode."
+  }
+}
+
+variable "object_lock_days" {
+  description = "[lock] days: how long ckptvault locks each committed save; also the bucket's default retention with object_lock_default_retention. 0: no lock at upload."
+  type        = number
+  default     = 0
+  validation {
+    condition     = var.object_lock_days >= 0 && var.object_lock_days <= 36500 && floor(var.object_lock_days) == var.object_lock_days
+    error_message = "object_lock_days: a whole number of days, 0 to 36500, as [lock] days."
+  }
+}
+
+variable "object_lock_default_retention" {
+  description = "Also give the bucket a default retention (object_lock_mode for object_lock_days): every object written without one is locked, the catalog, the alert state and the probes' objects included, so tier's compaction leaves locked noncurrent versions behind until the date. Off: only the saves ckptvault locks are locked."
+  type        = bool
+  default     = false
+}
+
+variable "oidc_provider_arn" {
+  description = "The IAM OIDC provider of the EKS cluster (arn:aws:iam::ACCOUNT:oidc-provider/oidc.eks.REGION.amazonaws.com/id/ID; `aws iam list-open-id-connect-providers`). Set: the roles <role_name_prefix>-ingest and <role_name_prefix>-tier are made, each trusted by the Kubernetes service account of the same fixed name (ckptvault-ingest, ckptvault-tier) in k8s_namespace only (IRSA), with the ingest and worker policies attached. null: no roles (attach the policies with ingest_role_name / worker_role_name)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.oidc_provider_arn == null || can(regex("^arn:[a-z-]+:iam::[0-9]{12}:oidc-provider/[^/]+/.+$", var.oidc_provider_arn))
+    error_message = "oidc_provider_arn: arn:aws:iam::ACCOUNT:oidc-provider/oidc.eks.REGION.amazonaws.com/id/ID, or null."
+  }
+}
+
+variable "k8s_namespace" {
+  description = "The Kubernetes namespace of the two service accounts the roles trust (infra/k8s)."
+  type        = string
+  default     = "ckptvault"
+}
+
+variable "role_name_prefix" {
+  description = "The IRSA roles are <role_name_prefix>-ingest and <role_name_prefix>-tier (IAM role names are unique per account: change it for a second deployment). The service accounts keep their names."
+  type        = string
+  default     = "ckptvault"
 }

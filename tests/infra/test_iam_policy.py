@@ -36,6 +36,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -463,12 +464,105 @@ def test_with_the_switch_no_flow_but_tier_reaches_a_delete() -> None:
         assert "expire_task" not in p.read_text() and "fold_alert_state" not in p.read_text(), p.name
 
 
+# What only the tier role may be granted: every way to remove or expire an object, or to shorten what keeps
+# it. s3:PutObjectRetention is not among them: without s3:BypassGovernanceRetention S3 lets it only lengthen a
+# retention or add one (a COMPLIANCE date never moves back, a GOVERNANCE one only with the bypass header and
+# that permission), and the ingest role needs it to lock each save as it is written ([lock]) and to raise a
+# milestone's lock. s3:PutObjectLegalHold stays too (`ckptvault hold`/`release` run under the ingest role):
+# releasing a hold deletes nothing, and a delete still needs this list's actions.
+DESTRUCTIVE = frozenset(
+    {
+        "s3:DeleteObject",
+        "s3:DeleteObjectVersion",
+        "s3:DeleteBucket",
+        "s3:PutLifecycleConfiguration",  # an Expiration rule removes every unlocked object
+        "s3:PutBucketLifecycle",  # its older name, still accepted in policies
+        "s3:BypassGovernanceRetention",  # shortens or removes a GOVERNANCE lock
+        "s3:PutBucketObjectLockConfiguration",  # the bucket's default retention
+        "s3:PutBucketVersioning",  # suspended versioning: an overwrite replaces the only copy
+        "s3:PutBucketPolicy",  # a policy may grant any of these
+        "s3:DeleteBucketPolicy",
+        "s3:PutReplicationConfiguration",  # replicates delete markers elsewhere
+    }
+)
+
+
+def destructive_grants(policy: dict[str, Any]) -> list[str]:
+    """Each Allow in `policy` that grants one of DESTRUCTIVE, however written: a wildcard (`s3:*`, `s3:Put*`,
+    `*`), another case (IAM action names are case-insensitive), or a NotAction (which allows everything it
+    does not name). Empty: the policy cannot delete, expire or shorten anything."""
+    found = []
+    for i, st in enumerate(policy["Statement"]):
+        if st.get("Effect") != "Allow":
+            continue
+        where = st.get("Sid", f"statement {i}")
+        if "NotAction" in st:
+            excluded = {a.lower() for a in _as_list(st["NotAction"])}
+            found += [f"{where}: NotAction allows {a}" for a in sorted(DESTRUCTIVE) if a.lower() not in excluded]
+            continue
+        for pattern in _as_list(st.get("Action", [])):
+            found += [
+                f"{where}: {pattern} allows {a}" for a in sorted(DESTRUCTIVE) if fnmatchcase(a.lower(), pattern.lower())
+            ]
+    return found
+
+
+def _all_non_tier_policies(prefix: str) -> dict[str, dict[str, Any]]:
+    """The ingest and replica policies as Terraform renders them, the replica's with replica.tf's lock
+    statement (replica_object_lock = true), the one place that adds actions outside a template."""
+    replica = render_policy("acme-dr", prefix, template=REPLICA_TEMPLATE)
+    lock = {"Sid": "LockTheCopies", "Effect": "Allow", "Action": sorted(REPLICA_LOCK_ACTIONS),
+            "Resource": "arn:aws:s3:::acme-dr/*"}  # fmt: skip
+    return {
+        "ingest": render_policy("acme-ckpts", prefix, template=INGEST_TEMPLATE),
+        "replica": replica,
+        "replica with Object Lock": {**replica, "Statement": [*replica["Statement"], lock]},
+    }
+
+
+@pytest.mark.parametrize("prefix", ["prod", ""])
+def test_no_policy_but_the_tiers_can_delete_expire_or_shorten_anything(prefix: str) -> None:
+    for name, policy in _all_non_tier_policies(prefix).items():
+        assert destructive_grants(policy) == [], name
+    # the tier role's may delete, and the check sees it: the check is not blind
+    assert destructive_grants(render_policy("acme-ckpts", prefix)) == [
+        "BucketUploadsAndLifecycle: s3:PutLifecycleConfiguration allows s3:PutLifecycleConfiguration",
+        "CheckpointObjects: s3:DeleteObject allows s3:DeleteObject",
+    ]
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        {"Action": "s3:DeleteObjectVersion"},
+        {"Action": ["s3:GetObject", "s3:PutLifecycleConfiguration"]},
+        {"Action": "s3:PutBucketLifecycle"},
+        {"Action": "s3:bypassGovernanceRetention"},
+        {"Action": "s3:Put*"},
+        {"Action": "s3:Delete*"},
+        {"Action": "s3:*"},
+        {"Action": "*"},
+        {"NotAction": ["s3:GetObject"]},
+    ],
+)
+@pytest.mark.parametrize("policy", ["ingest", "replica", "replica with Object Lock"])
+def test_the_check_catches_a_planted_grant(policy: str, planted: dict[str, Any]) -> None:
+    clean = _all_non_tier_policies("prod")[policy]
+    st = {"Sid": "Planted", "Effect": "Allow", "Resource": "*", **planted}
+    found = destructive_grants({**clean, "Statement": [*clean["Statement"], st]})
+    assert found and all(f.startswith("Planted: ") for f in found), found
+    # a Deny of the same is no grant
+    assert destructive_grants({**clean, "Statement": [*clean["Statement"], {**st, "Effect": "Deny"}]}) == []
+
+
 @pytest.mark.parametrize("prefix", ["prod", "", "teams/llm"])
 def test_the_ingest_policy_is_the_worker_policy_without_any_delete(prefix: str) -> None:
     worker = granted(render_policy("acme-ckpts", prefix))
     ingest = granted(render_policy("acme-ckpts", prefix, template=INGEST_TEMPLATE))
     assert not [a for a in ingest if a.startswith("s3:Delete") or "Bypass" in a], sorted(ingest)
-    assert ingest == {a: r for a, r in worker.items() if a != "s3:DeleteObject"}
+    # nor a lifecycle write: an expiration rule would delete as surely ([store] lifecycle = "external")
+    assert ingest == {a: r for a, r in worker.items() if a not in ("s3:DeleteObject", "s3:PutLifecycleConfiguration")}
+    assert "s3:GetLifecycleConfiguration" in ingest and "s3:PutObjectRetention" in ingest
     # the tier role may delete, and only under the prefix
     key_prefix = f"{prefix}/" if prefix else ""
     assert worker["s3:DeleteObject"] == {f"arn:aws:s3:::acme-ckpts/{key_prefix}*"}
@@ -483,8 +577,7 @@ REPLICA_ACTIONS: dict[str, str] = {
     "s3:ListBucket": "the bucket check (HeadBucket), the pass's listing of a save, a restore's LIST",
     "s3:ListBucketMultipartUploads": "the pass finds a killed pass's incomplete uploads",
     "s3:GetBucketObjectLockConfiguration": "the [lock] check of the bucket, and repair's",
-    "s3:GetLifecycleConfiguration": "each pass reads the bucket's rules before its own go in",
-    "s3:PutLifecycleConfiguration": "each pass's abort rule for a killed pass's uploads, and expire_after_days",
+    "s3:GetLifecycleConfiguration": 'each pass checks Terraform\'s retention rule (lifecycle = "external")',
     "s3:AbortMultipartUpload": "the pass aborts those uploads, and its own on a failed copy",
     "s3:GetObject": "HEAD (kept objects of a rerun, scrub), scrub's read-back, repair's source, restore",
     "s3:GetObjectTagging": "scrub reads the crc32c tag of a multipart object",
@@ -503,10 +596,10 @@ def test_the_replica_policy_grants_what_a_replica_is_sent_and_never_a_delete(pre
     assert set(grants) == set(REPLICA_ACTIONS) - REPLICA_LOCK_ACTIONS, sorted(grants)
     # every action granted is one the store's code calls: nothing stale, no wildcard
     assert set(REPLICA_ACTIONS) <= needed_actions(worker_calls()), set(REPLICA_ACTIONS) - needed_actions(worker_calls())
-    never = {a for a in needed_actions(scan_store()) if a.startswith("s3:Delete")}
+    never = {a for a in needed_actions(scan_store()) if a.startswith("s3:Delete")} | {"s3:PutLifecycleConfiguration"}
     # deletes never travel: the replica's own lifecycle rules (its abort rule, expire_after_days) expire
-    # what goes, and its credentials put those rules as ingest's put the primary's
-    assert never and not never & set(REPLICA_ACTIONS)
+    # what goes, and Terraform installs them (replica.tf), not these credentials
+    assert len(never) == 2 and not never & set(REPLICA_ACTIONS)
     bucket_arn = "arn:aws:s3:::acme-dr"
     objects = f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
     for action, resources in grants.items():
@@ -520,7 +613,7 @@ def test_the_replica_policy_grants_what_a_replica_is_sent_and_never_a_delete(pre
     assert sorted(REPLICA_LOCK_ACTIONS) == ["s3:PutObjectLegalHold", "s3:PutObjectRetention"]
 
 
-@pytest.mark.parametrize("template", [WORKER_TEMPLATE, INGEST_TEMPLATE])
+@pytest.mark.parametrize("template", [WORKER_TEMPLATE, INGEST_TEMPLATE, REPLICA_TEMPLATE])
 def test_the_seaweedfs_translation_widens_nothing_on_the_objects(template: Path) -> None:
     """`make up`'s users (infra/local/roles.py) get the templates translated for SeaweedFS: the wildcards that
     stand in for the lifecycle actions stay on the bucket ARN, no object action is added (the ingest user
@@ -531,9 +624,12 @@ def test_the_seaweedfs_translation_widens_nothing_on_the_objects(template: Path)
     before, after = granted(policy), granted(seaweed)
     on_objects = {a for a, r in after.items() if objects in r}
     assert on_objects == {a for a, r in before.items() if objects in r} - {"s3:RestoreObject"}
-    assert {a for a in after if "*" in a} == {"s3:Get*", "s3:Put*", "s3:List*"}
-    assert after["s3:Get*"] == after["s3:Put*"] == after["s3:List*"] == {bucket}
-    assert ("s3:DeleteObject" in after) == (template == WORKER_TEMPLATE)
+    tier = template == WORKER_TEMPLATE
+    # s3:Put* stands in for the lifecycle write, which only the tier role has: the ingest user gets no s3:Put*
+    assert {a for a in after if "*" in a} == {"s3:Get*", "s3:List*"} | ({"s3:Put*"} if tier else set())
+    assert all(after[a] == {bucket} for a in after if "*" in a)
+    assert ("s3:DeleteObject" in after) == tier
+    assert (destructive_grants(seaweed) == []) == (not tier)  # make up's ingest user cannot expire either
     assert [st.get("Condition") for st in seaweed["Statement"]] == [None] * len(seaweed["Statement"])
 
 
@@ -593,9 +689,12 @@ def terraform_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     work = tmp_path_factory.mktemp("terraform")
     for f in TERRAFORM.iterdir():
-        if f.suffix in (".tf", ".tftpl"):
+        if f.suffix in (".tf", ".tftpl") or f.name == ".terraform.lock.hcl":
             shutil.copy(f, work / f.name)
-    _terraform(work, "init", "-backend=false", "-input=false", f"-plugin-dir={plugins}")
+    shutil.copytree(TERRAFORM / "tests", work / "tests")
+    # With the committed lock file in place, init checks the mirror's provider against its hash: a lock
+    # file that does not match the provider tested here fails this init.
+    _terraform(work, "init", "-backend=false", "-input=false", "-lockfile=readonly", f"-plugin-dir={plugins}")
     return work
 
 
@@ -624,7 +723,7 @@ def test_terraform_validate_and_fmt(terraform_dir: Path) -> None:
 def test_terraform_renders_the_policy_the_test_checks(
     terraform_dir: Path, kms: str | None, local: str, template: Path
 ) -> None:
-    args = ["console", "-no-color", "-var", "bucket_name=acme-ckpts", "-var", "prefix=prod"]
+    args = ["console", "-no-color", "-var", "region=us-east-1", "-var", "bucket_name=acme-ckpts", "-var", "prefix=prod"]
     if kms:
         args += ["-var", f"sse_kms_key_arn={kms}"]
     out = _terraform(terraform_dir, *args, stdin=f"local.{local}\n")
@@ -644,7 +743,8 @@ def test_terraform_renders_the_policy_the_test_checks(
 
 @pytest.mark.parametrize("lock", [False, True])
 def test_terraform_renders_the_replica_policy_the_test_checks(terraform_dir: Path, lock: bool) -> None:
-    args = ["console", "-no-color", "-var", "bucket_name=acme-ckpts", "-var", "replica_bucket_name=acme-dr"]
+    args = ["console", "-no-color", "-var", "region=us-east-1", "-var", "bucket_name=acme-ckpts"]
+    args += ["-var", "replica_bucket_name=acme-dr"]
     args += ["-var", "replica_prefix=dr", "-var", f"replica_object_lock={str(lock).lower()}"]
     out = _terraform(terraform_dir, *args, stdin="local.replica_policy\n")
     policy = json.loads(json.loads(out.strip()))
@@ -656,3 +756,47 @@ def test_terraform_renders_the_replica_policy_the_test_checks(terraform_dir: Pat
              "Resource": "arn:aws:s3:::acme-dr/dr/*"}]  # fmt: skip
     assert lock_statements == (want if lock else [])
     assert set(granted(policy)) == set(REPLICA_ACTIONS) - (set() if lock else REPLICA_LOCK_ACTIONS)
+
+
+# `terraform test` (infra/terraform/tests/*.tftest.hcl): Terraform's mock providers plan the example and a
+# variant with Object Lock, a replica and KMS, and check the two roles' trust and policies; offline.
+TFTEST_RUNS = (
+    "example",
+    "object_lock_replica_and_kms",
+    "each_role_gets_its_own_policy",
+    "without_a_cluster_no_roles",
+    "a_default_retention_needs_a_mode_and_days",
+    "lock_modes_are_spelt_as_in_the_config",
+    "the_oidc_provider_is_an_arn",
+)
+
+
+def test_terraform_test_with_mock_providers(terraform_dir: Path) -> None:
+    out = _terraform(terraform_dir, "test", "-no-color")
+    for run in TFTEST_RUNS:
+        assert f'run "{run}"... pass' in out, out[-3000:]
+    assert f"Success! {len(TFTEST_RUNS)} passed, 0 failed." in out, out[-3000:]
+
+
+def test_the_lock_file_pins_the_tested_provider_within_the_constraint() -> None:
+    lock = (TERRAFORM / ".terraform.lock.hcl").read_text()
+    versions = (TERRAFORM / "versions.tf").read_text()
+    assert 'version = ">= 5.0, < 6.0"' in versions
+    (pinned,) = re.findall(r'version\s+=\s+"([0-9.]+)"', lock)
+    assert int(pinned.split(".")[0]) == 5, pinned
+    plugins = provider_mirror()
+    if plugins is not None:  # the version the mirror holds is the one every test here ran
+        assert (Path(plugins) / AWS_PROVIDER / pinned).is_dir(), (
+            pinned,
+            sorted((Path(plugins) / AWS_PROVIDER).iterdir()),
+        )
+
+
+def test_the_backend_example_is_a_valid_backend(terraform_dir: Path, tmp_path: Path) -> None:
+    work = tmp_path / "with-backend"
+    shutil.copytree(terraform_dir, work, ignore=shutil.ignore_patterns("tests"))
+    shutil.copy(TERRAFORM / "backend.tf.example", work / "backend.tf")
+    # -backend=false: the backend block is parsed and checked, no state bucket is reached
+    _terraform(work, "init", "-backend=false", "-input=false", "-lockfile=readonly", f"-plugin-dir={provider_mirror()}")
+    assert "The configuration is valid" in _terraform(work, "validate", "-no-color")
+    _terraform(work, "fmt", "-check", "-no-color", "backend.tf")

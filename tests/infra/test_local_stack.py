@@ -233,6 +233,9 @@ def test_make_up_after_demo_uses_the_demo_store_and_down_stops_everything(stack:
     # The two roles (docs/OPERATIONS.md): the tier deployment alone on the `tier` queue, one worker per queue,
     # each registered with the API, each with its own SeaweedFS user's key, and the config tells the flows.
     assert 'deletes = "tier-only"' in config
+    assert 'lifecycle = "external"' in config  # the ingest role cannot write the lifecycle: roles.py did
+    rules = store.client().get_bucket_lifecycle_configuration(Bucket="ckpts")["Rules"]
+    assert "ckptvault-abort-incomplete-mpu-demo" in [r["ID"] for r in rules], rules
     api = f"http://127.0.0.1:{prefect_port}/api"
     queues = {d["name"]: d["work_queue_name"] for d in _post(f"{api}/deployments/filter")}
     assert queues == {

@@ -106,8 +106,10 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
     write_checkpoint(root, "deepspeed", 100, 12 * MiB, shards=1, seed=5)  # 5 MiB parts: multipart too
     extra = f'[lock]\nmode = "governance"\ndays = 1\n[drill]\nscratch = "{tmp_path / "scratch"}"\n'
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "deepspeed")], extra=extra)
-    # the ingest role cannot delete at all: its flows must be told (docs/OPERATIONS.md, "Two roles")
-    cfg.write_text(cfg.read_text().replace("[store]\n", '[store]\ndeletes = "tier-only"\n', 1))
+    # the ingest role cannot delete at all, nor write the lifecycle: its flows must be told (docs/OPERATIONS.md,
+    # "Two roles"; docs/configuration.md)
+    two_roles = '[store]\ndeletes = "tier-only"\nlifecycle = "external"\n'
+    cfg.write_text(cfg.read_text().replace("[store]\n", two_roles, 1))
     env = cli_env(ingest)
     for args in (
         ("ingest",),
@@ -138,6 +140,11 @@ def test_the_ingest_role_runs_its_flows_and_cannot_delete_a_checkpoint(
         o["Key"] for o in seaweedfs.client().list_objects_v2(Bucket=bucket, Prefix="t/_catalog/")["Contents"]
     )
     assert _refused(lambda: as_ingest.delete_object(Bucket=bucket, Key=catalog)) == "AccessDenied"
+    # nor install an expiration rule, which would delete as surely
+    expire_all = {"Rules": [{"ID": "x", "Status": "Enabled", "Filter": {"Prefix": ""}, "Expiration": {"Days": 1}}]}
+    assert _refused(
+        lambda: as_ingest.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration=expire_all)
+    ) == "AccessDenied"  # fmt: skip
     assert _refused(lambda: _iam(ingest).create_user(UserName=f"x{uuid.uuid4().hex[:6]}")) in (
         "AccessDenied", "AccessDeniedException", "403",
     )  # fmt: skip
@@ -175,9 +182,11 @@ def test_the_replica_policy_is_enough_to_replicate_scrub_repair_and_restore_and_
     extra = (
         f'[lock]\nmode = "governance"\ndays = 1\n[[replicas]]\nname = "dr"\nbucket = "{copy}"\nprefix = "dr"\n'
         f'endpoint_url = "{seaweedfs.url}"\nregion = "{seaweedfs.region}"\nprofile = "dr"\npart_size_mb = 5\n'
+        'lifecycle = "external"\n'  # the replica's credentials cannot write its lifecycle either
     )
     cfg = write_config(tmp_path / "c.toml", seaweedfs, primary, [("r", root, "deepspeed")], extra=extra)
-    cfg.write_text(cfg.read_text().replace("[store]\n", '[store]\ndeletes = "tier-only"\n', 1))
+    two_roles = '[store]\ndeletes = "tier-only"\nlifecycle = "external"\n'
+    cfg.write_text(cfg.read_text().replace("[store]\n", two_roles, 1))
     env = cli_env(ingest, AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_CONFIG_FILE=str(tmp_path / "no-config"))
 
     def ok(*args: str) -> str:
