@@ -479,8 +479,8 @@ class WholeProcess:
     def quiet(self, what: str) -> None:
         """Untimed: wait (up to QUIET_MAX_S) until the machine's CPUs are mostly idle for two seconds in a
         row. After a phase's buckets are dropped, Ceph RGW's garbage collector and its OSD keep both cores
-        busy for minutes (a 1-min load of 10-27 measured through the restores of session 50); every
-        command of the next phase is timed on a machine at rest instead, whoever's turn comes first."""
+        busy for minutes (a 1-min load of 10-27 measured through the restores of 2026-12-05 at e017500);
+        every command of the next phase is timed on a machine at rest instead, whoever's turn comes first."""
         from bench.measure import log
 
         t0, calm = time.monotonic(), 0

@@ -60,8 +60,8 @@ PRELOAD = (
     "boto3",
     "botocore.client",
     "fastapi.encoders",  # Prefect's serialize_parameters imports it at each flow run's creation (~0.12 s)
-    # What a warm restore's child still imported on first use (~35 ms in all, session 51): a flow call's
-    # graph helpers, the task engine and artifacts at the first task run, the catalog decoder's masked
+    # What a warm restore's child still imported on first use (~35 ms in all, measured 2026-12-05): a flow
+    # call's graph helpers, the task engine and artifacts at the first task run, the catalog decoder's masked
     # arrays, the compaction's Arrow datasets, the event and log workers' asyncio backend, Rich's emoji
     "prefect.utilities.visualization",
     "prefect.task_engine",

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 DAY = 86400.0
 # The columns of the current state `summarize_table` reads (`_state_codes` the first five): all a
-# metrics read decodes of the combined snapshot (bench/README.md, "The metrics"). A figure reading
+# metrics read decodes of the combined snapshot (bench/README.md, "The catalog"). A figure reading
 # another column adds it here.
 COLUMNS = (
     "run", "last_event", "verified", "superseded", "last_drill_ok", "last_drill_at", "uploaded_at",

@@ -4,7 +4,8 @@ Why: a server that writes a response's headers and its body in two sends with Na
 (Ceph RGW 16.2's frontend does) holds the body until the headers are acknowledged, and Linux delays
 that acknowledgement up to 40 ms on a connection that has just sent a request. Every response with a
 body (a GET, a LIST, a multipart upload's start and completion) then took ~44 ms against Ceph RGW on
-loopback, and 2-4 ms with the option set before the response is read (bench/README.md, "Session 48").
+loopback, and 2-4 ms with the option set before the response is read (bench/README.md, "Measured changes
+that hold").
 The kernel leaves quick-ack mode again on its own, so it is asked before every response, one
 setsockopt each; a response whose body is large (a ranged GET of a restore) is read with the delayed
 acknowledgements again once its headers are in: acknowledging each segment of a bulk body at once cost

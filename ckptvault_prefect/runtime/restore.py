@@ -20,7 +20,7 @@ def restore_submitter(workers: int = 4) -> Iterator[Submitter]:
     rename into place, the catalog's record, the alert, the ledger) a plain call on `workers` threads of
     the flow run with the io steps' retry policy, exactly as the command line without a Prefect API
     runs it: a task run per file and per range cost the flow run's process CPU on the same cores as the
-    transfer (bench/README.md, "Restore with a Prefect API"). On a Dask cluster each call stays its task:
+    transfer (bench/README.md, "Where a command's time goes"). On a Dask cluster each call stays its task:
     the workers run tasks, and a node's files are written by its own worker (--node-local). The threads
     end with the block."""
     if worker_resources() is not None:

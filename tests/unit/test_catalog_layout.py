@@ -244,7 +244,7 @@ def test_the_pass_that_ends_the_migration_writes_a_combined_snapshot_of_every_ru
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # two ingest passes migrate half the flat files each: the second's combined snapshot covers the
-    # first's runs too, so `ls` after the upgrade is one read (bench/README.md, "right after an upgrade")
+    # first's runs too, so `ls` after the upgrade is one read (bench/README.md, "The catalog", `--upgrade`)
     from ckptvault.catalog import compaction
 
     monkeypatch.setattr(compaction, "MIGRATE_FILES", 6)
