@@ -124,6 +124,10 @@ def check_scheduler(choice: RunnerChoice) -> int:
 
     from distributed import Client
 
+    problem = security_problem(choice.address)
+    if problem:
+        raise RunnerChoiceError(f"{choice.origin} {choice.address}: {problem}")
+
     # distributed logs every failed connection attempt at WARNING/ERROR with a traceback; the operator
     # gets our one message instead
     comm_log = logging.getLogger("distributed")
@@ -149,6 +153,36 @@ def check_scheduler(choice: RunnerChoice) -> int:
             "--dask-workers N"
         )
     return workers
+
+
+def security_problem(address: str) -> str | None:
+    """Why this host's Dask security config (`distributed.comm.tls.*`, `distributed.comm.require-encryption`:
+    DASK_DISTRIBUTED__COMM__... variables or a Dask config file) cannot talk to `address`, or None.
+
+    Every Client ckptvault makes takes distributed's default Security, which reads that config; left to
+    itself, a tls:// address without a client certificate ends in a TypeError from deep in distributed,
+    and a tcp:// address under require-encryption in a RuntimeError, both tracebacks. Checked before the
+    first connection instead, naming the settings."""
+    from distributed.security import Security
+
+    scheme = address.partition("://")[0]
+    try:
+        security = Security()  # type: ignore[no-untyped-call]
+        context = security.get_connection_args("client")["ssl_context"]  # type: ignore[no-untyped-call]
+    except OSError as e:  # a certificate or key that is missing or unreadable (ssl.SSLError is one too)
+        return f"the Dask TLS settings name a file that cannot be loaded ({e}): fix distributed.comm.tls.*"
+    if scheme == "tls" and context is None:
+        return (
+            "a tls:// scheduler needs this host's client certificate: set DASK_DISTRIBUTED__COMM__TLS__CA_FILE, "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY (or "
+            "distributed.comm.tls.* in a Dask config file)"
+        )
+    if scheme != "tls" and security.require_encryption:
+        return (
+            "this host's Dask config requires encryption (distributed.comm.require-encryption), so a "
+            f"{scheme}:// address is refused: use the scheduler's tls:// address"
+        )
+    return None
 
 
 def for_restore(choice: RunnerChoice, blind: Sequence[str], where: Path) -> RunnerChoice:

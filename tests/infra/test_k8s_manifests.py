@@ -1,6 +1,7 @@
 """infra/k8s: every manifest parses, has the kinds we expect, mounts the hot tier read-only into the flow-run
 jobs, takes credentials from a Secret only, and holds no literal secret; the Dask cluster's port, address and
-node resources agree with the config and with ckptvault's node placement."""
+node resources agree with the config and with ckptvault's node placement, and it speaks TLS only, with the
+certificates of a read-only Secret (the flow pods the client pair)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ TEMPLATE = K8S / "base-job-template.json"
 DASK = K8S / "components" / "dask"
 K8S_VERSION = "1.32"  # the namespace's Pod Security enforce-version, and the schemas the objects must pass
 POOL = "ckptvault-k8s"
+DASK_TLS_VAR = "DASK_DISTRIBUTED__COMM__TLS__"
+DASK_TLS_DIR = "/etc/dask-tls"  # where the Secret ckptvault-dask-tls is mounted, in Dask pods and flow pods
+DASK_TLS_SECRET = "ckptvault-dask-tls"
 
 EXPECTED_KINDS = {
     "namespace.yaml": ["Namespace"],
@@ -160,7 +164,8 @@ def test_credentials_come_from_the_secret_or_the_service_account() -> None:
 
 
 def test_no_literal_secrets() -> None:
-    docs = [d for ds in manifests().values() for d in ds] + [template()]
+    component = [d for p in sorted(DASK.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text()) if d]
+    docs = [d for ds in manifests().values() for d in ds] + [template()] + component
     for d in docs:
         if d.get("kind") == "Secret":
             for k, v in {**d.get("data", {}), **d.get("stringData", {})}.items():
@@ -170,17 +175,24 @@ def test_no_literal_secrets() -> None:
             if not (isinstance(node, dict) and "name" in node and ("value" in node or "valueFrom" in node)):
                 continue
             name = str(node["name"])
-            if SECRET_NAME.search(name) and not name.endswith(("_HOST", "_PORT")):
+            if SECRET_NAME.search(name) and not name.endswith(("_HOST", "_PORT")) and not _tls_path(name, node):
                 assert "value" not in node, f"literal value for {name}"
                 assert "secretKeyRef" in node["valueFrom"], node
         if d.get("kind") == "ConfigMap":
-            assert not [k for k in d.get("data", {}) if SECRET_NAME.search(k)], "a secret-looking ConfigMap key"
+            data = d.get("data", {})
+            secret_looking = [k for k in data if SECRET_NAME.search(k) and not _tls_path(k, {"value": data[k]})]
+            assert not secret_looking, "a secret-looking ConfigMap key"
     for path in K8S.rglob("*"):
         if not path.is_file():
             continue
         text = path.read_text()
         for pattern in SECRET_VALUE:
             assert not pattern.search(text), f"{path.name}: looks like a credential ({pattern.pattern})"
+
+
+def _tls_path(name: str, node: dict[str, Any]) -> bool:
+    """A Dask TLS setting whose value is the path of a file in the mounted Secret, not the key itself."""
+    return name.startswith(DASK_TLS_VAR) and str(node.get("value", "")).startswith(DASK_TLS_DIR + "/")
 
 
 def test_worker_and_pool_job_agree_on_the_pool() -> None:
@@ -328,12 +340,12 @@ def test_the_dask_cluster_agrees_with_the_config_and_the_node_placement() -> Non
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all((DASK / "dask.yaml").read_text())}
     scheduler = docs[("Deployment", "dask-scheduler")]["spec"]["template"]["spec"]["containers"][0]
     (port,) = docs[("Service", "dask-scheduler")]["spec"]["ports"]
-    (container_port,) = scheduler["ports"]
+    (container_port,) = [p for p in scheduler["ports"] if p["name"] == "dask"]  # and "http", the health probe's
     assert int(_arg(scheduler["args"], "--port")) == port["port"] == container_port["containerPort"] == 8786
     assert port["targetPort"] == container_port["name"]
     toml = next(d for d in manifests()["config.yaml"] if d["metadata"]["name"] == "ckptvault-config")
     address = parse_config(toml["data"]["ckptvault.toml"]).scale.dask_address
-    assert address == f"tcp://dask-scheduler.ckptvault.svc.cluster.local:{port['port']}"
+    assert address == f"tls://dask-scheduler.ckptvault.svc.cluster.local:{port['port']}"
 
     workers = {name: d for (kind, name), d in docs.items() if kind == "Deployment" and name != "dask-scheduler"}
     assert set(workers) == {"dask-worker", "dask-worker-node-0"}
@@ -505,3 +517,75 @@ def test_the_image_is_built_pinned_and_non_root() -> None:
     names = {p.split("==")[0].lower() for p in pins}
     assert {"prefect", "boto3", "pyarrow", "distributed", "prefect-dask"} <= names
     assert not {"pytest", "ruff", "mypy", "moto"} & names  # run-time dependencies only
+
+
+def _tls_files(spec: dict[str, Any], container: dict[str, Any]) -> set[str]:
+    """The files of the Dask TLS Secret this pod's container sees: its volume mounted read-only, and only
+    the keys the volume projects."""
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == DASK_TLS_DIR]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == DASK_TLS_SECRET
+    assert {i["key"] for i in volume["secret"]["items"]} == {i["path"] for i in volume["secret"]["items"]}
+    return {f"{DASK_TLS_DIR}/{i['path']}" for i in volume["secret"]["items"]}
+
+
+def _security(env: dict[str, str]) -> Any:
+    """distributed's Security as a process with these variables builds it (dask's own parsing of
+    DASK_* variables): a misspelt name would leave its field None."""
+    import dask.config
+    from distributed.security import Security
+
+    def dotted(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+        for k, v in tree.items():
+            yield from dotted(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}", v)]
+
+    # dotted keys: a nested dict would replace all of `distributed` rather than set these leaves
+    with dask.config.set(dict(dotted(dask.config.collect_env(env)))):
+        return Security()  # type: ignore[no-untyped-call]
+
+
+def test_dask_speaks_only_tls_with_the_secrets_certificates(tmp_path: Path) -> None:
+    """Rendered with the component: the scheduler listens on tls only; every Dask pod requires encryption
+    and names the CA and its node pair in files of the Secret, mounted read-only; every worker and the
+    config dial tls://; the flow pods get the client pair (and not the node key) from the same Secret and
+    their settings from the component's ConfigMap, which the base template reads optionally."""
+    objects = with_dask(tmp_path)
+    config = next(d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "ckptvault-config")
+    from ckptvault.config import parse_config
+
+    address = parse_config(config["data"]["ckptvault.toml"]).scale.dask_address
+    assert address is not None and address.startswith("tls://")
+    dask_pods = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in objects
+                 if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("dask-")}  # fmt: skip
+    assert len(dask_pods) == 3
+    for name, spec in dask_pods.items():
+        (c,) = spec["containers"]
+        env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+        sec = _security(env)
+        assert sec.require_encryption is True, name
+        files = _tls_files(spec, c)
+        assert files == {f"{DASK_TLS_DIR}/{f}" for f in ("ca.crt", "node.crt", "node.key")}, name
+        roles = ("scheduler", "worker", "client")
+        named = {sec.tls_ca_file} | {getattr(sec, f"tls_{r}_{k}") for r in roles for k in ("cert", "key")}
+        assert named == files, name  # every role's pair set, each a file the pod has
+        if name == "dask-scheduler":
+            assert _arg(c["args"], "--protocol") == "tls"
+            assert c["readinessProbe"]["httpGet"]["path"] == "/health"  # not a TCP probe on the TLS port
+        else:
+            assert c["args"][2] == address, name
+    assert not [a for d in objects for a in json.dumps(d).split('"') if a.startswith("tcp://")]
+
+    (client_cm,) = [d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "ckptvault-dask-client"]
+    job = rendered_job()
+    spec = job["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert {"configMapRef": {"name": "ckptvault-dask-client", "optional": True}} in c["envFrom"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "dask-tls"]
+    assert volume["secret"]["optional"] is True  # a pool without the component starts its runs as before
+    files = _tls_files(spec, c)
+    assert files == {f"{DASK_TLS_DIR}/{f}" for f in ("ca.crt", "client.crt", "client.key")}
+    sec = _security(client_cm["data"])
+    assert sec.require_encryption is True
+    assert {sec.tls_ca_file, sec.tls_client_cert, sec.tls_client_key} == files
+    assert sec.tls_worker_key is None and sec.tls_scheduler_key is None  # a flow pod can serve as neither
