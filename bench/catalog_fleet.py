@@ -218,7 +218,7 @@ def day(cfg_path: Path, runs: int, ckpts: int, saves: int, first: int = 0, tier:
 
 def write_manifests(cfg_path: Path, n: int, start: int = 0, per_run: int = 1000) -> float:
     """Manifests number `start` to `n` (runs of `per_run` saves), 12 files each, 32 PUTs at a time."""
-    from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
+    from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 
     store, prefix = _store(cfg_path)
     files = tuple(FileEntry(f"model-{i:05d}-of-00012.safetensors", 1 << 30, 1.7e9, "AAAAAA==") for i in range(12))

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckptvault.catalog import Event
-from ckptvault.manifest import Manifest
+from ckptvault.checkpoint.manifest import Manifest
 
 
 def _detail(**fields: Any) -> str:

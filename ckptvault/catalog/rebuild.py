@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ckptvault.catalog.model import Event
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
 
 if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.manifest import FIRST_SAVE
+from ckptvault.checkpoint.manifest import FIRST_SAVE
 from ckptvault.saves import FileDiff
 
 Action = Literal[

@@ -23,6 +23,7 @@ from ckptvault import events, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config, SourceConfig
 from ckptvault.ingest import uploads
 from ckptvault.ingest.decision import (
@@ -50,7 +51,6 @@ from ckptvault.ingest.steps import (
     validate_structure,
     write_validation,
 )
-from ckptvault.manifest import Manifest
 from ckptvault.manifest_load import load_manifest
 from ckptvault.placement import NodeError, Placement, require_workers
 from ckptvault.save_lock import save_retention

@@ -17,16 +17,8 @@ from pathlib import Path
 
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
-from ckptvault.checksum import file_crc32c
-from ckptvault.config import Compression, SourceConfig, ValidationRules
-from ckptvault.errors import AlreadyAlerted
-from ckptvault.formats import read_metrics
-from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
-from ckptvault.ingest.gates import GateSubject, ValidationReport
-from ckptvault.ingest.nodes import node_path
-from ckptvault.ingest.structure import check_structure
-from ckptvault.local_files import LocalFile
-from ckptvault.manifest import (
+from ckptvault.checkpoint.local_files import LocalFile
+from ckptvault.checkpoint.manifest import (
     FIRST_SAVE,
     MANIFEST_NAME,
     VALIDATION_NAME,
@@ -37,6 +29,14 @@ from ckptvault.manifest import (
     checkpoint_prefix,
     fingerprint,
 )
+from ckptvault.checksum import file_crc32c
+from ckptvault.config import Compression, SourceConfig, ValidationRules
+from ckptvault.errors import AlreadyAlerted
+from ckptvault.formats import read_metrics
+from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
+from ckptvault.ingest.gates import GateSubject, ValidationReport
+from ckptvault.ingest.nodes import node_path
+from ckptvault.ingest.structure import check_structure
 from ckptvault.save_lock import to_extend
 from ckptvault.store import (
     ObjectInfo,

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ckptvault.checkpoint.manifest import FileEntry
 from ckptvault.config import Config
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.nodes import jobs_by_node
 from ckptvault.ingest.split import is_split, largest_first, part_ranges
 from ckptvault.ingest.steps import FileJob, SentRange, abort_split, begin_split, finish_split, send_range, upload_one
-from ckptvault.manifest import FileEntry
 from ckptvault.placement import Placement
 from ckptvault.progress import ProgressBar
 from ckptvault.ranges import split_size

@@ -24,9 +24,9 @@ from typing import Any
 
 from ckptvault import events
 from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.replication.hot_copy import HotCopyUnusable, HotFile, hot_path
 from ckptvault.replication.retention import install_retention
 from ckptvault.save_lock import save_retention, to_extend

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ckptvault.catalog import CheckpointState, Event
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.errors import InvalidArgumentError
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore, StoreError
 
 PRIMARY = "primary"  # how the [store] is named among the copies ([[replicas]] names may not be this)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from ckptvault import manifest_load
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import Manifest
 from ckptvault.restore import from_manifests
 from ckptvault.restore.from_manifests import RunHistory
 from ckptvault.restore.plan import ObjectPlan, plan_present

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from ckptvault.manifest import Manifest
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import ranged
 from ckptvault.restore.plan import ObjectPlan

@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 
 from ckptvault import timing
-from ckptvault.manifest import Manifest
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import ranged
 from ckptvault.restore.copies import CopyStatus

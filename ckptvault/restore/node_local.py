@@ -15,8 +15,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config
-from ckptvault.manifest import Manifest
 from ckptvault.placement import require_workers
 from ckptvault.progress import ProgressBar
 from ckptvault.restore.nodes import (

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import NODE_PLACEHOLDER, Config, expand_node
-from ckptvault.manifest import Manifest
 from ckptvault.placement import Placement
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError

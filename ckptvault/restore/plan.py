@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ckptvault import manifest_load
-from ckptvault.manifest import Manifest, ManifestError, checkpoint_prefix, safe_relpath
+from ckptvault.checkpoint.manifest import Manifest, ManifestError, checkpoint_prefix, safe_relpath
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.store import ObjectStore
 

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ckptvault import preallocate
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.checksum import crc32c_combine, from_b64, to_b64
-from ckptvault.manifest import Manifest
 from ckptvault.ranges import ranges, splits
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ckptvault import events
 from ckptvault.catalog import Event
-from ckptvault.manifest import (
+from ckptvault.checkpoint.manifest import (
     CODEC_NONE,
     FileEntry,
     Manifest,

@@ -12,8 +12,8 @@ from typing import Any
 
 from ckptvault import events
 from ckptvault.catalog import CheckpointState, Event
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import LockConfig, PolicyConfig
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.save_lock import retain_until
 from ckptvault.store import ObjectStore, Retention
 from ckptvault.tiering.policy import milestone_lock_days

@@ -8,11 +8,11 @@ from typing import Any
 
 from ckptvault import memo
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import FileEntry
 from ckptvault.config import Compression, SourceConfig, StoreConfig
 from ckptvault.ingest import narrow, nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
-from ckptvault.manifest import FileEntry
 from ckptvault.manifest_load import load_manifest
 from ckptvault.store import ObjectStore, ProgressFn, SplitUpload
 from ckptvault_prefect.tasks.common import record_task

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog, fold
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.saves import replay_supersedes
 from ckptvault.store import open_store
 from ckptvault_cli.main import main

@@ -43,9 +43,9 @@ import crc32c
 import pytest
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import MANIFEST_NAME
 from ckptvault.config import load_config
 from ckptvault.lock_probe_cache import ProbeCache
-from ckptvault.manifest import MANIFEST_NAME
 from ckptvault.save_lock import lock_problem
 from ckptvault.store import open_store
 from ckptvault_cli.main import main

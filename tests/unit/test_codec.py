@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptvault import codec
+from ckptvault.checkpoint.manifest import FileEntry, Manifest, ManifestError
 from ckptvault.checksum import file_crc32c
-from ckptvault.manifest import FileEntry, Manifest, ManifestError
 from ckptvault_cli import synthetic
 
 

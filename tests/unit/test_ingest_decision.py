@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import CheckpointState, Event, fold
+from ckptvault.checkpoint.local_files import LocalFile
+from ckptvault.checkpoint.manifest import FileEntry
 from ckptvault.ingest.decision import (
     FINAL,
     Decision,
@@ -18,8 +20,6 @@ from ckptvault.ingest.decision import (
     present_without_nodes,
     records_rejection,
 )
-from ckptvault.local_files import LocalFile
-from ckptvault.manifest import FileEntry
 from ckptvault.saves import FileDiff, diff_files, restart_point, superseded_by
 
 

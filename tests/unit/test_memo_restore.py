@@ -186,7 +186,7 @@ def test_a_restore_with_its_flow_reads_the_history_and_surveys_once(
     """The whole command as with a Prefect API (the flow run in the command's process; its body run here
     in direct mode): the catalog's objects and the save's manifest are each read once, where the flow
     used to read them all again (the same command with READ_MAX_AGE_S 0)."""
-    from ckptvault.manifest import checkpoint_prefix
+    from ckptvault.checkpoint.manifest import checkpoint_prefix
     from ckptvault_cli import running
     from ckptvault_cli.main import main
 

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptvault.catalog import Catalog, fold
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import Config, LockConfig, ScaleConfig, SourceConfig, StoreConfig, ValidationRules
 from ckptvault.ingest import steps
 from ckptvault.ingest.ingest_pass import IngestPass
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.save_lock import DAY, lock_problem, retain_until, save_retention, to_extend
 from ckptvault.store import LockStatus, Retention, StoreError, TransferConfig
 from ckptvault.store.memory import MemoryStore
@@ -262,7 +262,7 @@ def test_the_manifest_records_the_lock_it_was_committed_with_and_a_plain_save_ha
 def test_a_manifest_lock_reads_back_and_a_malformed_one_is_refused() -> None:
     import json
 
-    from ckptvault.manifest import Manifest, ManifestError, SaveLock
+    from ckptvault.checkpoint.manifest import Manifest, ManifestError, SaveLock
 
     m = Manifest(run="r", step=1, format="hf", files=(), created_at=1.0, uploaded_at=2.0, source="/x",
                  lock=SaveLock("COMPLIANCE", 1.8e9))  # fmt: skip

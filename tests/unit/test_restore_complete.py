@@ -16,9 +16,9 @@ import pytest
 from ckptvault import early_result, ledger
 from ckptvault import events as events_lib
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest
 from ckptvault.pricing import load_prices
 from ckptvault.restore import complete, copies, fallback
 from ckptvault.restore import steps as lib

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import Manifest, checkpoint_prefix
 from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest, checkpoint_prefix
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import copies
 from ckptvault.restore.copies import Copy, CopyStatus, UnknownCopyError

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import plan
 from ckptvault.restore.downloads import restore_into

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest
 from ckptvault.placement import Placement
 from ckptvault.progress import ProgressBar
 from ckptvault.restore import plan

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ckptvault import preallocate
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.checksum import crc32c_update, to_b64
-from ckptvault.manifest import Manifest
 from ckptvault.restore import ranged
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
