@@ -35,8 +35,8 @@ from prometheus_client import generate_latest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog.listing import render_json
 from ckptvault.catalog.table_view import current_table, write_json_table
-from ckptvault.listing import render_json
 from ckptvault.metrics import MetricsOptions, registry_for
 from ckptvault.pricing import load_prices
 from tests.unit.test_catalog_layout import MemStore

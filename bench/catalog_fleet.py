@@ -260,7 +260,7 @@ def child(op: str, cfg_path: Path, args: list[str]) -> None:
         with open(os.devnull, "wb") as out:
             write_json_table(select_table(current_table(cat, args[0] if args else None), None, None, None), out)
     elif op == "ls-run":  # what cmd_ls runs for the table
-        from ckptvault.listing import render_table, select
+        from ckptvault.catalog.listing import render_table, select
 
         print(render_table(select(cat.current(args[0]), None, None)).count("\n"), "lines")
     elif op == "metrics":  # what `ckptvault metrics` computes, without the CLI's start-up

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ckptvault import events, timing
+from ckptvault import timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
-from ckptvault.catalog import Catalog, CheckpointState, Event, fold
+from ckptvault.catalog import Catalog, CheckpointState, Event, events, fold
+from ckptvault.catalog.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config, SourceConfig
 from ckptvault.ingest import uploads
@@ -54,7 +55,6 @@ from ckptvault.ingest.steps import (
 from ckptvault.manifest_load import load_manifest
 from ckptvault.placement import NodeError, Placement, require_workers
 from ckptvault.save_lock import save_retention
-from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.store import ObjectStore, Retention
 from ckptvault.submitter import Submitter, first_error_class, settle
 from ckptvault.timing import phase

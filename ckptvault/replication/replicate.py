@@ -22,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState, events
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError

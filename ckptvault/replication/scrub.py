@@ -271,7 +271,7 @@ def check_save(
 
 def scrubbed_events(result: SaveScrub, flow_run: str = "") -> list[Event]:
     """One `scrubbed` event per copy checked (docs/FORMAT.md, "The catalog")."""
-    from ckptvault import events
+    from ckptvault.catalog import events
 
     return [
         events.scrubbed(

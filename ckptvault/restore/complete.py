@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ckptvault import early_result, events, timing
+from ckptvault import early_result, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import send_alerts
-from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog import Catalog, Event, events
 from ckptvault.config import Config
 from ckptvault.ledger import note_ledger
 from ckptvault.progress import ProgressBar

@@ -43,8 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import CheckpointState, Event
+from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.errors import AlreadyAlerted, InvalidArgumentError
 from ckptvault.restore import loadcheck
 from ckptvault.restore.copies import PRIMARY

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptvault import events as event_builders
 from ckptvault import memo
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
+from ckptvault.catalog import events as event_builders
+from ckptvault.catalog.saves import replay_supersedes
 from ckptvault.restore.estimate import restore_throughput
-from ckptvault.saves import replay_supersedes
 
 
 @dataclass(frozen=True)

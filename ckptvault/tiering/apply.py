@@ -20,8 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import CheckpointState, Event
+from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.checkpoint.manifest import (
     MANIFEST_NAME,
     VALIDATION_NAME,

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import CheckpointState, Event
+from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import LockConfig, PolicyConfig
 from ckptvault.save_lock import retain_until

@@ -21,10 +21,9 @@ def cmd_release(args: argparse.Namespace) -> int:
 def _hold(args: argparse.Namespace, *, on: bool) -> int:
     import getpass
 
-    from ckptvault import events
     from ckptvault.alerts import kinds
     from ckptvault.alerts.sending import send_alerts
-    from ckptvault.catalog import Catalog
+    from ckptvault.catalog import Catalog, events
     from ckptvault.legal_hold import HoldError, set_legal_hold
 
     cfg, store = preflight_store(args, need_sources=False)

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault import events
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, events
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import LockConfig, ReplicaConfig

@@ -345,7 +345,7 @@ def test_the_wing_rules_catch_an_arrow_between_wings_or_up_from_below(tmp_path: 
             "ckptvault/tiering/apply.py": "from typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n    import ckptvault.restore\n",
             "ckptvault/alerts/watch_inputs.py": "from ckptvault.tiering import cost\n",
-            "ckptvault/events.py": "from ckptvault.restore.drill import DrillResult\n",
+            "ckptvault/catalog/events.py": "from ckptvault.restore.drill import DrillResult\n",
             "ckptvault/catalog/fold.py": "from ckptvault.alerts import kinds\n",
             # allowed: a wing on the foundations and on alerts, a foundation on another, a wing on itself
             "ckptvault/ingest/steps.py": "from ckptvault import alerts, events, placement\nfrom . import discovery\n",
@@ -359,8 +359,8 @@ def test_the_wing_rules_catch_an_arrow_between_wings_or_up_from_below(tmp_path: 
         "alerts, below the wings, imports none of them",
         "ckptvault/catalog/fold.py:1 imports ckptvault.alerts: the foundations import no wing and not alerts",
         "ckptvault/catalog/fold.py:1 imports ckptvault.alerts.kinds: the foundations import no wing and not alerts",
-        "ckptvault/events.py:1 imports ckptvault.restore.drill: the foundations import no wing and not alerts",
-        "ckptvault/events.py:1 imports ckptvault.restore.drill.DrillResult: "
+        "ckptvault/catalog/events.py:1 imports ckptvault.restore.drill: the foundations import no wing and not alerts",
+        "ckptvault/catalog/events.py:1 imports ckptvault.restore.drill.DrillResult: "
         "the foundations import no wing and not alerts",
         "ckptvault/ingest/ingest_pass.py:1 imports ckptvault.restore.plan: ingest imports no other wing",
         "ckptvault/ingest/ingest_pass.py:1 imports ckptvault.restore.plan.load_manifest: ingest imports no other wing",

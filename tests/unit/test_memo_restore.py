@@ -15,8 +15,8 @@ import pytest
 
 from ckptvault import early_result, memo
 from ckptvault.catalog import Catalog
+from ckptvault.catalog.events import verified
 from ckptvault.config import SourceConfig
-from ckptvault.events import verified
 from ckptvault.ingest import steps
 from ckptvault.restore import copies, from_manifests
 from ckptvault.restore.copies import Copy

@@ -11,8 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ckptvault import events
-from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog import Catalog, Event, events
 from ckptvault.metrics import MetricsOptions, MetricsServerError, registry_for, serve_metrics
 from ckptvault.pricing import load_prices
 from ckptvault.store import MemoryStore

@@ -145,7 +145,7 @@ def test_an_expiry_of_a_locked_save_is_postponed_and_deletes_nothing(tmp_path: P
 
 
 def test_a_legal_hold_covers_every_object_stops_expiry_and_is_recorded(tmp_path: Path) -> None:
-    from ckptvault import events
+    from ckptvault.catalog import events
     from ckptvault.legal_hold import HoldError, set_legal_hold
     from ckptvault.tiering.apply import expire
 

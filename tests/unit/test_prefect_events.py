@@ -21,8 +21,8 @@ from prefect.events.schemas.automations import AutomationCore, EventTrigger
 from prefect.events.schemas.events import Resource
 from prefect.events.worker import EventsWorker
 
-from ckptvault import events as catalog_events
 from ckptvault.catalog import Event as CatalogEvent
+from ckptvault.catalog import events as catalog_events
 from ckptvault.restore.drill import DrillResult
 from ckptvault.restore.result import RestoreResult
 from ckptvault_prefect.runtime import events

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ckptvault import events
+from ckptvault.catalog import events
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import ConfigError, PolicyConfig, ReplicaConfig, TierStep, parse_config
 from ckptvault.pricing import load_prices

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ckptvault import early_result, ledger
-from ckptvault import events as events_lib
 from ckptvault.catalog import Catalog
+from ckptvault.catalog import events as events_lib
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ckptvault.catalog import Event
+from ckptvault.catalog.model import Event
 from ckptvault.checkpoint.manifest import Manifest
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckptvault.catalog import CheckpointState
+from ckptvault.catalog.model import CheckpointState
 from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.checkpoint.manifest import FileEntry
 
