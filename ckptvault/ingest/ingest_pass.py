@@ -53,8 +53,8 @@ from ckptvault.ingest.steps import (
     write_validation,
 )
 from ckptvault.manifest_load import load_manifest
+from ckptvault.objectlock.save_lock import save_retention
 from ckptvault.placement import NodeError, Placement, require_workers
-from ckptvault.save_lock import save_retention
 from ckptvault.store import ObjectStore, Retention
 from ckptvault.submitter import Submitter, first_error_class, settle
 from ckptvault.timing import phase
@@ -229,7 +229,7 @@ class IngestPass:
         upload_started_at = time.time()
         with phase(timing.TRANSFER):
             jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
-            # One retain-until date per save, from when its upload starts (ckptvault/save_lock.py)
+            # One retain-until date per save, from when its upload starts (ckptvault/objectlock/save_lock.py)
             retention = save_retention(self.cfg.lock, time.time())
             locked = store.with_retention(retention) if retention is not None else store
             sent = uploads.send(self.submit, self.cfg, locked, found, jobs, d.save, placement)

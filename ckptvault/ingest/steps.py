@@ -37,7 +37,7 @@ from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
 from ckptvault.ingest.gates import GateSubject, ValidationReport
 from ckptvault.ingest.nodes import node_path
 from ckptvault.ingest.structure import check_structure
-from ckptvault.save_lock import to_extend
+from ckptvault.objectlock.save_lock import to_extend
 from ckptvault.store import (
     ObjectInfo,
     ObjectStore,
@@ -374,7 +374,7 @@ def _mode(path: Path) -> int | None:
 
 def lock_save(store: ObjectStore, retention: Retention, days: int, jobs: Sequence[FileJob]) -> int:
     """Raise to `retention` the lock of each object of a save that needs it before its manifest
-    commits (ckptvault.save_lock.to_extend: objects a killed pass sent, or all after a long upload).
+    commits (ckptvault.objectlock.save_lock.to_extend: objects a killed pass sent, or all after a long upload).
     Returns how many were raised."""
     reused = [j.key for j in jobs if not j.upload or j.stored is not None or j.check_crc32c is not None]
     kept = set(reused)

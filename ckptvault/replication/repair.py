@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from ckptvault.catalog import Event, events
 from ckptvault.checkpoint.manifest import FIRST_SAVE, MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.config import LockConfig
+from ckptvault.objectlock.save_lock import save_retention
 from ckptvault.replication.scrub import PRIMARY, Copy, CopyReport, Manifests, SaveScrub, check_object, expected
-from ckptvault.save_lock import save_retention
 from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, Retention, StoreError
 
 

@@ -298,7 +298,7 @@ class DrillReport:
     drilled: tuple[DrillResult, ...]
     pending: tuple[Key, ...]  # (run, step, save) still thawing: the next drill selects them again
     coverage: Coverage  # after this drill's events: what the next drill starts from
-    # drilled saves whose objects lost the Object Lock ckptvault set (ckptvault/lock_drift.py), with why
+    # drilled saves whose objects lost the Object Lock ckptvault set (ckptvault/objectlock/drift.py), with why
     lock_drift: tuple[tuple[Key, tuple[str, ...]], ...] = ()
 
     @property

@@ -13,7 +13,7 @@ from typing import Any
 from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import LockConfig, PolicyConfig
-from ckptvault.save_lock import retain_until
+from ckptvault.objectlock.save_lock import retain_until
 from ckptvault.store import ObjectStore, Retention
 from ckptvault.tiering.policy import milestone_lock_days
 

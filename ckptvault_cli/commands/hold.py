@@ -1,5 +1,5 @@
 """`ckptvault hold` and `ckptvault release`: a legal hold on every object of a committed save
-(ckptvault/legal_hold.py), recorded in the catalog with the reason and the user."""
+(ckptvault/objectlock/legal_hold.py), recorded in the catalog with the reason and the user."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _hold(args: argparse.Namespace, *, on: bool) -> int:
     from ckptvault.alerts import kinds
     from ckptvault.alerts.sending import send_alerts
     from ckptvault.catalog import Catalog, events
-    from ckptvault.legal_hold import HoldError, set_legal_hold
+    from ckptvault.objectlock.legal_hold import HoldError, set_legal_hold
 
     cfg, store = preflight_store(args, need_sources=False)
     catalog = Catalog(store, cfg.store.prefix)

@@ -18,7 +18,7 @@ from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import Config, LockConfig, ScaleConfig, SourceConfig, StoreConfig, ValidationRules
 from ckptvault.ingest import steps
 from ckptvault.ingest.ingest_pass import IngestPass
-from ckptvault.save_lock import DAY, lock_problem, retain_until, save_retention, to_extend
+from ckptvault.objectlock.save_lock import DAY, lock_problem, retain_until, save_retention, to_extend
 from ckptvault.store import LockStatus, Retention, StoreError, TransferConfig
 from ckptvault.store.memory import MemoryStore
 from ckptvault_cli.synthetic import write_checkpoint
@@ -146,7 +146,7 @@ def test_an_expiry_of_a_locked_save_is_postponed_and_deletes_nothing(tmp_path: P
 
 def test_a_legal_hold_covers_every_object_stops_expiry_and_is_recorded(tmp_path: Path) -> None:
     from ckptvault.catalog import events
-    from ckptvault.legal_hold import HoldError, set_legal_hold
+    from ckptvault.objectlock.legal_hold import HoldError, set_legal_hold
     from ckptvault.tiering.apply import expire
 
     store = MemoryStore("ckpts", object_lock=True)
@@ -217,7 +217,7 @@ def test_milestone_lock_days_without_a_lock_is_a_config_error_naming_both_keys()
 
 
 def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded(tmp_path: Path) -> None:
-    from ckptvault.lock_drift import lock_drift
+    from ckptvault.objectlock.drift import lock_drift
 
     store = MemoryStore("ckpts", object_lock=True)
     _ingest(tmp_path, store, LockConfig(mode="governance", days=1))
@@ -373,7 +373,7 @@ def test_the_dry_run_lists_the_milestone_locks_the_apply_would_raise_from_the_ca
 
 
 def test_the_bucket_default_retention_is_reported_and_locks_what_ckptvault_writes_unlocked(tmp_path: Path) -> None:
-    from ckptvault.save_lock import bucket_lock
+    from ckptvault.objectlock.save_lock import bucket_lock
     from ckptvault.tiering.apply import expire
     from ckptvault.tiering.report import bucket_lock_line, bucket_lock_record
 
@@ -410,7 +410,7 @@ def test_a_bucket_lock_the_server_cannot_report_is_unknown_never_an_error() -> N
     import boto3
     from botocore.stub import Stubber
 
-    from ckptvault.save_lock import bucket_lock
+    from ckptvault.objectlock.save_lock import bucket_lock
     from ckptvault.store import object_lock
     from ckptvault.tiering.report import bucket_lock_line, bucket_lock_record
 
