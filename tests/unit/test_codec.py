@@ -1,4 +1,4 @@
-"""ckptvault/codec.py: the `shuffle-zstd` frames of docs/FORMAT.md, their index, and the choice of codec."""
+"""ckptvault/codec/: the `shuffle-zstd` frames of docs/FORMAT.md, their index, and the choice of codec."""
 
 from __future__ import annotations
 
