@@ -9,7 +9,7 @@ calls inline, which has finished the uploads by the time they are submitted. Eac
 checkpoint: one broken checkpoint becomes a failed Outcome and never stops the others.
 
 Every call to the store, the catalog or a node's disk goes through the Submitter
-(ckptvault/submitter.py): Prefect tasks in the ingest flow, plain calls in the unit tests.
+(ckptvault/transfer/submitter.py): Prefect tasks in the ingest flow, plain calls in the unit tests.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ from ckptvault.ingest.steps import (
 )
 from ckptvault.manifest_load import load_manifest
 from ckptvault.objectlock.save_lock import save_retention
-from ckptvault.placement import NodeError, Placement, require_workers
 from ckptvault.store import ObjectStore, Retention
-from ckptvault.submitter import Submitter, first_error_class, settle
 from ckptvault.timing import phase
+from ckptvault.transfer.placement import NodeError, Placement, require_workers
+from ckptvault.transfer.submitter import Submitter, first_error_class, settle
 
 
 @dataclass(frozen=True)

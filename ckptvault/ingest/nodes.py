@@ -29,7 +29,7 @@ from ckptvault.config import NODE_ENV, NODE_PLACEHOLDER, expand_node
 from ckptvault.formats import dcp, deepspeed, megatron
 from ckptvault.ingest.discovery import Found, _quiet_reason, walk
 from ckptvault.ingest.structure import INDEX_SUFFIX, _check_file, check_names
-from ckptvault.placement import NodeError, Placement
+from ckptvault.transfer.placement import NodeError, Placement
 
 
 def listing_timed_out(placement: Placement, node: int, run: str, step: int, seconds: float) -> NodeError:

@@ -28,8 +28,6 @@ from ckptvault.alerts.sending import send_alerts
 from ckptvault.catalog import Catalog, Event, events
 from ckptvault.config import Config
 from ckptvault.ledger import note_ledger
-from ckptvault.progress import ProgressBar
-from ckptvault.ranges import split_size
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.estimate import Estimate
 from ckptvault.restore.fallback import download_guarded, fetch_range_guarded, restore_from_copies
@@ -40,8 +38,10 @@ from ckptvault.restore.resolve import Resolution
 from ckptvault.restore.result import RestoreResult
 from ckptvault.restore.steps import download_one
 from ckptvault.store import ObjectStore, StoreError
-from ckptvault.submitter import Submitter
 from ckptvault.timing import phase
+from ckptvault.transfer.progress import ProgressBar
+from ckptvault.transfer.ranges import split_size
+from ckptvault.transfer.submitter import Submitter
 
 log = logging.getLogger("ckptvault.restore")
 
@@ -71,7 +71,7 @@ def compact_run(catalog: Catalog, run: str, deletes: bool) -> int:
     return catalog.compact(time.time(), runs=[run], max_seconds=RESTORE_COMPACT_SECONDS, deletes=deletes)
 
 
-# The steps that are store I/O, retried on transient store errors (ckptvault/submitter.py's policy); the
+# The steps that are store I/O, retried on transient store errors (ckptvault/transfer/submitter.py's policy); the
 # flow's tasks for them are its io tasks (ckptvault_prefect/tasks/restore.py, STEPS; a unit test compares).
 IO_STEPS: tuple[Callable[..., object], ...] = (
     download_one, fetch_range, download_guarded, fetch_range_guarded, request_thaw, wait_for_thaw, record,

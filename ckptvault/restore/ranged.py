@@ -21,11 +21,11 @@ from pathlib import Path
 from ckptvault import preallocate
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.checksum import crc32c_combine, from_b64, to_b64
-from ckptvault.ranges import ranges, splits
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.steps import set_attributes, staged_path
 from ckptvault.store import ChecksumMismatchError, FetchedRange, ObjectStore, ProgressFn, TransientStoreError
+from ckptvault.transfer.ranges import ranges, splits
 
 
 @dataclass(frozen=True)

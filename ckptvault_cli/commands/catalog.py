@@ -125,7 +125,7 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     from ckptvault.catalog import events as event_builders
     from ckptvault.catalog import fold
     from ckptvault.catalog.saves import replay_supersedes
-    from ckptvault.progress import ProgressBar
+    from ckptvault.transfer.progress import ProgressBar
 
     catalog = Catalog(store, cfg.store.prefix)
     # on stderr, and only on a terminal: --json keeps stdout one document

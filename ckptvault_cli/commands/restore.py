@@ -206,7 +206,7 @@ def _restore_here(
     the result, or the exception it ended with, alerted as a failed restore flow would be."""
     from ckptvault.alerts import kinds as alerts
     from ckptvault.restore import complete
-    from ckptvault.submitter import Threads
+    from ckptvault.transfer.submitter import Threads
 
     process.imports_done()
     started = time.monotonic()

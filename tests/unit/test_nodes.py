@@ -24,7 +24,7 @@ from ckptvault.ingest.nodes import (
     validate_gathered,
 )
 from ckptvault.ingest.steps import FileJob
-from ckptvault.placement import NodeError, Placement, missing_workers, require_workers
+from ckptvault.transfer.placement import NodeError, Placement, missing_workers, require_workers
 
 BASE = '[store]\nbucket = "ckpts"\n[[sources]]\nrun = "llm"\npath = "/nvme/ckpt"\nformat = "dcp"\n'
 DCP = r"__(?P<rank>\d+)_\d+\.distcp$"

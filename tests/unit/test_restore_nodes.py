@@ -10,10 +10,10 @@ import pytest
 
 from ckptvault.checkpoint.manifest import Manifest, ManifestError, NodePlacement
 from ckptvault.config import parse_config
-from ckptvault.placement import Placement
 from ckptvault.restore import nodes
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
+from ckptvault.transfer.placement import Placement
 
 BASE = '[store]\nbucket = "ckpts"\n'
 NODE_SOURCE = (

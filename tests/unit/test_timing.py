@@ -197,7 +197,7 @@ def test_a_mark_keeps_its_first_instant_from_any_thread_and_adds_no_time(clock: 
 def test_a_progress_bar_marks_the_first_bytes_only(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from ckptvault.progress import ProgressBar
+    from ckptvault.transfer.progress import ProgressBar
 
     r = Recorder()
     monkeypatch.setattr(timing, "RECORDER", r)
