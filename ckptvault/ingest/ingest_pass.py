@@ -52,9 +52,9 @@ from ckptvault.ingest.steps import (
     validate_structure,
     write_validation,
 )
-from ckptvault.manifest_load import load_manifest
 from ckptvault.objectlock.save_lock import save_retention
 from ckptvault.store import ObjectStore, Retention
+from ckptvault.store.manifest_load import load_manifest
 from ckptvault.timing import phase
 from ckptvault.transfer.placement import NodeError, Placement, require_workers
 from ckptvault.transfer.submitter import Submitter, first_error_class, settle

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ckptvault import manifest_load
 from ckptvault.catalog import Catalog
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config
@@ -24,7 +23,7 @@ from ckptvault.restore import from_manifests
 from ckptvault.restore.from_manifests import RunHistory
 from ckptvault.restore.plan import ObjectPlan, plan_present
 from ckptvault.restore.resolve import RestoreError
-from ckptvault.store import ObjectStore
+from ckptvault.store import ObjectStore, manifest_load
 
 PRIMARY = "primary"
 

@@ -13,8 +13,8 @@ from ckptvault.config import Compression, SourceConfig, StoreConfig
 from ckptvault.ingest import narrow, nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
-from ckptvault.manifest_load import load_manifest
 from ckptvault.store import ObjectStore, ProgressFn, SplitUpload
+from ckptvault.store.manifest_load import load_manifest
 from ckptvault_prefect.tasks.common import record_task
 from ckptvault_prefect.tasks.retry import io_task, local_task
 from ckptvault_prefect.tasks.step import Step

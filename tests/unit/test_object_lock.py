@@ -241,7 +241,7 @@ def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded
 
 
 def test_the_manifest_records_the_lock_it_was_committed_with_and_a_plain_save_has_no_key(tmp_path: Path) -> None:
-    from ckptvault.manifest_load import load_manifest
+    from ckptvault.store.manifest_load import load_manifest
 
     store = MemoryStore("ckpts", object_lock=True)
     _ingest(tmp_path / "a", store, LockConfig(mode="governance", days=3))
