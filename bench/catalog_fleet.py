@@ -265,7 +265,7 @@ def child(op: str, cfg_path: Path, args: list[str]) -> None:
         print(render_table(select(cat.current(args[0]), None, None)).count("\n"), "lines")
     elif op == "metrics":  # what `ckptvault metrics` computes, without the CLI's start-up
         from ckptvault.config import load_config
-        from ckptvault.metrics import compute, exposition, options_for
+        from ckptvault.observe.metrics import compute, exposition, options_for
 
         got = compute(cat, options_for(load_config(str(cfg_path))))
         print(f"{len(exposition(got))} bytes of metrics, catalog read {'ok' if got.up else got.error}")

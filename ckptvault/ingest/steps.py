@@ -117,7 +117,7 @@ class Outcome:
 
 
 def ledger_counts(outcomes: Sequence[Outcome]) -> dict[str, float]:
-    """What the metrics' ledger counts of an ingest pass (ckptvault/ledger.py): each checkpoint whose
+    """What the metrics' ledger counts of an ingest pass (ckptvault/observe/ledger.py): each checkpoint whose
     upload failed, by its error class. (Its bytes are the catalog's: `verified` events carry them.)"""
     out: dict[str, float] = {}
     for o in outcomes:

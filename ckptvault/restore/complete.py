@@ -27,7 +27,7 @@ from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import send_alerts
 from ckptvault.catalog import Catalog, Event, events
 from ckptvault.config import Config
-from ckptvault.ledger import note_ledger
+from ckptvault.observe.ledger import note_ledger
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.estimate import Estimate
 from ckptvault.restore.fallback import download_guarded, fetch_range_guarded, restore_from_copies

@@ -306,7 +306,7 @@ class DrillReport:
         return tuple(r for r in self.drilled if not r.ok)
 
     def ledger_counts(self) -> dict[str, float]:
-        """What the metrics' ledger counts of this drill (ckptvault/ledger.py): the bytes of every save
+        """What the metrics' ledger counts of this drill (ckptvault/observe/ledger.py): the bytes of every save
         drilled, passed or not, and the seconds they took (for `ckptvault_drill_bytes_total` etc.)."""
         return {"drill_bytes": float(sum(r.bytes for r in self.drilled)),
                 "drill_seconds": float(sum(r.seconds for r in self.drilled))}  # fmt: skip

@@ -243,7 +243,7 @@ def _alert_failed(cfg: Config, catalog: Catalog | None, plan: Chosen, e: Excepti
 
     if catalog is None:
         return
-    from ckptvault import ledger
+    from ckptvault.observe import ledger
 
     # `ckptvault_restore_failures_total{error_class}` (docs/metrics.md), as the flow's failure hook counts it
     counts = {ledger.counter_key("restore_failures", type(e).__name__): 1.0}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckptvault import ledger, memo
+from ckptvault import memo
 from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
 from ckptvault.config import Config
+from ckptvault.observe import ledger
 from ckptvault.restore.plan import load_manifest
 from ckptvault.store import ObjectStore
 from ckptvault_prefect.tasks.retry import io_task, local_task

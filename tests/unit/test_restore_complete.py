@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from ckptvault import early_result, ledger
+from ckptvault import early_result
 from ckptvault.catalog import Catalog
 from ckptvault.catalog import events as events_lib
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
+from ckptvault.observe import ledger
 from ckptvault.pricing import load_prices
 from ckptvault.restore import complete, copies, fallback
 from ckptvault.restore import steps as lib
