@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ckptvault import timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
 from ckptvault.catalog import Catalog, CheckpointState, Event, events, fold
 from ckptvault.catalog.saves import Supersede, diff_files, restart_point, superseded_by
 from ckptvault.checkpoint.manifest import Manifest
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault.config import Config, SourceConfig
 from ckptvault.ingest import uploads
 from ckptvault.ingest.decision import (
@@ -55,7 +56,6 @@ from ckptvault.ingest.steps import (
 from ckptvault.objectlock.save_lock import save_retention
 from ckptvault.store import ObjectStore, Retention
 from ckptvault.store.manifest_load import load_manifest
-from ckptvault.timing import phase
 from ckptvault.transfer.placement import NodeError, Placement, require_workers
 from ckptvault.transfer.submitter import Submitter, first_error_class, settle
 

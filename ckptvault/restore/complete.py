@@ -21,11 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ckptvault import early_result, timing
+from ckptvault import early_result
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import send_alerts
 from ckptvault.catalog import Catalog, Event, events
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault.config import Config
 from ckptvault.observe.ledger import note_ledger
 from ckptvault.restore.copies import CopyStatus
@@ -38,7 +40,6 @@ from ckptvault.restore.resolve import Resolution
 from ckptvault.restore.result import RestoreResult
 from ckptvault.restore.steps import download_one
 from ckptvault.store import ObjectStore, StoreError
-from ckptvault.timing import phase
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault.transfer.ranges import split_size
 from ckptvault.transfer.submitter import Submitter

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from ckptvault import timing
 from ckptvault.checkpoint.manifest import Manifest
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault.restore import ranged
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.plan import ObjectPlan
@@ -39,7 +40,6 @@ from ckptvault.store import (
     StoreError,
     TransientStoreError,
 )
-from ckptvault.timing import phase
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault.transfer.submitter import Pending, Submitter, settle
 

@@ -54,8 +54,8 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from ckptvault import timing
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
+from ckptvault.clock import timing
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.store import preallocate
 from ckptvault.store.botocore_errors import error_code, is_transient, translate
@@ -349,7 +349,7 @@ def _fetch_once(req: DownloadRequest, target: _Target, buf: memoryview, r: _Rang
                 got += n
             if not got:
                 break
-            if off == r.start:  # `--profile`'s first_byte: a GET body's first chunk read (ckptvault/timing.py)
+            if off == r.start:  # `--profile`'s first_byte: a GET body's first chunk read (ckptvault/clock/timing.py)
                 timing.mark(timing.FIRST_BYTE)
             view = buf[:got]
             crc = crc32c_update(view, crc)

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptvault import timing
-from ckptvault.timing import phase
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault_cli import process, running
 from ckptvault_cli.output import EXIT_PIPE, emit_json, let_go_of_closed_stdout, say
 from ckptvault_cli.preflight import (
