@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ckptvault import memo
+from ckptvault.command import memo
 from ckptvault.config import Config, check_sources
 from ckptvault.errors import CkptvaultError
 from ckptvault_cli import running

@@ -21,13 +21,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ckptvault import early_result
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import send_alerts
 from ckptvault.catalog import Catalog, Event, events
 from ckptvault.clock import timing
 from ckptvault.clock.timing import phase
+from ckptvault.command import early_result
 from ckptvault.config import Config
 from ckptvault.observe.ledger import note_ledger
 from ckptvault.restore.copies import CopyStatus
@@ -161,7 +161,7 @@ def complete(
     done_result = replace(begun, status="restored", pointer=pointer, replaced=aside, bytes=manifest.total_bytes,
                           files=len(manifest.files), fallbacks=fallbacks, message=unrecorded)  # fmt: skip
     # Durable and in place, and recorded (or the result says why not): what the user is told cannot change
-    # any more (ckptvault/early_result.py). What follows only tells others of it, so nothing that fails in
+    # any more (ckptvault/command/early_result.py). What follows only tells others of it, so nothing that fails in
     # it fails the restore: a warm command line's user has already gone on with this result.
     early_result.announce(done_result)
     if catalog is not None and recorded:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 def cmd_restore(args: argparse.Namespace) -> int:
     with phase(timing.IMPORTS):
         from ckptvault.catalog import Catalog
-        from ckptvault.memo import load_config
+        from ckptvault.command.memo import load_config
         from ckptvault.pricing import load_prices
         from ckptvault.restore import copies as copies_lib
         from ckptvault.restore import from_manifests
@@ -146,7 +146,7 @@ def _released_when_final(
     args: argparse.Namespace, label: str, step: int, save: int, choice: RunnerChoice
 ) -> Iterator[None]:
     """In a warm child (ckptvault_cli/early_exit.py): once the restore's result is final (its bytes
-    durable in place and recorded: ckptvault/early_result.py), print it, end `--profile`'s breakdown
+    durable in place and recorded: ckptvault/command/early_result.py), print it, end `--profile`'s breakdown
     there, and give the user the exit code; the alert, the ledger and the flow run's end go on after.
     A cold process: nothing (it prints the result at its end, as always). Nor when the restore starts
     processes of its own that would hold the user's streams open past the release (a local Dask
@@ -157,7 +157,7 @@ def _released_when_final(
     if not early_exit.armed() or own_processes:
         yield
         return
-    from ckptvault import early_result
+    from ckptvault.command import early_result
     from ckptvault_cli import profiling
 
     def report(result: object) -> int | None:

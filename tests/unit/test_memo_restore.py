@@ -1,4 +1,4 @@
-"""What a restore reads once per command (ckptvault/memo.py, `remembered`): with a Prefect API the
+"""What a restore reads once per command (ckptvault/command/memo.py, `remembered`): with a Prefect API the
 command line reads the run's catalog history and surveys the copies (exit 2 on bad input before a flow
 run exists), then its flow, in the same process, reads both again. Inside `memo.command()` the second
 read (`from_manifests.read_run_once`, `copies.survey_once`) makes no store request; outside it, or for
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from ckptvault import early_result, memo
 from ckptvault.catalog import Catalog
 from ckptvault.catalog.events import verified
+from ckptvault.command import early_result, memo
 from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps
 from ckptvault.restore import copies, from_manifests
@@ -214,7 +214,7 @@ def test_a_restore_with_its_flow_reads_the_history_and_surveys_once(
 
         monkeypatch.setattr(stores, "get_bytes", counted_get)
         dest = tmp_path / f"back-{max_age}"
-        # counted up to the result (ckptvault/early_result.py): the catalog's compaction after it reads too
+        # counted up to the result (ckptvault/command/early_result.py): the catalog's compaction after it reads too
         until_result: Counter[str] = Counter()
         with early_result.listening(lambda _, c=until_result, s=seen: c.update(s)):
             assert main(["--config", str(cfg), "restore", "r", "--step", step, "--dest", str(dest)]) == 0

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ckptvault import early_result
 from ckptvault.catalog import Catalog
 from ckptvault.catalog import events as events_lib
 from ckptvault.checkpoint.manifest import Manifest
+from ckptvault.command import early_result
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
 from ckptvault.observe import ledger
