@@ -14,7 +14,7 @@ partition), in the in-memory store of tests/unit/test_catalog_layout.py. Then ti
 times each, and prints one line per measurement, then peak RSS (`resource.getrusage`, the whole process:
 the catalog built in memory included). `--path table` times what `ls --json` runs now instead
 (`table_view.current_table` and `write_json_table` to /dev/null, no `CheckpointState`); `states` the states and
-`render_json`; `--path metrics` what `ckptvault metrics` computes (ckptvault/metrics.py: the read, the
+`render_json`; `--path metrics` what `ckptvault metrics` computes (ckptvault/observe/metrics.py: the read, the
 sums, the exposition text). `--save` pickles the built catalog's objects, `--load` reads them instead of building, so
 an A/B compares fresh processes on one catalog and peak RSS is the read's, not the build's.
 """
@@ -35,9 +35,9 @@ from prometheus_client import generate_latest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog.listing import render_json
 from ckptvault.catalog.table_view import current_table, write_json_table
-from ckptvault.listing import render_json
-from ckptvault.metrics import MetricsOptions, registry_for
+from ckptvault.observe.metrics import MetricsOptions, registry_for
 from ckptvault.pricing import load_prices
 from tests.unit.test_catalog_layout import MemStore
 

@@ -218,7 +218,7 @@ def day(cfg_path: Path, runs: int, ckpts: int, saves: int, first: int = 0, tier:
 
 def write_manifests(cfg_path: Path, n: int, start: int = 0, per_run: int = 1000) -> float:
     """Manifests number `start` to `n` (runs of `per_run` saves), 12 files each, 32 PUTs at a time."""
-    from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
+    from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 
     store, prefix = _store(cfg_path)
     files = tuple(FileEntry(f"model-{i:05d}-of-00012.safetensors", 1 << 30, 1.7e9, "AAAAAA==") for i in range(12))
@@ -260,12 +260,12 @@ def child(op: str, cfg_path: Path, args: list[str]) -> None:
         with open(os.devnull, "wb") as out:
             write_json_table(select_table(current_table(cat, args[0] if args else None), None, None, None), out)
     elif op == "ls-run":  # what cmd_ls runs for the table
-        from ckptvault.listing import render_table, select
+        from ckptvault.catalog.listing import render_table, select
 
         print(render_table(select(cat.current(args[0]), None, None)).count("\n"), "lines")
     elif op == "metrics":  # what `ckptvault metrics` computes, without the CLI's start-up
         from ckptvault.config import load_config
-        from ckptvault.metrics import compute, exposition, options_for
+        from ckptvault.observe.metrics import compute, exposition, options_for
 
         got = compute(cat, options_for(load_config(str(cfg_path))))
         print(f"{len(exposition(got))} bytes of metrics, catalog read {'ok' if got.up else got.error}")

@@ -114,7 +114,7 @@ class Bench:
         dest = self.scratch / "dl" / f"{tool}-{rep}"
         shutil.rmtree(dest, ignore_errors=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        from ckptvault.manifest import step_dir
+        from ckptvault.checkpoint.manifest import step_dir
 
         key_prefix = f"restore/{RUN}/{step_dir(STEP)}/"
         py = sys.executable
@@ -274,7 +274,7 @@ class Bench:
         """The same checkpoint back with the CLI and with s5cmd, once each (s5cmd first): where the
         CLI's fixed start-up, a few seconds, is small against the transfer, as it is for real
         checkpoints. One repetition, so read it beside the 4 GiB medians, not instead of them."""
-        from ckptvault.manifest import step_dir
+        from ckptvault.checkpoint.manifest import step_dir
 
         key_prefix = f"big/{RUN}/{step_dir(BIG_STEP)}/"
         out: dict[str, Any] = {"gib": gib, "server": server.kind, "bytes": nbytes}

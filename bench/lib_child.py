@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ckptvault.catalog import Catalog
+from ckptvault.catalog.events import verified as verified_event
 from ckptvault.config import load_config
-from ckptvault.events import verified as verified_event
 from ckptvault.ingest.steps import commit_manifest, find_checkpoints, plan_upload, upload_one
 from ckptvault.restore.plan import load_manifest, plan_objects
 from ckptvault.restore.steps import download_one

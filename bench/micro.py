@@ -219,10 +219,10 @@ def validate_wide_bench(reps: int) -> dict[str, Any]:
     """1,000 files against a history of 10,000 checkpoints, in-process and warm (the import is
     validate's cold number): the scenario of tests/unit/test_quality.py, formerly bound to 5 s."""
     from ckptvault.catalog import CheckpointState
+    from ckptvault.checkpoint.manifest import FileEntry, Manifest
     from ckptvault.config import ValidationRules
     from ckptvault.ingest.gates import GateSubject
     from ckptvault.ingest.quality import validate_candidate
-    from ckptvault.manifest import FileEntry, Manifest
 
     t0 = 1_764_400_000.0
     rng = random.Random(1)
@@ -273,8 +273,8 @@ def header_read_bench(reps: int) -> dict[str, Any]:
     """check_structure on a sparse 4 GiB safetensors file, which it judges by the header alone: the
     scenario of tests/unit/test_structure.py, formerly bound to 0.5 s. Cold page cache is not
     attempted: the file is sparse, so there is no data on disk to be cold."""
+    from ckptvault.checkpoint.local_files import LocalFile
     from ckptvault.ingest.structure import check_structure
-    from ckptvault.local_files import LocalFile
 
     n = 1 << 30  # 4 GiB of F32
     header = json.dumps({"w": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()

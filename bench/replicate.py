@@ -53,7 +53,7 @@ from bench.source import RUN, STEP, dir_bytes, write_config, write_source
 from bench.units import GiB
 
 REPLICA_BUCKET = "ckptvault-bench-replica"
-SAVE = f"{RUN}/step-{STEP:010d}"  # the save's prefix under a store's prefix (ckptvault.manifest.step_dir)
+SAVE = f"{RUN}/step-{STEP:010d}"  # the save's prefix under a store's prefix (ckptvault.checkpoint.manifest.step_dir)
 BASELINE = "rclone"
 TOOLS = ("ckptvault", "ckptvault-from-primary", "rclone", "rclone-32M")
 INSTALL_RCLONE = "apt-get install -y rclone (Debian's package), or put rclone on PATH"

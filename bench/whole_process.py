@@ -395,7 +395,7 @@ class WholeProcess:
 
     def restore(self, tool: str, server: Any, cfg: Path, bucket: str, names: set[str], want: int) -> dict[str, Any]:
         from bench.source import RUN, STEP
-        from ckptvault.manifest import step_dir
+        from ckptvault.checkpoint.manifest import step_dir
 
         dest = self.scratch / "dest"
         shutil.rmtree(dest, ignore_errors=True)

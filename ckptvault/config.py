@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ckptvault.checkpoint.layout_names import LAYOUT_NAMES
 from ckptvault.errors import CkptvaultError, InvalidArgumentError
-from ckptvault.layout_names import LAYOUT_NAMES
 
 ENV_VAR = "CKPTVAULT_CONFIG"
 # "auto": each file stored as shuffle-zstd frames when a sample of it compresses (docs/FORMAT.md,

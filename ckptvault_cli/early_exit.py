@@ -3,7 +3,7 @@ bookkeeping").
 
 A command run by the warm process (ckptvault_cli/warm_server.py) is a child whose user waits on the
 console script, which exits with the code the warm process sends it. When a restore's result is final
-(ckptvault/early_result.py: the bytes durable in place and recorded), the child prints it, then
+(ckptvault/command/early_result.py: the bytes durable in place and recorded), the child prints it, then
 `release`s: its standard streams are moved to the warm process's log and the code is written to a pipe
 the warm process reads, which sends it to the command at once. The child goes on with the alert, the
 ledger and the flow run's end, as before, with its output in the log. A cold process has no pipe

@@ -25,7 +25,7 @@ import threading  # noqa: E402
 from collections.abc import Callable, Sequence  # noqa: E402
 from typing import NoReturn  # noqa: E402
 
-from ckptvault import memo  # noqa: E402
+from ckptvault.command import memo  # noqa: E402
 from ckptvault.config import ConfigError  # noqa: E402
 from ckptvault.errors import CkptvaultError  # noqa: E402
 from ckptvault_cli import process, profiling  # noqa: E402

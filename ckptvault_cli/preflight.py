@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ckptvault import memo
+from ckptvault.command import memo
 from ckptvault.config import Config, check_sources
 from ckptvault.errors import CkptvaultError
 from ckptvault_cli import running
@@ -66,8 +66,8 @@ def preflight_store(
     except StoreError as e:
         raise UsageError(str(e)) from None
     if need_sources:  # a command that writes saves: their locks must hold (docs/FORMAT.md, "Object Lock")
-        from ckptvault.lock_probe_cache import ProbeCache
-        from ckptvault.save_lock import lock_problem
+        from ckptvault.objectlock.probe_cache import ProbeCache
+        from ckptvault.objectlock.save_lock import lock_problem
 
         try:
             problem = lock_problem(cfg.lock, store, ProbeCache.of(cfg.store))

@@ -1,5 +1,5 @@
 """`--profile` on `ingest` and `restore`: the wall time of the one command, from the process's start to
-just before it exits, broken down by phase (ckptvault/timing.py records; docs/performance.md, "Where a
+just before it exits, broken down by phase (ckptvault/clock/timing.py records; docs/performance.md, "Where a
 command's time goes", says what each phase holds).
 
 The table goes to stderr after everything the command printed; with `--json` the command's document is
@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any
 
-from ckptvault import timing
-from ckptvault.timing import RECORDER
+from ckptvault.clock import timing
+from ckptvault.clock.timing import RECORDER
 
 PHASES = {
     "ingest": (

@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ckptvault import timing
-from ckptvault.timing import phase
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault_cli import process
 
 

@@ -16,7 +16,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from ckptvault import process_clock
+from ckptvault.clock import process_clock
 from ckptvault_cli import warm_protocol as proto
 
 # Never handed over: `warm` manages the warm process itself, `serve` is a long-lived process of its own.

@@ -485,7 +485,7 @@ def _become_command(state: _State, become: _Become) -> None:
 
             setup_logging(incremental=False)
         sys.argv = [str(request.get("argv0") or "ckptvault"), *request["argv"]]
-        from ckptvault import timing
+        from ckptvault.clock import timing
         from ckptvault_cli import early_exit
         from ckptvault_cli import main as cli_main
 

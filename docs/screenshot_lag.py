@@ -1,6 +1,6 @@
 """Makes docs/img/prometheus-lag.png, the README's picture of the archive lag in Prometheus: a real
 Prometheus (Debian's, on loopback: tests/prometheus.py) scraping the `/metrics` server `ckptvault serve`
-runs (ckptvault.metrics.serve_metrics) every second for 90 s, over a catalog that three runs keep
+runs (ckptvault.observe.metrics.serve_metrics) every second for 90 s, over a catalog that three runs keep
 committing saves to (one healthy, one whose uplink falls behind, one slow but steady), then its graph
 page of `ckptvault_run_newest_archive_lag_seconds` shot in headless Chromium (tests/browser.py).
 
@@ -19,7 +19,7 @@ import urllib.parse
 from pathlib import Path
 
 from ckptvault.catalog import Catalog, Event
-from ckptvault.metrics import MetricsOptions, serve_metrics
+from ckptvault.observe.metrics import MetricsOptions, serve_metrics
 from ckptvault.store import MemoryStore
 from tests import prometheus
 from tests.browser import chromium

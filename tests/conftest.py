@@ -37,7 +37,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 _PREFECT_HOME = tempfile.mkdtemp(prefix="ckptvault-prefect-")
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ.pop("PREFECT_API_URL", None)
-# Nor the developer's ~/.cache/ckptvault (the Object Lock probe's memory, ckptvault/lock_probe_cache.py):
+# Nor the developer's ~/.cache/ckptvault (the Object Lock probe's memory, ckptvault/objectlock/probe_cache.py):
 # every CLI the tests start inherits this, so no test reads a pass a developer's run recorded, or writes one.
 _CACHE_DIR = tempfile.mkdtemp(prefix="ckptvault-cache-")
 os.environ["CKPTVAULT_CACHE_DIR"] = _CACHE_DIR

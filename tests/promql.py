@@ -9,7 +9,7 @@ import re
 from prometheus_client.core import Metric
 
 from ckptvault.catalog import Catalog, Event
-from ckptvault.metrics import MetricsOptions, compute
+from ckptvault.observe.metrics import MetricsOptions, compute
 from ckptvault.pricing import load_prices
 from ckptvault.store import MemoryStore
 

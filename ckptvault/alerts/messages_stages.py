@@ -228,7 +228,7 @@ def legal_hold(
 
 
 def lock_drift(run: str, step: int, save: int, problems: Sequence[str], flow_run_url: str | None = None) -> Alert:
-    """A drilled save whose objects lost the Object Lock ckptvault set (ckptvault/lock_drift.py)."""
+    """A drilled save whose objects lost the Object Lock ckptvault set (ckptvault/objectlock/drift.py)."""
     return Alert(
         kind="lock_drift",
         run=run,

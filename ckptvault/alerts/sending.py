@@ -30,11 +30,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from ckptvault import ledger
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.channels import SENT_RETENTION_SECONDS, build_notifier
 from ckptvault.alerts.watch import AlertState, forget_sent_before, merge_states
 from ckptvault.config import Config
+from ckptvault.observe import ledger
 from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, StoreError
 
 log = logging.getLogger("ckptvault.alerts")

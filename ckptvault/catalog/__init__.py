@@ -11,7 +11,7 @@
     compaction  merging event files, writing snapshots, migrating the flat layout, setting aside
     rebuild     the catalog from the manifests alone, the source of truth
     table_view  `ls --json` from the snapshots' Arrow columns, no CheckpointState per save
-    summary     the fleet's figures for the metrics (ckptvault/metrics.py), from the same columns
+    summary     the fleet's figures for the metrics (ckptvault/observe/metrics.py), from the same columns
 
 Only this package imports pyarrow.
 """

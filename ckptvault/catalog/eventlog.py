@@ -345,7 +345,7 @@ class Catalog:
         lock_heads: bool = True,
     ) -> list[Event]:
         """See `ckptvault.catalog.rebuild.rebuild_from_manifests`."""
-        from ckptvault.catalog import rebuild  # with ckptvault.manifest: not on a listing's start-up
+        from ckptvault.catalog import rebuild  # with ckptvault.checkpoint.manifest: not on a listing's start-up
 
         return rebuild.rebuild_from_manifests(self, progress, run, lock_heads)
 

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from ckptvault.catalog.model import Event
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
 
 if TYPE_CHECKING:
     from ckptvault.catalog.eventlog import Catalog
@@ -86,7 +86,7 @@ def rebuild_from_manifests(
 
 def _since_commit(cat: Catalog, key: str, m: Manifest) -> list[Event]:
     """What a HEAD of a locked save's manifest shows beyond its recorded lock, as the events the tier
-    flow and `hold` write (ckptvault.events builds those; it imports the catalog, so they are spelled
+    flow and `hold` write (ckptvault.catalog.events builds those; it imports the catalog, so they are spelled
     here): `locked` (the manifest is raised last, so its date holds for every object) and `held`.
     Dated now, after the `verified` event at the commit, so the fold ends on them."""
     head = cat.store.head(key)

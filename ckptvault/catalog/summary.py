@@ -1,4 +1,4 @@
-"""The fleet at a glance, column at a time: what `ckptvault.metrics` exports (docs/metrics.md), reduced
+"""The fleet at a glance, column at a time: what `ckptvault.observe.metrics` exports (docs/metrics.md), reduced
 from the current state's Arrow table (`table_view.current_table`) with numpy, never a `CheckpointState`
 per save, so a fleet of 200,000 saves is summed in a fraction of a second. Every figure here has its
 per-state definition on `CheckpointState` (`state`, `good`, `billed_bytes`, `replicas`) and in

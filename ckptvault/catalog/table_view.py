@@ -1,6 +1,6 @@
 """`ls --json` column at a time: the current state as one Arrow table (a partition's snapshot columns as
 read, without a `CheckpointState` per save) and its JSON rendered vectorised. The document is byte for
-byte what `ckptvault.listing.render_json(select(...))` prints (tests/unit/test_ls_table.py), so the
+byte what `ckptvault.catalog.listing.render_json(select(...))` prints (tests/unit/test_ls_table.py), so the
 definition stays there; this is only faster (bench/README.md)."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def state_column(t: pa.Table) -> pa.Array:
 
 
 def select_table(t: pa.Table, state: str | None, since: float | None, limit: int | None) -> pa.Table:
-    """`--state`, then `ckptvault.listing.select` (since, then the `limit` newest by (when, step, save),
+    """`--state`, then `ckptvault.catalog.listing.select` (since, then the `limit` newest by (when, step, save),
     ties to the earlier row as its stable reverse sort keeps them), in the table's order."""
     if state:
         t = t.filter(pc.equal(state_column(t), state))
@@ -188,7 +188,7 @@ def _copies(t: pa.Table) -> pa.Array:
 def _json_replicas(a: pa.ChunkedArray | pa.Array) -> pa.Array:
     """`listing.replica_records` as json.dumps writes it; rows with copies in Python (one per save and
     replica: a fleet without replicas pays one comparison per row)."""
-    from ckptvault.listing import replica_records
+    from ckptvault.catalog.listing import replica_records
 
     col = pc.fill_null(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a, "")
     has = pc.not_equal(col, "")
@@ -241,7 +241,7 @@ def _lines(t: pa.Table) -> pa.Array:
 
 
 def write_json_table(t: pa.Table, out: BinaryIO) -> None:
-    """`ckptvault.listing.render_json` of these rows, as UTF-8, written a slice at a time: no Python
+    """`ckptvault.catalog.listing.render_json` of these rows, as UTF-8, written a slice at a time: no Python
     string per save, and not the whole document in memory."""
     if t.num_rows == 0:
         out.write(b"[]")

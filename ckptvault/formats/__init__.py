@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ckptvault.checkpoint.layout_names import LAYOUT_NAMES
 from ckptvault.errors import CkptvaultError
 from ckptvault.formats import dcp, deepspeed, hf, lightning, megatron, nemo, orbax
 from ckptvault.formats._fs import is_temp_name
 from ckptvault.formats.base import Candidate, Layout
-from ckptvault.layout_names import LAYOUT_NAMES
 
 __all__ = [
     "LAYOUTS",
@@ -40,7 +40,7 @@ LAYOUTS: dict[str, Layout] = {
     "nemo": nemo.LAYOUT,
 }
 if tuple(LAYOUTS) != LAYOUT_NAMES:  # the config checks `format` against the names alone
-    raise ImportError(f"ckptvault.layout_names.LAYOUT_NAMES must name {tuple(LAYOUTS)}, in order")
+    raise ImportError(f"ckptvault.checkpoint.layout_names.LAYOUT_NAMES must name {tuple(LAYOUTS)}, in order")
 
 # What `detect_layout` looks for, phrased for the error message.
 _SIGNS = {

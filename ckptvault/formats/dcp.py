@@ -11,7 +11,7 @@ docs/checkpoint.md, `CheckpointManager` in torchtitan/components/checkpoint.py):
 the dump folder, and its `checkpoint/` is searched too.
 
 `element_bytes` reads which dtypes each `.distcp` file holds out of `.metadata`, for the codec's element
-size (ckptvault.codec_hints). `.metadata` is `pickle.dump(Metadata)` (filesystem.py `finish`): dataclasses
+size (ckptvault.codec.hints). `.metadata` is `pickle.dump(Metadata)` (filesystem.py `finish`): dataclasses
 whose fields are BUILD state, read by opcodes (ckptvault.formats._pickle), never unpickled.
 """
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.manifest import FIRST_SAVE
-from ckptvault.saves import FileDiff
+from ckptvault.catalog.saves import FileDiff
+from ckptvault.checkpoint.manifest import FIRST_SAVE
 
 Action = Literal[
     "waiting", "present", "load_manifest", "check_commit", "record_committed", "validate", "invalid", "upload"

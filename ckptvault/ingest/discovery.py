@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 
+from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.formats import LAYOUTS, FormatError, detect_layout, get_layout, is_temp_name
 from ckptvault.formats.base import Candidate, Layout
-from ckptvault.local_files import LocalFile
 
 _new_tuple = tuple.__new__
 

@@ -23,9 +23,9 @@ from ckptvault.ingest.shards import ShardRow, shard_table
 
 if TYPE_CHECKING:
     from ckptvault.catalog import CheckpointState
+    from ckptvault.checkpoint.manifest import Manifest
     from ckptvault.config import ValidationRules
     from ckptvault.ingest.discovery import Found
-    from ckptvault.manifest import Manifest
 
 Verdict = Literal["pass", "warn", "block", "note"]
 VERDICTS: tuple[str, ...] = get_args(Verdict)

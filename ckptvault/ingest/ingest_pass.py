@@ -9,7 +9,7 @@ calls inline, which has finished the uploads by the time they are submitted. Eac
 checkpoint: one broken checkpoint becomes a failed Outcome and never stops the others.
 
 Every call to the store, the catalog or a node's disk goes through the Submitter
-(ckptvault/submitter.py): Prefect tasks in the ingest flow, plain calls in the unit tests.
+(ckptvault/transfer/submitter.py): Prefect tasks in the ingest flow, plain calls in the unit tests.
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
-from ckptvault import events, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.kinds import Alert
-from ckptvault.catalog import Catalog, CheckpointState, Event, fold
+from ckptvault.catalog import Catalog, CheckpointState, Event, events, fold
+from ckptvault.catalog.saves import Supersede, diff_files, restart_point, superseded_by
+from ckptvault.checkpoint.manifest import Manifest
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault.config import Config, SourceConfig
 from ckptvault.ingest import uploads
 from ckptvault.ingest.decision import (
@@ -50,14 +53,11 @@ from ckptvault.ingest.steps import (
     validate_structure,
     write_validation,
 )
-from ckptvault.manifest import Manifest
-from ckptvault.manifest_load import load_manifest
-from ckptvault.placement import NodeError, Placement, require_workers
-from ckptvault.save_lock import save_retention
-from ckptvault.saves import Supersede, diff_files, restart_point, superseded_by
+from ckptvault.objectlock.save_lock import save_retention
 from ckptvault.store import ObjectStore, Retention
-from ckptvault.submitter import Submitter, first_error_class, settle
-from ckptvault.timing import phase
+from ckptvault.store.manifest_load import load_manifest
+from ckptvault.transfer.placement import NodeError, Placement, require_workers
+from ckptvault.transfer.submitter import Submitter, first_error_class, settle
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ class IngestPass:
         upload_started_at = time.time()
         with phase(timing.TRANSFER):
             jobs = self.submit(plan_upload, store, prefix, found, d.save, placement is None)
-            # One retain-until date per save, from when its upload starts (ckptvault/save_lock.py)
+            # One retain-until date per save, from when its upload starts (ckptvault/objectlock/save_lock.py)
             retention = save_retention(self.cfg.lock, time.time())
             locked = store.with_retention(retention) if retention is not None else store
             sent = uploads.send(self.submit, self.cfg, locked, found, jobs, d.save, placement)

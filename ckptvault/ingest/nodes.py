@@ -24,12 +24,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.config import NODE_ENV, NODE_PLACEHOLDER, expand_node
 from ckptvault.formats import dcp, deepspeed, megatron
 from ckptvault.ingest.discovery import Found, _quiet_reason, walk
 from ckptvault.ingest.structure import INDEX_SUFFIX, _check_file, check_names
-from ckptvault.local_files import LocalFile
-from ckptvault.placement import NodeError, Placement
+from ckptvault.transfer.placement import NodeError, Placement
 
 
 def listing_timed_out(placement: Placement, node: int, run: str, step: int, seconds: float) -> NodeError:

@@ -61,8 +61,8 @@ from ckptvault.ingest.quality_error import QualityError
 
 if TYPE_CHECKING:
     from ckptvault.catalog import CheckpointState
+    from ckptvault.checkpoint.manifest import Manifest
     from ckptvault.config import ValidationRules
-    from ckptvault.manifest import Manifest
 
 __all__ = ["discard_prewarmed", "prewarm", "validate_candidate"]
 

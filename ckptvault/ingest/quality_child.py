@@ -15,8 +15,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any, cast
 
+from ckptvault.clock.timing import RECORDER
 from ckptvault.ingest.quality_error import QualityError
-from ckptvault.timing import RECORDER
 
 if TYPE_CHECKING:
     from ckptvault.ingest.gates import GatePlan

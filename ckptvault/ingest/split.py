@@ -15,9 +15,9 @@ from collections.abc import Sequence
 
 from ckptvault.config import Compression
 from ckptvault.ingest.steps import FileJob
-from ckptvault.ranges import ranges, splits
 from ckptvault.store import SplitUpload, TransferConfig
 from ckptvault.store.upload_request import part_size_for
+from ckptvault.transfer.ranges import ranges, splits
 
 
 def is_split(job: FileJob, threshold: int, transfer: TransferConfig, *, sha256: bool, compression: Compression) -> bool:

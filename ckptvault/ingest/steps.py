@@ -17,16 +17,8 @@ from pathlib import Path
 
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
-from ckptvault.checksum import file_crc32c
-from ckptvault.config import Compression, SourceConfig, ValidationRules
-from ckptvault.errors import AlreadyAlerted
-from ckptvault.formats import read_metrics
-from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
-from ckptvault.ingest.gates import GateSubject, ValidationReport
-from ckptvault.ingest.nodes import node_path
-from ckptvault.ingest.structure import check_structure
-from ckptvault.local_files import LocalFile
-from ckptvault.manifest import (
+from ckptvault.checkpoint.local_files import LocalFile
+from ckptvault.checkpoint.manifest import (
     FIRST_SAVE,
     MANIFEST_NAME,
     VALIDATION_NAME,
@@ -37,7 +29,15 @@ from ckptvault.manifest import (
     checkpoint_prefix,
     fingerprint,
 )
-from ckptvault.save_lock import to_extend
+from ckptvault.checksum import file_crc32c
+from ckptvault.config import Compression, SourceConfig, ValidationRules
+from ckptvault.errors import AlreadyAlerted
+from ckptvault.formats import read_metrics
+from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
+from ckptvault.ingest.gates import GateSubject, ValidationReport
+from ckptvault.ingest.nodes import node_path
+from ckptvault.ingest.structure import check_structure
+from ckptvault.objectlock.save_lock import to_extend
 from ckptvault.store import (
     ObjectInfo,
     ObjectStore,
@@ -117,7 +117,7 @@ class Outcome:
 
 
 def ledger_counts(outcomes: Sequence[Outcome]) -> dict[str, float]:
-    """What the metrics' ledger counts of an ingest pass (ckptvault/ledger.py): each checkpoint whose
+    """What the metrics' ledger counts of an ingest pass (ckptvault/observe/ledger.py): each checkpoint whose
     upload failed, by its error class. (Its bytes are the catalog's: `verified` events carry them.)"""
     out: dict[str, float] = {}
     for o in outcomes:
@@ -374,7 +374,7 @@ def _mode(path: Path) -> int | None:
 
 def lock_save(store: ObjectStore, retention: Retention, days: int, jobs: Sequence[FileJob]) -> int:
     """Raise to `retention` the lock of each object of a save that needs it before its manifest
-    commits (ckptvault.save_lock.to_extend: objects a killed pass sent, or all after a long upload).
+    commits (ckptvault.objectlock.save_lock.to_extend: objects a killed pass sent, or all after a long upload).
     Returns how many were raised."""
     reused = [j.key for j in jobs if not j.upload or j.stored is not None or j.check_crc32c is not None]
     kept = set(reused)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ckptvault.local_files import LocalFile
+from ckptvault.checkpoint.local_files import LocalFile
 
 SAFETENSORS_MAX_HEADER = 100 << 20  # the reference implementation refuses larger headers too
 DTYPE_BYTES = {

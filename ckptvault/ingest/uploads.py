@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ckptvault.checkpoint.manifest import FileEntry
 from ckptvault.config import Config
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.nodes import jobs_by_node
 from ckptvault.ingest.split import is_split, largest_first, part_ranges
 from ckptvault.ingest.steps import FileJob, SentRange, abort_split, begin_split, finish_split, send_range, upload_one
-from ckptvault.manifest import FileEntry
-from ckptvault.placement import Placement
-from ckptvault.progress import ProgressBar
-from ckptvault.ranges import split_size
 from ckptvault.store import ObjectStore, SplitUpload
-from ckptvault.submitter import Pending, Submitter, settle
+from ckptvault.transfer.placement import Placement
+from ckptvault.transfer.progress import ProgressBar
+from ckptvault.transfer.ranges import split_size
+from ckptvault.transfer.submitter import Pending, Submitter, settle
 
 # A checkpoint's transfer: every call here that moves or finishes bytes, per file and per part, all store
 # I/O (retried on transient store errors). The ingest flow runs these on plain threads of its own

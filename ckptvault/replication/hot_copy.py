@@ -14,8 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from ckptvault.checkpoint.manifest import CODEC_NONE, FileEntry, Manifest, ManifestError, safe_relpath
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import CODEC_NONE, FileEntry, Manifest, ManifestError, safe_relpath
 
 # The mtime a file may differ by and still be the manifest's: the tolerance eviction's re-check allows
 # (ckptvault/tiering/eviction.py compare_local, not imported: a wing imports no other wing), since

@@ -16,12 +16,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ckptvault import events
-from ckptvault.catalog import Event
+from ckptvault.catalog import Event, events
+from ckptvault.checkpoint.manifest import FIRST_SAVE, MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.config import LockConfig
-from ckptvault.manifest import FIRST_SAVE, MANIFEST_NAME, Manifest, checkpoint_prefix
+from ckptvault.objectlock.save_lock import save_retention
 from ckptvault.replication.scrub import PRIMARY, Copy, CopyReport, Manifests, SaveScrub, check_object, expected
-from ckptvault.save_lock import save_retention
 from ckptvault.store import ObjectInfo, ObjectStore, PreconditionFailedError, Retention, StoreError
 
 

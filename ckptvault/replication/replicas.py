@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
-from ckptvault.lock_probe_cache import ProbeCache
+from ckptvault.objectlock.probe_cache import ProbeCache
+from ckptvault.objectlock.save_lock import bucket_lock, lock_problem
 from ckptvault.replication.retention import retention_problem
-from ckptvault.save_lock import bucket_lock, lock_problem
 from ckptvault.store import ObjectStore, StoreError, TransientStoreError, open_store
 
 

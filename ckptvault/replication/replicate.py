@@ -22,14 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
+from ckptvault.objectlock.save_lock import save_retention, to_extend
 from ckptvault.replication.hot_copy import HotCopyUnusable, HotFile, hot_path
 from ckptvault.replication.retention import install_retention
-from ckptvault.save_lock import save_retention, to_extend
 from ckptvault.store import ChecksumMismatchError, ObjectInfo, ObjectStore, StoreError
 from ckptvault.store.stored_crc import stored_crc32c
 

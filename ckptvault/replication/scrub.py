@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ckptvault.catalog import CheckpointState, Event
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.errors import InvalidArgumentError
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore, StoreError
 
 PRIMARY = "primary"  # how the [store] is named among the copies ([[replicas]] names may not be this)
@@ -271,7 +271,7 @@ def check_save(
 
 def scrubbed_events(result: SaveScrub, flow_run: str = "") -> list[Event]:
     """One `scrubbed` event per copy checked (docs/FORMAT.md, "The catalog")."""
-    from ckptvault import events
+    from ckptvault.catalog import events
 
     return [
         events.scrubbed(

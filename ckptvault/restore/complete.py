@@ -21,15 +21,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ckptvault import early_result, events, timing
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.alert import Alert
 from ckptvault.alerts.sending import send_alerts
-from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog import Catalog, Event, events
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
+from ckptvault.command import early_result
 from ckptvault.config import Config
-from ckptvault.ledger import note_ledger
-from ckptvault.progress import ProgressBar
-from ckptvault.ranges import split_size
+from ckptvault.observe.ledger import note_ledger
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.estimate import Estimate
 from ckptvault.restore.fallback import download_guarded, fetch_range_guarded, restore_from_copies
@@ -40,8 +40,9 @@ from ckptvault.restore.resolve import Resolution
 from ckptvault.restore.result import RestoreResult
 from ckptvault.restore.steps import download_one
 from ckptvault.store import ObjectStore, StoreError
-from ckptvault.submitter import Submitter
-from ckptvault.timing import phase
+from ckptvault.transfer.progress import ProgressBar
+from ckptvault.transfer.ranges import split_size
+from ckptvault.transfer.submitter import Submitter
 
 log = logging.getLogger("ckptvault.restore")
 
@@ -71,7 +72,7 @@ def compact_run(catalog: Catalog, run: str, deletes: bool) -> int:
     return catalog.compact(time.time(), runs=[run], max_seconds=RESTORE_COMPACT_SECONDS, deletes=deletes)
 
 
-# The steps that are store I/O, retried on transient store errors (ckptvault/submitter.py's policy); the
+# The steps that are store I/O, retried on transient store errors (ckptvault/transfer/submitter.py's policy); the
 # flow's tasks for them are its io tasks (ckptvault_prefect/tasks/restore.py, STEPS; a unit test compares).
 IO_STEPS: tuple[Callable[..., object], ...] = (
     download_one, fetch_range, download_guarded, fetch_range_guarded, request_thaw, wait_for_thaw, record,
@@ -160,7 +161,7 @@ def complete(
     done_result = replace(begun, status="restored", pointer=pointer, replaced=aside, bytes=manifest.total_bytes,
                           files=len(manifest.files), fallbacks=fallbacks, message=unrecorded)  # fmt: skip
     # Durable and in place, and recorded (or the result says why not): what the user is told cannot change
-    # any more (ckptvault/early_result.py). What follows only tells others of it, so nothing that fails in
+    # any more (ckptvault/command/early_result.py). What follows only tells others of it, so nothing that fails in
     # it fails the restore: a warm command line's user has already gone on with this result.
     early_result.announce(done_result)
     if catalog is not None and recorded:

@@ -15,16 +15,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ckptvault import manifest_load
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import Manifest
 from ckptvault.restore import from_manifests
 from ckptvault.restore.from_manifests import RunHistory
 from ckptvault.restore.plan import ObjectPlan, plan_present
 from ckptvault.restore.resolve import RestoreError
-from ckptvault.store import ObjectStore
+from ckptvault.store import ObjectStore, manifest_load
 
 PRIMARY = "primary"
 
@@ -153,8 +152,8 @@ def open_copies(cfg: Config) -> list[Copy]:
     """Every store a save may be read from, the primary first then `[[replicas]]` in order, each opened
     and its bucket checked once (one HEAD, botocore's quick client): a store that fails is a Copy without
     a store, saying why, so a restore goes on from another. Within one command a store already checked
-    is not checked again (ckptvault/memo.py)."""
-    from ckptvault import memo
+    is not checked again (ckptvault/command/memo.py)."""
+    from ckptvault.command import memo
     from ckptvault.store import StoreError
 
     out = []
@@ -203,13 +202,13 @@ def survey(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyS
 
 
 def survey_once(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyStatus]:
-    """`survey`, once per command (ckptvault/memo.py, `remembered`): `ckptvault restore` surveys the copies
+    """`survey`, once per command (ckptvault/command/memo.py, `remembered`): `ckptvault restore` surveys the copies
     to choose one and print the estimate (exit 2 when none is usable), then its flow, in the same process
     ~0.2 s later, surveys the same save of the same copies again. Keyed on each copy's name, store object,
     prefix and problem, in order, and the run, step and save, within memo.READ_MAX_AGE_S: the flow gets the
     command line's snapshot, from which it already chose. A survey that raised is not remembered.
     Outside a command (a deployment's flow run) every call surveys."""
-    from ckptvault import memo
+    from ckptvault.command import memo
 
     key = ("survey", tuple((c.name, memo.Same(c.store), c.prefix, c.problem) for c in copies), run, step, save)
     return list(memo.remembered(key, lambda: survey(copies, run, step, save)))  # a list of the caller's own

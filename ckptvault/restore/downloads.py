@@ -1,6 +1,6 @@
 """A restore into one directory: every file downloaded into a staging directory beside the
 destination, verified, then renamed into place; on any failure the staging directory is removed and
-the destination is untouched. Each call is run by the submitter (ckptvault/submitter.py).
+the destination is untouched. Each call is run by the submitter (ckptvault/transfer/submitter.py).
 
 A small file is one call; a big one (over `[scale] split_size_mb`) is made at its size, fetched as
 range calls spread over the workers, then verified whole (ckptvault/restore/ranged.py).
@@ -11,14 +11,14 @@ from __future__ import annotations
 from functools import partial
 from pathlib import Path
 
-from ckptvault.manifest import Manifest
-from ckptvault.progress import ProgressBar
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.restore import ranged
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.steps import discard, download_one, finalize, staging_dir, write_pointer
 from ckptvault.store import FetchedRange, ObjectStore
-from ckptvault.submitter import Pending, Submitter, settle
+from ckptvault.transfer.progress import ProgressBar
+from ckptvault.transfer.submitter import Pending, Submitter, settle
 
 
 def restore_into(

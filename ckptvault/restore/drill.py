@@ -43,8 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import CheckpointState, Event
+from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.errors import AlreadyAlerted, InvalidArgumentError
 from ckptvault.restore import loadcheck
 from ckptvault.restore.copies import PRIMARY
@@ -299,7 +298,7 @@ class DrillReport:
     drilled: tuple[DrillResult, ...]
     pending: tuple[Key, ...]  # (run, step, save) still thawing: the next drill selects them again
     coverage: Coverage  # after this drill's events: what the next drill starts from
-    # drilled saves whose objects lost the Object Lock ckptvault set (ckptvault/lock_drift.py), with why
+    # drilled saves whose objects lost the Object Lock ckptvault set (ckptvault/objectlock/drift.py), with why
     lock_drift: tuple[tuple[Key, tuple[str, ...]], ...] = ()
 
     @property
@@ -307,7 +306,7 @@ class DrillReport:
         return tuple(r for r in self.drilled if not r.ok)
 
     def ledger_counts(self) -> dict[str, float]:
-        """What the metrics' ledger counts of this drill (ckptvault/ledger.py): the bytes of every save
+        """What the metrics' ledger counts of this drill (ckptvault/observe/ledger.py): the bytes of every save
         drilled, passed or not, and the seconds they took (for `ckptvault_drill_bytes_total` etc.)."""
         return {"drill_bytes": float(sum(r.bytes for r in self.drilled)),
                 "drill_seconds": float(sum(r.seconds for r in self.drilled))}  # fmt: skip

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ckptvault import humanize
 from ckptvault.catalog import Event
-from ckptvault.manifest import Manifest
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.pricing import PriceTable
 from ckptvault.restore.plan import ObjectPlan
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from ckptvault import timing
-from ckptvault.manifest import Manifest
-from ckptvault.progress import ProgressBar
+from ckptvault.checkpoint.manifest import Manifest
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault.restore import ranged
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.plan import ObjectPlan
@@ -40,8 +40,8 @@ from ckptvault.store import (
     StoreError,
     TransientStoreError,
 )
-from ckptvault.submitter import Pending, Submitter, settle
-from ckptvault.timing import phase
+from ckptvault.transfer.progress import ProgressBar
+from ckptvault.transfer.submitter import Pending, Submitter, settle
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptvault import events as event_builders
-from ckptvault import memo
 from ckptvault.catalog import Catalog, CheckpointState, Event, fold
+from ckptvault.catalog import events as event_builders
+from ckptvault.catalog.saves import replay_supersedes
+from ckptvault.command import memo
 from ckptvault.restore.estimate import restore_throughput
-from ckptvault.saves import replay_supersedes
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def read_run(catalog: Catalog, run: str) -> RunHistory:
 
 
 def read_run_once(catalog: Catalog, run: str) -> RunHistory:
-    """`read_run`, once per command (ckptvault/memo.py, `remembered`): with a Prefect API, `ckptvault
+    """`read_run`, once per command (ckptvault/command/memo.py, `remembered`): with a Prefect API, `ckptvault
     restore` reads the run to exit 2 on bad input before a flow run exists, then its flow, in the same
     process ~0.2 s later, reads it again to resolve the step and save the command line already resolved
     and passes it: that second read is the first's snapshot, for the same store object, prefix and run,

@@ -1,5 +1,5 @@
 """The node-local restore protocol (`restore --node-local`): each node's files onto that node's own
-disk, every step run on that node's worker by the submitter (ckptvault/submitter.py, `node=`; the
+disk, every step run on that node's worker by the submitter (ckptvault/transfer/submitter.py, `node=`; the
 per-node steps are ckptvault/restore/nodes.py).
 
 Nothing is renamed into place on any node until every file on every node is verified; node 0 (the
@@ -15,10 +15,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config
-from ckptvault.manifest import Manifest
-from ckptvault.placement import require_workers
-from ckptvault.progress import ProgressBar
 from ckptvault.restore.nodes import (
     PartialRestoreError,
     discard_on_node,
@@ -34,7 +32,9 @@ from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.steps import download_one, write_pointer
 from ckptvault.store import ObjectStore
-from ckptvault.submitter import Submitter, settle
+from ckptvault.transfer.placement import require_workers
+from ckptvault.transfer.progress import ProgressBar
+from ckptvault.transfer.submitter import Submitter, settle
 
 
 def restore_on_nodes(

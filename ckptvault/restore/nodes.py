@@ -1,7 +1,7 @@
 """Restoring a node-local checkpoint onto each node's own disk (`ckptvault restore --node-local`).
 
 The placement recorded in the manifest at ingest (for older manifests, the run's `[[sources]]` entry:
-`locality = "node"`, its `node_pattern`; ckptvault.placement.Placement) says where each file lives,
+`locality = "node"`, its `node_pattern`; ckptvault.transfer.placement.Placement) says where each file lives,
 so a restore puts each file back on the node that wrote it, at
 `--dest` as that node sees it (`${CKPTVAULT_NODE}` in it replaced by the node's name). Each node's
 worker checks its destination, stages into a directory beside it, downloads its files there, and
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import NODE_PLACEHOLDER, Config, expand_node
-from ckptvault.manifest import Manifest
-from ckptvault.placement import Placement
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.steps import check_destination, discard, finalize, staging_dir
+from ckptvault.transfer.placement import Placement
 
 
 def placement_for(cfg: Config, run: str) -> Placement:

@@ -9,10 +9,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ckptvault import manifest_load
-from ckptvault.manifest import Manifest, ManifestError, checkpoint_prefix, safe_relpath
+from ckptvault.checkpoint.manifest import Manifest, ManifestError, checkpoint_prefix, safe_relpath
 from ckptvault.restore.resolve import RestoreError
-from ckptvault.store import ObjectStore
+from ckptvault.store import ObjectStore, manifest_load
 
 ARCHIVAL = frozenset({"GLACIER", "DEEP_ARCHIVE"})  # must be thawed before a GET; GLACIER_IR need not
 _ONGOING = re.compile(r'ongoing-request\s*=\s*"(true|false)"')

@@ -18,14 +18,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptvault import preallocate
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.checksum import crc32c_combine, from_b64, to_b64
-from ckptvault.manifest import Manifest
-from ckptvault.ranges import ranges, splits
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.steps import set_attributes, staged_path
-from ckptvault.store import ChecksumMismatchError, FetchedRange, ObjectStore, ProgressFn, TransientStoreError
+from ckptvault.store import (
+    ChecksumMismatchError,
+    FetchedRange,
+    ObjectStore,
+    ProgressFn,
+    TransientStoreError,
+    preallocate,
+)
+from ckptvault.transfer.ranges import ranges, splits
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ def by_file(split: Sequence[ObjectPlan], fetched: Sequence[FetchedRange]) -> lis
 
 def allocate(plan: ObjectPlan, into: Path, manifest: Manifest) -> str:
     """Create the split file in the staging directory at its full size for its ranges, its blocks
-    reserved where the filesystem can (ckptvault/preallocate.py)."""
+    reserved where the filesystem can (ckptvault/store/preallocate.py)."""
     target = staged_path(into, plan, manifest)
     target.parent.mkdir(parents=True, exist_ok=True)
     # O_EXCL: a second allocate (a task run again) must fail, never truncate bytes ranges already wrote

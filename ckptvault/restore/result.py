@@ -32,7 +32,7 @@ class RestoreResult:
     fallbacks: tuple[dict[str, str], ...] = ()
 
     def ledger_counts(self, seconds: float) -> dict[str, float]:
-        """What the metrics' ledger counts of this restore (ckptvault/ledger.py), `seconds` being how long
+        """What the metrics' ledger counts of this restore (ckptvault/observe/ledger.py), `seconds` being how long
         it spent bringing the bytes back: nothing for one still thawing (its bytes come with the restore that
         ends it)."""
         if self.status != "restored":

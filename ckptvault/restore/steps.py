@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ckptvault.manifest import Manifest
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.restore.estimate import Estimate as Estimate
 from ckptvault.restore.estimate import estimate as estimate
 from ckptvault.restore.estimate import restore_throughput as restore_throughput

@@ -24,7 +24,7 @@ the page cache as before; `[store] direct_io = false` turns direct writes off. B
 handed to the kernel for writeback as soon as they are written (sync_file_range where Linux has it),
 so the fsync before the rename into place finds little left to flush.
 
-On ext4 and XFS each file's blocks are reserved before its first GET (ckptvault/preallocate.py): on ext4
+On ext4 and XFS each file's blocks are reserved before its first GET (ckptvault/store/preallocate.py): on ext4
 a direct write into a hole holds the inode lock until its I/O completes, so one big file's ranges would
 reach the disk one write at a time; into reserved blocks they are overwrites, under a shared lock.
 
@@ -54,9 +54,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from ckptvault import preallocate, timing
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
+from ckptvault.clock import timing
 from ckptvault.errors import InvalidArgumentError
+from ckptvault.store import preallocate
 from ckptvault.store.botocore_errors import error_code, is_transient, translate
 from ckptvault.store.errors import ChecksumMismatchError, StoreError, TransientStoreError
 from ckptvault.store.port import FetchedRange, ProgressFn
@@ -348,7 +349,7 @@ def _fetch_once(req: DownloadRequest, target: _Target, buf: memoryview, r: _Rang
                 got += n
             if not got:
                 break
-            if off == r.start:  # `--profile`'s first_byte: a GET body's first chunk read (ckptvault/timing.py)
+            if off == r.start:  # `--profile`'s first_byte: a GET body's first chunk read (ckptvault/clock/timing.py)
                 timing.mark(timing.FIRST_BYTE)
             view = buf[:got]
             crc = crc32c_update(view, crc)

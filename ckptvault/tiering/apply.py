@@ -20,16 +20,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import CheckpointState, Event
-from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import (
+from ckptvault.catalog import CheckpointState, Event, events
+from ckptvault.checkpoint.manifest import (
     MANIFEST_NAME,
     VALIDATION_NAME,
     Manifest,
     checkpoint_prefix,
     safe_relpath,
 )
+from ckptvault.errors import CkptvaultError
 from ckptvault.store import ObjectFrozenError, ObjectInfo, ObjectStore, StoreError, lifecycle
 from ckptvault.tiering.policy import expiry_postponed
 

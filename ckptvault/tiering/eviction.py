@@ -12,9 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptvault import events
-from ckptvault.catalog import Event
-from ckptvault.manifest import (
+from ckptvault.catalog import Event, events
+from ckptvault.checkpoint.manifest import (
     CODEC_NONE,
     FileEntry,
     Manifest,

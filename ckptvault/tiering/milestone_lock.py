@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ckptvault import events
-from ckptvault.catalog import CheckpointState, Event
+from ckptvault.catalog import CheckpointState, Event, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import LockConfig, PolicyConfig
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
-from ckptvault.save_lock import retain_until
+from ckptvault.objectlock.save_lock import retain_until
 from ckptvault.store import ObjectStore, Retention
 from ckptvault.tiering.policy import milestone_lock_days
 

@@ -22,7 +22,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     import time
 
     from ckptvault.catalog import LIFECYCLE_STATES, Catalog
-    from ckptvault.listing import SINCE_EXAMPLES, parse_since, render_table, select
+    from ckptvault.catalog.listing import SINCE_EXAMPLES, parse_since, render_table, select
 
     since = None
     if args.since is not None:
@@ -122,10 +122,10 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     from ckptvault.catalog import Catalog
 
     cfg, store = preflight_store(args, need_sources=False)
-    from ckptvault import events as event_builders
+    from ckptvault.catalog import events as event_builders
     from ckptvault.catalog import fold
-    from ckptvault.progress import ProgressBar
-    from ckptvault.saves import replay_supersedes
+    from ckptvault.catalog.saves import replay_supersedes
+    from ckptvault.transfer.progress import ProgressBar
 
     catalog = Catalog(store, cfg.store.prefix)
     # on stderr, and only on a terminal: --json keeps stdout one document
@@ -161,8 +161,7 @@ def cmd_accept(args: argparse.Namespace) -> int:
     """Release a quarantined checkpoint after human review; the next ingest uploads it."""
     import getpass
 
-    from ckptvault import events
-    from ckptvault.catalog import Catalog
+    from ckptvault.catalog import Catalog, events
 
     cfg, store = preflight_store(args, need_sources=False)
     catalog = Catalog(store, cfg.store.prefix)

@@ -10,7 +10,7 @@ from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight_store
 
 def cmd_catalog_compact(args: argparse.Namespace) -> int:
     from ckptvault.catalog import Catalog
-    from ckptvault.progress import ProgressBar
+    from ckptvault.transfer.progress import ProgressBar
 
     runs = args.runs
     if runs is not None and not all(runs):

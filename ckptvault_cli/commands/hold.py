@@ -1,5 +1,5 @@
 """`ckptvault hold` and `ckptvault release`: a legal hold on every object of a committed save
-(ckptvault/legal_hold.py), recorded in the catalog with the reason and the user."""
+(ckptvault/objectlock/legal_hold.py), recorded in the catalog with the reason and the user."""
 
 from __future__ import annotations
 
@@ -21,11 +21,10 @@ def cmd_release(args: argparse.Namespace) -> int:
 def _hold(args: argparse.Namespace, *, on: bool) -> int:
     import getpass
 
-    from ckptvault import events
     from ckptvault.alerts import kinds
     from ckptvault.alerts.sending import send_alerts
-    from ckptvault.catalog import Catalog
-    from ckptvault.legal_hold import HoldError, set_legal_hold
+    from ckptvault.catalog import Catalog, events
+    from ckptvault.objectlock.legal_hold import HoldError, set_legal_hold
 
     cfg, store = preflight_store(args, need_sources=False)
     catalog = Catalog(store, cfg.store.prefix)

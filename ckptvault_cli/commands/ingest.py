@@ -8,8 +8,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ckptvault import timing
-from ckptvault.timing import phase
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault_cli import process, running
 from ckptvault_cli.output import emit_json, jsonable, say
 from ckptvault_cli.preflight import (

@@ -45,8 +45,8 @@ def check_push_url(url: str) -> str:
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
-    from ckptvault import metrics
     from ckptvault.catalog import Catalog
+    from ckptvault.observe import metrics
     from ckptvault.pricing import PriceError
 
     textfile = check_textfile(args.textfile) if args.textfile else None

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptvault import timing
-from ckptvault.timing import phase
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault_cli import process, running
 from ckptvault_cli.output import EXIT_PIPE, emit_json, let_go_of_closed_stdout, say
 from ckptvault_cli.preflight import (
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 def cmd_restore(args: argparse.Namespace) -> int:
     with phase(timing.IMPORTS):
         from ckptvault.catalog import Catalog
-        from ckptvault.memo import load_config
+        from ckptvault.command.memo import load_config
         from ckptvault.pricing import load_prices
         from ckptvault.restore import copies as copies_lib
         from ckptvault.restore import from_manifests
@@ -146,7 +146,7 @@ def _released_when_final(
     args: argparse.Namespace, label: str, step: int, save: int, choice: RunnerChoice
 ) -> Iterator[None]:
     """In a warm child (ckptvault_cli/early_exit.py): once the restore's result is final (its bytes
-    durable in place and recorded: ckptvault/early_result.py), print it, end `--profile`'s breakdown
+    durable in place and recorded: ckptvault/command/early_result.py), print it, end `--profile`'s breakdown
     there, and give the user the exit code; the alert, the ledger and the flow run's end go on after.
     A cold process: nothing (it prints the result at its end, as always). Nor when the restore starts
     processes of its own that would hold the user's streams open past the release (a local Dask
@@ -157,7 +157,7 @@ def _released_when_final(
     if not early_exit.armed() or own_processes:
         yield
         return
-    from ckptvault import early_result
+    from ckptvault.command import early_result
     from ckptvault_cli import profiling
 
     def report(result: object) -> int | None:
@@ -206,7 +206,7 @@ def _restore_here(
     the result, or the exception it ended with, alerted as a failed restore flow would be."""
     from ckptvault.alerts import kinds as alerts
     from ckptvault.restore import complete
-    from ckptvault.submitter import Threads
+    from ckptvault.transfer.submitter import Threads
 
     process.imports_done()
     started = time.monotonic()
@@ -243,7 +243,7 @@ def _alert_failed(cfg: Config, catalog: Catalog | None, plan: Chosen, e: Excepti
 
     if catalog is None:
         return
-    from ckptvault import ledger
+    from ckptvault.observe import ledger
 
     # `ckptvault_restore_failures_total{error_class}` (docs/metrics.md), as the flow's failure hook counts it
     counts = {ledger.counter_key("restore_failures", type(e).__name__): 1.0}

@@ -23,8 +23,8 @@ def start_metrics(cfg: Config, store: ObjectStore) -> WSGIServer | None:
     the test that points a real Prometheus at it calls)."""
     if cfg.metrics.port is None:
         return None
-    from ckptvault import metrics
     from ckptvault.catalog import Catalog
+    from ckptvault.observe import metrics
     from ckptvault.pricing import PriceError
     from ckptvault_cli.output import say
 

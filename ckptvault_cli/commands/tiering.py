@@ -14,8 +14,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import time
 
     from ckptvault.catalog import Catalog
+    from ckptvault.objectlock.save_lock import bucket_lock
     from ckptvault.pricing import load_prices
-    from ckptvault.save_lock import bucket_lock
     from ckptvault.tiering.milestone_lock import would_extend
     from ckptvault.tiering.policy import plan
     from ckptvault.tiering.replica_selection import unreplicated

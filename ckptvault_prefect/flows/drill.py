@@ -16,7 +16,6 @@ from prefect.runtime import flow_run
 
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog, Event
-from ckptvault.progress import ProgressBar
 from ckptvault.restore.copies import PRIMARY, Copy
 from ckptvault.restore.drill import (
     DrillFailed,
@@ -29,6 +28,7 @@ from ckptvault.restore.drill import (
     render_markdown,
 )
 from ckptvault.restore.steps import checkpoint_name
+from ckptvault.transfer.progress import ProgressBar
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.tasks.common import (

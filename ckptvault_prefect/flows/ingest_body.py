@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import time
 
-from ckptvault import timing
 from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault.config import Config
 from ckptvault.ingest import narrow
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import IngestIncomplete, Outcome, ledger_counts
 from ckptvault.store import ObjectStore
-from ckptvault.timing import phase
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.ingest import IngestSubmitter
 from ckptvault_prefect.tasks.common import (

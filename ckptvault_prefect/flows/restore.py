@@ -21,16 +21,17 @@ from prefect.runtime import deployment, flow_run
 from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from ckptvault import humanize, timing
+from ckptvault import humanize
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import Catalog
+from ckptvault.clock import timing
+from ckptvault.clock.timing import phase
 from ckptvault.errors import CkptvaultError
 from ckptvault.pricing import load_prices
 from ckptvault.restore import copies as copies_lib
 from ckptvault.restore import steps as lib
 from ckptvault.restore.complete import Chosen, complete
 from ckptvault.restore.result import RestoreResult
-from ckptvault.timing import phase
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.restore import restore_submitter

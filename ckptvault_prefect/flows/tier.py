@@ -8,9 +8,8 @@ from dataclasses import replace
 from prefect import flow
 from prefect.runtime import flow_run
 
-from ckptvault import events
 from ckptvault.alerts import kinds as alerts
-from ckptvault.catalog import Catalog, Event
+from ckptvault.catalog import Catalog, Event, events
 from ckptvault.pricing import load_prices
 from ckptvault.tiering.apply import Observation, Scheduled
 from ckptvault.tiering.cost import class_map

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ckptvault import ledger
 from ckptvault.alerts import kinds as alerts
 from ckptvault.alerts.sending import send_alerts
 from ckptvault.config import load_config
 from ckptvault.errors import AlreadyAlerted
+from ckptvault.observe import ledger
 from ckptvault.store import open_store
 from ckptvault_prefect.tasks.notify import load_secret
 

@@ -7,7 +7,7 @@ from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
 from ckptvault.ingest.uploads import DATA_PATH
-from ckptvault.submitter import Pending, Threads
+from ckptvault.transfer.submitter import Pending, Threads
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.ingest import STEPS
 from ckptvault_prefect.tasks.step import in_direct_mode

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from ckptvault.restore import complete
-from ckptvault.submitter import Submitter, Threads
+from ckptvault.transfer.submitter import Submitter, Threads
 from ckptvault_prefect.runtime.scale import worker_resources
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
 from ckptvault_prefect.tasks.restore import STEPS

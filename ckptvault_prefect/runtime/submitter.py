@@ -1,4 +1,4 @@
-"""The library's Submitter (ckptvault/submitter.py) as the flows run it: each library call as the
+"""The library's Submitter (ckptvault/transfer/submitter.py) as the flows run it: each library call as the
 Prefect task that wraps it, with that task's retries and task run, pinned to a node's Dask worker
 when asked; in direct mode (ckptvault_prefect/tasks/step.py) the same steps as plain calls."""
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
-from ckptvault.submitter import Pending
+from ckptvault.transfer.submitter import Pending
 from ckptvault_prefect.runtime.scale import pinned, worker_resources
 from ckptvault_prefect.tasks.step import Step, in_direct_mode
 

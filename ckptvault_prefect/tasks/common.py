@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckptvault import ledger, memo
 from ckptvault.catalog import COMPACT_SECONDS, Catalog, CheckpointState, Event
+from ckptvault.command import memo
 from ckptvault.config import Config
+from ckptvault.observe import ledger
 from ckptvault.restore.plan import load_manifest
 from ckptvault.store import ObjectStore
 from ckptvault_prefect.tasks.retry import io_task, local_task
@@ -14,7 +15,7 @@ from ckptvault_prefect.tasks.retry import io_task, local_task
 
 @local_task("load-config")
 def load_config_task(config_path: str | None) -> Config:
-    # once per command: the command line read it a moment ago in this process (ckptvault/memo.py)
+    # once per command: the command line read it a moment ago in this process (ckptvault/command/memo.py)
     return memo.load_config(config_path)
 
 

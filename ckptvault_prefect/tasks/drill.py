@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ckptvault import lock_drift
 from ckptvault.catalog import CheckpointState
+from ckptvault.objectlock import drift
 from ckptvault.restore import drill as lib
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
@@ -31,5 +31,5 @@ def coverage_task(
 
 
 lock_drift_task = io_task("lock-drift", task_run_name="lock-drift-{state.run}-{state.step}-{state.save}")(
-    lock_drift.lock_drift
+    drift.lock_drift
 )

@@ -6,15 +6,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ckptvault import memo
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import FileEntry
+from ckptvault.command import memo
 from ckptvault.config import Compression, SourceConfig, StoreConfig
 from ckptvault.ingest import narrow, nodes, quality
 from ckptvault.ingest import steps as lib
 from ckptvault.ingest.discovery import DiscoveryResult, Found
-from ckptvault.manifest import FileEntry
-from ckptvault.manifest_load import load_manifest
 from ckptvault.store import ObjectStore, ProgressFn, SplitUpload
+from ckptvault.store.manifest_load import load_manifest
 from ckptvault_prefect.tasks.common import record_task
 from ckptvault_prefect.tasks.retry import io_task, local_task
 from ckptvault_prefect.tasks.step import Step
@@ -23,7 +23,7 @@ from ckptvault_prefect.tasks.step import Step
 @io_task("ensure-bucket-rules")
 def ensure_bucket_rules_task(store: ObjectStore, cfg: StoreConfig) -> bool:
     """Every bucket we write to aborts incomplete multipart uploads after a day (crashed uploads);
-    checked once per command for `cfg`'s store (`follow`: every few minutes; ckptvault/memo.py)."""
+    checked once per command for `cfg`'s store (`follow`: every few minutes; ckptvault/command/memo.py)."""
     return memo.ensure_abort_rule(store, cfg, 1)
 
 

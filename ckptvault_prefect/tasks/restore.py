@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.catalog import Catalog
-from ckptvault.ledger import note_ledger
+from ckptvault.observe.ledger import note_ledger
 from ckptvault.restore import complete, fallback, from_manifests, ranged
 from ckptvault.restore import copies as copies_lib
 from ckptvault.restore import drill as drill_lib

@@ -9,16 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from ckptvault import submitter
 from ckptvault.store import TransientStoreError
-from ckptvault.submitter import RETRIES as RETRIES
-from ckptvault.submitter import RETRY_JITTER as RETRY_JITTER
+from ckptvault.transfer import submitter
+from ckptvault.transfer.submitter import RETRIES as RETRIES
+from ckptvault.transfer.submitter import RETRY_JITTER as RETRY_JITTER
 from ckptvault_prefect.tasks.step import Step
 
 if TYPE_CHECKING:
     from prefect import Task
 
-# The one retry policy of store I/O, the library's (ckptvault/submitter.py, which the command line's plain
+# The one retry policy of store I/O, the library's (ckptvault/transfer/submitter.py, which the command line's plain
 # threads follow): the delays are what prefect.tasks.exponential_backoff(backoff_factor=2) gives for
 # RETRIES retries, spelled out because this module is imported in direct mode, which imports no Prefect.
 RETRY_DELAYS: list[float] = list(submitter.RETRY_DELAYS)

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ckptvault.catalog import CheckpointState
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import PolicyConfig, ReplicaConfig
-from ckptvault.manifest import Manifest
 from ckptvault.pricing import PriceTable
 from ckptvault.store import ObjectStore
 from ckptvault.tiering import apply as tiering

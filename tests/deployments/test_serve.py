@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.deployments import local_prefect
 from tests.deployments.local_prefect import PrefectServer, wait_for

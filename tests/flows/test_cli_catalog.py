@@ -138,7 +138,7 @@ def test_catalog_stats_counts_runs_checkpoints_events_files_and_bytes_per_class(
 def test_plan_and_catalog_stats_show_each_store_and_the_replicas_egress_only_with_replicas(
     catalog_cfg: tuple[Path, Catalog], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ckptvault import events as ev
+    from ckptvault.catalog import events as ev
 
     cfg, cat = catalog_cfg
     now = time.time()

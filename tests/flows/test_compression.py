@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from ckptvault import humanize
-from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.restore.drill import DrillFailed
 from ckptvault_cli.synthetic import write_checkpoint, write_torch_zip
 from tests.integration.test_compressed_objects import decode_from_bucket

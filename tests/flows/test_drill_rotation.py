@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.manifest import checkpoint_prefix
+from ckptvault.checkpoint.manifest import checkpoint_prefix
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.config import load_config
 from ckptvault.ingest.steps import IngestIncomplete
-from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import crc32c_b64, write_config

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog, fold
+from ckptvault.catalog.saves import replay_supersedes
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
-from ckptvault.saves import replay_supersedes
 from ckptvault.store import open_store
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint

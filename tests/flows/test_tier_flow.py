@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
@@ -278,8 +278,8 @@ def test_eviction_skips_a_local_copy_rewritten_after_upload_and_evicts_the_other
     assert _local_files(hot / "checkpoint-10") == before[10]
 
     # the metrics' ledger (docs/FORMAT.md): the flows' successes and the alert delivered, folded by tier
-    from ckptvault import ledger
     from ckptvault.config import load_config
+    from ckptvault.observe import ledger
     from ckptvault.store import open_store
 
     c = load_config(str(cfg))

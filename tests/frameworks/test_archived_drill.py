@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault_cli.main import main
 from tests.frameworks.test_frameworks import NEWEST, SPECS, _config, _env, _ls
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.ingest.discovery import discover
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault_cli.main import main
 from tests.frameworks import need
 from tests.frameworks.conftest import write_run, writer

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.manifest import MANIFEST_NAME
+from ckptvault.checkpoint.manifest import MANIFEST_NAME
 from ckptvault_cli.main import main
 from tests.following import Follower
 from tests.frameworks import need

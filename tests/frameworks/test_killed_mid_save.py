@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 import pytest
 
+from ckptvault.checkpoint.manifest import MANIFEST_NAME
 from ckptvault.ingest.discovery import discover
-from ckptvault.manifest import MANIFEST_NAME
 from ckptvault_cli.main import main
 from tests.frameworks import need
 from tests.frameworks.conftest import MODULE, REPO, write_run

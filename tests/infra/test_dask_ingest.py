@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.config import SourceConfig, StoreConfig
 from ckptvault.ingest.steps import find_checkpoints, plan_upload
-from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.store import S3Store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import crc32c_b64, write_config

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.placement import Placement
+from ckptvault.transfer.placement import Placement
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe

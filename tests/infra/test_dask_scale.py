@@ -29,7 +29,7 @@ import dask.config
 import psutil
 import pytest
 
-from ckptvault.manifest import checkpoint_prefix
+from ckptvault.checkpoint.manifest import checkpoint_prefix
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import dask_probe
 from tests.dask_cluster import DaskCluster

@@ -1,5 +1,5 @@
 """infra/grafana/ckptvault.json, the Grafana dashboard (docs/metrics.md "Grafana"): every PromQL expression
-names only series ckptvault/metrics.py exports (tests/promql.py), the per-run panels follow the `run`
+names only series ckptvault/observe/metrics.py exports (tests/promql.py), the per-run panels follow the `run`
 template variable, the panels the issue asks for are there, and the layout is one Grafana can place.
 tests/integration/test_prometheus_scrape.py runs every expression on a real Prometheus too."""
 

@@ -319,7 +319,7 @@ DELETERS: dict[str, str] = {
     # ingest flow's too (GUARDED below: with "tier-only" the ingest flow's deletes nothing)
     "ckptvault/catalog/compaction.py": "_catalog/",
     "ckptvault/alerts/sending.py": "_state/",  # the alert state files a save folded (GUARDED likewise)
-    "ckptvault/ledger.py": "_state/",  # the metrics' ledger objects a record folded (GUARDED likewise)
+    "ckptvault/observe/ledger.py": "_state/",  # the metrics' ledger objects a record folded (GUARDED likewise)
     "ckptvault/tiering/apply.py": "checkpoints",  # tier --apply's expiry: the worker (tier) role only
 }
 # Besides ckptvault/tiering itself, the only module that may call the expiry: the tier flow's task.

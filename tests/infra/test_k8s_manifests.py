@@ -336,7 +336,7 @@ def test_the_dask_cluster_agrees_with_the_config_and_the_node_placement() -> Non
     """The scheduler's port, its Service and the config's dask_address name one address; every worker
     dials it; a node-local worker's resource is the name ckptvault pins that node's work to."""
     from ckptvault.config import parse_config
-    from ckptvault.placement import Placement, missing_workers
+    from ckptvault.transfer.placement import Placement, missing_workers
 
     docs = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all((DASK / "dask.yaml").read_text())}
     scheduler = docs[("Deployment", "dask-scheduler")]["spec"]["template"]["spec"]["containers"][0]

@@ -1,8 +1,8 @@
 """infra/prometheus/ckptvault-rules.yml: valid for Prometheus (`promtool check rules`), each alert firing
 when it should in `promtool test rules` (ckptvault-rules.test.yml: CkptvaultRunStale for a run that
 stopped, not for one that trains or one nobody watches), every metric an expression names exported by
-ckptvault/metrics.py (tests/promql.py), and a runbook line on every alert. promtool is Debian's `prometheus` package;
-missing it fails in CI (tests/helpers.py require_tool)."""
+ckptvault/observe/metrics.py (tests/promql.py), and a runbook line on every alert. promtool is Debian's
+`prometheus` package; missing it fails in CI (tests/helpers.py require_tool)."""
 
 from __future__ import annotations
 

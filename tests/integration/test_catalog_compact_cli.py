@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Event, encode_events, fold
+from ckptvault.catalog.listing import as_record
 from ckptvault.config import StoreConfig
-from ckptvault.listing import as_record
 from ckptvault.store import ObjectStore, open_store
 from tests.helpers import write_config
 

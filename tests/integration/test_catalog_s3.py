@@ -13,8 +13,8 @@ import pytest
 
 from ckptvault.catalog import Catalog, Event, encode_events, fold
 from ckptvault.catalog.codec import _table, _to_bytes
+from ckptvault.checkpoint.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.config import StoreConfig
-from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import ObjectStore, open_store
 
 PREFIX = "vault"

@@ -150,8 +150,8 @@ def test_a_rerun_after_a_crash_keeps_the_complete_compressed_objects(
     one replaced by other bytes of the same size are sent again. Counted in the requests the server got."""
     import dataclasses
 
+    from ckptvault.checkpoint.manifest import checkpoint_prefix
     from ckptvault.ingest import steps
-    from ckptvault.manifest import checkpoint_prefix
     from tests.faultproxy import FaultProxy
 
     endpoint = request.getfixturevalue({"seaweedfs": "seaweedfs", "ceph": "ceph", "moto": "moto_server"}[kind])
@@ -199,9 +199,9 @@ def test_a_dcp_save_uploads_compressed_with_or_without_a_readable_metadata(
     the checkpoint restores byte-identical."""
     import torch
 
+    from ckptvault.checkpoint.manifest import checkpoint_prefix
     from ckptvault.ingest import steps
     from ckptvault.ingest.discovery import discover
-    from ckptvault.manifest import checkpoint_prefix
     from tests.helpers import dcp_save, torch_weights
 
     root = tmp_path / "hot"
@@ -231,8 +231,8 @@ def test_eviction_refuses_a_wrong_compressed_object_of_the_right_size(
 ) -> None:
     """The re-check before deleting the local copy compares the store's CRC32C of a compressed object
     with the manifest's `stored_crc32c`: one flipped byte, the size unchanged, keeps the local copy."""
+    from ckptvault.checkpoint.manifest import checkpoint_prefix
     from ckptvault.ingest import steps
-    from ckptvault.manifest import checkpoint_prefix
     from ckptvault.tiering.eviction import evict_local, recheck_eviction
 
     bucket = bucket_factory(seaweedfs)

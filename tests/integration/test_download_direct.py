@@ -21,9 +21,8 @@ from typing import Any
 import pytest
 import urllib3.connection
 
-from ckptvault import preallocate
 from ckptvault.config import StoreConfig
-from ckptvault.store import S3Store, download
+from ckptvault.store import S3Store, download, preallocate
 from ckptvault.store.errors import TransientStoreError
 from tests.helpers import crc32c_b64
 
@@ -98,7 +97,7 @@ def test_the_file_s_blocks_are_reserved_before_its_first_write(
     store: S3Store, direct_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Direct writes into reserved blocks are overwrites (ext4 runs them under a shared inode lock;
-    into a hole each one would hold it exclusively until its I/O is done): ckptvault/preallocate.py."""
+    into a hole each one would hold it exclusively until its I/O is done): ckptvault/store/preallocate.py."""
     src, key, crc = _uploaded(store, direct_dir)
     real_pwrite = os.pwrite
     allocated_at_first_write: list[int] = []

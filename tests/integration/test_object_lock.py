@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config
@@ -146,7 +146,7 @@ def test_ingest_with_lock_writes_every_object_and_the_manifest_locked(
     cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
                        extra=f'[lock]\nmode = "{mode}"\ndays = 1\n')  # fmt: skip
     started = datetime.now(UTC)
-    cache = tmp_path / "cache"  # the probe's pass is remembered here (ckptvault/lock_probe_cache.py)
+    cache = tmp_path / "cache"  # the probe's pass is remembered here (ckptvault/objectlock/probe_cache.py)
     out = run_cli(cfg, "ingest", env=cli_env(any_s3, CKPTVAULT_CACHE_DIR=str(cache)))
     assert out.returncode == 0, out.stderr[-3000:]
     remembered = json.loads((cache / "lock-probe.json").read_text())["passed"]

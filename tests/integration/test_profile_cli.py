@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ckptvault.timing import OTHER
+from ckptvault.clock.timing import OTHER
 from ckptvault_cli.profiling import PHASES
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from ckptvault.checkpoint.manifest import checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault_cli.commands.serve import start_metrics
 from ckptvault_cli.main import main

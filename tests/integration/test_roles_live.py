@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
 from infra.local.roles import INGEST_TEMPLATE, REPLICA_TEMPLATE, WORKER_TEMPLATE, for_seaweedfs, render_policy
 from tests.helpers import write_config

@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 
-from ckptvault import events
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import LockConfig, ReplicaConfig
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.replication import replicate
 from ckptvault.replication.scrub import PRIMARY, Copy
 from ckptvault.replication.scrub_pass import run_scrub

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.manifest import MANIFEST_NAME
+from ckptvault.checkpoint.manifest import MANIFEST_NAME
 from tests.helpers import crc32c_b64, write_config
 from tests.integration.test_compressed_objects import decode_from_bucket
 
@@ -179,7 +179,7 @@ def abort_the_kills_uploads(client: Any, store: Any, bucket: str, prefix: str, s
     """The multipart uploads a kill left open under `prefix`: ckptvault's own abort (what the bucket's
     lifecycle rule does a day later) removes every one, and every committed save of `sources` (step ->
     its local checkpoint) stays whole. Returns how many there were."""
-    from ckptvault.manifest import checkpoint_prefix
+    from ckptvault.checkpoint.manifest import checkpoint_prefix
 
     left = incomplete_uploads(client, bucket, prefix + "/")
     assert store.abort_multipart_uploads(prefix + "/") == len(left)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config

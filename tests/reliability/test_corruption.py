@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.restore.drill import DrillFailed
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint

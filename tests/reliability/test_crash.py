@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import load_config
 from ckptvault.ingest import steps as ingest_lib
 from ckptvault.ingest.discovery import discover
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.faultproxy import FaultProxy, FaultRates

@@ -37,8 +37,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault.store.object_lock import content_md5
 from ckptvault_cli.synthetic import write_checkpoint

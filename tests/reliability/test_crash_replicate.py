@@ -43,10 +43,10 @@ import crc32c
 import pytest
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import MANIFEST_NAME
 from ckptvault.config import load_config
-from ckptvault.lock_probe_cache import ProbeCache
-from ckptvault.manifest import MANIFEST_NAME
-from ckptvault.save_lock import lock_problem
+from ckptvault.objectlock.probe_cache import ProbeCache
+from ckptvault.objectlock.save_lock import lock_problem
 from ckptvault.store import open_store
 from ckptvault_cli.main import main
 from ckptvault_cli.synthetic import write_checkpoint
@@ -212,7 +212,7 @@ def test_replicate_killed_at_stratified_random_points_then_rerun(
     assert max(len(b) for b in src.values()) > 5 * MiB  # multipart objects too
 
     # The replica's Object Lock enforcement probe passes once and is cached for its endpoint and bucket
-    # (ckptvault/lock_probe_cache.py): made here, so that no pass, the calibration's included, spends
+    # (ckptvault/objectlock/probe_cache.py): made here, so that no pass, the calibration's included, spends
     # the time of the copy the kills are timed by on it.
     cfg = load_config(str(calib))
     assert lock_problem(cfg.lock, open_store(cfg.replicas[0]), ProbeCache.of(cfg.replicas[0])) is None

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import load_config
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.helpers import write_config

@@ -1,4 +1,4 @@
-"""A Submitter (ckptvault/submitter.py) for unit tests: every call a plain call in the test's thread,
+"""A Submitter (ckptvault/transfer/submitter.py) for unit tests: every call a plain call in the test's thread,
 logged by function name and node, with failures and stand-ins injected where a test asks.
 
 `inline=True` runs a mapped call when it is submitted, as the command line's direct mode does;

@@ -302,7 +302,7 @@ def _read_old_snapshot(state: CheckpointState, without: tuple[str, ...]) -> Chec
 
 
 def test_the_lock_and_the_hold_fold_from_their_events_and_old_snapshots_read_none() -> None:
-    from ckptvault import events as ev
+    from ckptvault.catalog import events as ev
 
     evs = [
         Event("r", 1, "verified", 1.0, bytes=100, detail=json.dumps({"locked_until": 1000.0})),
@@ -322,8 +322,8 @@ def test_the_lock_and_the_hold_fold_from_their_events_and_old_snapshots_read_non
 
 
 def test_copies_fold_from_replicated_events_beside_the_saves_own_life() -> None:
-    from ckptvault import events as ev
     from ckptvault.catalog import ReplicaCopy
+    from ckptvault.catalog import events as ev
 
     def copied(at: float, store: str, cls: str, until: float | None = None) -> Event:
         e = ev.replicated("r", 1, 1, store=store, key="k", nbytes=1, seconds=0.1, storage_class=cls, retain_until=until)

@@ -1,4 +1,4 @@
-"""ckptvault/codec.py: the `shuffle-zstd` frames of docs/FORMAT.md, their index, and the choice of codec."""
+"""ckptvault/codec/: the `shuffle-zstd` frames of docs/FORMAT.md, their index, and the choice of codec."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptvault import codec
+from ckptvault.checkpoint.manifest import FileEntry, Manifest, ManifestError
 from ckptvault.checksum import file_crc32c
-from ckptvault.manifest import FileEntry, Manifest, ManifestError
 from ckptvault_cli import synthetic
 
 

@@ -1,5 +1,5 @@
 """The element size of a DCP `.distcp` file from the `.metadata` torch.distributed.checkpoint writes beside
-it (ckptvault.formats.dcp.element_bytes, ckptvault.codec_hints): real saves, read by opcodes only."""
+it (ckptvault.formats.dcp.element_bytes, ckptvault.codec.hints): real saves, read by opcodes only."""
 
 from __future__ import annotations
 

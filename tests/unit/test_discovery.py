@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.formats import FormatError
 from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
-from ckptvault.local_files import LocalFile
 from ckptvault_cli import synthetic
 from tests.helpers import simulate_run
 

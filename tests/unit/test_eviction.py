@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ckptvault.alerts import kinds as alerts
-from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
+from ckptvault.checkpoint.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.store import ObjectInfo
 from ckptvault.tiering.eviction import LocalFile, Mismatch, compare_local, compare_store, eviction_check, local_targets
 from ckptvault.tiering.report import render_applied, skipped_record

@@ -12,7 +12,7 @@ import pytest
 from ckptvault.ingest import steps as ingest_lib
 from ckptvault.ingest import uploads
 from ckptvault.restore import complete
-from ckptvault.submitter import RETRIES, Threads
+from ckptvault.transfer.submitter import RETRIES, Threads
 from ckptvault_prefect.runtime import ingest as ingest_runtime
 from ckptvault_prefect.runtime import restore as restore_runtime
 from ckptvault_prefect.runtime.submitter import TaskSubmitter

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from ckptvault.catalog import CheckpointState
+from ckptvault.checkpoint.local_files import LocalFile
+from ckptvault.checkpoint.manifest import FileEntry, Manifest
 from ckptvault.config import ValidationRules, parse_config
 from ckptvault.formats.base import Candidate as LayoutCandidate
 from ckptvault.ingest.discovery import Found
@@ -37,8 +39,6 @@ from ckptvault.ingest.gates import (
 )
 from ckptvault.ingest.judging import RuleOutcome, judge
 from ckptvault.ingest.shards import missing_in_family, parse_shard
-from ckptvault.local_files import LocalFile
-from ckptvault.manifest import FileEntry, Manifest
 
 # --- builders (shared with test_quality.py) -------------------------------------------------------
 

@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import CheckpointState, Event, fold
+from ckptvault.catalog.saves import FileDiff, diff_files, restart_point, superseded_by
+from ckptvault.checkpoint.local_files import LocalFile
+from ckptvault.checkpoint.manifest import FileEntry
 from ckptvault.ingest.decision import (
     FINAL,
     Decision,
@@ -18,9 +21,6 @@ from ckptvault.ingest.decision import (
     present_without_nodes,
     records_rejection,
 )
-from ckptvault.local_files import LocalFile
-from ckptvault.manifest import FileEntry
-from ckptvault.saves import FileDiff, diff_files, restart_point, superseded_by
 
 
 def state(step: int = 300, save: int = 1, *events: str, created: float = 1000.0, **kw: Any) -> CheckpointState:
@@ -201,7 +201,7 @@ def test_superseded_by_a_resave_and_by_a_restart() -> None:
 
 def test_replay_supersedes_finds_what_the_commits_recorded() -> None:
     """A catalog rebuilt from manifests alone learns again which saves are current."""
-    from ckptvault.saves import replay_supersedes
+    from ckptvault.catalog.saves import replay_supersedes
 
     history = [
         state(100, created=100.0),

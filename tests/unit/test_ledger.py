@@ -1,12 +1,12 @@
-"""The metrics' ledger (ckptvault/ledger.py, docs/FORMAT.md "The ledger") on the in-memory store: what each
+"""The metrics' ledger (ckptvault/observe/ledger.py, docs/FORMAT.md "The ledger") on the in-memory store: what each
 record adds, the merge of concurrent writers, the fold of closed days into the base, writers without
 deletes, unreadable objects, and the counts each flow's result gives."""
 
 from __future__ import annotations
 
-from ckptvault import ledger
 from ckptvault.ingest.steps import Outcome, ledger_counts
-from ckptvault.ledger import Entry, Ledger, counter_key, load, merge, record_ledger
+from ckptvault.observe import ledger
+from ckptvault.observe.ledger import Entry, Ledger, counter_key, load, merge, record_ledger
 from ckptvault.restore.drill import DrillReport, DrillResult
 from ckptvault.restore.result import RestoreResult
 from ckptvault.store import MemoryStore, TransientStoreError

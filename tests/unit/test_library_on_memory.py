@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from ckptvault import events
 from ckptvault.alerts.sending import load_alert_state, save_alert_state
 from ckptvault.alerts.watch import AlertState, Episode
-from ckptvault.catalog import Catalog
+from ckptvault.catalog import Catalog, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps as ingest
-from ckptvault.manifest import MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.restore import drill
 from ckptvault.restore import steps as restore
 from ckptvault.store import ChecksumMismatchError, ObjectFrozenError

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault import memo
+from ckptvault.command import memo
 from ckptvault.config import ConfigError, ReplicaConfig, StoreConfig, parse_config
 from ckptvault.replication import replicate
 from ckptvault.replication.result import ReplicateResult

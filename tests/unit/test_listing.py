@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from ckptvault.catalog import Event, fold
 from ckptvault.catalog.eventlog import gc_paused
-from ckptvault.listing import _iso, as_record, render_json, render_table
+from ckptvault.catalog.listing import _iso, as_record, render_json, render_table
 
 
 def test_render_json_is_one_list_a_save_per_line_equal_to_the_records() -> None:
@@ -66,7 +66,7 @@ def test_an_empty_listing_with_filters_names_them_not_an_empty_catalog() -> None
 
 
 def test_ls_shows_the_copies_only_where_a_save_has_replicas() -> None:
-    from ckptvault import events as ev
+    from ckptvault.catalog import events as ev
 
     rep = ev.replicated("r", 2, 1, store="ceph-dr", key="k", nbytes=1, seconds=0.1, storage_class="COLD")
     states = fold([Event("r", 1, "verified", 1.0, bytes=5), Event("r", 2, "verified", 1.0, bytes=5), rep])
@@ -85,7 +85,7 @@ def test_ls_shows_the_copies_only_where_a_save_has_replicas() -> None:
 
 
 def test_ls_shows_the_rpo_only_where_a_save_has_one() -> None:
-    from ckptvault.listing import rpo_text
+    from ckptvault.catalog.listing import rpo_text
 
     states = fold(
         [

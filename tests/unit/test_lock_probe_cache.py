@@ -1,4 +1,4 @@
-"""The Object Lock probe's memory across processes (ckptvault/lock_probe_cache.py): a pass is kept a
+"""The Object Lock probe's memory across processes (ckptvault/objectlock/probe_cache.py): a pass is kept a
 day per endpoint and bucket, a failure never, the bucket's configuration is read every time, and a
 cache file that cannot be read or written only means the probe runs. Every test points the cache at
 its own tmp_path (never the real ~/.cache)."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckptvault.config import LockConfig, StoreConfig
-from ckptvault.lock_probe_cache import MAX_AGE, ProbeCache, cache_dir, endpoint_key
-from ckptvault.save_lock import lock_problem
+from ckptvault.objectlock.probe_cache import MAX_AGE, ProbeCache, cache_dir, endpoint_key
+from ckptvault.objectlock.save_lock import lock_problem
 from ckptvault.store import LockStatus
 from ckptvault.store.memory import MemoryStore
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckptvault.catalog import EVENT_KINDS, LIFECYCLE_STATES, Catalog, Event, encode_events
+from ckptvault.catalog.listing import render_json, select
 from ckptvault.catalog.table_view import current_table, select_table
-from ckptvault.listing import render_json, select
 from tests.helpers import render_json_table
 from tests.unit.test_catalog_layout import MemStore
 

@@ -1,4 +1,4 @@
-"""What one command reads once (ckptvault/memo.py): inside `memo.command()` (the command line's every
+"""What one command reads once (ckptvault/command/memo.py): inside `memo.command()` (the command line's every
 command) the config, a store's bucket probe and its lifecycle check are made once, so the flow run in
 the command's own process does not repeat them; outside it (a deployment's flow run in a worker, a flow
 called from Python) every read is made."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ckptvault import memo
+from ckptvault.command import memo
 from ckptvault.config import parse_config
 from ckptvault.store import StoreError
 from ckptvault.store.memory import MemoryStore

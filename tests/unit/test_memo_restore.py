@@ -1,4 +1,4 @@
-"""What a restore reads once per command (ckptvault/memo.py, `remembered`): with a Prefect API the
+"""What a restore reads once per command (ckptvault/command/memo.py, `remembered`): with a Prefect API the
 command line reads the run's catalog history and surveys the copies (exit 2 on bad input before a flow
 run exists), then its flow, in the same process, reads both again. Inside `memo.command()` the second
 read (`from_manifests.read_run_once`, `copies.survey_once`) makes no store request; outside it, or for
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ckptvault import early_result, memo
 from ckptvault.catalog import Catalog
+from ckptvault.catalog.events import verified
+from ckptvault.command import early_result, memo
 from ckptvault.config import SourceConfig
-from ckptvault.events import verified
 from ckptvault.ingest import steps
 from ckptvault.restore import copies, from_manifests
 from ckptvault.restore.copies import Copy
@@ -186,7 +186,7 @@ def test_a_restore_with_its_flow_reads_the_history_and_surveys_once(
     """The whole command as with a Prefect API (the flow run in the command's process; its body run here
     in direct mode): the catalog's objects and the save's manifest are each read once, where the flow
     used to read them all again (the same command with READ_MAX_AGE_S 0)."""
-    from ckptvault.manifest import checkpoint_prefix
+    from ckptvault.checkpoint.manifest import checkpoint_prefix
     from ckptvault_cli import running
     from ckptvault_cli.main import main
 
@@ -214,7 +214,7 @@ def test_a_restore_with_its_flow_reads_the_history_and_surveys_once(
 
         monkeypatch.setattr(stores, "get_bytes", counted_get)
         dest = tmp_path / f"back-{max_age}"
-        # counted up to the result (ckptvault/early_result.py): the catalog's compaction after it reads too
+        # counted up to the result (ckptvault/command/early_result.py): the catalog's compaction after it reads too
         until_result: Counter[str] = Counter()
         with early_result.listening(lambda _, c=until_result, s=seen: c.update(s)):
             assert main(["--config", str(cfg), "restore", "r", "--step", step, "--dest", str(dest)]) == 0

@@ -1,4 +1,4 @@
-"""The Prometheus metrics from the catalog (ckptvault/metrics.py, docs/metrics.md), on the in-memory store:
+"""The Prometheus metrics from the catalog (ckptvault/observe/metrics.py, docs/metrics.md), on the in-memory store:
 the exposition text parsed back with prometheus_client's own parser and its values checked against the
 catalog's events, `catalog stats` and the per-state definitions on `CheckpointState`."""
 
@@ -11,9 +11,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ckptvault import events
-from ckptvault.catalog import Catalog, Event
-from ckptvault.metrics import MetricsOptions, MetricsServerError, registry_for, serve_metrics
+from ckptvault.catalog import Catalog, Event, events
+from ckptvault.observe.metrics import MetricsOptions, MetricsServerError, registry_for, serve_metrics
 from ckptvault.pricing import load_prices
 from ckptvault.store import MemoryStore
 
@@ -197,7 +196,7 @@ def test_thresholds_from_the_config_are_exported_for_the_rules(cat: Catalog) -> 
 
 
 def test_counters_from_the_catalog_and_the_ledger(cat: Catalog) -> None:
-    from ckptvault import ledger
+    from ckptvault.observe import ledger
 
     m = _scrape(cat)
     # every save ever committed, expired and superseded ones included (c's only save expired)

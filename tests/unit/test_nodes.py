@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.config import ConfigError, parse_config
 from ckptvault.formats.base import Candidate
 from ckptvault.ingest.discovery import Found
@@ -23,8 +24,7 @@ from ckptvault.ingest.nodes import (
     validate_gathered,
 )
 from ckptvault.ingest.steps import FileJob
-from ckptvault.local_files import LocalFile
-from ckptvault.placement import NodeError, Placement, missing_workers, require_workers
+from ckptvault.transfer.placement import NodeError, Placement, missing_workers, require_workers
 
 BASE = '[store]\nbucket = "ckpts"\n[[sources]]\nrun = "llm"\npath = "/nvme/ckpt"\nformat = "dcp"\n'
 DCP = r"__(?P<rank>\d+)_\d+\.distcp$"

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptvault.catalog import Catalog, fold
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.config import Config, LockConfig, ScaleConfig, SourceConfig, StoreConfig, ValidationRules
 from ckptvault.ingest import steps
 from ckptvault.ingest.ingest_pass import IngestPass
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
-from ckptvault.save_lock import DAY, lock_problem, retain_until, save_retention, to_extend
+from ckptvault.objectlock.save_lock import DAY, lock_problem, retain_until, save_retention, to_extend
 from ckptvault.store import LockStatus, Retention, StoreError, TransferConfig
 from ckptvault.store.memory import MemoryStore
 from ckptvault_cli.synthetic import write_checkpoint
@@ -145,8 +145,8 @@ def test_an_expiry_of_a_locked_save_is_postponed_and_deletes_nothing(tmp_path: P
 
 
 def test_a_legal_hold_covers_every_object_stops_expiry_and_is_recorded(tmp_path: Path) -> None:
-    from ckptvault import events
-    from ckptvault.legal_hold import HoldError, set_legal_hold
+    from ckptvault.catalog import events
+    from ckptvault.objectlock.legal_hold import HoldError, set_legal_hold
     from ckptvault.tiering.apply import expire
 
     store = MemoryStore("ckpts", object_lock=True)
@@ -217,7 +217,7 @@ def test_milestone_lock_days_without_a_lock_is_a_config_error_naming_both_keys()
 
 
 def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded(tmp_path: Path) -> None:
-    from ckptvault.lock_drift import lock_drift
+    from ckptvault.objectlock.drift import lock_drift
 
     store = MemoryStore("ckpts", object_lock=True)
     _ingest(tmp_path, store, LockConfig(mode="governance", days=1))
@@ -241,7 +241,7 @@ def test_lock_drift_names_each_object_whose_lock_or_hold_is_weaker_than_recorded
 
 
 def test_the_manifest_records_the_lock_it_was_committed_with_and_a_plain_save_has_no_key(tmp_path: Path) -> None:
-    from ckptvault.manifest_load import load_manifest
+    from ckptvault.store.manifest_load import load_manifest
 
     store = MemoryStore("ckpts", object_lock=True)
     _ingest(tmp_path / "a", store, LockConfig(mode="governance", days=3))
@@ -262,7 +262,7 @@ def test_the_manifest_records_the_lock_it_was_committed_with_and_a_plain_save_ha
 def test_a_manifest_lock_reads_back_and_a_malformed_one_is_refused() -> None:
     import json
 
-    from ckptvault.manifest import Manifest, ManifestError, SaveLock
+    from ckptvault.checkpoint.manifest import Manifest, ManifestError, SaveLock
 
     m = Manifest(run="r", step=1, format="hf", files=(), created_at=1.0, uploaded_at=2.0, source="/x",
                  lock=SaveLock("COMPLIANCE", 1.8e9))  # fmt: skip
@@ -373,7 +373,7 @@ def test_the_dry_run_lists_the_milestone_locks_the_apply_would_raise_from_the_ca
 
 
 def test_the_bucket_default_retention_is_reported_and_locks_what_ckptvault_writes_unlocked(tmp_path: Path) -> None:
-    from ckptvault.save_lock import bucket_lock
+    from ckptvault.objectlock.save_lock import bucket_lock
     from ckptvault.tiering.apply import expire
     from ckptvault.tiering.report import bucket_lock_line, bucket_lock_record
 
@@ -410,7 +410,7 @@ def test_a_bucket_lock_the_server_cannot_report_is_unknown_never_an_error() -> N
     import boto3
     from botocore.stub import Stubber
 
-    from ckptvault.save_lock import bucket_lock
+    from ckptvault.objectlock.save_lock import bucket_lock
     from ckptvault.store import object_lock
     from ckptvault.tiering.report import bucket_lock_line, bucket_lock_record
 

@@ -1,4 +1,4 @@
-"""A restored file's blocks reserved before its bytes are written (ckptvault/preallocate.py): on the
+"""A restored file's blocks reserved before its bytes are written (ckptvault/store/preallocate.py): on the
 real file system under tmp_path (ext4 here and in CI), and the kernel's refusals (an errno set as the
 C call would set it)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault import preallocate
+from ckptvault.store import preallocate
 
 MIB = 1024 * 1024
 BTRFS_MAGIC = 0x9123683E

@@ -21,8 +21,8 @@ from prefect.events.schemas.automations import AutomationCore, EventTrigger
 from prefect.events.schemas.events import Resource
 from prefect.events.worker import EventsWorker
 
-from ckptvault import events as catalog_events
 from ckptvault.catalog import Event as CatalogEvent
+from ckptvault.catalog import events as catalog_events
 from ckptvault.restore.drill import DrillResult
 from ckptvault.restore.result import RestoreResult
 from ckptvault_prefect.runtime import events
@@ -122,7 +122,7 @@ def test_a_drill_emits_its_failures_and_a_restore_its_end(sent: Callable[[], lis
 
 def test_tier_replicate_and_watch_emit_what_they_did(sent: Callable[[], list[Event]]) -> None:
     from ckptvault.alerts import kinds as alerts
-    from ckptvault.manifest import Manifest
+    from ckptvault.checkpoint.manifest import Manifest
     from ckptvault.replication import ReplicaPass, ReplicatedSave, ReplicateResult
 
     manifest = Manifest(run="r", step=100, format="hf", files=(), created_at=1.0, uploaded_at=2.0,

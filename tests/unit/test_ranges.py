@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptvault.ranges import MIB, ranges, split_size, splits
+from ckptvault.transfer.ranges import MIB, ranges, split_size, splits
 
 
 def test_only_files_over_a_nonzero_threshold_split() -> None:

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from ckptvault import events
+from ckptvault.catalog import events
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import ConfigError, PolicyConfig, ReplicaConfig, TierStep, parse_config
-from ckptvault.manifest import Manifest
 from ckptvault.pricing import load_prices
 from ckptvault.replication import replicate
 from ckptvault.replication.retention import install_retention, retention_problem, retention_rule

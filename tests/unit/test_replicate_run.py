@@ -8,13 +8,12 @@ import random
 
 import pytest
 
-from ckptvault import events
 from ckptvault.alerts.alert import ALL_RUNS
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import AlreadyAlerted
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.replication import (
     ReplicateIncomplete,
     ReplicateResult,

@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from ckptvault import events
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import LockConfig, ReplicaConfig
-from ckptvault.manifest import MANIFEST_NAME, VALIDATION_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.replication import replicate
 from ckptvault.store import StoreError, TransientStoreError, open_store
 from ckptvault.store.memory import MemoryStore

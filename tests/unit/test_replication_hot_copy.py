@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-from ckptvault import events
-from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.catalog import Catalog, CheckpointState, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, NodePlacement, checkpoint_prefix
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import LockConfig, ReplicaConfig
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, NodePlacement, checkpoint_prefix
 from ckptvault.replication import replicate
 from ckptvault.replication.hot_copy import HotCopyUnusable, HotFile, hot_path
 from ckptvault.store.memory import MemoryStore

@@ -1,7 +1,7 @@
 """The second half of a restore (ckptvault/restore/complete.py), as the command line without a Prefect
 API and the restore flow both run it, on the in-memory store: the bytes are in place before the
 catalog event and the alert; a failed file records nothing; and the plain-threads submitter of the
-command line (ckptvault/submitter.py `Threads`) retries exactly the steps the flow's io tasks retry."""
+command line (ckptvault/transfer/submitter.py `Threads`) retries exactly the steps the flow's io tasks retry."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from ckptvault import early_result, ledger
-from ckptvault import events as events_lib
 from ckptvault.catalog import Catalog
+from ckptvault.catalog import events as events_lib
+from ckptvault.checkpoint.manifest import Manifest
+from ckptvault.command import early_result
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest
+from ckptvault.observe import ledger
 from ckptvault.pricing import load_prices
 from ckptvault.restore import complete, copies, fallback
 from ckptvault.restore import steps as lib
@@ -26,7 +27,7 @@ from ckptvault.restore.copies import Copy
 from ckptvault.restore.resolve import Resolution, RestoreError
 from ckptvault.store import TransferConfig, TransientStoreError
 from ckptvault.store.memory import MemoryStore
-from ckptvault.submitter import RETRIES, Threads
+from ckptvault.transfer.submitter import RETRIES, Threads
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Plain
 

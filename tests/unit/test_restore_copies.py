@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from ckptvault.catalog import Catalog
+from ckptvault.checkpoint.manifest import Manifest, checkpoint_prefix
 from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest, checkpoint_prefix
-from ckptvault.progress import ProgressBar
 from ckptvault.restore import copies
 from ckptvault.restore.copies import Copy, CopyStatus, UnknownCopyError
 from ckptvault.restore.fallback import restore_from_copies
@@ -23,6 +22,7 @@ from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.store import TransferConfig, TransientStoreError
 from ckptvault.store.memory import MemoryStore
+from ckptvault.transfer.progress import ProgressBar
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Plain
 

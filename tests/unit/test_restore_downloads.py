@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import SourceConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest
-from ckptvault.progress import ProgressBar
 from ckptvault.restore import plan
 from ckptvault.restore.downloads import restore_into
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.store import TransferConfig
 from ckptvault.store.memory import MemoryStore
+from ckptvault.transfer.progress import ProgressBar
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Plain
 

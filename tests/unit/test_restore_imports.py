@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from ckptvault.catalog import Catalog
+from ckptvault.catalog.events import verified
 from ckptvault.config import SourceConfig
-from ckptvault.events import verified
 from ckptvault.ingest import steps
 from ckptvault.store.memory import MemoryStore
 from ckptvault_cli.synthetic import write_checkpoint

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.manifest import Manifest, ManifestError, NodePlacement
 from ckptvault.config import parse_config
-from ckptvault.manifest import Manifest, ManifestError, NodePlacement
-from ckptvault.placement import Placement
 from ckptvault.restore import nodes
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
+from ckptvault.transfer.placement import Placement
 
 BASE = '[store]\nbucket = "ckpts"\n'
 NODE_SOURCE = (
@@ -122,7 +122,7 @@ def test_a_failed_final_rename_puts_the_old_contents_back(tmp_path: Path) -> Non
 
 
 def test_a_download_into_a_discarded_staging_directory_is_refused(tmp_path: Path) -> None:
-    from ckptvault.manifest import Manifest
+    from ckptvault.checkpoint.manifest import Manifest
     from ckptvault.restore import steps
     from ckptvault.store.memory import MemoryStore
 

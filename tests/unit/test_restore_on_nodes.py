@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.ingest import steps
-from ckptvault.manifest import Manifest
-from ckptvault.placement import Placement
-from ckptvault.progress import ProgressBar
 from ckptvault.restore import plan
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.nodes import PartialRestoreError
 from ckptvault.restore.resolve import RestoreError
 from ckptvault.store.memory import MemoryStore
+from ckptvault.transfer.placement import Placement
+from ckptvault.transfer.progress import ProgressBar
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Call, Plain
 

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault import preallocate
+from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.checksum import crc32c_update, to_b64
-from ckptvault.manifest import Manifest
 from ckptvault.restore import ranged
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
-from ckptvault.store import ChecksumMismatchError, TransferConfig, TransientStoreError
+from ckptvault.store import ChecksumMismatchError, TransferConfig, TransientStoreError, preallocate
 from ckptvault.store.memory import MemoryStore
 
 MIB = 1024 * 1024
@@ -125,7 +124,7 @@ def test_a_range_never_creates_its_file_nor_refills_a_discarded_staging_director
 
 def test_allocate_reserves_the_file_s_blocks_before_any_range(tmp_path: Path) -> None:
     """Its ranges' direct writes then overwrite reserved blocks (a shared inode lock on ext4, not an
-    exclusive one per allocating write): ckptvault/preallocate.py."""
+    exclusive one per allocating write): ckptvault/store/preallocate.py."""
     plan = _plan("model.bin", 12 * MIB)
     staged = tmp_path / "staged"
     staged.mkdir()

@@ -99,7 +99,7 @@ def test_throughput_is_the_newest_large_restore_or_passing_drill() -> None:
 
 
 def test_the_estimate_says_bytes_classes_thaw_download_and_cost() -> None:
-    from ckptvault.manifest import FileEntry, Manifest
+    from ckptvault.checkpoint.manifest import FileEntry, Manifest
     from ckptvault.pricing import load_prices
     from ckptvault.restore.estimate import estimate
     from ckptvault.restore.plan import ObjectPlan

@@ -11,8 +11,8 @@ import pytest
 
 from ckptvault.alerts import kinds as alerts
 from ckptvault.catalog import CheckpointState, Event, fold
+from ckptvault.checkpoint.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.config import PolicyConfig, TierStep
-from ckptvault.manifest import FileEntry, Manifest, checkpoint_prefix
 from ckptvault.pricing import GB, load_prices
 from ckptvault.store import ObjectInfo
 from ckptvault.tiering.apply import (

@@ -14,12 +14,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ckptvault import events
-from ckptvault.catalog import Catalog, CheckpointState, Event
+from ckptvault.catalog import Catalog, CheckpointState, Event, events
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.config import LockConfig, ReplicaConfig
 from ckptvault.errors import InvalidArgumentError
-from ckptvault.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.replication import replicate
 from ckptvault.replication.scrub import (
     COVER_RUNS,

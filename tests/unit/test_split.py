@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.ingest.split import is_split, largest_first, part_ranges
 from ckptvault.ingest.steps import FileJob
-from ckptvault.local_files import LocalFile
 from ckptvault.store import SplitUpload, TransferConfig
 
 MiB = 2**20

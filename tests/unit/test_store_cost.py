@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ckptvault import events as ev
 from ckptvault.catalog import Event, ReplicaCopy, fold
+from ckptvault.catalog import events as ev
 from ckptvault.config import ConfigError, PolicyConfig, ReplicaConfig, StoreConfig, TierStep, parse_config
 from ckptvault.pricing import GB, PriceError, load_prices
 from ckptvault.tiering.policy import plan

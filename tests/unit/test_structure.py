@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.ingest.discovery import discover, walk
 from ckptvault.ingest.structure import check_structure
-from ckptvault.local_files import LocalFile
 from ckptvault_cli import synthetic
 from tests.helpers import simulate_run
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ckptvault import events
-from ckptvault.catalog import Event, fold
+from ckptvault.catalog import Event, events, fold
 from ckptvault.catalog.model import ReplicaCopy
 from ckptvault.config import PolicyConfig, ReplicaConfig, TierStep
 from ckptvault.pricing import GB, load_prices

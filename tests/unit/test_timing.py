@@ -1,4 +1,4 @@
-"""The phase recorder behind `--profile` (ckptvault/timing.py): exclusive time on one timeline, worker
+"""The phase recorder behind `--profile` (ckptvault/clock/timing.py): exclusive time on one timeline, worker
 threads beside it, the remainder as "other", and nothing at all while it is off. Sums are checked
 with a clock under the test's control, never against real durations."""
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ckptvault import timing
-from ckptvault.timing import OTHER, Recorder
+from ckptvault.clock import timing
+from ckptvault.clock.timing import OTHER, Recorder
 
 
 class Clock:
@@ -197,7 +197,7 @@ def test_a_mark_keeps_its_first_instant_from_any_thread_and_adds_no_time(clock: 
 def test_a_progress_bar_marks_the_first_bytes_only(clock: Clock, monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
-    from ckptvault.progress import ProgressBar
+    from ckptvault.transfer.progress import ProgressBar
 
     r = Recorder()
     monkeypatch.setattr(timing, "RECORDER", r)

@@ -216,8 +216,7 @@ def _replica_states(copied: tuple[int, ...] = ()) -> list:  # type: ignore[type-
     steps with a `replicated` event for dr."""
     from dataclasses import replace
 
-    from ckptvault import events
-    from ckptvault.catalog import Event, fold
+    from ckptvault.catalog import Event, events, fold
 
     evs = [Event("r", step, "verified", T0 + at * H, bytes=1, files=1, created_at=T0 + at * H)
            for step, at in ((100, 0), (200, 10), (300, 29))]  # fmt: skip

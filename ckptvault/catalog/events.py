@@ -10,8 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ckptvault.catalog import Event
-from ckptvault.manifest import Manifest
+from ckptvault.catalog.model import Event
+from ckptvault.checkpoint.manifest import Manifest
 
 
 def _detail(**fields: Any) -> str:

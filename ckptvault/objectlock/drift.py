@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 
 from ckptvault.catalog import CheckpointState
-from ckptvault.manifest import VALIDATION_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import VALIDATION_NAME, checkpoint_prefix
 from ckptvault.store import ObjectStore
 
 # S3 reports retain-until dates to the second (moto and Ceph round); the catalog keeps the exact float.

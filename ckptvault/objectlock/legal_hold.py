@@ -4,8 +4,8 @@ retention, and the tier flow never expires the save (ckptvault.tiering.apply.exp
 
 from __future__ import annotations
 
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import ObjectStore
 
 

@@ -1,5 +1,5 @@
 """A file of a local checkpoint, as discovery found it: what ingest uploads and what a new save is
-compared by (ckptvault/saves.py)."""
+compared by (ckptvault/catalog/saves.py)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 from ckptvault.config import LockConfig
-from ckptvault.lock_probe_cache import ProbeCache
+from ckptvault.objectlock.probe_cache import ProbeCache
 from ckptvault.store import LockStatus, ObjectStore, Retention, StoreError
 
 DAY = 86_400.0
@@ -46,7 +46,7 @@ def lock_problem(
     """Why the bucket cannot hold `[lock]`'s locks (none, or a server that ignores them), with the
     fix; None when `[lock]` is off or the bucket has Object Lock and the server enforces it. The
     bucket's configuration is read every time; the enforcement probe is skipped where `cache` holds a
-    recent pass for this endpoint and bucket, and only a pass is recorded (ckptvault/lock_probe_cache.py)."""
+    recent pass for this endpoint and bucket, and only a pass is recorded (ckptvault/objectlock/probe_cache.py)."""
     if not lock.enabled:
         return None
     status = store.lock_status()

@@ -20,11 +20,11 @@ from prometheus_client import generate_latest, pushadd_to_gateway, start_http_se
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from ckptvault import ledger as ledger_lib
 from ckptvault.catalog import Catalog
 from ckptvault.catalog.summary import FleetSummary, summarize
 from ckptvault.config import Config
 from ckptvault.errors import CkptvaultError
+from ckptvault.observe import ledger as ledger_lib
 from ckptvault.pricing import PriceError, PriceTable, load_prices
 
 log = logging.getLogger("ckptvault.metrics")
@@ -76,7 +76,7 @@ _LEDGER_COUNTERS: dict[str, tuple[str, str]] = {
 
 
 def ledger_families(led: ledger_lib.Ledger) -> list[Metric]:
-    """The counters and last successes the ledger holds (ckptvault/ledger.py). Every counter family is
+    """The counters and last successes the ledger holds (ckptvault/observe/ledger.py). Every counter family is
     sent, a labelled one with the labels it has seen (none before anything happened)."""
     totals = led.totals()
     out: list[Metric] = []

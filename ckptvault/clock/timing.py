@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
-from ckptvault import process_clock
+from ckptvault.clock import process_clock
 
 __all__ = ["OTHER", "RECORDER", "Breakdown", "Recorder", "mark", "phase"]
 

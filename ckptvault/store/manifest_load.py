@@ -3,7 +3,7 @@ tier and restore passes act on what it lists. Neither reads it any other way."""
 
 from __future__ import annotations
 
-from ckptvault.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, Manifest, ManifestError, checkpoint_prefix
 from ckptvault.store import ObjectStore
 
 

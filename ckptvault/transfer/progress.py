@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, TextIO
 
-from ckptvault import timing
+from ckptvault.clock import timing
 
 
 class ProgressBar:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ckptvault.checkpoint.manifest import NodePlacement
 from ckptvault.config import SourceConfig
 from ckptvault.errors import CkptvaultError
-from ckptvault.manifest import NodePlacement
 
 
 class NodeError(CkptvaultError):

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ckptvault import humanize
-from ckptvault.catalog import CheckpointState, ReplicaCopy
+from ckptvault.catalog.model import CheckpointState, ReplicaCopy
 
 
 def _iso(t: float | None) -> str | None:

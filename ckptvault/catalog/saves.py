@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ckptvault.catalog import CheckpointState
-from ckptvault.local_files import LocalFile
-from ckptvault.manifest import FileEntry
+from ckptvault.catalog.model import CheckpointState
+from ckptvault.checkpoint.local_files import LocalFile
+from ckptvault.checkpoint.manifest import FileEntry
 
 # mtimes that differ by less than this are the same: a manifest's float mtime has been through JSON
 # and some file systems round to microseconds (as tiering's eviction check does).

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ckptvault.checksum import StreamHasher, crc32c_update, to_b64
-from ckptvault.codec_hints import header_hint, header_typesize
+from ckptvault.codec.hints import header_hint, header_typesize
 from ckptvault.errors import CkptvaultError
 
 if TYPE_CHECKING:
