@@ -212,3 +212,24 @@ def wait_for(what: str, check: Any, timeout: float, interval: float = 1.0) -> An
                 return last
         time.sleep(interval)
     raise AssertionError(f"{what}: not within {timeout:.0f} s (last value: {last!r})")
+
+
+def page_text(driver: Any) -> str:
+    """Everything the page shows, as a person reads it."""
+    from selenium.webdriver.common.by import By
+
+    text: str = driver.find_element(By.TAG_NAME, "body").text
+    return text
+
+
+def ui_wait(what: str, check: Any, timeout: float = 60, interval: float = 0.5) -> Any:
+    """wait_for, where an element the Vue UI re-rendered under us counts as "not yet", not as a failure."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def tolerant() -> Any:
+        try:
+            return check()
+        except StaleElementReferenceException:
+            return None
+
+    return wait_for(what, tolerant, timeout, interval)

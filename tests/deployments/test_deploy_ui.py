@@ -30,9 +30,8 @@ import pytest
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault_cli.synthetic import write_checkpoint
 from tests import servers
-from tests.browser import chromium
 from tests.deployments import local_prefect
-from tests.deployments.local_prefect import PrefectServer, wait_for
+from tests.deployments.local_prefect import PrefectServer, page_text, ui_wait
 from tests.helpers import write_config
 
 pytestmark = pytest.mark.timeout(900)
@@ -190,32 +189,6 @@ def test_worker_ran_ingest_and_an_on_demand_restore(stack: Stack, seaweedfs: Any
 # ---------------------------------------------------------------------------------------------- browser
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    with chromium(tmp_path) as driver:  # tests/browser.py: skipped outside CI without Chromium, failed in CI
-        yield driver
-
-
-def _body(driver: Any) -> str:
-    from selenium.webdriver.common.by import By
-
-    text: str = driver.find_element(By.TAG_NAME, "body").text
-    return text
-
-
-def ui_wait(what: str, check: Any, timeout: float) -> Any:
-    """wait_for, where an element the Vue UI re-rendered under us counts as "not yet", not as a failure."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    def tolerant() -> Any:
-        try:
-            return check()
-        except StaleElementReferenceException:
-            return None
-
-    return wait_for(what, tolerant, timeout)
-
-
 def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
@@ -250,7 +223,7 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
 
     def badge() -> str | None:
         badges = browser.find_elements(By.CSS_SELECTOR, "span.state-badge")
-        return badges[0].text if badges and stack.restore_run_name in _body(browser) else None
+        return badges[0].text if badges and stack.restore_run_name in page_text(browser) else None
 
     assert ui_wait("the restore run's state badge", badge, 60) == "Completed"
     shot("02-restore-run.png")
@@ -267,12 +240,12 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
 
     # The parameters the run was launched with through the API.
     open_tab("Parameters")
-    ui_wait("the restore run's parameters", lambda: str(stack.dest) in _body(browser), 60)
+    ui_wait("the restore run's parameters", lambda: str(stack.dest) in page_text(browser), 60)
     shot("03-restore-parameters.png")
     open_tab("Artifacts")
     ui_wait(
         "the restore run's artifacts",
-        lambda: "restore-estimate" in _body(browser) and "restore-result" in _body(browser),
+        lambda: "restore-estimate" in page_text(browser) and "restore-result" in page_text(browser),
         60,
     )
 
@@ -293,8 +266,8 @@ def test_ui_lists_the_deployments_and_shows_the_finished_restore(stack: Stack, b
         return bool(cards)
 
     ui_wait("the restore-result card", open_result, 30)
-    ui_wait("the restore-result artifact page", lambda: "Restored r step 200" in _body(browser), 60)
-    assert "every CRC32C verified" in _body(browser)
+    ui_wait("the restore-result artifact page", lambda: "Restored r step 200" in page_text(browser), 60)
+    assert "every CRC32C verified" in page_text(browser)
     shot("05-restore-result.png")
 
     SCREENSHOTS_KEEP.mkdir(parents=True, exist_ok=True)

@@ -39,8 +39,7 @@ from typing import Any
 import pytest
 
 from tests import servers
-from tests.browser import chromium
-from tests.deployments.local_prefect import wait_for
+from tests.deployments.local_prefect import page_text, ui_wait, wait_for
 from tests.infra.test_local_stack import TMP_PREFIX, Stack, _free_block, _ok, _reap_dead_sessions
 
 pytestmark = pytest.mark.timeout(1200)
@@ -167,32 +166,6 @@ def test_every_command_make_up_prints_works_as_printed(hour: Hour) -> None:
 # ---------------------------------------------------------------------------------------------- browser
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    with chromium(tmp_path) as driver:  # tests/browser.py: skipped outside CI without Chromium, failed in CI
-        yield driver
-
-
-def _body(driver: Any) -> str:
-    from selenium.webdriver.common.by import By
-
-    text: str = driver.find_element(By.TAG_NAME, "body").text
-    return text
-
-
-def ui_wait(what: str, check: Any, timeout: float = 60) -> Any:
-    """wait_for, where an element the Vue UI re-rendered under us counts as "not yet"."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    def tolerant() -> Any:
-        try:
-            return check()
-        except StaleElementReferenceException:
-            return None
-
-    return wait_for(what, tolerant, timeout, interval=0.5)
-
-
 def click_text(driver: Any, text: str, css: str = "*", timeout: float = 60) -> Any:
     """Click the innermost visible element whose whole text is `text`, as a person clicks a label."""
     from selenium.webdriver.common.by import By
@@ -231,7 +204,7 @@ def open_artifact(hour: Hour, driver: Any, flow_run_id: str, key: str, expect: s
         return bool(cards)
 
     ui_wait(f"the {key} card", open_card)
-    ui_wait(f"the {key} artifact's page", lambda: expect in _body(driver))
+    ui_wait(f"the {key} artifact's page", lambda: expect in page_text(driver))
 
 
 def test_ui_shows_the_demos_checkpoints(hour: Hour, browser: Any) -> None:
@@ -247,10 +220,10 @@ def test_ui_shows_the_demos_checkpoints(hour: Hour, browser: Any) -> None:
     for run in ("llama-8b-hf", "gpt-ds", "mixtral-megatron", "vit-lightning"):
         assert run in outcomes, outcomes[:2000]
     browser.get(f"{hour.ui}/runs")
-    ui_wait("the runs page lists ingest runs", lambda: "ingest" in _body(browser))
+    ui_wait("the runs page lists ingest runs", lambda: "ingest" in page_text(browser))
     shot(hour, browser, "first-hour-01-runs.png")
     open_artifact(hour, browser, first[0]["id"], "ingest-outcomes", "mixtral-megatron")
-    assert "llama-8b-hf" in _body(browser) and "vit-lightning" in _body(browser)
+    assert "llama-8b-hf" in page_text(browser) and "vit-lightning" in page_text(browser)
     shot(hour, browser, "first-hour-02-ingest-outcomes.png")
 
 
@@ -268,7 +241,7 @@ def test_ui_restore_through_the_deployments_form(hour: Hour, browser: Any) -> No
         "the restore form's run and dest fields",
         lambda: (tas := browser.find_elements(By.CSS_SELECTOR, "textarea")) and len(tas) >= 3 and tas,
     )
-    body = _body(browser)
+    body = page_text(browser)
     # the form explains itself: each parameter's description, the thaw tier's choices
     assert "The run's name" in body and "An empty or new directory" in body and "newest good save" in body
     assert "Expedited" in browser.find_element(By.CSS_SELECTOR, "select").text
@@ -286,7 +259,7 @@ def test_ui_restore_through_the_deployments_form(hour: Hour, browser: Any) -> No
         flow_run = wait_for("the flow run the form's Submit created", created, 90)
     except AssertionError:
         shot(hour, browser, "first-hour-failed-submit.png")
-        raise AssertionError(f"Submit created no flow run; the page says:\n{_body(browser)[:3000]}") from None
+        raise AssertionError(f"Submit created no flow run; the page says:\n{page_text(browser)[:3000]}") from None
     flow_run_id = flow_run["id"]
     # To its page as a person goes: the toast's "View run" (shown ~4 s), or else the run's name in the
     # deployment page's list of runs, where Submit leads
@@ -305,7 +278,7 @@ def test_ui_restore_through_the_deployments_form(hour: Hour, browser: Any) -> No
     assert ui_wait("the run's state badge", badge) == "Completed"
     shot(hour, browser, "first-hour-04-restore-run.png")
     open_artifact(hour, browser, flow_run_id, "restore-result", "every CRC32C verified")
-    assert str(dest) in _body(browser)
+    assert str(dest) in page_text(browser)
     shot(hour, browser, "first-hour-05-restore-result.png")
     assert "restore-estimate" in hour.artifacts(flow_run_id)
     hot = hour.stack.demo_dir / "hot" / "llama-8b-hf"
