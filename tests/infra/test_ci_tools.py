@@ -69,9 +69,12 @@ def test_install_asks_apt_for_the_debian_package_of_a_missing_tool(tmp_path: Pat
     sudo.unlink(missing_ok=True)
     sudo.write_text('#!/bin/sh\n[ "$1" = -n ] && shift\nexec "$@"\n')
     sudo.chmod(0o755)
+    checkov = tmp_path / "checkov"  # present, so --install leaves it alone (its own test is below)
+    checkov.write_text("#!/bin/sh\n")
+    checkov.chmod(0o755)
     proc = subprocess.run(
         ["/bin/bash", str(SCRIPT), "--install"],
-        env={**os.environ, "PATH": path},
+        env={**os.environ, "PATH": path, "CKPTVAULT_CHECKOV": str(checkov)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -93,11 +96,65 @@ def test_check_reports_every_tool_it_finds(tmp_path: Path) -> None:
     proc = subprocess.run(["/bin/bash", str(SCRIPT)], capture_output=True, text=True, timeout=120)
     lines = [ln.split(None, 1) for ln in proc.stdout.splitlines() if ln.startswith("  ")]
     assert {status for status, _ in lines} <= {"ok", "MISSING"}
-    for name in ("make", "gcc", "terraform", "kubectl", "radosgw", "chromium", "chromedriver"):
+    for name in ("make", "gcc", "terraform", "kubectl", "checkov", "radosgw", "chromium", "chromedriver"):
         assert any(rest.startswith(name + " ") for _, rest in lines), (name, proc.stdout)
     assert (proc.returncode == 0) == all(status == "ok" for status, _ in lines), proc.stdout + proc.stderr
     bad = subprocess.run(["/bin/bash", str(SCRIPT), "--bogus"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_install_puts_checkov_in_a_virtualenv_of_its_own(tmp_path: Path) -> None:
+    """--install on a machine without checkov makes a virtualenv for it alone (never .venv, whose boto3 and
+    botocore its pins would downgrade), pip-installs the pinned version there and links the entry point
+    onto PATH, where the check then finds it; a second --install changes nothing. python3 is a stand-in
+    for `-m venv` (its pip records its arguments and writes a checkov) and the real one otherwise."""
+    path = path_without("checkov", tmp_path / "bin")
+    real = shutil.which("python3")
+    assert real
+    log = tmp_path / "pip.log"
+    pip = tmp_path / "pip"  # what the stand-in venv gets as bin/pip: records, then writes the entry point
+    pip.write_text(
+        f'#!/bin/sh\necho "$*" >> {log}\n'
+        'printf \'#!/bin/sh\\necho checkov-stand-in\\n\' > "$(dirname "$0")/checkov"\n'
+        'chmod +x "$(dirname "$0")/checkov"\n'
+    )
+    python3 = tmp_path / "bin" / "python3"
+    python3.unlink(missing_ok=True)
+    python3.write_text(
+        "#!/bin/bash\n"
+        f'[[ $1 == -m && $2 == venv ]] && mkdir -p "$3/bin" && install -m 755 {pip} "$3/bin/pip" && exit 0\n'
+        f'exec {real} "$@"\n'
+    )
+    python3.chmod(0o755)
+    stand_ins = {"apt-get": f'echo "$*" >> {tmp_path / "apt.log"}', "sudo": '[ "$1" = -n ] && shift\nexec "$@"'}
+    for name, body in stand_ins.items():
+        stand_in = tmp_path / "bin" / name  # whatever else is missing on this machine: asked for, not installed
+        stand_in.unlink(missing_ok=True)
+        stand_in.write_text(f"#!/bin/sh\n{body}\n")
+        stand_in.chmod(0o755)
+    tools, links = tmp_path / "opt", tmp_path / "local-bin"
+    env = {k: v for k, v in os.environ.items() if k != "CKPTVAULT_CHECKOV"}
+    env |= {"PATH": f"{path}:{links}", "CKPTVAULT_TOOLS_DIR": str(tools), "CKPTVAULT_BIN_DIR": str(links)}
+
+    def install() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["/bin/bash", str(SCRIPT), "--install"], env=env, capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+
+    proc = install()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (version,) = [ln.split("=", 1)[1] for ln in SCRIPT.read_text().splitlines() if ln.startswith("CHECKOV_VERSION=")]
+    (call,) = log.read_text().splitlines()
+    assert call.split()[0] == "install" and call.split()[-1] == f"checkov=={version}", call
+    link = links / "checkov"
+    assert link.is_symlink() and link.resolve() == (tools / "checkov" / "bin" / "checkov").resolve()
+    assert proc.stdout.strip().splitlines()[-1] == "checkov-stand-in"  # the linked entry point ran
+    check = subprocess.run(["/bin/bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120)
+    (line,) = [ln for ln in check.stdout.splitlines() if ln.split()[1:2] == ["checkov"]]
+    assert line.split()[:3] == ["ok", "checkov", str(link)], line
+
+    again = install()
+    assert again.returncode == 0 and "checkov is already installed" in again.stdout, again.stdout + again.stderr
+    assert len(log.read_text().splitlines()) == 1  # no second pip install
 
 
 def test_ci_run_checks_the_tools_before_make_test() -> None:

@@ -36,7 +36,7 @@ EXPECTED_KINDS = {
     "hot-tier.yaml": ["PersistentVolume", "PersistentVolumeClaim"],
     "restore.yaml": ["PersistentVolumeClaim"],
     "config.yaml": ["ConfigMap", "ConfigMap"],
-    "worker.yaml": ["Deployment", "Deployment", "Job"],
+    "worker.yaml": ["Deployment", "Deployment", "Job", "NetworkPolicy"],
     "secret.example.yaml": ["Secret"],
     "kustomization.yaml": ["Kustomization"],
 }
@@ -196,7 +196,7 @@ def _tls_path(name: str, node: dict[str, Any]) -> bool:
 
 
 def test_worker_and_pool_job_agree_on_the_pool() -> None:
-    *workers, pool_job = manifests()["worker.yaml"]
+    *workers, pool_job, _policy = manifests()["worker.yaml"]
     for w in workers:
         args = w["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[:3] == ["prefect", "worker", "start"]
@@ -210,7 +210,7 @@ def test_two_workers_two_queues_two_service_accounts() -> None:
     """One worker per role's queue, each polling only its own (a worker without --work-queue polls every
     queue, and would run tier's deletes as whichever role it has); one service account per role, named as
     the Terraform trust policies name them; the tier deployment alone runs as the tier role."""
-    *workers, _ = manifests()["worker.yaml"]
+    *workers, _job, _policy = manifests()["worker.yaml"]
     queues = {w["metadata"]["name"]: _arg(w["spec"]["template"]["spec"]["containers"][0]["args"], "--work-queue")
               for w in workers}  # fmt: skip
     assert queues == {"ckptvault-worker": "default", "ckptvault-worker-tier": "tier"}
@@ -383,7 +383,7 @@ def test_kustomize_builds_offline() -> None:
     assert sorted(kinds) == sorted(
         ["Namespace", "ServiceAccount", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ConfigMap",
          "ConfigMap", "ConfigMap", "PersistentVolume", "PersistentVolumeClaim", "PersistentVolumeClaim",
-         "Deployment", "Deployment", "Job"]
+         "Deployment", "Deployment", "Job", "NetworkPolicy"]
     )  # fmt: skip
     assert "Secret" not in kinds
 
@@ -486,7 +486,7 @@ def test_images_are_pinned_and_named_in_one_place(tmp_path: Path) -> None:
 
 def test_only_flow_pods_and_dask_reach_dask(tmp_path: Path) -> None:
     objects = with_dask(tmp_path)
-    (policy,) = [d for d in objects if d["kind"] == "NetworkPolicy"]
+    (policy,) = [d for d in objects if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "dask-ingress"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     selected = policy["spec"]["podSelector"]["matchLabels"]
     dask_pods = [d for d in objects if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("dask-")]
@@ -572,7 +572,9 @@ def test_dask_speaks_only_tls_with_the_secrets_certificates(tmp_path: Path) -> N
         assert named == files, name  # every role's pair set, each a file the pod has
         if name == "dask-scheduler":
             assert _arg(c["args"], "--protocol") == "tls"
-            assert c["readinessProbe"]["httpGet"]["path"] == "/health"  # not a TCP probe on the TLS port
+            for probe in ("readinessProbe", "livenessProbe"):  # not a TCP probe on the TLS port
+                assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}, probe
+            assert {"name": "http", "containerPort": 8787} in c["ports"]
         else:
             assert c["args"][2] == address, name
     assert not [a for d in objects for a in json.dumps(d).split('"') if a.startswith("tcp://")]
@@ -590,3 +592,38 @@ def test_dask_speaks_only_tls_with_the_secrets_certificates(tmp_path: Path) -> N
     assert sec.require_encryption is True
     assert {sec.tls_ca_file, sec.tls_client_cert, sec.tls_client_key} == files
     assert sec.tls_worker_key is None and sec.tls_scheduler_key is None  # a flow pod can serve as neither
+
+
+def test_the_prefect_workers_accept_no_connections_and_report_health() -> None:
+    """The two worker Deployments: a NetworkPolicy with no ingress rule selects both pods (they only dial
+    out, to the Prefect and Kubernetes APIs), and liveness and readiness both ask the worker's /health on
+    the port its webserver listens on."""
+    *workers, _job, policy = manifests()["worker.yaml"]
+    assert policy["kind"] == "NetworkPolicy" and policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == []
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected
+    for w in workers:
+        name = w["metadata"]["name"]
+        assert selected.items() <= w["spec"]["template"]["metadata"]["labels"].items(), name
+        (c,) = w["spec"]["template"]["spec"]["containers"]
+        assert "--with-healthcheck" in c["args"], name
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        (port,) = [p for p in c["ports"] if p["name"] == "health"]
+        assert port["containerPort"] == int(env["PREFECT_WORKER_WEBSERVER_PORT"]), name
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"] == {"path": "/health", "port": "health"}, (name, probe)
+
+
+def test_only_pods_that_call_the_kubernetes_api_get_a_token(tmp_path: Path) -> None:
+    """The Prefect workers create Jobs, so their pods keep the service account token; every other pod
+    (the pool Job, the Dask pods) turns it off in its own spec or through its service account."""
+    objects = with_dask(tmp_path)
+    sas = {d["metadata"]["name"]: d for d in objects if d["kind"] == "ServiceAccount"}
+    token = {}
+    for d in objects:
+        for ps in pods(d):
+            sa_default = sas.get(ps.get("serviceAccountName", "default"), {}).get("automountServiceAccountToken", True)
+            token[d["metadata"]["name"]] = ps.get("automountServiceAccountToken", sa_default)
+    assert {name for name, mounted in token.items() if mounted} == {"ckptvault-worker", "ckptvault-worker-tier"}
+    assert len(token) == 6, token  # 2 workers, the pool Job, 3 Dask pods
