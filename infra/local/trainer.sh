@@ -7,7 +7,8 @@
 #   infra/local/trainer.sh up|down|status|clean
 #
 # env: STATE_DIR (default STATE_ROOT/trainer: PID, log), HOT (the hot tier, default DEMO_DIR/hot), EVERY (180 s),
-#      KEEP (12 checkpoints per run on the hot tier), PREFECT_API_URL (where the hook's events go; unset: the
+#      KEEP (12 checkpoints per run on the hot tier), SIZE_MIB (8 MiB per checkpoint),
+#      PREFECT_API_URL (where the hook's events go; unset: the
 #      hook starts an ingest itself, `CKPTVAULT_CONFIG` naming its config), STOP_TIMEOUT (10 s).
 set -euo pipefail
 SERVER=trainer
@@ -18,6 +19,7 @@ STATE_DIR=${STATE_DIR:-$STATE_ROOT/trainer}
 HOT=${HOT:-$DEMO_DIR/hot}
 EVERY=${EVERY:-180}
 KEEP=${KEEP:-12}
+SIZE_MIB=${SIZE_MIB:-8}
 STOP_TIMEOUT=${STOP_TIMEOUT:-10}
 PIDFILE=$STATE_DIR/trainer.pid
 LOG=$STATE_DIR/trainer.log
@@ -37,7 +39,8 @@ up() {
   echo "=== $(date -u +%FT%TZ) up (every $EVERY s, hot tier $HOT)" >>"$LOG"
   local before
   before=$(wc -l <"$LOG")
-  start_bg "$PIDFILE" "$LOG" "$python" -u -m ckptvault_cli.trainer --hot "$HOT" --every "$EVERY" --keep "$KEEP"
+  start_bg "$PIDFILE" "$LOG" "$python" -u -m ckptvault_cli.trainer --hot "$HOT" --every "$EVERY" --keep "$KEEP" \
+    --size-mib "$SIZE_MIB"
   # this start's first line (an earlier start's is in the same log)
   wait_until $((SECONDS + 30)) "the trainer's first line in $LOG" \
     "tail -n +$((before + 1)) '$LOG' | grep -q '^trainer: a save'" running ||

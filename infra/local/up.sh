@@ -33,6 +33,7 @@
 # env: STORE (seaweedfs|ceph), STORE_PORT (the store's S3 port for a new store; default its script's:
 #      8333 / 7480), PREFECT_PORT (4200), CKPTVAULT_CONFIG (a config of yours, served instead of the demo's:
 #      no trainer, no demo checkpoints), TRAINER_EVERY (180 s between two saves of a simulated run),
+#      TRAINER_SIZE_MIB (8 MiB a save),
 #      STATE_ROOT (.state), DEMO_DIR (.demo; the demo's store, config and hot tier).
 # State: STATE_ROOT/<store>/ (unless the demo's store is used), STATE_ROOT/prefect/, STATE_ROOT/worker/,
 #        STATE_ROOT/worker-tier/, STATE_ROOT/trainer/, STATE_ROOT/roles.env; DEMO_DIR/ckptvault.toml, DEMO_DIR/hot/.
@@ -234,7 +235,7 @@ fi
 say "4/4 the demo's checkpoints, the simulated trainer, a first ingest"
 if [[ -z ${CKPTVAULT_CONFIG:-} ]]; then
   DEMO_DIR=$DEMO_DIR STATE_ROOT=$STATE_ROOT "$PY_BIN" -m ckptvault_cli.demo seed || die "could not write the demo's checkpoints"
-  run_at trainer "$STATE_ROOT/trainer" up "HOT=$DEMO_DIR/hot" "EVERY=${TRAINER_EVERY:-180}" \
+  run_at trainer "$STATE_ROOT/trainer" up "HOT=$DEMO_DIR/hot" "EVERY=${TRAINER_EVERY:-180}" "SIZE_MIB=${TRAINER_SIZE_MIB:-8}" \
     "PREFECT_API_URL=$PREFECT_API_URL" "CKPTVAULT_CONFIG=$CONFIG" || die "the simulated trainer did not start (see above)"
   trainer_text="The simulated trainer ($(rel_path "$STATE_ROOT/trainer")) saves live-hf (its hook's event starts an ingest of
   that step) and live-ds (the scheduled ingest finds it) every ${TRAINER_EVERY:-180} s under $(rel_path "$DEMO_DIR/hot")."

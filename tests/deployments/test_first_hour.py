@@ -4,6 +4,8 @@ One module-scoped stack, through the real scripts on a temporary DEMO_DIR and ST
 (as tests/infra/test_local_stack.py runs them): the demo (its store, four simulated runs, ingest passes),
 then `infra/local/up.sh` (the Prefect server, the deployments, the two workers with their roles' keys, the
 simulated trainer saving every 20 s, a first ingest). Then:
+- `prefect deploy --all` made the seven deployments with their schedules, tier on its own queue, the pull
+  step resolved at run time; the Deployments page shows each with its schedule;
 - every command `make up` prints runs as printed (`make down` last);
 - the UI shows the demo's checkpoints: the first ingest run's outcomes artifact lists them;
 - a person starts the restore deployment through its form (Deployments > restore > Run > Custom run), fills
@@ -16,8 +18,8 @@ simulated trainer saving every 20 s, a first ingest). Then:
 - `make down` stops everything with no SIGKILL.
 
 The screenshots go to artifacts/ui-screenshots/ (CKPTVAULT_SCREENSHOTS_DIR overrides); docs/img/prefect-ui/
-holds the ones docs/prefect-ui.md shows. Headless Chromium as in tests/deployments/test_deploy_ui.py:
-skipped outside CI without it, failed in CI.
+holds the ones docs/prefect-ui.md shows. Headless Chromium (tests/browser.py, Debian's chromium and
+chromium-driver through Selenium): skipped outside CI without it, failed in CI (.ci/run installs both).
 """
 
 from __future__ import annotations
@@ -47,7 +49,19 @@ pytestmark = pytest.mark.timeout(1200)
 SCREENSHOTS_KEEP = Path(
     os.environ.get("CKPTVAULT_SCREENSHOTS_DIR") or servers.REPO_ROOT / "artifacts" / "ui-screenshots"
 )
-TRAINER_EVERY = 20
+# A save of each trainer run every 30 s, of 1 MiB: real work for the schedule and the hook, little load
+TRAINER_EVERY = 30
+TRAINER_SIZE_MIB = 1
+# What the Prefect 3.9 UI prints for each schedule of ckptvault_prefect/deployments/prefect.yaml (None: none)
+UI_SCHEDULES: dict[str, str | None] = {
+    "ingest": "Every 10 minutes",
+    "tier": "At 03:30 AM every day",
+    "drill": "At 05:00 AM, only on Sunday",
+    "watch": "Hourly",
+    "replicate": "Hourly",
+    "scrub": "At 04:30 AM every day",
+    "restore": None,
+}
 UUID = re.compile(r"UUID: ([0-9a-f-]{36})")
 
 
@@ -124,6 +138,7 @@ def hour() -> Iterator[Hour]:
             "up.sh",
             PREFECT_PORT=str(prefect_port),
             TRAINER_EVERY=str(TRAINER_EVERY),
+            TRAINER_SIZE_MIB=str(TRAINER_SIZE_MIB),
             PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="5",
         )
         out = _ok(up)
@@ -141,6 +156,32 @@ def hour() -> Iterator[Hour]:
         left = st.alive()
         shutil.rmtree(st.root, ignore_errors=True)
         assert not left, f"processes still running after teardown: {left}\n{down.stdout}{down.stderr}"
+
+
+def test_deploy_all_made_seven_scheduled_deployments_two_queues(hour: Hour) -> None:
+    rows = hour.call("POST", "/deployments/filter", {})
+    deployments = {d["name"]: d for d in rows}
+    assert set(deployments) == set(UI_SCHEDULES)
+    assert {d["work_pool_name"] for d in deployments.values()} == {"ckptvault"}
+    # tier on a queue of its own, for the worker with the tier role's key
+    assert {n: d["work_queue_name"] for n, d in deployments.items() if d["work_queue_name"] != "default"} == {
+        "tier": "tier"
+    }
+    sched = {n: [s["schedule"] for s in d["schedules"]] for n, d in deployments.items()}
+    assert [s["interval"] for s in sched["ingest"]] == [600.0]
+    assert [s["interval"] for s in sched["watch"]] == [3600.0]
+    assert [s["interval"] for s in sched["replicate"]] == [3600.0]
+    assert [(s["cron"], s["timezone"]) for s in sched["tier"]] == [("30 3 * * *", "UTC")]
+    assert [(s["cron"], s["timezone"]) for s in sched["scrub"]] == [("30 4 * * *", "UTC")]
+    assert [(s["cron"], s["timezone"]) for s in sched["drill"]] == [("0 5 * * 0", "UTC")]
+    assert sched["restore"] == []
+    schema = deployments["restore"]["parameter_openapi_schema"]
+    assert {"run", "step", "dest", "tier", "config_path"} <= set(schema["properties"])
+    assert set(schema["required"]) == {"run", "dest"}
+    # The pull step resolves $CKPTVAULT_HOME in the worker's environment at run time, not at deploy time.
+    assert deployments["ingest"]["pull_steps"] == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $CKPTVAULT_HOME }}"}}
+    ]
 
 
 def test_every_command_make_up_prints_works_as_printed(hour: Hour) -> None:
@@ -232,6 +273,19 @@ def test_ui_restore_through_the_deployments_form(hour: Hour, browser: Any) -> No
 
     dest = hour.stack.root / "restored-from-the-ui"
     browser.get(f"{hour.ui}/deployments")
+
+    def rows() -> dict[str, str] | None:
+        texts = [tr.text for tr in browser.find_elements(By.CSS_SELECTOR, "tbody tr")]
+        found = {t.splitlines()[0]: t for t in texts if t.strip()}
+        return found if set(UI_SCHEDULES) <= set(found) else None
+
+    table = ui_wait("the deployments page lists all seven deployments", rows)
+    for name, schedule in UI_SCHEDULES.items():  # each row with its schedule, as a person reads it
+        if schedule is None:
+            assert not any(s and s in table[name] for s in UI_SCHEDULES.values()), table[name]
+        else:
+            assert schedule in table[name].splitlines(), f"{name}: {schedule!r} not in {table[name]!r}"
+    shot(hour, browser, "first-hour-00-deployments.png")
     # the deployment's name in its row (the row's flow column says "restore" too, and links to the flow)
     click_text(browser, "restore", "a[contains(@href, '/deployments/deployment/')]")
     ui_wait("the restore deployment's page", lambda: "/deployments/deployment/" in browser.current_url)
