@@ -48,7 +48,7 @@ RUNS = [
 ]
 
 
-def _store_conf(state_dir: Path) -> dict[str, str]:
+def _instance_conf(state_dir: Path) -> dict[str, str]:
     """What a store instance was created with (its config.env: ports, keys); empty if it was not."""
     conf = state_dir / "config.env"
     values: dict[str, str] = {}
@@ -63,7 +63,7 @@ def _store_ports(state_dir: Path) -> dict[str, int]:
     """The ports a store instance was created with, S3 first; Ceph's OSD range left out."""
     return {
         name: int(value)
-        for name, value in _store_conf(state_dir).items()
+        for name, value in _instance_conf(state_dir).items()
         if name.endswith("PORT") and not name.startswith("OSD_") and value.isdigit()
     }
 
@@ -131,7 +131,7 @@ def _store_env() -> tuple[str, dict[str, str]]:
     if state_dir != own:
         # `make up`'s store (or a hand-started one) holds the port: share it, with its keys. Each demo writes
         # under a prefix of its own, so it tells its own story in any store.
-        conf = _store_conf(state_dir)
+        conf = _instance_conf(state_dir)
         key, secret = conf["ACCESS_KEY"], conf["SECRET_KEY"]
         print(f"[demo] using the {kind} store already running on 127.0.0.1:{port} (data in {state_dir})", flush=True)
     else:
@@ -219,7 +219,7 @@ def _steps(steps: list[int], played: int) -> list[int]:
 
 def _prefect_api() -> str | None:
     """`make up`'s Prefect API (STATE_ROOT/prefect), when it answers: the demo's passes become flow runs there."""
-    conf = _store_conf(STATE_ROOT / "prefect")
+    conf = _instance_conf(STATE_ROOT / "prefect")
     port = conf.get("PORT", "")
     if not port.isdigit() or not (STATE_ROOT / "prefect" / "server").exists():
         return None

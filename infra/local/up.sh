@@ -52,6 +52,7 @@ case $MODE in
 esac
 STORE=${STORE:-seaweedfs}
 CONFIG=${CKPTVAULT_CONFIG:-$STATE_ROOT/ckptvault.toml}
+PY_BIN=$REPO_ROOT/.venv/bin/python
 case $STORE in
   seaweedfs) DEFAULT_STORE_PORT=8333 ;;
   ceph) DEFAULT_STORE_PORT=7480 ;;
@@ -138,7 +139,6 @@ ACCESS_KEY=$(instance_conf "$STORE_DIR" ACCESS_KEY)
 SECRET_KEY=$(instance_conf "$STORE_DIR" SECRET_KEY)
 if [[ $STORE == ceph ]]; then REGION=default; else REGION=us-east-1; fi
 
-PY_BIN=$REPO_ROOT/.venv/bin/python
 if [[ -n ${CKPTVAULT_CONFIG:-} ]]; then
   [[ -f $CONFIG ]] || die "CKPTVAULT_CONFIG=$CONFIG does not exist; unset it to serve the demo's config ($(rel_path "$DEMO_DIR/ckptvault.toml"))"
   if ! grep -qF "endpoint_url = \"$S3_URL\"" "$CONFIG"; then
@@ -157,7 +157,7 @@ fi
 export AWS_ACCESS_KEY_ID=$ACCESS_KEY AWS_SECRET_ACCESS_KEY=$SECRET_KEY AWS_DEFAULT_REGION=$REGION
 export AWS_EC2_METADATA_DISABLED=true
 # The bucket (ensure_bucket is idempotent and leaves an existing bucket as it is).
-"$REPO_ROOT/.venv/bin/python" -c '
+"$PY_BIN" -c '
 import sys
 from ckptvault.config import load_config
 from ckptvault.store import ensure_bucket
@@ -185,7 +185,7 @@ TIER_WORKER=$STATE_ROOT/worker-tier
 ROLES_FILE=$STATE_ROOT/roles.env
 split=""
 if [[ $STORE == seaweedfs ]]; then
-  deletes=$("$REPO_ROOT/.venv/bin/python" -c '
+  deletes=$("$PY_BIN" -c '
 import sys
 from ckptvault.config import load_config
 print(load_config(sys.argv[1]).store.deletes)
@@ -200,7 +200,7 @@ else
 fi
 # A store started before its IAM API was writable (an older seaweedfs.sh, still running) refuses the users:
 # then the one worker of before, rather than no stack at all.
-if [[ -n $split ]] && ! "$REPO_ROOT/.venv/bin/python" "$LOCAL_DIR/roles.py" "$CONFIG" "$ROLES_FILE"; then
+if [[ -n $split ]] && ! "$PY_BIN" "$LOCAL_DIR/roles.py" "$CONFIG" "$ROLES_FILE"; then
   split=""
   single_why="the store refused to make the ingest and tier users (above); \`make down && make up\` restarts it with its IAM API writable"
 fi
