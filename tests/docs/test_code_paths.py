@@ -181,3 +181,13 @@ def test_a_moved_module_or_a_renamed_function_is_caught(tmp_path: Path) -> None:
         "planted.md: `ckptvault.store.no_such_function`",
         "planted.md: `ckptvault.no_such_module.x`",
     ]
+
+
+@pytest.mark.parametrize("folder", ["flows", "tasks", "deployments"])
+def test_each_project_folder_readme_names_every_module_it_holds(folder: str) -> None:
+    """flows/, tasks/ and deployments/ re-export the shipped code; each README's table lists every module
+    there (a module added or removed without its line fails), and the paths check above proves the rest."""
+    readme = (ROOT / folder / "README.md").read_text()
+    held = {p.name for p in (ROOT / folder).iterdir() if p.suffix in (".py", ".yaml") and p.name != "__init__.py"}
+    listed = set(re.findall(r"^\| `([\w.]+)` \|", readme, re.M))
+    assert listed == held
