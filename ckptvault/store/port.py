@@ -141,6 +141,19 @@ class ObjectInfo:
 
 
 @dataclass(frozen=True)
+class ObjectVersion:
+    """One entry of ListObjectVersions: a version of a key, or a delete marker (which holds no data)."""
+
+    key: str
+    version_id: str
+    last_modified: float  # unix seconds; servers keep whole seconds (docs/object-lock.md)
+    size: int = 0
+    etag: str = ""
+    delete_marker: bool = False
+    latest: bool = False  # the server's IsLatest: what a GET without a version id reads (or 404s on)
+
+
+@dataclass(frozen=True)
 class UploadResult:
     key: str
     size: int

@@ -11,7 +11,7 @@ The library itself has three floors:
 - `alerts`, a service below the wings, not a wing: ingest's pass raises alerts and every flow sends
   them, and it reads only the catalog, the store and the price table (ckptvault/pricing.py), so it
   imports no wing either;
-- the foundations every wing may import: the packages `checkpoint`, `catalog`, `clock`, `codec`, `command`,
+- the foundations every wing may import: the packages `checkpoint`, `catalog`, `clock`, `codec`, `command`, `history`,
   `formats`, `objectlock`, `observe`, `store` and `transfer`, and the five root modules (config, errors,
   checksum, pricing, humanize). They import neither a wing nor alerts. A record two wings share (a local
   file, a node placement, a manifest read back from the store) lives in the package of its concept.
@@ -40,7 +40,7 @@ WINGS = ("ckptvault.ingest", "ckptvault.replication", "ckptvault.restore", "ckpt
 ROOT_MODULES = ("checksum", "config", "errors", "humanize", "pricing")
 PACKAGES = (
     *("catalog", "checkpoint", "clock", "codec", "command"),
-    *("formats", "objectlock", "observe", "store", "transfer"),
+    *("formats", "history", "objectlock", "observe", "store", "transfer"),
 )
 FOUNDATIONS = tuple(f"ckptvault.{name}" for name in (*PACKAGES, *ROOT_MODULES))
 # A cycle between two units that is known and still to be untangled, each named with why it is here;
