@@ -12,6 +12,12 @@ locals {
   # so that stores under different prefixes of one bucket keep their own rules.
   rule_suffix       = var.prefix == "" ? "" : "-${var.prefix}"
   abort_mpu_rule_id = "ckptvault-abort-incomplete-mpu${local.rule_suffix}"
+
+  # The recovery window (docs/object-lock.md, "The recovery window"): the catalog and _state/ are not
+  # locked, so after an attack their old versions are what point-in-time reads and recovery read back;
+  # they must outlive the saves' own locks, or a locked save would outlast the catalog that lists it.
+  noncurrent_days = (var.noncurrent_version_expiration_days == null ? null :
+  max(var.noncurrent_version_expiration_days, local.object_lock ? var.object_lock_days : 0))
 }
 
 resource "aws_s3_bucket" "checkpoints" {
@@ -126,7 +132,7 @@ resource "aws_s3_bucket_lifecycle_configuration" "checkpoints" {
   }
 
   dynamic "rule" {
-    for_each = var.noncurrent_version_expiration_days == null ? [] : [var.noncurrent_version_expiration_days]
+    for_each = local.noncurrent_days == null ? [] : [local.noncurrent_days]
     content {
       id     = "ckptvault-noncurrent-versions"
       status = "Enabled"

@@ -41,7 +41,7 @@ variable "abort_incomplete_multipart_days" {
 }
 
 variable "noncurrent_version_expiration_days" {
-  description = "With versioning on, a deleted or overwritten object stays as a noncurrent version, billed, until this many days have passed. null keeps them forever."
+  description = "With versioning on, a deleted or overwritten object stays as a noncurrent version, billed, until this many days have passed: the window in which a deleted or overwritten catalog can be read back as it was. With Object Lock, never fewer than object_lock_days (the larger is used). null keeps them forever."
   type        = number
   default     = 30
 }

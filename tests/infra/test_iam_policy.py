@@ -763,6 +763,8 @@ def test_terraform_renders_the_replica_policy_the_test_checks(terraform_dir: Pat
 TFTEST_RUNS = (
     "example",
     "object_lock_replica_and_kms",
+    "noncurrent_versions_outlive_the_lock",
+    "noncurrent_versions_without_a_lock",
     "each_role_gets_its_own_policy",
     "without_a_cluster_no_roles",
     "a_default_retention_needs_a_mode_and_days",

@@ -150,6 +150,30 @@ run "object_lock_replica_and_kms" {
   }
 }
 
+# The recovery window: noncurrent versions (the catalog's, after an attack) outlive the saves' locks.
+run "noncurrent_versions_outlive_the_lock" {
+  command = plan
+
+  variables {
+    object_lock_mode = "governance"
+    object_lock_days = 90
+  }
+
+  assert {
+    condition     = [for r in aws_s3_bucket_lifecycle_configuration.checkpoints.rule : r.noncurrent_version_expiration[0].noncurrent_days if r.id == "ckptvault-noncurrent-versions"] == [90]
+    error_message = "with [lock] days = 90 the noncurrent versions stay 90 days, not the default 30"
+  }
+}
+
+run "noncurrent_versions_without_a_lock" {
+  command = plan
+
+  assert {
+    condition     = [for r in aws_s3_bucket_lifecycle_configuration.checkpoints.rule : r.noncurrent_version_expiration[0].noncurrent_days if r.id == "ckptvault-noncurrent-versions"] == [30]
+    error_message = "without a lock the noncurrent versions stay noncurrent_version_expiration_days (30)"
+  }
+}
+
 # Computed values (the policies' ARNs) exist only after an apply; the mock provider's random strings are not
 # ARNs, which the provider's check of policy_arn refuses, so each policy gets one of its own here.
 run "each_role_gets_its_own_policy" {
