@@ -9,6 +9,7 @@ import pytest
 
 from ckptvault.errors import CkptvaultError
 from ckptvault.history.as_of import AsOfError, parse_as_of
+from ckptvault.history.recovery import KeyRole, committed_saves, key_role, plan_recovery, save_dir_of
 from ckptvault.history.versions import ChangeKind, by_key, changes_since, current_at, first_written
 from ckptvault.store.port import ObjectVersion
 
@@ -134,3 +135,76 @@ def test_an_undone_overwrite_is_no_change_so_a_second_undo_does_nothing() -> Non
     assert changes_since(listing, T0) == []
     # a caller that compares the manifest's CRC32C decides instead of the ETag (multipart copies differ)
     assert [c.kind for c in changes_since(listing, T0, same_content=lambda a, b: False)] == [ChangeKind.OVERWRITTEN]
+
+
+# ---------------------------------------------------------------------------------------------- recovery
+
+P = "prod"
+SAVE = "prod/llama/step-0000000100/"
+NEW_SAVE = "prod/llama/step-0000000200/"
+UNCOMMITTED = "prod/llama/step-0000000150/"
+
+
+def test_each_key_is_known_by_its_role_in_the_layout() -> None:
+    assert key_role(SAVE + "_MANIFEST.json", P) is KeyRole.MANIFEST
+    assert key_role(SAVE + "model/shard-0.safetensors", P) is KeyRole.SAVE_OBJECT
+    assert key_role("prod/llama/step-0000000100.save-2/_MANIFEST.json", P) is KeyRole.MANIFEST
+    assert key_role("prod/_catalog/run=llama/events/1-a.parquet", P) is KeyRole.CATALOG
+    assert key_role("prod/_state/alerts/state.json", P) is KeyRole.STATE
+    assert key_role("prod/llama/notes.txt", P) is KeyRole.OTHER
+    assert key_role("llama/step-0000000100/_MANIFEST.json", "") is KeyRole.MANIFEST
+    assert save_dir_of(SAVE + "a/b.bin", P) == SAVE and save_dir_of("prod/_catalog/x", P) is None
+
+
+def attack_listing() -> list[ObjectVersion]:
+    """One run's save committed before the moment, then every key deleted, one data object and the
+    manifest overwritten with junk, and a new save and a new catalog event written after it."""
+    return [
+        v(SAVE + "_MANIFEST.json", "m-junk-del", T0 + 30, marker=True, latest=True),
+        v(SAVE + "_MANIFEST.json", "m-junk", T0 + 20),
+        v(SAVE + "_MANIFEST.json", "m-1", T0 - 100),
+        v(SAVE + "model.bin", "d-del", T0 + 30, marker=True, latest=True),
+        v(SAVE + "model.bin", "d-1", T0 - 110),
+        v(SAVE + "optim.bin", "o-junk", T0 + 20, latest=True),
+        v(SAVE + "optim.bin", "o-1", T0 - 110),
+        v("prod/_catalog/run=llama/events/1-a.parquet", "c-del", T0 + 30, marker=True, latest=True),
+        v("prod/_catalog/run=llama/events/1-a.parquet", "c-1", T0 - 90),
+        v("prod/_catalog/run=llama/snapshot.parquet", "s-2", T0 + 10, latest=True),  # a compaction since
+        v("prod/_catalog/run=llama/snapshot.parquet", "s-1", T0 - 90),
+        v(UNCOMMITTED + "part.bin", "u-2", T0 + 10, latest=True),  # an upload in flight at the moment
+        v(UNCOMMITTED + "part.bin", "u-1", T0 - 5),
+        v(NEW_SAVE + "_MANIFEST.json", "n-1", T0 + 40, latest=True),
+        v("prod/_catalog/run=llama/events/2-b.parquet", "e-1", T0 + 40, latest=True),
+    ]
+
+
+def test_the_plan_removes_markers_puts_committed_objects_back_and_keeps_whatever_is_new() -> None:
+    listing = attack_listing()
+    committed = committed_saves(listing, T0, P)
+    assert committed == frozenset({SAVE})
+    plan = plan_recovery(changes_since(listing, T0), P, committed)
+    assert [(r.key, [m.version_id for m in r.markers], r.uncovers.version_id) for r in plan.remove_markers] == [
+        ("prod/_catalog/run=llama/events/1-a.parquet", ["c-del"], "c-1"),
+        (SAVE + "model.bin", ["d-del"], "d-1"),
+    ]
+    # the manifest was overwritten, then deleted: removing the marker would uncover junk, so it is copied back
+    assert [(p.key, p.role, p.version.version_id, p.over.version_id) for p in plan.put_back] == [
+        (SAVE + "_MANIFEST.json", KeyRole.MANIFEST, "m-1", "m-junk-del"),
+        (SAVE + "optim.bin", KeyRole.SAVE_OBJECT, "o-1", "o-junk"),
+    ]
+    assert [c.key for c in plan.created] == ["prod/_catalog/run=llama/events/2-b.parquet", NEW_SAVE + "_MANIFEST.json"]
+    assert [(x.key, x.role) for x in plan.left] == [
+        ("prod/_catalog/run=llama/snapshot.parquet", KeyRole.CATALOG),
+        (UNCOMMITTED + "part.bin", KeyRole.SAVE_OBJECT),
+    ]
+    assert "not committed then" in plan.left[1].why and not plan.empty
+
+
+def test_after_the_plan_is_carried_out_a_second_plan_is_empty() -> None:
+    listing = attack_listing()
+    plan = plan_recovery(changes_since(listing, T0), P, committed_saves(listing, T0, P))
+    done = [e for e in listing if e.version_id not in {m.version_id for r in plan.remove_markers for m in r.markers}]
+    done += [v(p.key, f"{p.version.version_id}-copy", T0 + 60, etag=p.version.etag) for p in plan.put_back]
+    again = plan_recovery(changes_since(done, T0), P, committed_saves(done, T0, P))
+    assert again.empty
+    assert [c.key for c in again.created] == [c.key for c in plan.created]  # still reported, never deleted
