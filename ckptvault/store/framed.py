@@ -232,9 +232,7 @@ def download_framed(req: download.DownloadRequest, frames: Sequence[codec.Frame]
         groups = _groups(frames, req.part_size)
         workers = max(1, min(req.connections, len(groups)))
         with ThreadPoolExecutor(workers, thread_name_prefix="ckptvault-download") as pool:
-            futures = [
-                pool.submit(_fetch_group, req, target, buffers, frames, starts, g, stored_size) for g in groups
-            ]
+            futures = [pool.submit(_fetch_group, req, target, buffers, frames, starts, g, stored_size) for g in groups]
             _, pending = wait(futures, return_when=FIRST_EXCEPTION)
             for p in pending:
                 p.cancel()

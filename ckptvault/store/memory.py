@@ -53,6 +53,7 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
+    ObjectVersion,
     ProgressFn,
     RangeSource,
     RestoreState,
@@ -293,6 +294,14 @@ class MemoryStore:
             if len(page) < self.page_size:
                 return
             after = page[-1].key
+
+    def versioning(self) -> str | None:
+        return None  # it keeps no versions (docs/ARCHITECTURE.md)
+
+    def list_versions(self, prefix: str) -> Iterator[ObjectVersion]:
+        # what the servers answer on a bucket without versioning (docs/object-lock.md): each object once
+        for o in self.list(prefix):
+            yield ObjectVersion(o.key, "null", o.last_modified, o.size, o.etag, latest=True)
 
     def get_bytes(self, key: str) -> bytes:
         with self.lock:

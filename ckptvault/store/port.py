@@ -321,6 +321,17 @@ class ObjectStore(Protocol):
         Never weakens its mode either: an object in COMPLIANCE is extended in COMPLIANCE (`Retention.over`)."""
         ...
 
+    def versioning(self) -> str | None:
+        """The bucket's versioning: "Enabled", "Suspended", or None where it was never turned on (or the
+        store keeps no versions). Point-in-time reads and recovery need "Enabled"; Object Lock implies it."""
+        ...
+
+    def list_versions(self, prefix: str) -> Iterator[ObjectVersion]:
+        """Every version and delete marker of every key under `prefix` (ListObjectVersions): keys in
+        order, each key's entries newest first. On a bucket without versioning a server lists each object
+        once, as its `null` version: ask `versioning` first."""
+        ...
+
     def head(self, key: str) -> ObjectInfo | None:
         """Metadata of one object, or None if absent."""
         ...

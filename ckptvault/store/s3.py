@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
 from ckptvault.config import StoreConfig
 from ckptvault.errors import InvalidArgumentError
-from ckptvault.store import copy_stream, download, lifecycle, multipart, object_lock, split_upload, upload
+from ckptvault.store import copy_stream, download, lifecycle, multipart, object_lock, split_upload, upload, versions
 from ckptvault.store.botocore_errors import error_code, http_status, translate
 from ckptvault.store.errors import ChecksumMismatchError, NotFoundError, PreconditionFailedError, StoreError
 from ckptvault.store.limits import DELETE_BATCH
@@ -26,6 +26,7 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
+    ObjectVersion,
     ProgressFn,
     RangeSource,
     RestoreState,
@@ -395,6 +396,20 @@ class S3Store(S3Connection):
             return object_lock.extend(self.client, self.bucket, key, retention)
         except Exception as e:
             raise self._err(e, f"extending the retention to {retention.until:%Y-%m-%d %H:%M} UTC of", key) from e
+
+    # -- versions (docs/object-lock.md, "After an attack") -----------------------------------------
+
+    def versioning(self) -> str | None:
+        try:
+            return versions.versioning_status(self.client, self.bucket)
+        except Exception as e:
+            raise self._err(e, "reading the versioning of") from e
+
+    def list_versions(self, prefix: str) -> Iterator[ObjectVersion]:
+        try:
+            yield from versions.list_versions(self.client, self.bucket, prefix)
+        except Exception as e:
+            raise self._err(e, f"listing the versions under {prefix!r} in") from e
 
     # -- tiering, restore, tags, lifecycle --------------------------------------------------------
 

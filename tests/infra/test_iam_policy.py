@@ -91,6 +91,9 @@ METHOD_ACTIONS: dict[str, frozenset[str]] = {
     "get_object_lock_configuration": frozenset({"s3:GetBucketObjectLockConfiguration"}),
     "put_object_retention": frozenset({"s3:PutObjectRetention"}),
     "put_object_legal_hold": frozenset({"s3:PutObjectLegalHold"}),  # ckptvault hold / release
+    # point-in-time reads and the tamper check (docs/object-lock.md, "After an attack"): read-only
+    "get_bucket_versioning": frozenset({"s3:GetBucketVersioning"}),
+    "list_object_versions": frozenset({"s3:ListBucketVersions"}),
 }
 
 # Calls the worker never makes, so its policy must not allow them: method -> (the only functions that may
@@ -106,6 +109,8 @@ BUCKET_ACTIONS = frozenset(
         "s3:GetLifecycleConfiguration",
         "s3:PutLifecycleConfiguration",
         "s3:GetBucketObjectLockConfiguration",
+        "s3:GetBucketVersioning",
+        "s3:ListBucketVersions",
     }
 )
 
@@ -253,7 +258,7 @@ def a(self):
 def b(req):
     req.client.get_object_attributes(Bucket="b", Key="k", ObjectAttributes=[])
 def c(client: "S3Client"):
-    client.get_paginator("list_object_versions").paginate(Bucket="b")
+    client.get_paginator("list_parts").paginate(Bucket="b", Key="k", UploadId="u")
 def d(cfg):
     c = make_client(cfg, 2)
     c.put_bucket_policy(Bucket="b", Policy="{}")
@@ -267,7 +272,7 @@ def not_s3(req):
     assert found == {
         "delete_bucket": "a",
         "get_object_attributes": "b",
-        "list_object_versions": "c",
+        "list_parts": "c",
         "put_bucket_policy": "d",
         "select_object_content": "e",
     }
@@ -636,7 +641,8 @@ def test_the_seaweedfs_translation_widens_nothing_on_the_objects(template: Path)
 def test_list_bucket_is_limited_to_the_prefix() -> None:
     policy = render_policy("acme-ckpts", "prod")
     (listing,) = [st for st in policy["Statement"] if "s3:ListBucket" in _as_list(st["Action"])]
-    assert _as_list(listing["Action"]) == ["s3:ListBucket"]
+    # both listings take s3:prefix: the objects, and their versions (point-in-time reads, the tamper check)
+    assert _as_list(listing["Action"]) == ["s3:ListBucket", "s3:ListBucketVersions"]
     # IfExists: HeadBucket (check_bucket, kind detection) is authorised by s3:ListBucket and has no prefix
     assert listing["Condition"] == {"StringLikeIfExists": {"s3:prefix": ["prod/*"]}}
 

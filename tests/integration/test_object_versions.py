@@ -1,0 +1,83 @@
+"""The store port's versions calls on every real server (SeaweedFS, Ceph RGW, moto), through S3Store:
+what point-in-time reads and the tamper check read (docs/object-lock.md, "After an attack"). One key
+written, overwritten and deleted without a version id in a bucket with Object Lock: the listing has
+both versions and the delete marker, newest first, and the history module reads the first version as
+current before the overwrite; a bucket that never had versioning says so."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault.config import load_config
+from ckptvault.history.versions import ChangeKind, by_key, changes_since, current_at
+from ckptvault.store import open_store
+from ckptvault.store.memory import MemoryStore
+from tests.helpers import write_config
+from tests.servers import S3Endpoint
+
+
+def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    for k, v in endpoint.env().items():
+        monkeypatch.setenv(k, v)
+    cfg = write_config(tmp_path / "versions.toml", endpoint, bucket, [])
+    return open_store(load_config(str(cfg)).store)
+
+
+def test_versions_deletes_and_overwrites_are_listed_and_read_as_they_were(
+    any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = locked_bucket(any_s3)
+    store = _store(tmp_path, any_s3, bucket, monkeypatch)
+    client = any_s3.client()
+    first = client.put_object(Bucket=bucket, Key="run/k.bin", Body=b"first", ContentMD5=_md5(b"first"))["VersionId"]
+    client.put_object(Bucket=bucket, Key="run/other.bin", Body=b"kept", ContentMD5=_md5(b"kept"))
+    time.sleep(1.1)  # the moment read at lies between the two writes, at the servers' one-second resolution
+    moment = time.time()
+    time.sleep(1.1)
+    client.put_object(Bucket=bucket, Key="run/k.bin", Body=b"junk!", ContentMD5=_md5(b"junk!"))
+    client.delete_object(Bucket=bucket, Key="run/k.bin")
+
+    assert store.versioning() == "Enabled"
+    listed = list(store.list_versions("run/"))
+    assert [(v.key, v.delete_marker, v.latest) for v in listed] == [
+        ("run/k.bin", True, True),
+        ("run/k.bin", False, False),
+        ("run/k.bin", False, False),
+        ("run/other.bin", False, True),
+    ]
+    assert listed[2].version_id == first and listed[2].size == 5
+    entries = by_key(listed)
+    assert current_at(entries["run/k.bin"], moment).version_id == first  # type: ignore[union-attr]
+    assert current_at(entries["run/k.bin"], time.time()) is None
+    changes = changes_since(listed, moment)
+    assert [(c.key, c.kind) for c in changes] == [("run/k.bin", ChangeKind.OVERWRITTEN)]
+
+
+def test_a_bucket_without_versioning_says_so(
+    any_s3: S3Endpoint, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = bucket_factory(any_s3)
+    store = _store(tmp_path, any_s3, bucket, monkeypatch)
+    any_s3.client().put_object(Bucket=bucket, Key="run/k.bin", Body=b"x")
+    assert store.versioning() is None
+    # the servers still answer the listing, each object once as its `null` version: why versioning() decides
+    assert [(v.key, v.version_id, v.latest) for v in store.list_versions("run/")] == [("run/k.bin", "null", True)]
+
+
+def test_the_memory_store_keeps_no_versions_and_lists_as_an_unversioned_bucket() -> None:
+    store = MemoryStore("b")
+    store.put_bytes("run/k.bin", b"x")
+    assert store.versioning() is None
+    assert [(v.key, v.version_id, v.latest, v.size) for v in store.list_versions("run/")] == [
+        ("run/k.bin", "null", True, 1)
+    ]
+
+
+def _md5(data: bytes) -> str:
+    from ckptvault.store import object_lock
+
+    return object_lock.content_md5(data)
