@@ -14,23 +14,14 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def jsonable(o: object) -> object:
-    import dataclasses
-
-    if dataclasses.is_dataclass(o) and not isinstance(o, type):
-        return dataclasses.asdict(o)
-    return str(o)  # exceptions, paths, anything else: its text
-
-
 def emit_json(doc: object) -> None:
     """The one JSON document a `--json` command prints on stdout (schemas in docs/commands.md)."""
-    import json
-
     from ckptvault_cli import profiling
+    from ckptvault_cli.json_text import dumps
 
     if profiling.hold_json(doc):  # --profile: printed at the end, with its `profile` key
         return
-    print(json.dumps(doc, indent=1, default=jsonable), flush=True)
+    print(dumps(doc), flush=True)
 
 
 def let_go_of_closed_stdout() -> bool:

@@ -81,9 +81,7 @@ def finish(*, shutdown: bool) -> None:
     print(f"ckptvault: --profile, where this command's {breakdown.total:.3f} s went:", file=sys.stderr)
     print("\n".join(breakdown.table()), file=sys.stderr, flush=True)
     if as_json and held is not None:  # none held: the command ended before its document (exit 2)
-        import json
-
-        from ckptvault_cli.output import jsonable
+        from ckptvault_cli.json_text import dumps
 
         doc = held if isinstance(held, dict) else {"result": held}
-        print(json.dumps({**doc, "profile": breakdown.as_dict()}, indent=1, default=jsonable), flush=True)
+        print(dumps({**doc, "profile": breakdown.as_dict()}), flush=True)

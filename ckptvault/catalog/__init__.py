@@ -7,7 +7,8 @@
     layout      object keys: partitions, the flat layout before them, what a listing holds
     snapshot    a partition's folded state as one Parquet object
     combined    every run's state as one Parquet object, with what each run's rows cover
-    eventlog    `Catalog`: append, read events and current state
+    reading     `CatalogReader`: list and read the catalog's objects, its events and current state
+    eventlog    `Catalog`: the reader, with append and the passes below (each takes a CatalogReader)
     compaction  merging event files, writing snapshots, migrating the flat layout, setting aside
     rebuild     the catalog from the manifests alone, the source of truth
     table_view  `ls --json` from the snapshots' Arrow columns, no CheckpointState per save

@@ -42,7 +42,7 @@ from ckptvault.catalog.snapshot import _Snapshot, _snapshot_bytes
 from ckptvault.store.errors import NotFoundError, StoreError
 
 if TYPE_CHECKING:
-    from ckptvault.catalog.eventlog import Catalog
+    from ckptvault.catalog.reading import CatalogReader
 
 MIGRATE_FILES = 500  # flat-layout files one compaction migrates: bounds its memory and time
 COMPACT_SECONDS = 60.0  # the flows' time box for compaction, checked between partitions
@@ -60,7 +60,7 @@ log = logging.getLogger("ckptvault.catalog")
 
 
 def compact(
-    cat: Catalog,
+    cat: CatalogReader,
     older_than: float,
     *,
     runs: Iterable[str] | None = None,
@@ -181,7 +181,7 @@ class Compacted:
 
 
 def compact_now(
-    cat: Catalog,
+    cat: CatalogReader,
     *,
     runs: Iterable[str] | None = None,
     progress: Callable[[int], Callable[[int], None]] | None = None,
@@ -224,7 +224,7 @@ def compact_now(
 _Piece = tuple[str, str, bytes, RunCover]
 
 
-def _piece(cat: Catalog, run: str, cols: dict[str, list[Any]], covers: Sequence[str]) -> _Piece:
+def _piece(cat: CatalogReader, run: str, cols: dict[str, list[Any]], covers: Sequence[str]) -> _Piece:
     """`run`'s new snapshot of the fold `cols` covering `covers`, written."""
     key = cat._new_key(run, "snapshot")
     data = _snapshot_bytes(cols, covers)
@@ -233,7 +233,7 @@ def _piece(cat: Catalog, run: str, cols: dict[str, list[Any]], covers: Sequence[
 
 
 def _write_combined(
-    cat: Catalog,
+    cat: CatalogReader,
     pieces: list[_Piece],
     listed: dict[str, _Part] | None,
     keys: list[str],
@@ -326,7 +326,7 @@ def _write_combined(
             cat.store.delete(k)
 
 
-def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
+def _compact_part(cat: CatalogReader, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
     tables = cat._read_tables(old)
     t = _concat(tables)
     readable = [k for k in old if k not in cat.unreadable]
@@ -358,7 +358,7 @@ def _compact_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> t
     return (len(old) if merged is not None else 0), piece
 
 
-def _snapshot_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
+def _snapshot_part(cat: CatalogReader, run: str, old: list[str], snaps: list[str]) -> tuple[int, _Piece | None]:
     """A compaction without deletes: a snapshot of every listed event file (the newest snapshot and the
     files since folded on top of it, where that is right), nothing merged or deleted.
     Its `covers` also names the snapshots listed beside it: each is the fold of events these files still
@@ -376,7 +376,7 @@ def _snapshot_part(cat: Catalog, run: str, old: list[str], snaps: list[str]) -> 
     return 0, _piece(cat, run, cols, [*(k for k in old if k not in cat.unreadable), *snaps])
 
 
-def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any]] | None:
+def _on_top(cat: CatalogReader, prev: _Snapshot, new: list[str]) -> dict[str, list[Any]] | None:
     """The snapshot columns (`_fold_table`'s) of `prev` with the events of `new` folded on top, each
     save's from its row (docs/FORMAT.md, "Snapshots": what a reader does); None when an event sorts
     before what `prev` folded for its save (then only a fold of every event is right)."""
@@ -418,7 +418,7 @@ def _on_top(cat: Catalog, prev: _Snapshot, new: list[str]) -> dict[str, list[Any
 
 
 def _migrate(
-    cat: Catalog,
+    cat: CatalogReader,
     listed: list[str],
     parts: dict[str, _Part],
     deadline: float | None,
@@ -490,7 +490,7 @@ class _FlatFiles:
     events, was most of a migrating pass's memory (bench/README.md, issue [V]). A file's decoded
     events are kept only while another of its runs is still to move, its bytes until all have."""
 
-    def __init__(self, cat: Catalog, flat: list[str]) -> None:
+    def __init__(self, cat: CatalogReader, flat: list[str]) -> None:
         self.runs_of: dict[str, set[str]] = {}  # each file's runs; none when unreadable or empty
         self.files_of: dict[str, list[str]] = {}  # each run's files, in the order of the oldest holding it
         self._raw: dict[str, bytes] = {}
@@ -542,7 +542,7 @@ class _FlatFiles:
                     del self._raw[k]
 
 
-def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tuple[str, _Piece]:
+def _move_run(cat: CatalogReader, run: str, flat: list[pa.Table], part: _Part) -> tuple[str, _Piece]:
     """One run's move out of the flat layout: its partition's listed event files and its events of the
     flat files (`flat`, in memory) as one merged event file, then its snapshot of their fold, and only
     then the partition's listed files and snapshots deleted (as `_compact_part`). Returns the merged
@@ -578,7 +578,7 @@ def _move_run(cat: Catalog, run: str, flat: list[pa.Table], part: _Part) -> tupl
     return merged, piece
 
 
-def _set_aside(cat: Catalog, key: str) -> None:
+def _set_aside(cat: CatalogReader, key: str) -> None:
     """Move an unreadable catalog file out of the log, never delete it: it may be the only copy of
     events someone can still recover by hand."""
     rel = key[len(cat.root) :]

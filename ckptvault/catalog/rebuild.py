@@ -16,14 +16,14 @@ from ckptvault.catalog.model import Event
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
 
 if TYPE_CHECKING:
-    from ckptvault.catalog.eventlog import Catalog
+    from ckptvault.catalog.reading import CatalogReader
 
 REBUILT = "catalog-rebuild"  # the flow_run of the events a rebuild finds on the objects
 _MANIFEST_READERS = 16  # manifests are small: latency-bound, more in flight than event files
 
 
 def rebuild_from_manifests(
-    cat: Catalog,
+    cat: CatalogReader,
     progress: Callable[[int], Callable[[int], None]] | None = None,
     run: str | None = None,
     lock_heads: bool = True,
@@ -84,7 +84,7 @@ def rebuild_from_manifests(
         return [e for got in pool.map(events_of, manifests) for e in got]
 
 
-def _since_commit(cat: Catalog, key: str, m: Manifest) -> list[Event]:
+def _since_commit(cat: CatalogReader, key: str, m: Manifest) -> list[Event]:
     """What a HEAD of a locked save's manifest shows beyond its recorded lock, as the events the tier
     flow and `hold` write (ckptvault.catalog.events builds those; it imports the catalog, so they are spelled
     here): `locked` (the manifest is raised last, so its date holds for every object) and `held`.

@@ -13,7 +13,7 @@ from ckptvault.catalog.layout import _Part, classify
 from ckptvault.catalog.model import CheckpointState
 
 if TYPE_CHECKING:
-    from ckptvault.catalog.eventlog import Catalog
+    from ckptvault.catalog.reading import CatalogReader
 
 _ID_COLUMNS = ["run", "step", "event", "at"]  # the fewest a file is checked by; identities come with them
 
@@ -53,7 +53,7 @@ class CatalogStats:
         }  # fmt: skip
 
 
-def stats(cat: Catalog) -> CatalogStats:
+def stats(cat: CatalogReader) -> CatalogStats:
     kinds: Counter[str] = Counter()
     size = 0
     for o in cat.store.list(cat.root):

@@ -14,6 +14,9 @@ Not emulated, on purpose: lifecycle rules are stored and returned but never exec
 endpoint and no missing bucket (the store is its bucket), no versioning, and no Intelligent-Tiering
 archive tiers. A store cannot be pickled: a copy in another process would be another, empty, store.
 Compressed objects (upload_file typesize=, download_file frames=) are in store/memory_framed.py.
+The helper modules (memory_multipart, memory_transfer, memory_split, memory_framed) take this store as
+a protocol declared below them (memory_multipart.Bucket, memory_bucket.MemoryBucket), never importing
+it back: one adapter, its parts beneath it.
 
 Built by constructor injection (`MemoryStore("bucket", prefix=...)`) and handed to the library
 functions, which take an `ObjectStore`; there is no `memory://` endpoint in the configuration,

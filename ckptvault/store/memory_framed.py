@@ -20,11 +20,11 @@ from ckptvault.store.errors import ChecksumMismatchError, StoreError
 from ckptvault.store.port import ProgressFn, UploadResult
 
 if TYPE_CHECKING:
-    from ckptvault.store.memory import MemoryStore
+    from ckptvault.store.memory_bucket import MemoryBucket
 
 
 def upload_framed(
-    store: MemoryStore,
+    store: MemoryBucket,
     path: Path,
     key: str,
     *,
@@ -84,7 +84,7 @@ def upload_framed(
 
 
 def download_framed(
-    store: MemoryStore,
+    store: MemoryBucket,
     key: str,
     dest: Path,
     *,

@@ -9,17 +9,36 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ckptvault.checksum import crc32c_combine, crc32c_update, from_b64, to_b64
 from ckptvault.store.errors import ChecksumMismatchError, NotFoundError, StoreError
 from ckptvault.store.limits import MAX_PARTS, MIN_PART
 from ckptvault.store.port import ObjectInfo, Retention
 
-if TYPE_CHECKING:
-    from ckptvault.store.memory import MemoryStore
+
+class Bucket(Protocol):
+    """What the uploads use of the MemoryStore they belong to, declared here: the store imports this
+    module, which so never imports the store back."""
+
+    @property
+    def lock(self) -> AbstractContextManager[Any]: ...  # the store's one lock, shared with its uploads
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def where(self, key: str | None = None) -> str: ...
+
+    def check_tags(self, key: str, tags: Mapping[str, str]) -> dict[str, str]: ...
+
+    def commit(
+        self, key: str, data: bytes, crc: int, tag: str, tags: dict[str, str], retention: Retention | None = None
+    ) -> None: ...
+
+    def head(self, key: str) -> ObjectInfo | None: ...
 
 
 def etag(data: bytes) -> str:
@@ -53,7 +72,7 @@ class _Pending:
 class Uploads:
     """The incomplete multipart uploads of one MemoryStore, under its lock."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: Bucket) -> None:
         self._store = store
         self._pending: dict[str, _Pending] = {}
         self._ids = itertools.count(1)

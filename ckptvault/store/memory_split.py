@@ -21,11 +21,11 @@ from ckptvault.store.split_upload import changed, check_range, missing, source, 
 from ckptvault.store.upload_request import part_size_for, read_exactly
 
 if TYPE_CHECKING:
-    from ckptvault.store.memory import MemoryStore
+    from ckptvault.store.memory_bucket import MemoryBucket
 
 
 def begin(
-    store: MemoryStore, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None
+    store: MemoryBucket, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None
 ) -> SplitUpload:
     part_size = part_size_for(size, store.transfer.part_size)
     upload_id = store.uploads.create(key, tags=tags, retention=store.retention)
@@ -33,7 +33,7 @@ def begin(
 
 
 def send(
-    store: MemoryStore, upload: SplitUpload, first: int, count: int, progress: ProgressFn | None
+    store: MemoryBucket, upload: SplitUpload, first: int, count: int, progress: ProgressFn | None
 ) -> tuple[SentPart, ...]:
     pool = shared(store.transfer.budget)
     out = []
@@ -61,7 +61,7 @@ def send(
     return tuple(out)
 
 
-def finish(store: MemoryStore, upload: SplitUpload, parts: Sequence[SentPart]) -> UploadResult:
+def finish(store: MemoryBucket, upload: SplitUpload, parts: Sequence[SentPart]) -> UploadResult:
     problem = missing(upload, parts)
     whole = to_b64(whole_crc32c(parts))
     try:
@@ -77,6 +77,6 @@ def finish(store: MemoryStore, upload: SplitUpload, parts: Sequence[SentPart]) -
     return UploadResult(upload.key, upload.size, whole, None, info.etag, upload.parts, True)
 
 
-def abort(store: MemoryStore, upload: SplitUpload) -> None:
+def abort(store: MemoryBucket, upload: SplitUpload) -> None:
     with contextlib.suppress(StoreError):  # completed or aborted already: nothing left to clean
         store.uploads.abort(upload.key, upload.upload_id)

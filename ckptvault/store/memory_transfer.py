@@ -31,7 +31,7 @@ from ckptvault.store.upload_request import part_size_for
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ckptvault.store.memory import MemoryStore
+    from ckptvault.store.memory_bucket import MemoryBucket
 
 
 def _read_exactly(f: io.FileIO, view: memoryview, path: Path) -> None:
@@ -49,7 +49,7 @@ def _identity(fd: int) -> tuple[int, int]:
 
 
 def upload_file(
-    store: MemoryStore,
+    store: MemoryBucket,
     path: Path,
     key: str,
     *,
@@ -112,7 +112,7 @@ def upload_file(
 
 
 def copy_from(
-    store: MemoryStore,
+    store: MemoryBucket,
     source: RangeSource,
     source_key: str,
     key: str,
@@ -167,7 +167,7 @@ def copy_from(
 
 
 def download_file(
-    store: MemoryStore, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None
+    store: MemoryBucket, key: str, dest: Path, *, size: int, crc32c: str, progress: ProgressFn | None
 ) -> None:
     where = f"memory://{store.bucket}/{key}"
     try:
@@ -205,7 +205,7 @@ def download_file(
 
 
 def download_range(
-    store: MemoryStore,
+    store: MemoryBucket,
     key: str,
     dest: Path,
     *,

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from ckptvault.clock import timing
 from ckptvault.clock.timing import phase
 from ckptvault_cli import process, running
-from ckptvault_cli.output import emit_json, jsonable, say
+from ckptvault_cli.json_text import jsonable
+from ckptvault_cli.output import emit_json, say
 from ckptvault_cli.preflight import (
     EXIT_FAILED,
     EXIT_OK,

@@ -20,8 +20,8 @@ the root never again becomes the easiest place to share code.
 Between the packages (and the root modules) every arrow points one way: no package imports one that
 imports it back, directly or through others, counting every import (inside functions and under
 TYPE_CHECKING too); `test_no_package_imports_one_that_imports_it_back`.
-And no import cycle among the library's modules (`test_the_library_has_no_import_cycle` says what
-counts as an edge).
+And no import cycle among the modules of the three shipped packages, every import counted there too
+(`test_the_shipped_code_has_no_import_cycle`; `module_edges` says what an edge is).
 """
 
 from __future__ import annotations
@@ -43,13 +43,6 @@ PACKAGES = (
     *("formats", "history", "objectlock", "observe", "store", "transfer"),
 )
 FOUNDATIONS = tuple(f"ckptvault.{name}" for name in (*PACKAGES, *ROOT_MODULES))
-# A cycle between two units that is known and still to be untangled, each named with why it is here;
-# `test_every_known_tangle_is_still_one` makes the entry go once the cycle does.
-TANGLED: dict[frozenset[str], str] = {
-    # --json's emit_json hands its document to the profiler, whose report prints it with output's jsonable
-    # (both imports inside functions)
-    frozenset({"ckptvault_cli.output", "ckptvault_cli.profiling"}): "the command line's output <-> profiling",
-}
 
 
 @dataclass(frozen=True)
@@ -152,21 +145,20 @@ def imports_of(path: Path, root: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{target}.{alias.name}"
 
 
-def module_edges(root: Path, top: str = "ckptvault") -> dict[str, set[str]]:
-    """The modules under `top` each one imports when it runs (itself left out): what an import cycle is
-    made of. Unlike `imports_of`:
-    - `import P.m` is an edge to P.m; `from P import m` is an edge to P.m when that is a module, else (a
-      name defined in P) to P. Python imports a module's parent packages first however it is named, so
-      that edge is implicit and never counted: a submodule writing `from ckptvault.formats import _fs`
-      while formats/__init__.py imports that submodule is no cycle; one taking a name that
-      formats/__init__.py defines is.
-    - an import under `if TYPE_CHECKING:` is no edge: it never runs, so no import order can break on
-      it (the catalog's compaction naming the Catalog that calls it, the memory store's helpers naming
-      the MemoryStore). A lazy import inside a function runs, and is one."""
-    paths = sorted((root / top).rglob("*.py"))
+def module_edges(root: Path, tops: tuple[str, ...] = SHIPPED) -> dict[str, set[str]]:
+    """The modules of the packages `tops` each one imports (itself left out), across the packages too:
+    what an import cycle is made of. Every import counts, as in `imports_of`: one inside a function runs
+    when it is called, and one under `if TYPE_CHECKING:` is still a module that names this one's caller
+    (a helper typed with the class that calls it is the two modules tangled, whether or not an import
+    order can break on it). Unlike `imports_of`, `import P.m` is an edge to P.m; `from P import m` is an
+    edge to P.m when that is a module, else (a name defined in P) to P. Python imports a module's parent
+    packages first however it is named, so that edge is implicit and never counted: a submodule writing
+    `from ckptvault.formats import _fs` while formats/__init__.py imports that submodule is no cycle; one
+    taking a name that formats/__init__.py defines is."""
+    paths = sorted(p for top in tops for p in (root / top).rglob("*.py"))
     modules = {module_name(p, root) for p in paths}
 
-    def owner(name: str) -> str:  # the module a dotted name is, or is defined in ("" outside `top`)
+    def owner(name: str) -> str:  # the module a dotted name is, or is defined in ("" outside `tops`)
         while name and name not in modules:
             name = name.rpartition(".")[0]
         return name
@@ -176,16 +168,7 @@ def module_edges(root: Path, top: str = "ckptvault") -> dict[str, set[str]]:
         me = module_name(path, root)
         out: set[str] = set()
         tree = ast.parse(path.read_text(), filename=str(path))
-        typing_only = {
-            id(node)
-            for block in ast.walk(tree)
-            if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-            for statement in block.body
-            for node in ast.walk(statement)
-        }
         for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
             if isinstance(node, ast.Import):
                 out.update(owner(alias.name) for alias in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -254,7 +237,7 @@ def test_the_shipped_code_keeps_every_import_rule() -> None:
     assert not found, "\n".join(found)
 
 
-def test_the_library_has_no_import_cycle() -> None:
+def test_the_shipped_code_has_no_import_cycle() -> None:
     found = cycles(module_edges(ROOT))
     assert not found, "import cycles (each the modules of one):\n" + "\n".join(" <-> ".join(c) for c in found)
 
@@ -287,12 +270,7 @@ def upward_arrows(root: Path, tops: tuple[str, ...] = SHIPPED) -> list[str]:
     edges = unit_edges(root, tops)
     tangles = cycles({u: {to for to, _ in out} for u, out in edges.items()})
     return sorted(
-        f"{where} ({u} -> {to}): {' <-> '.join(c)}"
-        for c in tangles
-        if frozenset(c) not in TANGLED
-        for u in c
-        for to, where in edges[u]
-        if to in c
+        f"{where} ({u} -> {to}): {' <-> '.join(c)}" for c in tangles for u in c for to, where in edges[u] if to in c
     )
 
 
@@ -307,12 +285,6 @@ def test_the_root_holds_only_its_foundations() -> None:
 def test_no_package_imports_one_that_imports_it_back() -> None:
     found = upward_arrows(ROOT)
     assert not found, "arrows between units that import each other:\n" + "\n".join(found)
-
-
-def test_every_known_tangle_is_still_one() -> None:
-    edges = unit_edges(ROOT)
-    still = {frozenset(c) for c in cycles({u: {to for to, _ in out} for u, out in edges.items()})}
-    assert [sorted(t) for t in TANGLED if t not in still] == []
 
 
 def test_the_arrow_check_counts_a_lazy_or_typing_import_back(tmp_path: Path) -> None:
@@ -488,11 +460,6 @@ def test_the_cycle_check_catches_a_cycle_and_not_a_package_naming_its_submodule(
             # a genuine cycle through a lazy import
             "ckptvault/restore/loadcheck.py": "def f():\n    from ckptvault.restore.safetensors_check import g\n",
             "ckptvault/restore/safetensors_check.py": "from ckptvault.restore.loadcheck import FileCheck\n",
-            # a back-reference for annotations only: no cycle
-            "ckptvault/catalog/__init__.py": "from ckptvault.catalog.eventlog import Catalog\n",
-            "ckptvault/catalog/eventlog.py": "from ckptvault.catalog import stats\nclass Catalog: ...\n",
-            "ckptvault/catalog/stats.py": "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from ckptvault.catalog.eventlog import Catalog\n",
             # a submodule taking a name the package defines, while the package imports it
             "ckptvault/store/__init__.py": "from ckptvault.store.s3 import S3Store\nclass StoreError(Exception): ...\n",
             "ckptvault/store/s3.py": "from . import StoreError\n",
@@ -501,4 +468,41 @@ def test_the_cycle_check_catches_a_cycle_and_not_a_package_naming_its_submodule(
     assert cycles(module_edges(tmp_path)) == [
         ["ckptvault.restore.loadcheck", "ckptvault.restore.safetensors_check"],
         ["ckptvault.store", "ckptvault.store.s3"],
+    ]
+
+
+def test_the_cycle_check_counts_an_import_for_typing_only(tmp_path: Path) -> None:
+    """A module imported back only under TYPE_CHECKING (either spelling) closes a cycle, within a package
+    or across the shipped ones; helpers typed with a class declared below the module that calls them
+    (the catalog's reader, the memory store's protocol) close none."""
+    typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    "
+    _tree(
+        tmp_path,
+        {
+            "ckptvault/__init__.py": "",
+            # a helper typed with the Catalog that calls it
+            "ckptvault/catalog/__init__.py": "from ckptvault.catalog.eventlog import Catalog\n",
+            "ckptvault/catalog/eventlog.py": "from ckptvault.catalog import compaction, stats\n"
+            "from ckptvault.catalog.reading import CatalogReader\nclass Catalog(CatalogReader): ...\n",
+            "ckptvault/catalog/stats.py": typing_only + "from ckptvault.catalog.eventlog import Catalog\n",
+            # one typed with the reader below both: no cycle
+            "ckptvault/catalog/reading.py": "class CatalogReader: ...\n",
+            "ckptvault/catalog/compaction.py": typing_only + "from ckptvault.catalog.reading import CatalogReader\n",
+            # typing.TYPE_CHECKING spelled out: a helper typed with the store that imports it, and one
+            # typed with a protocol below both
+            "ckptvault/store/memory.py": "from ckptvault.store import memory_split, memory_transfer\n",
+            "ckptvault/store/memory_split.py": "import typing\nif typing.TYPE_CHECKING:\n"
+            "    from ckptvault.store.memory import MemoryStore\n",
+            "ckptvault/store/memory_transfer.py": "import typing\nif typing.TYPE_CHECKING:\n"
+            "    from ckptvault.store.memory_bucket import MemoryBucket\n",
+            "ckptvault/store/memory_bucket.py": "class MemoryBucket: ...\n",
+            # across two shipped packages: a lazy import one way, one for typing the other
+            "ckptvault_cli/output.py": "def emit_json():\n    from ckptvault_prefect.runtime import events\n",
+            "ckptvault_prefect/runtime/events.py": typing_only + "from ckptvault_cli.output import emit_json\n",
+        },
+    )
+    assert cycles(module_edges(tmp_path)) == [
+        ["ckptvault.catalog.eventlog", "ckptvault.catalog.stats"],
+        ["ckptvault.store.memory", "ckptvault.store.memory_split"],
+        ["ckptvault_cli.output", "ckptvault_prefect.runtime.events"],
     ]

@@ -8,8 +8,8 @@ import threading
 from datetime import UTC, datetime
 
 from ckptvault.catalog import Event, fold
-from ckptvault.catalog.eventlog import gc_paused
 from ckptvault.catalog.listing import _iso, as_record, render_json, render_table
+from ckptvault.catalog.reading import gc_paused
 
 
 def test_render_json_is_one_list_a_save_per_line_equal_to_the_records() -> None:
