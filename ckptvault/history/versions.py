@@ -1,41 +1,20 @@
-"""Which version of a key was current at a moment, and what changed after it.
+"""What changed after a moment, key by key, and the version a save's manifest was first written as.
 
-Decided from a listing of versions (ListObjectVersions: per key newest first, delete markers among
-them), never from today's objects, which an attacker may have deleted or rewritten. A moment is unix
-seconds truncated to the second, as the server's LastModified is: a version written during that second
-counts as current at it. Two entries of one key in the same second keep the server's order (newest
-first), the only order that can tell them apart.
+Which version was current at a moment (`current_at`, `by_key`) is the store's reading of its own
+listing (ckptvault/store/versions.py), which a point-in-time view of the store uses too; the judgement
+of what changed since, and what an undo must do, is here.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from ckptvault.store.port import ObjectVersion
+from ckptvault.store.versions import by_key, current_at, written_by
 
-
-def by_key(versions: Iterable[ObjectVersion]) -> dict[str, list[ObjectVersion]]:
-    """The entries grouped per key, newest first within each (the listing's order kept on a tie)."""
-    grouped: dict[str, list[ObjectVersion]] = {}
-    for v in versions:
-        grouped.setdefault(v.key, []).append(v)
-    for entries in grouped.values():
-        entries.sort(key=lambda v: -math.floor(v.last_modified))  # stable: a same-second tie keeps order
-    return grouped
-
-
-def _written_by(v: ObjectVersion, at: float) -> bool:
-    return math.floor(v.last_modified) <= math.floor(at)
-
-
-def current_at(entries: Sequence[ObjectVersion], at: float) -> ObjectVersion | None:
-    """The version of one key a GET would have read at `at` (entries newest first, as `by_key` gives
-    them): None when the key did not exist then or a delete marker was on top."""
-    top = next((v for v in entries if _written_by(v, at)), None)
-    return None if top is None or top.delete_marker else top
+__all__ = ["Change", "ChangeKind", "by_key", "changes_since", "current_at", "first_written", "same_etag"]
 
 
 def first_written(entries: Sequence[ObjectVersion]) -> ObjectVersion | None:
@@ -78,7 +57,7 @@ def changes_since(
     and deleted since) is no change either."""
     found: list[Change] = []
     for key, entries in sorted(by_key(versions).items()):
-        after = [v for v in entries if not _written_by(v, at)]
+        after = [v for v in entries if not written_by(v, at)]
         if not after:
             continue
         then = current_at(entries, at)

@@ -86,6 +86,10 @@ class DownloadRequest:
     progress: ProgressFn | None
     endpoint: str | None
     direct_io: bool = True  # write around the page cache where the filesystem allows it
+    version_id: str | None = None  # a point-in-time read: that version, not the current one
+
+    def version_args(self) -> dict[str, Any]:
+        return {"VersionId": self.version_id} if self.version_id else {}
 
 
 @dataclass
@@ -328,7 +332,7 @@ def _translate(req: DownloadRequest, e: Exception) -> StoreError:
 
 def _fetch_once(req: DownloadRequest, target: _Target, buf: memoryview, r: _Range) -> tuple[int, str]:
     args: dict[str, Any] = {"Range": f"bytes={r.start}-{r.end - 1}"} if r.end > r.start else {}
-    resp = req.client.get_object(Bucket=req.bucket, Key=req.key, **args)
+    resp = req.client.get_object(Bucket=req.bucket, Key=req.key, **args, **req.version_args())
     total = _total_size(resp)
     if total != req.size:
         raise ChecksumMismatchError(

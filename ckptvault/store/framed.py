@@ -291,7 +291,10 @@ def _fetch_group_once(
     where = f"s3://{req.bucket}/{req.key}"
     first, last = frames[group[0]], frames[group[-1]]
     resp = req.client.get_object(
-        Bucket=req.bucket, Key=req.key, Range=f"bytes={first.offset}-{last.offset + last.length - 1}"
+        Bucket=req.bucket,
+        Key=req.key,
+        Range=f"bytes={first.offset}-{last.offset + last.length - 1}",
+        **req.version_args(),
     )
     total = download._total_size(resp)
     if total != stored_size:

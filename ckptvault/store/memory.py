@@ -301,6 +301,9 @@ class MemoryStore:
     def versioning(self) -> str | None:
         return None  # it keeps no versions (docs/ARCHITECTURE.md)
 
+    def as_of(self, at: float) -> MemoryStore:
+        raise StoreError(f"s3://{self.bucket}: the in-memory store keeps no versions, so it has no past to read")
+
     def list_versions(self, prefix: str) -> Iterator[ObjectVersion]:
         # what the servers answer on a bucket without versioning (docs/object-lock.md): each object once
         for o in self.list(prefix):

@@ -151,6 +151,7 @@ class ObjectVersion:
     etag: str = ""
     delete_marker: bool = False
     latest: bool = False  # the server's IsLatest: what a GET without a version id reads (or 404s on)
+    storage_class: str = "STANDARD"  # "" for a delete marker
 
 
 @dataclass(frozen=True)
@@ -330,6 +331,12 @@ class ObjectStore(Protocol):
         """Every version and delete marker of every key under `prefix` (ListObjectVersions): keys in
         order, each key's entries newest first. On a bucket without versioning a server lists each object
         once, as its `null` version: ask `versioning` first."""
+        ...
+
+    def as_of(self, at: float) -> ObjectStore:
+        """A read-only view of the store as it was at `at` (unix seconds): `list`, `head` and every read
+        name the version that was current then (docs/object-lock.md, "After an attack"); a key with none
+        is absent; a write raises StoreError. Needs a versioned bucket (`versioning`)."""
         ...
 
     def head(self, key: str) -> ObjectInfo | None:

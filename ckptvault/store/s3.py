@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from botocore.exceptions import ClientError
 
@@ -45,11 +45,43 @@ _READ_BACK_CHUNK = 8 * 1024 * 1024
 class S3Store(S3Connection):
     """One bucket of an S3-like store (see ckptvault.store.port.ObjectStore for the contract)."""
 
+    # Set on the view `as_of` returns: every read names the version current at that moment.
+    _as_of: versions.PointInTime | None = None
+
+    # -- a point in time (docs/object-lock.md, "After an attack") ----------------------------------
+
+    def as_of(self, at: float) -> Self:
+        other = self.with_retention(self.retention)
+        other._as_of = versions.PointInTime(at)
+        return other
+
+    def _pinned(self, key: str) -> dict[str, Any]:
+        """The VersionId argument of a read of `key` in a point-in-time view ({} outside one)."""
+        if self._as_of is None:
+            return {}
+        try:
+            v = self._as_of.version(self.client, self.bucket, key)
+        except Exception as e:
+            raise self._err(e, "listing the versions of", key) from e
+        if v is None:
+            when = datetime.fromtimestamp(self._as_of.at, UTC)
+            raise NotFoundError(f"s3://{self.bucket}/{key}: no version of it was current at {when:%Y-%m-%dT%H:%M:%SZ}")
+        return {"VersionId": v.version_id}
+
+    def _writable(self, op: str, key: str = "") -> None:
+        if self._as_of is not None:
+            where = f"s3://{self.bucket}/{key}" if key else f"s3://{self.bucket}"
+            raise StoreError(f"{op} {where}: a point-in-time view of the store only reads")
+
     # -- objects ------------------------------------------------------------------------------
 
     def head(self, key: str) -> ObjectInfo | None:
         try:
-            h = self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+            pinned = self._pinned(key)
+        except NotFoundError:
+            return None
+        try:
+            h = self.client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED", **pinned)
         except ClientError as e:
             if http_status(e) == 404:
                 return None
@@ -75,6 +107,14 @@ class S3Store(S3Connection):
         )
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        if self._as_of is not None:
+            try:
+                current = self._as_of.listing(self.client, self.bucket, prefix)
+            except Exception as e:
+                raise self._err(e, f"listing the versions under {prefix!r} in") from e
+            for v in current:
+                yield ObjectInfo(v.key, v.size, v.etag, v.storage_class or "STANDARD", v.last_modified)
+            return
         pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         try:
             for page in pages:
@@ -110,6 +150,7 @@ class S3Store(S3Connection):
         tags: Mapping[str, str] | None = None,
         content_type: str = "application/octet-stream",
     ) -> None:
+        self._writable("writing", key)
         crc = to_b64(crc32c_update(data))
         args: dict[str, Any] = {**self._put_args(content_type), "Metadata": {"crc32c": crc}}
         caps = self.capabilities()
@@ -142,7 +183,7 @@ class S3Store(S3Connection):
 
     def get_bytes(self, key: str) -> bytes:
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=key)
+            resp = self.client.get_object(Bucket=self.bucket, Key=key, **self._pinned(key))
             data = resp["Body"].read()
         except Exception as e:
             raise self._err(e, "reading", key) from e
@@ -157,7 +198,7 @@ class S3Store(S3Connection):
     def read_crc32c(self, key: str) -> str:
         crc = 0
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            body = self.client.get_object(Bucket=self.bucket, Key=key, **self._pinned(key))["Body"]
             for chunk in body.iter_chunks(_READ_BACK_CHUNK):
                 crc = crc32c_update(chunk, crc)
         except Exception as e:
@@ -168,7 +209,8 @@ class S3Store(S3Connection):
         if length < 1 or offset < 0 or offset + length > size:
             raise InvalidArgumentError(f"reading s3://{self.bucket}/{key}: range {offset}+{length} is not in 0..{size}")
         try:
-            resp = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
+            rng = f"bytes={offset}-{offset + length - 1}"
+            resp = self.client.get_object(Bucket=self.bucket, Key=key, Range=rng, **self._pinned(key))
             data = resp["Body"].read()
         except Exception as e:
             raise self._err(e, "reading", key) from e
@@ -191,6 +233,7 @@ class S3Store(S3Connection):
         tags: Mapping[str, str] | None = None,
         progress: ProgressFn | None = None,
     ) -> UploadResult:
+        self._writable("copying to", key)
         where = f"{source.bucket}/{source_key}"
         req = self._upload_request(Path(where), key, tags=tags, progress=progress)
 
@@ -209,6 +252,7 @@ class S3Store(S3Connection):
         progress: ProgressFn | None = None,
         typesize: int | None = None,
     ) -> UploadResult:
+        self._writable("uploading to", key)
         req = self._upload_request(Path(path), key, tags=tags, sha256=sha256, progress=progress)
         if typesize is not None:
             from ckptvault.store import framed  # imports the codec library: only when compressing
@@ -254,19 +298,23 @@ class S3Store(S3Connection):
     def begin_upload(
         self, path: Path, key: str, *, size: int, mtime: float, tags: Mapping[str, str] | None = None
     ) -> SplitUpload:
+        self._writable("uploading to", key)
         return split_upload.begin(self._upload_request(Path(path), key, tags=tags), size, mtime)
 
     def upload_parts(
         self, upload: SplitUpload, first: int, count: int, *, progress: ProgressFn | None = None
     ) -> tuple[SentPart, ...]:
+        self._writable("uploading to", upload.key)
         req = self._upload_request(Path(upload.path), upload.key, progress=progress)
         return split_upload.send(req, upload, first, count)
 
     def complete_upload(self, upload: SplitUpload, parts: Sequence[SentPart]) -> UploadResult:
+        self._writable("completing an upload to", upload.key)
         req = self._upload_request(Path(upload.path), upload.key, tags=dict(upload.tags))
         return split_upload.finish(req, upload, parts)
 
     def abort_upload(self, upload: SplitUpload) -> None:
+        self._writable("aborting an upload to", upload.key)
         multipart.abort(self._upload_request(Path(upload.path), upload.key), upload.upload_id)
 
     def download_file(
@@ -318,9 +366,11 @@ class S3Store(S3Connection):
             progress=progress,
             endpoint=self.endpoint,
             direct_io=self.cfg.direct_io,
+            version_id=self._pinned(key).get("VersionId"),
         )
 
     def delete(self, key: str) -> None:
+        self._writable("deleting", key)
         try:
             self.client.delete_object(Bucket=self.bucket, Key=key)
         except ClientError as e:
@@ -331,6 +381,7 @@ class S3Store(S3Connection):
 
     def delete_many(self, keys: Sequence[str]) -> dict[str, str]:
         # DeleteObjects: one round trip per DELETE_BATCH keys, where `delete` costs one per key
+        self._writable("deleting in")
         failed: dict[str, str] = {}
         for i in range(0, len(keys), DELETE_BATCH):
             batch = list(keys[i : i + DELETE_BATCH])
@@ -346,6 +397,7 @@ class S3Store(S3Connection):
         return failed
 
     def abort_multipart_uploads(self, prefix: str, older_than: float | None = None) -> int:
+        self._writable("aborting uploads in")
         aborted = 0
         try:
             pages = self.client.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=prefix)
@@ -373,6 +425,7 @@ class S3Store(S3Connection):
             raise self._err(e, "reading the Object Lock configuration of") from e
 
     def probe_lock_enforced(self) -> str | None:
+        self._writable("probing Object Lock in")
         key = self._probe_prefix
         try:
             return object_lock.probe_enforced(
@@ -386,12 +439,14 @@ class S3Store(S3Connection):
             raise self._err(e, "probing Object Lock at", key) from e
 
     def put_legal_hold(self, key: str, on: bool) -> None:
+        self._writable("setting the legal hold of", key)
         try:
             self.client.put_object_legal_hold(Bucket=self.bucket, Key=key, LegalHold={"Status": "ON" if on else "OFF"})
         except Exception as e:
             raise self._err(e, "setting the legal hold of" if on else "clearing the legal hold of", key) from e
 
     def extend_retention(self, key: str, retention: Retention) -> bool:
+        self._writable("extending the retention of", key)
         try:
             return object_lock.extend(self.client, self.bucket, key, retention)
         except Exception as e:
@@ -415,6 +470,7 @@ class S3Store(S3Connection):
 
     def copy_storage_class(self, key: str, storage_class: str, size: int) -> None:
         # `size` is only a hint: the copy decides single vs multipart from the HEAD it makes anyway.
+        self._writable("moving", key)
         try:
             upload.copy_in_place(self.client, self.bucket, key, storage_class, self._put_args(), self.transfer)
         except Exception as e:
@@ -433,7 +489,9 @@ class S3Store(S3Connection):
         if info.archive_status is None:
             request["Days"] = days  # Intelligent-Tiering archive tiers refuse Days
         try:
-            resp = self._signing_client().restore_object(Bucket=self.bucket, Key=key, RestoreRequest=request)
+            resp = self._signing_client().restore_object(
+                Bucket=self.bucket, Key=key, RestoreRequest=request, **self._pinned(key)
+            )
         except ClientError as e:
             if error_code(e) == "RestoreAlreadyInProgress":
                 return "in_progress"
@@ -449,6 +507,7 @@ class S3Store(S3Connection):
         return "restored" if resp["ResponseMetadata"]["HTTPStatusCode"] == 200 else "requested"
 
     def put_tags(self, key: str, tags: Mapping[str, str]) -> None:
+        self._writable("tagging", key)
         tagset: Any = [{"Key": k, "Value": v} for k, v in tags.items()]
         try:
             self.client.put_object_tagging(Bucket=self.bucket, Key=key, Tagging={"TagSet": tagset})
@@ -463,6 +522,7 @@ class S3Store(S3Connection):
         return {t["Key"]: t["Value"] for t in resp.get("TagSet", [])}
 
     def put_lifecycle(self, rules: LifecycleRules) -> None:
+        self._writable("writing the lifecycle of")
         try:
             if rules:
                 conf: Any = {"Rules": rules}
@@ -484,6 +544,7 @@ class S3Store(S3Connection):
         return [dict(r) for r in resp.get("Rules", [])]
 
     def ensure_abort_incomplete_mpu_rule(self, days: int = 1) -> bool:
+        self._writable("writing the lifecycle of")
         merged = lifecycle.with_abort_mpu_rule(self.get_lifecycle(), self.cfg.prefix, days)
         if merged is None:
             return False  # already in place: do not rewrite the bucket config
