@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault.alerts import kinds as alerts
-from ckptvault.alerts.kinds import ALL_RUNS, KINDS, Alert
+from ckptvault.alerts.kinds import ALL_RUNS, KINDS, Alert, build
 from tests.slack_recorder import T0, URL, sample_alert
 
 RECORDED = Path(__file__).with_name("alert_wording.json")
@@ -24,33 +23,57 @@ LONG = [f"shard-{i:05d}.safetensors: no Object Lock retention (ckptvault set 202
 
 # name -> the alert, beside sample_alert's one of each kind
 CASES: dict[str, Callable[[], Alert]] = {
-    "drill_digest all passed": lambda: alerts.drill_digest([("a", 1), ("b", 2)], []),
-    "tier_applied nothing scheduled": lambda: alerts.tier_applied("r", {"cold": 2}, 10, 1.0),
-    "tier_applied scheduled": lambda: alerts.tier_applied(
-        "r", {"expired": 1, "cold": 2}, 5_000_000_000, 0.25, URL, {"archive": 4, "cold": 1}
+    "drill_digest all passed": lambda: build("drill_digest", passed=[("a", 1), ("b", 2)], failed=[]),
+    "tier_applied nothing scheduled": lambda: build(
+        "tier_applied", run="r", moved={"cold": 2}, bytes_moved=10, saved_usd_per_month=1.0
     ),
-    "evict_skipped the store's copy": lambda: alerts.evict_skipped(
-        "r", 10, 2, ["/l/r/a.bin: changed"], ["prefix/a.bin: missing from the store"]
+    "tier_applied scheduled": lambda: build(
+        "tier_applied", run="r", moved={"expired": 1, "cold": 2}, bytes_moved=5_000_000_000,
+        saved_usd_per_month=0.25, scheduled={"archive": 4, "cold": 1}, flow_run_url=URL,
     ),
-    "run_stale for days, no step": lambda: alerts.run_stale("r", T0, 6.0, T0 + 3 * 86400),
-    "run_recovered no step": lambda: alerts.run_recovered("r", T0, T0 + 1800),
-    "budget_exceeded one run": lambda: alerts.budget_exceeded(1234.5, 1000.0, "r", URL),
-    "flow_failed a restore's": lambda: alerts.flow_failed("restore", "Failed", "RestoreError: x\ntb", "r", URL, 300),
-    "flow_failed no message": lambda: alerts.flow_failed("tier", "Crashed", ""),
-    "run_restarted from an unknown step": lambda: alerts.run_restarted("r", None, ["step 5 save 1", "step 6 save 1"]),
-    "catalog_unreadable message naming its key": lambda: alerts.catalog_unreadable(
-        ALL_RUNS, {"k/b.parquet": "k/b.parquet: truncated", "k/a.parquet": "not Parquet"}
+    "evict_skipped the store's copy": lambda: build(
+        "evict_skipped", run="r", step=10, save=2, local=["/l/r/a.bin: changed"],
+        store=["prefix/a.bin: missing from the store"],
     ),
-    "legal_hold released": lambda: alerts.legal_hold("r", 10, 1, False, "ops", "done", 3, URL),
-    "lock_drift many objects": lambda: alerts.lock_drift("r", 10, 1, LONG),
-    "replicate_failed a whole pass": lambda: alerts.replicate_failed("dr", ALL_RUNS, None, None, "no route", URL),
-    "scrub_problem a repair that failed, one object": lambda: alerts.scrub_problem(
-        "primary", "r", 1, 2, ["a.bin: missing"], True
+    "run_stale for days, no step": lambda: build(
+        "run_stale", run="r", newest_at=T0, stale_after_hours=6.0, now=T0 + 3 * 86400
     ),
-    "scrub_problem no path": lambda: alerts.scrub_problem("dr", "r", 1, 2, [], False),
-    "restore_completed to a path with braces": lambda: alerts.restore_completed("r", 1, "/scratch/{x}", 1234.4),
-    "ingest_failed error with braces": lambda: alerts.ingest_failed("r", 1, "KeyError: '{step}'", 2),
-}
+    "run_recovered no step": lambda: build("run_recovered", run="r", stale_since=T0, newest_at=T0 + 1800),
+    "budget_exceeded one run": lambda: build(
+        "budget_exceeded", monthly_usd=1234.5, budget=1000.0, run="r", flow_run_url=URL
+    ),
+    "flow_failed a restore's": lambda: build(
+        "flow_failed", flow="restore", state="Failed", message="RestoreError: x\ntb", run="r", step=300,
+        flow_run_url=URL,
+    ),
+    "flow_failed no message": lambda: build("flow_failed", flow="tier", state="Crashed", message=""),
+    "run_restarted from an unknown step": lambda: build(
+        "run_restarted", run="r", step=None, resaved=["step 5 save 1", "step 6 save 1"]
+    ),
+    "catalog_unreadable message naming its key": lambda: build(
+        "catalog_unreadable", run=ALL_RUNS,
+        objects={"k/b.parquet": "k/b.parquet: truncated", "k/a.parquet": "not Parquet"},
+    ),
+    "legal_hold released": lambda: build(
+        "legal_hold", run="r", step=10, save=1, on=False, who="ops", why="done", objects=3, flow_run_url=URL
+    ),
+    "lock_drift many objects": lambda: build("lock_drift", run="r", step=10, save=1, problems=LONG),
+    "replicate_failed a whole pass": lambda: build(
+        "replicate_failed", replica="dr", run=ALL_RUNS, step=None, save=None, error="no route", flow_run_url=URL
+    ),
+    "scrub_problem a repair that failed, one object": lambda: build(
+        "scrub_problem", store="primary", run="r", step=1, save=2, problems=["a.bin: missing"], repaired=True
+    ),
+    "scrub_problem no path": lambda: build(
+        "scrub_problem", store="dr", run="r", step=1, save=2, problems=[], repaired=False
+    ),
+    "restore_completed to a path with braces": lambda: build(
+        "restore_completed", run="r", step=1, destination="/scratch/{x}", seconds=1234.4
+    ),
+    "ingest_failed error with braces": lambda: build(
+        "ingest_failed", run="r", step=1, error="KeyError: '{step}'", attempts=2
+    ),
+}  # fmt: skip
 
 
 def built() -> dict[str, dict[str, object]]:
