@@ -79,8 +79,8 @@ def _tier_counts(f: Facts) -> Facts:
 
 def _oldest_late(f: Facts) -> Facts:
     run, step, save, at = f["late"][0]  # `late` is oldest first and never empty
-    return {"count": len(f["late"]), "oldest": f"{run} step {step} save {save}", "key": f"{run}/{step}/{save}",
-            "gap": _hours(f["now"] - at)}  # fmt: skip
+    oldest = {"oldest": f"{run} step {step} save {save}", "key": f"{run}/{step}/{save}"}
+    return {"count": len(f["late"]), **oldest, "gap": _hours(f["now"] - at)}
 
 
 def _scrub_first(f: Facts) -> Facts:
@@ -92,10 +92,6 @@ def _scrub_first(f: Facts) -> Facts:
 
 
 _PER_STEP = ("run", "step")
-_STALE_NEXT = (
-    "Check the training job: is it alive, hung, or out of disk? If the run ended on purpose, "
-    "remove stale_after_hours for it. You get one alert per episode and one when it recovers."
-)
 
 TABLE: dict[str, Kind] = {
     # --- the lifecycle stages: ingest, validation, drills, tiering, eviction, restore -------------------
@@ -230,7 +226,10 @@ TABLE: dict[str, Kind] = {
             "Newest checkpoint: {newest}",
             "Expected at least one every {stale_after_hours:g} h (sources.stale_after_hours)",
         ),
-        next_step=_STALE_NEXT,
+        next_step=(
+            "Check the training job: is it alive, hung, or out of disk? If the run ended on purpose, "
+            "remove stale_after_hours for it. You get one alert per episode and one when it recovers."
+        ),
         reason="since={newest_at:.3f}",  # one episode = one newest checkpoint; a later episode is a different alert
     ),
     "run_recovered": Kind(
