@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
-from ckptvault.alerts.kinds import BUILDERS, Alert
+from ckptvault.alerts.kinds import Alert, build
 
 # The bot token the recorder accepts (tests/conftest.py `slack` fixture); tests check it is never printed.
 SLACK_TOKEN = "xoxb-ckptvault-test-0123456789-secret"
@@ -30,48 +30,66 @@ T0 = 1_790_000_000.0  # 2026-09-21
 
 def sample_alert(kind: str, url: str | None = URL) -> Alert:
     """One realistic alert of each kind, as the flows would build it."""
-    args: dict[str, tuple[object, ...]] = {
-        "ingest_failed": ("llama-7b", 12000, "TransientStoreError: timed out on PUT", 5),
-        "validation_blocked": ("llama-7b", 12000, ["size 12.1 GB is 40% below the median of the last 10"]),
-        "validation_warned": ("llama-7b", 12000, ["step 12000 skipped 2 expected intervals"]),
-        "drill_failed": ("llama-7b", 9000, ["model.safetensors: CRC32C mismatch"]),
-        "drill_digest": ([("llama-7b", 9000)], [("gpt-small", 300)]),
-        "tier_applied": ("llama-7b", {"cold": 3, "archive": 1}, 48_000_000_000, 12.5),
-        "evict_skipped": (
-            "llama-7b",
-            9000,
-            1,
-            ["/lustre/llama-7b/checkpoint-9000/model.safetensors: size 12 locally, 10 in the manifest"],
-            [],
-        ),
-        "restore_completed": ("llama-7b", 9000, "/scratch/llama-7b", 412.0),
-        "restore_failed": ("llama-7b", 9000, "ObjectFrozenError: thaw in progress"),
-        "run_stale": ("llama-7b", T0, 2.0, T0 + 5 * 3600, 12000),
-        "run_recovered": ("llama-7b", T0, T0 + 7 * 3600, 12500),
-        "budget_exceeded": (130.0, 100.0),
-        "flow_failed": ("ingest", "Crashed", "SIGTERM received"),
-        "run_restarted": ("llama-7b", 9000, ["step 9500 save 1: run restarted from before step 9500"]),
-        "catalog_unreadable": ("llama-7b", {"prod/_catalog/run=llama-7b/events/0001-ab.parquet": "not Parquet"}),
-        "legal_hold": ("llama-7b", 9000, 1, True, "alice", "incident 7: keep for the audit", 12),
-        "lock_drift": ("llama-7b", 9000, 1, ["model.safetensors: no Object Lock retention (ckptvault set 2027-01-02)"]),
-        "replicate_failed": (
-            "ceph-dr",
-            "llama-7b",
-            9000,
-            1,
-            "model.safetensors: its bytes' CRC32C is AAAAAA==, the manifest says BBBBBB==",
-        ),
-        "replica_lagging": ("ceph-dr", [("llama-7b", 9000, 1, T0), ("llama-7b", 9500, 1, T0 + 3600)], 24.0, T0 + 9e4),
-        "scrub_problem": (
-            "ceph-dr",
-            "llama-7b",
-            9000,
-            1,
-            ["model.safetensors: CRC32C mismatch: AAAAAA==, the manifest says BBBBBB==", "_MANIFEST.json: missing"],
-            False,
-        ),
-    }
-    return BUILDERS[kind](*args[kind], flow_run_url=url)
+    facts: dict[str, dict[str, object]] = {
+        "ingest_failed": {
+            "run": "llama-7b", "step": 12000, "error": "TransientStoreError: timed out on PUT", "attempts": 5
+        },
+        "validation_blocked": {
+            "run": "llama-7b", "step": 12000, "problems": ["size 12.1 GB is 40% below the median of the last 10"]
+        },
+        "validation_warned": {
+            "run": "llama-7b", "step": 12000, "problems": ["step 12000 skipped 2 expected intervals"]
+        },
+        "drill_failed": {"run": "llama-7b", "step": 9000, "problems": ["model.safetensors: CRC32C mismatch"]},
+        "drill_digest": {"passed": [("llama-7b", 9000)], "failed": [("gpt-small", 300)]},
+        "tier_applied": {
+            "run": "llama-7b", "moved": {"cold": 3, "archive": 1}, "bytes_moved": 48_000_000_000,
+            "saved_usd_per_month": 12.5,
+        },
+        "evict_skipped": {
+            "run": "llama-7b", "step": 9000, "save": 1,
+            "local": ["/lustre/llama-7b/checkpoint-9000/model.safetensors: size 12 locally, 10 in the manifest"],
+            "store": [],
+        },
+        "restore_completed": {"run": "llama-7b", "step": 9000, "destination": "/scratch/llama-7b", "seconds": 412.0},
+        "restore_failed": {"run": "llama-7b", "step": 9000, "error": "ObjectFrozenError: thaw in progress"},
+        "run_stale": {
+            "run": "llama-7b", "newest_at": T0, "stale_after_hours": 2.0, "now": T0 + 5 * 3600, "step": 12000
+        },
+        "run_recovered": {"run": "llama-7b", "stale_since": T0, "newest_at": T0 + 7 * 3600, "step": 12500},
+        "budget_exceeded": {"monthly_usd": 130.0, "budget": 100.0},
+        "flow_failed": {"flow": "ingest", "state": "Crashed", "message": "SIGTERM received"},
+        "run_restarted": {
+            "run": "llama-7b", "step": 9000, "resaved": ["step 9500 save 1: run restarted from before step 9500"]
+        },
+        "catalog_unreadable": {
+            "run": "llama-7b", "objects": {"prod/_catalog/run=llama-7b/events/0001-ab.parquet": "not Parquet"}
+        },
+        "legal_hold": {
+            "run": "llama-7b", "step": 9000, "save": 1, "on": True, "who": "alice",
+            "why": "incident 7: keep for the audit", "objects": 12,
+        },
+        "lock_drift": {
+            "run": "llama-7b", "step": 9000, "save": 1,
+            "problems": ["model.safetensors: no Object Lock retention (ckptvault set 2027-01-02)"],
+        },
+        "replicate_failed": {
+            "replica": "ceph-dr", "run": "llama-7b", "step": 9000, "save": 1,
+            "error": "model.safetensors: its bytes' CRC32C is AAAAAA==, the manifest says BBBBBB==",
+        },
+        "replica_lagging": {
+            "replica": "ceph-dr", "late": [("llama-7b", 9000, 1, T0), ("llama-7b", 9500, 1, T0 + 3600)],
+            "max_lag_hours": 24.0, "now": T0 + 9e4,
+        },
+        "scrub_problem": {
+            "store": "ceph-dr", "run": "llama-7b", "step": 9000, "save": 1,
+            "problems": [
+                "model.safetensors: CRC32C mismatch: AAAAAA==, the manifest says BBBBBB==", "_MANIFEST.json: missing"
+            ],
+            "repaired": False,
+        },
+    }  # fmt: skip
+    return build(kind, flow_run_url=url, **facts[kind])
 
 
 @dataclass

@@ -1,43 +1,20 @@
-"""The alert record and its kinds: pure data, no I/O.
+"""The alert record: pure data, no I/O.
 
 Every message is written for a tired on-call engineer at 3 a.m.: what happened, to which run and step,
-what to do next, and a link to the Prefect flow run when there is one. Wording lives only in the
-builders (ckptvault/alerts/messages_stages.py, messages_health.py), so every caller says things the
-same way; this record only knows how to render what they wrote, as text or Slack blocks.
+what to do next, and a link to the Prefect flow run when there is one. Wording lives only in the table
+of kinds (ckptvault/alerts/wording.py), which the one builder (`kinds.build`) reads, so every caller
+says things the same way; this record only knows how to render what it wrote, as text or Slack blocks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from ckptvault.alerts.wording import ALL_RUNS as ALL_RUNS
+from ckptvault.alerts.wording import KINDS as KINDS
+from ckptvault.alerts.wording import Severity as Severity
 from ckptvault.errors import InvalidArgumentError
-
-KINDS = (
-    "ingest_failed",
-    "validation_blocked",
-    "validation_warned",
-    "drill_failed",
-    "drill_digest",
-    "tier_applied",
-    "evict_skipped",
-    "restore_completed",
-    "restore_failed",
-    "run_stale",
-    "run_recovered",
-    "budget_exceeded",
-    "flow_failed",
-    "run_restarted",
-    "catalog_unreadable",
-    "legal_hold",
-    "lock_drift",
-    "replicate_failed",
-    "replica_lagging",
-    "scrub_problem",
-)
-
-Severity = Literal["info", "warning", "error"]
-ALL_RUNS = "*"  # the run of an alert that is about the whole store, not one run
 
 # Slack rejects a section over 3000 characters and a message over 50 blocks; a wall of detail
 # is also useless at 3 a.m., so we cut early and say how much was cut.

@@ -1,11 +1,13 @@
-"""Alert kinds and their builders, in one place: `from ckptvault.alerts import kinds as alerts`, then
-`alerts.ingest_failed(...)`. The record lives in ckptvault/alerts/alert.py, the wording in
-messages_stages.py and messages_health.py; the names are re-exported here so callers keep one import.
+"""Alert kinds and the one builder, in one place: `from ckptvault.alerts import kinds as alerts`, then
+`alerts.build("ingest_failed", run=..., step=..., error=..., attempts=..., flow_run_url=...)`. The record
+lives in ckptvault/alerts/alert.py, the wording in the table of ckptvault/alerts/wording.py; the names
+are re-exported here so callers keep one import.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import cast
 
 from ckptvault.alerts.alert import ALL_RUNS as ALL_RUNS
 from ckptvault.alerts.alert import KINDS as KINDS
@@ -14,49 +16,49 @@ from ckptvault.alerts.alert import MAX_DETAILS as MAX_DETAILS
 from ckptvault.alerts.alert import Alert as Alert
 from ckptvault.alerts.alert import Severity as Severity
 from ckptvault.alerts.alert import escape as escape
-from ckptvault.alerts.messages_health import budget_exceeded as budget_exceeded
-from ckptvault.alerts.messages_health import catalog_unreadable as catalog_unreadable
-from ckptvault.alerts.messages_health import catalog_unreadable_by_run as catalog_unreadable_by_run
-from ckptvault.alerts.messages_health import flow_failed as flow_failed
-from ckptvault.alerts.messages_health import replica_lagging as replica_lagging
-from ckptvault.alerts.messages_health import run_recovered as run_recovered
-from ckptvault.alerts.messages_health import run_restarted as run_restarted
-from ckptvault.alerts.messages_health import run_stale as run_stale
-from ckptvault.alerts.messages_stages import drill_digest as drill_digest
-from ckptvault.alerts.messages_stages import drill_failed as drill_failed
-from ckptvault.alerts.messages_stages import evict_skipped as evict_skipped
-from ckptvault.alerts.messages_stages import ingest_failed as ingest_failed
-from ckptvault.alerts.messages_stages import legal_hold as legal_hold
-from ckptvault.alerts.messages_stages import lock_drift as lock_drift
-from ckptvault.alerts.messages_stages import replicate_failed as replicate_failed
-from ckptvault.alerts.messages_stages import restore_completed as restore_completed
-from ckptvault.alerts.messages_stages import restore_failed as restore_failed
-from ckptvault.alerts.messages_stages import scrub_problem as scrub_problem
-from ckptvault.alerts.messages_stages import tier_applied as tier_applied
-from ckptvault.alerts.messages_stages import validation_blocked as validation_blocked
-from ckptvault.alerts.messages_stages import validation_warned as validation_warned
+from ckptvault.alerts.wording import SEVERITIES, TABLE, render
+from ckptvault.errors import InvalidArgumentError
 
-# keep the builder list next to KINDS so a new kind cannot be added without its wording
-BUILDERS: dict[str, Callable[..., Alert]] = {
-    "ingest_failed": ingest_failed,
-    "validation_blocked": validation_blocked,
-    "validation_warned": validation_warned,
-    "drill_failed": drill_failed,
-    "drill_digest": drill_digest,
-    "tier_applied": tier_applied,
-    "evict_skipped": evict_skipped,
-    "restore_completed": restore_completed,
-    "restore_failed": restore_failed,
-    "run_stale": run_stale,
-    "run_recovered": run_recovered,
-    "budget_exceeded": budget_exceeded,
-    "flow_failed": flow_failed,
-    "run_restarted": run_restarted,
-    "catalog_unreadable": catalog_unreadable,
-    "legal_hold": legal_hold,
-    "lock_drift": lock_drift,
-    "replicate_failed": replicate_failed,
-    "replica_lagging": replica_lagging,
-    "scrub_problem": scrub_problem,
-}
-assert tuple(BUILDERS) == KINDS
+
+def build(kind: str, *, flow_run_url: str | None = None, **facts: object) -> Alert:
+    """The alert of `kind` about `facts` (by name, as its entry in wording.TABLE takes them), linking
+    `flow_run_url` when there is one. A fact missing or not the kind's raises TypeError, as a wrong
+    argument to a function would: a caller's slip fails where it is made, not in a 3 a.m. message."""
+    entry = TABLE.get(kind)
+    if entry is None:
+        raise InvalidArgumentError(f"unknown alert kind {kind!r}; expected one of {', '.join(KINDS)}")
+    missing = [name for name in entry.takes if name not in facts]
+    unknown = [name for name in facts if name not in entry.takes and name not in entry.optional]
+    slips = ([f"missing {', '.join(missing)}"] if missing else []) + (
+        [f"not one of its facts: {', '.join(unknown)}"] if unknown else []
+    )
+    if slips:
+        raise TypeError(f"alert {kind}: " + "; ".join(slips))
+    given = {**entry.optional, **facts}
+    f = {**given, **(entry.derive(given) if entry.derive else {})}
+    severity = render(entry.severity, f)
+    if severity not in SEVERITIES:
+        raise InvalidArgumentError(f"alert {kind}: severity {severity!r} is none of {', '.join(SEVERITIES)}")
+    details = entry.details(f) if callable(entry.details) else [line.format_map(f) for line in entry.details]
+    return Alert(
+        kind=kind,
+        run=cast(str, f.get("run", ALL_RUNS)),
+        step=cast("int | None", f.get("step")),
+        summary=render(entry.summary, f),
+        details=details,
+        next_step=render(entry.next_step, f),
+        severity=severity,
+        flow_run_url=flow_run_url,
+        reason=render(entry.reason, f),
+    )
+
+
+def catalog_unreadable_by_run(
+    by_run: Mapping[str | None, Mapping[str, str]], flow_run_url: str | None = None
+) -> list[Alert]:
+    """One `catalog_unreadable` alert per run whose partition holds unreadable objects (`None`, the flat
+    layout: ALL_RUNS), in run order: what every command that reads the catalog sends (`Catalog.unreadable_by_run`)."""
+    return [
+        build("catalog_unreadable", run=run or ALL_RUNS, objects=objs, flow_run_url=flow_run_url)
+        for run, objs in sorted(by_run.items(), key=str)
+    ]

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ckptvault.alerts.alert import Alert
-from ckptvault.alerts.messages_health import budget_exceeded, run_recovered, run_stale
+from ckptvault.alerts.kinds import build
 from ckptvault.errors import InvalidArgumentError
 
 SCHEMA = "ckptvault.alerts/1"
@@ -144,14 +144,16 @@ def stale_runs(
         step = steps.get(run)
         ep = new.stale.get(run)
         if ep is not None:
-            stale_alert = run_stale(run, ep.newest_at, hours, now, step, flow_run_url)
+            stale_alert = build("run_stale", run=run, newest_at=ep.newest_at, stale_after_hours=hours, now=now,
+                                step=step, flow_run_url=flow_run_url)  # fmt: skip
             if not ep.notified and stale_alert.dedup_key() in new.sent:
                 ep = new.stale[run] = replace(ep, notified=True)
             if newest is None or newest <= ep.newest_at:
                 if not ep.notified:
                     alerts.append(stale_alert)
                 continue
-            recovered = run_recovered(run, ep.newest_at, newest, step, flow_run_url)
+            recovered = build("run_recovered", run=run, stale_since=ep.newest_at, newest_at=newest, step=step,
+                              flow_run_url=flow_run_url)  # fmt: skip
             if ep.notified and recovered.dedup_key() not in new.sent:
                 alerts.append(recovered)
                 continue
@@ -160,7 +162,8 @@ def stale_runs(
             new.closed[run] = max(ep.newest_at, new.closed.get(run, ep.newest_at))
         if newest is not None and now - newest > hours * 3600:
             new.stale[run] = Episode(newest_at=newest, opened_at=now)
-            alerts.append(run_stale(run, newest, hours, now, step, flow_run_url))
+            alerts.append(build("run_stale", run=run, newest_at=newest, stale_after_hours=hours, now=now, step=step,
+                                flow_run_url=flow_run_url))  # fmt: skip
     return alerts, new
 
 
@@ -170,4 +173,4 @@ def budget_alert(
     """The budget alert when spend is over the budget; it repeats once per dedup window while over."""
     if budget is None or monthly_usd <= budget:
         return None
-    return budget_exceeded(monthly_usd, budget, run, flow_run_url)
+    return build("budget_exceeded", monthly_usd=monthly_usd, budget=budget, run=run, flow_run_url=flow_run_url)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptvault.alerts.alert import Alert
-from ckptvault.alerts.messages_health import catalog_unreadable_by_run, replica_lagging
+from ckptvault.alerts.kinds import build, catalog_unreadable_by_run
 from ckptvault.alerts.watch import AlertState, budget_alert, stale_runs
 from ckptvault.catalog import CheckpointState
 from ckptvault.config import ReplicaConfig, SourceConfig
@@ -61,7 +61,8 @@ def lagging_replicas(
         )  # oldest first  # fmt: skip
         if not late:
             continue
-        alert = replica_lagging(replica.name, late, replica.max_lag_hours, now, flow_run_url)
+        alert = build("replica_lagging", replica=replica.name, late=late, max_lag_hours=replica.max_lag_hours, now=now,
+                      flow_run_url=flow_run_url)  # fmt: skip
         if alert.dedup_key() not in state.sent:
             out.append(alert)
     return out

@@ -43,10 +43,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-if TYPE_CHECKING:  # Prefect is imported only when an event is sent
-    from prefect.events import Event
+from typing import Any, Literal, Protocol
 
 EVENT = "ckptvault.checkpoint.saved"
 RESOURCE_PREFIX = "ckptvault.run."
@@ -282,13 +279,6 @@ def event_body(saved: Saved, occurred: datetime | None = None, event_id: str | N
         "related": [],
         "payload": {"run": saved.run, "step": saved.step, "path": saved.path},
     }
-
-
-def event_for(saved: Saved) -> Event:
-    """`event_body` as Prefect's own Event (the trigger's templates are rendered against one)."""
-    from prefect.events import Event
-
-    return Event.model_validate(event_body(saved))
 
 
 def send_event(saved: Saved, env: Mapping[str, str], timeout: float = EVENT_TIMEOUT_SECONDS) -> None:

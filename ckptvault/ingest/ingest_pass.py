@@ -123,16 +123,20 @@ class IngestPass:
     def alerts(self, outcomes: Sequence[Outcome], url: str | None, attempts: int) -> list[Alert]:
         """What the pass tells people: blocked and warned checkpoints, failed ones (after `attempts`
         tries each), and each run that restarted from an earlier step."""
-        out = [alerts.validation_blocked(o.run, o.step, o.message.split("; "), url)
+        out = [alerts.build("validation_blocked", run=o.run, step=o.step, problems=o.message.split("; "),
+                            flow_run_url=url)
                for o in outcomes if o.result == "invalid"]  # fmt: skip
-        out += [alerts.validation_warned(o.run, o.step, o.message.split("; "), url)
+        out += [alerts.build("validation_warned", run=o.run, step=o.step, problems=o.message.split("; "),
+                             flow_run_url=url)
                 for o in outcomes if o.result == "warned"]  # fmt: skip
-        out += [alerts.ingest_failed(o.run, o.step, o.message, attempts, url) for o in outcomes if o.result == "failed"]
+        out += [alerts.build("ingest_failed", run=o.run, step=o.step, error=o.message, attempts=attempts,
+                             flow_run_url=url)
+                for o in outcomes if o.result == "failed"]  # fmt: skip
         for run, replaced in sorted(self.restarts.items()):
             first = min(x.state.step for x in replaced)
             point = restart_point(list(self.known_before.get(run, {}).values()), first)
             resaved = [f"step {x.state.step} save {x.state.save}: {x.reason}" for x in replaced]
-            out.append(alerts.run_restarted(run, point, resaved, url))
+            out.append(alerts.build("run_restarted", run=run, step=point, resaved=resaved, flow_run_url=url))
         return out
 
     def _finish(self, i: int) -> None:

@@ -91,14 +91,16 @@ class ReplicateResult:
     def alerts(self, flow_run_url: str | None = None) -> list[Alert]:
         """One alert per save not copied, naming the replica and the save, and one per stopped pass."""
         out = [
-            kinds.replicate_failed(p.replica, f.run, f.step, f.save, f.error, flow_run_url)
+            kinds.build("replicate_failed", replica=p.replica, run=f.run, step=f.step, save=f.save, error=f.error,
+                        flow_run_url=flow_run_url)
             for p in self.passes
             for f in p.failures
-        ]
+        ]  # fmt: skip
         out += [
-            kinds.replicate_failed(name, ALL_RUNS, None, None, why, flow_run_url)
+            kinds.build("replicate_failed", replica=name, run=ALL_RUNS, step=None, save=None, error=why,
+                        flow_run_url=flow_run_url)
             for name, why in sorted(self.stopped.items())
-        ]
+        ]  # fmt: skip
         return out
 
 

@@ -115,13 +115,12 @@ def to_markdown(report: ScrubReport, repair: bool) -> str:
 def alerts(report: ScrubReport, repair: bool, flow_run_url: str | None = None) -> list[Alert]:
     """One `scrub_problem` per save and copy with a problem left, naming the copy, the save and each path."""
     return [
-        kinds.scrub_problem(
-            c.store, s.run, s.step, s.save, [f"{p}: {w}" for p, w in c.left.items()], repair, flow_run_url
-        )
+        kinds.build("scrub_problem", store=c.store, run=s.run, step=s.step, save=s.save,
+                    problems=[f"{p}: {w}" for p, w in c.left.items()], repaired=repair, flow_run_url=flow_run_url)
         for s in report.saves
         for c in s.copies
         if c.left
-    ]
+    ]  # fmt: skip
 
 
 def _row(*cells: object) -> str:

@@ -168,7 +168,9 @@ def complete(
         try:
             with phase(timing.ALERTS):
                 took = time.monotonic() - started
-                submit(alert, cfg, catalog.store, [alerts.restore_completed(run, n, where, took, url)], secret)
+                finished = alerts.build("restore_completed", run=run, step=n, destination=where, seconds=took,
+                                        flow_run_url=url)  # fmt: skip
+                submit(alert, cfg, catalog.store, [finished], secret)
         except Exception as e:
             log.warning("%s step %s: restored and recorded, but the alert could not be sent: %s", run, n, e)
     if catalog is not None:  # the metrics' ledger is the primary's, beside its catalog (docs/FORMAT.md)

@@ -43,7 +43,9 @@ def _hold(args: argparse.Namespace, *, on: bool) -> int:
     catalog.append([events.held(args.run, args.step, save, saves[save].format, who, args.reason, n, on)])
     verb = "held" if on else "released"
     print(f"{verb} {args.run} step {args.step} save {save}: {n} objects ({args.reason}; by {who})")
-    alert = kinds.legal_hold(args.run, args.step, save, on, who, args.reason, n)
+    alert = kinds.build(
+        "legal_hold", run=args.run, step=args.step, save=save, on=on, who=who, why=args.reason, objects=n
+    )
     try:
         send_alerts(cfg, store, [alert])
     except CkptvaultError as e:  # the hold is set and recorded: an unsent alert does not undo it

@@ -218,7 +218,7 @@ def _restore_here(
             if catalog is not None and unreadable:
                 with phase(timing.ALERTS):
                     submit(complete.alert, cfg, catalog.store,
-                           [alerts.catalog_unreadable(args.run, unreadable, None)], _secret)  # fmt: skip
+                           [alerts.build("catalog_unreadable", run=args.run, objects=unreadable)], _secret)  # fmt: skip
             return complete.complete(submit, cfg, catalog, plan, tier=args.tier,
                                      wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
                                      secret=_secret, started=started, catalog_whole=not unreadable)  # fmt: skip
@@ -251,8 +251,8 @@ def _alert_failed(cfg: Config, catalog: Catalog | None, plan: Chosen, e: Excepti
     if isinstance(e, AlreadyAlerted):
         return
     try:
-        alert = alerts.flow_failed("restore", "Failed", str(e), flow_run_url=None, run=plan.run,
-                                   step=plan.resolution.step)  # fmt: skip
+        alert = alerts.build("flow_failed", flow="restore", state="Failed", message=str(e), run=plan.run,
+                             step=plan.resolution.step)  # fmt: skip
         send_alerts(cfg, catalog.store, [alert], _secret)
     except Exception as failed:  # say so on the console at least
         say(f"ckptvault: restore failed; the failure alert could not be sent ({failed})")

@@ -145,9 +145,19 @@ def drill(
     notify_task(
         cfg,
         store,
-        [alerts.drill_failed(r.run, r.step, r.problems, url) for r in failed]
-        + [alerts.drill_digest([(r.run, r.step) for r in results if r.ok], [(r.run, r.step) for r in failed], url)]
-        + [alerts.lock_drift(run, step, save, why, url) for (run, step, save), why in drift],
+        [alerts.build("drill_failed", run=r.run, step=r.step, problems=r.problems, flow_run_url=url) for r in failed]
+        + [
+            alerts.build(
+                "drill_digest",
+                passed=[(r.run, r.step) for r in results if r.ok],
+                failed=[(r.run, r.step) for r in failed],
+                flow_run_url=url,
+            )
+        ]
+        + [
+            alerts.build("lock_drift", run=run, step=step, save=save, problems=why, flow_run_url=url)
+            for (run, step, save), why in drift
+        ],
     )
     ledger_task(store, prefix, report.ledger_counts(), None if failed else "drill", delete=cfg.store.flows_delete)
     if failed:

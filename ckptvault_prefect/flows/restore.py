@@ -132,7 +132,9 @@ def _restore(
         if catalog is not None and primary is not None:
             history = restore_history_task(catalog, run)  # the command line's, when it read it
             if history.unreadable:
-                notify_task(cfg, primary, [alerts.catalog_unreadable(run, history.unreadable, flow_run_url())])
+                unreadable = alerts.build("catalog_unreadable", run=run, objects=history.unreadable,
+                                          flow_run_url=flow_run_url())  # fmt: skip
+                notify_task(cfg, primary, [unreadable])
         else:
             print(
                 f"the primary store is unreachable ({copies[0].problem}); run {run}'s saves are read from the "

@@ -141,10 +141,15 @@ def tier(apply: bool = False, now: float | None = None, config_path: str | None 
     digest = applied_by_run(plan, states, tier_names(classes, cfg.policy), done)
     url = flow_run_url()
     sent = [
-        alerts.evict_skipped(c.run, c.step, c.save, list(map(str, c.local)), list(map(str, c.store)), url)
+        alerts.build("evict_skipped", run=c.run, step=c.step, save=c.save, local=list(map(str, c.local)),
+                     store=list(map(str, c.store)), flow_run_url=url)
         for c in skipped
-    ]
-    sent += [alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, url, d.scheduled) for d in digest]
+    ]  # fmt: skip
+    sent += [
+        alerts.build("tier_applied", run=d.run, moved=d.moved, bytes_moved=d.bytes,
+                     saved_usd_per_month=d.saved_per_month, scheduled=d.scheduled, flow_run_url=url)
+        for d in digest
+    ]  # fmt: skip
     notify_task(cfg, store, sent)
     # the tier role may delete: fold the alert-state objects flows without deletes left (a no-op when
     # there is one); the catalog's leftovers went with the compaction above

@@ -42,7 +42,7 @@ def alert_failed(
         kw: dict[str, Any] = {"run": str(run)} if run else {}
         if run and step.isdigit():
             kw["step"] = int(step)
-        alert = alerts.flow_failed(flow_name, state_name, message, flow_run_url=url, **kw)
+        alert = alerts.build("flow_failed", flow=flow_name, state=state_name, message=message, flow_run_url=url, **kw)
         send_alerts(cfg, store, [alert], load_secret)
     except Exception as e:  # the config itself may be what failed: say so on the console at least
         log.error("flow %s ended %s; the failure alert could not be sent (%s)", flow_name, state_name, e)

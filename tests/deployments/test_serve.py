@@ -85,11 +85,12 @@ def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_ste
     """The trigger prefect.yaml gives the ingest deployment: it parses as `prefect deploy` and `serve`
     read it, expects the event the hooks send, matches its resource, and its parameter templates render
     from that event (as the automation's RunDeployment action renders them) into the run and an int step."""
+    from prefect.events import Event
     from prefect.events.schemas.deployment_triggers import DeploymentEventTrigger
     from prefect.server.events.actions import RunDeployment
     from prefect.utilities.schema_tools.hydration import HydrationContext, hydrate
 
-    from ckptvault.hooks.signal import EVENT, Saved, event_for
+    from ckptvault.hooks.signal import EVENT, Saved, event_body
     from ckptvault_prefect.deployments.serve import build_deployments
 
     spec = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
@@ -97,7 +98,8 @@ def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_ste
     assert all("triggers" not in spec[name] for name in NAMES - {"ingest"})
     (trigger,) = {d.name: d for d in build_deployments()}["ingest"].triggers
     assert isinstance(trigger, DeploymentEventTrigger) and trigger.expect == {EVENT}
-    event = event_for(Saved("llama-a", 400, "/ckpt/checkpoint-400"))
+    # the hook's JSON as Prefect's own Event: the trigger's templates are rendered against one
+    event = Event.model_validate(event_body(Saved("llama-a", 400, "/ckpt/checkpoint-400")))
     assert trigger.match.matches(event.resource)
     params = dict(trigger.parameters or {})
     RunDeployment._upgrade_v1_templates(params)

@@ -55,7 +55,7 @@ def test_two_writers_at_once_lose_no_record(store_cfg: StoreConfig) -> None:
                 barrier.wait()  # every round: both load the same stored state and save at once
                 if i % 2:
                     # the hooks' path: load, send (dedup records it), merge-save
-                    failed = alerts.flow_failed(f"flow-w{w}", "Failed", f"error {i}")
+                    failed = alerts.build("flow_failed", flow=f"flow-w{w}", state="Failed", message=f"error {i}")
                     assert send_alerts(cfg, store, [failed]) == 1
                     continue
                 # the watch's path: load, change episodes and dedup records, merge-save
@@ -84,7 +84,7 @@ def test_two_writers_at_once_lose_no_record(store_cfg: StoreConfig) -> None:
             assert final.sent.get(f"test|w{w}|{i}") == now + i, f"writer {w} round {i}: dedup record lost"
             assert final.stale.get(f"w{w}-r{i}") == Episode(t + i, t + i + H), f"writer {w} round {i}: episode lost"
         for i in range(1, rounds, 2):
-            key = alerts.flow_failed(f"flow-w{w}", "Failed", f"error {i}").dedup_key()
+            key = alerts.build("flow_failed", flow=f"flow-w{w}", state="Failed", message=f"error {i}").dedup_key()
             assert key in final.sent, f"writer {w} round {i}: delivery record lost"
     assert not {"base-w0", "base-w1"} & set(final.stale), "a closed episode came back"
     assert final.closed == {"base-w0": t - H, "base-w1": t - H}

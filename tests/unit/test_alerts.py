@@ -50,7 +50,7 @@ def test_without_a_flow_run_there_is_no_dangling_link() -> None:
 
 
 def test_mrkdwn_control_characters_are_escaped_in_blocks() -> None:
-    a = alerts.restore_failed("r", 1, "expected <dict> & got <list>")
+    a = alerts.build("restore_failed", run="r", step=1, error="expected <dict> & got <list>")
     flat = json.dumps(a.blocks())
     assert "&lt;dict&gt; &amp; got &lt;list&gt;" in flat
     assert "<dict>" not in flat
@@ -58,7 +58,7 @@ def test_mrkdwn_control_characters_are_escaped_in_blocks() -> None:
 
 
 def test_long_details_are_cut_and_counted() -> None:
-    a = alerts.validation_blocked("r", 1, [f"problem {i} " + "x" * 1000 for i in range(25)])
+    a = alerts.build("validation_blocked", run="r", step=1, problems=[f"problem {i} " + "x" * 1000 for i in range(25)])
     shown = a.shown_details()
     assert len(shown) == alerts.MAX_DETAILS + 1
     assert shown[-1] == "... and 15 more"
@@ -66,30 +66,52 @@ def test_long_details_are_cut_and_counted() -> None:
 
 
 def test_dedup_key_is_kind_run_reason() -> None:
-    a = alerts.ingest_failed("r", 10, "boom", 3)
-    assert a.dedup_key() == alerts.ingest_failed("r", 10, "other error", 5).dedup_key()
-    assert a.dedup_key() != alerts.ingest_failed("r", 11, "boom", 3).dedup_key()
-    assert a.dedup_key() != alerts.ingest_failed("q", 10, "boom", 3).dedup_key()
-    assert a.dedup_key() != alerts.restore_failed("r", 10, "boom").dedup_key()
+    a = alerts.build("ingest_failed", run="r", step=10, error="boom", attempts=3)
+    assert a.dedup_key() == alerts.build("ingest_failed", run="r", step=10, error="other error", attempts=5).dedup_key()
+    assert a.dedup_key() != alerts.build("ingest_failed", run="r", step=11, error="boom", attempts=3).dedup_key()
+    assert a.dedup_key() != alerts.build("ingest_failed", run="q", step=10, error="boom", attempts=3).dedup_key()
+    assert a.dedup_key() != alerts.build("restore_failed", run="r", step=10, error="boom").dedup_key()
 
 
 def test_flow_failures_with_different_errors_are_different_alerts() -> None:
-    a = alerts.flow_failed("ingest", "Failed", "KeyError: 'x'\ntraceback...")
-    b = alerts.flow_failed("ingest", "Failed", "TimeoutError\n...")
+    a = alerts.build("flow_failed", flow="ingest", state="Failed", message="KeyError: 'x'\ntraceback...")
+    b = alerts.build("flow_failed", flow="ingest", state="Failed", message="TimeoutError\n...")
     assert a.dedup_key() != b.dedup_key()
-    assert a.dedup_key() == alerts.flow_failed("ingest", "Failed", "KeyError: 'x'\nother tail").dedup_key()
+    assert (
+        a.dedup_key()
+        == alerts.build("flow_failed", flow="ingest", state="Failed", message="KeyError: 'x'\nother tail").dedup_key()
+    )
 
 
 def test_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown alert kind 'ingest_fail'"):
         Alert("ingest_fail", "r", 1, "s", [], "n", "error")
+    with pytest.raises(ValueError, match="unknown alert kind 'ingest_fail'"):
+        alerts.build("ingest_fail", run="r", step=1)
+
+
+def test_a_fact_missing_or_not_the_kinds_is_refused_where_it_is_given() -> None:
+    with pytest.raises(TypeError, match=r"^alert ingest_failed: missing attempts$"):
+        alerts.build("ingest_failed", run="r", step=1, error="boom")
+    with pytest.raises(TypeError, match=r"^alert restore_failed: missing error; not one of its facts: eror$"):
+        alerts.build("restore_failed", run="r", step=1, eror="boom")
+    # an optional fact may be left out or given
+    assert alerts.build("budget_exceeded", monthly_usd=2.0, budget=1.0).run == alerts.ALL_RUNS
+    assert alerts.build("budget_exceeded", monthly_usd=2.0, budget=1.0, run="r").run == "r"
+
+
+def test_every_kind_names_the_facts_its_words_use() -> None:
+    """Each kind built from exactly the facts it takes (sample_alert's) renders without a KeyError: no
+    template or formatter reads a fact its entry does not take, derive or default."""
+    for kind in KINDS:
+        assert sample(kind).kind == kind
 
 
 T0 = 1_790_000_000.0
 
 
 def test_stale_message_names_the_gap_and_the_setting() -> None:
-    a = alerts.run_stale("llama-7b", T0, 2.0, T0 + 5 * 3600, 12000)
+    a = alerts.build("run_stale", run="llama-7b", newest_at=T0, stale_after_hours=2.0, now=T0 + 5 * 3600, step=12000)
     assert "no checkpoint for 5.0 h" in a.summary
     assert any("step 12000" in d for d in a.details)
     assert any("stale_after_hours" in d for d in a.details)
@@ -97,8 +119,8 @@ def test_stale_message_names_the_gap_and_the_setting() -> None:
 
 
 def test_drill_digest_severity_follows_failures() -> None:
-    ok = alerts.drill_digest([("a", 1), ("b", 2)], [])
-    bad = alerts.drill_digest([("a", 1)], [("b", 2)])
+    ok = alerts.build("drill_digest", passed=[("a", 1), ("b", 2)], failed=[])
+    bad = alerts.build("drill_digest", passed=[("a", 1)], failed=[("b", 2)])
     assert (ok.severity, bad.severity) == ("info", "warning")
     assert ok.summary == "Restore drills: 2 of 2 passed"
     assert bad.summary == "Restore drills: 1 of 2 passed, 1 FAILED"
@@ -112,6 +134,13 @@ def test_tier_digest_states_the_money_saved() -> None:
 
 
 def test_a_failed_restore_names_its_run_and_step_never_all_runs() -> None:
-    a = alerts.flow_failed("restore", "Failed", "RestoreError: 1 of 3 files failed", run="llama", step=300)
+    a = alerts.build(
+        "flow_failed",
+        flow="restore",
+        state="Failed",
+        message="RestoreError: 1 of 3 files failed",
+        run="llama",
+        step=300,
+    )
     assert (a.run, a.step) == ("llama", 300)
     assert "llama step 300" in a.summary and "(all runs)" not in a.text()

@@ -133,10 +133,12 @@ def test_the_skip_is_recorded_alerted_and_reported_with_run_step_save_and_files(
     assert (ev.event, ev.run, ev.step, ev.save, ev.flow_run) == ("evict_skipped", "r", 10, 2, "fr-1")
     assert str(p1) in ev.detail and "older than the newest 2" in ev.detail and "local files differ" in ev.detail
 
-    local = alerts.evict_skipped("r", 10, 2, [str(x) for x in check.local], [])
+    local = alerts.build("evict_skipped", run="r", step=10, save=2, local=[str(x) for x in check.local], store=[])
     assert "r step 10 save 2" in local.summary and local.severity == "warning"
     assert str(p1) in local.text() and "ingest" in local.next_step
-    store = alerts.evict_skipped("r", 10, 2, [], [f"{BASE}model.safetensors: missing from the store"])
+    store = alerts.build(
+        "evict_skipped", run="r", step=10, save=2, local=[], store=[f"{BASE}model.safetensors: missing from the store"]
+    )
     assert store.severity == "error" and "Keep the local copy" in store.next_step
     assert "--step 10 --save 2" in store.next_step
     assert local.dedup_key() != store.dedup_key()

@@ -109,7 +109,7 @@ def test_alerts_delivered_are_counted_and_a_role_without_deletes_sends_none() ->
     tier = store.under("")
     attempted = deny_deletes(store)
     cfg = Config(store=StoreConfig(bucket="bkt", prefix="vault", deletes="tier-only"))
-    hold = alerts.legal_hold("r", 10, 1, True, "ops", "incident 7", 3)
+    hold = alerts.build("legal_hold", run="r", step=10, save=1, on=True, who="ops", why="incident 7", objects=3)
     assert send_alerts(cfg, store, [hold]) == 1  # the console channel delivers it
     assert send_alerts(cfg, store, []) == 0  # nothing delivered: nothing recorded
     record_ledger(store, "vault", {"drill_bytes": 5}, "drill", delete=False)

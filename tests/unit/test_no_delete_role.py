@@ -216,7 +216,7 @@ def test_the_alert_state_without_deletes_grows_only_when_it_changes_and_the_tier
     assert attempted == []
 
     cfg = Config(store=StoreConfig(bucket="bkt", prefix=PREFIX, deletes="tier-only"))
-    hold = alerts.legal_hold("r", 10, 1, True, "ops", "incident 7", 3)
+    hold = alerts.build("legal_hold", run="r", step=10, save=1, on=True, who="ops", why="incident 7", objects=3)
     assert send_alerts(cfg, store, [hold]) == 1  # the console channel; its dedup record is saved
     assert len(stored_state_keys(store, PREFIX)) == 4 and attempted == []
     before = load_alert_state(store, PREFIX)
@@ -235,7 +235,14 @@ def test_every_flow_mode_still_folds_and_deletes_as_before() -> None:
     for i in range(3):
         save_alert_state(store, PREFIX, AlertState(sent={f"k{i}": time.time()}))
     assert len(stored_state_keys(store, PREFIX)) == 1
-    assert send_alerts(cfg, store, [alerts.legal_hold("r", 1, 1, False, "ops", "done", 1)]) == 1
+    assert (
+        send_alerts(
+            cfg,
+            store,
+            [alerts.build("legal_hold", run="r", step=1, save=1, on=False, who="ops", why="done", objects=1)],
+        )
+        == 1
+    )
     assert len(stored_state_keys(store, PREFIX)) == 1
 
 

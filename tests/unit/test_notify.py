@@ -18,7 +18,7 @@ from ckptvault.alerts.channels import (
     SlackNotifier,
     build_notifier,
 )
-from ckptvault.alerts.kinds import KINDS, Alert, escape, ingest_failed
+from ckptvault.alerts.kinds import KINDS, Alert, build, escape
 from ckptvault.alerts.watch import AlertState
 from ckptvault.config import NotifyConfig
 from tests.slack_recorder import API_PATH, SlackRecorder
@@ -311,13 +311,14 @@ class Inbox:
 def test_dedup_within_the_window_and_resend_after() -> None:
     inbox, clock = Inbox(), [0.0]
     n = DedupNotifier(inbox, AlertState(), window_seconds=600, now=lambda: clock[0])
-    a = ingest_failed("r", 5, "boom", 3)
+    a = build("ingest_failed", run="r", step=5, error="boom", attempts=3)
     assert n.send(a) and n.send(a)
     clock[0] = 599.9
-    assert n.send(ingest_failed("r", 5, "a different error text", 3))  # same (kind, run, reason)
+    same = build("ingest_failed", run="r", step=5, error="a different error text", attempts=3)
+    assert n.send(same)  # same (kind, run, reason)
     assert len(inbox.got) == 1
     assert n.suppressed == 2
-    assert n.send(ingest_failed("r", 6, "boom", 3))  # another step: another reason
+    assert n.send(build("ingest_failed", run="r", step=6, error="boom", attempts=3))  # another step: another reason
     assert len(inbox.got) == 2
     clock[0] = 600.0
     assert n.send(a)
@@ -327,7 +328,7 @@ def test_dedup_within_the_window_and_resend_after() -> None:
 def test_dedup_does_not_record_a_failed_send() -> None:
     inbox, state = Inbox(up=False), AlertState()
     n = DedupNotifier(inbox, state, window_seconds=600, now=lambda: 10.0)
-    a = ingest_failed("r", 5, "boom", 3)
+    a = build("ingest_failed", run="r", step=5, error="boom", attempts=3)
     assert n.send(a) is False
     assert state.sent == {}
     inbox.up = True
@@ -339,10 +340,10 @@ def test_dedup_forgets_old_records_but_keeps_recent_ones() -> None:
     clock = [0.0]
     state = AlertState()
     n = DedupNotifier(Inbox(), state, window_seconds=60, now=lambda: clock[0])
-    n.send(ingest_failed("r", 1, "x", 1))
+    n.send(build("ingest_failed", run="r", step=1, error="x", attempts=1))
     clock[0] = 8 * 24 * 3600.0
-    n.send(ingest_failed("r", 2, "x", 1))
-    assert list(state.sent) == [ingest_failed("r", 2, "x", 1).dedup_key()]
+    n.send(build("ingest_failed", run="r", step=2, error="x", attempts=1))
+    assert list(state.sent) == [build("ingest_failed", run="r", step=2, error="x", attempts=1).dedup_key()]
 
 
 def test_fanout_sends_to_all_and_reports_partial_failure() -> None:

@@ -136,8 +136,10 @@ def test_tier_replicate_and_watch_emit_what_they_did(sent: Callable[[], list[Eve
     copied = ReplicatedSave("dr", "r", 100, 2, "dr/r/step-0000000100.save-2/_MANIFEST.json", 4096, 1.5, 3, 0)
     found = ReplicatedSave("dr", "r", 90, 1, "dr/r/step-0000000090/_MANIFEST.json", 0, 0.0, 0, 2)
     events.replicated(ReplicateResult((ReplicaPass("dr", copied=[copied], recorded=[found]),)))
-    stale = alerts.run_stale("llama.7b", 1000.0, 6, 1000.0 + 7 * 3600, step=500)
-    events.stale([stale, alerts.run_recovered("other", 1.0, 2.0)])
+    stale = alerts.build(
+        "run_stale", run="llama.7b", newest_at=1000.0, stale_after_hours=6, now=1000.0 + 7 * 3600, step=500
+    )
+    events.stale([stale, alerts.build("run_recovered", run="other", stale_since=1.0, newest_at=2.0)])
     got = sent()
     assert _named(got) == [
         ("ckptvault.checkpoint.transitioned", "ckptvault.checkpoint.r.100.2"),

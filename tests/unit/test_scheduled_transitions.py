@@ -195,10 +195,18 @@ def test_the_applied_digest_and_alert_tell_scheduled_from_moved() -> None:
     p = plan([ck(1, 40), ck(2, 1)], policy("server"), PRICES, "aws", NOW)
     (d,) = applied_by_run(p, [ck(1, 40), ck(2, 1)], {"GLACIER": "cold"})
     assert (d.moved, d.scheduled) == ({}, {"cold": 1})
-    a = alerts.tier_applied(d.run, d.moved, d.bytes, d.saved_per_month, None, d.scheduled)
+    a = alerts.build(
+        "tier_applied",
+        run=d.run,
+        moved=d.moved,
+        bytes_moved=d.bytes,
+        saved_usd_per_month=d.saved_per_month,
+        scheduled=d.scheduled,
+        flow_run_url=None,
+    )
     assert "0 checkpoints moved, 1 scheduled to move by the bucket lifecycle" in a.summary
     assert a.details == ["cold: 1 (scheduled)"]
-    plain = alerts.tier_applied("r", {"cold": 2}, 10, 1.0)
+    plain = alerts.build("tier_applied", run="r", moved={"cold": 2}, bytes_moved=10, saved_usd_per_month=1.0)
     assert plain.reason == "n=2,bytes=10" and "scheduled" not in plain.summary
 
     sched = Scheduled("r", 1, 1, "ckptvault-tier-cold-t", "GLACIER", utc(2033, 5, 20), 10, 100 * GB)
