@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,8 +29,10 @@ from ckptvault.clock import timing
 from ckptvault.clock.timing import phase
 from ckptvault.command import early_result
 from ckptvault.config import Config
-from ckptvault.observe.ledger import note_ledger
+from ckptvault.errors import AlreadyAlerted
+from ckptvault.observe.ledger import counter_key, note_ledger
 from ckptvault.restore.copies import CopyStatus
+from ckptvault.restore.copies import report as copies_report
 from ckptvault.restore.estimate import Estimate
 from ckptvault.restore.fallback import download_guarded, fetch_range_guarded, restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
@@ -42,11 +44,12 @@ from ckptvault.restore.steps import download_one
 from ckptvault.store import ObjectStore, StoreError
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault.transfer.ranges import split_size
-from ckptvault.transfer.submitter import Submitter
+from ckptvault.transfer.submitter import Submitter, Threads
 
 log = logging.getLogger("ckptvault.restore")
 
 SecretLoader = Callable[[str], str | None]
+Warn = Callable[[str], None]
 
 # A restore's compaction is its own run's partition: the time box (checked between partitions and between
 # the runs a flat-layout catalog's migration moves) keeps an old catalog's migration, up to a minute in
@@ -91,6 +94,10 @@ class Chosen:
     ordered: Sequence[CopyStatus]
     statuses: Sequence[CopyStatus]
     estimate: Estimate
+
+    def copies_report(self, forced: str | None) -> list[str]:
+        """The estimate's lines about copies (`forced`: `--from`)."""
+        return copies_report(self.ordered, self.statuses, forced)
 
     def begun(self) -> RestoreResult:
         """The result before any byte moved: "thawing" until every byte is restored and verified."""
@@ -184,6 +191,55 @@ def complete(
         except Exception as e:  # the next ingest's or restore's compaction does it
             log.warning("%s step %s: restored and recorded; the run's catalog was not compacted: %s", run, n, e)
     return done_result
+
+
+def complete_here(
+    cfg: Config, catalog: Catalog | None, chosen: Chosen, *, tier: str, wait_s: float, force: bool,
+    secret: SecretLoader | None, unreadable: Mapping[str, str], warn: Warn,
+) -> RestoreResult | Exception:  # fmt: skip
+    """`complete` in this process on plain threads, for a restore that runs no flow (the command line
+    without a Prefect API): what the flow around `complete` would also do is done here, the alert of a
+    catalog read from the run's manifests (`unreadable`: its objects that could not be read) and, when
+    the restore fails, what the flow's failure hook sends (`alert_failed`). The result, or the exception
+    it ended with, returned: the caller prints either. `warn`: where a failure alert that could not be
+    sent is said (the console's stderr)."""
+    started = time.monotonic()
+    try:
+        # as many threads as the flow's task runner; none left running once the restore has returned
+        with Threads(IO_STEPS, workers=4) as submit:
+            if catalog is not None and unreadable:
+                with phase(timing.ALERTS):
+                    said = alerts.build("catalog_unreadable", run=chosen.run, objects=unreadable)
+                    submit(alert, cfg, catalog.store, [said], secret)
+            return complete(submit, cfg, catalog, chosen, tier=tier, wait_s=wait_s, force=force, secret=secret,
+                            started=started, catalog_whole=not unreadable)  # fmt: skip
+    except Exception as e:  # as a Failed flow state would: one flow_failed alert, unless already alerted
+        with phase(timing.ALERTS):
+            alert_failed(cfg, catalog, chosen, e, secret, warn)
+        return e
+
+
+def alert_failed(
+    cfg: Config, catalog: Catalog | None, chosen: Chosen, e: Exception, secret: SecretLoader | None, warn: Warn
+) -> None:
+    """What the restore flow's failure hook sends (ckptvault_prefect/runtime/hooks.py), for a restore
+    that ran without a flow. Never raises."""
+    # looked up when called, not bound at import as `alert`'s is: a test stands in for the sending
+    from ckptvault.alerts.sending import send_alerts
+
+    if catalog is None:
+        return
+    # `ckptvault_restore_failures_total{error_class}` (docs/metrics.md), as the flow's failure hook counts it
+    counts = {counter_key("restore_failures", type(e).__name__): 1.0}
+    note_ledger(catalog.store, cfg.store.prefix, counts, delete=cfg.store.flows_delete)  # never raises
+    if isinstance(e, AlreadyAlerted):
+        return
+    try:
+        failed = alerts.build("flow_failed", flow="restore", state="Failed", message=str(e), run=chosen.run,
+                              step=chosen.resolution.step)  # fmt: skip
+        send_alerts(cfg, catalog.store, [failed], secret)
+    except Exception as unsent:  # say so on the console at least
+        warn(f"ckptvault: restore failed; the failure alert could not be sent ({unsent})")
 
 
 # How long a restore whose transfer failed waits for the question asked beside it: a probe cut off by the

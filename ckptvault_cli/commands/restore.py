@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import contextvars
 import os
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptvault.clock import timing
@@ -27,7 +25,6 @@ from ckptvault_cli.preflight import (
 )
 
 if TYPE_CHECKING:
-    from ckptvault.catalog import Catalog
     from ckptvault.config import Config
     from ckptvault.restore.complete import Chosen
     from ckptvault.restore.copies import Copy
@@ -36,82 +33,66 @@ if TYPE_CHECKING:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     with phase(timing.IMPORTS):
-        from ckptvault.catalog import Catalog
-        from ckptvault.command.memo import load_config
-        from ckptvault.pricing import load_prices
-        from ckptvault.restore import copies as copies_lib
-        from ckptvault.restore import from_manifests
-        from ckptvault.restore import steps as lib
-        from ckptvault.restore.complete import Chosen
+        from ckptvault.restore.complete import complete_here
+        from ckptvault.restore.prepare import Request, Ways, prepare
+        from ckptvault.restore.steps import RestoreError, check_destination
 
     with phase(timing.PREFLIGHT):
-        cfg = load_config(args.config)
-        names = [copies_lib.PRIMARY, *(r.name for r in cfg.replicas)]
-        if args.source is not None and args.source not in names:
-            raise UsageError(f"--from {args.source}: no such store (known: {', '.join(names)}); name one of them")
-        if not cfg.replicas:  # one store: it must be there, as for every other command
-            cfg, store = preflight_store(args, need_sources=False)
-            copies = [copies_lib.Copy(copies_lib.PRIMARY, store, cfg.store.prefix)]
-        else:
-            copies = _open_copies(cfg)
-    primary = copies[0].store
-    # `--step N`: that step's manifest and listing fetched beside the catalog read, used if it names that save
-    early = copies_lib.EarlySurvey(copies, args.run, args.step, args.save)
-    with phase(timing.CATALOG_READ):
-        if primary is not None:
-            # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts);
-            # remembered for this command: the flow it runs next in this process does not read it again
-            history = from_manifests.read_run_once(Catalog(primary, cfg.store.prefix), args.run)
-            if history.unreadable:
-                say(f"ckptvault: warning: {from_manifests.fallback_warning(args.run, history.unreadable)}")
-        else:
-            say(
-                f"ckptvault: warning: the primary store is unreachable ({copies[0].problem}); reading run "
-                f"{args.run}'s saves from the replicas' manifests (docs/runbook.md, \"The primary store is down\")"
-            )
-            history = copies_lib.history_from_replicas(copies, args.run)
-        try:
-            # Bad input (an unknown run, step or save, a suspect without --force) is found here, from the
-            # catalog alone, before a flow run exists: exit 2, nothing touched, no alert.
-            chosen = lib.resolve(history.states(), args.run, lib.parse_step(args.step), args.save, args.force)
-        except lib.RestoreError as e:
-            raise UsageError(str(e)) from None
-    with phase(timing.PREFLIGHT):
-        if not args.node_local:  # --node-local: each node checks its own destination
-            check_destination_or_usage(lib.check_destination, args)
-        choice = restore_runner(cfg, args)
-    with phase(timing.PLAN):
-        # Which copy is read (docs/replicas.md, "Restore from a copy"): each copy's manifest and one LIST,
-        # remembered for this command as the history is (the flow's survey of this save is this one)
-        statuses = early.statuses(chosen.step, chosen.save)
-        if statuses is None:
-            statuses = copies_lib.survey_once(copies, args.run, chosen.step, chosen.save)
-        try:
-            ordered = copies_lib.choose(statuses, args.source)
-        except lib.RestoreError as e:
-            raise UsageError(str(e)) from None
-        first = ordered[0]
-        assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
-        prices = load_prices(cfg.policy.prices)
-        egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
-        est = lib.estimate(first.manifest, first.plans, prices, args.tier, egress, history.throughput())
+        cfg, copies = _open_stores(args)
+    # chosen once the save resolved and before the copies are surveyed: bad input is refused first, as
+    # before a destination that is not empty or a cluster that cannot see it
+    runner: list[RunnerChoice] = []
+
+    def before_survey(_: object) -> None:
+        with phase(timing.PREFLIGHT):
+            if not args.node_local:  # --node-local: each node checks its own destination
+                check_destination_or_usage(check_destination, args)
+            runner.append(restore_runner(cfg, args))
+
+    def print_estimate(plan: Chosen) -> None:
         if not args.json:
             # What it will cost and how long, on stdout, before anything starts.
-            for note in chosen.notes:
+            for note in plan.resolution.notes:
                 print(note, flush=True)
-            print(est.report(), flush=True)
-            if len(statuses) > 1:
-                print("\n".join(copies_lib.report(ordered, statuses, args.source)), flush=True)
+            print(plan.estimate.report(), flush=True)
+            if len(plan.statuses) > 1:
+                print("\n".join(plan.copies_report(args.source)), flush=True)
+
+    ways = Ways(
+        # `--step N`: that step's manifest and listing fetched beside the catalog read, used if it names that
+        # save; what is read is remembered for this command: the flow it runs next in this process reads none again
+        survey_early=True,
+        # the run's manifests stand in for whatever of its catalog cannot be read (the flow alerts)
+        unreadable=lambda _, why: say(f"ckptvault: warning: {why}"),
+        primary_down=lambda problem: say(
+            f"ckptvault: warning: the primary store is unreachable ({problem}); reading run "
+            f"{args.run}'s saves from the replicas' manifests (docs/runbook.md, \"The primary store is down\")"
+        ),
+        resolved=before_survey,
+        planned=print_estimate,
+    )
+    try:
+        # Bad input (an unknown run, step or save, a suspect without --force, a --from copy that cannot
+        # give the save) is found here, before a flow run exists: exit 2, nothing touched, no alert.
+        prepared = prepare(cfg, copies, Request(args.run, args.dest, args.step, args.save, args.tier, args.force,
+                                                args.source), ways)  # fmt: skip
+    except RestoreError as e:
+        raise UsageError(str(e)) from None
+    plan, choice = prepared.chosen, runner[0]
+    label, step, save = plan.resolution.label, plan.resolution.step, plan.resolution.save
     if running.direct() and not choice.needs_prefect:
         # No Prefect API and no cluster: nothing of Prefect runs, so none of it is imported, and what
         # this command already read (the config, the stores, the catalog, the manifests) is not read
         # again by a flow: the downloads start from here (docs/performance.md, "Where a command's time goes").
-        target = Path(args.dest).expanduser().resolve()
-        plan = Chosen(args.run, chosen, target, tuple(ordered), tuple(statuses), est)
-        catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
-        with _released_when_final(args, chosen.label, chosen.step, chosen.save, choice):
-            result = _restore_here(args, cfg, catalog, plan, history.unreadable)
-        return _output(args, chosen.label, chosen.step, chosen.save, result)
+        with _released_when_final(args, label, step, save, choice):
+            process.imports_done()
+            if prepared.catalog is None:
+                say("ckptvault: the primary store is unreachable: this restore is not recorded in its catalog, "
+                    "nor alerted")  # fmt: skip
+            result = complete_here(cfg, prepared.catalog, plan, tier=args.tier,
+                                   wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
+                                   secret=_secret, unreadable=prepared.unreadable, warn=say)  # fmt: skip
+        return _output(args, label, step, save, result)
     with phase(timing.IMPORTS):
         start_prefect_note()
         from ckptvault_prefect.flows.restore import restore
@@ -121,15 +102,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
             from ckptvault_prefect.runtime.runners import task_runner_for
 
             restore = restore.with_options(task_runner=task_runner_for(choice))  # type: ignore[arg-type]
-    with _released_when_final(args, chosen.label, chosen.step, chosen.save, choice):
+    with _released_when_final(args, label, step, save, choice):
         result = running.run_flow(
             restore,
             4,
             force_prefect=choice.needs_prefect,
             run=args.run,
             dest=args.dest,
-            step=str(chosen.step),
-            save=chosen.save,
+            step=str(step),
+            save=save,
             tier=args.tier,
             wait=not args.no_wait,
             force=args.force,
@@ -138,7 +119,26 @@ def cmd_restore(args: argparse.Namespace) -> int:
             node_local=args.node_local,
             source=args.source,
         )
-    return _output(args, chosen.label, chosen.step, chosen.save, result)
+    return _output(args, label, step, save, result)
+
+
+def _open_stores(args: argparse.Namespace) -> tuple[Config, list[Copy]]:
+    """The config and every store a save may be read from, the primary first; exit 2 on a `--from` that
+    names none of them, or when none can be reached."""
+    from ckptvault.command.memo import load_config
+    from ckptvault.restore import copies as copies_lib
+
+    cfg = load_config(args.config)
+    names = [copies_lib.PRIMARY, *(r.name for r in cfg.replicas)]
+    if args.source is not None and args.source not in names:
+        raise UsageError(f"--from {args.source}: no such store (known: {', '.join(names)}); name one of them")
+    if not cfg.replicas:  # one store: it must be there, as for every other command
+        cfg, store = preflight_store(args, need_sources=False)
+        return cfg, [copies_lib.Copy(copies_lib.PRIMARY, store, cfg.store.prefix)]
+    copies = copies_lib.open_copies(cfg)
+    if all(c.store is None for c in copies):
+        raise UsageError("no store can be reached: " + "; ".join(f"{c.name}: {c.problem}" for c in copies))
+    return cfg, copies
 
 
 @contextmanager
@@ -199,63 +199,11 @@ def _output(args: argparse.Namespace, label: str, step: int, save: int, result: 
         return code
 
 
-def _restore_here(
-    args: argparse.Namespace, cfg: Config, catalog: Catalog | None, plan: Chosen, unreadable: Mapping[str, str]
-) -> object:
-    """The restore's second half in this process (ckptvault/restore/complete.py) with plain threads:
-    the result, or the exception it ended with, alerted as a failed restore flow would be."""
-    from ckptvault.alerts import kinds as alerts
-    from ckptvault.restore import complete
-    from ckptvault.transfer.submitter import Threads
-
-    process.imports_done()
-    started = time.monotonic()
-    if catalog is None:
-        say("ckptvault: the primary store is unreachable: this restore is not recorded in its catalog, nor alerted")
-    try:
-        # as many threads as the flow's task runner; none left running once the restore has returned
-        with Threads(complete.IO_STEPS, workers=4) as submit:
-            if catalog is not None and unreadable:
-                with phase(timing.ALERTS):
-                    submit(complete.alert, cfg, catalog.store,
-                           [alerts.build("catalog_unreadable", run=args.run, objects=unreadable)], _secret)  # fmt: skip
-            return complete.complete(submit, cfg, catalog, plan, tier=args.tier,
-                                     wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
-                                     secret=_secret, started=started, catalog_whole=not unreadable)  # fmt: skip
-    except Exception as e:  # as a Failed flow state would: one flow_failed alert, unless already alerted
-        with phase(timing.ALERTS):
-            _alert_failed(cfg, catalog, plan, e)
-        return e
-
-
 def _secret(name: str) -> str | None:
     """A Prefect Secret block's value: Prefect imported only when an alert channel names one."""
     from ckptvault_prefect.tasks.notify import load_secret
 
     return load_secret(name)
-
-
-def _alert_failed(cfg: Config, catalog: Catalog | None, plan: Chosen, e: Exception) -> None:
-    """What the restore flow's failure hook sends (ckptvault_prefect/runtime/hooks.py). Never raises."""
-    from ckptvault.alerts import kinds as alerts
-    from ckptvault.alerts.sending import send_alerts
-    from ckptvault.errors import AlreadyAlerted
-
-    if catalog is None:
-        return
-    from ckptvault.observe import ledger
-
-    # `ckptvault_restore_failures_total{error_class}` (docs/metrics.md), as the flow's failure hook counts it
-    counts = {ledger.counter_key("restore_failures", type(e).__name__): 1.0}
-    ledger.note_ledger(catalog.store, cfg.store.prefix, counts, delete=cfg.store.flows_delete)  # never raises
-    if isinstance(e, AlreadyAlerted):
-        return
-    try:
-        alert = alerts.build("flow_failed", flow="restore", state="Failed", message=str(e), run=plan.run,
-                             step=plan.resolution.step)  # fmt: skip
-        send_alerts(cfg, catalog.store, [alert], _secret)
-    except Exception as failed:  # say so on the console at least
-        say(f"ckptvault: restore failed; the failure alert could not be sent ({failed})")
 
 
 def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, result: object) -> int:
@@ -288,16 +236,6 @@ def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, 
         return EXIT_OK
     print(result.message or "still thawing")
     return EXIT_OK if args.no_wait else EXIT_FAILED
-
-
-def _open_copies(cfg: Config) -> list[Copy]:
-    """The primary and every replica, opened; exit 2 when none can be reached."""
-    from ckptvault.restore.copies import open_copies
-
-    copies = open_copies(cfg)
-    if all(c.store is None for c in copies):
-        raise UsageError("no store can be reached: " + "; ".join(f"{c.name}: {c.problem}" for c in copies))
-    return copies
 
 
 def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:

@@ -10,6 +10,7 @@ idempotent, the destination is untouched until every byte is verified).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,14 +24,13 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from ckptvault import humanize
 from ckptvault.alerts import kinds as alerts
-from ckptvault.catalog import Catalog
 from ckptvault.clock import timing
 from ckptvault.clock.timing import phase
 from ckptvault.errors import CkptvaultError
-from ckptvault.pricing import load_prices
-from ckptvault.restore import copies as copies_lib
 from ckptvault.restore import steps as lib
 from ckptvault.restore.complete import Chosen, complete
+from ckptvault.restore.prepare import Request, Ways, prepare
+from ckptvault.restore.resolve import Resolution
 from ckptvault.restore.result import RestoreResult
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
@@ -114,59 +114,57 @@ def _restore(
     """The flow's body. `source` (`--from`): the copy read first, `primary` or a replica's name; None: the
     reachable, complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy").
 
-    The pure decisions before the transfer (the destination's check, the step's resolution, the
-    estimate) are plain calls, not task runs: each task run costs ~3-8 ms of Prefect's own on the way to
-    the first byte, for a step that cannot be retried into a different answer; their outcome is in this
-    flow run's log and, when they refuse, its failure. The estimate's artifact is published beside the
-    transfer (docs/performance.md)."""
+    The first half is the library's (ckptvault/restore/prepare.py, as `ckptvault restore` runs it), with
+    this flow's tasks for its reads. The pure decisions before the transfer (the destination's check, the
+    step's resolution, the estimate) are plain calls, not task runs: each task run costs ~3-8 ms of
+    Prefect's own on the way to the first byte, for a step that cannot be retried into a different answer;
+    their outcome is in this flow run's log and, when they refuse, its failure. The estimate's artifact is
+    published beside the transfer (docs/performance.md)."""
     t0 = time.monotonic()
     with phase(timing.PREFLIGHT):
         cfg = load_config_task(config_path)
         copies = open_copies_task(cfg)
-        primary = copies[0].store  # None: the primary is unreachable; its catalog and alert state with it
-        catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
-        target = Path(dest).expanduser().resolve()
         if not node_local:  # node-local: each node checks its own, where it stages
-            lib.check_destination(target, force)
-    with phase(timing.CATALOG_READ):
-        if catalog is not None and primary is not None:
-            history = restore_history_task(catalog, run)  # the command line's, when it read it
-            if history.unreadable:
-                unreadable = alerts.build("catalog_unreadable", run=run, objects=history.unreadable,
-                                          flow_run_url=flow_run_url())  # fmt: skip
-                notify_task(cfg, primary, [unreadable])
-        else:
-            print(
-                f"the primary store is unreachable ({copies[0].problem}); run {run}'s saves are read from the "
-                'replicas\' manifests (docs/runbook.md, "The primary store is down")'
-            )
-            history = replica_history_task(copies, run)
-        chosen = lib.resolve(history.states(), run, lib.parse_step(step), save, force)
-    for note in chosen.notes:
-        print(note)
-    n = chosen.step
-    with phase(timing.PLAN):
-        statuses = survey_task(copies, run, n, chosen.save)
-        ordered = copies_lib.choose(statuses, source)
-        for line in copies_lib.report(ordered, statuses, source):
+            lib.check_destination(Path(dest).expanduser().resolve(), force)
+
+    def alert_unreadable(objects: Mapping[str, str], _: str) -> None:
+        primary = copies[0].store  # read from: it is reachable
+        assert primary is not None
+        unreadable = alerts.build("catalog_unreadable", run=run, objects=objects, flow_run_url=flow_run_url())
+        notify_task(cfg, primary, [unreadable])
+
+    def primary_down(problem: str) -> None:
+        print(
+            f"the primary store is unreachable ({problem}); run {run}'s saves are read from the "
+            'replicas\' manifests (docs/runbook.md, "The primary store is down")'
+        )
+
+    def print_notes(resolution: Resolution) -> None:
+        for note in resolution.notes:
+            print(note)
+
+    def print_estimate(plan: Chosen) -> None:
+        for line in plan.copies_report(source):
             print(line.strip())
-        first = ordered[0]
-        manifest, plans = first.manifest, list(first.plans)
-        assert manifest is not None  # a usable copy has its manifest (copies.survey)
-        prices = load_prices(cfg.policy.prices)
-        egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
-        est = lib.estimate(manifest, plans, prices, tier, egress, history.throughput())
-        print(est.describe())
+        print(plan.estimate.describe())
+
+    # the reads as this flow's tasks (retried, in its run's graph); the command line's, when it read them
+    ways = Ways(read_history=restore_history_task, replica_history=replica_history_task, survey=survey_task,
+                unreadable=alert_unreadable, primary_down=primary_down, resolved=print_notes,
+                planned=print_estimate)  # fmt: skip
+    prepared = prepare(cfg, copies, Request(run, dest, step, save, tier, force, source), ways)
+    chosen, catalog = prepared.chosen, prepared.catalog
+    n, est, manifest = chosen.resolution.step, chosen.estimate, chosen.ordered[0].manifest
+    assert manifest is not None  # a usable copy has its manifest (copies.survey)
     with phase(timing.ARTIFACTS):
         estimated = publish_markdown_task.submit(
             "restore-estimate", f"### Restore estimate\n\n{est.describe()}\n", "bytes, classes, time, cost"
         )
-    chosen_copies = Chosen(run, chosen, target, tuple(ordered), tuple(statuses), est)
     with restore_submitter() as submit:  # plain threads unless on Dask (its docstring)
-        report = complete(submit, cfg, catalog, chosen_copies, tier=tier,
+        report = complete(submit, cfg, catalog, chosen, tier=tier,
                           wait_s=wait_hours * 3600 if wait else 0.0, force=force, secret=load_secret, started=t0,
                           node_local=dest if node_local else None, run_id=str(flow_run.id or ""),
-                          url=flow_run_url(), catalog_whole=not history.unreadable)  # fmt: skip
+                          url=flow_run_url(), catalog_whole=not prepared.unreadable)  # fmt: skip
     for problem in settle([estimated]):  # the restore's outcome does not hang on its estimate's record
         print(f"the restore estimate's artifact was not published: {problem}")
     if report.status == "thawing":

@@ -331,16 +331,18 @@ def test_the_command_lines_failed_restore_is_counted_by_its_error_class_alerted_
     saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ckptvault.errors import AlreadyAlerted
-    from ckptvault_cli.commands import restore as restore_cmd
+    from ckptvault.restore.complete import alert_failed
 
     store, _, _ = saved
     cfg = Config(store=StoreConfig(bucket="ckpts", prefix=PREFIX))
     plan = _chosen(store, tmp_path / "dest")
     sent: list[Any] = []
     monkeypatch.setattr("ckptvault.alerts.sending.send_alerts", lambda cfg, st, alerts, secret: sent.extend(alerts))
-    restore_cmd._alert_failed(cfg, Catalog(store, PREFIX), plan, RestoreError("no copy could give x"))
-    restore_cmd._alert_failed(cfg, Catalog(store, PREFIX), plan, AlreadyAlerted("said already"))
+    said: list[str] = []
+    alert_failed(cfg, Catalog(store, PREFIX), plan, RestoreError("no copy could give x"), None, said.append)
+    alert_failed(cfg, Catalog(store, PREFIX), plan, AlreadyAlerted("said already"), None, said.append)
     assert ledger.load(store, PREFIX).totals() == {
         "restore_failures|RestoreError": 1.0, "restore_failures|AlreadyAlerted": 1.0
     }  # fmt: skip
     assert [a.kind for a in sent] == ["flow_failed"]  # the one already alerted is not alerted twice
+    assert said == []  # sent: nothing to say on the console
