@@ -79,7 +79,7 @@ def _heartbeats_asked() -> bool:
 
 def prepare_flow_settings(defaults: Mapping[str, str] | None = None) -> None:
     """The warm process, before it forks: the settings `flow_settings` enters, made once for every child
-    (the children run in this process's environment: ckptvault_cli/warm_server.py's fingerprint).
+    (the children run in this process's environment: ckptvault_cli/warm/server.py's fingerprint).
     `defaults`: the variables a command sets where unset before its flow runs (preflight.QUIET_PREFECT),
     set here only while the settings are made, so they are the ones a child's flow run asks for; this
     process's own environment, which decides what it may run, is left as it was."""

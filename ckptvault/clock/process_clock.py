@@ -1,5 +1,5 @@
 """When this process started, on the monotonic clock every process shares (Linux: /proc). Standard
-library only: the console script reads it before it imports anything else (ckptvault_cli/warm_client.py),
+library only: the console script reads it before it imports anything else (ckptvault_cli/warm/client.py),
 and `timing.process_age` is this unless a warm process's child was told its command's own start."""
 
 from __future__ import annotations

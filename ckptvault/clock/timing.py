@@ -208,7 +208,7 @@ _process_start: list[float] = []  # set_process_start's: the command's start, fo
 
 def set_process_start(started: float) -> None:
     """The command began at `started` (perf_counter's clock) in another process: a warm process's child
-    runs a command whose process (the one the user started) is not itself (ckptvault_cli/warm_server.py)."""
+    runs a command whose process (the one the user started) is not itself (ckptvault_cli/warm/server.py)."""
     _process_start[:] = [started]
 
 

@@ -1,11 +1,11 @@
-"""Which working directories a warm process must not run a command from (ckptvault_cli/warm_fresh.py):
+"""Which working directories a warm process must not run a command from (ckptvault_cli/warm/fresh.py):
 those where Prefect, imported there, would read settings the warm process never saw."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ckptvault_cli import warm_fresh
+from ckptvault_cli.warm import fresh as warm_fresh
 
 
 def test_a_directory_with_prefect_settings_files_is_refused(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """What a warm process may still run: code and settings unchanged since its imports, and a working
-directory whose Prefect settings files would not have changed them (ckptvault_cli/warm_server.py)."""
+directory whose Prefect settings files would not have changed them (ckptvault_cli/warm/server.py)."""
 
 from __future__ import annotations
 
