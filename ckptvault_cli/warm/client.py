@@ -16,7 +16,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from ckptvault.clock import process_clock
+from ckptvault.command import process_clock
 from ckptvault_cli.warm import protocol as proto
 
 # Never handed over: `warm` manages the warm process itself, `serve` is a long-lived process of its own.

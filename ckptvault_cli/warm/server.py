@@ -495,12 +495,12 @@ def _become_command(state: _State, become: _Become, cli_main: CommandLine) -> No
 
             setup_logging(incremental=False)
         sys.argv = [str(request.get("argv0") or "ckptvault"), *request["argv"]]
-        from ckptvault.clock import timing
+        from ckptvault.command import process_clock
         from ckptvault_cli.warm import early_exit
 
         early_exit.arm(become.release, log)
         if request.get("t_process") is not None:
-            timing.set_process_start(float(request["t_process"]))
+            process_clock.set_process_start(float(request["t_process"]))
         if request.get("t_main") is not None:
             cli_main.main_started[:] = [float(request["t_main"])]
     except BaseException as e:  # nothing of the command has run: say so on its stderr
