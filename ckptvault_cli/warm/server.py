@@ -40,42 +40,7 @@ from typing import Any, NoReturn
 from ckptvault_cli.warm import fresh
 from ckptvault_cli.warm import protocol as proto
 from ckptvault_cli.warm.spare import Spare, gated
-
-# What commands import anyway: the command line, Prefect's engine and client, the flows with the library
-# under them, boto3's S3 client. Great Expectations is not here: the gates run it in a child of their own.
-PRELOAD = (
-    "ckptvault_cli.parser",
-    "ckptvault_cli.running",
-    "ckptvault_cli.preflight",
-    "prefect.flow_engine",
-    "prefect.client.orchestration",
-    "ckptvault_prefect.flows.ingest",
-    "ckptvault_prefect.flows.restore",
-    "ckptvault_prefect.flows.tier",
-    "ckptvault_prefect.flows.replicate",
-    "ckptvault_prefect.flows.scrub",
-    "ckptvault_prefect.flows.drill",
-    "ckptvault_prefect.flows.watch",
-    "ckptvault.store.s3_client",
-    "boto3",
-    "botocore.client",
-    "fastapi.encoders",  # Prefect's serialize_parameters imports it at each flow run's creation (~0.12 s)
-    # What a warm restore's child still imported on first use (~35 ms in all, measured 2026-12-05): a flow
-    # call's graph helpers, the task engine and artifacts at the first task run, the catalog decoder's masked
-    # arrays, the compaction's Arrow datasets, the event and log workers' asyncio backend, Rich's emoji
-    "prefect.utilities.visualization",
-    "prefect.task_engine",
-    "prefect.artifacts",
-    "numpy.ma",
-    "pyarrow.dataset",
-    "pyarrow.acero",
-    "anyio._backends._asyncio",
-    "anyio.streams.tls",
-    "rich._emoji_codes",
-    "encodings.idna",
-    "ckptvault_cli.warm.early_exit",
-)
-
+from ckptvault_prefect.runtime import preload
 
 # Signals a command's child must not miss between its fork and its own handlers (blocked around the fork)
 CHILD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
@@ -135,7 +100,7 @@ def main(command_line: Callable[[], CommandLine], argv: Sequence[str] | None = N
     t0 = time.monotonic()
     cli_main = command_line()
     cli_main.prepare_one_shot()
-    for name in PRELOAD:
+    for name in preload.COMMAND:
         importlib.import_module(name)
     _complete_models()
     _make_tasks()

@@ -7,7 +7,8 @@ or a small box the archive shares, that import is also what the training's neigh
 memory-heavy burst per save (docs/hooks.md, "Step time").
 
 With the warm start, the serving process asks multiprocessing for its "forkserver" instead: one
-single-threaded process started once, which imports `PRELOAD` once and forks a child per flow run.
+single-threaded process started once, which imports what a flow run imports anyway (`FLOW_RUN`, the
+preload list's: ckptvault_prefect/runtime/preload.py) once and forks a child per flow run.
 The child gets the same payload Prefect would have given a spawned one (the cloudpickled flow run,
 its environment, the control channel) and runs it the same way; only its imports are already done.
 Nothing else changes: one process per flow run, its own exit, Prefect's cancellation and crash
@@ -26,21 +27,9 @@ import multiprocessing.context
 import types
 from typing import Any
 
-log = logging.getLogger(__name__)
+from ckptvault_prefect.runtime.preload import FLOW_RUN
 
-# What every served flow run imports anyway: Prefect's engine and client, and the seven flows with the
-# library under them. Great Expectations is not here: the gates run it in a child of their own.
-PRELOAD = (
-    "prefect.flow_engine",
-    "prefect.client.orchestration",
-    "ckptvault_prefect.flows.ingest",
-    "ckptvault_prefect.flows.tier",
-    "ckptvault_prefect.flows.replicate",
-    "ckptvault_prefect.flows.scrub",
-    "ckptvault_prefect.flows.drill",
-    "ckptvault_prefect.flows.watch",
-    "ckptvault_prefect.flows.restore",
-)
+log = logging.getLogger(__name__)
 
 
 class _Multiprocessing(types.ModuleType):
@@ -57,7 +46,7 @@ class _Multiprocessing(types.ModuleType):
         return getattr(multiprocessing, name)
 
 
-def install(preload: tuple[str, ...] = PRELOAD) -> bool:
+def install(preload: tuple[str, ...] = FLOW_RUN) -> bool:
     """Fork served flow runs from a warm process (started now, its imports done before the first run).
     False, changing nothing, when this Prefect or this platform cannot."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
