@@ -15,8 +15,9 @@ Nothing else changes: one process per flow run, its own exit, Prefect's cancella
 handling by pid.
 
 The seam is one module global: prefect.flow_engine's `multiprocessing`, whose `get_context("spawn")`
-the runner's direct starter calls (Runner.add_flow's path; prefect 3.9). Where this Prefect has no
-such seam, `install` says so and changes nothing: flow runs start cold, as before.
+the runner's direct starter calls (Runner.add_flow's path; prefect 3.9), reached through
+ckptvault_prefect/runtime/prefect_private.py like every name Prefect does not offer as API. Where this
+Prefect has no such seam, `install` says so and changes nothing: flow runs start cold, as before.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import multiprocessing.context
 import types
 from typing import Any
 
+from ckptvault_prefect.runtime import prefect_private
 from ckptvault_prefect.runtime.preload import FLOW_RUN
 
 log = logging.getLogger(__name__)
@@ -52,11 +54,8 @@ def install(preload: tuple[str, ...] = FLOW_RUN) -> bool:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         log.info("flow runs start cold: this platform has no forkserver")
         return False
-    import prefect.flow_engine as engine
-
-    if not isinstance(getattr(engine, "multiprocessing", None), types.ModuleType) or not hasattr(
-        engine, "run_flow_in_subprocess"
-    ):
+    engine = prefect_private.flow_engine()
+    if engine is None:
         log.info("flow runs start cold: this Prefect starts them in a way ckptvault does not know")
         return False
     warm = multiprocessing.get_context("forkserver")
@@ -64,11 +63,9 @@ def install(preload: tuple[str, ...] = FLOW_RUN) -> bool:
     from multiprocessing import forkserver
 
     forkserver.ensure_running()  # its imports now, while serve registers, not in the first run
-    engine.multiprocessing = _Multiprocessing(warm)  # type: ignore[attr-defined]
+    prefect_private.set_flow_engine_multiprocessing(engine, _Multiprocessing(warm))
     return True
 
 
 def installed() -> bool:
-    import prefect.flow_engine as engine
-
-    return isinstance(getattr(engine, "multiprocessing", None), _Multiprocessing)
+    return isinstance(prefect_private.flow_engine_multiprocessing(), _Multiprocessing)
