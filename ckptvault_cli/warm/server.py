@@ -65,7 +65,8 @@ class _State:
     listener: socket.socket
     path: str
     wake: tuple[int, int]
-    stamp: tuple[int, ...]
+    stamp: str
+    extensions: tuple[str, ...]  # the compiled extensions loaded by the imports: `stamp` covers them
     idle_s: float
     env: dict[str, str]
     inode: int
@@ -187,7 +188,9 @@ def _listen(path: str, idle_s: float) -> _State:
     signal.set_wakeup_fd(w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # select wakes on the pipe; children are reaped below
     signal.signal(signal.SIGINT, lambda *_: None)  # SIGTERM stops it (_serve); a stray Ctrl-C does not
-    return _State(listener, path, (r, w), fresh.stamp(), idle_s, proto.comparable(os.environ), os.stat(path).st_ino)
+    extensions = fresh.loaded_extensions()
+    env = proto.comparable(os.environ)
+    return _State(listener, path, (r, w), fresh.stamp(extensions), extensions, idle_s, env, os.stat(path).st_ino)
 
 
 def _close(state: _State) -> None:
@@ -380,7 +383,7 @@ def _refusal(state: _State, request: dict[str, Any], fds: list[int]) -> str | No
         return "a thread is running in the warm process; a fork would copy its locks, not the thread"
     if fresh.prefect_settings_in(str(request.get("cwd", "/"))):
         return "the working directory has Prefect settings (.env, prefect.toml, [tool.prefect])"
-    if fresh.stamp() != state.stamp:
+    if fresh.stamp(state.extensions) != state.stamp:
         _stop_accepting(state)
         _log("code or settings changed on disk since the imports: stopping after the running commands")
         return "stale"
