@@ -291,7 +291,7 @@ class WholeProcess:
 
     def env(self, server: Any, tree: Path = REPO, warm: bool = False) -> dict[str, str]:
         from bench.servers import ACCESS_KEY, SECRET_KEY
-        from ckptvault_cli import warm_protocol
+        from ckptvault_cli.warm import protocol as warm_protocol
 
         env = dict(os.environ)
         for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "CKPTVAULT_CONFIG", warm_protocol.DIR_ENV):

@@ -134,7 +134,7 @@ def run() -> NoReturn:
 def prepare_one_shot() -> None:
     """What a process that will run one command sets up before anything else is imported: the exit
     handler that must run last (so registered first) and collection off. A warm process does this once,
-    before its imports; each child it forks then calls `run_prepared` (ckptvault_cli/warm_server.py)."""
+    before its imports; each child it forks then calls `run_prepared` (ckptvault_cli/warm/server.py)."""
     atexit.register(_end_process)
     process.begin_one_shot()
 

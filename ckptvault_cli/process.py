@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import gc
 import os
-import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
+
+from ckptvault_prefect.runtime import prefect_private
 
 # Either name turns heartbeats back on for command-line flows (the second is Prefect's legacy alias).
 HEARTBEAT_VARS = ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "PREFECT_RUNNER_HEARTBEAT_FREQUENCY")
@@ -79,7 +80,7 @@ def _heartbeats_asked() -> bool:
 
 def prepare_flow_settings(defaults: Mapping[str, str] | None = None) -> None:
     """The warm process, before it forks: the settings `flow_settings` enters, made once for every child
-    (the children run in this process's environment: ckptvault_cli/warm_server.py's fingerprint).
+    (the children run in this process's environment: ckptvault_cli/warm/server.py's fingerprint).
     `defaults`: the variables a command sets where unset before its flow runs (preflight.QUIET_PREFECT),
     set here only while the settings are made, so they are the ones a child's flow run asks for; this
     process's own environment, which decides what it may run, is left as it was."""
@@ -117,14 +118,11 @@ def prefect_client() -> Iterator[None]:
     engine finds it (SyncClientContext.get_or_create) instead of making one. Used once: a client closed
     at the end of a flow run cannot be opened again; a later flow run makes its own, as always."""
     made = _client_made.pop() if _client_made else None
-    http: Any = getattr(getattr(made, "client", None), "_client", None)
-    if made is None or not hasattr(http, "csrf_client_id"):
+    # Its CSRF identity was drawn in the warm process, every child's otherwise: each draws its own
+    # (prefect_private.CLIENT_CSRF_ID says why)
+    if made is None or not prefect_private.renew_csrf_id(made):
         yield  # none made, or a Prefect whose client this does not know: the flow engine makes its own
         return
-    # The client's CSRF identity is drawn when it is made, so every child would share the warm process's:
-    # a server with CSRF protection keeps one token per identity, and concurrent commands would keep
-    # invalidating each other's. Each child draws its own, as a client made in it would.
-    http.csrf_client_id = uuid.uuid4()
     with made:
         yield
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ckptvault.clock import timing
 from ckptvault.clock.timing import RECORDER
+from ckptvault.command.process_clock import process_age
 
 PHASES = {
     "ingest": (
@@ -39,7 +40,7 @@ def begin(command: str, as_json: bool, main_started: float, one_shot: bool) -> N
     process's start: the interpreter's start up to `main_started` (main.py's first line) is "process
     start", from there to now "imports"; in-process, at `main_started`."""
     now = time.perf_counter()
-    age = timing.process_age() if one_shot else None
+    age = process_age() if one_shot else None
     origin = now - age if age is not None else main_started
     RECORDER.enable(origin=origin)
     RECORDER.charge(timing.PROCESS_START, main_started)

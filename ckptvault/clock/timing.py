@@ -22,8 +22,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
-from ckptvault.clock import process_clock
-
 __all__ = ["OTHER", "RECORDER", "Breakdown", "Recorder", "mark", "phase"]
 
 OTHER = "other"  # the timeline's time no phase covered
@@ -201,23 +199,6 @@ class Recorder:
 
 
 RECORDER = Recorder()
-
-
-_process_start: list[float] = []  # set_process_start's: the command's start, for a warm process's child
-
-
-def set_process_start(started: float) -> None:
-    """The command began at `started` (perf_counter's clock) in another process: a warm process's child
-    runs a command whose process (the one the user started) is not itself (ckptvault_cli/warm_server.py)."""
-    _process_start[:] = [started]
-
-
-def process_age() -> float | None:
-    """Seconds since this process started (Linux: /proc, to the clock tick), None where unknown; in a
-    warm process's child, since the command's own process started (`set_process_start`)."""
-    if _process_start:
-        return max(0.0, time.perf_counter() - _process_start[0])
-    return process_clock.age()
 
 
 def phase(name: str) -> AbstractContextManager[None]:

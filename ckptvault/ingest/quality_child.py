@@ -78,7 +78,7 @@ atexit.register(discard_prewarmed)
 
 def take_prewarmed() -> list[subprocess.Popen[bytes]]:
     """The prewarmed child, if any, taken out of this module's hands: not used by a validation here, not
-    stopped at exit. For a process that gives it to another (ckptvault_cli/warm_server.py)."""
+    stopped at exit. For a process that gives it to another (ckptvault_cli/warm/server.py)."""
     with _warm_lock:
         procs = list(_warm)
         _warm.clear()

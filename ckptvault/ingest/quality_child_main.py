@@ -130,7 +130,7 @@ def _child_main() -> int:
         os.execve(
             sys.executable, [sys.executable, "-m", "ckptvault.ingest.quality_child_main"], {**os.environ, LEAN_ENV: "0"}
         )
-    from ckptvault.clock.timing import process_age
+    from ckptvault.command.process_clock import process_age
 
     ready_after = process_age()  # the interpreter's start, the imports and the engine: what prewarm hides
     data = sys.stdin.buffer.read()

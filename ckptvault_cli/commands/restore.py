@@ -145,13 +145,13 @@ def _open_stores(args: argparse.Namespace) -> tuple[Config, list[Copy]]:
 def _released_when_final(
     args: argparse.Namespace, label: str, step: int, save: int, choice: RunnerChoice
 ) -> Iterator[None]:
-    """In a warm child (ckptvault_cli/early_exit.py): once the restore's result is final (its bytes
+    """In a warm child (ckptvault_cli/warm/early_exit.py): once the restore's result is final (its bytes
     durable in place and recorded: ckptvault/command/early_result.py), print it, end `--profile`'s breakdown
     there, and give the user the exit code; the alert, the ledger and the flow run's end go on after.
     A cold process: nothing (it prints the result at its end, as always). Nor when the restore starts
     processes of its own that would hold the user's streams open past the release (a local Dask
     cluster's workers, the temporary Prefect API of CKPTVAULT_PREFECT=always without a server)."""
-    from ckptvault_cli import early_exit
+    from ckptvault_cli.warm import early_exit
 
     own_processes = choice.kind != "threads" or running.temporary_api()
     if not early_exit.armed() or own_processes:
@@ -187,7 +187,7 @@ def _released_when_final(
 def _output(args: argparse.Namespace, label: str, step: int, save: int, result: object) -> int:
     """The result printed and the exit code, unless the user was already given both (`_released_when_final`):
     then only what happened after, in the warm log."""
-    from ckptvault_cli import early_exit
+    from ckptvault_cli.warm import early_exit
 
     with phase(timing.OUTPUT):
         code = early_exit.released()

@@ -12,14 +12,16 @@ import sys
 import time
 from typing import Any
 
-from ckptvault_cli import warm_protocol as proto
 from ckptvault_cli.output import say
 from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, UsageError
+from ckptvault_cli.warm import protocol as proto
 
 START_TIMEOUT_S = 120.0  # its imports take ~1-2 s on a quiet box, far longer on one that is swapping
 
 # The warm process's entry: the console script's own directory first on its path, as a cold command has.
-_BOOT = "import sys; sys.path[0] = sys.argv.pop(1); from ckptvault_cli.warm_server import main; sys.exit(main())"
+_BOOT = (
+    "import sys; sys.path[0] = sys.argv.pop(1); from ckptvault_cli.entry import warm_process; sys.exit(warm_process())"
+)
 
 
 def ask(path: str, op: str) -> dict[str, Any] | None:

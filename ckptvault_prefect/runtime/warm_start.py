@@ -7,15 +7,17 @@ or a small box the archive shares, that import is also what the training's neigh
 memory-heavy burst per save (docs/hooks.md, "Step time").
 
 With the warm start, the serving process asks multiprocessing for its "forkserver" instead: one
-single-threaded process started once, which imports `PRELOAD` once and forks a child per flow run.
+single-threaded process started once, which imports what a flow run imports anyway (`FLOW_RUN`, the
+preload list's: ckptvault_prefect/runtime/preload.py) once and forks a child per flow run.
 The child gets the same payload Prefect would have given a spawned one (the cloudpickled flow run,
 its environment, the control channel) and runs it the same way; only its imports are already done.
 Nothing else changes: one process per flow run, its own exit, Prefect's cancellation and crash
 handling by pid.
 
 The seam is one module global: prefect.flow_engine's `multiprocessing`, whose `get_context("spawn")`
-the runner's direct starter calls (Runner.add_flow's path; prefect 3.9). Where this Prefect has no
-such seam, `install` says so and changes nothing: flow runs start cold, as before.
+the runner's direct starter calls (Runner.add_flow's path; prefect 3.9), reached through
+ckptvault_prefect/runtime/prefect_private.py like every name Prefect does not offer as API. Where this
+Prefect has no such seam, `install` says so and changes nothing: flow runs start cold, as before.
 """
 
 from __future__ import annotations
@@ -26,21 +28,10 @@ import multiprocessing.context
 import types
 from typing import Any
 
-log = logging.getLogger(__name__)
+from ckptvault_prefect.runtime import prefect_private
+from ckptvault_prefect.runtime.preload import FLOW_RUN
 
-# What every served flow run imports anyway: Prefect's engine and client, and the seven flows with the
-# library under them. Great Expectations is not here: the gates run it in a child of their own.
-PRELOAD = (
-    "prefect.flow_engine",
-    "prefect.client.orchestration",
-    "ckptvault_prefect.flows.ingest",
-    "ckptvault_prefect.flows.tier",
-    "ckptvault_prefect.flows.replicate",
-    "ckptvault_prefect.flows.scrub",
-    "ckptvault_prefect.flows.drill",
-    "ckptvault_prefect.flows.watch",
-    "ckptvault_prefect.flows.restore",
-)
+log = logging.getLogger(__name__)
 
 
 class _Multiprocessing(types.ModuleType):
@@ -57,17 +48,14 @@ class _Multiprocessing(types.ModuleType):
         return getattr(multiprocessing, name)
 
 
-def install(preload: tuple[str, ...] = PRELOAD) -> bool:
+def install(preload: tuple[str, ...] = FLOW_RUN) -> bool:
     """Fork served flow runs from a warm process (started now, its imports done before the first run).
     False, changing nothing, when this Prefect or this platform cannot."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         log.info("flow runs start cold: this platform has no forkserver")
         return False
-    import prefect.flow_engine as engine
-
-    if not isinstance(getattr(engine, "multiprocessing", None), types.ModuleType) or not hasattr(
-        engine, "run_flow_in_subprocess"
-    ):
+    engine = prefect_private.flow_engine()
+    if engine is None:
         log.info("flow runs start cold: this Prefect starts them in a way ckptvault does not know")
         return False
     warm = multiprocessing.get_context("forkserver")
@@ -75,11 +63,9 @@ def install(preload: tuple[str, ...] = PRELOAD) -> bool:
     from multiprocessing import forkserver
 
     forkserver.ensure_running()  # its imports now, while serve registers, not in the first run
-    engine.multiprocessing = _Multiprocessing(warm)  # type: ignore[attr-defined]
+    prefect_private.set_flow_engine_multiprocessing(engine, _Multiprocessing(warm))
     return True
 
 
 def installed() -> bool:
-    import prefect.flow_engine as engine
-
-    return isinstance(getattr(engine, "multiprocessing", None), _Multiprocessing)
+    return isinstance(prefect_private.flow_engine_multiprocessing(), _Multiprocessing)

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from ckptvault_cli import warm_protocol as proto
 from ckptvault_cli.output import EXIT_PIPE
 from ckptvault_cli.synthetic import write_checkpoint
+from ckptvault_cli.warm import protocol as proto
 from tests import servers
 from tests.helpers import write_config
 

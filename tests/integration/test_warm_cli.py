@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from ckptvault_cli import warm_protocol as proto
 from ckptvault_cli.synthetic import write_checkpoint
+from ckptvault_cli.warm import protocol as proto
 from tests.following import Follower
 from tests.helpers import write_config
 

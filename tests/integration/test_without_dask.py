@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from ckptvault_cli import warm_protocol as proto
 from ckptvault_cli.synthetic import write_checkpoint
+from ckptvault_cli.warm import protocol as proto
 from tests.helpers import write_config
 
 REPO = Path(__file__).resolve().parents[2]

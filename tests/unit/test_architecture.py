@@ -77,6 +77,12 @@ RULES = (
         ("ckptvault_prefect.deployments.flow_list",),
         ("prefect", "prefect_dask", *(f"ckptvault_prefect.{p}" for p in ("tasks", "runtime", "flows"))),
     ),
+    # the warm process and serve's warm start read it before they import what it names
+    Rule(
+        "the preload list imports nothing",
+        ("ckptvault_prefect.runtime.preload",),
+        ("prefect", "ckptvault", "ckptvault_cli", "ckptvault_prefect"),
+    ),
     Rule("tasks do not import the runtime", ("ckptvault_prefect.tasks.",), ("ckptvault_prefect.runtime",)),
     Rule(
         "the runtime does not import flows or deployments",

@@ -28,9 +28,10 @@ OUTSIDE: dict[str, str] = {
         "and caught inside ckptvault/catalog/; not a failure with a message for the operator, so an entry "
         "point's `except CkptvaultError` must not print it as one should one ever escape"
     ),
-    "ckptvault_cli.warm_server._Become": (
+    "ckptvault_cli.warm.server._Become": (
         "a forked child leaving the warm process's loop to run its command (a BaseException, so no "
-        "`except Exception` on the way stops it); raised and caught inside warm_server.py, never a failure"
+        "`except Exception` on the way stops it); raised and caught inside"
+        " ckptvault_cli/warm/server.py, never a failure"
     ),
 }
 

@@ -1,4 +1,4 @@
-"""The warm process's address and messages (ckptvault_cli/warm_protocol.py) and which commands the console
+"""The warm process's address and messages (ckptvault_cli/warm/protocol.py) and which commands the console
 script hands over (warm_client.command_of): no server, no fork. The forked commands themselves are
 tests/integration/test_warm_cli.py's."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ckptvault_cli import warm_client
-from ckptvault_cli import warm_protocol as proto
+from ckptvault_cli.warm import client as warm_client
+from ckptvault_cli.warm import protocol as proto
 
 
 def test_the_fingerprint_ignores_the_shells_bookkeeping_and_nothing_else() -> None:
@@ -122,7 +122,7 @@ def test_warm_and_serve_are_never_handed_over(monkeypatch: pytest.MonkeyPatch) -
 
 _RELEASING = """
 import os, sys
-from ckptvault_cli import early_exit
+from ckptvault_cli.warm import early_exit
 pipe, log = int(sys.argv[1]), os.open(sys.argv[2], os.O_WRONLY | os.O_APPEND)
 assert not early_exit.release(5)  # not armed: a cold process ends as it always did
 early_exit.arm(pipe, log)

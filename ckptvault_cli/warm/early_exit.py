@@ -1,7 +1,7 @@
 """A warm command that ends for its user before its process does (docs/warm.md, "The result before the
 bookkeeping").
 
-A command run by the warm process (ckptvault_cli/warm_server.py) is a child whose user waits on the
+A command run by the warm process (ckptvault_cli/warm/server.py) is a child whose user waits on the
 console script, which exits with the code the warm process sends it. When a restore's result is final
 (ckptvault/command/early_result.py: the bytes durable in place and recorded), the child prints it, then
 `release`s: its standard streams are moved to the warm process's log and the code is written to a pipe

@@ -3,7 +3,7 @@ command, which runs it as the cold process would have (docs/warm.md).
 
 A cold `ckptvault restore` spends ~1 s of its first bytes' wait importing Prefect, pydantic, pyarrow and
 boto before it does anything (issue [W]). Here that is done once, when the warm process starts. Each
-command the console script hands over (ckptvault_cli/warm_client.py) gets a child forked from this
+command the console script hands over (ckptvault_cli/warm/client.py) gets a child forked from this
 single-threaded process: the command's own standard streams (passed as descriptors), its working
 directory, environment, umask and argv, and then the same `main` the cold process runs, with the same
 exit handler last (registered here before any import). One process per command, as before: its own
@@ -13,8 +13,8 @@ SIGKILL) has its child interrupted as Ctrl-C would.
 
 What a warm process will not run, so the command runs cold instead: a command from another environment
 (another socket), after ckptvault, Prefect or the interpreter's packages changed on disk, or from a
-working directory with Prefect settings files (ckptvault_cli/warm_fresh.py): it would run code or
-settings other than the command's. The spare Great Expectations child is warm_spare.py's. It stops
+working directory with Prefect settings files (ckptvault_cli/warm/fresh.py): it would run code or
+settings other than the command's. The spare Great Expectations child is spare.py's. It stops
 after `--idle-minutes` without a command, on `ckptvault warm --stop`, or when it finds itself stale;
 commands it is running finish first.
 """
@@ -33,49 +33,14 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-from ckptvault_cli import warm_fresh
-from ckptvault_cli import warm_protocol as proto
-from ckptvault_cli.warm_spare import Spare, gated
-
-# What commands import anyway: the command line, Prefect's engine and client, the flows with the library
-# under them, boto3's S3 client. Great Expectations is not here: the gates run it in a child of their own.
-PRELOAD = (
-    "ckptvault_cli.parser",
-    "ckptvault_cli.running",
-    "ckptvault_cli.preflight",
-    "prefect.flow_engine",
-    "prefect.client.orchestration",
-    "ckptvault_prefect.flows.ingest",
-    "ckptvault_prefect.flows.restore",
-    "ckptvault_prefect.flows.tier",
-    "ckptvault_prefect.flows.replicate",
-    "ckptvault_prefect.flows.scrub",
-    "ckptvault_prefect.flows.drill",
-    "ckptvault_prefect.flows.watch",
-    "ckptvault.store.s3_client",
-    "boto3",
-    "botocore.client",
-    "fastapi.encoders",  # Prefect's serialize_parameters imports it at each flow run's creation (~0.12 s)
-    # What a warm restore's child still imported on first use (~35 ms in all, measured 2026-12-05): a flow
-    # call's graph helpers, the task engine and artifacts at the first task run, the catalog decoder's masked
-    # arrays, the compaction's Arrow datasets, the event and log workers' asyncio backend, Rich's emoji
-    "prefect.utilities.visualization",
-    "prefect.task_engine",
-    "prefect.artifacts",
-    "numpy.ma",
-    "pyarrow.dataset",
-    "pyarrow.acero",
-    "anyio._backends._asyncio",
-    "anyio.streams.tls",
-    "rich._emoji_codes",
-    "encodings.idna",
-    "ckptvault_cli.early_exit",
-)
-
+from ckptvault_cli.warm import fresh
+from ckptvault_cli.warm import protocol as proto
+from ckptvault_cli.warm.spare import Spare, gated
+from ckptvault_prefect.runtime import preload
 
 # Signals a command's child must not miss between its fork and its own handlers (blocked around the fork)
 CHILD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2}
@@ -91,7 +56,7 @@ class _Child:
     conn: socket.socket | None  # None: the command went away, or was released (`_released`)
     argv: list[str]
     started: float
-    release: int | None = None  # the read end of the child's early-exit pipe (ckptvault_cli/early_exit.py)
+    release: int | None = None  # the read end of the child's early-exit pipe (ckptvault_cli/warm/early_exit.py)
     released: int | None = None  # the exit code the command was given before the child's end
 
 
@@ -100,7 +65,8 @@ class _State:
     listener: socket.socket
     path: str
     wake: tuple[int, int]
-    stamp: tuple[int, ...]
+    stamp: str
+    extensions: tuple[str, ...]  # the compiled extensions loaded by the imports: `stamp` covers them
     idle_s: float
     env: dict[str, str]
     inode: int
@@ -113,17 +79,29 @@ class _State:
     started: float = field(default_factory=time.time)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+@dataclass(frozen=True)
+class CommandLine:
+    """What a child runs: the command line's own entry (ckptvault_cli/main.py), the same `main` a cold
+    process runs. Handed in by ckptvault_cli/entry.py rather than imported here: the commands import this
+    package (the protocol, the early exit), so an import of the command line from it would point back up."""
+
+    prepare_one_shot: Callable[[], None]
+    run_prepared: Callable[[], NoReturn]
+    main_started: list[float]  # the command's first line of Python: the console script's, in a child
+
+
+def main(command_line: Callable[[], CommandLine], argv: Sequence[str] | None = None) -> int:
+    """`command_line()`: the command line's entry, imported when called (its imports count in the warm
+    process's start, as the rest of its preload)."""
     ap = argparse.ArgumentParser(prog="ckptvault-warm")
     ap.add_argument("--socket", required=True)
     ap.add_argument("--idle-minutes", type=float, default=60.0)
     args = ap.parse_args(argv)
 
     t0 = time.monotonic()
-    from ckptvault_cli import main as cli_main
-
+    cli_main = command_line()
     cli_main.prepare_one_shot()
-    for name in PRELOAD:
+    for name in preload.COMMAND:
         importlib.import_module(name)
     _complete_models()
     _make_tasks()
@@ -152,7 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if become is None:
         _log(f"stopped after {state.served} command(s)")
         os._exit(0)  # not through the exit handlers registered for the children
-    _become_command(state, become)
+    _become_command(state, become, cli_main)
     cli_main.run_prepared()  # ends as a cold process ends: SystemExit, thread joins, exit handlers
 
 
@@ -210,9 +188,9 @@ def _listen(path: str, idle_s: float) -> _State:
     signal.set_wakeup_fd(w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # select wakes on the pipe; children are reaped below
     signal.signal(signal.SIGINT, lambda *_: None)  # SIGTERM stops it (_serve); a stray Ctrl-C does not
-    return _State(
-        listener, path, (r, w), warm_fresh.stamp(), idle_s, proto.comparable(os.environ), os.stat(path).st_ino
-    )
+    extensions = fresh.loaded_extensions()
+    env = proto.comparable(os.environ)
+    return _State(listener, path, (r, w), fresh.stamp(extensions), extensions, idle_s, env, os.stat(path).st_ino)
 
 
 def _close(state: _State) -> None:
@@ -284,7 +262,7 @@ def _command_gone(state: _State, conn: socket.socket) -> None:
 
 
 def _released(state: _State, fd: int) -> None:
-    """A child wrote its command's exit code before its end (ckptvault_cli/early_exit.py): the command
+    """A child wrote its command's exit code before its end (ckptvault_cli/warm/early_exit.py): the command
     is told now; the child goes on, output in this log. End of file: the child closed it (or ended)."""
     for pid, child in state.children.items():
         if child.release != fd:
@@ -403,9 +381,9 @@ def _refusal(state: _State, request: dict[str, Any], fds: list[int]) -> str | No
         return "another environment"
     if threading.active_count() != 1:
         return "a thread is running in the warm process; a fork would copy its locks, not the thread"
-    if warm_fresh.prefect_settings_in(str(request.get("cwd", "/"))):
+    if fresh.prefect_settings_in(str(request.get("cwd", "/"))):
         return "the working directory has Prefect settings (.env, prefect.toml, [tool.prefect])"
-    if warm_fresh.stamp() != state.stamp:
+    if fresh.stamp(state.extensions) != state.stamp:
         _stop_accepting(state)
         _log("code or settings changed on disk since the imports: stopping after the running commands")
         return "stale"
@@ -448,7 +426,7 @@ def _fork(state: _State, conn: socket.socket, request: dict[str, Any]) -> int | 
     return None
 
 
-def _become_command(state: _State, become: _Become) -> None:
+def _become_command(state: _State, become: _Become, cli_main: CommandLine) -> None:
     """The child takes on the command's streams, directory, environment, umask, argv and start time."""
     conn, request, fds = become.conn, become.request, become.fds
     try:
@@ -485,21 +463,16 @@ def _become_command(state: _State, become: _Become) -> None:
 
             setup_logging(incremental=False)
         sys.argv = [str(request.get("argv0") or "ckptvault"), *request["argv"]]
-        from ckptvault.clock import timing
-        from ckptvault_cli import early_exit
-        from ckptvault_cli import main as cli_main
+        from ckptvault.command import process_clock
+        from ckptvault_cli.warm import early_exit
 
         early_exit.arm(become.release, log)
         if request.get("t_process") is not None:
-            timing.set_process_start(float(request["t_process"]))
+            process_clock.set_process_start(float(request["t_process"]))
         if request.get("t_main") is not None:
-            cli_main._main_started[:] = [float(request["t_main"])]
+            cli_main.main_started[:] = [float(request["t_main"])]
     except BaseException as e:  # nothing of the command has run: say so on its stderr
         with contextlib.suppress(OSError):
             os.write(2, f"ckptvault: the warm process could not start this command ({e}); run it again\n".encode())
         os._exit(1)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckptvault_cli.warm_client import command_of
+from ckptvault_cli.warm.client import command_of
 
 # The commands whose quality gates take the spare; the others leave it for the next.
 GATED = frozenset({"ingest", "follow"})

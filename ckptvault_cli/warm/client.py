@@ -16,8 +16,8 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from ckptvault.clock import process_clock
-from ckptvault_cli import warm_protocol as proto
+from ckptvault.command import process_clock
+from ckptvault_cli.warm import protocol as proto
 
 # Never handed over: `warm` manages the warm process itself, `serve` is a long-lived process of its own.
 COLD_COMMANDS = frozenset({"warm", "serve"})
