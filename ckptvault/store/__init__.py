@@ -1,5 +1,5 @@
-"""The object store: the port (what ckptvault needs from S3), its boto3 adapter and an in-memory one
-(docs/ARCHITECTURE.md, "The object store").
+"""The object store: the port (what ckptvault needs from S3), its boto3 adapter and an in-memory one,
+and the wrapper that retries transient errors under the port (docs/ARCHITECTURE.md, "The object store").
 
 Only this package imports boto3/botocore.
 """
@@ -31,6 +31,7 @@ from ckptvault.store.port import (
     TransferConfig,
     UploadResult,
 )
+from ckptvault.store.retrying import POLICY, RetryingStore, RetryPolicy
 from ckptvault.store.s3 import S3Store, ensure_bucket, open_store
 from ckptvault.store.s3_client import transfer_config
 
@@ -38,6 +39,7 @@ __all__ = [
     "ABORT_MPU_RULE_NAME",
     "ARCHIVE_CLASSES",
     "CRC_TAG",
+    "POLICY",
     "Capabilities",
     "ChecksumMismatchError",
     "FetchedRange",
@@ -52,6 +54,8 @@ __all__ = [
     "RangeSource",
     "RestoreState",
     "Retention",
+    "RetryPolicy",
+    "RetryingStore",
     "S3Store",
     "SentPart",
     "SplitUpload",

@@ -1,0 +1,173 @@
+"""The one retry policy of store I/O (ckptvault/store/retrying.py) on the in-memory store with injected
+errors: a transient error is retried the policy's number of times after its delays, any other error
+passes through at once, each retry is a log line and a count in the ledger, and a listing that fails
+part-way resumes where it was."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ckptvault.observe import ledger
+from ckptvault.store import (
+    POLICY,
+    NotFoundError,
+    ObjectInfo,
+    ObjectStore,
+    RetryingStore,
+    RetryPolicy,
+    TransientStoreError,
+    retrying,
+)
+from ckptvault.store.memory import MemoryStore
+
+NO_JITTER = RetryPolicy(retries=3, delays=(2.0, 4.0, 8.0), jitter=0.0)
+
+
+class Flaky(MemoryStore):
+    """A MemoryStore whose named calls fail with TransientStoreError the next `fails[name]` times."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__("flaky", **kwargs)
+        self.fails: dict[str, int] = {}
+        self.calls: dict[str, int] = {}
+        self.list_fails_after: int | None = None
+
+    def _maybe_fail(self, name: str) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        if self.fails.get(name, 0) > 0:
+            self.fails[name] -= 1
+            raise TransientStoreError(f"{name}: injected 503")
+
+    def get_bytes(self, key: str) -> bytes:
+        self._maybe_fail("get_bytes")
+        return super().get_bytes(key)
+
+    def put_bytes(self, key: str, data: bytes, **kwargs: Any) -> None:
+        self._maybe_fail("put_bytes")
+        super().put_bytes(key, data, **kwargs)
+
+    def upload_file(self, path: Path, key: str, **kwargs: Any) -> Any:
+        self._maybe_fail("upload_file")
+        return super().upload_file(path, key, **kwargs)
+
+    def writing_in(self, storage_class: str | None) -> Flaky:
+        return self  # MemoryStore's would be a plain MemoryStore: the faults stay injected
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self.calls["list"] = self.calls.get("list", 0) + 1
+        for i, info in enumerate(super().list(prefix)):
+            if self.list_fails_after is not None and i == self.list_fails_after:
+                self.list_fails_after = None  # once: the listing again goes through
+                raise TransientStoreError("list: injected reset after a page")
+            yield info
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_counts() -> Iterator[None]:
+    # the counts are per process: what these tests retry must not reach another test's ledger
+    retrying.take_counts()
+    yield
+    retrying.take_counts()
+
+
+def _wrapped(inner: ObjectStore) -> tuple[RetryingStore, list[float]]:
+    naps: list[float] = []
+    return RetryingStore(inner, NO_JITTER, sleep=naps.append), naps
+
+
+def test_a_transient_error_is_retried_after_the_policys_delays_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    inner = Flaky()
+    inner.put_bytes("k", b"v")
+    store, naps = _wrapped(inner)
+    inner.fails["get_bytes"] = 3
+    with caplog.at_level(logging.WARNING, logger="ckptvault.store.retry"):
+        assert store.get_bytes("k") == b"v"
+    assert inner.calls["get_bytes"] == 4 and naps == [2.0, 4.0, 8.0]
+    lines = [r.getMessage() for r in caplog.records if r.name == "ckptvault.store.retry"]
+    assert len(lines) == 3 and all("store call get_bytes failed" in line and "injected 503" in line for line in lines)
+    assert "retry 1 of 3 in 2.0 s" in lines[0] and "retry 3 of 3 in 8.0 s" in lines[2]
+    assert retrying.counts() == {"get_bytes": 3}
+
+
+def test_the_error_that_outlives_the_retries_is_raised_after_every_attempt() -> None:
+    inner = Flaky()
+    store, naps = _wrapped(inner)
+    inner.fails["put_bytes"] = 10
+    with pytest.raises(TransientStoreError, match="injected 503"):
+        store.put_bytes("k", b"v", if_none_match=True)
+    assert inner.calls["put_bytes"] == NO_JITTER.attempts == 4 and len(naps) == 3
+    assert inner.head("k") is None
+
+
+def test_an_error_that_is_not_transient_passes_through_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    inner = Flaky()
+    store, naps = _wrapped(inner)
+    with caplog.at_level(logging.WARNING, logger="ckptvault.store.retry"), pytest.raises(NotFoundError):
+        store.get_bytes("absent")
+    assert inner.calls["get_bytes"] == 1 and naps == [] and retrying.counts() == {}
+    assert not [r for r in caplog.records if r.name == "ckptvault.store.retry"]
+
+
+def test_a_retried_upload_reads_its_file_again_from_the_start(tmp_path: Path) -> None:
+    src = tmp_path / "f.bin"
+    src.write_bytes(bytes(range(256)) * 1000)
+    inner = Flaky()
+    store, _ = _wrapped(inner)
+    inner.fails["upload_file"] = 2
+    result = store.upload_file(src, "f.bin")
+    assert inner.calls["upload_file"] == 3 and inner.get_bytes("f.bin") == src.read_bytes()
+    assert result.size == src.stat().st_size
+
+
+def test_a_listing_that_fails_part_way_resumes_after_the_last_key_it_gave() -> None:
+    inner = Flaky(page_size=2)
+    for i in range(7):
+        inner.put_bytes(f"p/{i}", b"x")
+    store, naps = _wrapped(inner)
+    inner.list_fails_after = 4
+    got = [o.key for o in store.list("p/")]
+    assert got == [f"p/{i}" for i in range(7)]  # each key once, in order
+    assert inner.calls["list"] == 2 and naps == [2.0] and retrying.counts() == {"list": 1}
+
+
+def test_the_stores_it_derives_retry_too() -> None:
+    inner = Flaky()
+    store, naps = _wrapped(inner)
+    other = store.writing_in(None)
+    assert isinstance(other, RetryingStore) and other.policy is store.policy
+    inner.put_bytes("k", b"v")
+    inner.fails["get_bytes"] = 1
+    assert other.get_bytes("k") == b"v" and naps == [2.0]
+    assert store.bucket == "flaky" and store.transfer is inner.transfer
+
+
+def test_the_policy_is_three_retries_after_2_4_8_s_with_half_jitter() -> None:
+    assert (POLICY.retries, POLICY.delays, POLICY.jitter, POLICY.attempts) == (3, (2.0, 4.0, 8.0), 0.5, 4)
+    delays = [POLICY.delay(2) for _ in range(200)]
+    assert all(4.0 <= d <= 12.0 for d in delays) and max(delays) - min(delays) > 1.0
+    assert RetryPolicy(retries=5, delays=(1.0,)).delay(4) == pytest.approx(1.0, abs=0.5)
+
+
+def test_the_retries_count_in_the_next_ledger_record_and_are_kept_when_it_fails() -> None:
+    inner = Flaky()
+    inner.put_bytes("k", b"v")
+    store, _ = _wrapped(inner)
+    inner.fails["get_bytes"] = 2
+    store.get_bytes("k")
+    bucket = MemoryStore("ledger")
+
+    class Refusing(MemoryStore):
+        def put_bytes(self, key: str, data: bytes, **kwargs: Any) -> None:
+            raise TransientStoreError("PUT ledger: injected")
+
+    with pytest.raises(TransientStoreError):
+        ledger.record_ledger(Refusing("refusing"), "vault", None, "ingest", delete=True)
+    assert retrying.counts() == {"get_bytes": 2}  # not lost with the record that failed
+    assert ledger.record_ledger(bucket, "vault", {"restore_bytes": 5.0}, None, delete=True)
+    assert ledger.load(bucket, "vault").totals() == {"restore_bytes": 5.0, "store_retries|get_bytes": 2.0}
+    assert retrying.counts() == {}
