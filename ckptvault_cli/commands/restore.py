@@ -214,7 +214,7 @@ def _restore_here(
         say("ckptvault: the primary store is unreachable: this restore is not recorded in its catalog, nor alerted")
     try:
         # as many threads as the flow's task runner; none left running once the restore has returned
-        with Threads(complete.IO_STEPS, workers=4) as submit:
+        with Threads(workers=4) as submit:
             if catalog is not None and unreadable:
                 with phase(timing.ALERTS):
                     submit(complete.alert, cfg, catalog.store,

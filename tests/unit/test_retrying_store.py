@@ -6,12 +6,15 @@ part-way resumes where it was."""
 from __future__ import annotations
 
 import logging
+import pickle
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ckptvault.config import StoreConfig
 from ckptvault.observe import ledger
 from ckptvault.store import (
     POLICY,
@@ -20,10 +23,13 @@ from ckptvault.store import (
     ObjectStore,
     RetryingStore,
     RetryPolicy,
+    S3Store,
     TransientStoreError,
+    open_store,
     retrying,
 )
 from ckptvault.store.memory import MemoryStore
+from ckptvault.transfer.submitter import Threads
 
 NO_JITTER = RetryPolicy(retries=3, delays=(2.0, 4.0, 8.0), jitter=0.0)
 
@@ -171,3 +177,26 @@ def test_the_retries_count_in_the_next_ledger_record_and_are_kept_when_it_fails(
     assert ledger.record_ledger(bucket, "vault", {"restore_bytes": 5.0}, None, delete=True)
     assert ledger.load(bucket, "vault").totals() == {"restore_bytes": 5.0, "store_retries|get_bytes": 2.0}
     assert retrying.counts() == {}
+
+
+def test_open_store_retries_and_pickles_with_its_adapter() -> None:
+    store = open_store(StoreConfig(bucket="bkt", endpoint_url="http://127.0.0.1:9"))
+    assert isinstance(store, RetryingStore) and isinstance(store.inner, S3Store)
+    assert retrying.unretried(store) is store.inner and retrying.unretried(store.inner) is store.inner
+    back = pickle.loads(pickle.dumps(store))  # as it travels to a Dask worker
+    assert isinstance(back, RetryingStore) and isinstance(back.inner, S3Store) and back.policy == POLICY
+    assert back.bucket == "bkt" and back.section == store.inner.section  # the adapter's own attributes
+
+
+def test_plain_threads_leave_retries_to_the_store() -> None:
+    inner = Flaky()
+    inner.put_bytes("k", b"v")
+    store, naps = _wrapped(inner)
+    inner.fails["get_bytes"] = 3
+    with Threads(workers=2) as submit:
+        [mapped] = submit.map([partial(store.get_bytes, "k")])
+        assert mapped.result() == b"v" and inner.calls["get_bytes"] == 4 and len(naps) == 3
+        inner.fails["get_bytes"] = 4
+        with pytest.raises(TransientStoreError):
+            submit(store.get_bytes, "k")  # what outlived the store's retries is not retried again
+        assert inner.calls["get_bytes"] == 8
