@@ -126,7 +126,8 @@ class RetryingStore:
     def __init__(
         self, inner: ObjectStore, policy: RetryPolicy = POLICY, sleep: Callable[[float], None] = time.sleep
     ) -> None:
-        self.inner, self.policy, self._sleep = inner, policy, sleep
+        # a store wrapped twice would make each attempt of the outer policy a whole run of the inner one
+        self.inner, self.policy, self._sleep = unretried(inner), policy, sleep
 
     def __getattr__(self, name: str) -> Any:
         # What only the adapter has (S3Store's client and section, a MemoryStore's helpers), for

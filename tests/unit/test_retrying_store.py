@@ -183,6 +183,7 @@ def test_open_store_retries_and_pickles_with_its_adapter() -> None:
     store = open_store(StoreConfig(bucket="bkt", endpoint_url="http://127.0.0.1:9"))
     assert isinstance(store, RetryingStore) and isinstance(store.inner, S3Store)
     assert retrying.unretried(store) is store.inner and retrying.unretried(store.inner) is store.inner
+    assert RetryingStore(store).inner is store.inner  # never one policy inside another
     back = pickle.loads(pickle.dumps(store))  # as it travels to a Dask worker
     assert isinstance(back, RetryingStore) and isinstance(back.inner, S3Store) and back.policy == POLICY
     assert back.bucket == "bkt" and back.section == store.inner.section  # the adapter's own attributes
