@@ -6,8 +6,8 @@ in the flows each call is the Prefect task that wraps that function (recorded, p
 worker: ckptvault_prefect/runtime/submitter.py) except the transfer's, which runs on `Threads` unless
 on a Dask cluster; in the command line without a Prefect API and in the unit tests, plain calls. No
 submitter retries a call: the store its calls are given retries transient errors under the port, the
-same in each (ckptvault/store/retrying.py). So the order
-and the rollback are library code a unit test reaches on the in-memory store, and the flow only wires.
+same in each (ckptvault/store/retrying.py). So the order and the rollback are library code a unit test
+reaches on the in-memory store, and the flow only wires.
 """
 
 from __future__ import annotations
@@ -92,10 +92,10 @@ class _Running:
 class Threads:
     """A Submitter without Prefect, for the command line's direct mode and the transfer of the restore
     and ingest flows on a thread pool task runner: each call a plain call (its store retries, as it
-    does under a task). A map's calls go to one pool of `workers` threads
-    shared by every map of this submitter and are not waited for (not `inline`): a big file's ranges and
-    the whole-file downloads submitted after them run at once, as they do on a task runner. Use it as a
-    context manager (or call `close`): no thread outlives it."""
+    does under a task). A map's calls go to one pool of `workers` threads shared by every map of this
+    submitter and are not waited for (not `inline`): a big file's ranges and the whole-file downloads
+    submitted after them run at once, as they do on a task runner. Use it as a context manager (or call
+    `close`): no thread outlives it."""
 
     def __init__(self, workers: int = 4) -> None:
         self._workers = max(1, workers)
