@@ -12,8 +12,8 @@ contract (ckptvault/store/port.py): an upload reads its file or its parts from t
 download truncates or rewrites its range, a conditional PUT that the server applied before the response
 was lost is "ours" on the retry, a range of parts sent again replaces them, a completion left open on a
 transient failure is completed by the retry. `list` is the one call that streams its answer to its
-caller: a listing that fails part-way is listed again and resumes after the last key it gave (keys come
-in order), so nothing is given twice or skipped.
+caller: a listing that fails part-way is listed again and skips the keys it already gave, so nothing is
+given twice. (Not by key order: SeaweedFS lists "a/b" before "a.json", so "after the last key" would skip.)
 
 botocore's own retries (standard mode, s3_client.py) sit below this, per HTTP request; this policy is
 for what outlives them.
@@ -222,15 +222,15 @@ class RetryingStore:
         return self._call("head", self.inner.head, key)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
-        last: str | None = None
+        given: set[str] = set()
         retry = 0
         while True:
             try:
                 for info in self.inner.list(prefix):
                     # a listing again after a failure starts from the first key: what was given is skipped
-                    if last is not None and info.key <= last:
+                    if info.key in given:
                         continue
-                    last = info.key
+                    given.add(info.key)
                     yield info
                 return
             except TransientStoreError as e:

@@ -1,7 +1,7 @@
 """The one retry policy of store I/O (ckptvault/store/retrying.py) on the in-memory store with injected
 errors: a transient error is retried the policy's number of times after its delays, any other error
 passes through at once, each retry is a log line and a count in the ledger, and a listing that fails
-part-way resumes where it was."""
+part-way gives each key once."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_a_retried_upload_reads_its_file_again_from_the_start(tmp_path: Path) ->
     assert result.size == src.stat().st_size
 
 
-def test_a_listing_that_fails_part_way_resumes_after_the_last_key_it_gave() -> None:
+def test_a_listing_that_fails_part_way_gives_each_key_once() -> None:
     inner = Flaky(page_size=2)
     for i in range(7):
         inner.put_bytes(f"p/{i}", b"x")
@@ -201,3 +201,16 @@ def test_plain_threads_leave_retries_to_the_store() -> None:
         with pytest.raises(TransientStoreError):
             submit(store.get_bytes, "k")  # what outlived the store's retries is not retried again
         assert inner.calls["get_bytes"] == 8
+
+
+def test_a_listing_out_of_byte_order_is_given_whole() -> None:
+    # SeaweedFS lists a folder's objects before a sibling object whose name sorts first ("a/" > "a.json")
+    class FolderFirst(Flaky):
+        def list(self, prefix: str) -> Iterator[ObjectInfo]:
+            yield from sorted(super().list(prefix), key=lambda o: o.key.replace("/", "\0"))
+
+    inner = FolderFirst()
+    for key in ("s/alerts.json", "s/alerts/1.json", "s/alerts/2.json"):
+        inner.put_bytes(key, b"x")
+    store, _ = _wrapped(inner)
+    assert [o.key for o in store.list("s/alerts")] == ["s/alerts/1.json", "s/alerts/2.json", "s/alerts.json"]
