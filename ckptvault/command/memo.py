@@ -111,10 +111,14 @@ def identity(cfg: StoreConfig) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def checked_store(cfg: StoreConfig) -> ObjectStore:
+def checked_store(cfg: StoreConfig, *, retried: bool = False) -> ObjectStore:
     """`open_store(cfg)` with its bucket checked (`check_bucket`: StoreError when missing or denied),
-    once per command for the same store and credentials."""
+    once per command for the same store and credentials. The check is one try, so that a dead endpoint
+    is reported at once (the command line's preflight) or its copy passed over (a restore's copies);
+    `retried`: under the store's retry policy, for a flow's own opening of its store (a step a transient
+    error would otherwise fail). The store returned retries its calls either way."""
     from ckptvault.store import open_store
+    from ckptvault.store.retrying import unretried
 
     key = identity(cfg) if active() else ""
     if key:
@@ -123,7 +127,7 @@ def checked_store(cfg: StoreConfig) -> ObjectStore:
         if hit is not None and _fresh(at, MAX_AGE_S):
             return hit
     store = open_store(cfg)
-    store.check_bucket()
+    (store if retried else unretried(store)).check_bucket()
     if key:
         with _lock:
             if active():

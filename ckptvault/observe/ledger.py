@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, StoreError
+from ckptvault.store import ChecksumMismatchError, NotFoundError, ObjectStore, StoreError, retrying
 
 log = logging.getLogger("ckptvault.ledger")
 
@@ -46,6 +46,8 @@ FAMILIES: dict[str, str] = {
     "drill_seconds": "",
     "upload_failures": "error_class",
     "restore_failures": "error_class",
+    # transient store errors retried under the port (ckptvault/store/retrying.py), by the port call
+    "store_retries": "operation",
 }
 
 
@@ -273,7 +275,30 @@ def record_ledger(
     or None when there was nothing to record. Raises StoreError only when the new object could not be
     written (then nothing was deleted)."""
     t = time.time() if now is None else now
-    e = entry(counts or {}, t)
+    # the store calls this process retried since the last record: counted by the record that is written
+    retried = retrying.take_counts()
+    try:
+        key = _record(store, prefix, _with_retries(counts or {}, retried), succeeded, delete=delete, t=t)
+    except BaseException:
+        retrying.give_back_counts(retried)
+        raise
+    if key is None:
+        retrying.give_back_counts(retried)
+    return key
+
+
+def _with_retries(counts: Mapping[str, float], retried: Mapping[str, int]) -> dict[str, float]:
+    out = dict(counts)
+    for op, n in retried.items():
+        k = counter_key("store_retries", op)
+        out[k] = out.get(k, 0.0) + n
+    return out
+
+
+def _record(
+    store: ObjectStore, prefix: str, counts: Mapping[str, float], succeeded: str | None, *, delete: bool, t: float
+) -> str | None:
+    e = entry(counts, t)
     mine = Ledger(
         last_success={succeeded: t} if succeeded else {}, through="", base={}, entries={e.id: e} if e.counts else {}
     )

@@ -72,6 +72,7 @@ _LEDGER_COUNTERS: dict[str, tuple[str, str]] = {
     "drill_seconds": ("drill_seconds", "Seconds those drills took (restore and load check)."),
     "upload_failures": ("upload_failures", "Failed upload attempts (each retrying pass counts), by error class."),
     "restore_failures": ("restore_failures", "Restores that failed, by error class."),
+    "store_retries": ("store_retries", "Store calls retried after a transient error, by operation."),
 }
 
 

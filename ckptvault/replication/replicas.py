@@ -43,8 +43,8 @@ def select_replicas(replicas: Sequence[ReplicaConfig], name: str | None) -> list
 def open_replica(replica: ReplicaConfig, lock: LockConfig) -> ObjectStore:
     """The replica's store, checked as the command line's preflight checks `[store]`: the bucket is
     there and the credentials are accepted, and with `[lock]` on the bucket has Object Lock and the
-    server enforces it. A transient error is raised as it is (a caller may retry it); any other is
-    ReplicaUnusable naming the replica."""
+    server enforces it. A transient error that outlived the store's retries is raised as it is; any
+    other is ReplicaUnusable naming the replica."""
     try:
         store = open_store(replica)
         store.check_bucket()

@@ -34,13 +34,11 @@ from ckptvault.observe.ledger import counter_key, note_ledger
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.copies import report as copies_report
 from ckptvault.restore.estimate import Estimate
-from ckptvault.restore.fallback import download_guarded, fetch_range_guarded, restore_from_copies
+from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.plan import request_thaw, wait_for_thaw
-from ckptvault.restore.ranged import fetch_range
 from ckptvault.restore.resolve import Resolution
 from ckptvault.restore.result import RestoreResult
-from ckptvault.restore.steps import download_one
 from ckptvault.store import ObjectStore, StoreError
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault.transfer.ranges import split_size
@@ -58,7 +56,7 @@ RESTORE_COMPACT_SECONDS = 2.0
 
 
 def record(catalog: Catalog, evs: Sequence[Event]) -> str | None:
-    """Append `evs` to the catalog (a step of its own: retried as store I/O)."""
+    """Append `evs` to the catalog (a step of its own)."""
     return catalog.append(evs)
 
 
@@ -73,14 +71,6 @@ def compact_run(catalog: Catalog, run: str, deletes: bool) -> int:
     drilled ten times without an ingest between read 0.14 -> 0.27 s at its next restore's start (Ceph;
     compacted, 0.02 s). Returns the event files merged."""
     return catalog.compact(time.time(), runs=[run], max_seconds=RESTORE_COMPACT_SECONDS, deletes=deletes)
-
-
-# The steps that are store I/O, retried on transient store errors (ckptvault/transfer/submitter.py's policy); the
-# flow's tasks for them are its io tasks (ckptvault_prefect/tasks/restore.py, STEPS; a unit test compares).
-IO_STEPS: tuple[Callable[..., object], ...] = (
-    download_one, fetch_range, download_guarded, fetch_range_guarded, request_thaw, wait_for_thaw, record,
-    note_ledger, compact_run,
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -206,7 +196,7 @@ def complete_here(
     started = time.monotonic()
     try:
         # as many threads as the flow's task runner; none left running once the restore has returned
-        with Threads(IO_STEPS, workers=4) as submit:
+        with Threads(workers=4) as submit:
             if catalog is not None and unreadable:
                 with phase(timing.ALERTS):
                     said = alerts.build("catalog_unreadable", run=chosen.run, objects=unreadable)

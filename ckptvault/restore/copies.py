@@ -171,8 +171,8 @@ def open_copies(cfg: Config) -> list[Copy]:
 def survey(copies: Sequence[Copy], run: str, step: int, save: int) -> list[CopyStatus]:
     """Each copy's manifest and objects for this save (nothing is downloaded). A store error is recorded
     as the copy being unreachable, an absent or unreadable manifest as it not holding the save. With one
-    copy only, a transient store error is raised (the caller's retries take it, as they took a restore's
-    reads before there were copies): there is no other copy to turn to."""
+    copy only, a transient store error (one that outlived the store's retries) is raised, failing the
+    step as it did before there were copies: there is no other copy to turn to."""
     from ckptvault.store import TransientStoreError
 
     out = []

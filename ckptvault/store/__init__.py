@@ -1,5 +1,5 @@
-"""The object store: the port (what ckptvault needs from S3), its boto3 adapter and an in-memory one
-(docs/ARCHITECTURE.md, "The object store").
+"""The object store: the port (what ckptvault needs from S3), its boto3 adapter and an in-memory one,
+and the wrapper that retries transient errors under the port (docs/ARCHITECTURE.md, "The object store").
 
 Only this package imports boto3/botocore.
 """
@@ -22,6 +22,7 @@ from ckptvault.store.port import (
     LockStatus,
     ObjectInfo,
     ObjectStore,
+    ObjectVersion,
     ProgressFn,
     RangeSource,
     RestoreState,
@@ -31,6 +32,7 @@ from ckptvault.store.port import (
     TransferConfig,
     UploadResult,
 )
+from ckptvault.store.retrying import POLICY, RetryingStore, RetryPolicy
 from ckptvault.store.s3 import S3Store, ensure_bucket, open_store
 from ckptvault.store.s3_client import transfer_config
 
@@ -38,6 +40,7 @@ __all__ = [
     "ABORT_MPU_RULE_NAME",
     "ARCHIVE_CLASSES",
     "CRC_TAG",
+    "POLICY",
     "Capabilities",
     "ChecksumMismatchError",
     "FetchedRange",
@@ -47,11 +50,14 @@ __all__ = [
     "ObjectFrozenError",
     "ObjectInfo",
     "ObjectStore",
+    "ObjectVersion",
     "PreconditionFailedError",
     "ProgressFn",
     "RangeSource",
     "RestoreState",
     "Retention",
+    "RetryPolicy",
+    "RetryingStore",
     "S3Store",
     "SentPart",
     "SplitUpload",

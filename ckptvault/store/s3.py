@@ -26,6 +26,7 @@ from ckptvault.store.port import (
     LifecycleRules,
     LockStatus,
     ObjectInfo,
+    ObjectStore,
     ObjectVersion,
     ProgressFn,
     RangeSource,
@@ -35,6 +36,7 @@ from ckptvault.store.port import (
     SplitUpload,
     UploadResult,
 )
+from ckptvault.store.retrying import RetryingStore
 from ckptvault.store.s3_client import S3Connection
 from ckptvault.store.upload_request import UploadRequest
 
@@ -552,8 +554,10 @@ class S3Store(S3Connection):
         return True
 
 
-def open_store(cfg: StoreConfig) -> S3Store:
-    return S3Store(cfg)
+def open_store(cfg: StoreConfig) -> ObjectStore:
+    """The store of `cfg`: its adapter under the one retry policy of store I/O (ckptvault/store/retrying.py),
+    so that every caller, in whichever process it runs, retries transient errors the same way."""
+    return RetryingStore(S3Store(cfg))
 
 
 def ensure_bucket(cfg: StoreConfig) -> S3Store:

@@ -114,8 +114,8 @@ def finish(req: UploadRequest, upload: SplitUpload, parts: Sequence[SentPart]) -
     try:
         composite = complete(req, upload.upload_id, entries, whole)
     except TransientStoreError:
-        # left open: the task's retry completes it (aborting would throw away every part sent); the
-        # flow aborts it once the retries are spent
+        # left open: the store's retry of this call completes it (aborting would throw away every part
+        # sent); the flow aborts it once the retries are spent
         raise
     except BaseException:
         abort(req, upload.upload_id)

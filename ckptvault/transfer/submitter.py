@@ -2,23 +2,21 @@
 
 A protocol decides what to call, in which order, and what to undo when a step fails; how a call runs
 is not its business. It names the library function and the arguments, and its Submitter runs them:
-in the flows each call is the Prefect task that wraps that function (retried, recorded, placed on a
-node's worker: ckptvault_prefect/runtime/submitter.py) except the transfer's, which runs on `Threads`
-unless on a Dask cluster; in the command line without a Prefect API and in the unit tests, plain calls. So the order
-and the rollback are library code a unit test reaches on the in-memory store, and the flow only wires.
+in the flows each call is the Prefect task that wraps that function (recorded, placed on a node's
+worker: ckptvault_prefect/runtime/submitter.py) except the transfer's, which runs on `Threads` unless
+on a Dask cluster; in the command line without a Prefect API and in the unit tests, plain calls. No
+submitter retries a call: the store its calls are given retries transient errors under the port, the
+same in each (ckptvault/store/retrying.py). So the order and the rollback are library code a unit test
+reaches on the in-memory store, and the flow only wires.
 """
 
 from __future__ import annotations
 
-import random
 import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, ParamSpec, Protocol, TypeVar
-
-from ckptvault.store import TransientStoreError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,13 +65,6 @@ def first_error_class(pending: Sequence[Pending[Any]]) -> str:
     return next((type(out).__name__ for out in outs if isinstance(out, BaseException)), "")
 
 
-# The retry policy of every store-I/O step (ckptvault_prefect/tasks/retry.py gives its Prefect tasks these):
-# transient store errors only, 3 retries after 2, 4 and 8 s, each +-50%.
-RETRIES = 3
-RETRY_DELAYS = (2.0, 4.0, 8.0)
-RETRY_JITTER = 0.5
-
-
 class _Running:
     """One call of a `Threads.map`, running or queued: `result` waits for it. Ctrl-C while waiting
     stops the whole restore's pool (`Threads.stop`) before it is raised."""
@@ -100,14 +91,14 @@ class _Running:
 
 class Threads:
     """A Submitter without Prefect, for the command line's direct mode and the transfer of the restore
-    and ingest flows on a thread pool task runner: each call a plain call, the functions in `io` retried
-    on transient store errors as their tasks would be. A map's calls go to one pool of `workers` threads
-    shared by every map of this submitter and are not waited for (not `inline`): a big file's ranges and
-    the whole-file downloads submitted after them run at once, as they do on a task runner. Use it as a
-    context manager (or call `close`): no thread outlives it."""
+    and ingest flows on a thread pool task runner: each call a plain call (its store retries, as it
+    does under a task). A map's calls go to one pool of `workers` threads shared by every map of this
+    submitter and are not waited for (not `inline`): a big file's ranges and the whole-file downloads
+    submitted after them run at once, as they do on a task runner. Use it as a context manager (or call
+    `close`): no thread outlives it."""
 
-    def __init__(self, io: Iterable[Callable[..., Any]], workers: int = 4, sleep: Callable[[float], None] = time.sleep):
-        self._io, self._workers, self._sleep = frozenset(io), max(1, workers), sleep
+    def __init__(self, workers: int = 4) -> None:
+        self._workers = max(1, workers)
         self._pool: ThreadPoolExecutor | None = None
         self._stopped = False
         self._lock = threading.Lock()
@@ -124,16 +115,7 @@ class Threads:
         self.close()
 
     def __call__(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        attempt = 0
-        while True:
-            try:
-                return fn(*args, **kwargs)
-            except TransientStoreError:
-                if fn not in self._io or attempt >= RETRIES:
-                    raise
-                delay = RETRY_DELAYS[min(attempt, len(RETRY_DELAYS) - 1)]
-                self._sleep(delay * (1 + random.uniform(-RETRY_JITTER, RETRY_JITTER)))
-                attempt += 1
+        return fn(*args, **kwargs)
 
     def map(self, calls: Sequence[partial[R]], node: str | None = None) -> list[Pending[R]]:
         if node is not None:

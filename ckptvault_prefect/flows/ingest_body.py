@@ -19,7 +19,7 @@ from ckptvault.ingest import narrow
 from ckptvault.ingest.discovery import Found
 from ckptvault.ingest.ingest_pass import IngestPass
 from ckptvault.ingest.steps import IngestIncomplete, Outcome, ledger_counts
-from ckptvault.store import ObjectStore
+from ckptvault.store import POLICY, ObjectStore
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.ingest import IngestSubmitter
 from ckptvault_prefect.tasks.common import (
@@ -39,7 +39,6 @@ from ckptvault_prefect.tasks.ingest import (
     release_gate_child_task,
 )
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
-from ckptvault_prefect.tasks.retry import RETRIES
 
 
 def ingest_body(
@@ -96,7 +95,7 @@ def ingest_body(
             markdown = "\n\n".join(r.to_markdown() for r in ingest_pass.reports)
             publish_markdown_task("ingest-validation", markdown, "quality gates")
     with phase(timing.ALERTS):
-        notify_task(cfg, store, ingest_pass.alerts(outcomes, flow_run_url(), 1 + RETRIES))
+        notify_task(cfg, store, ingest_pass.alerts(outcomes, flow_run_url(), POLICY.attempts))
     # after the alerts, which must not wait on it: this pass's events into its runs' snapshots, so the
     # next read of a run is one snapshot and a few files; time boxed. With [store] deletes = "tier-only"
     # this role may not delete: snapshots only, the tier flow merges and deletes

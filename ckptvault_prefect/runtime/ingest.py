@@ -19,8 +19,8 @@ R = TypeVar("R")
 class IngestSubmitter(TaskSubmitter):
     """In a flow run on a thread pool task runner, the calls of a checkpoint's transfer
     (`uploads.DATA_PATH`: each whole file, each range of a split file's parts, its begin, completion and
-    abort) run on plain threads of the flow run, as many as the flow's task runner has, with the io
-    tasks' retry policy and the same CRC32C checks: a task run each cost the flow run's process CPU
+    abort) run on plain threads of the flow run, as many as the flow's task runner has, with the same
+    retries (the store's) and the same CRC32C checks: a task run each cost the flow run's process CPU
     (creating it, reporting its states to the API) on the same cores as the transfer. Every other step
     (the plan, the gates, the commit, the catalog's record) stays its task run. On a Dask cluster every
     call stays a task (the workers run tasks, and a node-local file is sent by its node's worker); in
@@ -29,7 +29,7 @@ class IngestSubmitter(TaskSubmitter):
 
     def __init__(self, workers: int = 2) -> None:
         super().__init__(STEPS)
-        self._threads = Threads(DATA_PATH, workers)
+        self._threads = Threads(workers)
         self._plain: bool | None = None  # the task runner does not change during a flow run: asked once
 
     def __enter__(self) -> IngestSubmitter:

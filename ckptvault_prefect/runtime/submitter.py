@@ -1,5 +1,5 @@
 """The library's Submitter (ckptvault/transfer/submitter.py) as the flows run it: each library call as the
-Prefect task that wraps it, with that task's retries and task run, pinned to a node's Dask worker
+Prefect task that wraps it, with that task's run, pinned to a node's Dask worker
 when asked; in direct mode (ckptvault_prefect/tasks/step.py) the same steps as plain calls."""
 
 from __future__ import annotations

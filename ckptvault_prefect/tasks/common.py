@@ -21,7 +21,7 @@ def load_config_task(config_path: str | None) -> Config:
 
 @io_task("open-store")
 def open_store_task(cfg: Config) -> ObjectStore:
-    return memo.checked_store(cfg.store)  # once per command, as the config
+    return memo.checked_store(cfg.store, retried=True)  # once per command, as the config
 
 
 @io_task("record-events")

@@ -1,12 +1,14 @@
-"""A task that runs either as a Prefect task or, in direct mode, as a plain call with the same retries.
+"""A task that runs either as a Prefect task or, in direct mode, as a plain call.
 
 Why direct mode: with no Prefect API configured, Prefect starts a temporary API server before the
 first flow or task runs (10-30 s), and tears it down noisily at exit. The command line's one-shot
 commands then spend far longer waiting for Prefect than working. In direct mode the flow's own
 function runs as written (the same wiring, the same library calls, the same catalog events and
-alerts); each step is called in-process, retried on transient store errors exactly as its Prefect
-task would be, and mapped steps fan out over a thread pool. Only the Prefect-side records (flow and
-task runs, artifacts) are absent: without a server there is nowhere to keep them.
+alerts); each step is called in-process, and mapped steps fan out over a thread pool. Retries are the
+store's in either mode (ckptvault/store/retrying.py): a step's store calls retry transient errors under
+the port, so neither a Prefect task nor a direct call retries the step around them. Only the
+Prefect-side records (flow and task runs, artifacts) are absent: without a server there is nowhere to
+keep them.
 
 Nothing in a flow changes: a flow calls `step(...)`, `step.map(...)` or `step.submit(...)`, and waits
 with `settle`.
@@ -14,17 +16,13 @@ with `settle`.
 
 from __future__ import annotations
 
-import random
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar, copy_context
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
-
-from ckptvault.store import TransientStoreError
 
 if TYPE_CHECKING:
     from prefect import Task
@@ -86,7 +84,7 @@ def _unwrap(value: Any) -> Any:
 
 
 class Step(Generic[P, R]):
-    """A Prefect task and how to run it directly. `retries` and `delays` mirror the task's own.
+    """A Prefect task and how to run it directly.
 
     The Prefect task is made from `fn` by `make_task` on its first use as one: in direct mode no task
     is ever made, so the modules that define steps import no Prefect (tests/unit/test_cli_imports.py)."""
@@ -96,16 +94,12 @@ class Step(Generic[P, R]):
         fn: Callable[P, R],
         make_task: Callable[[Callable[P, R]], Task[P, R]],
         *,
-        retries: int = 0,
-        delays: Sequence[float] = (),
-        jitter: float = 0.0,
         record_only: bool = False,
     ) -> None:
         self.fn = fn
         self._make_task = make_task
         self._task: Task[P, R] | None = None
         self._task_lock = threading.Lock()
-        self.retries, self.delays, self.jitter = retries, list(delays), jitter
         # A step that only records into Prefect (an artifact): in direct mode there is nowhere to record.
         self.record_only = record_only
 
@@ -136,17 +130,7 @@ class Step(Generic[P, R]):
     def _direct(self, *args: Any, **kwargs: Any) -> R:
         if self.record_only:
             return None  # type: ignore[return-value]
-        attempt = 0
-        while True:
-            try:
-                return self.fn(*args, **kwargs)
-            except TransientStoreError:
-                # the policy of ckptvault_prefect.tasks.retry.only_transient: only transient store errors retried
-                if attempt >= self.retries:
-                    raise
-                delay = self.delays[min(attempt, len(self.delays) - 1)] if self.delays else 0.0
-                time.sleep(delay * (1 + random.uniform(-self.jitter, self.jitter)))
-                attempt += 1
+        return self.fn(*args, **kwargs)
 
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> StepFuture[R]:
         """The step started beside what the flow does next (on the flow's task runner), for a step nothing

@@ -11,8 +11,7 @@ import pytest
 
 from ckptvault.ingest import steps as ingest_lib
 from ckptvault.ingest import uploads
-from ckptvault.restore import complete
-from ckptvault.transfer.submitter import RETRIES, Threads
+from ckptvault.transfer.submitter import Threads
 from ckptvault_prefect.runtime import ingest as ingest_runtime
 from ckptvault_prefect.runtime import restore as restore_runtime
 from ckptvault_prefect.runtime.submitter import TaskSubmitter
@@ -40,7 +39,6 @@ def test_the_restore_flow_runs_complete_on_plain_threads_unless_on_dask(monkeypa
     monkeypatch.setattr(restore_runtime, "worker_resources", lambda: None)
     with restore_runtime.restore_submitter(4) as submit:
         assert isinstance(submit, Threads) and not submit.inline
-        assert submit._io == frozenset(complete.IO_STEPS)  # the retry policy of direct mode's restore
     monkeypatch.setattr(restore_runtime, "worker_resources", lambda: [{"node-0": 1.0}])
     with restore_runtime.restore_submitter(4) as submit:
         assert isinstance(submit, TaskSubmitter)
@@ -78,8 +76,8 @@ def test_the_ingest_flow_sends_a_checkpoint_on_threads_and_the_rest_as_tasks(mon
 
 
 def test_the_transfer_on_threads_is_retried_as_its_tasks_are() -> None:
-    # every call of uploads.DATA_PATH is store I/O: its task retries transient errors RETRIES times, and
-    # Threads retries exactly the functions it is given
+    # every call of uploads.DATA_PATH is store I/O, retried by the store it is given (retrying.py) on the
+    # threads as in its task: neither retries the step around it
     for fn in uploads.DATA_PATH:
-        assert STEPS[fn].retries == RETRIES, fn.__name__
+        assert STEPS[fn].task.retries == 0, fn.__name__
     assert {ingest_lib.upload_one, ingest_lib.send_range} <= uploads.DATA_PATH

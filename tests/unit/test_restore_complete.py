@@ -1,7 +1,8 @@
 """The second half of a restore (ckptvault/restore/complete.py), as the command line without a Prefect
 API and the restore flow both run it, on the in-memory store: the bytes are in place before the
-catalog event and the alert; a failed file records nothing; and the plain-threads submitter of the
-command line (ckptvault/transfer/submitter.py `Threads`) retries exactly the steps the flow's io tasks retry."""
+catalog event and the alert; a failed file records nothing; and neither the plain-threads submitter of the
+command line (ckptvault/transfer/submitter.py `Threads`) nor the flow's tasks retry a step: the store
+they are given retries its calls (ckptvault/store/retrying.py), the same under both."""
 
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from ckptvault.restore import complete, copies, fallback
 from ckptvault.restore import steps as lib
 from ckptvault.restore.copies import Copy
 from ckptvault.restore.resolve import Resolution, RestoreError
-from ckptvault.store import TransferConfig, TransientStoreError
+from ckptvault.store import RetryingStore, RetryPolicy, TransferConfig, TransientStoreError
 from ckptvault.store.memory import MemoryStore
-from ckptvault.transfer.submitter import RETRIES, Threads
+from ckptvault.transfer.submitter import Threads
 from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Plain
 
@@ -208,37 +209,54 @@ def test_a_file_no_copy_can_give_records_nothing_and_changes_nothing(
     assert not (tmp_path / "dest").exists()
 
 
-def test_the_command_lines_threads_retry_what_the_flows_io_tasks_retry() -> None:
+def test_the_command_lines_threads_and_the_flows_tasks_retry_no_step_of_their_own() -> None:
     from ckptvault_prefect.tasks.restore import STEPS  # how the flow runs each call
 
-    retried = {fn for fn, step in STEPS.items() if step.retries}
-    assert retried == set(complete.IO_STEPS)
+    # a task retry around a step would make each of its store calls' attempts again
+    assert {step.task.retries for step in STEPS.values()} == {0}
 
 
-def test_threads_retry_transient_errors_of_io_steps_only() -> None:
+def test_a_restore_on_threads_retries_the_stores_transient_errors_and_nothing_else(
+    saved: tuple[MemoryStore, Manifest, Path], tmp_path: Path
+) -> None:
+    store, _, src = saved
     naps: list[float] = []
-    calls = {"io": 0, "local": 0}
+    calls = {"download": 0, "local": 0}
+    lock = threading.Lock()
 
-    def io() -> str:
-        calls["io"] += 1
-        if calls["io"] <= RETRIES:
+    def first_attempt_fails(real: Any) -> Any:
+        tried: set[tuple[str, int]] = set()
+
+        def call(key: str, dest: Path, **kwargs: Any) -> Any:
+            with lock:
+                calls["download"] += 1
+                first = (key, kwargs.get("offset", 0)) not in tried
+                tried.add((key, kwargs.get("offset", 0)))
+            if first:  # each file's or range's first attempt
+                raise TransientStoreError(f"GET {key}: injected 503")
+            return real(key, dest, **kwargs)
+
+        return call
+
+    store.download_file = first_attempt_fails(store.download_file)  # type: ignore[method-assign]
+    store.download_range = first_attempt_fails(store.download_range)  # type: ignore[method-assign]
+    retried = RetryingStore(store, RetryPolicy(retries=3, delays=(0.0,), jitter=0.0), sleep=naps.append)
+    with Threads(workers=2) as submit:
+        result = _complete(retried, tmp_path / "dest", submit)  # type: ignore[arg-type]
+        assert result.status == "restored" and _tree(tmp_path / "dest" / "checkpoint-100") == _tree(src)
+        assert naps and calls["download"] == 2 * len(naps)  # each failed once, then retried by the store
+
+        def local() -> str:
+            calls["local"] += 1
             raise TransientStoreError("503")
-        return "ok"
 
-    def local() -> str:
-        calls["local"] += 1
-        raise TransientStoreError("503")
-
-    with Threads([io], sleep=naps.append) as submit:
-        assert submit(io) == "ok" and calls["io"] == RETRIES + 1 and len(naps) == RETRIES
         with pytest.raises(TransientStoreError):
             submit(local)
-        assert calls["local"] == 1  # not store I/O: not retried
-        calls["io"] = 0
-        [mapped] = submit.map([partial(io)])  # a mapped call has the same policy
-        assert mapped.result() == "ok" and calls["io"] == RETRIES + 1
+        assert calls["local"] == 1  # not through the store: not retried
+        [mapped] = submit.map([partial(local)])
+        assert isinstance(mapped.result(raise_on_failure=False), TransientStoreError) and calls["local"] == 2
         with pytest.raises(ValueError, match="node's worker"):
-            submit.map([partial(io)], node="node-0")
+            submit.map([partial(local)], node="node-0")
 
 
 def _pool_threads() -> list[str]:
@@ -249,7 +267,7 @@ def test_a_maps_calls_run_while_the_next_maps_calls_do_and_no_thread_outlives_th
     # a big file's ranges, then the whole files: the first map's call can only finish once the second
     # map's call has run, so a map that waited for its calls before returning would never see it set
     ranges_done = threading.Event()
-    with Threads([], workers=2) as submit:
+    with Threads(workers=2) as submit:
         ranges = submit.map([partial(ranges_done.wait, 30.0)])
         whole = submit.map([partial(ranges_done.set)])
         assert ranges[0].result() is True
@@ -264,7 +282,7 @@ def test_an_exception_in_one_call_reaches_that_calls_result_only() -> None:
             raise ValueError("three")
         return i * 2
 
-    with Threads([]) as submit:
+    with Threads() as submit:
         out = submit.map([partial(one, i) for i in range(6)])
         got = [o.result(raise_on_failure=False) for o in out]
         assert got[:3] + got[4:] == [0, 2, 4, 8, 10] and isinstance(got[3], ValueError)
@@ -298,7 +316,7 @@ def test_ctrl_c_while_waiting_starts_nothing_new_and_renames_nothing_into_place(
     before = signal.signal(signal.SIGINT, on_sigint)
     try:
         # one thread: every call but the first is still queued when Ctrl-C comes
-        with Threads(complete.IO_STEPS, workers=1) as submit, pytest.raises(KeyboardInterrupt):
+        with Threads(workers=1) as submit, pytest.raises(KeyboardInterrupt):
             _complete(store, tmp_path / "dest", submit)
     finally:
         signal.signal(signal.SIGINT, before)

@@ -7,14 +7,12 @@ from typing import Any
 
 import pytest
 
-from ckptvault.store import TransientStoreError
-from ckptvault_prefect.tasks.retry import RETRIES, RETRY_DELAYS, io_task
+from ckptvault.store import POLICY, TransientStoreError
+from ckptvault_prefect.tasks.retry import io_task
 from ckptvault_prefect.tasks.step import Step, direct_mode
 
 
-def test_a_step_in_direct_mode_never_makes_its_prefect_task_and_keeps_its_retries(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_step_in_direct_mode_never_makes_its_prefect_task_and_leaves_retries_to_the_store() -> None:
     made: list[str] = []
     calls: list[int] = []
 
@@ -24,17 +22,18 @@ def test_a_step_in_direct_mode_never_makes_its_prefect_task_and_keeps_its_retrie
 
     def flaky(x: int) -> int:
         calls.append(x)
-        if len(calls) < 3:
-            raise TransientStoreError("503")
+        if len(calls) < 2:
+            raise TransientStoreError("503, after the store's retries")
         return x * 2
 
-    monkeypatch.setattr("ckptvault_prefect.tasks.step.time.sleep", lambda s: None)
-    step = Step(flaky, make, retries=2, delays=[0.0])
+    step = Step(flaky, make)
     with direct_mode(2):
+        with pytest.raises(TransientStoreError):
+            step(21)  # its store retried already (ckptvault/store/retrying.py): the step is not run again
         assert step(21) == 42
         assert [f.result() for f in step.map([1, 2])] == [2, 4]
         assert step.submit(5).result() == 10  # called now, its result kept as a mapped call's is
-    assert calls == [21, 21, 21, 1, 2, 5] and made == []
+    assert calls == [21, 21, 1, 2, 5] and made == []
 
 
 def test_a_submitted_step_that_fails_in_direct_mode_keeps_its_error_for_whoever_waits() -> None:
@@ -51,18 +50,18 @@ def test_a_submitted_step_that_fails_in_direct_mode_keeps_its_error_for_whoever_
         future.result()
 
 
-def test_the_task_is_made_once_on_first_use_with_prefects_backoff() -> None:
+def test_the_task_is_made_once_on_first_use_without_task_retries() -> None:
     from prefect.tasks import exponential_backoff
 
-    # the delays spelled out in retry.py are what Prefect's own backoff gives
-    assert exponential_backoff(backoff_factor=2)(RETRIES) == RETRY_DELAYS
+    # the store's policy is the backoff Prefect's task retries had
+    assert exponential_backoff(backoff_factor=2)(POLICY.retries) == list(POLICY.delays)
 
     @io_task("double")
     def double(x: int) -> int:
         return 2 * x
 
     task = double.task
-    assert task is double.task and task.name == "double" and task.retries == RETRIES
+    assert task is double.task and task.name == "double" and task.retries == 0  # the store retries
     assert task.fn is double.fn
 
 
@@ -78,5 +77,5 @@ def test_a_step_pickles_by_value_as_dask_sends_it_and_keeps_its_lock_working() -
 
     step = io_task("fetch")(fetch)
     back = cloudpickle.loads(cloudpickle.dumps(step))  # the task runner's wrapper carries the step by value
-    assert back.fn(1) == 2 and back.retries == step.retries
+    assert back.fn(1) == 2 and back.record_only == step.record_only
     assert isinstance(back._task_lock, type(threading.Lock()))
