@@ -191,3 +191,26 @@ def test_each_project_folder_readme_names_every_module_it_holds(folder: str) -> 
     held = {p.name for p in (ROOT / folder).iterdir() if p.suffix in (".py", ".yaml") and p.name != "__init__.py"}
     listed = set(re.findall(r"^\| `([\w.]+)` \|", readme, re.M))
     assert listed == held
+
+
+def test_the_architecture_layout_has_one_line_per_package() -> None:
+    """docs/ARCHITECTURE.md's Layout: each package of the three shipped ones on a line of its own under
+    its parent, and no line for a package that is gone."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    block = text[text.index("## Layout") :]
+    block = block[block.index("```\n") + 4 :]
+    block = block[: block.index("```")]
+    listed: set[str] = set()
+    top = ""
+    for line in block.splitlines():
+        if m := re.match(r"^(ckptvault\w*)/\s", line):
+            top = m[1]
+            listed.add(top)
+        elif (m := re.match(r"^  ([a-z_]+)/\s", line)) and top:
+            listed.add(f"{top}/{m[1]}")
+        elif not line.startswith(" "):
+            top = ""
+    packages = {*SHIPPED} | {  # a top-level one may be a namespace package (ckptvault_cli has no __init__)
+        p.parent.relative_to(ROOT).as_posix() for t in SHIPPED for p in (ROOT / t).glob("*/__init__.py")
+    }
+    assert listed == packages
