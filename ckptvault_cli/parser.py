@@ -18,6 +18,11 @@ from ckptvault_cli.commands.tiering import cmd_plan, cmd_tier, cmd_watch
 from ckptvault_cli.commands.warm import cmd_warm
 from ckptvault_prefect.deployments.flow_list import FLOWS, serve_description
 
+# --as-of (docs/object-lock.md, "After an attack"): read the bucket's versions as they were
+AS_OF_HELP = (
+    "read {what} as it was at TIME (ISO 8601 with a zone, 2026-12-07T08:00:00Z, or a duration ago: 2h, 3d), "
+    "from the bucket's versions: after a delete or an overwrite; needs a versioned bucket"
+)
 
 def _dask_flags(s: argparse.ArgumentParser, work: str) -> None:
     s.add_argument(
@@ -92,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only saves written at or after WHEN: 2026-11-01, 2026-11-01T12:00:00Z, or back from now: 7d, 12h, 30m",
     )
     s.add_argument("--limit", type=int, metavar="N", help="only the N newest saves (listed in the usual order)")
+    s.add_argument("--as-of", metavar="TIME", help=AS_OF_HELP.format(what="the catalog"))
     s.add_argument(
         "--json", action="store_true", help="one JSON object per checkpoint save (its schema: docs/commands.md)"
     )
@@ -137,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="restore into a non-empty destination (kept aside, not deleted), or restore a suspect checkpoint",
     )
     _profile_flag(s)
+    s.add_argument("--as-of", metavar="TIME", help=AS_OF_HELP.format(what="the save and every object of it"))
     s.set_defaults(fn=cmd_restore)
 
     s = sub.add_parser("drill", parents=[common], help="restore a rotating sample into scratch and prove it loads")

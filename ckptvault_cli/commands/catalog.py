@@ -35,20 +35,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.state and args.state not in LIFECYCLE_STATES:
         raise UsageError(f"--state {args.state!r} is not a state; one of: {', '.join(LIFECYCLE_STATES)}")
     cfg, store = preflight_store(args, need_sources=False)
+    past = args.as_of is not None
+    if past:  # the catalog as it was, from its objects' versions (docs/object-lock.md, "After an attack")
+        store = _as_of_view(args.as_of, store, cfg.store.prefix)
     catalog = Catalog(store, cfg.store.prefix)
     if args.json:
         # from the Arrow tables, without a CheckpointState per save: the same text, a fraction of the time
         from ckptvault.catalog.table_view import current_table, select_table, write_json_table
 
         table = select_table(current_table(catalog, args.run), args.state, since, args.limit)
-        alert_unreadable(cfg, catalog)
+        if not past:  # a view of the past only reads: the alert state is today's
+            alert_unreadable(cfg, catalog)
         sys.stdout.flush()
         write_json_table(table, sys.stdout.buffer)  # bytes a slice at a time: no str of the whole document
         sys.stdout.buffer.write(b"\n")  # as print() ended it
         sys.stdout.flush()
         return EXIT_OK
     states = catalog.current(args.run)
-    alert_unreadable(cfg, catalog)
+    if not past:
+        alert_unreadable(cfg, catalog)
     if args.state:
         states = [s for s in states if s.state == args.state]
     states = select(states, since, args.limit)
@@ -56,6 +61,23 @@ def cmd_ls(args: argparse.Namespace) -> int:
     filters = [f"{flag} {v}" for flag, v in given if v]
     print(render_table(states, filters))
     return EXIT_OK
+
+
+def _as_of_view(text: str, store: ObjectStore, prefix: str) -> ObjectStore:
+    """`--as-of TIME`: the store as it was then (exit 2 on a TIME that names no moment or a bucket that keeps
+    no versions); its warnings on stderr."""
+    from datetime import UTC, datetime
+
+    from ckptvault.history.as_of import AsOfError, parse_as_of
+    from ckptvault.history.view import open_as_of
+
+    try:
+        view = open_as_of(store, parse_as_of(text, datetime.now(UTC)), prefix)
+    except AsOfError as e:
+        raise UsageError(str(e)) from None
+    for warning in view.warnings:
+        say(f"ckptvault: warning: {warning}")
+    return view.store
 
 
 def alert_unreadable(cfg: Config, catalog: Catalog) -> None:

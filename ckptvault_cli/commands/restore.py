@@ -39,6 +39,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     with phase(timing.PREFLIGHT):
         cfg, copies = _open_stores(args)
+        if args.as_of is not None:
+            copies = _as_of(args, copies)
     # chosen once the save resolved and before the copies are surveyed: bad input is refused first, as
     # before a destination that is not empty or a cluster that cannot see it
     runner: list[RunnerChoice] = []
@@ -80,7 +82,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     plan, choice = prepared.chosen, runner[0]
     label, step, save = plan.resolution.label, plan.resolution.step, plan.resolution.save
-    if running.direct() and not choice.needs_prefect:
+    # --as-of reads through this process's view of the versions: never a flow, which would open the store anew
+    if args.as_of is not None or (running.direct() and not choice.needs_prefect):
         # No Prefect API and no cluster: nothing of Prefect runs, so none of it is imported, and what
         # this command already read (the config, the stores, the catalog, the manifests) is not read
         # again by a flow: the downloads start from here (docs/performance.md, "Where a command's time goes").
@@ -89,7 +92,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
             if prepared.catalog is None:
                 say("ckptvault: the primary store is unreachable: this restore is not recorded in its catalog, "
                     "nor alerted")  # fmt: skip
-            result = complete_here(cfg, prepared.catalog, plan, tier=args.tier,
+            # a view of the past only reads: the restore is recorded nowhere (the catalog it read is the old one)
+            catalog = None if args.as_of is not None else prepared.catalog
+            result = complete_here(cfg, catalog, plan, tier=args.tier,
                                    wait_s=args.wait_hours * 3600 if not args.no_wait else 0.0, force=args.force,
                                    secret=_secret, unreadable=prepared.unreadable, warn=say)  # fmt: skip
         return _output(args, label, step, save, result)
@@ -120,6 +125,33 @@ def cmd_restore(args: argparse.Namespace) -> int:
             source=args.source,
         )
     return _output(args, label, step, save, result)
+
+
+def _as_of(args: argparse.Namespace, copies: list[Copy]) -> list[Copy]:
+    """`--as-of TIME`: the copy to read (the primary, or `--from`'s) as its view at TIME; exit 2 on a TIME
+    that names no moment or a bucket that keeps no versions, before anything else is read."""
+    from dataclasses import replace
+    from datetime import UTC, datetime
+
+    from ckptvault.history.as_of import AsOfError, parse_as_of
+    from ckptvault.history.view import open_as_of
+
+    if args.node_local:
+        raise UsageError("--as-of with --node-local: a point-in-time restore runs in this process; drop one of them")
+    wanted = [c for c in copies if args.source is None or c.name == args.source]
+    copy = next((c for c in wanted if c.store is not None), None)
+    if copy is None or copy.store is None:
+        problem = "; ".join(f"{c.name}: {c.problem}" for c in wanted)
+        raise UsageError(f"--as-of: the store to read cannot be reached ({problem})")
+    try:
+        view = open_as_of(copy.store, parse_as_of(args.as_of, datetime.now(UTC)), copy.prefix)
+    except AsOfError as e:
+        raise UsageError(str(e)) from None
+    for warning in view.warnings:
+        say(f"ckptvault: warning: {warning}")
+    when = datetime.fromtimestamp(view.at, UTC)
+    say(f"ckptvault: reading {copy.name} as it was at {when:%Y-%m-%dT%H:%M:%SZ}; this restore is not recorded")
+    return [replace(copy, store=view.store)]
 
 
 def _open_stores(args: argparse.Namespace) -> tuple[Config, list[Copy]]:
