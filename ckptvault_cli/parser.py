@@ -10,6 +10,7 @@ from ckptvault_cli.commands.follow import cmd_follow
 from ckptvault_cli.commands.hold import cmd_hold, cmd_release
 from ckptvault_cli.commands.ingest import cmd_ingest
 from ckptvault_cli.commands.metrics import cmd_metrics
+from ckptvault_cli.commands.recover import cmd_recover
 from ckptvault_cli.commands.replicate import cmd_replicate
 from ckptvault_cli.commands.restore import cmd_drill, cmd_restore
 from ckptvault_cli.commands.scrub import cmd_scrub
@@ -23,6 +24,7 @@ AS_OF_HELP = (
     "read {what} as it was at TIME (ISO 8601 with a zone, 2026-12-07T08:00:00Z, or a duration ago: 2h, 3d), "
     "from the bucket's versions: after a delete or an overwrite; needs a versioned bucket"
 )
+
 
 def _dask_flags(s: argparse.ArgumentParser, work: str) -> None:
     s.add_argument(
@@ -220,6 +222,22 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--save", type=int, metavar="K", help="which save of the step (default: its newest)")
         s.add_argument("--reason", required=True, help="why: recorded in the catalog with your user name")
         s.set_defaults(fn=fn)
+
+    s = sub.add_parser(
+        "recover",
+        parents=[common],
+        help="list every change to ckptvault's keys since TIME (deletes, overwrites, new keys) and its undo; read-only",
+    )
+    s.add_argument(
+        "--since",
+        required=True,
+        metavar="TIME",
+        help="the changes made after TIME: an ISO 8601 time with a zone (2026-12-07T08:00:00Z) or a duration ago "
+        "(2h, 3d); needs a versioned bucket",
+    )
+    s.add_argument("--run", metavar="R", help="only this run's saves and catalog")
+    s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    s.set_defaults(fn=cmd_recover)
 
     s = sub.add_parser(
         "serve",

@@ -19,9 +19,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from ckptvault.catalog.layout import run_partition
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, parse_save_dir
-from ckptvault.history.versions import Change, ChangeKind, by_key, current_at
-from ckptvault.store.port import ObjectVersion
+from ckptvault.history.versions import Change, ChangeKind, by_key, changes_since, current_at
+from ckptvault.store.port import ObjectStore, ObjectVersion
 
 
 class KeyRole(Enum):
@@ -133,3 +134,18 @@ def plan_recovery(changes: Sequence[Change], prefix: str, committed: Collection[
             }.get(role, "not a key ckptvault writes")
             left.append(Left(c.key, role, c.kind, why))
     return RecoveryPlan(tuple(remove), tuple(put), tuple(created), tuple(left))
+
+
+def scope_prefixes(prefix: str, run: str | None) -> list[str]:
+    """The key prefixes a recovery reads: the whole store's, or one run's saves and its catalog partition
+    (and the alert state, which is the store's, not a run's, only with the whole store)."""
+    base = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+    if run is None:
+        return [base]
+    return [f"{base}{run}/", f"{base}_catalog/{run_partition(run)}"]
+
+
+def survey(store: ObjectStore, prefix: str, at: float, run: str | None = None) -> RecoveryPlan:
+    """The recovery plan for the store's keys (or one run's) since `at`: read-only (ListObjectVersions)."""
+    versions = [v for p in scope_prefixes(prefix, run) for v in store.list_versions(p)]
+    return plan_recovery(changes_since(versions, at), prefix, committed_saves(versions, at, prefix))

@@ -25,6 +25,13 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _versions(client: Any, bucket: str) -> list[tuple[str, str]]:
+    found = []
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        found += [(v["Key"], v["VersionId"]) for v in page.get("Versions", []) + page.get("DeleteMarkers", [])]
+    return sorted(found)
+
+
 def _direct(endpoint: S3Endpoint) -> dict[str, str]:
     return cli_env(endpoint, PREFECT_API_URL="")  # in this process: no flow run, no Prefect API needed
 
@@ -75,6 +82,20 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
     assert json.loads(past.stdout) == json.loads(before.stdout)
     assert all_keys(client, bucket) == {}, "a read of the past wrote to the bucket"
 
+    # the plan of the undo: every delete's markers to remove, the two overwrites to put back; nothing changed
+    versions_before = _versions(client, bucket)
+    plan = run_cli(cfg, "recover", "--since", moment, "--json", env=env)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    doc = json.loads(plan.stdout)
+    assert sorted(p["key"] for p in doc["put_back"]) == sorted([data_key, save + MANIFEST_NAME])
+    removed = {r["key"] for r in doc["remove_markers"]}
+    assert removed == set(keys) - {data_key, save + MANIFEST_NAME}, sorted(set(keys) ^ removed)
+    assert doc["created"] == [] and doc["applied"] is False
+    text = run_cli(cfg, "recover", "--since", moment, "--run", "r", env=env)
+    assert text.returncode == 0 and "the plan, nothing changed" in text.stdout, text.stderr[-2000:]
+    assert f"{data_key}  (save object; version " in text.stdout, text.stdout
+    assert _versions(client, bucket) == versions_before
+
 
 def test_a_bucket_without_versioning_is_refused_at_once_and_nothing_is_written(
     seaweedfs: S3Endpoint, bucket_factory: Any, tmp_path: Path
@@ -82,12 +103,15 @@ def test_a_bucket_without_versioning_is_refused_at_once_and_nothing_is_written(
     bucket = bucket_factory(seaweedfs)
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [])
     env = _direct(seaweedfs)
-    for args in (("restore", "r", "--as-of", "1h", "--dest", str(tmp_path / "d")), ("ls", "--as-of", "1h")):
+    refused = (("restore", "r", "--as-of", "1h", "--dest", str(tmp_path / "d")), ("ls", "--as-of", "1h"),
+               ("recover", "--since", "1h"))  # fmt: skip
+    for args in refused:
         started = time.monotonic()
         out = run_cli(cfg, *args, env=env)
         took = time.monotonic() - started
         assert out.returncode == 2, out.stderr
-        assert f"--as-of: s3://{bucket} keeps no versions (versioning never turned on)" in out.stderr
+        flag = "--since" if args[0] == "recover" else "--as-of"
+        assert f"{flag}: s3://{bucket} keeps no versions (versioning never turned on)" in out.stderr
         assert "Traceback" not in out.stderr and took < 20  # the process's start included; the check is one call
     bad = run_cli(cfg, "ls", "--as-of", "2026-12-07T08:00:00", env=env)
     assert bad.returncode == 2 and "no zone; add one" in bad.stderr, bad.stderr
