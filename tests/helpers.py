@@ -192,6 +192,18 @@ def deny_deletes(store: Any) -> list[str]:
     return attempted
 
 
+def open_test_store(tmp_path: Path, endpoint: Any, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The store of `bucket` on `endpoint` as a command opens it (open_store: the adapter under the retry
+    policy), its credentials in this process's environment for the test's length."""
+    from ckptvault.config import load_config
+    from ckptvault.store import open_store
+
+    for k, v in endpoint.env().items():
+        monkeypatch.setenv(k, v)
+    cfg = write_config(tmp_path / f"{bucket}.toml", endpoint, bucket, [])
+    return open_store(load_config(str(cfg)).store)
+
+
 def primary_env_and_dr_profile(mp: pytest.MonkeyPatch, primary: Any, replica: Any, tmp: Path) -> None:
     """Two stores with two sets of keys, as in production: the primary's credentials in the environment,
     the replica's under the shared-credentials profile `dr` (what `[[replicas]] profile = "dr"` names)."""

@@ -26,19 +26,12 @@ from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkp
 from ckptvault.config import load_config
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
-from tests.helpers import write_config
+from tests.helpers import open_test_store, write_config
 from tests.reliability.conftest import cli_env, run_cli
 from tests.servers import S3Endpoint
 from tests.slack_recorder import SLACK_TOKEN, SlackRecorder
 
 MiB = 2**20
-
-
-def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for k, v in endpoint.env().items():
-        monkeypatch.setenv(k, v)
-    cfg = write_config(tmp_path / "probe.toml", endpoint, bucket, [])
-    return open_store(load_config(str(cfg)).store)
 
 
 def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
@@ -48,10 +41,10 @@ def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
     from ckptvault.tiering.apply import expire
 
     bucket = locked_bucket(any_s3)
-    locked = _store(tmp_path, any_s3, bucket, monkeypatch)
+    locked = open_test_store(tmp_path, any_s3, bucket, monkeypatch)
     assert locked.lock_status() == LockStatus(True)
     assert locked.probe_lock_enforced() is None, "the server deleted a locked version"
-    plain = _store(tmp_path, any_s3, bucket_factory(any_s3), monkeypatch)
+    plain = open_test_store(tmp_path, any_s3, bucket_factory(any_s3), monkeypatch)
     assert not plain.lock_status().enabled
     # An extension asked in GOVERNANCE keeps an object's COMPLIANCE (a config changed since): S3 refuses
     # to weaken it, so the adapter asks for COMPLIANCE (Retention.over)
@@ -74,7 +67,7 @@ def test_the_bucket_check_and_the_probe_see_the_lock_enforced(
     # catalog cannot know; the apply's HEAD of the manifest finds it and postpones the expiry. On a
     # bucket of its own: moto refuses PutObjectLockConfiguration on a bucket with any version in it.
     bucket = locked_bucket(any_s3)
-    locked = _store(tmp_path, any_s3, bucket, monkeypatch)
+    locked = open_test_store(tmp_path, any_s3, bucket, monkeypatch)
     any_s3.client().put_object_lock_configuration(
         Bucket=bucket,
         ObjectLockConfiguration={

@@ -13,26 +13,18 @@ from typing import Any
 import pytest
 
 from ckptvault.checksum import crc32c_update, to_b64
-from ckptvault.config import load_config
 from ckptvault.history.versions import ChangeKind, by_key, changes_since, current_at
-from ckptvault.store import StoreError, open_store
+from ckptvault.store import StoreError
 from ckptvault.store.memory import MemoryStore
-from tests.helpers import write_config
+from tests.helpers import open_test_store
 from tests.servers import S3Endpoint
-
-
-def _store(tmp_path: Path, endpoint: S3Endpoint, bucket: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for k, v in endpoint.env().items():
-        monkeypatch.setenv(k, v)
-    cfg = write_config(tmp_path / "versions.toml", endpoint, bucket, [])
-    return open_store(load_config(str(cfg)).store)
 
 
 def test_versions_deletes_and_overwrites_are_listed_and_read_as_they_were(
     any_s3: S3Endpoint, locked_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bucket = locked_bucket(any_s3)
-    store = _store(tmp_path, any_s3, bucket, monkeypatch)
+    store = open_test_store(tmp_path, any_s3, bucket, monkeypatch)
     client = any_s3.client()
     first = client.put_object(Bucket=bucket, Key="run/k.bin", Body=b"first", ContentMD5=_md5(b"first"))["VersionId"]
     client.put_object(Bucket=bucket, Key="run/other.bin", Body=b"kept", ContentMD5=_md5(b"kept"))
@@ -65,7 +57,7 @@ def test_a_point_in_time_view_reads_every_object_as_it_was_and_writes_nothing(
     multi-range download; a key deleted since reads as it was, one overwritten since reads its old bytes,
     one created since is absent."""
     bucket = locked_bucket(any_s3)
-    store = _store(tmp_path, any_s3, bucket, monkeypatch)
+    store = open_test_store(tmp_path, any_s3, bucket, monkeypatch)
     old = bytes(range(256)) * 4096  # 1 MiB: the download takes several ranges at the store's part size
     store.put_bytes("run/a.bin", old)
     store.put_bytes("run/b.bin", b"b as it was")
@@ -98,7 +90,7 @@ def test_a_bucket_without_versioning_says_so(
     any_s3: S3Endpoint, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bucket = bucket_factory(any_s3)
-    store = _store(tmp_path, any_s3, bucket, monkeypatch)
+    store = open_test_store(tmp_path, any_s3, bucket, monkeypatch)
     any_s3.client().put_object(Bucket=bucket, Key="run/k.bin", Body=b"x")
     assert store.versioning() is None
     # the servers still answer the listing, each object once as its `null` version: why versioning() decides
