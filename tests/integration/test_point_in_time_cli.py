@@ -44,7 +44,7 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
     bucket = locked_bucket(any_s3)
     root = tmp_path / "hot"
     for step in (100, 200):
-        write_checkpoint(root, "deepspeed", step, 12 * MiB, shards=1, seed=step)
+        write_checkpoint(root, "deepspeed", step, 6 * MiB, shards=1, seed=step)
     cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
                        extra=f'[lock]\nmode = "{mode}"\ndays = 1\n')  # fmt: skip
     env = _direct(any_s3)
