@@ -15,6 +15,7 @@ from ckptvault_cli import running
 from ckptvault_cli.output import say
 
 if TYPE_CHECKING:
+    from ckptvault.history.view import View
     from ckptvault.store import ObjectStore
     from ckptvault_prefect.runtime.scale import RunnerChoice
 
@@ -117,3 +118,18 @@ def check_destination_or_usage(check: Callable[..., None], args: argparse.Namesp
         check(Path(args.dest).expanduser().resolve(), args.force)
     except RestoreError as e:
         raise UsageError(str(e)) from None
+
+
+def past_view(store: ObjectStore, text: str, prefix: str, flag: str = "--as-of") -> View:
+    """`--as-of TIME` / `--since TIME`: the store as it was then (ckptvault/history/view.py), exit 2 on a
+    TIME that names no moment or a bucket that keeps no versions; its warnings on stderr."""
+    from ckptvault.history.as_of import AsOfError
+    from ckptvault.history.view import open_at
+
+    try:
+        view = open_at(store, text, prefix, flag)
+    except AsOfError as e:
+        raise UsageError(str(e)) from None
+    for warning in view.warnings:
+        say(f"ckptvault: warning: {warning}")
+    return view

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ckptvault.history.as_of import AsOfError
+from ckptvault.history.as_of import AsOfError, parse_as_of
 from ckptvault.store import ObjectStore, StoreError
 
 
@@ -58,3 +58,9 @@ def open_as_of(store: ObjectStore, at: datetime, prefix: str, flag: str = "--as-
             "keeps noncurrent versions: what was deleted or overwritten before then reads as absent"
         )
     return View(store.as_of(moment), moment, tuple(warnings))
+
+
+def open_at(store: ObjectStore, text: str, prefix: str, flag: str = "--as-of") -> View:
+    """The view at the moment the user's TIME `text` names (`--as-of`, `--since`); AsOfError naming the flag
+    on a TIME that names no moment or a bucket that keeps no versions."""
+    return open_as_of(store, parse_as_of(text, datetime.now(UTC), flag), prefix, flag)

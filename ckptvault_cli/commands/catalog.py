@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ckptvault.config import Config
 from ckptvault.errors import CkptvaultError
 from ckptvault_cli.output import emit_json, say
-from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight_store
+from ckptvault_cli.preflight import EXIT_OK, UsageError, past_view, preflight_store
 
 if TYPE_CHECKING:
     from ckptvault.catalog import Catalog, CheckpointState  # imported when a command reads it: pyarrow costs start-up
@@ -37,7 +37,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     cfg, store = preflight_store(args, need_sources=False)
     past = args.as_of is not None
     if past:  # the catalog as it was, from its objects' versions (docs/object-lock.md, "After an attack")
-        store = _as_of_view(args.as_of, store, cfg.store.prefix)
+        store = past_view(store, args.as_of, cfg.store.prefix).store
     catalog = Catalog(store, cfg.store.prefix)
     if args.json:
         # from the Arrow tables, without a CheckpointState per save: the same text, a fraction of the time
@@ -61,23 +61,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
     filters = [f"{flag} {v}" for flag, v in given if v]
     print(render_table(states, filters))
     return EXIT_OK
-
-
-def _as_of_view(text: str, store: ObjectStore, prefix: str) -> ObjectStore:
-    """`--as-of TIME`: the store as it was then (exit 2 on a TIME that names no moment or a bucket that keeps
-    no versions); its warnings on stderr."""
-    from datetime import UTC, datetime
-
-    from ckptvault.history.as_of import AsOfError, parse_as_of
-    from ckptvault.history.view import open_as_of
-
-    try:
-        view = open_as_of(store, parse_as_of(text, datetime.now(UTC)), prefix)
-    except AsOfError as e:
-        raise UsageError(str(e)) from None
-    for warning in view.warnings:
-        say(f"ckptvault: warning: {warning}")
-    return view.store
 
 
 def alert_unreadable(cfg: Config, catalog: Catalog) -> None:

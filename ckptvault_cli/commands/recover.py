@@ -7,8 +7,8 @@ import argparse
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ckptvault_cli.output import emit_json, say
-from ckptvault_cli.preflight import EXIT_OK, UsageError, preflight_store
+from ckptvault_cli.output import emit_json
+from ckptvault_cli.preflight import EXIT_OK, past_view, preflight_store
 
 if TYPE_CHECKING:
     from ckptvault.history.recovery import RecoveryPlan
@@ -16,18 +16,10 @@ if TYPE_CHECKING:
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
-    from ckptvault.history.as_of import AsOfError, parse_as_of
     from ckptvault.history.recovery import survey
-    from ckptvault.history.view import open_as_of
 
     cfg, store = preflight_store(args, need_sources=False)
-    try:
-        view = open_as_of(store, parse_as_of(args.since, datetime.now(UTC), flag="--since"), cfg.store.prefix,
-                          flag="--since")  # fmt: skip
-    except AsOfError as e:
-        raise UsageError(str(e)) from None
-    for warning in view.warnings:
-        say(f"ckptvault: warning: {warning}")
+    view = past_view(store, args.since, cfg.store.prefix, flag="--since")
     plan = survey(store, cfg.store.prefix, view.at, args.run)
     since = datetime.fromtimestamp(view.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if args.json:

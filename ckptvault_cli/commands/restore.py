@@ -18,6 +18,7 @@ from ckptvault_cli.preflight import (
     EXIT_OK,
     UsageError,
     check_destination_or_usage,
+    past_view,
     preflight,
     preflight_runner,
     preflight_store,
@@ -133,9 +134,6 @@ def _as_of(args: argparse.Namespace, copies: list[Copy]) -> list[Copy]:
     from dataclasses import replace
     from datetime import UTC, datetime
 
-    from ckptvault.history.as_of import AsOfError, parse_as_of
-    from ckptvault.history.view import open_as_of
-
     if args.node_local:
         raise UsageError("--as-of with --node-local: a point-in-time restore runs in this process; drop one of them")
     wanted = [c for c in copies if args.source is None or c.name == args.source]
@@ -143,12 +141,7 @@ def _as_of(args: argparse.Namespace, copies: list[Copy]) -> list[Copy]:
     if copy is None or copy.store is None:
         problem = "; ".join(f"{c.name}: {c.problem}" for c in wanted)
         raise UsageError(f"--as-of: the store to read cannot be reached ({problem})")
-    try:
-        view = open_as_of(copy.store, parse_as_of(args.as_of, datetime.now(UTC)), copy.prefix)
-    except AsOfError as e:
-        raise UsageError(str(e)) from None
-    for warning in view.warnings:
-        say(f"ckptvault: warning: {warning}")
+    view = past_view(copy.store, args.as_of, copy.prefix)
     when = datetime.fromtimestamp(view.at, UTC)
     say(f"ckptvault: reading {copy.name} as it was at {when:%Y-%m-%dT%H:%M:%SZ}; this restore is not recorded")
     return [replace(copy, store=view.store)]
