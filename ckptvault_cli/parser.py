@@ -226,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "recover",
         parents=[common],
-        help="list every change to ckptvault's keys since TIME (deletes, overwrites, new keys) and its undo; read-only",
+        help="list every change to ckptvault's keys since TIME (deletes, overwrites, new keys) and its undo; "
+        "--apply carries the undo out",
     )
     s.add_argument(
         "--since",
@@ -236,6 +237,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(2h, 3d); needs a versioned bucket",
     )
     s.add_argument("--run", metavar="R", help="only this run's saves and catalog")
+    s.add_argument(
+        "--apply",
+        action="store_true",
+        help="carry the plan out: remove the delete markers, put overwritten objects of committed saves back "
+        "(checked against the manifest, locked again); deletes no data version; rerun it after any failure",
+    )
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     s.set_defaults(fn=cmd_recover)
 

@@ -15,13 +15,22 @@ A save is committed at TIME when its manifest had a version then: only its objec
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from ckptvault.catalog.layout import run_partition
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, parse_save_dir
-from ckptvault.history.versions import Change, ChangeKind, by_key, changes_since, current_at
+from ckptvault.history.versions import (
+    Change,
+    ChangeKind,
+    by_key,
+    changes_since,
+    current_at,
+    first_written,
+    same_etag,
+    written_by,
+)
 from ckptvault.store.port import ObjectStore, ObjectVersion
 
 
@@ -76,6 +85,7 @@ class PutBack:
     role: KeyRole
     version: ObjectVersion
     over: ObjectVersion  # what reads now: the newer data, or a marker over it
+    save: str  # the save's key prefix: its first manifest version is what the copy is checked against
 
 
 @dataclass(frozen=True)
@@ -94,6 +104,12 @@ class RecoveryPlan:
     put_back: tuple[PutBack, ...]
     created: tuple[Change, ...]  # keys new since TIME: kept, each to be verified by the caller
     left: tuple[Left, ...]
+    # each committed save's first manifest version, by the save's key prefix: the reference a put-back
+    # is checked against (a manifest is never legitimately rewritten)
+    references: Mapping[str, ObjectVersion] = field(default_factory=dict)
+    # (then, now): keys of a committed save that read as they did at TIME through a newer version (a
+    # put-back copy): its lock is checked against the old version's, for a copy killed before its lock
+    relock: tuple[tuple[ObjectVersion, ObjectVersion], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -125,7 +141,7 @@ def plan_recovery(changes: Sequence[Change], prefix: str, committed: Collection[
         elif c.kind is ChangeKind.DELETED:
             remove.append(RemoveMarkers(c.key, role, c.markers_after, c.then))
         elif role in (KeyRole.MANIFEST, KeyRole.SAVE_OBJECT) and save_dir_of(c.key, prefix) in committed:
-            put.append(PutBack(c.key, role, c.then, c.now))
+            put.append(PutBack(c.key, role, c.then, c.now, save_dir_of(c.key, prefix) or ""))
         else:
             why = {
                 KeyRole.SAVE_OBJECT: "its save was not committed then: no manifest says which version is right",
@@ -145,7 +161,48 @@ def scope_prefixes(prefix: str, run: str | None) -> list[str]:
     return [f"{base}{run}/", f"{base}_catalog/{run_partition(run)}"]
 
 
-def survey(store: ObjectStore, prefix: str, at: float, run: str | None = None) -> RecoveryPlan:
-    """The recovery plan for the store's keys (or one run's) since `at`: read-only (ListObjectVersions)."""
+def references(versions: Iterable[ObjectVersion], committed: Collection[str], prefix: str) -> dict[str, ObjectVersion]:
+    """Each committed save's first manifest version, by the save's key prefix."""
+    found = {}
+    for key, entries in by_key(versions).items():
+        save = save_dir_of(key, prefix)
+        if not save or save not in committed or key_role(key, prefix) is not KeyRole.MANIFEST:
+            continue
+        if first := first_written(entries):
+            found[save] = first
+    return found
+
+
+def read_as_then(
+    versions: Iterable[ObjectVersion], at: float, prefix: str, committed: Collection[str], changed: Collection[str]
+) -> list[tuple[ObjectVersion, ObjectVersion]]:
+    """(then, now) for each key of a committed save that reads as it did at `at` (not in `changed`) through
+    a version written since."""
+    found = []
+    for key, entries in sorted(by_key(versions).items()):
+        now, then = entries[0], current_at(entries, at)
+        if key in changed or then is None or now.delete_marker or written_by(now, at):
+            continue
+        if key_role(key, prefix) in (KeyRole.MANIFEST, KeyRole.SAVE_OBJECT) and save_dir_of(key, prefix) in committed:
+            found.append((then, now))
+    return found
+
+
+def survey(
+    store: ObjectStore,
+    prefix: str,
+    at: float,
+    run: str | None = None,
+    same_content: Callable[[ObjectVersion, ObjectVersion], bool] = same_etag,
+) -> RecoveryPlan:
+    """The recovery plan for the store's keys (or one run's) since `at`: read-only (ListObjectVersions,
+    and whatever `same_content` reads to tell a put-back copy from newer data)."""
     versions = [v for p in scope_prefixes(prefix, run) for v in store.list_versions(p)]
-    return plan_recovery(changes_since(versions, at), prefix, committed_saves(versions, at, prefix))
+    committed = committed_saves(versions, at, prefix)
+    changes = changes_since(versions, at, same_content)
+    plan = plan_recovery(changes, prefix, committed)
+    return replace(
+        plan,
+        references=references(versions, committed, prefix),
+        relock=tuple(read_as_then(versions, at, prefix, committed, {c.key for c in changes})),
+    )

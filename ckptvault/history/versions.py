@@ -14,7 +14,7 @@ from enum import Enum
 from ckptvault.store.port import ObjectVersion
 from ckptvault.store.versions import by_key, current_at, written_by
 
-__all__ = ["Change", "ChangeKind", "by_key", "changes_since", "current_at", "first_written", "same_etag"]
+__all__ = ["Change", "ChangeKind", "by_key", "changes_since", "current_at", "first_written", "same_etag", "written_by"]
 
 
 def first_written(entries: Sequence[ObjectVersion]) -> ObjectVersion | None:

@@ -304,6 +304,12 @@ class MemoryStore:
     def as_of(self, at: float) -> MemoryStore:
         raise StoreError(f"s3://{self.bucket}: the in-memory store keeps no versions, so it has no past to read")
 
+    def pinned(self, chosen: Iterable[ObjectVersion]) -> MemoryStore:
+        raise StoreError(f"s3://{self.bucket}: the in-memory store keeps no versions, so it has none to read")
+
+    def remove_delete_marker(self, key: str, version_id: str) -> None:
+        raise StoreError(f"s3://{self.bucket}/{key}: the in-memory store keeps no versions, nor delete markers")
+
     def list_versions(self, prefix: str) -> Iterator[ObjectVersion]:
         # what the servers answer on a bucket without versioning (docs/object-lock.md): each object once
         for o in self.list(prefix):

@@ -7,7 +7,7 @@ connection resets, 5xx, SlowDown) raise `TransientStoreError` so callers can ret
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -337,6 +337,20 @@ class ObjectStore(Protocol):
         """A read-only view of the store as it was at `at` (unix seconds): `list`, `head` and every read
         name the version that was current then (docs/object-lock.md, "After an attack"); a key with none
         is absent; a write raises StoreError. Needs a versioned bucket (`versioning`)."""
+        ...
+
+    def pinned(self, chosen: Iterable[ObjectVersion]) -> ObjectStore:
+        """A read-only view whose reads of each chosen key name the chosen version (a save's first
+        manifest, the version a recovery puts back); every other key, and a chosen delete marker, is
+        absent; a write raises StoreError. Needs a versioned bucket (`versioning`)."""
+        ...
+
+    def remove_delete_marker(self, key: str, version_id: str) -> None:
+        """Delete the delete marker `version_id` of `key` (DeleteObject with its VersionId): the version
+        under it reads again. The caller names a version id that ListObjectVersions listed as a marker
+        (a version id names one entry for ever, so it cannot have become data since); one already gone is
+        not an error, which makes a rerun after a crash harmless. A marker holds no data and no lock, and
+        the servers measured remove one in a locked bucket (docs/object-lock.md)."""
         ...
 
     def head(self, key: str) -> ObjectInfo | None:

@@ -30,7 +30,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -221,6 +221,13 @@ class RetryingStore:
 
     def as_of(self, at: float) -> ObjectStore:
         return RetryingStore(self.inner.as_of(at), self.policy, self._sleep)
+
+    def pinned(self, chosen: Iterable[ObjectVersion]) -> ObjectStore:
+        return RetryingStore(self.inner.pinned(chosen), self.policy, self._sleep)
+
+    def remove_delete_marker(self, key: str, version_id: str) -> None:
+        # idempotent: a retry after a lost response finds the marker gone, which is not an error
+        self._call("remove_delete_marker", self.inner.remove_delete_marker, key, version_id)
 
     def versioning(self) -> str | None:
         return self._call("versioning", self.inner.versioning)

@@ -6,8 +6,8 @@ ckptvault/store/s3_client.py; the transfers are upload.py, download.py and frame
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Self
 
@@ -57,6 +57,11 @@ class S3Store(S3Connection):
         other._as_of = versions.PointInTime(at)
         return other
 
+    def pinned(self, chosen: Iterable[ObjectVersion]) -> Self:
+        other = self.with_retention(self.retention)
+        other._as_of = versions.PointInTime.fixed(chosen)
+        return other
+
     def _pinned(self, key: str) -> dict[str, Any]:
         """The VersionId argument of a read of `key` in a point-in-time view ({} outside one)."""
         if self._as_of is None:
@@ -66,8 +71,7 @@ class S3Store(S3Connection):
         except Exception as e:
             raise self._err(e, "listing the versions of", key) from e
         if v is None:
-            when = datetime.fromtimestamp(self._as_of.at, UTC)
-            raise NotFoundError(f"s3://{self.bucket}/{key}: no version of it was current at {when:%Y-%m-%dT%H:%M:%SZ}")
+            raise NotFoundError(f"s3://{self.bucket}/{key}: {self._as_of.absent_why()}")
         return {"VersionId": v.version_id}
 
     def _writable(self, op: str, key: str = "") -> None:
@@ -467,6 +471,17 @@ class S3Store(S3Connection):
             yield from versions.list_versions(self.client, self.bucket, prefix)
         except Exception as e:
             raise self._err(e, f"listing the versions under {prefix!r} in") from e
+
+    def remove_delete_marker(self, key: str, version_id: str) -> None:
+        self._writable("removing a delete marker of", key)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key, VersionId=version_id)
+        except ClientError as e:
+            if http_status(e) == 404 or error_code(e) in ("NoSuchVersion", "NoSuchKey"):
+                return  # removed by a run that was killed before it said so
+            raise self._err(e, f"removing the delete marker {version_id} of", key) from e
+        except Exception as e:
+            raise self._err(e, f"removing the delete marker {version_id} of", key) from e
 
     # -- tiering, restore, tags, lifecycle --------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ckptvault.store.port import ObjectVersion
@@ -88,12 +89,31 @@ class PointInTime:
         self._lock = threading.Lock()
         self._known: dict[str, ObjectVersion | None] = {}
         self._listed: list[str] = []
+        self._fixed = False
+
+    @classmethod
+    def fixed(cls, chosen: Iterable[ObjectVersion]) -> PointInTime:
+        """Not a moment but chosen versions (`ObjectStore.pinned`): every other key, and a chosen delete
+        marker, reads as absent, and nothing is listed from the server."""
+        view = cls(math.inf)
+        view._known = {v.key: None if v.delete_marker else v for v in chosen}
+        view._listed = [""]
+        view._fixed = True
+        return view
+
+    def absent_why(self) -> str:
+        """Why a key this view has no version of reads as absent, for the error that says so."""
+        if self._fixed:
+            return "not one of the versions this view reads"
+        return f"no version of it was current at {datetime.fromtimestamp(self.at, UTC):%Y-%m-%dT%H:%M:%SZ}"
 
     def _covered(self, key: str) -> bool:
         return key in self._known or any(key.startswith(p) for p in self._listed)
 
     def listing(self, client: S3Client, bucket: str, prefix: str) -> list[ObjectVersion]:
         """The versions current at the moment under `prefix`, by key."""
+        if self._fixed:
+            return sorted((v for v in self._known.values() if v and v.key.startswith(prefix)), key=lambda v: v.key)
         current = []
         found: dict[str, ObjectVersion | None] = {}
         for key, entries in by_key(list_versions(client, bucket, prefix)).items():

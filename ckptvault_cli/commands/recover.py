@@ -1,5 +1,6 @@
-"""`ckptvault recover --since TIME`: what changed in ckptvault's keys after TIME, and what undoing it would
-do (ckptvault/history/recovery.py), from the bucket's versions; read-only."""
+"""`ckptvault recover --since TIME [--apply]`: what changed in ckptvault's keys after TIME, and what undoing
+it would do (ckptvault/history/recovery.py), from the bucket's versions; with `--apply`, the undo carried
+out (ckptvault/history/apply.py), each step printed as it is done."""
 
 from __future__ import annotations
 
@@ -8,32 +9,70 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ckptvault_cli.output import emit_json
-from ckptvault_cli.preflight import EXIT_OK, past_view, preflight_store
+from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, past_view, preflight_store
 
 if TYPE_CHECKING:
+    from ckptvault.history.apply import Applied, Step
     from ckptvault.history.recovery import RecoveryPlan
     from ckptvault.store import ObjectVersion
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
+    from ckptvault.history.apply import ContentCheck, apply_plan
     from ckptvault.history.recovery import survey
 
     cfg, store = preflight_store(args, need_sources=False)
     view = past_view(store, args.since, cfg.store.prefix, flag="--since")
-    plan = survey(store, cfg.store.prefix, view.at, args.run)
+    # the same test of "reads as it did" with and without --apply, so a dry run after an apply says none
+    plan = survey(store, cfg.store.prefix, view.at, args.run, same_content=ContentCheck(store))
     since = datetime.fromtimestamp(view.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    where = f"s3://{store.bucket}/{cfg.store.prefix}".rstrip("/")
+    applied: Applied | None = None
+    if args.apply:
+        if not args.json:
+            print(f"undoing the changes to {where} since {since}", flush=True)
+        applied = apply_plan(store, plan, on_step=_quiet if args.json else _print_step)
     if args.json:
-        emit_json(_document(plan, since, args.run))
+        emit_json(_document(plan, since, args.run, applied))
+    elif applied is None:
+        print(_report(plan, since, where))
     else:
-        print(_report(plan, since, f"s3://{store.bucket}/{cfg.store.prefix}".rstrip("/")))
-    return EXIT_OK
+        print(_summary(plan, applied, since))
+    return EXIT_FAILED if applied is not None and applied.failed else EXIT_OK
+
+
+def _quiet(s: Step) -> None:
+    pass
+
+
+def _print_step(s: Step) -> None:
+    print(f"  {s.action}: {s.key}  ({s.detail})", flush=True)  # flushed: a kill leaves what was done said
+
+
+def _summary(plan: RecoveryPlan, applied: Applied, since: str) -> str:
+    lines = []
+    if not applied.done and not applied.failed:
+        lines.append("  nothing to do: every key of a committed save reads as it did then")
+    if applied.failed:
+        lines.append(f"  failed: {len(applied.failed)} (nothing of them changed; run it again once fixed)")
+        lines += [f"    {f.key}: {f.why}" for f in applied.failed]
+    if any(x.role.value == "catalog" for x in plan.left):
+        lines.append(
+            f"  the catalog was rewritten since: `ckptvault catalog rebuild --as-of {since} --write` makes it again "
+            "from the manifests as they were"
+        )
+    if plan.created:
+        n = len(plan.created)
+        lines.append(f"  {n} key(s) new since {since} kept: `ckptvault recover --since {since}` lists them")
+    lines.append("verify: `ckptvault ls`, then `ckptvault drill` (docs/runbook.md)")
+    return "\n".join(lines)
 
 
 def _version(v: ObjectVersion) -> dict[str, Any]:
     return {"version_id": v.version_id, "last_modified": v.last_modified, "delete_marker": v.delete_marker}
 
 
-def _document(plan: RecoveryPlan, since: str, run: str | None) -> dict[str, Any]:
+def _document(plan: RecoveryPlan, since: str, run: str | None, applied: Applied | None) -> dict[str, Any]:
     return {
         "since": since,
         "run": run,
@@ -52,7 +91,9 @@ def _document(plan: RecoveryPlan, since: str, run: str | None) -> dict[str, Any]
         ],
         "created": [{"key": c.key, "now": _version(c.now)} for c in plan.created],
         "left": [{"key": x.key, "role": x.role.value, "change": x.kind.value, "why": x.why} for x in plan.left],
-        "applied": False,
+        "applied": applied is not None,
+        "done": [{"action": d.action, "key": d.key, "detail": d.detail} for d in applied.done] if applied else [],
+        "failed": [{"key": f.key, "why": f.why} for f in applied.failed] if applied else [],
     }
 
 
@@ -73,8 +114,9 @@ def _report(plan: RecoveryPlan, since: str, where: str) -> str:
         if items:
             lines.append(f"  {title}: {len(items)}")
             lines += [f"    {item}" for item in items]
-    lines.append(
-        "Carrying the plan out in the bucket is not yet in ckptvault; meanwhile `ckptvault restore RUN --as-of "
-        f"{since} --dest DIR` and `ckptvault ls --as-of {since}` read every save as it was (docs/runbook.md)."
-    )
+    if not plan.empty:
+        lines.append(
+            f"`ckptvault recover --since {since} --apply` carries it out; meanwhile `ckptvault restore RUN --as-of "
+            f"{since} --dest DIR` and `ckptvault ls --as-of {since}` read every save as it was (docs/runbook.md)."
+        )
     return "\n".join(lines)
