@@ -138,7 +138,7 @@ def plan_recovery(changes: Sequence[Change], prefix: str, committed: Collection[
         role = key_role(c.key, prefix)
         if c.kind is ChangeKind.CREATED or c.then is None:  # only CREATED has no `then`
             created.append(c)
-        elif c.kind is ChangeKind.DELETED:
+        elif c.kind is ChangeKind.DELETED and role is not KeyRole.OTHER:
             remove.append(RemoveMarkers(c.key, role, c.markers_after, c.then))
         elif role in (KeyRole.MANIFEST, KeyRole.SAVE_OBJECT) and save_dir_of(c.key, prefix) in committed:
             put.append(PutBack(c.key, role, c.then, c.now, save_dir_of(c.key, prefix) or ""))
@@ -147,7 +147,7 @@ def plan_recovery(changes: Sequence[Change], prefix: str, committed: Collection[
                 KeyRole.SAVE_OBJECT: "its save was not committed then: no manifest says which version is right",
                 KeyRole.CATALOG: "compaction rewrites the catalog; `catalog rebuild` makes it again from the manifests",
                 KeyRole.STATE: "the alert state is rewritten by every flow; it rebuilds itself",
-            }.get(role, "not a key ckptvault writes")
+            }.get(role, "not a save's, the catalog's or the alert state's (a lock probe's, or not ckptvault's)")
             left.append(Left(c.key, role, c.kind, why))
     return RecoveryPlan(tuple(remove), tuple(put), tuple(created), tuple(left))
 

@@ -32,6 +32,13 @@ def _versions(client: Any, bucket: str) -> list[tuple[str, str]]:
     return sorted(found)
 
 
+def _data_versions(client: Any, bucket: str) -> list[tuple[str, str]]:
+    found = []
+    for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
+        found += [(v["Key"], v["VersionId"]) for v in page.get("Versions", [])]
+    return sorted(found)
+
+
 def _direct(endpoint: S3Endpoint) -> dict[str, str]:
     return cli_env(endpoint, PREFECT_API_URL="")  # in this process: no flow run, no Prefect API needed
 
@@ -83,7 +90,7 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
     assert all_keys(client, bucket) == {}, "a read of the past wrote to the bucket"
 
     # the plan of the undo: every delete's markers to remove, the two overwrites to put back; nothing changed
-    versions_before = _versions(client, bucket)
+    versions_before, data_before = _versions(client, bucket), _data_versions(client, bucket)
     plan = run_cli(cfg, "recover", "--since", moment, "--json", env=env)
     assert plan.returncode == 0, plan.stderr[-3000:]
     doc = json.loads(plan.stdout)
@@ -95,6 +102,35 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
     assert text.returncode == 0 and "the plan, nothing changed" in text.stdout, text.stderr[-2000:]
     assert f"{data_key}  (save object; version " in text.stdout, text.stdout
     assert _versions(client, bucket) == versions_before
+
+    # the undo carried out: the archive reads as it did, a plain restore works, and a second run does nothing
+    applied = run_cli(cfg, "recover", "--since", moment, "--apply", env=env)
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    assert f"put back: {data_key}  (version " in applied.stdout, applied.stdout
+    assert applied.stdout.count("  removed markers: ") == len(removed), applied.stdout
+    again = run_cli(cfg, "recover", "--since", moment, "--apply", "--json", env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    redo = json.loads(again.stdout)
+    assert (redo["done"], redo["failed"], redo["remove_markers"], redo["put_back"]) == ([], [], [], []), redo
+    after = run_cli(cfg, "ls", "--json", env=env)
+    assert after.returncode == 0 and json.loads(after.stdout) == json.loads(before.stdout), after.stderr[-2000:]
+    out = run_cli(cfg, "restore", "r", "--step", "100", "--dest", str(tmp_path / "plain"), env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _tree(tmp_path / "plain" / "global_step100") == _tree(root / "global_step100")
+    for key in (data_key, save + MANIFEST_NAME):  # the put-back copies are locked as what they copy was
+        head = client.head_object(Bucket=bucket, Key=key)
+        assert head.get("ObjectLockMode") == mode.upper(), (key, head.get("ObjectLockMode"))
+    # nothing deleted but delete markers; nothing added but the two copies (and what the restore recorded:
+    # its catalog event, and a compaction's deletes, which a recover since `moment` would undo too, harmlessly)
+    now = set(_versions(client, bucket))
+    assert set(data_before) <= now, "a data version was deleted"
+    assert not (set(versions_before) - now) & set(data_before)
+    new = {
+        k
+        for k, _ in now - set(versions_before)
+        if not k.startswith(("t/_catalog/", "t/_state/", "t/_ckptvault_probe/"))
+    }
+    assert new == {data_key, save + MANIFEST_NAME}
 
 
 def test_a_bucket_without_versioning_is_refused_at_once_and_nothing_is_written(

@@ -9,7 +9,15 @@ import pytest
 
 from ckptvault.errors import CkptvaultError
 from ckptvault.history.as_of import AsOfError, parse_as_of
-from ckptvault.history.recovery import KeyRole, committed_saves, key_role, plan_recovery, save_dir_of
+from ckptvault.history.recovery import (
+    KeyRole,
+    committed_saves,
+    key_role,
+    plan_recovery,
+    read_as_then,
+    references,
+    save_dir_of,
+)
 from ckptvault.history.versions import ChangeKind, by_key, changes_since, current_at, first_written
 from ckptvault.store.port import ObjectVersion
 
@@ -208,3 +216,31 @@ def test_after_the_plan_is_carried_out_a_second_plan_is_empty() -> None:
     again = plan_recovery(changes_since(done, T0), P, committed_saves(done, T0, P))
     assert again.empty
     assert [c.key for c in again.created] == [c.key for c in plan.created]  # still reported, never deleted
+
+
+def test_each_committed_save_is_checked_against_its_first_manifest_version() -> None:
+    listing = attack_listing()
+    found = references(listing, committed_saves(listing, T0, P), P)
+    assert {save: ref.version_id for save, ref in found.items()} == {SAVE: "m-1"}  # not the junk over it
+
+
+def test_a_put_back_copy_reads_as_then_and_is_checked_for_its_lock_on_the_next_run() -> None:
+    listing = attack_listing()
+    plan = plan_recovery(changes_since(listing, T0), P, committed_saves(listing, T0, P))
+    done = [e for e in listing if e.version_id not in {m.version_id for r in plan.remove_markers for m in r.markers}]
+    done += [v(p.key, f"{p.version.version_id}-copy", T0 + 60, etag=p.version.etag) for p in plan.put_back]
+    changed = {c.key for c in changes_since(done, T0)}
+    pairs = read_as_then(done, T0, P, committed_saves(done, T0, P), changed)
+    assert [(then.version_id, now.version_id) for then, now in pairs] == [("m-1", "m-1-copy"), ("o-1", "o-1-copy")]
+
+
+def test_a_marker_over_a_key_that_is_not_ckptvaults_is_left_as_it_is() -> None:
+    listing = [
+        v("prod/_ckptvault_probe/p1", "p-del", T0 + 5, marker=True, latest=True),
+        v("prod/_ckptvault_probe/p1", "p-1", T0 - 5),
+    ]
+    plan = plan_recovery(changes_since(listing, T0), P, frozenset())
+    assert plan.remove_markers == () and [(x.key, x.role) for x in plan.left] == [
+        ("prod/_ckptvault_probe/p1", KeyRole.OTHER)
+    ]
+    assert "lock probe" in plan.left[0].why
