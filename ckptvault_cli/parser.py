@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--sample", type=int, help="how many checkpoints (default [drill].sample)")
     s.add_argument("--tier", choices=["Expedited", "Standard", "Bulk"], help="thaw tier (default [drill].restore_tier)")
     s.add_argument("--json", action="store_true", help="the drill report as JSON (its schema: docs/drills.md)")
+    s.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help=AS_OF_HELP.format(what="the catalog and every drilled object") + "; recorded nowhere, writes nothing",
+    )
     s.set_defaults(fn=cmd_drill)
 
     s = sub.add_parser("plan", parents=[common], help="show the tiering plan and its cost (read-only, no Prefect)")
@@ -273,6 +278,12 @@ def build_parser() -> argparse.ArgumentParser:
     r = csub.add_parser("rebuild", parents=[common], help="reconstruct catalog events from the manifests in the bucket")
     r.add_argument("--write", action="store_true", help="append the rebuilt events to the catalog")
     r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    r.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help=AS_OF_HELP.format(what="the manifests")
+        + "; --write appends what they give to today's catalog (docs/commands.md)",
+    )
     r.set_defaults(fn=cmd_catalog_rebuild)
     r = csub.add_parser("stats", parents=[common], help="runs, checkpoints, events, catalog files, bytes per class")
     r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")

@@ -127,14 +127,22 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
     from ckptvault.catalog import Catalog
 
     cfg, store = preflight_store(args, need_sources=False)
+    when = None
+    source = store  # where the manifests are read: the bucket, or with --as-of its view at TIME
+    if args.as_of is not None:  # before anything is read: an unversioned bucket is exit 2, nothing written
+        from datetime import UTC, datetime
+
+        view = past_view(store, args.as_of, cfg.store.prefix)
+        source, when = view.store, f"{datetime.fromtimestamp(view.at, UTC):%Y-%m-%dT%H:%M:%SZ}"
     from ckptvault.catalog import events as event_builders
     from ckptvault.catalog import fold
     from ckptvault.catalog.saves import replay_supersedes
     from ckptvault.transfer.progress import ProgressBar
 
-    catalog = Catalog(store, cfg.store.prefix)
     # on stderr, and only on a terminal: --json keeps stdout one document
-    events = catalog.rebuild_from_manifests(lambda n: ProgressBar(n, "rebuild", unit="manifests"))
+    events = Catalog(source, cfg.store.prefix).rebuild_from_manifests(
+        lambda n: ProgressBar(n, "rebuild", unit="manifests")
+    )
     # one verified (or invalid) event per manifest, then for a locked save what its HEAD shows
     # (`locked`, `held`): count the manifests
     found = sum(1 for e in events if e.event in ("verified", "invalid"))
@@ -144,6 +152,9 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
         for x in replay_supersedes(fold(events))
     ]
     events += replaced
+    # Written into today's catalog, also with --as-of (a view of the past only reads): new event files
+    # beside whatever it holds, never over them; the compaction then replaces its snapshots.
+    catalog = Catalog(store, cfg.store.prefix)
     key = catalog.append(events) if args.write and events else None
     if key is not None:
         # compacted at once: the first `ls` after a rebuild reads snapshots, not every event it wrote
@@ -151,12 +162,19 @@ def cmd_catalog_rebuild(args: argparse.Namespace) -> int:
             progress=lambda n: ProgressBar(n, "compact", unit="partitions"), workers=8, deletes=cfg.store.flows_delete
         )
     if args.json:
-        emit_json({"saves_found": found, "superseded": len(replaced), "written": key is not None, "key": key})
+        emit_json({"saves_found": found, "superseded": len(replaced), "written": key is not None, "key": key,
+                   "as_of": when})  # fmt: skip
     elif key is not None:
-        print(f"appended {len(events)} events rebuilt from manifests to {key}")
+        then = "" if when is None else f" as they were at {when}"
+        print(f"appended {len(events)} events rebuilt from manifests{then} to {key}")
     else:
+        then = "" if when is None else f" as they were at {when}"
+        if when is not None:  # what the catalog would hold: the saves of that moment, as `ls` lists them
+            from ckptvault.catalog.listing import render_table
+
+            print(render_table(fold(events)))
         print(
-            f"{found} checkpoint saves found by their manifests, {len(replaced)} of them superseded "
+            f"{found} checkpoint saves found by their manifests{then}, {len(replaced)} of them superseded "
             "(pass --write to append them to the catalog)"
         )
     return EXIT_OK

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import contextvars
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -26,9 +28,12 @@ from ckptvault_cli.preflight import (
 )
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from ckptvault.config import Config
     from ckptvault.restore.complete import Chosen
     from ckptvault.restore.copies import Copy
+    from ckptvault.restore.drill import DrillReport
     from ckptvault_prefect.runtime.scale import RunnerChoice
 
 
@@ -302,9 +307,12 @@ def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
+    import json
+
+    if args.as_of is not None:
+        return _drill_as_of(args)
     preflight(args, need_sources=False)
     start_prefect_note()
-    import json
 
     from ckptvault.restore.drill import DrillFailed
     from ckptvault_prefect.flows.drill import drill
@@ -319,8 +327,15 @@ def cmd_drill(args: argparse.Namespace) -> int:
     if isinstance(result, BaseException):
         say(f"drill failed: {result}")
         return EXIT_FAILED
+    doc: dict[str, Any] = result.as_dict()
+    return _print_drilled(args, result, doc)
+
+
+def _print_drilled(args: argparse.Namespace, result: DrillReport, doc: dict[str, Any]) -> int:
+    import json
+
     if args.json:
-        print(json.dumps(result.as_dict(), indent=1))
+        print(json.dumps(doc, indent=1))
         return EXIT_OK
     for r in result.drilled:
         seconds = round(r.seconds, 2)
@@ -328,3 +343,45 @@ def cmd_drill(args: argparse.Namespace) -> int:
     if not result.drilled:
         print("nothing to drill: no verified checkpoints in the catalog")
     return EXIT_OK
+
+
+def _drill_as_of(args: argparse.Namespace) -> int:
+    """`drill --as-of TIME`: the drill of the primary store as it was at TIME (its sample chosen from the
+    catalog as it was then, as `restore --as-of` decides which save `latest` is), in this process (never a
+    flow run: a view of the past is this process's), recorded nowhere: no drill event in the catalog, no
+    alert, no metric. Exit 2 on a TIME that names no moment or a bucket that keeps no versions, before
+    anything else is read (or imported); else the drill's exit codes."""
+    import json
+    from datetime import UTC, datetime
+
+    cfg, store = preflight_store(args, need_sources=False)
+    view = past_view(store, args.as_of, cfg.store.prefix)
+    when = f"{datetime.fromtimestamp(view.at, UTC):%Y-%m-%dT%H:%M:%SZ}"
+    unrecorded = "not recorded: no drill event in the catalog, no alert, no metric; the bucket is only read"
+    say(f"ckptvault: drilling the primary store as it was at {when}; this drill is {unrecorded}")
+    from ckptvault.restore.drill import DrillFailed, DrillReport
+    from ckptvault_prefect.flows.drill import drill
+    from ckptvault_prefect.tasks.step import direct_mode
+
+    process.imports_done()
+    # the flow's body as direct mode runs it, without run_direct's flow_failed alert (a write): the
+    # failure is this command's exit code and message only. What the flow prints is its log: on stderr.
+    with direct_mode(4), contextlib.redirect_stdout(sys.stderr):
+        try:
+            result: object = drill.fn(sample=args.sample, tier=args.tier, config_path=args.config, as_of=view.at)
+        except Exception as e:
+            result = e
+    past = {"as_of": when, "recorded": False}
+    if isinstance(result, DrillFailed):
+        if args.json:
+            print(json.dumps(result.report.as_dict() | past, indent=1))
+        say(str(result))
+        return EXIT_FAILED
+    if isinstance(result, BaseException):
+        say(f"drill failed: {result}")
+        return EXIT_FAILED
+    assert isinstance(result, DrillReport)
+    code = _print_drilled(args, result, result.as_dict() | past)
+    if not args.json:
+        print(f"drilled as it was at {when}; {unrecorded}")
+    return code

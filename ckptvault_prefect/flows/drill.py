@@ -4,6 +4,12 @@ Which checkpoints, and the coverage guarantee, are in ckptvault/restore/drill.py
 are thawed with the Bulk tier by default (cheapest). A drill does not wait for a thaw measured in
 hours: it requests it, reports the checkpoint as pending, and the next drill selects it again (nothing
 was recorded, so it keeps its place at the front of the queue) and completes it.
+
+`as_of` (`ckptvault drill --as-of TIME`, docs/object-lock.md "After an attack"): the same drill of the
+store as it was at that moment, through its read-only point-in-time view: the sample chosen from the
+catalog as it was then, every object read as it was then, from the primary. It writes nothing to the
+bucket: no drill event in the catalog, no alert, no ledger count, no Prefect event (the catalog it
+read is the old one, and the saves it found good may not be today's).
 """
 
 from __future__ import annotations
@@ -67,10 +73,16 @@ def drill(
     thaw_wait_minutes: float = 5.0,
     config_path: str | None = None,
     interval_days: float = INTERVAL_DAYS,
+    as_of: float | None = None,
 ) -> DrillReport:
-    """Returns the drill report (docs/drills.md); raises DrillFailed, carrying it, if any failed."""
+    """Returns the drill report (docs/drills.md); raises DrillFailed, carrying it, if any failed. `as_of`:
+    a unix time, the drill of the store's view at it, recorded nowhere (the caller checked that the
+    bucket keeps versions: ckptvault_cli/preflight.past_view)."""
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
+    past = as_of is not None
+    if as_of is not None:  # every read names the version current then; a write would raise StoreError
+        store = store.as_of(as_of)
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
     tier = tier or cfg.drill.restore_tier
@@ -78,7 +90,8 @@ def drill(
     cover_days = cfg.drill.cover_days
     chosen = select_task(current_states_task(catalog), n, cover_days, interval_days).chosen
     # With replicas, each save is drilled from its least recently drilled copy (restore/drill.py drill_copy)
-    copies: dict[str, Copy] = {c.name: c for c in open_copies_task(cfg)} if cfg.replicas else {}
+    # (of the past: the primary's view only, as `restore --as-of` reads one copy)
+    copies: dict[str, Copy] = {c.name: c for c in open_copies_task(cfg)} if cfg.replicas and not past else {}
     runs = sorted({s.run for s in chosen}) if copies else []
     history: dict[str, list[Event]] = {run: run_events_task(catalog, run) for run in runs}
     replicas = [r.name for r in cfg.replicas]
@@ -130,6 +143,12 @@ def drill(
     drift = [(s.key, tuple(got)) for s in chosen if s.key not in pending if (got := lock_drift_task(store, prefix, s))]
     for (run, step, save), why in drift:
         print(f"lock drift: {label(run, step, save)}: {'; '.join(why)}")
+    if as_of is not None:  # recorded nowhere: the coverage is the old catalog's, as it was read
+        report = DrillReport(tuple(results), tuple(pending), coverage_task(current_states_task(catalog), as_of, n,
+                             cover_days, interval_days), tuple(drift))  # fmt: skip
+        if report.failed:
+            raise DrillFailed(report)
+        return report
     run_id = str(flow_run.id or "")
     record_task(catalog, [r.event(run_id) for r in results])
     prefect_events.drilled(results)  # after the record: the suspect state an automation may look up is there

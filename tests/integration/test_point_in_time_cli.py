@@ -2,7 +2,9 @@
 run of two saves ingested with `[lock]`, then every key of the bucket deleted without a version id (the
 catalog's included) after one data object and one manifest were overwritten with junk. With no other
 command first, `restore --as-of T` brings each save back byte-identical and `ls --as-of T --json` equals
-the listing before the attack; a bucket without versioning is refused at once, nothing written."""
+the listing before the attack; `catalog rebuild --as-of T` lists the saves of then and `drill --as-of T`
+passes, neither writing, and `catalog rebuild --as-of T --write` makes a plain `ls` list them again; a
+bucket without versioning is refused at once, nothing written."""
 
 from __future__ import annotations
 
@@ -52,8 +54,8 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
     root = tmp_path / "hot"
     for step in (100, 200):
         write_checkpoint(root, "deepspeed", step, 6 * MiB, shards=1, seed=step)
-    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")],
-                       extra=f'[lock]\nmode = "{mode}"\ndays = 1\n')  # fmt: skip
+    extra = f'[lock]\nmode = "{mode}"\ndays = 1\n[drill]\nscratch = "{tmp_path / "drill"}"\n'
+    cfg = write_config(tmp_path / "c.toml", any_s3, bucket, [("r", root, "deepspeed")], extra=extra)
     env = _direct(any_s3)
     assert (out := run_cli(cfg, "ingest", env=env)).returncode == 0, out.stderr[-3000:]
     before = run_cli(cfg, "ls", "--json", env=env)
@@ -103,6 +105,23 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
     assert f"{data_key}  (save object; version " in text.stdout, text.stdout
     assert _versions(client, bucket) == versions_before
 
+    # the catalog as the manifests of then give it, and a drill of then: both only read
+    rebuilt = run_cli(cfg, "catalog", "rebuild", "--as-of", moment, env=env)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-3000:]
+    assert [line.split()[:3] for line in rebuilt.stdout.splitlines() if line.startswith("r ")] == [
+        ["r", "100", "1"], ["r", "200", "1"]
+    ], rebuilt.stdout  # fmt: skip
+    assert f"2 checkpoint saves found by their manifests as they were at {moment}" in rebuilt.stdout
+    if any_s3.kind == "seaweedfs":  # its reads are restore --as-of's, above on each server: one proves the wiring
+        drilled = run_cli(cfg, "drill", "--as-of", moment, "--sample", "2", "--json", env=env)
+        assert drilled.returncode == 0, drilled.stderr[-3000:]
+        report = json.loads(drilled.stdout)
+        assert sorted((d["step"], d["ok"]) for d in report["drilled"]) == [(100, True), (200, True)], report
+        assert (report["as_of"], report["recorded"]) == (moment, False), report
+        assert "this drill is not recorded" in drilled.stderr
+    assert _versions(client, bucket) == versions_before, "a rebuild or drill of the past wrote to the bucket"
+
+
     # the undo carried out: the archive reads as it did, a plain restore works, and a second run does nothing
     applied = run_cli(cfg, "recover", "--since", moment, "--apply", env=env)
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
@@ -132,6 +151,16 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
     }
     assert new == {data_key, save + MANIFEST_NAME}
 
+    # --write: into today's catalog, so a plain `ls` lists the saves of then again
+    wrote = run_cli(cfg, "catalog", "rebuild", "--as-of", moment, "--write", "--json", env=env)
+    assert wrote.returncode == 0, wrote.stderr[-3000:]
+    assert json.loads(wrote.stdout) | {"key": None} == {"saves_found": 2, "superseded": 0, "written": True,
+                                                        "key": None, "as_of": moment}  # fmt: skip
+    listed = run_cli(cfg, "ls", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    keyed = [[(s["run"], s["step"], s["save"], s["state"]) for s in json.loads(doc.stdout)] for doc in (listed, before)]
+    assert keyed[0] == keyed[1], keyed
+
 
 def test_a_bucket_without_versioning_is_refused_at_once_and_nothing_is_written(
     seaweedfs: S3Endpoint, bucket_factory: Any, tmp_path: Path
@@ -140,7 +169,8 @@ def test_a_bucket_without_versioning_is_refused_at_once_and_nothing_is_written(
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [])
     env = _direct(seaweedfs)
     refused = (("restore", "r", "--as-of", "1h", "--dest", str(tmp_path / "d")), ("ls", "--as-of", "1h"),
-               ("recover", "--since", "1h"))  # fmt: skip
+               ("recover", "--since", "1h"), ("catalog", "rebuild", "--as-of", "1h", "--write"),
+               ("drill", "--as-of", "1h"))  # fmt: skip
     for args in refused:
         started = time.monotonic()
         out = run_cli(cfg, *args, env=env)
