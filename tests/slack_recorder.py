@@ -88,6 +88,16 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
             ],
             "repaired": False,
         },
+        "tamper": {
+            "store": "primary", "run": "llama-7b", "step": 9000, "save": 1,
+            "keys": [
+                "ckpts/llama-7b/step-0000009000/model.safetensors: overwritten at 2026-12-07T08:12:03Z (version "
+                "3HL4kqtJlcpXroDTDmJ over 3HL4kqCxf3vjVBH4)",
+                "ckpts/llama-7b/step-0000009000/_MANIFEST.json: deleted at 2026-12-07T08:12:04Z (version "
+                "3HL4kqu0ZGa over 3HL4kqCq0a)",
+            ],
+            "since": "2026-12-07T08:12:02Z", "committed": "2026-12-01T03:00:41Z",
+        },
     }  # fmt: skip
     return build(kind, flow_run_url=url, **facts[kind])
 

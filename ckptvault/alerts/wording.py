@@ -398,5 +398,33 @@ TABLE: dict[str, Kind] = {
             + ",".join(p.split(":", 1)[0] for p in f["problems"])[:400]
         ),
     ),
+    # A committed save whose object or manifest was deleted or overwritten after its commit, found by a
+    # scrub's tamper check (ckptvault/history/tamper.py) on copy `store`: `keys` one "key: what at when"
+    # each, `since` the moment just before the earliest of them, `committed` when the save was committed
+    "tamper": Kind(
+        takes=("store", *_PER_STEP, "save", "keys", "since", "committed"),
+        derive=lambda f: {"count": len(f["keys"]), "primary": f["store"] == "primary"},
+        severity="error",
+        summary=(
+            "TAMPERED: {store}'s copy of {run} step {step} save {save}: {count} object(s) deleted or overwritten "
+            "since its commit on {committed}"
+        ),
+        details=_each("keys"),
+        next_step=_either(
+            "primary",
+            "Someone with the bucket's credentials changed an archived save; the versions its commit wrote are "
+            'still in the bucket. Follow docs/runbook.md, "The bucket was attacked": revoke the key and pause '
+            "the writers, then `ckptvault recover --since {since}` shows the undo (nothing changed) and "
+            "`--apply` carries it out; meanwhile `ckptvault restore {run} --step {step} --save {save} --as-of "
+            "{since}` reads the save as it was committed.",
+            "Someone with replica {store}'s credentials changed its copy; the versions the copy's commit wrote are "
+            "still in its bucket. Revoke that key, then `ckptvault scrub --replica {store} --repair` rewrites "
+            "each object from a copy that matches the save's first committed manifest (never the tampered one).",
+        ),
+        reason=lambda f: (
+            f"store={f['store']},step={f['step']},save={f['save']},"
+            + ",".join(k.split(": ", 1)[0] for k in f["keys"])[:400]
+        ),
+    ),
 }
 KINDS = tuple(TABLE)

@@ -81,12 +81,20 @@ class Entry:
     counts: dict[str, float] = field(default_factory=dict)
 
 
+# The gauges a flow sets (the value its last run found, not a sum): name -> help, for docs/metrics.md.
+GAUGES: dict[str, str] = {
+    "tampered_saves": "Committed saves the last tamper check found deleted or overwritten after their commit.",
+}
+
+
 @dataclass(frozen=True)
 class Ledger:
     last_success: dict[str, float] = field(default_factory=dict)  # flow name -> unix seconds
     through: str = ""  # the base holds every entry of this day and before ("" : none yet)
     base: dict[str, float] = field(default_factory=dict)
     entries: dict[str, Entry] = field(default_factory=dict)
+    # gauge name -> (value, when it was set): the latest setting wins the merge
+    gauges: dict[str, tuple[float, float]] = field(default_factory=dict)
     # the keys of the stored objects whose content this object's holds (not part of the ledger: a reader
     # of the object that holds it need not GET them)
     covers: tuple[str, ...] = field(default=(), compare=False)
@@ -106,6 +114,8 @@ class Ledger:
             "entries": {i: {"day": e.day, "counts": e.counts} for i, e in sorted(self.entries.items())},
             "covers": list(self.covers),
         }
+        if self.gauges:  # absent until a flow sets one: a document older versions wrote reads the same
+            doc["gauges"] = {k: [v, t] for k, (v, t) in self.gauges.items()}
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
@@ -122,12 +132,13 @@ class Ledger:
             }
             return cls(
                 last_success={str(k): float(v) for k, v in (doc.get("last_success") or {}).items()},
+                gauges={str(k): (float(v[0]), float(v[1])) for k, v in (doc.get("gauges") or {}).items()},
                 through=str(base.get("through") or ""),
                 base={str(k): float(v) for k, v in (base.get("counts") or {}).items()},
                 entries=entries,
                 covers=tuple(str(k) for k in (doc.get("covers") or [])),
             )
-        except (TypeError, KeyError, AttributeError, json.JSONDecodeError) as e:
+        except (TypeError, KeyError, AttributeError, IndexError, json.JSONDecodeError) as e:
             raise ValueError(f"not a readable {SCHEMA} document: {e}") from None
 
 
@@ -136,11 +147,15 @@ def merge(parts: Iterable[Ledger]) -> Ledger:
     (equal days: the same entries summed, so the larger of each count, which is the same count); every
     entry by id, but those that base already holds."""
     last: dict[str, float] = {}
+    gauges: dict[str, tuple[float, float]] = {}
     through, base = "", {}
     entries: dict[str, Entry] = {}
     for p in parts:
         for f, t in p.last_success.items():
             last[f] = max(last.get(f, t), t)
+        for g, (v, t) in p.gauges.items():
+            if g not in gauges or (t, v) > (gauges[g][1], gauges[g][0]):
+                gauges[g] = (v, t)
         if p.through > through:
             through, base = p.through, dict(p.base)
         elif p.through == through:
@@ -148,7 +163,7 @@ def merge(parts: Iterable[Ledger]) -> Ledger:
                 base[k] = max(base.get(k, v), v)
         entries.update(p.entries)
     kept = {i: e for i, e in entries.items() if e.day > through}
-    return Ledger(last, through, base, kept)
+    return Ledger(last, through, base, kept, gauges)
 
 
 def fold_closed(ledger: Ledger, now: float) -> Ledger:
@@ -161,8 +176,9 @@ def fold_closed(ledger: Ledger, now: float) -> Ledger:
         if e.day <= through:
             _add(base, e.counts)
     return Ledger(
-        dict(ledger.last_success), through, base, {i: e for i, e in ledger.entries.items() if e.day > through}
-    )
+        dict(ledger.last_success), through, base,
+        {i: e for i, e in ledger.entries.items() if e.day > through}, dict(ledger.gauges),
+    )  # fmt: skip
 
 
 def entry(counts: Mapping[str, float], now: float | None = None) -> Entry:
@@ -265,8 +281,10 @@ def record_ledger(
     *,
     delete: bool,
     now: float | None = None,
+    gauges: Mapping[str, float] | None = None,
 ) -> str | None:
-    """Add one entry of `counts` (and, with `succeeded`, that flow's success now) to the stored ledger.
+    """Add one entry of `counts` (and, with `succeeded`, that flow's success now; with `gauges`, each of
+    those GAUGES set to its value as of now) to the stored ledger.
 
     The stored ledger is merged with it (closed days folded into the base) and written as one new object
     that names in `covers` every object whose content it holds; with `delete`, those are deleted after
@@ -278,7 +296,9 @@ def record_ledger(
     # the store calls this process retried since the last record: counted by the record that is written
     retried = retrying.take_counts()
     try:
-        key = _record(store, prefix, _with_retries(counts or {}, retried), succeeded, delete=delete, t=t)
+        key = _record(
+            store, prefix, _with_retries(counts or {}, retried), succeeded, delete=delete, t=t, gauges=gauges or {}
+        )
     except BaseException:
         retrying.give_back_counts(retried)
         raise
@@ -296,12 +316,23 @@ def _with_retries(counts: Mapping[str, float], retried: Mapping[str, int]) -> di
 
 
 def _record(
-    store: ObjectStore, prefix: str, counts: Mapping[str, float], succeeded: str | None, *, delete: bool, t: float
+    store: ObjectStore,
+    prefix: str,
+    counts: Mapping[str, float],
+    succeeded: str | None,
+    *,
+    delete: bool,
+    t: float,
+    gauges: Mapping[str, float],
 ) -> str | None:
+    unknown = sorted(set(gauges) - set(GAUGES))
+    if unknown:
+        raise ValueError(f"unknown ledger gauge(s) {', '.join(unknown)}")
     e = entry(counts, t)
     mine = Ledger(
-        last_success={succeeded: t} if succeeded else {}, through="", base={}, entries={e.id: e} if e.counts else {}
-    )
+        last_success={succeeded: t} if succeeded else {}, through="", base={}, entries={e.id: e} if e.counts else {},
+        gauges={g: (float(v), t) for g, v in gauges.items()},
+    )  # fmt: skip
     stored, read = Stored([], []), True
     try:
         stored = read_stored(store, prefix)
@@ -343,11 +374,12 @@ def note_ledger(
     succeeded: str | None = None,
     *,
     delete: bool,
+    gauges: Mapping[str, float] | None = None,
 ) -> str | None:
     """`record_ledger`, for a flow's end: a ledger that cannot be written is logged, never the flow's
     failure (the work is done and in the catalog; the counters lag until the next record)."""
     try:
-        return record_ledger(store, prefix, counts, succeeded, delete=delete)
+        return record_ledger(store, prefix, counts, succeeded, delete=delete, gauges=gauges)
     except StoreError as e:
         log.warning("could not record %s in the metrics' ledger under %s: %s", succeeded or "counts", prefix, e)
         return None

@@ -96,6 +96,12 @@ def ledger_families(led: ledger_lib.Ledger) -> list[Metric]:
     for flow, t in sorted(led.last_success.items()):
         last.add_metric([flow], t)
     out.append(last)
+    # the gauges a flow sets (ledger.GAUGES), each once a flow has set it: absent, nothing has measured it yet
+    for name, doc in ledger_lib.GAUGES.items():
+        if name in led.gauges:
+            g = _gauge(name, doc)
+            g.add_metric([], led.gauges[name][0])
+            out.append(g)
     return out
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,7 +29,8 @@ from typing import Any, Literal
 from ckptvault.catalog import CheckpointState, Event
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.errors import InvalidArgumentError
-from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore, StoreError
+from ckptvault.history.versions import by_key, first_written
+from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore, ObjectVersion, StoreError
 
 PRIMARY = "primary"  # how the [store] is named among the copies ([[replicas]] names may not be this)
 COVER_RUNS = 7  # the default sample covers every save within this many scrubs
@@ -50,6 +51,9 @@ class Copy:
     name: str  # PRIMARY or the replica's name
     store: ObjectStore
     prefix: str
+    # a replica's `expire_after_days`: its bucket's lifecycle deletes each object that long after it was
+    # copied, which the tamper check must not take for an attack
+    expire_after_days: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,43 +194,85 @@ def check_object(store: ObjectStore, name: str, key: str, path: str, size: int, 
 @dataclass
 class Manifests:
     """The save's manifest as each copy holds it, and the one every copy is checked against: the
-    primary's where it reads as a manifest, else the first replica's that does."""
+    primary's where it reads as a manifest, else the first replica's that does. On a bucket that keeps
+    versions the reference is that copy's FIRST manifest version, the one the save's commit wrote (a
+    manifest is never legitimately rewritten), never whichever reads today: a key that overwrote the
+    manifest must not make a repair copy its objects over a good copy."""
 
     raw: dict[str, bytes | None]  # copy -> its manifest's bytes; None: missing
     unreadable: dict[str, str]  # copy -> why its manifest could not be read or parsed
     reference: Manifest | None = None
     reference_raw: bytes = b""
     reference_from: str = ""
+    reference_version: ObjectVersion | None = None  # the first manifest version read, on a versioned bucket
+
+    def reference_name(self) -> str:
+        first = " first committed" if self.reference_version is not None else ""
+        return f"the {self.reference_from}'s{first} manifest"
 
 
-def read_manifests(copies: Sequence[Copy], run: str, step: int, save: int) -> Manifests:
+def first_manifest(store: ObjectStore, key: str, current: bytes | None) -> tuple[bytes, ObjectVersion] | None:
+    """The bytes of the manifest's first data version and that version (None: it has none), read by its
+    version id; `current`, the bytes that read today, stand for them when that version is the current one."""
+    first = first_written(by_key(v for v in store.list_versions(key) if v.key == key).get(key, []))
+    if first is None:
+        return None
+    if first.latest and current is not None:
+        return current, first
+    return store.pinned([first]).get_bytes(key), first
+
+
+def read_manifests(
+    copies: Sequence[Copy], run: str, step: int, save: int, versioned: Collection[str] = ()
+) -> Manifests:
+    """`versioned`: the copies whose bucket keeps versions (their first manifest version is the
+    reference candidate)."""
     out = Manifests({}, {})
     for c in copies:
         key = checkpoint_prefix(c.prefix, run, step, save) + MANIFEST_NAME
+        origin = f"{c.store.bucket}/{key}"
+        raw: bytes | None = None
         try:
-            if c.store.head(key) is None:
-                out.raw[c.name] = None
-                continue
-            raw = c.store.get_bytes(key)
-            m = Manifest.from_json(raw, f"{c.store.bucket}/{key}")
+            if c.store.head(key) is not None:
+                raw = c.store.get_bytes(key)
+                m: Manifest | None = Manifest.from_json(raw, origin)
+            else:
+                m = None
+            out.raw[c.name] = raw
         except Exception as e:  # a StoreError, or a manifest that does not parse: reported on that copy
             out.unreadable[c.name] = str(e)
+            m = None
+        if out.reference is not None:
             continue
-        out.raw[c.name] = raw
-        if out.reference is None:
+        if c.name in versioned:
+            try:
+                found = first_manifest(c.store, key, raw)
+                if found is not None:
+                    ref_raw, version = found
+                    ref = Manifest.from_json(ref_raw, f"{origin} (version {version.version_id})")
+                    out.reference, out.reference_raw, out.reference_from = ref, ref_raw, c.name
+                    out.reference_version = version
+                    continue
+            except Exception:  # unreadable here: the next copy is the candidate, as after a bad manifest
+                continue
+        if m is not None and raw is not None:
             out.reference, out.reference_raw, out.reference_from = m, raw, c.name
     return out
 
 
 def check_save(
-    copies: Sequence[Copy], checked: Sequence[str], s: CheckpointState, replicated: Iterable[str]
+    copies: Sequence[Copy],
+    checked: Sequence[str],
+    s: CheckpointState,
+    replicated: Iterable[str],
+    versioned: Collection[str] = (),
 ) -> tuple[SaveScrub, Manifests]:
     """Every object of save `s` on each copy named in `checked` that holds it: the primary always (the
     catalog says it is committed there), a replica where its manifest is there or a `replicated` event
     (`replicated`: the copies named by one) says it was. `copies` are every copy, the reference's
-    candidates. Nothing is written."""
+    candidates (`versioned`: those whose bucket keeps versions). Nothing is written."""
     out = SaveScrub(s.run, s.step, s.save)
-    ms = read_manifests(copies, s.run, s.step, s.save)
+    ms = read_manifests(copies, s.run, s.step, s.save, versioned)
     recorded = set(replicated) | {PRIMARY}
     for c in copies:
         if c.name not in checked:
@@ -247,9 +293,8 @@ def check_save(
             )
             rep.problems.append(Problem(c.name, MANIFEST_NAME, "manifest missing", f"missing ({said})"))
         elif ms.reference is not None and raw != ms.reference_raw:
-            rep.problems.append(
-                Problem(c.name, MANIFEST_NAME, "manifest differs", f"differs from the {ms.reference_from}'s manifest")
-            )
+            differs = f"differs from {ms.reference_name()}"
+            rep.problems.append(Problem(c.name, MANIFEST_NAME, "manifest differs", differs))
         if ms.reference is None:
             continue  # no copy has a readable manifest: nothing to check the objects against
         base = checkpoint_prefix(c.prefix, s.run, s.step, s.save)

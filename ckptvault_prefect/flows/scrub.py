@@ -1,9 +1,10 @@
 """The scrub flow: check every object of the rotation's saves on every copy against the manifest, and
 repair where `[scrub] repair` (or the `repair` parameter) says so (docs/replicas.md, "Scrub and repair").
 Wiring only, the calls of `ckptvault scrub`: config -> the copies, each opened and checked -> the
-catalog's saves and events -> the scrub (one task run) -> the artifact -> one alert per save and copy
-with a problem left. The run ends Failed when a problem is left, once everything is recorded and
-alerted, as the command exits 1."""
+catalog's saves and events -> the scrub (one task run: the tamper check first) -> the artifact -> one
+alert per save and copy with a problem left, and one `tamper` alert per tampered save and copy -> the
+ledger (the `ckptvault_tampered_saves` gauge). The run ends Failed when a problem is left or a save was
+tampered with, once everything is recorded and alerted, as the command exits 1."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from ckptvault.replication.scrub_report import (
     choose_copies,
     closing_line,
     save_lines,
+    tamper_lines,
+    tampered_saves,
     to_markdown,
 )
 from ckptvault_prefect.runtime.hooks import HOOKS
@@ -50,7 +53,7 @@ def scrub(
     primary = open_store_task(cfg)
     # every copy opened and checked before anything is read: each is a repair's source
     copies = [Copy(PRIMARY, primary, cfg.store.prefix)]
-    copies += [Copy(r.name, open_replica_task(r, cfg.lock), r.prefix) for r in choice.replicas]
+    copies += [Copy(r.name, open_replica_task(r, cfg.lock), r.prefix, r.expire_after_days) for r in choice.replicas]
     catalog = Catalog(primary, cfg.store.prefix)
     states = current_states_task(catalog)
     past = all_events_task(catalog)
@@ -58,10 +61,14 @@ def scrub(
     for s in report.saves:
         for _, line in save_lines(s):
             print(line)
+    for _, line in tamper_lines(report):
+        print(line)
     print(closing_line(report, fix))
     publish_markdown_task("scrub-report", to_markdown(report, fix), "what the scrub checked, repaired and left")
     notify_task(cfg, primary, alerts(report, fix, flow_run_url()))
-    ledger_task(primary, cfg.store.prefix, None, "scrub" if report.ok else None, delete=cfg.store.flows_delete)
+    n = tampered_saves(report)
+    ledger_task(primary, cfg.store.prefix, None, "scrub" if report.ok else None, delete=cfg.store.flows_delete,
+                gauges=None if n is None else {"tampered_saves": n})  # fmt: skip
     if not report.ok:
         raise ScrubIncomplete(report, fix)
     return report

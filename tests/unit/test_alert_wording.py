@@ -67,6 +67,10 @@ CASES: dict[str, Callable[[], Alert]] = {
     "scrub_problem no path": lambda: build(
         "scrub_problem", store="dr", run="r", step=1, save=2, problems=[], repaired=False
     ),
+    "tamper one key, on a replica": lambda: build(
+        "tamper", store="dr", run="r", step=10, save=2, keys=["p/r/step-0000000010.2/a.bin: deleted at "
+        "2026-12-07T08:00:00Z (version v2 over v1)"], since="2026-12-07T07:59:59Z", committed="2026-12-01T00:00:00Z",
+    ),
     "restore_completed to a path with braces": lambda: build(
         "restore_completed", run="r", step=1, destination="/scratch/{x}", seconds=1234.4
     ),
