@@ -29,6 +29,9 @@ from typing import Any
 TERRAFORM = Path(__file__).resolve().parents[1] / "terraform"
 WORKER_TEMPLATE = TERRAFORM / "worker-policy.json.tftpl"  # the tier role's: may delete under the prefix
 INGEST_TEMPLATE = TERRAFORM / "ingest-policy.json.tftpl"  # the ingest role's: no s3:DeleteObject at all
+# the break-glass role's (`recover --since TIME --apply`): deletes a delete marker by its version id, never a
+# plain delete; held by an on-call human, not by a flow (docs/OPERATIONS.md, "The break-glass role")
+RECOVER_TEMPLATE = TERRAFORM / "recover-policy.json.tftpl"
 # a replica's credentials (its `profile`), on the replica bucket: no delete; without [lock]'s two actions,
 # which replica.tf adds with replica_object_lock
 REPLICA_TEMPLATE = TERRAFORM / "replica-policy.json.tftpl"

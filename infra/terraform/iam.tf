@@ -1,4 +1,4 @@
-# Two policies (docs/OPERATIONS.md, "Two roles"). The worker's (the tier role): exactly the S3 actions
+# Two policies (docs/OPERATIONS.md, "Two roles"), and a third for the break-glass role (below). The worker's (the tier role): exactly the S3 actions
 # ckptvault's code calls (tests/infra/test_iam_policy.py derives them from ckptvault/store/*.py and
 # compares), on the bucket (bucket-level actions) and on <bucket>/<prefix>/* (object actions);
 # worker-policy.json.tftpl is its S3 document. The ingest role's (ingest, drills, restore, hold/release,
@@ -18,6 +18,15 @@ locals {
     list_prefix = "${local.key_prefix}*"
   }))
 
+  # The break-glass role's (`recover --since TIME --apply`, docs/OPERATIONS.md "The break-glass role"):
+  # removes delete markers by version id and puts a save's overwritten objects back, locked as they were;
+  # no plain delete, no bypass, no lifecycle write. recover-policy.json.tftpl.
+  recover_s3_policy = jsondecode(templatefile("${path.module}/recover-policy.json.tftpl", {
+    bucket_arn  = local.bucket_arn
+    objects_arn = "${local.bucket_arn}/${local.key_prefix}*"
+    list_prefix = "${local.key_prefix}*"
+  }))
+
   # SSE-KMS: writing needs a data key, reading (and completing a multipart upload) needs Decrypt.
   kms_statements = local.kms ? [{
     Sid      = "UseTheBucketKmsKey"
@@ -32,6 +41,10 @@ locals {
 
   ingest_policy = jsonencode(merge(local.ingest_s3_policy, {
     Statement = concat(local.ingest_s3_policy.Statement, local.kms_statements)
+  }))
+
+  recover_policy = jsonencode(merge(local.recover_s3_policy, {
+    Statement = concat(local.recover_s3_policy.Statement, local.kms_statements)
   }))
 }
 
@@ -104,4 +117,54 @@ resource "aws_iam_role_policy_attachment" "irsa" {
   for_each   = aws_iam_role.irsa
   role       = each.value.name
   policy_arn = local.role_policies[each.key]
+}
+
+# The break-glass role (docs/OPERATIONS.md, "The break-glass role"): `ckptvault recover --since TIME --apply`
+# after an attack, and nothing else. Not a flow's: neither service account can take it. Made only when
+# break_glass_principal_arns names who may (the on-call's IAM users or roles, or an account's root to leave
+# the choice to that account's own policies), and with MFA unless break_glass_require_mfa is false.
+locals {
+  break_glass = length(var.break_glass_principal_arns) > 0
+  break_glass_trust = jsonencode({
+    Version = "2012-10-17"
+    Statement = [merge({
+      Sid       = "OnCallOnly"
+      Effect    = "Allow"
+      Principal = { AWS = var.break_glass_principal_arns }
+      Action    = "sts:AssumeRole"
+      }, var.break_glass_require_mfa ? {
+      Condition = {
+        Bool            = { "aws:MultiFactorAuthPresent" = "true" }
+        NumericLessThan = { "aws:MultiFactorAuthAge" = "3600" }
+      }
+    } : {})]
+  })
+}
+
+resource "aws_iam_policy" "recover" {
+  name        = "ckptvault-recover-${var.bucket_name}"
+  description = "ckptvault recover --apply (break-glass): remove delete markers and put saves back under s3://${var.bucket_name}/${local.key_prefix}; no plain delete"
+  policy      = local.recover_policy
+  tags        = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "recover" {
+  count      = var.recover_role_name == null ? 0 : 1
+  role       = var.recover_role_name
+  policy_arn = aws_iam_policy.recover.arn
+}
+
+resource "aws_iam_role" "break_glass" {
+  count                = local.break_glass ? 1 : 0
+  name                 = "${var.role_name_prefix}-break-glass"
+  description          = "ckptvault recover --apply after an attack: assumed by the on-call, with MFA, for the recovery only"
+  assume_role_policy   = local.break_glass_trust
+  max_session_duration = 3600
+  tags                 = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "break_glass" {
+  count      = local.break_glass ? 1 : 0
+  role       = aws_iam_role.break_glass[0].name
+  policy_arn = aws_iam_policy.recover.arn
 }

@@ -25,6 +25,20 @@ output "ingest_policy_json" {
   value = local.ingest_policy
 }
 
+output "recover_policy_arn" {
+  description = "The break-glass policy (`ckptvault recover --since TIME --apply`): attach it to a role only an on-call human assumes, for a recovery only (docs/OPERATIONS.md); never to a flow's."
+  value       = aws_iam_policy.recover.arn
+}
+
+output "recover_policy_json" {
+  value = local.recover_policy
+}
+
+output "break_glass_role_arn" {
+  description = "The role <role_name_prefix>-break-glass with the recover policy, assumable by break_glass_principal_arns (with MFA); null without them."
+  value       = local.break_glass ? aws_iam_role.break_glass[0].arn : null
+}
+
 output "store_config" {
   description = "The [store] section for ckptvault.toml (credentials come from the role, never from the file); with Object Lock, the [lock] section that matches the bucket."
   value = join("\n", compact([

@@ -84,6 +84,28 @@ variable "ingest_role_name" {
   default     = null
 }
 
+variable "recover_role_name" {
+  description = "Attach the recover (break-glass) policy to this existing IAM role, the one an on-call human assumes for `ckptvault recover --apply` only; null to attach it yourself or to use break_glass_principal_arns."
+  type        = string
+  default     = null
+}
+
+variable "break_glass_principal_arns" {
+  description = "Who may assume the break-glass role <role_name_prefix>-break-glass (the recover policy: `ckptvault recover --since TIME --apply`): the on-call's IAM users or roles (arn:aws:iam::ACCOUNT:user/NAME, role/NAME), or arn:aws:iam::ACCOUNT:root to let that account's own policies decide. Empty: no role is made. Never a flow's role."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for a in var.break_glass_principal_arns : can(regex("^arn:[a-z-]+:iam::[0-9]{12}:(root|user/.+|role/.+)$", a))])
+    error_message = "break_glass_principal_arns: IAM ARNs of users, roles or an account root (arn:aws:iam::ACCOUNT:role/NAME)."
+  }
+}
+
+variable "break_glass_require_mfa" {
+  description = "Assuming the break-glass role needs MFA (aws:MultiFactorAuthPresent, within the last hour). Turn off only where the principals are federated roles whose identity provider enforces MFA (an assumed-role session carries no MFA key)."
+  type        = bool
+  default     = true
+}
+
 variable "force_destroy" {
   description = "Let `terraform destroy` delete a non-empty bucket (all checkpoints). Keep false outside tests."
   type        = bool

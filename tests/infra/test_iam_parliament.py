@@ -1,8 +1,8 @@
-"""parliament (duo-labs' IAM linter) over the policies Terraform renders: the ingest, tier (worker) and
-replica templates, with the statements iam.tf and replica.tf add (SSE-KMS, the replica's lock), rendered as
-tests/infra/test_iam_policy.py and `make up` render them (infra/local/roles.py). Every finding must be one
-of EXPECTED, each with why it stays; a new one (an unknown action, an action on a resource type it does not
-apply to, a malformed condition) fails the test by its text.
+"""parliament (duo-labs' IAM linter) over the policies Terraform renders: the ingest, tier (worker), recover
+(break-glass) and replica templates, with the statements iam.tf and replica.tf add (SSE-KMS, the replica's
+lock), rendered as tests/infra/test_iam_policy.py and `make up` render them (infra/local/roles.py). Every
+finding must be one of EXPECTED, each with why it stays; a new one (an unknown action, an action on a
+resource type it does not apply to, a malformed condition) fails the test by its text.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from infra.local.roles import INGEST_TEMPLATE, REPLICA_TEMPLATE, WORKER_TEMPLATE, render_policy
+from infra.local.roles import INGEST_TEMPLATE, RECOVER_TEMPLATE, REPLICA_TEMPLATE, WORKER_TEMPLATE, render_policy
 
 
 def _parliament() -> Any:
@@ -38,10 +38,11 @@ REPLICA_LOCK = {"Sid": "LockTheCopies", "Effect": "Allow", "Action": ["s3:PutObj
 
 
 def policies(prefix: str) -> dict[str, dict[str, Any]]:
-    """Every document Terraform can attach: iam.tf's two with and without SSE-KMS, replica.tf's with and
-    without replica_object_lock (its lock statement as replica.tf writes it)."""
+    """Every document Terraform can attach: iam.tf's three (ingest, tier, the break-glass recover) with and
+    without SSE-KMS, replica.tf's with and without replica_object_lock (its lock statement as replica.tf
+    writes it)."""
     out: dict[str, dict[str, Any]] = {}
-    for role, template in (("ingest", INGEST_TEMPLATE), ("tier", WORKER_TEMPLATE)):
+    for role, template in (("ingest", INGEST_TEMPLATE), ("tier", WORKER_TEMPLATE), ("recover", RECOVER_TEMPLATE)):
         doc = render_policy("acme-ckpts", prefix, template=template)
         out[role] = doc
         out[f"{role} with SSE-KMS"] = {**doc, "Statement": [*doc["Statement"], KMS]}

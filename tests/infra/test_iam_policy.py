@@ -6,7 +6,10 @@ ckptvault/store/*.py (the only package that imports boto3, checked below), where
 `x.client`, a parameter annotated S3Client or a name bound to make_client(...)/session.client(...); any
 call whose method name is an S3 operation of botocore's service model counts too, whatever it is called
 on. Each method maps to its IAM actions through METHOD_ACTIONS, an explicit table: a method missing there
-fails the test by name, so a new S3 call cannot land without a decision about its permission.
+fails the test by name, so a new S3 call cannot land without a decision about its permission. Where the
+function decides the action (a read or delete by version id: s3:GetObjectVersion, s3:DeleteObjectVersion),
+CALL_ACTIONS maps the (function, method) call site, and every call the scan sees naming a version must be
+there; WITHHELD says which of those actions the flows' roles go without, and why.
 
 The policy is infra/terraform/worker-policy.json.tftpl, rendered here as Terraform's templatefile would
 (and, where terraform is installed, compared with Terraform's own rendering of the module's policy).
@@ -17,6 +20,10 @@ release, the watch) is the same without s3:DeleteObject at all. The flows run un
 reached only from the tier flow, and every call of a function that deletes (catalog compaction, the
 alert-state save, the probes) passes that switch, except the tier flow's own. That the switch does stop
 every delete: tests/unit/test_no_delete_role.py, on a store that refuses them.
+
+The break-glass role's policy (infra/terraform/recover-policy.json.tftpl: `recover --since TIME --apply`):
+exactly what the calls reachable from recover's path need (RECOVER_APPLY_PATH, followed into the S3
+adapter), the one policy with s3:DeleteObjectVersion; neither flow role has it.
 
 A replica's policy (infra/terraform/replica-policy.json.tftpl, on the replica bucket, for the credentials
 of its `profile`): exactly REPLICA_ACTIONS, each an action the store's code needs (so the table cannot
@@ -34,7 +41,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -44,6 +51,7 @@ import pytest
 
 from infra.local.roles import (
     INGEST_TEMPLATE,
+    RECOVER_TEMPLATE,
     REPLICA_TEMPLATE,
     TERRAFORM,
     WORKER_TEMPLATE,
@@ -62,7 +70,11 @@ TEMPLATE = WORKER_TEMPLATE
 METHOD_ACTIONS: dict[str, frozenset[str]] = {
     "head_bucket": frozenset({"s3:ListBucket"}),
     "list_objects_v2": frozenset({"s3:ListBucket"}),
-    "head_object": frozenset({"s3:GetObject"}),
+    # HEAD answers with a version's lock (ObjectLockMode/RetainUntilDate, LegalHoldStatus) only where the
+    # caller may read them: without these two AWS leaves the headers out, and the code that reads a lock
+    # from a HEAD (object_lock.from_head: the probe, raising a retention, tier's postponed expiry, the drift
+    # check, recover's relock) would see every object unlocked
+    "head_object": frozenset({"s3:GetObject", "s3:GetObjectRetention", "s3:GetObjectLegalHold"}),
     "get_object": frozenset({"s3:GetObject"}),
     # with the x-amz-tagging header (ingest tags every object it uploads) PutObjectTagging is needed too
     "put_object": frozenset({"s3:PutObject", "s3:PutObjectTagging"}),
@@ -96,6 +108,51 @@ METHOD_ACTIONS: dict[str, frozenset[str]] = {
     "list_object_versions": frozenset({"s3:ListBucketVersions"}),
 }
 
+_READ_A_VERSION = frozenset({"s3:GetObject", "s3:GetObjectVersion"})
+
+# (function, method) -> the actions of that call site where the method alone does not say: the same method
+# needs another action by what the call names. A read with VersionId is s3:GetObjectVersion on AWS (and
+# s3:GetObject is then not consulted); a delete with VersionId is s3:DeleteObjectVersion. The functions
+# below read the current version, or in a point-in-time view (`restore --as-of`, `ls --as-of`, `recover`:
+# `**self._pinned(key)`, `**req.version_args()`) the version current then, so they need both. Every call
+# the scan sees naming a version (a VersionId argument, or a `**` of the view's arguments) must be here:
+# test_every_call_that_names_a_version_has_its_own_actions.
+CALL_ACTIONS: dict[tuple[str, str], frozenset[str]] = {
+    ("head", "head_object"): METHOD_ACTIONS["head_object"] | {"s3:GetObjectVersion"},
+    ("get_bytes", "get_object"): _READ_A_VERSION,
+    ("read_crc32c", "get_object"): _READ_A_VERSION,
+    ("read_range", "get_object"): _READ_A_VERSION,  # restore's small files, recover's streamed copy
+    ("_fetch_once", "get_object"): _READ_A_VERSION,  # a restore's ranged download (download.py)
+    ("_fetch_group_once", "get_object"): _READ_A_VERSION,  # and of a compressed file's frames (framed.py)
+    ("restore_object", "restore_object"): frozenset({"s3:RestoreObject"}),  # of a version: the same action
+    # recover --apply: a delete marker removed by its version id (S3Store.remove_delete_marker)
+    ("remove_delete_marker", "delete_object"): frozenset({"s3:DeleteObjectVersion"}),
+    # the Object Lock probe: its delete by version id is the test (refused: the lock holds), and its cleanup
+    # deletes by version id with the governance bypass (or, versioning off, plainly)
+    ("probe_enforced", "delete_object"): frozenset({"s3:DeleteObjectVersion"}),
+    ("_remove", "delete_object"): frozenset(
+        {"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:BypassGovernanceRetention"}
+    ),
+}
+
+# What the worker (tier) and ingest roles are never granted although a call they may make asks for it:
+# (function, method) -> (the actions withheld, why the call still works, or works as meant, without them).
+WITHHELD: dict[tuple[str, str], tuple[frozenset[str], str]] = {
+    ("probe_enforced", "delete_object"): (
+        frozenset({"s3:DeleteObjectVersion"}),
+        "the probe's delete by version id is the test: IAM refusing it, as the lock would, is the answer",
+    ),
+    ("_remove", "delete_object"): (
+        frozenset({"s3:DeleteObjectVersion", "s3:BypassGovernanceRetention"}),
+        "the probe's cleanup is best effort: its locked version stays, unlocked 60 s later, expired by the "
+        "noncurrent-version rule",
+    ),
+    ("remove_delete_marker", "delete_object"): (
+        frozenset({"s3:DeleteObjectVersion"}),
+        "recover --apply only, under the break-glass role (recover-policy.json.tftpl)",
+    ),
+}
+
 # Calls the worker never makes, so its policy must not allow them: method -> (the only functions that may
 # call it, why). In AWS the bucket is Terraform's; ensure_bucket is the demo's and a first user's convenience.
 NOT_FOR_THE_WORKER: dict[str, tuple[frozenset[str], str]] = {
@@ -122,6 +179,7 @@ class S3Call:
     where: str  # path:line
     function: str  # the innermost enclosing function ("<module>" at top level)
     method: str  # the client method; for a paginator, the paginated operation
+    names_a_version: bool = False  # a VersionId argument, or the `**` of a point-in-time view's arguments
 
 
 def s3_operations() -> frozenset[str]:
@@ -148,6 +206,9 @@ class _Scanner(ast.NodeVisitor):
         self.calls: list[S3Call] = []
         self.functions: list[str] = ["<module>"]
         self.clients: list[set[str]] = [set()]  # names bound to an S3 client, per function scope
+        # ckptvault.store's own modules imported by name (`from ckptvault.store import copy_stream`): a call
+        # on one (`copy_stream.copy_object(req, ...)`) is ours, whatever S3 operation its name matches
+        self.own_modules: set[str] = set()
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
@@ -160,6 +221,10 @@ class _Scanner(ast.NodeVisitor):
 
     visit_FunctionDef = _function
     visit_AsyncFunctionDef = _function
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module == "ckptvault.store":
+            self.own_modules.update(a.asname or a.name for a in node.names if (STORE / f"{a.name}.py").exists())
 
     def visit_Assign(self, node: ast.Assign) -> None:
         if isinstance(node.value, ast.Call) and _callee(node.value.func) in CLIENT_FACTORIES:
@@ -181,9 +246,22 @@ class _Scanner(ast.NodeVisitor):
                 arg = node.args[0] if node.args else None
                 op = arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else "<dynamic>"
                 self.calls.append(S3Call(at, self.functions[-1], op))
+            elif isinstance(func.value, ast.Name) and func.value.id in self.own_modules:
+                pass
             elif self._is_client(func.value) or func.attr in self.operations:
-                self.calls.append(S3Call(at, self.functions[-1], func.attr))
+                self.calls.append(S3Call(at, self.functions[-1], func.attr, _names_a_version(node)))
         self.generic_visit(node)
+
+
+def _names_a_version(call: ast.Call) -> bool:
+    """VersionId=..., or **x where x is a point-in-time view's arguments (`self._pinned(key)`, `pinned`,
+    `req.version_args()`): the request may name a version, not the current object."""
+    for k in call.keywords:
+        if k.arg == "VersionId":
+            return True
+        if k.arg is None and re.search(r"pinned|version", ast.unparse(k.value), re.I):
+            return True
+    return False
 
 
 def scan_source(source: str, where: str, operations: frozenset[str] | None = None) -> list[S3Call]:
@@ -204,8 +282,22 @@ def worker_calls() -> list[S3Call]:
     return [c for c in scan_store() if c.method not in NOT_FOR_THE_WORKER]
 
 
-def needed_actions(calls: Iterable[S3Call]) -> set[str]:
-    return {action for c in calls for action in METHOD_ACTIONS[c.method]}
+def call_actions(c: S3Call) -> frozenset[str]:
+    """The IAM actions one call site needs: its own entry in CALL_ACTIONS, else its method's."""
+    return CALL_ACTIONS.get((c.function, c.method), METHOD_ACTIONS[c.method])
+
+
+def needed_actions(
+    calls: Iterable[S3Call], withheld: Mapping[tuple[str, str], tuple[frozenset[str], str]] | None = None
+) -> set[str]:
+    """What `calls` need, less what `withheld` says the role goes without at each call site."""
+    none: tuple[frozenset[str], str] = (frozenset(), "")
+    return {a for c in calls for a in call_actions(c) - (withheld or {}).get((c.function, c.method), none)[0]}
+
+
+def worker_actions() -> set[str]:
+    """What the worker (tier) role needs: every call it may make, less WITHHELD."""
+    return needed_actions(worker_calls(), WITHHELD)
 
 
 def _as_list(v: str | list[str]) -> list[str]:
@@ -234,6 +326,41 @@ def test_every_s3_call_in_the_store_is_mapped_to_iam_actions() -> None:
         "S3 calls with no IAM mapping: add each to METHOD_ACTIONS in tests/infra/test_iam_policy.py and the "
         f"action to infra/terraform/worker-policy.json.tftpl: {', '.join(unmapped)}"
     )
+
+
+def test_every_call_that_names_a_version_has_its_own_actions() -> None:
+    """A read or delete by version id needs another action than the method's (s3:GetObjectVersion,
+    s3:DeleteObjectVersion): each such call site is in CALL_ACTIONS, and each entry there is a call site
+    that exists (a renamed function fails here, not silently back to the method's actions)."""
+    calls = scan_store()
+    versioned = sorted({(c.function, c.method) for c in calls if c.names_a_version})
+    assert [v for v in versioned if v not in CALL_ACTIONS] == [], "calls naming a version: add them to CALL_ACTIONS"
+    sites = {(c.function, c.method) for c in calls}
+    assert [k for k in CALL_ACTIONS if k not in sites] == [], "CALL_ACTIONS names call sites the scan does not find"
+    assert [k for k in WITHHELD if k not in CALL_ACTIONS] == [], "WITHHELD names only call sites of CALL_ACTIONS"
+    # the ones we know of: the point-in-time reads, recover's marker removal, the lock probe's deletes
+    assert {("head", "head_object"), ("read_range", "get_object"), ("_fetch_once", "get_object")} <= set(versioned)
+    assert {("remove_delete_marker", "delete_object"), ("probe_enforced", "delete_object")} <= set(versioned)
+    # the same method, two actions by the function: a plain delete and a marker's removal
+    (delete,) = [c for c in calls if (c.function, c.method) == ("delete", "delete_object")]
+    assert call_actions(delete) == {"s3:DeleteObject"} and not delete.names_a_version
+    (marker,) = [c for c in calls if (c.function, c.method) == ("remove_delete_marker", "delete_object")]
+    assert call_actions(marker) == {"s3:DeleteObjectVersion"}
+
+
+def test_the_scanner_tells_a_call_that_names_a_version() -> None:
+    source = """
+def a(self, key):
+    self.client.get_object(Bucket="b", Key=key, **self._pinned(key))
+def b(self, key):
+    self.client.delete_object(Bucket="b", Key=key, VersionId="v")
+def c(req):
+    req.client.get_object(Bucket="b", Key="k", **req.version_args())
+def d(self, key):
+    self.client.get_object(Bucket="b", Key=key, **self._put_args())
+"""
+    found = {c.function: c.names_a_version for c in scan_source(source, "example.py")}
+    assert found == {"a": True, "b": True, "c": True, "d": False}
 
 
 def test_calls_the_worker_must_not_make_stay_where_they_are() -> None:
@@ -267,6 +394,9 @@ def e(anything):
 def not_s3(req):
     upload.upload_file(req)
     store.head("k")
+def ours(req):
+    from ckptvault.store import copy_stream
+    copy_stream.copy_object(req, read, size=1, crc32c="", source="s")
 """
     found = {c.method: c.function for c in scan_source(source, "example.py")}
     assert found == {
@@ -303,7 +433,7 @@ def test_the_policy_grants_exactly_the_called_actions_on_the_right_resources(pre
     policy = render_policy(bucket, prefix)
     assert policy["Version"] == "2012-10-17"
     grants = granted(policy)
-    need = needed_actions(worker_calls())
+    need = worker_actions()
 
     missing, extra = need - set(grants), set(grants) - need
     assert not missing, f"the code calls S3 APIs the policy does not allow: {sorted(missing)}"
@@ -600,11 +730,12 @@ def test_the_replica_policy_grants_what_a_replica_is_sent_and_never_a_delete(pre
     grants = granted(render_policy("acme-dr", prefix, template=REPLICA_TEMPLATE))
     assert set(grants) == set(REPLICA_ACTIONS) - REPLICA_LOCK_ACTIONS, sorted(grants)
     # every action granted is one the store's code calls: nothing stale, no wildcard
-    assert set(REPLICA_ACTIONS) <= needed_actions(worker_calls()), set(REPLICA_ACTIONS) - needed_actions(worker_calls())
+    assert set(REPLICA_ACTIONS) <= worker_actions(), set(REPLICA_ACTIONS) - worker_actions()
     never = {a for a in needed_actions(scan_store()) if a.startswith("s3:Delete")} | {"s3:PutLifecycleConfiguration"}
     # deletes never travel: the replica's own lifecycle rules (its abort rule, expire_after_days) expire
     # what goes, and Terraform installs them (replica.tf), not these credentials
-    assert len(never) == 2 and not never & set(REPLICA_ACTIONS)
+    assert never == {"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutLifecycleConfiguration"}
+    assert not never & set(REPLICA_ACTIONS)
     bucket_arn = "arn:aws:s3:::acme-dr"
     objects = f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
     for action, resources in grants.items():
@@ -616,6 +747,173 @@ def test_the_replica_policy_grants_what_a_replica_is_sent_and_never_a_delete(pre
     tf = (TERRAFORM / "replica.tf").read_text()
     assert 'Action   = ["s3:PutObjectLegalHold", "s3:PutObjectRetention"]' in tf
     assert sorted(REPLICA_LOCK_ACTIONS) == ["s3:PutObjectLegalHold", "s3:PutObjectRetention"]
+
+
+# -- the break-glass role: `ckptvault recover --since TIME --apply` ------------------------------------------
+# Which S3 calls recover --apply can send is computed: the ObjectStore methods called in the functions of its
+# path (RECOVER_APPLY_PATH: the command, its preflight and view, the plan and its carrying out), then every
+# function of the S3 adapter (ckptvault/store, not the in-memory store) those reach by name, transitively;
+# the calls the scan finds in those functions are what the role needs. By name, so it errs towards more
+# (a function sharing a name with one on the path counts), never towards fewer.
+RECOVER_APPLY_PATH: dict[str, frozenset[str] | None] = {  # module -> its functions on the path (None: all)
+    "ckptvault_cli/commands/recover.py": None,
+    "ckptvault_cli/preflight.py": frozenset({"preflight_store", "past_view"}),  # need_sources=False
+    "ckptvault/command/memo.py": frozenset({"checked_store"}),
+    "ckptvault/history/view.py": None,
+    "ckptvault/history/recovery.py": None,
+    "ckptvault/history/apply.py": None,
+}
+# What the break-glass role goes without although a function on the path may send it.
+RECOVER_WITHHELD: dict[tuple[str, str], tuple[frozenset[str], str]] = {
+    ("_cleanup", "delete_object"): (
+        frozenset({"s3:DeleteObject"}),
+        'the capability probe\'s cleanup, sent only with [store] deletes = "every-flow"; the config recover '
+        'runs with says "tier-only" (Terraform\'s store_config): it leaves its probe objects, as ingest does',
+    ),
+}
+# The break-glass policy, action -> what on recover --apply's path sends it (the test checks this table
+# against the computed set, and the template against both).
+RECOVER_ACTIONS: dict[str, str] = {
+    "s3:ListBucket": "the bucket check (HeadBucket) of every command's preflight",
+    "s3:ListBucketVersions": "the plan: every version and delete marker under the prefix, and each pinned read",
+    "s3:GetBucketVersioning": "the refusal of a bucket that keeps no versions",
+    "s3:GetLifecycleConfiguration": "the warning when --since is older than the noncurrent versions are kept",
+    "s3:GetBucketObjectLockConfiguration": "a write into a bucket with a default retention (its date)",
+    "s3:GetObject": "HEAD and GET of the current objects: the capability probe, a put-back copy's verification",
+    "s3:GetObjectVersion": "the versions read by id: the save's first manifest, the version put back, its lock",
+    "s3:GetObjectRetention": "a version's retention, read on its HEAD, to lock its put-back copy as it was",
+    "s3:GetObjectLegalHold": "a version's legal hold, read on its HEAD, to hold its put-back copy as it was",
+    "s3:DeleteObjectVersion": "the removal of a delete marker, by its version id (never a data version)",
+    "s3:PutObject": "the put-back copy (one PUT, or a multipart upload), and the capability probe",
+    "s3:PutObjectTagging": "the crc32c tag of a multipart copy where the server keeps no CRC32C",
+    "s3:AbortMultipartUpload": "a copy whose bytes do not match the manifest is aborted, not completed",
+    "s3:PutObjectRetention": "the copy locked as the version it copies was (the write's lock, or raised after)",
+    "s3:PutObjectLegalHold": "the copy held as the version it copies was",
+    "s3:RestoreObject": "the capability probe asks whether the server implements RestoreObject",
+}
+
+
+def _store_methods() -> frozenset[str]:
+    tree = ast.parse((STORE / "port.py").read_text())
+    (port,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ObjectStore"]
+    return frozenset(n.name for n in port.body if isinstance(n, ast.FunctionDef))
+
+
+def recover_path_roots(path: Mapping[str, frozenset[str] | None] = RECOVER_APPLY_PATH) -> set[str]:
+    """The ObjectStore methods the functions of `path` call."""
+    methods, roots = _store_methods(), set()
+    for module, functions in path.items():
+        tree = ast.parse((ROOT / module).read_text())
+        found = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        assert functions is None or functions <= set(found), f"{module}: no {sorted(set(functions or ()) - set(found))}"
+        for name, node in found.items():
+            if functions is None or name in functions:
+                roots |= {c.func.attr for c in ast.walk(node) if isinstance(c, ast.Call)
+                          and isinstance(c.func, ast.Attribute) and c.func.attr in methods}  # fmt: skip
+    return roots
+
+
+def _adapter_calls_by_function() -> dict[str, set[str]]:
+    """function name -> the names it calls, over ckptvault/store's S3 side (not the in-memory store)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(STORE.glob("*.py")):
+        if path.name.startswith("memory"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                called = {_callee(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
+                graph.setdefault(node.name, set()).update(n for n in called if n)
+    return graph
+
+
+def recover_apply_calls(path: Mapping[str, frozenset[str] | None] = RECOVER_APPLY_PATH) -> list[S3Call]:
+    """The S3 calls of every adapter function the path reaches."""
+    graph, seen, todo = _adapter_calls_by_function(), set(), sorted(recover_path_roots(path))
+    while todo:
+        name = todo.pop()
+        if name in graph and name not in seen:
+            seen.add(name)
+            todo += sorted(graph[name])
+    return [c for c in scan_store() if c.function in seen and not Path(c.where).name.startswith("memory")]
+
+
+def test_the_recover_path_is_the_one_we_scan() -> None:
+    roots = recover_path_roots()
+    # what recover --apply does to the store: the check, the view, the plan, and the three kinds of step
+    assert {"check_bucket", "versioning", "get_lifecycle", "as_of", "list_versions", "pinned"} <= roots
+    assert {"remove_delete_marker", "copy_from", "with_retention", "extend_retention", "put_legal_hold"} <= roots
+    sites = {(c.function, c.method) for c in recover_apply_calls()}
+    assert {("remove_delete_marker", "delete_object"), ("read_range", "get_object"), ("head", "head_object")} <= sites
+    assert {
+        ("put_single", "put_object"),
+        ("create_upload", "create_multipart_upload"),
+        ("abort", "abort_multipart_upload"),
+    } <= sites
+    # and not what it never does: a plain delete, a lifecycle write, a storage-class move, the lock probe
+    never = {
+        ("delete", "delete_object"),
+        ("delete_many", "delete_objects"),
+        ("put_lifecycle", "put_bucket_lifecycle_configuration"),
+        ("copy_in_place", "copy_object"),
+        ("probe_enforced", "delete_object"),
+    }
+    assert not sites & never, sorted(sites & never)
+    assert [k for k in RECOVER_WITHHELD if k not in sites] == [], "RECOVER_WITHHELD names a call not on the path"
+
+
+def recover_actions() -> set[str]:
+    return needed_actions(recover_apply_calls(), RECOVER_WITHHELD)
+
+
+def test_recover_without_apply_needs_only_the_ingest_role() -> None:
+    """The dry run (the plan, and its content check of each put-back candidate) reads only: the ingest role
+    runs it, as it runs `restore --as-of` and `ls --as-of`; the break-glass role is for --apply alone."""
+    dry_run = {**RECOVER_APPLY_PATH, "ckptvault/history/apply.py": frozenset({"crc", "__call__"})}
+    roots = recover_path_roots(dry_run)
+    assert {"list_versions", "pinned", "read_crc32c"} <= roots
+    assert not roots & {"remove_delete_marker", "copy_from", "extend_retention", "put_legal_hold"}, roots
+    need = needed_actions(recover_apply_calls(dry_run))
+    ingest = set(granted(render_policy("acme-ckpts", "prod", template=INGEST_TEMPLATE)))
+    assert need <= ingest, sorted(need - ingest)
+    assert {"s3:ListBucketVersions", "s3:GetObjectVersion"} <= need and not {a for a in need if "Put" in a}
+
+
+@pytest.mark.parametrize("prefix", ["prod", "", "teams/llm"])
+def test_the_break_glass_policy_grants_exactly_what_recover_apply_calls(prefix: str) -> None:
+    need = recover_actions()
+    assert need == set(RECOVER_ACTIONS), (
+        f"recover --apply's calls need {sorted(need - set(RECOVER_ACTIONS))} beyond RECOVER_ACTIONS and no longer "
+        f"{sorted(set(RECOVER_ACTIONS) - need)}: update RECOVER_ACTIONS and infra/terraform/recover-policy.json.tftpl"
+    )
+    policy = render_policy("acme-ckpts", prefix, template=RECOVER_TEMPLATE)
+    grants = granted(policy)
+    assert set(grants) == need, (sorted(need - set(grants)), sorted(set(grants) - need))
+    bucket_arn = "arn:aws:s3:::acme-ckpts"
+    objects = f"{bucket_arn}/{prefix}/*" if prefix else f"{bucket_arn}/*"
+    for action, resources in grants.items():
+        assert resources == {bucket_arn if action in BUCKET_ACTIONS else objects}, (action, resources)
+    (listing,) = [st for st in policy["Statement"] if "s3:ListBucket" in _as_list(st["Action"])]
+    assert listing["Condition"] == {"StringLikeIfExists": {"s3:prefix": [f"{prefix}/*" if prefix else "*"]}}
+    # it removes delete markers and nothing else: no plain delete (a delete marker of its own), no bypass of a
+    # lock, no lifecycle or bucket setting; the one destructive grant the check sees is the version delete
+    assert destructive_grants(policy) == [
+        "PutBackAndRelockCheckpointObjects: s3:DeleteObjectVersion allows s3:DeleteObjectVersion"
+    ]
+
+
+@pytest.mark.parametrize("prefix", ["prod", "", "teams/llm"])
+def test_only_the_break_glass_role_may_delete_a_version(prefix: str) -> None:
+    """The worker and ingest roles never delete a version, though the code they run holds calls that do:
+    WITHHELD says why each still works without it."""
+    for template in (WORKER_TEMPLATE, INGEST_TEMPLATE, REPLICA_TEMPLATE):
+        grants = granted(render_policy("acme-ckpts", prefix, template=template))
+        assert "s3:DeleteObjectVersion" not in grants and "s3:BypassGovernanceRetention" not in grants, template.name
+    assert "s3:DeleteObjectVersion" not in worker_actions() and "s3:DeleteObjectVersion" in needed_actions(scan_store())
+    assert "s3:DeleteObjectVersion" in granted(render_policy("acme-ckpts", prefix, template=RECOVER_TEMPLATE))
+    # the point-in-time reads (restore --as-of, ls --as-of, a drill, scrub's tamper check) are the roles' own
+    for template in (WORKER_TEMPLATE, INGEST_TEMPLATE):
+        grants = granted(render_policy("acme-ckpts", prefix, template=template))
+        assert {"s3:GetObjectVersion", "s3:ListBucketVersions", "s3:GetObjectRetention"} <= set(grants), template.name
 
 
 @pytest.mark.parametrize("template", [WORKER_TEMPLATE, INGEST_TEMPLATE, REPLICA_TEMPLATE])
@@ -724,7 +1022,10 @@ def test_terraform_validate_and_fmt(terraform_dir: Path) -> None:
     _terraform(terraform_dir, "fmt", "-check", "-diff", "-no-color")
 
 
-@pytest.mark.parametrize(("local", "template"), [("worker_policy", TEMPLATE), ("ingest_policy", INGEST_TEMPLATE)])
+@pytest.mark.parametrize(
+    ("local", "template"),
+    [("worker_policy", TEMPLATE), ("ingest_policy", INGEST_TEMPLATE), ("recover_policy", RECOVER_TEMPLATE)],
+)
 @pytest.mark.parametrize("kms", [None, "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"])
 def test_terraform_renders_the_policy_the_test_checks(
     terraform_dir: Path, kms: str | None, local: str, template: Path
@@ -776,6 +1077,9 @@ TFTEST_RUNS = (
     "a_default_retention_needs_a_mode_and_days",
     "lock_modes_are_spelt_as_in_the_config",
     "the_oidc_provider_is_an_arn",
+    "the_break_glass_role",
+    "without_principals_no_break_glass_role",
+    "break_glass_principals_are_iam_arns",
 )
 
 

@@ -187,6 +187,10 @@ run "each_role_gets_its_own_policy" {
     target = aws_iam_policy.worker
     values = { arn = "arn:aws:iam::123456789012:policy/ckptvault-worker-acme-ckptvault-checkpoints" }
   }
+  override_resource {
+    target = aws_iam_policy.recover
+    values = { arn = "arn:aws:iam::123456789012:policy/ckptvault-recover-acme-ckptvault-checkpoints" }
+  }
 
   assert {
     condition     = aws_iam_role_policy_attachment.irsa["ingest"].policy_arn == aws_iam_policy.ingest.arn
@@ -197,8 +201,8 @@ run "each_role_gets_its_own_policy" {
     error_message = "the tier role has the worker policy"
   }
   assert {
-    condition     = aws_iam_policy.ingest.arn != aws_iam_policy.worker.arn && output.ingest_role_arn == aws_iam_role.irsa["ingest"].arn
-    error_message = "two policies, and the outputs name the roles"
+    condition     = length(toset([aws_iam_policy.ingest.arn, aws_iam_policy.worker.arn, aws_iam_policy.recover.arn])) == 3 && output.ingest_role_arn == aws_iam_role.irsa["ingest"].arn
+    error_message = "three policies, and the outputs name the roles"
   }
 }
 
@@ -237,4 +241,68 @@ run "the_oidc_provider_is_an_arn" {
     oidc_provider_arn = "https://oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE"
   }
   expect_failures = [var.oidc_provider_arn]
+}
+
+run "the_break_glass_role" {
+  command = plan
+
+  variables {
+    break_glass_principal_arns = ["arn:aws:iam::123456789012:role/oncall", "arn:aws:iam::123456789012:user/alice"]
+  }
+
+  assert {
+    condition     = aws_iam_role.break_glass[0].name == "ckptvault-break-glass" && aws_iam_role_policy_attachment.break_glass[0].role == "ckptvault-break-glass"
+    error_message = "the break-glass role, with the recover policy attached"
+  }
+  assert {
+    condition = jsondecode(aws_iam_role.break_glass[0].assume_role_policy).Statement == [{
+      Sid       = "OnCallOnly"
+      Effect    = "Allow"
+      Principal = { AWS = ["arn:aws:iam::123456789012:role/oncall", "arn:aws:iam::123456789012:user/alice"] }
+      Action    = "sts:AssumeRole"
+      Condition = {
+        Bool            = { "aws:MultiFactorAuthPresent" = "true" }
+        NumericLessThan = { "aws:MultiFactorAuthAge" = "3600" }
+      }
+    }]
+    error_message = "only the named principals, with MFA, may assume it"
+  }
+  # it may delete a version (a delete marker) and nothing else destructive; the flows' roles may not
+  assert {
+    condition = (
+      contains(flatten([for st in jsondecode(aws_iam_policy.recover.policy).Statement : st.Action]), "s3:DeleteObjectVersion") &&
+      length(setintersection(
+        toset(flatten([for st in jsondecode(aws_iam_policy.recover.policy).Statement : st.Action])),
+        ["s3:DeleteObject", "s3:BypassGovernanceRetention", "s3:PutLifecycleConfiguration"]
+      )) == 0
+    )
+    error_message = "the recover policy removes delete markers, never deletes plainly, bypasses a lock or writes the lifecycle"
+  }
+  assert {
+    condition = length(setintersection(
+      toset(flatten([for p in [aws_iam_policy.ingest.policy, aws_iam_policy.worker.policy] : [for st in jsondecode(p).Statement : st.Action]])),
+      ["s3:DeleteObjectVersion"]
+    )) == 0
+    error_message = "neither flow role may delete a version"
+  }
+  assert {
+    condition     = !contains(values(local.irsa_trust), aws_iam_role.break_glass[0].assume_role_policy)
+    error_message = "no service account may take the break-glass role"
+  }
+}
+
+run "without_principals_no_break_glass_role" {
+  command = plan
+  assert {
+    condition     = length(aws_iam_role.break_glass) == 0 && output.break_glass_role_arn == null && length(aws_iam_role_policy_attachment.recover) == 0
+    error_message = "no principals, no break-glass role (the policy alone, to attach by hand)"
+  }
+}
+
+run "break_glass_principals_are_iam_arns" {
+  command = plan
+  variables {
+    break_glass_principal_arns = ["alice"]
+  }
+  expect_failures = [var.break_glass_principal_arns]
 }
