@@ -243,6 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--run", metavar="R", help="only this run's saves and catalog")
     s.add_argument(
+        "--replica",
+        "--from",
+        dest="replica",
+        metavar="NAME",
+        help="the [[replicas]] copy to bring back instead of the primary (a replica hit by the same key)",
+    )
+    s.add_argument(
         "--apply",
         action="store_true",
         help="carry the plan out: remove the delete markers, put overwritten objects of committed saves back "

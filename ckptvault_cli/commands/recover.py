@@ -9,24 +9,29 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ckptvault_cli.output import emit_json
-from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, past_view, preflight_store
+from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, UsageError, past_view, preflight_store
 
 if TYPE_CHECKING:
+    from ckptvault.config import Config
     from ckptvault.history.apply import Applied, Step
     from ckptvault.history.recovery import RecoveryPlan
-    from ckptvault.store import ObjectVersion
+    from ckptvault.store import ObjectStore, ObjectVersion
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from ckptvault.history.apply import ContentCheck, apply_plan
     from ckptvault.history.recovery import survey
+    from ckptvault.replication.scrub import PRIMARY
 
     cfg, store = preflight_store(args, need_sources=False)
-    view = past_view(store, args.since, cfg.store.prefix, flag="--since")
+    prefix = cfg.store.prefix
+    if args.replica not in (None, PRIMARY):
+        store, prefix = _replica(cfg, args.replica)
+    view = past_view(store, args.since, prefix, flag="--since")
     # the same test of "reads as it did" with and without --apply, so a dry run after an apply says none
-    plan = survey(store, cfg.store.prefix, view.at, args.run, same_content=ContentCheck(store))
+    plan = survey(store, prefix, view.at, args.run, same_content=ContentCheck(store))
     since = datetime.fromtimestamp(view.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    where = f"s3://{store.bucket}/{cfg.store.prefix}".rstrip("/")
+    where = f"s3://{store.bucket}/{prefix}".rstrip("/")
     applied: Applied | None = None
     if args.apply:
         if not args.json:
@@ -39,6 +44,21 @@ def cmd_recover(args: argparse.Namespace) -> int:
     else:
         print(_summary(plan, applied, since))
     return EXIT_FAILED if applied is not None and applied.failed else EXIT_OK
+
+
+def _replica(cfg: Config, name: str) -> tuple[ObjectStore, str]:
+    """`--replica NAME`: that copy's store and prefix; exit 2 naming the copies on a name of none."""
+    from ckptvault.replication.replicas import ReplicaUnusable, open_replica
+    from ckptvault.replication.scrub import PRIMARY
+
+    found = next((r for r in cfg.replicas if r.name == name), None)
+    if found is None:
+        names = ", ".join([PRIMARY, *(r.name for r in cfg.replicas)])
+        raise UsageError(f"--replica: no [[replicas]] entry is named {name!r} (copies: {names}); name one of them")
+    try:
+        return open_replica(found, cfg.lock), found.prefix
+    except ReplicaUnusable as e:
+        raise UsageError(f"--replica {name}: {e}") from None
 
 
 def _quiet(s: Step) -> None:

@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, checkpoint_prefix
 from ckptvault.store import object_lock
 from ckptvault_cli.synthetic import write_checkpoint
-from tests.helpers import write_config
+from tests.helpers import primary_env_and_dr_profile, write_config
 from tests.reliability.conftest import all_keys, cli_env, run_cli
 from tests.servers import S3Endpoint
 
@@ -121,7 +123,6 @@ def test_after_deletes_and_overwrites_restore_and_ls_as_of_read_the_archive_as_i
         assert "this drill is not recorded" in drilled.stderr
     assert _versions(client, bucket) == versions_before, "a rebuild or drill of the past wrote to the bucket"
 
-
     # the undo carried out: the archive reads as it did, a plain restore works, and a second run does nothing
     applied = run_cli(cfg, "recover", "--since", moment, "--apply", env=env)
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
@@ -183,3 +184,42 @@ def test_a_bucket_without_versioning_is_refused_at_once_and_nothing_is_written(
     assert bad.returncode == 2 and "no zone; add one" in bad.stderr, bad.stderr
     assert all_keys(seaweedfs.client(), bucket) == {}
     assert not (tmp_path / "d").exists()
+
+
+def test_a_replica_hit_by_the_same_key_is_brought_back_with_replica(
+    seaweedfs: S3Endpoint, bucket_factory: Any, locked_bucket: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    primary_env_and_dr_profile(monkeypatch, seaweedfs, seaweedfs, tmp_path)
+    primary, replica = bucket_factory(seaweedfs), locked_bucket(seaweedfs)  # a versioned replica bucket
+    root = tmp_path / "hot"
+    write_checkpoint(root, "deepspeed", 100, 2 * MiB, shards=2, seed=100)
+    dr = (
+        f'[[replicas]]\nname = "dr"\nbucket = "{replica}"\nprefix = "dr"\nendpoint_url = "{seaweedfs.url}"\n'
+        f'region = "{seaweedfs.region}"\nprofile = "dr"\n'
+    )
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, primary, [("r", root, "deepspeed")], extra=dr)
+    env = _direct(seaweedfs)
+    for command in ("ingest", "replicate"):
+        assert (out := run_cli(cfg, command, env=env)).returncode == 0, out.stderr[-3000:]
+    client = seaweedfs.client()
+    copied = {k: client.get_object(Bucket=replica, Key=k)["Body"].read() for k in all_keys(client, replica)}
+    time.sleep(1.1)
+    moment = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    time.sleep(1.1)
+    data_key = next(k for k in sorted(copied) if not k.endswith(".json"))
+    client.put_object(Bucket=replica, Key=data_key, Body=b"junk")
+    for key in all_keys(client, replica):
+        client.delete_object(Bucket=replica, Key=key)
+
+    unknown = run_cli(cfg, "recover", "--since", moment, "--replica", "nope", env=env)
+    assert unknown.returncode == 2 and "no [[replicas]] entry is named 'nope' (copies: primary, dr)" in unknown.stderr
+    plan = json.loads(run_cli(cfg, "recover", "--since", moment, "--replica", "dr", "--json", env=env).stdout)
+    assert [p["key"] for p in plan["put_back"]] == [data_key]
+    assert {r["key"] for r in plan["remove_markers"]} == set(copied) - {data_key}
+    primary_before = _versions(client, primary)
+    applied = run_cli(cfg, "recover", "--since", moment, "--from", "dr", "--apply", env=env)
+    assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
+    assert {k: client.get_object(Bucket=replica, Key=k)["Body"].read() for k in all_keys(client, replica)} == copied
+    assert _versions(client, primary) == primary_before  # the primary is not the copy it was asked to bring back
+    scrub = run_cli(cfg, "scrub", "--replica", "dr", env=env)
+    assert scrub.returncode == 0, scrub.stdout[-2000:] + scrub.stderr[-2000:]
