@@ -14,12 +14,14 @@ from ckptvault_cli.preflight import EXIT_FAILED, EXIT_OK, UsageError, past_view,
 if TYPE_CHECKING:
     from ckptvault.config import Config
     from ckptvault.history.apply import Applied, Step
+    from ckptvault.history.created import NewKey
     from ckptvault.history.recovery import RecoveryPlan
     from ckptvault.store import ObjectStore, ObjectVersion
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
     from ckptvault.history.apply import ContentCheck, apply_plan
+    from ckptvault.history.created import check_created
     from ckptvault.history.recovery import survey
     from ckptvault.replication.scrub import PRIMARY
 
@@ -37,10 +39,11 @@ def cmd_recover(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"undoing the changes to {where} since {since}", flush=True)
         applied = apply_plan(store, plan, on_step=_quiet if args.json else _print_step)
+    news = {n.key: n for n in check_created(store, plan.created, prefix)} if args.json or applied is None else {}
     if args.json:
-        emit_json(_document(plan, since, args.run, applied))
+        emit_json(_document(plan, since, args.run, applied, news))
     elif applied is None:
-        print(_report(plan, since, where))
+        print(_report(plan, since, where, news))
     else:
         print(_summary(plan, applied, since))
     return EXIT_FAILED if applied is not None and applied.failed else EXIT_OK
@@ -92,7 +95,15 @@ def _version(v: ObjectVersion) -> dict[str, Any]:
     return {"version_id": v.version_id, "last_modified": v.last_modified, "delete_marker": v.delete_marker}
 
 
-def _document(plan: RecoveryPlan, since: str, run: str | None, applied: Applied | None) -> dict[str, Any]:
+def _verdict(n: NewKey | None) -> str:
+    if n is None or n.verifies is None:
+        return n.why if n else ""
+    return f"verifies: {n.why}" if n.verifies else f"DOES NOT VERIFY: {n.why}"
+
+
+def _document(
+    plan: RecoveryPlan, since: str, run: str | None, applied: Applied | None, news: dict[str, NewKey]
+) -> dict[str, Any]:
     return {
         "since": since,
         "run": run,
@@ -109,7 +120,10 @@ def _document(plan: RecoveryPlan, since: str, run: str | None, applied: Applied 
             {"key": p.key, "role": p.role.value, "version": _version(p.version), "over": _version(p.over)}
             for p in plan.put_back
         ],
-        "created": [{"key": c.key, "now": _version(c.now)} for c in plan.created],
+        "created": [
+            {"key": c.key, "now": _version(c.now), "verifies": news[c.key].verifies, "why": news[c.key].why}
+            for c in plan.created
+        ],
         "left": [{"key": x.key, "role": x.role.value, "change": x.kind.value, "why": x.why} for x in plan.left],
         "applied": applied is not None,
         "done": [{"action": d.action, "key": d.key, "detail": d.detail} for d in applied.done] if applied else [],
@@ -117,7 +131,7 @@ def _document(plan: RecoveryPlan, since: str, run: str | None, applied: Applied 
     }
 
 
-def _report(plan: RecoveryPlan, since: str, where: str) -> str:
+def _report(plan: RecoveryPlan, since: str, where: str, news: dict[str, NewKey]) -> str:
     lines = [f"changes to {where} since {since}: the plan, nothing changed"]
     if plan.empty and not plan.created and not plan.left:
         return "\n".join([*lines, "  none: every key reads as it did then"])
@@ -127,7 +141,8 @@ def _report(plan: RecoveryPlan, since: str, where: str) -> str:
           for r in plan.remove_markers]),
         ("versions to put back over newer data (copied, checked against the save's manifest)",
          [f"{p.key}  ({p.role.value}; version {p.version.version_id})" for p in plan.put_back]),
-        ("new since, kept", [c.key for c in plan.created]),
+        ("new since, kept (each verified against its save's manifest where it has one)",
+         [f"{c.key}: {_verdict(news.get(c.key))}" for c in plan.created]),
         ("left as they are", [f"{x.key}: {x.kind.value}; {x.why}" for x in plan.left]),
     ]  # fmt: skip
     for title, items in sections:

@@ -210,16 +210,21 @@ def test_a_replica_hit_by_the_same_key_is_brought_back_with_replica(
     client.put_object(Bucket=replica, Key=data_key, Body=b"junk")
     for key in all_keys(client, replica):
         client.delete_object(Bucket=replica, Key=key)
+    stray = "dr/r/step-0000000300/model.bin"  # written since by the same key: kept, and said not to verify
+    client.put_object(Bucket=replica, Key=stray, Body=b"not a save")
 
     unknown = run_cli(cfg, "recover", "--since", moment, "--replica", "nope", env=env)
     assert unknown.returncode == 2 and "no [[replicas]] entry is named 'nope' (copies: primary, dr)" in unknown.stderr
     plan = json.loads(run_cli(cfg, "recover", "--since", moment, "--replica", "dr", "--json", env=env).stdout)
     assert [p["key"] for p in plan["put_back"]] == [data_key]
     assert {r["key"] for r in plan["remove_markers"]} == set(copied) - {data_key}
+    assert [(c["key"], c["verifies"]) for c in plan["created"]] == [(stray, False)], plan["created"]
+    assert "no manifest lists it" in plan["created"][0]["why"]
     primary_before = _versions(client, primary)
     applied = run_cli(cfg, "recover", "--since", moment, "--from", "dr", "--apply", env=env)
     assert applied.returncode == 0, applied.stdout[-3000:] + applied.stderr[-3000:]
-    assert {k: client.get_object(Bucket=replica, Key=k)["Body"].read() for k in all_keys(client, replica)} == copied
+    back = {k: client.get_object(Bucket=replica, Key=k)["Body"].read() for k in all_keys(client, replica)}
+    assert back == copied | {stray: b"not a save"}
     assert _versions(client, primary) == primary_before  # the primary is not the copy it was asked to bring back
     scrub = run_cli(cfg, "scrub", "--replica", "dr", env=env)
     assert scrub.returncode == 0, scrub.stdout[-2000:] + scrub.stderr[-2000:]
