@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ckptvault.checkpoint.manifest import Manifest, parse_save_dir
+from ckptvault.checkpoint.manifest import Manifest, checkpoint_prefix, parse_save_dir
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.errors import CkptvaultError
 from ckptvault.history.recovery import KeyRole, key_role, save_dir_of
@@ -256,6 +256,27 @@ def survey_tamper(
                 TamperedSave(name, sv.run, sv.step, sv.save, sv.manifest_first.last_modified, tuple(keys))
             )
     return out
+
+
+def tampered_keys(store: ObjectStore, prefix: str, run: str, step: int, save: int) -> list[TamperedKey]:
+    """The tamper check of one save (a drill's, on the copy it restores from): one ListObjectVersions of
+    the save's prefix, judged as `survey_tamper` judges it. Empty where the bucket keeps no versions (the
+    drill's own restore still checks every byte) or nothing changed since the commit."""
+    if store.versioning() != "Enabled":
+        return []
+    save_dir = checkpoint_prefix(prefix, run, step, save)
+    found = [sv for sv in saves_in(store.list_versions(save_dir), prefix) if sv.save_dir == save_dir]
+    if not found or not changed_since_commit(found[0].entries, found[0].manifest_first.last_modified):
+        return []
+    sv = found[0]
+    raw = store.pinned([sv.manifest_first]).get_bytes(sv.manifest_first.key)
+    m = Manifest.from_json(raw, f"s3://{store.bucket}/{sv.manifest_first.key} (version {sv.manifest_first.version_id})")
+    return judge_save(sv.entries, save_dir, sv.manifest_first, m, to_b64(crc32c_update(raw)), ServerSettle(store))
+
+
+def drill_problems(store: ObjectStore, prefix: str, run: str, step: int, save: int) -> tuple[str, ...]:
+    """What a drill reports of one save's tamper check: a `tampered: KEY: ...` problem per key."""
+    return tuple(f"tampered: {t.text()}" for t in tampered_keys(store, prefix, run, step, save))
 
 
 def recover_since(first_at: float) -> str:

@@ -47,7 +47,7 @@ from ckptvault_prefect.tasks.common import (
     record_task,
     run_events_task,
 )
-from ckptvault_prefect.tasks.drill import coverage_task, lock_drift_task, select_task
+from ckptvault_prefect.tasks.drill import coverage_task, lock_drift_task, select_task, tamper_task
 from ckptvault_prefect.tasks.futures import settle
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.restore import (
@@ -109,7 +109,10 @@ def drill(
             picked = copies[source]
             if source != PRIMARY and picked.store is not None:
                 src, src_prefix = picked.store, picked.prefix
+        tampered: tuple[str, ...] = ()
         try:
+            # the versions first: a save someone deleted or overwrote is named as tampered, not only as damaged
+            tampered = () if past else tamper_task(src, src_prefix, s.run, s.step, s.save)
             manifest = load_manifest_task(src, src_prefix, s.run, s.step, s.save)
             plans = plan_objects_task(src, src_prefix, manifest)
             if any(not p.thawed for p in plans):
@@ -131,14 +134,16 @@ def drill(
                     problems, checks, not_run = loaded.problems, loaded.descriptions(), loaded.not_run
             finally:
                 discard_task(staged)
+            problems = [*tampered, *problems]
             results.append(
                 DrillResult(s.run, s.step, s.save, not problems, time.monotonic() - t0, manifest.total_bytes,
                             tuple(problems), tuple(checks), tuple(not_run), source)
             )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(
-                DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (str(e),), store=source)
-            )
+                DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (*tampered, str(e)),
+                            store=source)
+            )  # fmt: skip
     # the lock ckptvault recorded, still on every object of each drilled save (a HEAD per object)
     drift = [(s.key, tuple(got)) for s in chosen if s.key not in pending if (got := lock_drift_task(store, prefix, s))]
     for (run, step, save), why in drift:

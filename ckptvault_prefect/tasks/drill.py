@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ckptvault.catalog import CheckpointState
+from ckptvault.history import tamper
 from ckptvault.objectlock import drift
 from ckptvault.restore import drill as lib
 from ckptvault_prefect.tasks.retry import io_task, local_task
@@ -33,3 +34,6 @@ def coverage_task(
 lock_drift_task = io_task("lock-drift", task_run_name="lock-drift-{state.run}-{state.step}-{state.save}")(
     drift.lock_drift
 )
+
+# the save's tamper check on the copy the drill reads (docs/object-lock.md, "Noticed: the tamper check")
+tamper_task = io_task("drill-tamper", task_run_name="drill-tamper-{run}-{step}-{save}")(tamper.drill_problems)

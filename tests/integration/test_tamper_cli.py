@@ -53,6 +53,12 @@ def test_scrub_names_the_tampered_saves_after_an_attack_and_alerts_once(
     deleted = next(k for k in all_keys(client, bucket, second) if not k.endswith(".json"))
     for key, body in ((overwritten, b"junk"), (second + MANIFEST_NAME, b'{"not": "the manifest"}')):
         client.put_object(Bucket=bucket, Key=key, Body=body, ContentMD5=object_lock.content_md5(body))
+    # a drill names what it restores as tampered too, not only as damaged (its own reads fail on the junk)
+    drilled = run_cli(cfg, "drill", "--sample", "2", "--json", env=env)
+    assert drilled.returncode == 1, drilled.stderr[-3000:]
+    problems = {d["step"]: d["problems"] for d in json.loads(drilled.stdout)["drilled"]}
+    assert any(p.startswith(f"tampered: {overwritten}: overwritten at ") for p in problems[100]), problems
+    assert any(p.startswith(f"tampered: {second + MANIFEST_NAME}: overwritten at ") for p in problems[200]), problems
     catalog = list(all_keys(client, bucket, "t/_catalog/"))
     assert catalog
     for key in [deleted, *catalog]:
