@@ -134,6 +134,12 @@ class FileEntry:
         """What the object occupies in the store (the original size when it is stored as it is)."""
         return self.size if self.codec == CODEC_NONE or self.stored_size is None else self.stored_size
 
+    @property
+    def stored_expected(self) -> tuple[int, str | None]:
+        """The size and CRC32C the object's stored bytes must have: the manifest's stored values for a
+        compressed file (CRC None: an entry written before `stored_crc32c` was recorded), its own otherwise."""
+        return (self.size, self.crc32c) if self.codec == CODEC_NONE else (self.stored_bytes, self.stored_crc32c)
+
 
 @dataclass(frozen=True)
 class NodePlacement:

@@ -28,8 +28,9 @@ from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.checksum import crc32c_update, to_b64
 from ckptvault.errors import CkptvaultError
 from ckptvault.history.recovery import KeyRole, PutBack, RecoveryPlan, RemoveMarkers
+from ckptvault.history.tamper import ServerSettle
 from ckptvault.history.versions import same_etag
-from ckptvault.store import ObjectFrozenError, ObjectStore, ObjectVersion, Retention, StoreError
+from ckptvault.store import ObjectStore, ObjectVersion, Retention, StoreError
 
 
 @dataclass(frozen=True)
@@ -75,30 +76,21 @@ def read_reference(store: ObjectStore, version: ObjectVersion) -> Reference:
 
 class ContentCheck:
     """Whether two versions of a key hold the same bytes: the same ETag, or else the same size and the
-    same CRC32C read from the bytes themselves (a put-back copy's ETag differs from its source's where
-    the parts differ; metadata is not trusted, as a writer with the key could forge it)."""
+    same CRC32C as the server computed it or read from the bytes (`tamper.ServerSettle.crc`: a put-back
+    copy's ETag differs from its source's where the parts differ; metadata is never trusted, as a writer
+    with the key could forge it). An archived version that keeps no checksum counts as changed, so its
+    put-back fails alone, naming it, while every other step still runs."""
 
     def __init__(self, store: ObjectStore) -> None:
-        self.store = store
-        self._crc: dict[tuple[str, str], str] = {}
-
-    def crc(self, v: ObjectVersion) -> str:
-        at = (v.key, v.version_id)
-        if at not in self._crc:
-            self._crc[at] = self.store.pinned([v]).read_crc32c(v.key)
-        return self._crc[at]
+        self._versions = ServerSettle(store)
 
     def __call__(self, now: ObjectVersion, then: ObjectVersion) -> bool:
         if same_etag(now, then):
             return True
         if now.delete_marker or then.delete_marker or now.size != then.size:
             return False
-        try:
-            return self.crc(now) == self.crc(then)
-        except ObjectFrozenError:
-            # an archived version cannot be read without a thaw: counted as changed, so the plan names the
-            # key and its put-back fails alone, saying so, while every other step still runs
-            return False
+        have = self._versions.crc(now)
+        return have is not None and have == self._versions.crc(then)
 
 
 def weaker_lock(store: ObjectStore, then: ObjectVersion, now: ObjectVersion) -> tuple[Retention | None, bool]:
@@ -206,9 +198,7 @@ def expected_of(p: PutBack, ref: Reference) -> tuple[int, str | None]:
     entry = next((f for f in ref.manifest.files if f.path == rel), None)
     if entry is None:
         return p.version.size, None
-    if entry.codec == "none":
-        return entry.size, entry.crc32c
-    return entry.stored_bytes, entry.stored_crc32c
+    return entry.stored_expected
 
 
 __all__: Sequence[str] = [

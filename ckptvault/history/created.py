@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest
+from ckptvault.checkpoint.manifest import MANIFEST_NAME, Manifest
 from ckptvault.errors import CkptvaultError
 from ckptvault.history.recovery import KeyRole, key_role, save_dir_of
 from ckptvault.history.versions import Change
-from ckptvault.store import CRC_TAG, ObjectStore
+from ckptvault.store import ObjectStore
+from ckptvault.store.stored_crc import kept_crc32c
 
 
 @dataclass(frozen=True)
@@ -30,12 +31,6 @@ class NewKey:
     why: str
 
 
-def _expected(f: FileEntry) -> tuple[int, str | None]:
-    if f.codec == "none":
-        return f.size, f.crc32c
-    return f.stored_bytes, f.stored_crc32c
-
-
 def check_save(store: ObjectStore, manifest_key: str) -> tuple[bool, str]:
     """Whether the save whose manifest is `manifest_key` verifies by HEADs, and why not."""
     try:
@@ -44,13 +39,13 @@ def check_save(store: ObjectStore, manifest_key: str) -> tuple[bool, str]:
         return False, f"its manifest does not read: {e}"
     base = manifest_key[: -len(MANIFEST_NAME)]
     for f in manifest.files:
-        size, crc = _expected(f)
+        size, crc = f.stored_expected
         head = store.head(base + f.path)
         if head is None:
             return False, f"{f.path} is missing"
         if head.size != size:
             return False, f"{f.path} is {head.size} bytes, its manifest says {size}"
-        kept = head.crc32c or (store.get_tags(head.key).get(CRC_TAG) if head.parts else None)
+        kept = kept_crc32c(store, head)
         if crc is not None and kept is not None and kept != crc:
             return False, f"{f.path}: the store's CRC32C {kept} is not the manifest's {crc}"
     return True, f"its {len(manifest.files)} objects have the manifest's sizes and CRC32C (HEADs; scrub reads them)"

@@ -135,7 +135,7 @@ def judge_save(
         then = current_at(entries, committed_at) if entries else None
         if then is None:
             continue  # absent at the commit: the ordinary scrub reports a missing object, not this
-        size, crc = (f.size, f.crc32c) if f.codec == "none" else (f.stored_bytes, f.stored_crc32c)
+        size, crc = f.stored_expected
         if t := judge_key(entries, then, size, crc, settle, expires_after):
             found.append(t)
     return found

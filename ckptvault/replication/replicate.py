@@ -272,10 +272,8 @@ def _stored(primary: ObjectStore, key: str, f: FileEntry) -> tuple[int, str]:
     """The size and CRC32C the primary's object must have: the manifest's stored values for a
     compressed file, its size and CRC32C otherwise. A compressed entry from before `stored_crc32c`
     was recorded has no expected CRC: the primary's object is read back whole for one."""
-    if f.codec == "none":
-        return f.size, f.crc32c
-    size = f.stored_bytes
-    return size, f.stored_crc32c or primary.read_crc32c(key)
+    size, crc = f.stored_expected
+    return size, crc or primary.read_crc32c(key)
 
 
 def _kept(store: ObjectStore, obj: ObjectInfo | None, f: FileEntry) -> bool:

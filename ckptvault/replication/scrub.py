@@ -30,7 +30,8 @@ from ckptvault.catalog import CheckpointState, Event
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, FileEntry, Manifest, checkpoint_prefix
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.history.versions import by_key, first_written
-from ckptvault.store import CRC_TAG, ObjectFrozenError, ObjectInfo, ObjectStore, ObjectVersion, StoreError
+from ckptvault.store import ObjectFrozenError, ObjectStore, ObjectVersion, StoreError
+from ckptvault.store.stored_crc import kept_crc32c
 
 PRIMARY = "primary"  # how the [store] is named among the copies ([[replicas]] names may not be this)
 COVER_RUNS = 7  # the default sample covers every save within this many scrubs
@@ -139,21 +140,8 @@ class SaveScrub:
 
 
 def expected(f: FileEntry) -> tuple[int, str | None]:
-    """The size and CRC32C of the object's stored bytes: the manifest's stored values for a compressed
-    file (None: a compressed entry written before `stored_crc32c` was recorded), its own otherwise."""
-    if f.codec == "none":
-        return f.size, f.crc32c
-    return f.stored_bytes, f.stored_crc32c
-
-
-def kept_crc32c(store: ObjectStore, head: ObjectInfo) -> str | None:
-    """The CRC32C the store keeps of the object, without reading it: the server's own whole-object
-    checksum first (it computed it from the bytes), the `crc32c` metadata of a single PUT, ckptvault's
-    tag on a multipart object (set once the upload verified). None: it keeps none."""
-    crc = head.server_crc32c or head.metadata.get("crc32c")
-    if crc is None and head.parts:
-        crc = store.get_tags(head.key).get(CRC_TAG)
-    return crc
+    """The size and CRC32C of the object's stored bytes (FileEntry.stored_expected)."""
+    return f.stored_expected
 
 
 def check_object(store: ObjectStore, name: str, key: str, path: str, size: int, crc: str | None) -> ObjectCheck:

@@ -3,7 +3,17 @@ already there is the one it would send (ingest's and the replicate pass's step 3
 
 from __future__ import annotations
 
-from ckptvault.store.port import CRC_TAG, ObjectStore
+from ckptvault.store.port import CRC_TAG, ObjectInfo, ObjectStore
+
+
+def kept_crc32c(store: ObjectStore, head: ObjectInfo) -> str | None:
+    """The CRC32C the store keeps of the object, without reading it: the server's own whole-object
+    checksum first (it computed it from the bytes), the `crc32c` metadata of a single PUT, ckptvault's
+    tag on a multipart object (set once the upload verified). None: it keeps none."""
+    crc = head.server_crc32c or head.metadata.get("crc32c")
+    if crc is None and head.parts:
+        crc = store.get_tags(head.key).get(CRC_TAG)
+    return crc
 
 
 def stored_crc32c(store: ObjectStore, key: str) -> str | None:
