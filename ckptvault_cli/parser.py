@@ -146,6 +146,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _profile_flag(s)
     s.add_argument("--as-of", metavar="TIME", help=AS_OF_HELP.format(what="the save and every object of it"))
+    s.add_argument(
+        "--only",
+        action="append",
+        metavar="PART",
+        help="restore only this part: `model` (the weights and what loads them: config, tokenizer, index), "
+        "`optimizer` (optimizer, scheduler, RNG and trainer state), or a glob on the paths inside the "
+        "checkpoint; repeatable (their union); a layout that keeps both in one file is refused, naming it "
+        "(docs/frameworks/)",
+    )
+    s.add_argument(
+        "--exclude",
+        action="append",
+        metavar="PATTERN",
+        help="leave out the files this glob matches (after --only); repeatable",
+    )
     s.set_defaults(fn=cmd_restore)
 
     s = sub.add_parser("drill", parents=[common], help="restore a rotating sample into scratch and prove it loads")

@@ -54,6 +54,8 @@ def chromium(profile_parent: Path) -> Iterator[Any]:
     for flag in CHROME_FLAGS:
         opts.add_argument(flag)
     opts.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-', dir=profile_parent)}")
+    # The console (failed requests, errors) for a failing test's message: browser_console(driver)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     # Selenium Manager must not try to download anything: the driver is given.
     os.environ.setdefault("SE_OFFLINE", "true")
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
@@ -62,3 +64,12 @@ def chromium(profile_parent: Path) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+def browser_console(driver: Any) -> str:
+    """The browser console's warnings and errors so far (failed requests among them), a line each."""
+    try:
+        entries = driver.get_log("browser")
+    except Exception as e:  # a diagnostic must not hide the failure it explains
+        return f"(the console could not be read: {e})"
+    return "\n".join(f"{e.get('level')} {e.get('message')}" for e in entries if e.get("level") != "INFO")

@@ -240,13 +240,19 @@ def restore_requested(
 
 def restored(
     manifest: Manifest, dest: str, flow_run: str = "", seconds: float = 0.0, *, store: str | None = None,
-    fallbacks: int = 0,
+    fallbacks: int = 0, partial: Mapping[str, Any] | None = None,
 ) -> Event:  # fmt: skip
     """`seconds` the download took: the catalog's measure of this store's restore throughput. `store`: the
     copy read first when it was not the primary (a replica's name), `fallbacks`: files read from another
-    copy than that one (docs/FORMAT.md, "Replicas"); neither is in the detail when unset."""
-    mib_s = manifest.total_bytes / 2**20 / seconds if seconds > 0 else 0.0
+    copy than that one (docs/FORMAT.md, "Replicas"); neither is in the detail when unset. `partial`: a
+    partial restore's `only`, `exclude`, `files` and `bytes` (docs/FORMAT.md, "Catalog events"): the
+    event's own bytes and files stay the whole save's (the catalog's record of the save), the detail's
+    bytes and rate are the part's."""
+    moved = int(partial["bytes"]) if partial is not None else manifest.total_bytes
+    mib_s = moved / 2**20 / seconds if seconds > 0 else 0.0
     extra: dict[str, object] = {}
+    if partial is not None:
+        extra["partial"] = dict(partial)
     if store is not None:
         extra["store"] = store
     if fallbacks:
@@ -262,7 +268,7 @@ def restored(
         stored_bytes=_stored(manifest),
         files=len(manifest.files),
         detail=_detail(
-            dest=dest, seconds=round(seconds, 3), bytes=manifest.total_bytes, mib_per_s=round(mib_s, 1), **extra
+            dest=dest, seconds=round(seconds, 3), bytes=moved, mib_per_s=round(mib_s, 1), **extra
         ),
         flow_run=flow_run,
     )

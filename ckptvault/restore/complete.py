@@ -37,8 +37,9 @@ from ckptvault.restore.estimate import Estimate
 from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.plan import request_thaw, wait_for_thaw
-from ckptvault.restore.resolve import Resolution
+from ckptvault.restore.resolve import Resolution, RestoreError
 from ckptvault.restore.result import RestoreResult
+from ckptvault.restore.selection import Selected
 from ckptvault.store import ObjectStore, StoreError
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault.transfer.ranges import split_size
@@ -84,6 +85,7 @@ class Chosen:
     ordered: Sequence[CopyStatus]
     statuses: Sequence[CopyStatus]
     estimate: Estimate
+    selected: Selected | None = None  # a partial restore's files (--only/--exclude); None: the whole save
 
     def copies_report(self, forced: str | None) -> list[str]:
         """The estimate's lines about copies (`forced`: `--from`)."""
@@ -94,7 +96,8 @@ class Chosen:
         r, first = self.resolution, self.ordered[0]
         return RestoreResult(self.run, r.step, r.save, tuple(r.notes), str(self.target), self.estimate.describe(),
                              self.estimate.as_record(), status="thawing", source=first.name,
-                             copies=tuple(s.as_dict() for s in self.statuses))  # fmt: skip
+                             copies=tuple(s.as_dict() for s in self.statuses),
+                             selection=None if self.selected is None else self.selected.as_dict())  # fmt: skip
 
 
 def complete(
@@ -130,12 +133,15 @@ def complete(
     # requests, 0.03 s on Ceph RGW, once per process): asked beside the transfer, it is off the path to
     # the result.
     with _asked_beside(catalog.store.capabilities if catalog is not None else None):
+        if node_local is not None and chosen.selected is not None:
+            raise RestoreError("--only/--exclude with --node-local is not supported yet: restore the whole save")
         if node_local is not None:  # one copy: the node-local protocol does not fall back yet (docs/replicas.md)
             pointer, aside = restore_on_nodes(submit, cfg, store, manifest, plans, node_local, force, bar)
             where = node_local
         else:
             threshold = split_size(cfg.scale.split_size_mb)
-            done = restore_from_copies(submit, chosen.ordered, chosen.target, manifest, bar, threshold, force)
+            marker = None if chosen.selected is None else chosen.selected.marker(manifest)
+            done = restore_from_copies(submit, chosen.ordered, chosen.target, manifest, bar, threshold, force, marker)
             pointer, aside = done.pointer, done.replaced
             fallbacks = tuple(f.as_dict() for f in done.fallbacks)
             where = str(chosen.target)
@@ -145,12 +151,17 @@ def complete(
     # operator would read "nothing changed" of a destination that did change)
     unrecorded = ""
     recorded = False
+    # the catalog keeps the save's own size: a partial restore's event says the part in its detail
+    whole, part = manifest, None
+    if chosen.selected is not None:
+        whole = replace(manifest, files=chosen.selected.files + chosen.selected.left_out)
+        part = {k: v for k, v in chosen.selected.as_dict().items() if k in ("only", "exclude", "files", "bytes")}
     if catalog is not None:
         try:
             with phase(timing.WRITES):
-                submit(record, catalog, [events.restored(manifest, where, run_id, download_s,
+                submit(record, catalog, [events.restored(whole, where, run_id, download_s,
                                                          store=None if first.order == 0 else first.name,
-                                                         fallbacks=len(fallbacks))])  # fmt: skip
+                                                         fallbacks=len(fallbacks), partial=part)])  # fmt: skip
             recorded = True
         except StoreError as e:
             unrecorded = f"restored, but not recorded in the catalog nor alerted: {e}"

@@ -29,7 +29,15 @@ from ckptvault.restore import ranged
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
-from ckptvault.restore.steps import discard, download_one, finalize, staged_path, staging_dir, write_pointer
+from ckptvault.restore.steps import (
+    discard,
+    download_one,
+    finalize,
+    staged_path,
+    staging_dir,
+    write_marker,
+    write_pointer,
+)
 from ckptvault.store import (
     ChecksumMismatchError,
     FetchedRange,
@@ -141,17 +149,20 @@ def forget(plan: ObjectPlan, into: Path, manifest: Manifest) -> str:
 
 def restore_from_copies(
     submit: Submitter, ordered: Sequence[CopyStatus], target: Path, manifest: Manifest, bar: ProgressBar,
-    threshold: int, force: bool,
+    threshold: int, force: bool, marker: tuple[str, str] | None = None,
 ) -> CopiesRestore:  # fmt: skip
     """Restore `manifest`'s save into `target` from `ordered` (copies.choose's order; each with its
     store and plans from copies.survey), falling back file by file. RestoreError, with every failure
-    named and nothing changed at `target`, when some file could be read from no copy."""
+    named and nothing changed at `target`, when some file could be read from no copy. `marker`: a file
+    (name, content) written at the destination's root with the rest (a partial restore's)."""
     staged = submit(staging_dir, target)
     try:
         with phase(timing.TRANSFER):  # every file's CRC32C checked as it arrives, fsynced before it is done
             fallbacks = _fetch_everything(submit, ordered, staged, manifest, bar, threshold)
         with phase(timing.FINALIZE):
             pointer = submit(write_pointer, staged, manifest)
+            if marker is not None:
+                submit(write_marker, staged, marker)
     except BaseException:
         submit(discard, staged)
         raise

@@ -28,6 +28,7 @@ from ckptvault.restore.copies import Copy, CopyStatus
 from ckptvault.restore.estimate import estimate
 from ckptvault.restore.from_manifests import RunHistory
 from ckptvault.restore.resolve import Resolution, parse_step, resolve
+from ckptvault.restore.selection import Selected, narrow_statuses, parse_selection
 
 Survey = Callable[[Sequence[Copy], str, int, int], list[CopyStatus]]
 
@@ -43,6 +44,8 @@ class Request:
     tier: str = "Standard"
     force: bool = False
     source: str | None = None  # `--from`: the copy read first; None: the cheapest usable one
+    only: tuple[str, ...] = ()  # `--only`: model, optimizer or glob patterns (restore/selection.py)
+    exclude: tuple[str, ...] = ()  # `--exclude`: glob patterns
 
 
 def _nothing(_: object) -> None:
@@ -86,6 +89,7 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
     """Resolve the save and choose the copy, or raise RestoreError (bad input: nothing touched).
     `copies`: the primary first, then the replicas (copies.open_copies); a copy without a store is
     one that could not be reached."""
+    selection = parse_selection(request.only, request.exclude)  # a bad pattern is refused before any read
     primary = copies[0].store
     catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
     early = copies_lib.EarlySurvey(copies, request.run, request.step, request.save) if ways.survey_early else None
@@ -105,6 +109,9 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
         statuses = early.statuses(res.step, res.save) if early is not None else None
         if statuses is None:
             statuses = ways.survey(copies, request.run, res.step, res.save)
+        selected: Selected | None = None
+        if not selection.whole:  # the part alone is planned, thawed, estimated and fetched
+            selected, statuses = narrow_statuses(statuses, selection)
         ordered = copies_lib.choose(statuses, request.source)
         first = ordered[0]
         assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
@@ -112,6 +119,6 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
         est = estimate(first.manifest, list(first.plans), prices, request.tier, egress, history.throughput())
         target = Path(request.dest).expanduser().resolve()
-        chosen = Chosen(request.run, res, target, tuple(ordered), tuple(statuses), est)
+        chosen = Chosen(request.run, res, target, tuple(ordered), tuple(statuses), est, selected)
         ways.planned(chosen)
     return Prepared(chosen, catalog, history.unreadable)

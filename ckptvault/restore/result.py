@@ -30,6 +30,8 @@ class RestoreResult:
     source: str = "primary"
     copies: tuple[dict[str, Any], ...] = ()
     fallbacks: tuple[dict[str, str], ...] = ()
+    # a partial restore's files (restore/selection.py Selected.as_dict); None: the whole save
+    selection: dict[str, Any] | None = None
 
     def ledger_counts(self, seconds: float) -> dict[str, float]:
         """What the metrics' ledger counts of this restore (ckptvault/observe/ledger.py), `seconds` being how long
@@ -49,5 +51,7 @@ class RestoreResult:
         else:
             doc.update(pointer=self.pointer, replaced=self.replaced, bytes=self.bytes, files=self.files,
                        fallbacks=list(self.fallbacks), message=self.message)  # fmt: skip
-        doc.update(source=self.source, copies=list(self.copies))
+        doc.update(source=self.source, copies=list(self.copies), partial=self.selection is not None)
+        if self.selection is not None:
+            doc["selection"] = self.selection
         return doc

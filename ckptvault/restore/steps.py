@@ -105,6 +105,13 @@ def write_pointer(staged: Path, manifest: Manifest) -> str | None:
     return name
 
 
+def write_marker(staged: Path, marker: tuple[str, str]) -> str:
+    """A file (name, content) at the staging directory's root, renamed into place with the rest."""
+    name, content = marker
+    (staged / name).write_text(content)
+    return name
+
+
 def finalize(staged: Path, dest: Path, force: bool) -> Path | None:
     """Rename the verified staging directory into place. With --force an existing destination is
     renamed aside (returned) rather than deleted: a restore never destroys data."""

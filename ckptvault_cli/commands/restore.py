@@ -63,6 +63,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
             for note in plan.resolution.notes:
                 print(note, flush=True)
             print(plan.estimate.report(), flush=True)
+            if plan.selected is not None:
+                print(plan.selected.describe(), flush=True)
             if len(plan.statuses) > 1:
                 print("\n".join(plan.copies_report(args.source)), flush=True)
 
@@ -82,8 +84,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
     try:
         # Bad input (an unknown run, step or save, a suspect without --force, a --from copy that cannot
         # give the save) is found here, before a flow run exists: exit 2, nothing touched, no alert.
+        if args.node_local and (args.only or args.exclude):
+            raise RestoreError("--only/--exclude with --node-local is not supported yet: restore the whole save")
         prepared = prepare(cfg, copies, Request(args.run, args.dest, args.step, args.save, args.tier, args.force,
-                                                args.source), ways)  # fmt: skip
+                                                args.source, tuple(args.only or ()), tuple(args.exclude or ())),
+                           ways)  # fmt: skip
     except RestoreError as e:
         raise UsageError(str(e)) from None
     plan, choice = prepared.chosen, runner[0]
@@ -129,6 +134,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
             config_path=args.config,
             node_local=args.node_local,
             source=args.source,
+            only=args.only,
+            exclude=args.exclude,
         )
     return _output(args, label, step, save, result)
 
@@ -239,6 +246,7 @@ def _secret(name: str) -> str | None:
 def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, result: object) -> int:
     from ckptvault.restore import copies as copies_lib
     from ckptvault.restore.result import RestoreResult
+    from ckptvault.restore.selection import MARKER
 
     if isinstance(result, BaseException):
         if args.json:
@@ -257,6 +265,10 @@ def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, 
     if result.status == "restored":
         where = "" if result.source == copies_lib.PRIMARY else f" from replica {result.source}"
         print(f"restored {label} to {result.dest}{where} (every CRC32C verified)")
+        if result.selection is not None:
+            sel = result.selection
+            print(f"partial: {sel['files']} of {sel['of_files']} files; {MARKER} there lists the "
+                  f"{sel['of_files'] - sel['files']} left out, so nothing mistakes it for the whole save")  # fmt: skip
         if result.pointer:
             print(f"pointer file {result.pointer} written: the framework resumes from this checkpoint")
         if result.replaced:

@@ -32,6 +32,7 @@ from ckptvault.restore.complete import Chosen, complete
 from ckptvault.restore.prepare import Request, Ways, prepare
 from ckptvault.restore.resolve import Resolution
 from ckptvault.restore.result import RestoreResult
+from ckptvault.restore.selection import MARKER
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
 from ckptvault_prefect.runtime.restore import restore_submitter
@@ -63,6 +64,8 @@ def restore(
     config_path: str | None = None,
     node_local: bool = False,
     source: str | None = None,
+    only: list[str] | None = None,
+    exclude: list[str] | None = None,
 ) -> RestoreResult | State:
     """Bring back run R at step S (or the newest good one) into a directory the framework resumes from:
     every file's CRC32C checked, the destination filled only once every byte is in place.
@@ -80,6 +83,9 @@ def restore(
         config_path: The ckptvault config file (empty: $CKPTVAULT_CONFIG in the worker's environment).
         node_local: Put each file back on the node that wrote it (a run whose source has locality = "node").
         source: The copy read first: `primary` or a replica's name (empty: the cheapest complete copy).
+        only: Restore only these: model (weights, config, tokenizer), optimizer, or globs on the paths inside
+            the checkpoint (empty: every file).
+        exclude: Leave out the files these globs match (after only).
 
     Run as a deployment (the Prefect UI's "Run", `prefect deployment run restore/restore`), a restore
     that ckptvault refuses (a run not in the catalog, a destination not empty, a step that is not a
@@ -87,9 +93,8 @@ def restore(
     line it raises, as every command does.
     """
     try:
-        return _restore(
-            run, dest, step, save, tier, wait, force, wait_hours, reschedule, config_path, node_local, source
-        )
+        return _restore(run, dest, step, save, tier, wait, force, wait_hours, reschedule, config_path, node_local,
+                        source, tuple(only or ()), tuple(exclude or ()))  # fmt: skip
     except CkptvaultError as e:
         if not deployment.id:
             raise
@@ -110,6 +115,8 @@ def _restore(
     config_path: str | None,
     node_local: bool,
     source: str | None,
+    only: tuple[str, ...] = (),
+    exclude: tuple[str, ...] = (),
 ) -> RestoreResult:
     """The flow's body. `source` (`--from`): the copy read first, `primary` or a replica's name; None: the
     reachable, complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy").
@@ -144,6 +151,8 @@ def _restore(
             print(note)
 
     def print_estimate(plan: Chosen) -> None:
+        if plan.selected is not None:
+            print(plan.selected.describe())
         for line in plan.copies_report(source):
             print(line.strip())
         print(plan.estimate.describe())
@@ -152,7 +161,7 @@ def _restore(
     ways = Ways(read_history=restore_history_task, replica_history=replica_history_task, survey=survey_task,
                 unreadable=alert_unreadable, primary_down=primary_down, resolved=print_notes,
                 planned=print_estimate)  # fmt: skip
-    prepared = prepare(cfg, copies, Request(run, dest, step, save, tier, force, source), ways)
+    prepared = prepare(cfg, copies, Request(run, dest, step, save, tier, force, source, only, exclude), ways)
     chosen, catalog = prepared.chosen, prepared.catalog
     n, est, manifest = chosen.resolution.step, chosen.estimate, chosen.ordered[0].manifest
     assert manifest is not None  # a usable copy has its manifest (copies.survey)
@@ -193,7 +202,9 @@ def _restore(
             "restore-result",
             f"### Restored {run} step {n}\n\n- destination: `{where}`\n- files: {len(manifest.files)}, "
             f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n"
-            f"- pointer file: {report.pointer or 'none'}\n",
+            + (f"- {chosen.selected.describe()}; {MARKER} at the destination lists what was left out\n"
+               if chosen.selected is not None else "")
+            + f"- pointer file: {report.pointer or 'none'}\n",
             "what was restored and where",
         )
     return report

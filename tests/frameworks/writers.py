@@ -21,6 +21,9 @@ Commands (each prints one JSON line on stdout):
       writes OUT/loaded.pt (the state right after loading: model and optimizer tensors, flat) and
       OUT/final.pt (after training on), as plain
       tensors that torch.load(weights_only=True) reads; prints the step it resumed at and ended at.
+  load-module ROOT OUT
+      DeepSpeed's load_checkpoint(ROOT, load_module_only=True) through `latest`; the module's tensors
+      to OUT/module.pt.
 """
 
 from __future__ import annotations
@@ -425,6 +428,17 @@ def deepspeed_resume(root: Path, out: Path, steps: int) -> dict[str, Any]:
     return {"resumed_at": resumed, "first_step": resumed + 1, "ended_at": engine.global_steps}
 
 
+def deepspeed_load_module(root: Path, out: Path) -> dict[str, Any]:
+    """DeepSpeed's own module-only load (warm-starting, evaluation) through `latest`: what a partial restore
+    of the model (`restore --only model`) must be enough for."""
+    _, engine = _deepspeed_engine()
+    path, _ = engine.load_checkpoint(
+        str(root), load_module_only=True, load_optimizer_states=False, load_lr_scheduler_states=False
+    )
+    _save(out / "module.pt", _flat("model", engine.module.state_dict(), {}))
+    return {"loaded": str(path)}
+
+
 # --- Megatron-Core dist_checkpointing (torch_dist, one process, gloo) -------------------------------------
 # Megatron-LM's layout (megatron/training/checkpointing.py save_checkpoint): {save}/iter_{N:07d}/ written by
 # megatron.core.dist_checkpointing.save, then, after a barrier, rank 0 writes
@@ -681,8 +695,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("ckpt", type=Path)
     r.add_argument("out", type=Path)
     r.add_argument("--steps", type=int, default=8)
+    m = sub.add_parser("load-module", help="DeepSpeed: load_checkpoint(ROOT, load_module_only=True)")
+    m.add_argument("root", type=Path)
+    m.add_argument("out", type=Path)
     a = ap.parse_args(argv)
-    if a.cmd == "train":
+    if a.cmd == "load-module":
+        result = deepspeed_load_module(a.root, a.out)
+    elif a.cmd == "train":
         global HIDDEN, HOOK_RUN
         HIDDEN = a.hidden or HIDDEN
         HOOK_RUN = a.ckptvault_run

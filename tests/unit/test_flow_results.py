@@ -50,12 +50,12 @@ def test_restore_result_restored_and_thawing_documents() -> None:
     done = replace(begun, status="restored", pointer="latest", replaced=None, bytes=10, files=2, fallbacks=(fell,))
     assert list(done.as_dict()) == [
         "run", "step", "save", "notes", "dest", "estimate", "estimate_detail",
-        "status", "pointer", "replaced", "bytes", "files", "fallbacks", "message", "source", "copies",
+        "status", "pointer", "replaced", "bytes", "files", "fallbacks", "message", "source", "copies", "partial",
     ]  # fmt: skip
     assert done.as_dict()["notes"] == ["n"] and done.as_dict()["replaced"] is None
     assert done.as_dict()["fallbacks"] == [fell] and done.as_dict()["source"] == "primary"
     doc = replace(begun, frozen=2, message="2 of 3 objects still frozen").as_dict()
-    assert list(doc)[7:] == ["status", "frozen", "message", "source", "copies"]
+    assert list(doc)[7:] == ["status", "frozen", "message", "source", "copies", "partial"]
     assert (doc["status"], doc["frozen"], doc["message"]) == ("thawing", 2, "2 of 3 objects still frozen")
 
 

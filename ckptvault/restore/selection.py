@@ -1,0 +1,178 @@
+"""A partial restore's choice of files: `--only model|optimizer|PATTERN` (repeatable, their union) and
+`--exclude PATTERN` (repeatable, taken out after), applied to a save's manifest before anything is
+planned, thawed or fetched, so the estimate, the thaw and the transfer all cover the part alone.
+
+`model` and `optimizer` are the layout's own split (ckptvault/formats/parts.py). Where the layout keeps
+both in one file (a Lightning .ckpt, a ZeRO-3 partition, a DCP .distcp), asking for either is refused
+naming the format, the file and why: never a silent full restore. A PATTERN is a glob on the
+manifest's relative paths (`*` also crosses `/`); one without a `/` also matches a file's name alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
+from pathlib import PurePosixPath
+from typing import Any
+
+from ckptvault.checkpoint.manifest import FileEntry, Manifest
+from ckptvault.restore.copies import CopyStatus
+from ckptvault.restore.resolve import RestoreError
+
+PARTS = ("model", "optimizer")
+# Written at the root of a partial restore's destination, beside the checkpoint: what was left out
+MARKER = "ckptvault-partial.json"
+
+
+class SelectionError(RestoreError):
+    """The selection cannot be served as asked (bad input: exit 2, nothing touched)."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What `--only` and `--exclude` asked for; empty: the whole save."""
+
+    only: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.only and not self.exclude
+
+    def describe(self) -> str:
+        said = [f"--only {o}" for o in self.only] + [f"--exclude {e}" for e in self.exclude]
+        return " ".join(said)
+
+
+def parse_selection(only: Sequence[str] | None, exclude: Sequence[str] | None) -> Selection:
+    """The flags (or the flow's parameters) as a Selection; SelectionError on an empty pattern."""
+    for flag, values in (("--only", only or ()), ("--exclude", exclude or ())):
+        for v in values:
+            if not v.strip():
+                raise SelectionError(f"{flag} needs a part (model, optimizer) or a glob pattern, not an empty string")
+    return Selection(tuple(only or ()), tuple(exclude or ()))
+
+
+def _matches(pattern: str, path: str) -> bool:
+    return fnmatchcase(path, pattern) or ("/" not in pattern and fnmatchcase(PurePosixPath(path).name, pattern))
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The selection applied to one save: the files restored and those left out."""
+
+    selection: Selection
+    files: tuple[FileEntry, ...]
+    left_out: tuple[FileEntry, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def of_bytes(self) -> int:
+        return self.bytes + sum(f.size for f in self.left_out)
+
+    def narrow(self, manifest: Manifest) -> Manifest:
+        """The manifest with only the selected files: what the plan, the thaw and the transfer act on."""
+        keep = {f.path for f in self.files}
+        return replace(manifest, files=tuple(f for f in manifest.files if f.path in keep))
+
+    def describe(self) -> str:
+        """One line for the estimate and the log."""
+        from ckptvault import humanize
+
+        n, total = len(self.files), len(self.files) + len(self.left_out)
+        return (
+            f"partial restore ({self.selection.describe()}): {n} of {total} files, "
+            f"{humanize.size(self.bytes)} of {humanize.size(self.of_bytes)}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """`restore --json`'s `selection`, and the marker file's body."""
+        return {
+            "only": list(self.selection.only), "exclude": list(self.selection.exclude),
+            "files": len(self.files), "of_files": len(self.files) + len(self.left_out),
+            "bytes": self.bytes, "of_bytes": self.of_bytes,
+            "restored": [f.path for f in self.files], "left_out": [f.path for f in self.left_out],
+        }  # fmt: skip
+
+    def marker(self, manifest: Manifest) -> tuple[str, str]:
+        """The marker file (name, content) a partial restore leaves at its destination's root: a person or
+        a tool finding the directory learns that it is not the whole save, and what is missing."""
+        doc = {"run": manifest.run, "step": manifest.step, "save": manifest.save, "format": manifest.format,
+               "partial": True, **self.as_dict()}  # fmt: skip
+        return MARKER, json.dumps(doc, indent=1) + "\n"
+
+
+def select(manifest: Manifest, selection: Selection) -> Selected:
+    """The save's files that `selection` asks for, or SelectionError naming why it cannot be served."""
+    # here, not at the module's top: the layouts' modules are not on a whole restore's path
+    from ckptvault.formats.parts import Part, classify
+
+    files = list(manifest.files)
+    chosen: list[FileEntry] = files
+    if selection.only:
+        classified = {c.path: c for c in classify(manifest.format, [f.path for f in files])}
+        wanted: set[str] = set()
+        for only in selection.only:
+            if only in PARTS:
+                mixed = [c for c in classified.values() if c.part is Part.MIXED]
+                if mixed:
+                    first = mixed[0]
+                    raise SelectionError(
+                        f"--only {only}: {manifest.run} step {manifest.step} is a {manifest.format!r} checkpoint whose "
+                        f"{first.path}{f' (and {len(mixed) - 1} more)' if len(mixed) > 1 else ''} holds both: "
+                        f"{first.why}. Restore it whole (no --only), or choose files with --only PATTERN."
+                    )
+                wanted |= {p for p, c in classified.items() if c.part.value == only}
+            else:
+                hits = {f.path for f in files if _matches(only, f.path)}
+                if not hits:
+                    raise SelectionError(_none_match("--only", only, manifest))
+                wanted |= hits
+        chosen = [f for f in files if f.path in wanted]
+    for pattern in selection.exclude:
+        if not any(_matches(pattern, f.path) for f in files):
+            raise SelectionError(_none_match("--exclude", pattern, manifest))
+        chosen = [f for f in chosen if not _matches(pattern, f.path)]
+    if not chosen:
+        raise SelectionError(
+            f"{selection.describe()} leaves no file of {manifest.run} step {manifest.step} to restore; "
+            f"its files: {_some_paths(manifest)}"
+        )
+    kept = {f.path for f in chosen}
+    return Selected(selection, tuple(chosen), tuple(f for f in files if f.path not in kept))
+
+
+def _some_paths(manifest: Manifest, n: int = 12) -> str:
+    paths = [f.path for f in manifest.files]
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n} more" if len(paths) > n else "")
+
+
+def _none_match(flag: str, pattern: str, manifest: Manifest) -> str:
+    return (
+        f"{flag} {pattern}: no file of {manifest.run} step {manifest.step} matches (a glob on the paths inside the "
+        f"checkpoint, or model / optimizer); its files: {_some_paths(manifest)}"
+    )
+
+
+def narrow_statuses(statuses: Sequence[CopyStatus], selection: Selection) -> tuple[Selected, list[CopyStatus]]:
+    """The selection applied to the save (through the first copy that has its manifest: every copy's is
+    the same save's) and every copy narrowed to it: its manifest, its objects, and what it misses, so a
+    copy that lacks only files left out serves the part in full."""
+    usable = [s for s in statuses if s.manifest is not None]
+    if not usable:  # copies.choose says why no copy can be read
+        return Selected(selection, (), ()), list(statuses)
+    assert usable[0].manifest is not None
+    selected = select(usable[0].manifest, selection)
+    keep = {f.path for f in selected.files}
+    return selected, [
+        s if s.manifest is None else replace(
+            s, manifest=selected.narrow(s.manifest), plans=tuple(p for p in s.plans if p.path in keep),
+            missing={k: v for k, v in s.missing.items() if k in keep},
+        )
+        for s in statuses
+    ]  # fmt: skip

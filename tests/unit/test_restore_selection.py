@@ -1,0 +1,182 @@
+"""A partial restore (`restore --only/--exclude`, ckptvault/restore/selection.py and the layouts' split in
+ckptvault/formats/parts.py): each layout's files classed from their names; a layout that keeps model and
+optimizer in one file refused naming it; and, on the in-memory store through the restore's own two halves,
+only the selected objects are planned and fetched, the marker file says what was left out, and the
+catalog keeps the save's own size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ckptvault.catalog import Catalog
+from ckptvault.catalog import events as events_lib
+from ckptvault.checkpoint.manifest import checkpoint_prefix
+from ckptvault.config import Config, SourceConfig, StoreConfig
+from ckptvault.formats.parts import Part, classify
+from ckptvault.ingest import steps
+from ckptvault.restore import copies
+from ckptvault.restore.complete import complete
+from ckptvault.restore.copies import Copy
+from ckptvault.restore.prepare import Request, prepare
+from ckptvault.restore.selection import MARKER, Selection, SelectionError, parse_selection, select
+from ckptvault.store import TransferConfig
+from ckptvault.store.memory import MemoryStore
+from ckptvault.transfer.submitter import Threads
+from ckptvault_cli.synthetic import write_checkpoint
+
+MiB = 2**20
+PREFIX = "t"
+
+
+def _parts(fmt: str, paths: list[str]) -> dict[str, str]:
+    return {c.path: c.part.value for c in classify(fmt, paths)}
+
+
+def test_hf_weights_config_and_tokenizer_are_the_model_the_trainer_state_is_not() -> None:
+    got = _parts("hf", ["config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+                        "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
+                        "special_tokens_map.json", "optimizer.pt", "scheduler.pt", "rng_state.pth", "rng_state_3.pth",
+                        "trainer_state.json", "training_args.bin", "scaler.pt"])  # fmt: skip
+    assert {p for p, part in got.items() if part == "optimizer"} == {
+        "optimizer.pt", "scheduler.pt", "rng_state.pth", "rng_state_3.pth", "trainer_state.json",
+        "training_args.bin", "scaler.pt",
+    }  # fmt: skip
+    assert "mixed" not in got.values()
+
+
+def test_hf_with_deepspeed_or_fsdp_inside_a_checkpoint_dir() -> None:
+    got = _parts("hf", ["model.safetensors", "global_step6/mp_rank_00_model_states.pt",
+                        "global_step6/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                        "pytorch_model_fsdp_0/__0_0.distcp", "optimizer_0/__0_0.distcp"])  # fmt: skip
+    assert got == {
+        "model.safetensors": "model", "global_step6/mp_rank_00_model_states.pt": "model",
+        "global_step6/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt": "optimizer",
+        "pytorch_model_fsdp_0/__0_0.distcp": "model", "optimizer_0/__0_0.distcp": "optimizer",
+    }  # fmt: skip
+
+
+def test_deepspeed_zero2_splits_and_zero3_keeps_the_weights_in_the_optimizer_files() -> None:
+    zero2 = _parts("deepspeed", ["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                                 "zero_to_fp32.py"])  # fmt: skip
+    assert zero2 == {"mp_rank_00_model_states.pt": "model", "zero_pp_rank_0_mp_rank_00_optim_states.pt": "optimizer",
+                     "zero_to_fp32.py": "model"}  # fmt: skip
+    zero3 = classify("deepspeed", ["zero_pp_rank_0_mp_rank_00_model_states.pt",
+                                   "zero_pp_rank_0_mp_rank_00_optim_states.pt"])  # fmt: skip
+    assert [c.part for c in zero3] == [Part.MODEL, Part.MIXED]
+    assert "ZeRO-3" in zero3[1].why
+
+
+def test_megatron_legacy_splits_only_with_the_distributed_optimizer() -> None:
+    assert _parts("megatron", ["mp_rank_00/model_optim_rng.pt"]) == {"mp_rank_00/model_optim_rng.pt": "mixed"}
+    assert _parts("megatron", ["mp_rank_00/model_optim_rng.pt", "mp_rank_00/distrib_optim.pt"]) == {
+        "mp_rank_00/model_optim_rng.pt": "model", "mp_rank_00/distrib_optim.pt": "optimizer",
+    }  # fmt: skip
+    assert _parts("megatron", [".metadata", "__0_0.distcp", "common.pt"])["__0_0.distcp"] == "mixed"
+
+
+def test_orbax_items_by_name_and_a_single_item_is_mixed() -> None:
+    got = _parts("orbax", ["_CHECKPOINT_METADATA", "params/_METADATA", "opt_state/_METADATA", "metrics/metrics"])
+    assert got == {"_CHECKPOINT_METADATA": "model", "params/_METADATA": "model", "opt_state/_METADATA": "optimizer",
+                   "metrics/metrics": "optimizer"}  # fmt: skip
+    assert _parts("orbax", ["default/_METADATA"]) == {"default/_METADATA": "mixed"}
+
+
+def test_lightning_dcp_nemo_and_an_unknown_format_cannot_split_by_file() -> None:
+    assert _parts("lightning", ["epoch=0-step=6.ckpt"]) == {"epoch=0-step=6.ckpt": "mixed"}
+    assert _parts("dcp", [".metadata", "__0_0.distcp"]) == {".metadata": "model", "__0_0.distcp": "mixed"}
+    assert _parts("nemo", ["context/model.yaml", "weights/__0_0.distcp"])["weights/__0_0.distcp"] == "mixed"
+    assert _parts("someday", ["x.bin"]) == {"x.bin": "mixed"}
+
+
+# --- the selection on a save ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> MemoryStore:
+    """Run r: an HF save at step 100 and a Lightning save at step 200, each committed and verified."""
+    store = MemoryStore("ckpts", transfer=TransferConfig(part_size=5 * MiB, multipart_threshold=5 * MiB))
+    for run, fmt, step in (("r", "hf", 100), ("l", "lightning", 200)):
+        write_checkpoint(tmp_path / run, fmt, step, 2 * MiB, shards=2, seed=1)
+        [found] = steps.find_checkpoints(SourceConfig(run=run, path=tmp_path / run, format=fmt,
+                                                      settle_seconds=0)).found  # fmt: skip
+        entries = [steps.upload_one(store, j, found) for j in steps.plan_upload(store, PREFIX, found)]
+        manifest = steps.commit_manifest(store, PREFIX, found, entries)
+        Catalog(store, PREFIX).append([events_lib.verified(manifest)])
+    return store
+
+
+CFG = Config(store=StoreConfig(bucket="ckpts", prefix=PREFIX))
+MODEL_FILES = ["config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+               "model.safetensors.index.json"]  # fmt: skip
+
+
+def _prepare(store: MemoryStore, dest: Path, run: str = "r", only: tuple[str, ...] = (), exclude: tuple[str, ...] = ()):  # type: ignore[no-untyped-def]
+    return prepare(CFG, [Copy(copies.PRIMARY, store, PREFIX)], Request(run, str(dest), only=only, exclude=exclude))
+
+
+def test_only_model_plans_fetches_and_marks_the_part_alone(store: MemoryStore, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    # the optimizer's objects are gone from the bucket: a model restore never reads them
+    for name in ("optimizer.pt", "scheduler.pt"):
+        store.delete(checkpoint_prefix(PREFIX, "r", 100) + name)
+    prepared = _prepare(store, dest, only=("model",))
+    chosen = prepared.chosen
+    assert chosen.selected is not None
+    assert sorted(p.path for p in chosen.ordered[0].plans) == MODEL_FILES
+    assert chosen.estimate.objects == len(MODEL_FILES)
+    with Threads(workers=2) as submit:
+        result = complete(submit, CFG, prepared.catalog, chosen, tier="Standard", wait_s=0, force=False,
+                          secret=None, started=0.0)  # fmt: skip
+    assert result.status == "restored" and result.files == len(MODEL_FILES)
+    restored = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert restored == sorted([MARKER] + [f"checkpoint-100/{p}" for p in MODEL_FILES])
+    marker = json.loads((dest / MARKER).read_text())
+    assert marker["partial"] is True and marker["only"] == ["model"]
+    assert sorted(marker["left_out"]) == ["optimizer.pt", "rng_state.pth", "scheduler.pt", "trainer_state.json",
+                                          "training_args.bin"]  # fmt: skip
+    assert result.as_dict()["partial"] is True and result.as_dict()["selection"]["files"] == len(MODEL_FILES)
+    # the catalog keeps the save's size; the restored event's detail says the part
+    assert prepared.catalog is not None
+    state = next(s for s in prepared.catalog.current("r") if s.step == 100)
+    assert state.files == 9 and state.bytes == marker["of_bytes"] > marker["bytes"]
+    restored_event = [e for e in prepared.catalog.events("r") if e.event == "restored"][-1]
+    assert json.loads(restored_event.detail)["partial"]["bytes"] == marker["bytes"]
+
+
+def test_globs_union_and_exclude(store: MemoryStore, tmp_path: Path) -> None:
+    chosen = _prepare(store, tmp_path / "d", only=("*.json", "optimizer"), exclude=("rng_state*",)).chosen
+    assert chosen.selected is not None
+    assert sorted(f.path for f in chosen.selected.files) == [
+        "config.json", "model.safetensors.index.json", "optimizer.pt", "scheduler.pt", "trainer_state.json",
+        "training_args.bin",
+    ]  # fmt: skip
+    chosen = _prepare(store, tmp_path / "d", exclude=("*.safetensors",)).chosen
+    assert chosen.selected is not None and len(chosen.selected.files) == 7
+
+
+def test_what_cannot_be_served_is_refused_naming_the_file_and_why(store: MemoryStore, tmp_path: Path) -> None:
+    with pytest.raises(SelectionError, match=r"'lightning' checkpoint whose epoch=0-step=200.ckpt holds both: "
+                       r"Lightning's .ckpt holds state_dict and optimizer_states"):  # fmt: skip
+        _prepare(store, tmp_path / "d", run="l", only=("model",))
+    with pytest.raises(SelectionError, match=r"--only \*.bin\.gz: no file of r step 100 matches.*config.json"):
+        _prepare(store, tmp_path / "d", only=("*.bin.gz",))
+    with pytest.raises(SelectionError, match=r"leaves no file of r step 100"):
+        _prepare(store, tmp_path / "d", only=("config.json",), exclude=("*.json",))
+    with pytest.raises(SelectionError, match="--exclude needs a part"):
+        parse_selection(None, [" "])
+    assert not (tmp_path / "d").exists()
+
+
+def test_a_pattern_without_a_slash_also_matches_a_name_in_a_subdirectory(store: MemoryStore) -> None:
+    manifest = _manifest(store)
+    got = select(manifest, Selection(only=("model-*",)))
+    assert [f.path for f in got.files] == MODEL_FILES[1:3]
+
+
+def _manifest(store: MemoryStore):  # type: ignore[no-untyped-def]
+    from ckptvault.restore.plan import load_manifest
+
+    return load_manifest(store, PREFIX, "r", 100)
