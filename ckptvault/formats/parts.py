@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import PurePosixPath
 
@@ -30,17 +30,31 @@ class Classified:
     why: str  # for MIXED: why this file cannot be split (named in the refusal); else the rule that classed it
 
 
+class _Save:
+    """The save's paths, and what a rule asks of all of them, computed once per directory: a save of
+    thousands of rank files is classed in linear time."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = frozenset(paths)
+        self._zero3: dict[str, bool] = {}
+
+    def zero3(self, base: str) -> bool:
+        """Whether DeepSpeed's files under `base` ("" or "DIR/") are a ZeRO-3 save's."""
+        if base not in self._zero3:
+            self._zero3[base] = any(p.startswith(base) and _DS_ZERO3_MODEL.search(p[len(base) :]) for p in self.paths)
+        return self._zero3[base]
+
+
 # --- Hugging Face Trainer: transformers/trainer.py's names (OPTIMIZER_NAME, SCHEDULER_NAME, ...) -----------
 _HF_TRAINING = re.compile(
     r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|trainer_state\.json|training_args\.bin)$"
 )
 
 
-def _hf(path: str, paths: frozenset[str]) -> Classified:
+def _hf(path: str, save: _Save) -> Classified:
     top, name = PurePosixPath(path).parts[0], PurePosixPath(path).name
     if re.fullmatch(r"global_step\d+", top):  # the Trainer with DeepSpeed: DeepSpeed's own files
-        inner = _deepspeed(path[len(top) + 1 :], frozenset(p[len(top) + 1 :] for p in paths if p.startswith(top + "/")))
-        return replace(inner, path=path)
+        return _deepspeed(path, save, base=top + "/")
     if re.fullmatch(r"optimizer_\d+", top):  # the Trainer with FSDP's sharded state: the optimizer's DCP
         return Classified(path, Part.OPTIMIZER, "FSDP's sharded optimizer state (optimizer_N/)")
     if re.fullmatch(r"pytorch_model_fsdp_\d+", top):  # ... and the model's, a DCP of the model alone
@@ -59,9 +73,9 @@ ZERO3_WHY = (
 )
 
 
-def _deepspeed(path: str, paths: frozenset[str]) -> Classified:
+def _deepspeed(path: str, save: _Save, base: str = "") -> Classified:
     if _DS_OPTIM.search(path):
-        if any(_DS_ZERO3_MODEL.search(p) for p in paths):
+        if save.zero3(base):
             return Classified(path, Part.MIXED, ZERO3_WHY)
         return Classified(path, Part.OPTIMIZER, "ZeRO's optimizer state partition")
     if path.endswith("model_states.pt"):
@@ -76,7 +90,7 @@ DCP_WHY = (
 )
 
 
-def _dcp(path: str, paths: frozenset[str]) -> Classified:
+def _dcp(path: str, save: _Save) -> Classified:
     if path.endswith(".distcp"):
         return Classified(path, Part.MIXED, DCP_WHY)
     return Classified(path, Part.MODEL, "the checkpoint's metadata")
@@ -88,22 +102,22 @@ LEGACY_MEGATRON_WHY = (
 )
 
 
-def _megatron(path: str, paths: frozenset[str]) -> Classified:
+def _megatron(path: str, save: _Save) -> Classified:
     p = PurePosixPath(path)
     if p.name == "distrib_optim.pt":
         return Classified(path, Part.OPTIMIZER, "the distributed optimizer's state")
     if p.name == "model_optim_rng.pt":
-        if str(p.with_name("distrib_optim.pt")) in paths:
+        if str(p.with_name("distrib_optim.pt")) in save.paths:
             return Classified(path, Part.MODEL, "the model (its optimizer is in distrib_optim.pt)")
         return Classified(path, Part.MIXED, LEGACY_MEGATRON_WHY)
-    return _dcp(path, paths)  # torch_dist: a DCP checkpoint with common.pt and metadata.json beside it
+    return _dcp(path, save)  # torch_dist: a DCP checkpoint with common.pt and metadata.json beside it
 
 
 # --- Lightning, Orbax ----------------------------------------------------------------------------------------
 LIGHTNING_WHY = "Lightning's .ckpt holds state_dict and optimizer_states in one pickle"
 
 
-def _lightning(path: str, paths: frozenset[str]) -> Classified:
+def _lightning(path: str, save: _Save) -> Classified:
     if path.endswith(".ckpt"):
         return Classified(path, Part.MIXED, LIGHTNING_WHY)
     return Classified(path, Part.MODEL, "a file beside the checkpoint")
@@ -113,7 +127,7 @@ ORBAX_MODEL_ITEMS = frozenset({"params", "model", "model_params", "ema_params"})
 ORBAX_OPTIMIZER_ITEMS = frozenset({"opt_state", "optimizer", "optimizer_state", "metrics", "dataset", "data_iter"})
 
 
-def _orbax(path: str, paths: frozenset[str]) -> Classified:
+def _orbax(path: str, save: _Save) -> Classified:
     parts = PurePosixPath(path).parts
     if len(parts) == 1:  # _CHECKPOINT_METADATA, commit_success.txt
         return Classified(path, Part.MODEL, "the step's metadata")
@@ -129,7 +143,7 @@ def _orbax(path: str, paths: frozenset[str]) -> Classified:
     return Classified(path, Part.MIXED, why)
 
 
-_RULES: dict[str, Callable[[str, frozenset[str]], Classified]] = {
+_RULES: dict[str, Callable[[str, _Save], Classified]] = {
     "hf": _hf,
     "deepspeed": _deepspeed,
     "dcp": _dcp,
@@ -147,5 +161,5 @@ def classify(fmt: str, paths: Sequence[str]) -> list[Classified]:
     if rule is None:
         return [Classified(p, Part.MIXED, f"ckptvault does not know which files of a {fmt!r} checkpoint hold what")
                 for p in paths]  # fmt: skip
-    every = frozenset(paths)
-    return [rule(p, every) for p in paths]
+    save = _Save(paths)
+    return [rule(p, save) for p in paths]

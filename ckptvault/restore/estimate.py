@@ -29,6 +29,20 @@ class Estimate:
     egress: str = "in-region"
     egress_usd: float = 0.0
     throughput_mib_s: float | None = None  # this run's last measured restore or drill; None: never measured
+    whole: Estimate | None = None  # a partial restore's: the same copy's whole save, for comparison
+
+    def whole_line(self) -> str:
+        """A partial restore's comparison with the whole save ("" for a whole restore)."""
+        w = self.whole
+        if w is None:
+            return ""
+        thaw = f", {w.frozen} objects to thaw" if w.frozen else ""
+        return (
+            f"the whole save: {w.bytes / 2**30:.2f} GiB in {w.objects} objects{thaw}, ${w.total_usd:.2f}; "
+            f"this part: {self.bytes / 2**30:.2f} GiB in {self.objects} objects"
+            + (f", {self.frozen} to thaw" if self.frozen else "")
+            + f", ${self.total_usd:.2f}"
+        )
 
     @property
     def download_seconds(self) -> float | None:
@@ -63,6 +77,8 @@ class Estimate:
             f"  cost: ${self.usd:.2f} retrieval and requests + ${self.egress_usd:.2f} egress ({self.egress}) "
             f"= ${self.total_usd:.2f}"
         )
+        if self.whole is not None:
+            lines.append(f"  {self.whole_line()}")
         return "\n".join(lines)
 
     def as_record(self) -> dict[str, object]:
@@ -79,6 +95,7 @@ class Estimate:
             "egress_usd": round(self.egress_usd, 6),
             "throughput_mib_s": self.throughput_mib_s,
             "download_seconds": self.download_seconds,
+            **({} if self.whole is None else {"whole": self.whole.as_record()}),
         }
 
     def describe(self) -> str:
@@ -89,9 +106,10 @@ class Estimate:
             else f"{self.frozen} archived objects to thaw with the {self.tier} tier: "
             f"{humanize.duration(self.seconds_min)} to {humanize.duration(self.seconds_max)}"
         )
+        whole = f"; {self.whole_line()}" if self.whole is not None else ""
         return (
             f"restore {self.run} step {self.step}: {self.bytes / 2**30:.2f} GiB in {self.objects} objects ({classes}); "
-            f"{wait}; estimated retrieval cost ${self.usd:.2f}"
+            f"{wait}; estimated retrieval cost ${self.usd:.2f}{whole}"
         )
 
 

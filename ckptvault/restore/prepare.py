@@ -13,7 +13,7 @@ field of `Ways`; the reads and their order are the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ckptvault.catalog import Catalog
@@ -110,6 +110,7 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
         if statuses is None:
             statuses = ways.survey(copies, request.run, res.step, res.save)
         selected: Selected | None = None
+        surveyed = {s.name: s for s in statuses}
         if not selection.whole:  # the part alone is planned, thawed, estimated and fetched
             selected, statuses = narrow_statuses(statuses, selection)
         ordered = copies_lib.choose(statuses, request.source)
@@ -118,6 +119,11 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
         prices = load_prices(cfg.policy.prices)
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
         est = estimate(first.manifest, list(first.plans), prices, request.tier, egress, history.throughput())
+        if selected is not None:  # what the part saves against the whole, from the same copy
+            full = surveyed[first.name]
+            assert full.manifest is not None
+            whole = estimate(full.manifest, list(full.plans), prices, request.tier, egress, history.throughput())
+            est = replace(est, whole=whole)
         target = Path(request.dest).expanduser().resolve()
         chosen = Chosen(request.run, res, target, tuple(ordered), tuple(statuses), est, selected)
         ways.planned(chosen)

@@ -1,10 +1,11 @@
-"""`ckptvault restore --only model` of a real Hugging Face Trainer checkpoint (tests/frameworks/writers.py),
-through the command line: on SeaweedFS in the command's own process, on moto through the restore flow
-(Prefect). Only the weights, config and index come back, byte-identical, and the model loads from them
-with transformers' own `from_pretrained`; the optimizer's object is never read: replaced in the bucket by
-junk of the same size, the partial restore still succeeds and a full one fails naming it. A DeepSpeed
-ZeRO-1 save's model comes back as its model states alone, and DeepSpeed's own module-only load reads it.
-A layout that keeps model and optimizer in one file (Lightning's .ckpt) is refused with exit 2, naming it."""
+"""`ckptvault restore --only model` of real frameworks' checkpoints (tests/frameworks/writers.py), through
+the command line. A Hugging Face Trainer checkpoint on SeaweedFS (in the command's own process) and on
+moto (through the restore flow, every object in GLACIER): only the weights, config and index are thawed
+and come back, byte-identical, and transformers' own `from_pretrained` loads them; the optimizer's object
+is never read: replaced in the bucket by junk of the same size, the partial restore still succeeds and a
+full one fails naming it. A DeepSpeed ZeRO-1 save's model comes back as its model states alone, and
+DeepSpeed's own module-only load reads it. A layout that keeps model and optimizer in one file
+(Lightning's .ckpt) is refused with exit 2, naming it."""
 
 from __future__ import annotations
 
@@ -62,8 +63,16 @@ def test_only_model_brings_back_what_from_pretrained_loads_and_never_reads_the_o
                        extra="[validation]\nisolate = false\n")  # fmt: skip
     assert main(["--config", str(cfg), "ingest"]) == 0
     original = root / f"checkpoint-{STEP}"
-    key = checkpoint_prefix("t", "r", STEP) + "optimizer.pt"
-    endpoint.client().put_object(Bucket=bucket, Key=key, Body=os.urandom((original / "optimizer.pt").stat().st_size))
+    base = checkpoint_prefix("t", "r", STEP)
+    client = endpoint.client()
+    client.put_object(
+        Bucket=bucket, Key=base + "optimizer.pt", Body=os.urandom((original / "optimizer.pt").stat().st_size)
+    )
+    archived = server == "moto_server"  # moto has AWS's archival classes: every file of the save in GLACIER
+    if archived:
+        for name in (p.name for p in original.iterdir()):
+            client.copy_object(Bucket=bucket, Key=base + name, CopySource={"Bucket": bucket, "Key": base + name},
+                               StorageClass="GLACIER", MetadataDirective="COPY")  # fmt: skip
 
     dest = tmp_path / "model"
     capsys.readouterr()
@@ -79,6 +88,12 @@ def test_only_model_brings_back_what_from_pretrained_loads_and_never_reads_the_o
     assert _tree(dest / original.name) == model_files
     assert doc["selection"]["bytes"] == sum(len(b) for b in model_files.values()) < doc["selection"]["of_bytes"]
     assert json.loads((dest / MARKER).read_text())["left_out"] == doc["selection"]["left_out"]
+    est = doc["estimate_detail"]
+    assert (est["objects"], est["whole"]["objects"]) == (len(model_files), len(whole))
+    if archived:  # only the part was thawed: the optimizer's objects were never asked for
+        assert (est["frozen_objects"], est["whole"]["frozen_objects"]) == (len(model_files), len(whole))
+        asked = {n for n in whole if "Restore" in client.head_object(Bucket=bucket, Key=base + n)}
+        assert asked == set(model_files), asked
     loaded = subprocess.run([sys.executable, "-c", LOAD, str(dest / original.name), str(original)],
                             capture_output=True, text=True, timeout=300, check=False,
                             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})  # fmt: skip
@@ -102,7 +117,7 @@ def test_only_model_of_a_lightning_checkpoint_is_refused_naming_the_file(
     bucket = bucket_factory(seaweedfs)
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("l", framework_run("lightning"), "lightning")],
                        extra="[validation]\nisolate = false\n")  # fmt: skip
-    assert main(["--config", str(cfg), "ingest"]) == 0
+    assert main(["--config", str(cfg), "ingest", "--run", "l", "--step", str(STEP)]) == 0
     capsys.readouterr()
     dest = tmp_path / "d"
     assert main(["--config", str(cfg), "restore", "l", "--only", "model", "--dest", str(dest)]) == 2

@@ -127,6 +127,9 @@ def test_only_model_plans_fetches_and_marks_the_part_alone(store: MemoryStore, t
     assert chosen.selected is not None
     assert sorted(p.path for p in chosen.ordered[0].plans) == MODEL_FILES
     assert chosen.estimate.objects == len(MODEL_FILES)
+    whole = chosen.estimate.whole
+    assert whole is not None and whole.objects == 7 and whole.bytes > chosen.estimate.bytes  # two were deleted
+    assert f"the whole save: {whole.bytes / 2**30:.2f} GiB in 7 objects" in chosen.estimate.report()
     with Threads(workers=2) as submit:
         result = complete(submit, CFG, prepared.catalog, chosen, tier="Standard", wait_s=0, force=False,
                           secret=None, started=0.0)  # fmt: skip
