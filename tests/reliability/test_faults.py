@@ -81,7 +81,9 @@ def _ingest_tier_restore_under_faults(
     policy, cold_class = POLICY[pipeline_s3.kind]
     with FaultProxy(pipeline_s3.url, FaultRates.spread(FAULT_RATE, latency_s=0.3), seed=20261130) as proxy:
         via_proxy = dataclasses.replace(pipeline_s3, url=proxy.url)
-        extra = f'[policy]\nkeep_hot = 1\napply_mode = "client"\n{policy}'
+        # the quality gates in this process, warm: a child process per checkpoint cost ~2 s each; the
+        # gates send no request, so the same requests go through the faults either way
+        extra = f'[validation]\nisolate = false\n[policy]\nkeep_hot = 1\napply_mode = "client"\n{policy}'
         cfg = write_config(tmp_path / "c.toml", via_proxy, bucket, [("r", root, "deepspeed")], extra=extra)
         _compressing(cfg, compression)
 
@@ -144,7 +146,10 @@ def test_lost_responses_of_applied_writes_at_30_percent_faults(
     rates = FaultRates(reset_response=0.15, reset_request=0.05, error_500=0.05, slowdown_503=0.05)
     with FaultProxy(seaweedfs.url, rates, seed=4) as proxy:
         via_proxy = dataclasses.replace(seaweedfs, url=proxy.url)
-        extra = f'[policy]\nkeep_hot = 1\napply_mode = "client"\n{POLICY["seaweedfs"][0]}'
+        # the quality gates in this process, warm: a child process per checkpoint cost ~2 s each; the
+        # gates send no request, so the same requests go through the faults either way
+        gates = "[validation]\nisolate = false\n"
+        extra = f'{gates}[policy]\nkeep_hot = 1\napply_mode = "client"\n{POLICY["seaweedfs"][0]}'
         cfg = _compressing(
             write_config(tmp_path / "c.toml", via_proxy, bucket, [("r", root, "deepspeed")], extra=extra), compression
         )
