@@ -176,7 +176,8 @@ def _rpo_seconds(detail: str) -> float | None:
 
 def _parts(detail: str) -> tuple[int, int] | None:
     """(model, optimizer) bytes of a `verified` event's `parts`, or None: absent (the layout cannot tell,
-    or an event before it), not JSON, or a value that is not a non-negative integer."""
+    or an event before it), not JSON, or a value that is not an integer a snapshot's int64 column holds
+    from 0 up."""
     try:
         d = json.loads(detail) if detail else None
     except json.JSONDecodeError:
@@ -187,7 +188,7 @@ def _parts(detail: str) -> tuple[int, int] | None:
     m, o = p.get("model"), p.get("optimizer")
     if isinstance(m, bool) or isinstance(o, bool) or not isinstance(m, int) or not isinstance(o, int):
         return None
-    return (m, o) if m >= 0 and o >= 0 else None
+    return (m, o) if 0 <= m < 2**63 and 0 <= o < 2**63 else None
 
 
 def _number(detail: str, name: str) -> float | None:

@@ -391,6 +391,7 @@ def test_the_model_and_optimizer_bytes_are_the_last_verified_split_and_old_snaps
         Event("r", 1, "verified", 3.0, bytes=100),  # a verified event without it (an older one): it stays
         Event("r", 2, "verified", 1.0, bytes=10),  # the layout cannot tell, or an event before it
         Event("r", 3, "verified", 1.0, bytes=10, detail='{"parts": {"model": -1, "optimizer": 11}}'),  # not a split
+        Event("r", 3, "verified", 2.0, detail='{"parts": {"model": 1, "optimizer": 9223372036854775808}}'),  # 2**63
     ]
     one, two, three = fold(evs)
     assert (one.model_bytes, one.optimizer_bytes) == (30, 70)
