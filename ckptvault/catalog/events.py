@@ -25,6 +25,21 @@ def _stored(manifest: Manifest) -> int:
     return 0 if stored == manifest.total_bytes else stored
 
 
+def parts(manifest: Manifest) -> dict[str, int] | None:
+    """`{"model": BYTES, "optimizer": BYTES}` of a save: the original sizes of the files its layout
+    classes as each (the split `restore --only` makes), from the manifest's paths alone; None when a
+    file holds both, so the layout cannot tell (docs/FORMAT.md, "The model and the optimizer of a save")."""
+    # here, not at the module's top: the layouts' modules are not on a restore's path (test_restore_imports)
+    from ckptvault.formats.parts import Part, classify
+
+    out = {Part.MODEL.value: 0, Part.OPTIMIZER.value: 0}
+    for f, c in zip(manifest.files, classify(manifest.format, [f.path for f in manifest.files]), strict=True):
+        if c.part is Part.MIXED:
+            return None
+        out[c.part.value] += f.size
+    return out
+
+
 def verified(
     manifest: Manifest,
     flow_run: str = "",
@@ -38,12 +53,15 @@ def verified(
     "The catalog"). Absent when unknown (a rebuild from manifests). `upload_started_at`: when this pass
     began sending the save's files; `upload_seconds` is from then to the manifest's commit, absent when
     this pass sent nothing (it only recorded a commit) or the manifest is another writer's, older than
-    this pass's start."""
-    extra: dict[str, float] = {} if locked_until is None else {"locked_until": locked_until}
+    this pass's start. `parts`: the save's model and optimizer bytes, where its layout tells them."""
+    extra: dict[str, object] = {} if locked_until is None else {"locked_until": locked_until}
     if committed_at is not None:
         extra["rpo_seconds"] = round(manifest.uploaded_at - committed_at, 3)
     if upload_started_at is not None and manifest.uploaded_at >= upload_started_at:
         extra["upload_seconds"] = round(manifest.uploaded_at - upload_started_at, 3)
+    split = parts(manifest)
+    if split is not None:
+        extra["parts"] = split
     return Event(
         run=manifest.run,
         step=manifest.step,

@@ -45,6 +45,7 @@ def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> 
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
         fingerprint="", stored_bytes=0, locked_until=None, legal_hold=False, replicas=(), rpo_seconds=None,
+        model_bytes=None, optimizer_bytes=None,
     )  # fmt: skip
     return _fold_into(s, events)
 
@@ -78,6 +79,9 @@ def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
                 s["fingerprint"] = fp
         if e.event == "verified":
             s["verified"] = True
+            split = _parts(e.detail)
+            if split is not None:
+                s["model_bytes"], s["optimizer_bytes"] = split
         elif e.event == "expired":
             s["verified"] = False
             s["scheduled_class"], s["scheduled_at"] = "", None
@@ -168,6 +172,23 @@ def _rpo_seconds(detail: str) -> float | None:
     a value that is not finite: no duration, and `ls` could not print it as milliseconds)."""
     v = _number(detail, "rpo_seconds")
     return v if v is not None and math.isfinite(v) else None
+
+
+def _parts(detail: str) -> tuple[int, int] | None:
+    """(model, optimizer) bytes of a `verified` event's `parts`, or None: absent (the layout cannot tell,
+    or an event before it), not JSON, or a value that is not an integer a snapshot's int64 column holds
+    from 0 up."""
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return None
+    p = d.get("parts") if isinstance(d, dict) else None
+    if not isinstance(p, dict):
+        return None
+    m, o = p.get("model"), p.get("optimizer")
+    if isinstance(m, bool) or isinstance(o, bool) or not isinstance(m, int) or not isinstance(o, int):
+        return None
+    return (m, o) if 0 <= m < 2**63 and 0 <= o < 2**63 else None
 
 
 def _number(detail: str, name: str) -> float | None:
@@ -290,6 +311,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
         "hold": _last_where(pc.is_in(ev, value_set=pa.array(["held", "released"])), idx),
         "locked_until": _last_where(may_name("locked_until"), idx),
         "rpo_seconds": _last_where(may_name("rpo_seconds"), idx),
+        "parts": _last_where(pc.and_(kind("verified"), may_name("parts")), idx),
     }  # fmt: skip
     aggs = [("first", "min"), ("first_uv", "min")] + [(k, "max") for k in masked if k not in ("first", "first_uv")]
     g = pa.table({"g": gid, **masked}).group_by("g", use_threads=False).aggregate(aggs)
@@ -342,7 +364,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     out["scheduled_at"] = [a for _, a in sched]
     out["legal_hold"] = [k == "held" for k in at("hold_max", "event")]
     cand = {}
-    for name in ("metrics", "fingerprint", "locked_until", "rpo_seconds"):
+    for name in ("metrics", "fingerprint", "locked_until", "rpo_seconds", "parts"):
         said = pc.is_valid(masked[name])
         cand[name] = (pc.filter(idx, said).to_numpy(), pc.filter(gid, said).to_numpy())
 
@@ -367,6 +389,9 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     out["fingerprint"] = decide("fingerprint", lambda d: _field(d, "fingerprint"), "", bool)
     out["locked_until"] = decide("locked_until", _locked_until, None, lambda v: v is not None)
     out["rpo_seconds"] = decide("rpo_seconds", _rpo_seconds, None, lambda v: v is not None)
+    split = decide("parts", _parts, None, lambda v: v is not None)
+    out["model_bytes"] = [None if p is None else p[0] for p in split]
+    out["optimizer_bytes"] = [None if p is None else p[1] for p in split]
     out["replicas"] = _replicas_by_group(col, side, gid, len(out["run"]))
     out["_last_at"] = pc.take(col["at"], last).to_pylist()
     out["_last_origin"] = pc.take(col[_ORIGIN], last).to_pylist()

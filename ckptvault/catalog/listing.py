@@ -80,6 +80,9 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
         "copies": s.copies,  # the primary's (verified, not expired) and each replica's
         "replicas": replica_records(s.replicas),
         "rpo_ms": _ms(s.rpo_seconds),  # commit on the hot tier to the manifest's; null: not recorded
+        # what `restore --only model` / `--only optimizer` would bring back; null: the layout cannot tell
+        "model_bytes": s.model_bytes,
+        "optimizer_bytes": s.optimizer_bytes,
     }
 
 

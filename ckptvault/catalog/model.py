@@ -98,6 +98,10 @@ class CheckpointState:
     replicas: tuple[ReplicaCopy, ...] = ()  # the copies on replicas, in the order first recorded
     # from the checkpoint's commit on the hot tier to its manifest's (docs/FORMAT.md, "The RPO of a save")
     rpo_seconds: float | None = None  # None: not recorded (events before it, a rebuild)
+    # the original bytes of the files `restore --only model` / `--only optimizer` restore (docs/FORMAT.md,
+    # "The model and the optimizer of a save"); they sum to `bytes`
+    model_bytes: int | None = None  # None: not recorded (events before it), or the layout cannot tell
+    optimizer_bytes: int | None = None
 
     @property
     def copies(self) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from ckptvault.catalog.events import parts
 from ckptvault.catalog.model import Event
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
 
@@ -67,8 +68,11 @@ def rebuild_from_manifests(
         counts = classes.get(f"{run}/{sdir}")
         # Ties go to the alphabetically first class so a rebuild is deterministic.
         cls = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0] if counts else "STANDARD"
-        lock = {} if m.lock is None else {"locked_until": m.lock.retain_until}
-        detail = json.dumps({"source": "rebuild_from_manifests", "manifest": key, "metrics": m.metrics, **lock})
+        extra: dict[str, object] = {} if m.lock is None else {"locked_until": m.lock.retain_until}
+        split = parts(m)  # as the ingest's verified event records it (docs/FORMAT.md)
+        if split is not None:
+            extra["parts"] = split
+        detail = json.dumps({"source": "rebuild_from_manifests", "manifest": key, "metrics": m.metrics, **extra})
         verified = Event(
             run=m.run, step=m.step, save=m.save, event="verified", at=m.uploaded_at, format=m.format,
             bytes=m.total_bytes, files=len(m.files), storage_class=cls, created_at=m.created_at,

@@ -29,6 +29,7 @@ _SNAPSHOT_SCHEMA = pa.schema(
         ("superseded_reason", pa.string()), ("scheduled_class", pa.string()), ("scheduled_at", pa.float64()),
         ("fingerprint", pa.string()), ("stored_bytes", pa.int64()), ("locked_until", pa.float64()),
         ("legal_hold", pa.bool_()), ("replicas", pa.string()), ("rpo_seconds", pa.float64()),
+        ("model_bytes", pa.int64()), ("optimizer_bytes", pa.int64()),
         ("_last_at", pa.float64()),
         ("_last_origin", pa.string()),
         ("_last_row", pa.int64()), ("_origins", pa.list_(pa.string())), ("_rows", pa.list_(pa.int64())),
@@ -39,6 +40,7 @@ _STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
 # Compat: reads snapshots written before these columns (what their absence means); may go: never
 _ADDED: dict[str, Any] = {
     "stored_bytes": 0, "locked_until": None, "legal_hold": False, "replicas": "", "rpo_seconds": None,
+    "model_bytes": None, "optimizer_bytes": None,
 }  # fmt: skip
 
 

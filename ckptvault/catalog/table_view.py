@@ -33,7 +33,8 @@ _SCHEMA = pa.schema(
         ("uploaded_at", pa.float64()), ("verified", pa.bool_()), ("last_drill_ok", pa.bool_()),
         ("last_drill_at", pa.float64()), ("superseded", pa.bool_()), ("superseded_reason", pa.string()),
         ("updated_at", pa.float64()), ("locked_until", pa.float64()), ("legal_hold", pa.bool_()),
-        ("replicas", pa.string()), ("rpo_seconds", pa.float64()),
+        ("replicas", pa.string()), ("rpo_seconds", pa.float64()), ("model_bytes", pa.int64()),
+        ("optimizer_bytes", pa.int64()),
     ]
 )  # fmt: skip
 _COLUMNS = _SCHEMA.names
@@ -168,6 +169,11 @@ def _json_ints(a: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pc.cast(a, pa.string())
 
 
+def _json_opt_ints(a: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Integers, null as null (a null would make the whole row's join null)."""
+    return pc.fill_null(pc.cast(a, pa.string()), "null")
+
+
 def _json_ms(a: pa.ChunkedArray | pa.Array) -> pa.Array:
     """`listing._ms`: seconds as whole milliseconds, half to even as Python's round, null as null."""
     ms = pc.round(pc.multiply(a, 1000.0), 0, round_mode="half_to_even")
@@ -229,6 +235,7 @@ def _lines(t: pa.Table) -> pa.Array:
         ("superseded_reason", _json_strings(reason)), ("locked_until", _json_times(t["locked_until"])),
         ("legal_hold", _json_bools(t["legal_hold"])), ("copies", _json_ints(_copies(t))),
         ("replicas", _json_replicas(t["replicas"])), ("rpo_ms", _json_ms(t["rpo_seconds"])),
+        ("model_bytes", _json_opt_ints(t["model_bytes"])), ("optimizer_bytes", _json_opt_ints(t["optimizer_bytes"])),
     ]  # fmt: skip
     parts: list[pa.Array | str] = []
     for i, (name, col) in enumerate(fields):

@@ -1,7 +1,8 @@
 """`ckptvault follow` as its own process on SeaweedFS: a checkpoint written into the source while it
 runs is ingested and verified with no ingest started by hand, seen by inotify on a local source and by
 polling where polling is asked for; Ctrl-C then stops it with exit 130, the
-usual message and no traceback. The verified event records the RPO from the commit marker, and `ls --json` shows it."""
+usual message and no traceback. The verified event records the RPO from the commit marker, and `ls --json` shows it,
+and the save's model and optimizer bytes."""
 
 from __future__ import annotations
 
@@ -65,3 +66,9 @@ def test_follow_ingests_a_step_written_while_it_runs_and_stops_on_ctrl_c(
     assert main(["--config", str(cfg), "ls", "--run", "r", "--json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert (row["step"], row["state"], row["rpo_ms"]) == (100, "verified", round(detail["rpo_seconds"] * 1000))
+    # the save's split, from its manifest: the Trainer's training state is the optimizer's, the rest the model's
+    files = {p.name: p.stat().st_size for p in (root / "checkpoint-100").iterdir()}
+    training = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "training_args.bin")
+    optimizer = sum(files[n] for n in training if n in files)
+    assert "optimizer.pt" in files and optimizer > 0
+    assert (row["model_bytes"], row["optimizer_bytes"]) == (sum(files.values()) - optimizer, optimizer)

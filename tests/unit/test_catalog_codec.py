@@ -193,7 +193,7 @@ _details = st.one_of(
     st.just("not json"),
     st.just("[1, 2]"),
     st.builds(
-        lambda m, fp, reason, to, eff, lock, rpo: json.dumps(
+        lambda m, fp, reason, to, eff, lock, rpo, parts: json.dumps(
             {
                 k: v
                 for k, v in (
@@ -204,6 +204,7 @@ _details = st.one_of(
                     ("takes_effect", eff),
                     ("locked_until", lock),
                     ("rpo_seconds", rpo),
+                    ("parts", parts),
                 )
                 if v is not None
             }
@@ -220,10 +221,19 @@ _details = st.one_of(
         st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10),
         st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10) | st.just("2030-01-01"),
         st.none() | st.booleans() | st.integers(0, 10) | st.floats(0, 10) | st.just(float("nan")),
+        # the model/optimizer split of a verified event, and what is not one (a float, a bool, negative, a list)
+        st.none()
+        | st.fixed_dictionaries({"model": st.integers(0, 9), "optimizer": st.integers(0, 9)})
+        | st.fixed_dictionaries({"model": st.integers(-1, 9) | st.booleans() | st.floats(0, 9)})
+        | st.fixed_dictionaries(
+            {"model": st.integers(0, 9), "optimizer": st.integers(-1, 9) | st.booleans() | st.just(2.5)}
+        )
+        | st.just([1, 2]),
     ),
     st.just('{"metrics": 3}'),
     st.just('{"\\u006cocked_until": 7}'),
     st.just('{"\\u0072po_seconds": 1.5}'),
+    st.just('{"\\u0070arts": {"model": 3, "optimizer": 4}}'),
     st.just('{"\\u006detrics": {"loss": 9}}'),
     st.sampled_from(
         ['{"store": "r1", "storage_class": "COLD"}', '{"store": "r2", "retain_until": 9}', '{"store": "r1"}']
@@ -367,4 +377,29 @@ def test_rpo_seconds_is_the_last_said_and_old_snapshots_read_it_as_null() -> Non
     assert (one.rpo_seconds, two.rpo_seconds) == (4.25, None)
     # A snapshot written before the column: every row reads with rpo_seconds null.
     assert _read_old_snapshot(one, without=("rpo_seconds",)) == replace(one, rpo_seconds=None)
+    assert _read_old_snapshot(one, without=()) == one
+
+
+def test_the_model_and_optimizer_bytes_are_the_last_verified_split_and_old_snapshots_read_null() -> None:
+    from dataclasses import replace
+
+    split = '{"parts": {"model": 30, "optimizer": 70}}'
+    evs = [
+        Event("r", 1, "verified", 1.0, bytes=100, detail=split),
+        # a drill names no split, and an event other than `verified` is not read for one
+        Event("r", 1, "drilled", 2.0, ok=True, detail='{"parts": {"model": 1, "optimizer": 1}}'),
+        Event("r", 1, "verified", 3.0, bytes=100),  # a verified event without it (an older one): it stays
+        Event("r", 2, "verified", 1.0, bytes=10),  # the layout cannot tell, or an event before it
+        Event("r", 3, "verified", 1.0, bytes=10, detail='{"parts": {"model": -1, "optimizer": 11}}'),  # not a split
+        Event("r", 3, "verified", 2.0, detail='{"parts": {"model": 1, "optimizer": 9223372036854775808}}'),  # 2**63
+    ]
+    one, two, three = fold(evs)
+    assert (one.model_bytes, one.optimizer_bytes) == (30, 70)
+    assert (two.model_bytes, two.optimizer_bytes) == (three.model_bytes, three.optimizer_bytes) == (None, None)
+    from tests.helpers import fold_python
+
+    assert fold_python(evs) == [one, two, three]
+    # A snapshot written before the columns: every row reads with both null; one written with them, as written.
+    old = _read_old_snapshot(one, without=("model_bytes", "optimizer_bytes"))
+    assert old == replace(one, model_bytes=None, optimizer_bytes=None)
     assert _read_old_snapshot(one, without=()) == one

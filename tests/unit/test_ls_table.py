@@ -57,6 +57,7 @@ def _every_state(run: str, t: float) -> list[Event]:
         Event(run, 7, "expired", t + 12),
         Event(run, 8, "superseded", t + 13),  # superseded but never verified: pending
         Event(run, 9, "verified", t + 14, bytes=3, created_at=t + 14),  # ties in `when` across runs
+        Event(run, 10, "verified", t + 15, bytes=2**40, detail='{"parts": {"model": 3, "optimizer": 1099511627773}}'),
     ]
 
 
@@ -76,6 +77,33 @@ def test_every_state_snapshots_events_since_and_the_flat_layout_print_the_same()
     store.objects["p/_catalog/run=a/snapshot/99999999999999999999-bad.parquet"] = b"garbage"  # skipped
     _assert_same(cat)
     assert render_json_table(current_table(Catalog(MemStore(), "p"))) == "[]"  # type: ignore[arg-type]
+
+
+def test_snapshots_written_before_the_model_and_optimizer_columns_list_them_as_null() -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    store = MemStore()
+    cat = Catalog(store, "p")  # type: ignore[arg-type]
+    for i, run in enumerate(_RUNS):
+        cat.append(_every_state(run, 1.7e9 + 100 * i))
+    cat.compact(time.time() + 10)
+    assert current_table(cat)["model_bytes"].drop_null().to_pylist() == [3] * len(_RUNS)  # as written
+    # every snapshot and the combined one as a version before the columns wrote them
+    old = [k for k in store.objects if "/snapshot/" in k or "/_combined/" in k]
+    assert any("/_combined/" in k for k in old) and any("/snapshot/" in k for k in old)
+    for key in old:
+        t = pq.read_table(pa.BufferReader(store.objects[key]))
+        sink = pa.BufferOutputStream()
+        pq.write_table(t.drop_columns(["model_bytes", "optimizer_bytes"]), sink)
+        store.objects[key] = sink.getvalue().to_pybytes()
+    cat = Catalog(store, "p")  # type: ignore[arg-type]  # a reader that has not read them yet
+    t = current_table(cat)
+    assert t["model_bytes"].null_count == t["optimizer_bytes"].null_count == t.num_rows > 0
+    for states in (cat.current(), cat.current("a")):  # the combined snapshot, then a run's own
+        assert states and all(s.model_bytes is None and s.optimizer_bytes is None for s in states)
+    assert current_table(cat, "a")["model_bytes"].null_count == len(cat.current("a"))
+    _assert_same(cat)
 
 
 _EVENT = st.builds(
@@ -98,6 +126,8 @@ _EVENT = st.builds(
             '{"fingerprint": "f", "uploaded_at": 1e9, "rpo_seconds": 2.0005}',  # a half millisecond
             '{"rpo_seconds": 1234.567}',
             '{"rpo_seconds": NaN}',  # not a duration: null, as a detail without it
+            '{"parts": {"model": 2, "optimizer": 3}}',
+            '{"parts": {"model": 1.5, "optimizer": 3}}',  # not a split: null, as a detail without it
         ]
     ),
     save=st.integers(1, 2),

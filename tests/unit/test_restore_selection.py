@@ -2,7 +2,8 @@
 ckptvault/formats/parts.py): each layout's files classed from their names; a layout that keeps model and
 optimizer in one file refused naming it; and, on the in-memory store through the restore's own two halves,
 only the selected objects are planned and fetched, the marker file says what was left out, and the
-catalog keeps the save's own size."""
+catalog keeps the save's own size; and the catalog records each save's model and optimizer bytes from
+its manifest alone (what `ls --json` shows), where the layout tells them."""
 
 from __future__ import annotations
 
@@ -183,3 +184,33 @@ def _manifest(store: MemoryStore):  # type: ignore[no-untyped-def]
     from ckptvault.restore.plan import load_manifest
 
     return load_manifest(store, PREFIX, "r", 100)
+
+
+def test_the_catalog_records_the_model_and_optimizer_bytes_where_the_layout_tells_them(store: MemoryStore) -> None:
+    hf = _manifest(store)
+    model = select(hf, Selection(only=("model",))).bytes
+    optimizer = select(hf, Selection(only=("optimizer",))).bytes
+    assert model > 0 and optimizer > 0 and model + optimizer == hf.total_bytes
+    # the verified event's detail, from the manifest's paths and sizes: nothing downloaded
+    assert events_lib.parts(hf) == {"model": model, "optimizer": optimizer}
+    assert json.loads(events_lib.verified(hf).detail)["parts"] == {"model": model, "optimizer": optimizer}
+    from ckptvault.restore.plan import load_manifest
+
+    lightning = load_manifest(store, PREFIX, "l", 200)
+    assert events_lib.parts(lightning) is None  # the .ckpt holds both: the layout cannot tell
+    assert "parts" not in json.loads(events_lib.verified(lightning).detail)
+    # the fold, and `ls --json`'s record of it
+    cat = Catalog(store, PREFIX)
+    (h,) = cat.current("r")
+    (li,) = cat.current("l")
+    assert (h.model_bytes, h.optimizer_bytes, li.model_bytes, li.optimizer_bytes) == (model, optimizer, None, None)
+    from ckptvault.catalog.listing import as_record
+
+    assert {k: as_record(h)[k] for k in ("bytes", "model_bytes", "optimizer_bytes")} == {
+        "bytes": hf.total_bytes, "model_bytes": model, "optimizer_bytes": optimizer,
+    }  # fmt: skip
+    assert (as_record(li)["model_bytes"], as_record(li)["optimizer_bytes"]) == (None, None)
+    # a catalog rebuilt from the manifests says the same
+    rebuilt = {(e.run, e.step): json.loads(e.detail) for e in cat.rebuild_from_manifests() if e.event == "verified"}
+    assert rebuilt[("r", 100)]["parts"] == {"model": model, "optimizer": optimizer}
+    assert "parts" not in rebuilt[("l", 200)]
