@@ -113,6 +113,8 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
         surveyed = {s.name: s for s in statuses}
         if not selection.whole:  # the part alone is planned, thawed, estimated and fetched
             selected, statuses = narrow_statuses(statuses, selection)
+            if not selected.left_out:  # it selects every file: a whole restore, said as one
+                selected = None
         ordered = copies_lib.choose(statuses, request.source)
         first = ordered[0]
         assert first.manifest is not None  # a usable copy has its manifest (copies.survey)

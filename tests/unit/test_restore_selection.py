@@ -159,6 +159,9 @@ def test_globs_union_and_exclude(store: MemoryStore, tmp_path: Path) -> None:
     ]  # fmt: skip
     chosen = _prepare(store, tmp_path / "d", exclude=("*.safetensors",)).chosen
     assert chosen.selected is not None and len(chosen.selected.files) == 7
+    # a selection of every file is a whole restore: no marker, not said to be partial
+    chosen = _prepare(store, tmp_path / "d", only=("model", "optimizer")).chosen
+    assert chosen.selected is None and chosen.estimate.whole is None and len(chosen.ordered[0].plans) == 9
 
 
 def test_what_cannot_be_served_is_refused_naming_the_file_and_why(store: MemoryStore, tmp_path: Path) -> None:
