@@ -322,9 +322,12 @@ def run(
     """Run the verify command against the restored `checkpoint` (a directory, or the file of a one-file
     layout) and judge it. Never raises for what the command does: a command that cannot start, hangs or
     crashes is a VERIFY_ERROR result. `metrics`: the manifest's recorded metrics ({metrics_json})."""
-    scratch = Path(tempfile.mkdtemp(prefix=".ckptvault-verify-", dir=checkpoint.parent))
     t0 = time.monotonic()
     argv: list[str] = list(settings.command)
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=".ckptvault-verify-", dir=checkpoint.parent))
+    except OSError as e:  # the drill's own scratch, not the save: never a verdict on it
+        return VerifyResult(VERIFY_ERROR, f"did not start: the metrics file's directory: {e}", tuple(argv), None, 0.0)
     try:
         metrics_json = scratch / "metrics.json"
         metrics_json.write_text(json.dumps(dict(metrics), sort_keys=True) + "\n")
@@ -338,6 +341,8 @@ def run(
             why = f"{argv[0]!r} is not an executable file on the command's PATH ({env.get('PATH', '')}) or in {cwd}"
             return VerifyResult(VERIFY_ERROR, f"did not start: {why}", tuple(argv), None, time.monotonic() - t0)
         return _run_process(settings, argv, program, env, cwd, metrics, t0)
+    except OSError as e:  # writing the metrics file: the drill's side, not the save's
+        return VerifyResult(VERIFY_ERROR, f"did not start: {e}", tuple(argv), None, time.monotonic() - t0)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -295,3 +295,10 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_a_scratch_it_cannot_write_is_a_verify_error_not_a_verdict(tmp_path: Path) -> None:
+    gone = tmp_path / "gone" / "checkpoint-100"  # its directory does not exist: no metrics file can be written
+    got = verify.run(Settings((sys.executable, "-c", "pass")), gone, run_name="r", step=100, save=1, fmt="hf",
+                     metrics={})  # fmt: skip
+    assert got.outcome == VERIFY_ERROR and got.why.startswith("did not start: the metrics file's directory")
