@@ -10,6 +10,7 @@ import difflib
 import math
 import os
 import re
+import string
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -160,6 +161,66 @@ class StoreConfig(_Strict):
         return v.strip("/")
 
 
+# What `verify_command` may name (docs/drills.md, "Resume check"; ckptvault/restore/verify.py fills them in).
+VERIFY_PLACEHOLDERS = ("dest", "run", "step", "save", "format", "metrics_json")
+
+
+class VerifyCommandError(InvalidArgumentError):
+    """A verify command that cannot be run as written (an unknown placeholder, an empty command)."""
+
+
+def verify_placeholders_in(arg: str) -> list[str]:
+    """The placeholders `{name}` in one argument of a verify command, in order; VerifyCommandError for a brace
+    that does not close, a name not in VERIFY_PLACEHOLDERS, or one with a conversion or format spec (`{{`
+    and `}}` are literal braces, as in str.format)."""
+    try:
+        parsed = list(string.Formatter().parse(arg))
+    except ValueError as e:
+        raise VerifyCommandError(f"{arg!r}: {e}; write a literal brace as {{{{ or }}}}") from None
+    names: list[str] = []
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if name not in VERIFY_PLACEHOLDERS or spec or conversion:
+            shown = f"{{{name}{'!' + conversion if conversion else ''}{':' + spec if spec else ''}}}"
+            known = ", ".join("{" + p + "}" for p in VERIFY_PLACEHOLDERS)
+            raise VerifyCommandError(
+                f"{arg!r}: {shown} is not a placeholder; use {known} (a literal brace is {{{{ or }}}})"
+            )
+        names.append(name)
+    return names
+
+
+def check_verify_command(command: list[str]) -> None:
+    """VerifyCommandError naming what is wrong with `command` (empty, an empty program, a bad placeholder)."""
+    if not command:
+        raise VerifyCommandError("the command is empty; give the program and its arguments, e.g. "
+                                 '["python", "resume_check.py", "{dest}"]')  # fmt: skip
+    if not command[0].strip():
+        raise VerifyCommandError("the program (the first argument) is empty")
+    for arg in command:
+        verify_placeholders_in(arg)
+
+
+def _verify_command(v: Any) -> Any:
+    """A `verify_command` as TOML gave it, checked before pydantic's types: a list of strings whose
+    placeholders exist."""
+    if v is None:
+        return v
+    if isinstance(v, str):
+        raise ValueError(
+            "write the command as a list of arguments (it runs without a shell), e.g. "
+            'verify_command = ["python", "resume_check.py", "{dest}"]'
+        )
+    if not isinstance(v, list) or not all(isinstance(a, str) for a in v):
+        raise ValueError('a list of strings, e.g. verify_command = ["python", "resume_check.py", "{dest}"]')
+    try:
+        check_verify_command(v)
+    except VerifyCommandError as e:
+        raise ValueError(str(e)) from None
+    return v
+
+
 class SourceConfig(_Strict):
     """`[[sources]]`: one training run's checkpoint root, one entry per run."""
 
@@ -200,6 +261,16 @@ class SourceConfig(_Strict):
     ranks_per_node: Annotated[int, Field(ge=1)] = Field(
         default=1, description="With a `rank` group in `node_pattern`: node = rank // ranks_per_node."
     )
+    verify_command: list[str] | None = Field(
+        default=None,
+        description="This run's resume check, over `[drill] verify_command` (runs differ in code); the same "
+        "placeholders, and the rest of `[drill]`'s verify keys.",
+    )
+
+    @field_validator("verify_command", mode="before")
+    @classmethod
+    def _command_is_a_list(cls, v: Any) -> Any:
+        return _verify_command(v)
 
     @field_validator("node_pattern")
     @classmethod
@@ -415,6 +486,67 @@ class DrillConfig(_Strict):
     restore_tier: Literal["Expedited", "Standard", "Bulk"] = Field(
         default="Bulk", description="The thaw tier for archived objects a drill restores."
     )
+    # The resume check (docs/drills.md, "Resume check"; ckptvault/restore/verify.py): the training's own
+    # code run against each restored save once its load checks pass.
+    verify_command: list[str] | None = Field(
+        default=None,
+        description="The resume check run against each restored save once its load checks pass: the program and "
+        "its arguments (no shell), with placeholders `{dest}` (the restored checkpoint), `{run}`, `{step}`, "
+        "`{save}`, `{format}` and `{metrics_json}` (a file of the manifest's recorded metrics); unset: none. A "
+        "`[[sources]]` entry's own `verify_command` wins for its run.",
+    )
+    verify_timeout_seconds: Annotated[float, Field(gt=0)] = Field(
+        default=3600,
+        description="The verify command is killed, with every process it started, after this long: a `verify_error`.",
+    )
+    verify_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables set for the verify command, over the few it inherits (PATH, HOME, USER, LANG, TZ, "
+        "TMPDIR, CUDA_VISIBLE_DEVICES, ...); a value `${NAME}` passes this process's NAME. Nothing else of the "
+        "drill's environment reaches it: the store's credentials only if named here.",
+    )
+    verify_cwd: Path | None = Field(
+        default=None,
+        description="The verify command's working directory (it must exist); unset: the scratch directory the "
+        "save was restored into.",
+    )
+    verify_fail_codes: list[int] = Field(
+        default=[1],
+        description="Exit codes that say the checkpoint is bad (the save is marked suspect); any other code but 0, "
+        "a signal or the timeout is a `verify_error` (the drill fails, the save is not marked).",
+    )
+    verify_metric: Annotated[str, Field(min_length=1)] = Field(
+        default="loss",
+        description="The key the verify command's last stdout line (a JSON object) may hold, compared with the "
+        "manifest's recorded value of the same name (or the line's own `reference`).",
+    )
+    verify_tolerance: Annotated[float, Field(ge=0)] = Field(
+        default=0.05,
+        description="How far (relative to the recorded value) the printed metric may be from it; outside: the "
+        "checkpoint fails.",
+    )
+
+    @field_validator("verify_command", mode="before")
+    @classmethod
+    def _command_is_a_list(cls, v: Any) -> Any:
+        return _verify_command(v)
+
+    @field_validator("verify_fail_codes")
+    @classmethod
+    def _some_codes(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("name at least one exit code that fails the checkpoint, e.g. verify_fail_codes = [1]")
+        if bad := [c for c in v if not 1 <= c <= 255]:
+            raise ValueError(f"{bad[0]} is not an exit code that can fail a check: use 1 to 255 (0 passes)")
+        return sorted(set(v))
+
+    @field_validator("verify_env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not an environment variable name (letters, digits and _)")
+        return v
 
 
 class ScrubConfig(_Strict):
@@ -738,6 +870,16 @@ class Config(_Strict):
         """The run's source's `compression`, else the store's (a run with no source: the store's)."""
         own = next((s.compression for s in self.sources if s.run == run), None)
         return own if own is not None else self.store.compression
+
+    def verify_command_for(self, run: str) -> tuple[str, list[str]] | None:
+        """The resume check of `run`'s saves and the key that sets it: its `[[sources]]` entry's
+        `verify_command`, else `[drill]`'s; None when neither is set."""
+        for i, s in enumerate(self.sources):
+            if s.run == run and s.verify_command is not None:
+                return f"sources[{i}].verify_command (run {run!r})", s.verify_command
+        if self.drill.verify_command is not None:
+            return "[drill] verify_command", self.drill.verify_command
+        return None
 
     def node_local_runs(self) -> frozenset[str]:
         """The runs whose files live on each node's own disk (`locality = "node"`)."""

@@ -172,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TIME",
         help=AS_OF_HELP.format(what="the catalog and every drilled object") + "; recorded nowhere, writes nothing",
     )
+    s.add_argument(
+        "--verify-only",
+        metavar="RUN",
+        help="drill one save of RUN (with --step), to try the resume check ([drill] verify_command) out: restored "
+        "into scratch, load-checked, the command run, the report printed with its output; recorded as a drill of "
+        "that save",
+    )
+    s.add_argument("--step", type=int, metavar="N", help="with --verify-only: the step (its newest verified save)")
     s.set_defaults(fn=cmd_drill)
 
     s = sub.add_parser("plan", parents=[common], help="show the tiering plan and its cost (read-only, no Prefect)")

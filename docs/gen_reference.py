@@ -74,6 +74,14 @@ VALIDATOR_SAMPLES: dict[str, list[tuple[str, Any]]] = {
     "replicas.storage_class": [("lower case", "cold")],
     "replicas.takes": [("not one of the three", "newest")],
     "replicas.prices": [("a class in lower case", {"cold": 0.002}), ("a negative price", {"COLD": -1})],
+    "sources.verify_command": [("an unknown placeholder", ["python", "check.py", "{checkpoint}"])],
+    "drill.verify_command": [
+        ("an unknown placeholder", ["python", "check.py", "{checkpoint}"]),
+        ("empty", []),
+        ("not strings", ["python", 3]),
+    ],
+    "drill.verify_fail_codes": [("empty", []), ("0, which passes", [0, 1])],
+    "drill.verify_env": [("not a variable name", {"A-B": "x"})],
 }
 # Keys whose validator only normalises (no error of its own).
 NORMALISING_VALIDATORS = {"store.prefix", "replicas.prefix"}

@@ -41,6 +41,10 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
             "run": "llama-7b", "step": 12000, "problems": ["step 12000 skipped 2 expected intervals"]
         },
         "drill_failed": {"run": "llama-7b", "step": 9000, "problems": ["model.safetensors: CRC32C mismatch"]},
+        "drill_verify_error": {
+            "run": "llama-7b", "step": 9000, "save": 1,
+            "problems": ["verify_error: timed out after 600 s; its process group was killed"],
+        },
         "drill_digest": {"passed": [("llama-7b", 9000)], "failed": [("gpt-small", 300)]},
         "tier_applied": {
             "run": "llama-7b", "moved": {"cold": 3, "archive": 1}, "bytes_moved": 48_000_000_000,

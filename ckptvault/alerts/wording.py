@@ -137,6 +137,18 @@ TABLE: dict[str, Kind] = {
         ),
         reason="step={step}",
     ),
+    # the resume check broke (ckptvault/restore/verify.py): not a verdict on the save, which is not marked
+    "drill_verify_error": Kind(
+        takes=(*_PER_STEP, "save", "problems"),
+        severity="error",
+        summary="Restore drill of {run} step {step}: the resume check broke, so the save was not judged",
+        details=_each("problems"),
+        next_step=(
+            "The save restored and loaded, and is NOT marked suspect: fix the verify command (its output is in "
+            "the drill report), then try it with `ckptvault drill --verify-only {run} --step {step}`."
+        ),
+        reason="step={step},save={save}",
+    ),
     # `passed` and `failed`: (run, step) of each drilled checkpoint
     "drill_digest": Kind(
         takes=("passed", "failed"),

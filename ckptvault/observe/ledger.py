@@ -84,6 +84,8 @@ class Entry:
 # The gauges a flow sets (the value its last run found, not a sum): name -> help, for docs/metrics.md.
 GAUGES: dict[str, str] = {
     "tampered_saves": "Committed saves the last tamper check found deleted or overwritten after their commit.",
+    "drill_verify_seconds": "Seconds the last drill that ran a resume check spent in its verify commands, all saves "
+    "together.",
 }
 
 

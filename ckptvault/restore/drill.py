@@ -47,6 +47,7 @@ from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.errors import AlreadyAlerted, InvalidArgumentError
 from ckptvault.restore import loadcheck
 from ckptvault.restore.copies import PRIMARY
+from ckptvault.restore.verify import VERIFY_ERROR, VerifyResult
 
 DAY = 86400.0
 Key = tuple[str, int, int]
@@ -71,19 +72,38 @@ class DrillResult:
     checks: tuple[str, ...] = ()
     not_run: tuple[str, ...] = ()  # the checks among those that could not run here (framework not installed)
     store: str = PRIMARY  # the copy it was restored from: "primary" or a replica's name
+    # the resume check (ckptvault/restore/verify.py), run once the restore and the load checks passed; None:
+    # none configured for the run, or the save did not get that far
+    verify: VerifyResult | None = None
+    was_suspect: bool = False  # the save's last drill before this one failed
 
     @property
     def key(self) -> Key:
         return (self.run, self.step, self.save)
 
+    @property
+    def verify_error(self) -> bool:
+        """The resume check broke (not a verdict on the save): the drill fails, the save is not marked."""
+        return self.verify is not None and self.verify.outcome == VERIFY_ERROR
+
+    @property
+    def save_ok(self) -> bool:
+        """What the `drilled` event records for the save (its `ok`: false makes it suspect): the drill's result,
+        but after a verify_error what the restore and the load checks found (they passed, or the check would
+        not have run), and a save already suspect stays so: a broken check neither marks nor clears it."""
+        if self.verify_error:
+            return not self.was_suspect
+        return self.ok
+
     def row(self) -> dict[str, Any]:
         return {"run": self.run, "step": self.step, "save": self.save, "ok": self.ok,
                 "seconds": round(self.seconds, 2), "problems": list(self.problems), "checks": list(self.checks),
-                "not_run": list(self.not_run), "store": self.store}  # fmt: skip
+                "not_run": list(self.not_run), "store": self.store,
+                "verify": None if self.verify is None else self.verify.as_dict()}  # fmt: skip
 
     def event(self, flow_run: str = "") -> Event:
-        """The catalog's `drilled` event of this result."""
-        return events.drilled(self.run, self.step, self.save, self.ok, self.detail(), flow_run)
+        """The catalog's `drilled` event of this result (its `ok` is `save_ok`)."""
+        return events.drilled(self.run, self.step, self.save, self.save_ok, self.detail(), flow_run)
 
     def detail(self) -> str:
         mib_s = self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0
@@ -97,6 +117,7 @@ class DrillResult:
                 "not_run": list(self.not_run),
                 "store": self.store,
             }
+            | ({"verify": self.verify.as_dict()} if self.verify is not None else {})
         )
 
 
@@ -111,11 +132,28 @@ def render_markdown(results: Sequence[DrillResult], pending: Sequence[str], cove
     if not_run:
         lines.append(f"\nLoad checks this worker could not run (install the framework to run them): {len(not_run)}")
         lines += [f"- {c[:300]}" for c in not_run[:20]]
+    lines += _verify_markdown(results)
     if pending:
         lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
     if coverage is not None:
         lines.append(f"\n{coverage.describe()}")
     return "\n".join(lines)
+
+
+def _verify_markdown(results: Sequence[DrillResult]) -> list[str]:
+    """Each resume check's outcome, how it ended and its output's tails (bounded: verify.TAIL_BYTES each)."""
+    lines: list[str] = []
+    for r in results:
+        v = r.verify
+        if v is None:
+            continue
+        note = " (a broken check: the save is not marked suspect)" if v.outcome == VERIFY_ERROR else ""
+        lines.append(f"\n**Resume check of {label(r.run, r.step, r.save)}: {v.outcome}**{note}: {v.why} "
+                     f"({v.seconds:.1f} s)")  # fmt: skip
+        for name, text in (("stdout", v.stdout_tail), ("stderr", v.stderr_tail)):
+            if text.strip():  # a fence in the output must not end ours
+                lines += [f"\n{name} (tail):", "```", text.replace("```", "` ` `"), "```"]
+    return lines
 
 
 def _detail_store(e: Event) -> str | None:
@@ -232,6 +270,26 @@ def select(
     )
 
 
+def one_save(states: Sequence[CheckpointState], run: str, step: int) -> Selection:
+    """`drill --verify-only RUN --step N`: the newest verified, unexpired save of that step, alone (a
+    superseded one too: a person trying a check out names the save they mean). InvalidArgumentError naming
+    what there is when there is no such save."""
+    of_run = [s for s in states if s.run == run]
+    if not of_run:
+        runs = sorted({s.run for s in states})
+        raise InvalidArgumentError(f"no run {run!r} in the catalog (runs: {', '.join(runs) or 'none'}); "
+                                   "`ckptvault ls` lists them")  # fmt: skip
+    able = [s for s in of_run if s.step == step and s.verified and not s.expired]
+    if not able:
+        steps = sorted({s.step for s in of_run if s.verified and not s.expired})
+        shown = ", ".join(str(x) for x in steps[-10:]) or "none"
+        raise InvalidArgumentError(f"run {run!r} has no verified save of step {step} (its verified steps: "
+                                   f"{shown}); `ckptvault ls --run {run}` lists them")  # fmt: skip
+    chosen = max(able, key=lambda s: s.save)
+    return Selection(chosen=(chosen,), newest=frozenset(), suspect=frozenset({chosen.key} if chosen.suspect else ()),
+                     queued=(), drillable=1, rotating=0, sample=1, window=1)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Coverage:
     """How far the rotation has got, from the catalog states at `now`."""
@@ -310,6 +368,12 @@ class DrillReport:
         drilled, passed or not, and the seconds they took (for `ckptvault_drill_bytes_total` etc.)."""
         return {"drill_bytes": float(sum(r.bytes for r in self.drilled)),
                 "drill_seconds": float(sum(r.seconds for r in self.drilled))}  # fmt: skip
+
+    def ledger_gauges(self) -> dict[str, float]:
+        """The gauges this drill sets in the ledger: `drill_verify_seconds`, the seconds its resume checks
+        took, all saves together; none when no check ran (the last drill that ran one keeps its value)."""
+        ran = [r.verify.seconds for r in self.drilled if r.verify is not None]
+        return {"drill_verify_seconds": float(sum(ran))} if ran else {}
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -21,7 +21,6 @@ from ckptvault_cli.preflight import (
     UsageError,
     check_destination_or_usage,
     past_view,
-    preflight,
     preflight_runner,
     preflight_store,
     start_prefect_note,
@@ -321,19 +320,32 @@ def restore_runner(cfg: Config, args: argparse.Namespace) -> RunnerChoice:
 def cmd_drill(args: argparse.Namespace) -> int:
     import json
 
+    if args.verify_only is None and args.step is not None:
+        raise UsageError("--step N goes with --verify-only RUN (one save's resume check); a drill chooses its saves")
     if args.as_of is not None:
+        if args.verify_only is not None:
+            raise UsageError("--verify-only with --as-of: try the resume check on the store as it is; drop --as-of")
         return _drill_as_of(args)
-    preflight(args, need_sources=False)
+    cfg, store = preflight_store(args, need_sources=False)
+    verify_only = _verify_only(args, cfg, store) if args.verify_only is not None else None
+    if verify_only is None:
+        from ckptvault.restore.verify import config_problems
+
+        if problems := config_problems(cfg):  # before anything is restored
+            raise UsageError("\n".join(problems))
     start_prefect_note()
 
     from ckptvault.restore.drill import DrillFailed
     from ckptvault_prefect.flows.drill import drill
 
     process.imports_done()
-    result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config)
+    result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config,
+                              verify_only=verify_only)  # fmt: skip
     if isinstance(result, DrillFailed):
         if args.json:
             print(json.dumps(result.report.as_dict(), indent=1))
+        else:
+            _print_verify(args, result.report)
         say(str(result))
         return EXIT_FAILED
     if isinstance(result, BaseException):
@@ -343,15 +355,58 @@ def cmd_drill(args: argparse.Namespace) -> int:
     return _print_drilled(args, result, doc)
 
 
+def _verify_only(args: argparse.Namespace, cfg: Config, store: Any) -> tuple[str, int]:
+    """`--verify-only RUN --step N`: (run, step), once the save exists and the run has a verify command that
+    can be run here; exit 2 naming the fix otherwise, before anything is restored."""
+    from ckptvault.catalog import Catalog
+    from ckptvault.errors import InvalidArgumentError
+    from ckptvault.restore.drill import one_save
+    from ckptvault.restore.verify import config_problems
+
+    run = args.verify_only
+    if args.step is None:
+        raise UsageError(f"--verify-only {run} needs --step N: the step whose save to try the resume check on")
+    if args.sample is not None:
+        raise UsageError("--verify-only drills one save: drop --sample")
+    if cfg.verify_command_for(run) is None:
+        raise UsageError(
+            f"no resume check is configured for run {run!r}: set [drill] verify_command (or verify_command in the "
+            'run\'s [[sources]] entry), e.g. verify_command = ["python", "resume_check.py", "{dest}"] '
+            '(docs/drills.md, "Resume check")'
+        )
+    if problems := config_problems(cfg, [run]):
+        raise UsageError("\n".join(problems))
+    try:
+        one_save(Catalog(store, cfg.store.prefix).current(run), run, args.step)
+    except InvalidArgumentError as e:
+        raise UsageError(str(e)) from None
+    return run, args.step
+
+
+def _print_verify(args: argparse.Namespace, report: DrillReport) -> None:
+    """`--verify-only` without --json: what the command printed (its tails), for the person trying it out."""
+    if args.verify_only is None:
+        return
+    for r in report.drilled:
+        if r.verify is None:
+            continue
+        for name, text in (("stdout", r.verify.stdout_tail), ("stderr", r.verify.stderr_tail)):
+            if text.strip():
+                print(f"--- verify command's {name} (tail) ---\n{text.rstrip()}")
+        print(f"resume check {r.verify.outcome}: {r.verify.why} ({r.verify.seconds:.1f} s)")
+
+
 def _print_drilled(args: argparse.Namespace, result: DrillReport, doc: dict[str, Any]) -> int:
     import json
 
     if args.json:
         print(json.dumps(doc, indent=1))
         return EXIT_OK
+    _print_verify(args, result)
     for r in result.drilled:
         seconds = round(r.seconds, 2)
-        print(f"{'ok  ' if r.ok else 'FAIL'} {r.run} step {r.step} restored and loaded in {seconds} s")
+        checked = "restored, loaded and resumed" if r.verify is not None else "restored and loaded"
+        print(f"{'ok  ' if r.ok else 'FAIL'} {r.run} step {r.step} {checked} in {seconds} s")
     if not result.drilled:
         print("nothing to drill: no verified checkpoints in the catalog")
     return EXIT_OK

@@ -82,8 +82,8 @@ FLOWS: tuple[FlowDoc, ...] = (
     FlowDoc(
         "drill",
         cron="0 5 * * 0",
-        what="restore a rotating sample into scratch, check every CRC32C, load every tensor, record the time to "
-        "restore ([Restore drills](drills.md))",
+        what="restore a rotating sample into scratch, check every CRC32C, load every tensor, run the training's "
+        "own resume check where configured, record the time to restore ([Restore drills](drills.md))",
     ),
     FlowDoc(
         "restore",

@@ -34,6 +34,7 @@ from ckptvault.restore.drill import (
     render_markdown,
 )
 from ckptvault.restore.steps import checkpoint_name
+from ckptvault.restore.verify import settings_for as verify_settings_for
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault_prefect.runtime import events as prefect_events
 from ckptvault_prefect.runtime.hooks import HOOKS
@@ -47,7 +48,14 @@ from ckptvault_prefect.tasks.common import (
     record_task,
     run_events_task,
 )
-from ckptvault_prefect.tasks.drill import coverage_task, lock_drift_task, select_task, tamper_task
+from ckptvault_prefect.tasks.drill import (
+    coverage_task,
+    lock_drift_task,
+    one_save_task,
+    select_task,
+    tamper_task,
+    verify_task,
+)
 from ckptvault_prefect.tasks.futures import settle
 from ckptvault_prefect.tasks.notify import flow_run_url, notify_task
 from ckptvault_prefect.tasks.restore import (
@@ -74,10 +82,12 @@ def drill(
     config_path: str | None = None,
     interval_days: float = INTERVAL_DAYS,
     as_of: float | None = None,
+    verify_only: tuple[str, int] | None = None,
 ) -> DrillReport:
     """Returns the drill report (docs/drills.md); raises DrillFailed, carrying it, if any failed. `as_of`:
     a unix time, the drill of the store's view at it, recorded nowhere (the caller checked that the
-    bucket keeps versions: ckptvault_cli/preflight.past_view)."""
+    bucket keeps versions: ckptvault_cli/preflight.past_view). `verify_only`: (run, step), that save alone
+    (`drill --verify-only`), recorded as a drill of it, without the digest or the flow's success."""
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     past = as_of is not None
@@ -88,7 +98,9 @@ def drill(
     tier = tier or cfg.drill.restore_tier
     n = sample or cfg.drill.sample
     cover_days = cfg.drill.cover_days
-    chosen = select_task(current_states_task(catalog), n, cover_days, interval_days).chosen
+    states = current_states_task(catalog)
+    chosen = (select_task(states, n, cover_days, interval_days) if verify_only is None
+              else one_save_task(states, *verify_only)).chosen  # fmt: skip
     # With replicas, each save is drilled from its least recently drilled copy (restore/drill.py drill_copy)
     # (of the past: the primary's view only, as `restore --as-of` reads one copy)
     copies: dict[str, Copy] = {c.name: c for c in open_copies_task(cfg)} if cfg.replicas and not past else {}
@@ -124,25 +136,32 @@ def drill(
             staged = staging_dir_task(scratch)
             checks: list[str] = []
             not_run: list[str] = []
+            verified = None
             try:
                 bar = ProgressBar(manifest.total_bytes, f"drill {label(s.run, s.step, s.save)}")
                 problems = settle(
                     download_one_task.map(unmapped(src), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
                 )
+                restored = staged / checkpoint_name(manifest)
                 if not problems:
-                    loaded = load_report_task(staged / checkpoint_name(manifest))
+                    loaded = load_report_task(restored)
                     problems, checks, not_run = loaded.problems, loaded.descriptions(), loaded.not_run
+                # the resume check once everything else passed (docs/drills.md, "Resume check")
+                if not problems and not tampered and (settings := verify_settings_for(cfg, s.run)) is not None:
+                    verified = verify_task(settings, restored, run_name=s.run, step=s.step, save=s.save,
+                                           fmt=manifest.format, metrics=manifest.metrics)  # fmt: skip
+                    problems = [p] if (p := verified.problem) else []
             finally:
                 discard_task(staged)
             problems = [*tampered, *problems]
             results.append(
                 DrillResult(s.run, s.step, s.save, not problems, time.monotonic() - t0, manifest.total_bytes,
-                            tuple(problems), tuple(checks), tuple(not_run), source)
+                            tuple(problems), tuple(checks), tuple(not_run), source, verified, s.suspect)
             )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(
                 DrillResult(s.run, s.step, s.save, False, time.monotonic() - t0, s.bytes, (*tampered, str(e)),
-                            store=source)
+                            store=source, was_suspect=s.suspect)
             )  # fmt: skip
     # the lock ckptvault recorded, still on every object of each drilled save (a HEAD per object)
     drift = [(s.key, tuple(got)) for s in chosen if s.key not in pending if (got := lock_drift_task(store, prefix, s))]
@@ -166,24 +185,24 @@ def drill(
     report = DrillReport(tuple(results), tuple(pending), cov, tuple(drift))
     failed = report.failed
     url = flow_run_url()
-    notify_task(
-        cfg,
-        store,
-        [alerts.build("drill_failed", run=r.run, step=r.step, problems=r.problems, flow_run_url=url) for r in failed]
-        + [
-            alerts.build(
-                "drill_digest",
-                passed=[(r.run, r.step) for r in results if r.ok],
-                failed=[(r.run, r.step) for r in failed],
-                flow_run_url=url,
-            )
-        ]
-        + [
-            alerts.build("lock_drift", run=run, step=step, save=save, problems=why, flow_run_url=url)
-            for (run, step, save), why in drift
-        ],
-    )
-    ledger_task(store, prefix, report.ledger_counts(), None if failed else "drill", delete=cfg.store.flows_delete)
+    sent = [
+        alerts.build("drill_verify_error", run=r.run, step=r.step, save=r.save, problems=r.problems, flow_run_url=url)
+        if r.verify_error  # the check broke, not the save: an alert of its own, which says the save is not marked
+        else alerts.build("drill_failed", run=r.run, step=r.step, problems=r.problems, flow_run_url=url)
+        for r in failed
+    ]
+    if verify_only is None:  # one save tried out: its own alert says it all
+        sent.append(alerts.build("drill_digest", passed=[(r.run, r.step) for r in results if r.ok],
+                                 failed=[(r.run, r.step) for r in failed], flow_run_url=url))  # fmt: skip
+    sent += [
+        alerts.build("lock_drift", run=run, step=step, save=save, problems=why, flow_run_url=url)
+        for (run, step, save), why in drift
+    ]
+    notify_task(cfg, store, sent)
+    # one save tried out is not the scheduled drill: the flow's last success stays the last full drill's
+    succeeded = None if failed or verify_only is not None else "drill"
+    ledger_task(store, prefix, report.ledger_counts(), succeeded, delete=cfg.store.flows_delete,
+                gauges=report.ledger_gauges() or None)  # fmt: skip
     if failed:
         raise DrillFailed(report)
     return report

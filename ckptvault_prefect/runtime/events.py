@@ -150,10 +150,11 @@ def stale(alerts: Sequence[Alert]) -> list[Event]:
 
 
 def drilled(results: Sequence[DrillResult]) -> list[Event]:
-    """The drill's: each save whose drill failed (`.drill.failed`), with its problems; each that passed
-    (`.drill.passed`)."""
+    """The drill's: each save whose drill failed (`.drill.failed`), with its problems and whether it is now
+    suspect (not after a broken resume check: docs/drills.md, "Resume check"); each that passed (`.drill.passed`)."""
     return _sent(
-        emit(DRILL_FAILED, r.run, r.step, r.save, {"problems": list(r.problems), "copy": r.store, "bytes": r.bytes})
+        emit(DRILL_FAILED, r.run, r.step, r.save, {"problems": list(r.problems), "copy": r.store, "bytes": r.bytes,
+                                                   "suspect": not r.save_ok})
         if not r.ok
         else emit(DRILL_PASSED, r.run, r.step, r.save, {"copy": r.store, "bytes": r.bytes,
                                                         "seconds": round(r.seconds, 3)})

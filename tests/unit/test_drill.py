@@ -294,7 +294,7 @@ def test_report_rows_and_markdown_name_the_save() -> None:
                     ("x.safetensors: safetensors: every tensor read", not_run), (not_run,))  # fmt: skip
     assert r.row() == {"run": "r", "step": 200, "save": 2, "ok": False, "seconds": 1.23,
                        "problems": ["x.safetensors: bad"], "checks": list(r.checks), "not_run": [not_run],
-                       "store": "primary"}  # fmt: skip
+                       "store": "primary", "verify": None}  # fmt: skip
     assert json.loads(r.detail())["checks"] == list(r.checks)
     md = render_markdown([r], ["r step 300 save 2"], coverage(fold(one_run(3)), 10.0, 2))
     assert "| r | 200 | 2 | **NO** |" in md and "r step 300 save 2" in md and "3 drillable" in md

@@ -67,7 +67,8 @@ def test_drill_report_document_and_the_failure_that_carries_it() -> None:
     doc = report.as_dict()
     assert list(doc) == ["drilled", "pending", "coverage", "lock_drift"] and doc["lock_drift"] == []
     assert doc["drilled"][0] == {"run": "r", "step": 10, "save": 1, "ok": True, "seconds": 1.23, "problems": [],
-                                 "checks": ["model: loaded"], "not_run": [], "store": "primary"}  # fmt: skip
+                                 "checks": ["model: loaded"], "not_run": [], "store": "primary",
+                                 "verify": None}  # fmt: skip
     assert doc["pending"] == [{"run": "q", "step": 5, "save": 1}]
     assert doc["coverage"] == cov.as_dict()
     assert report.failed == (bad,)

@@ -114,7 +114,8 @@ def test_a_drill_emits_its_failures_and_a_restore_its_end(sent: Callable[[], lis
         ("ckptvault.checkpoint.restored", "ckptvault.checkpoint.a.100.1"),
     ]
     assert got[0].payload == {"copy": "primary", "bytes": 10, "seconds": 1.0}
-    assert got[1].payload == {"problems": ["model.safetensors: CRC32C mismatch"], "copy": "cold", "bytes": 20}
+    assert got[1].payload == {"problems": ["model.safetensors: CRC32C mismatch"], "copy": "cold", "bytes": 20,
+                              "suspect": True}  # fmt: skip
     assert got[1].resource["ckptvault.run"] == "b"
     assert got[2].payload == {"dest": "/restore/a", "bytes": 10, "files": 3, "copy": "primary", "fallbacks": 0}
     assert {e.event for e in got} <= set(events.NAMES)
