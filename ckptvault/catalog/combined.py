@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ckptvault.catalog.fold import _STATE_FIELDS, replicas_from_column
+from ckptvault.catalog.fold import _STATE_FIELDS, replicas_from_column, written_by_from_column
 from ckptvault.catalog.layout import _Part
 from ckptvault.catalog.model import CatalogError, CheckpointState
 from ckptvault.catalog.snapshot import _ADDED, _SNAPSHOT_SCHEMA, SNAPSHOT_TAG
@@ -79,6 +79,7 @@ class Combined:
         """The states of `runs`, by run, each in (step, save) order."""
         cols = self.table(_STATE_FIELDS, runs).to_pydict()
         cols["metrics"] = json.loads("[" + ",".join(cols["metrics"]) + "]")  # one parse for the column
+        cols["written_by"] = written_by_from_column(cols["written_by"])
         cols["replicas"] = replicas_from_column(cols["replicas"])
         out: dict[str, list[CheckpointState]] = {}
         make = object.__new__

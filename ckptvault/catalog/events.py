@@ -53,7 +53,8 @@ def verified(
     "The catalog"). Absent when unknown (a rebuild from manifests). `upload_started_at`: when this pass
     began sending the save's files; `upload_seconds` is from then to the manifest's commit, absent when
     this pass sent nothing (it only recorded a commit) or the manifest is another writer's, older than
-    this pass's start. `parts`: the save's model and optimizer bytes, where its layout tells them."""
+    this pass's start. `parts`: the save's model and optimizer bytes, where its layout tells them.
+    `written_by`: the manifest's (what the checkpoint records of what wrote it), where it has one."""
     extra: dict[str, object] = {} if locked_until is None else {"locked_until": locked_until}
     if committed_at is not None:
         extra["rpo_seconds"] = round(manifest.uploaded_at - committed_at, 3)
@@ -62,6 +63,8 @@ def verified(
     split = parts(manifest)
     if split is not None:
         extra["parts"] = split
+    if manifest.written_by:
+        extra["written_by"] = dict(sorted(manifest.written_by.items()))
     return Event(
         run=manifest.run,
         step=manifest.step,

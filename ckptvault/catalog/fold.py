@@ -37,6 +37,7 @@ def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> 
     if start is not None:
         s0 = {f.name: getattr(start, f.name) for f in fields(CheckpointState)}
         s0["metrics"] = dict(start.metrics)
+        s0["written_by"] = dict(start.written_by)
         s0["replicas"] = tuple(start.replicas)
         return _fold_into(s0, events)
     s: dict[str, Any] = dict(
@@ -45,7 +46,7 @@ def _fold_one(events: Sequence[Event], start: CheckpointState | None = None) -> 
         last_drill_ok=None, metrics={}, updated_at=first.at, detail="", class_since=None,
         save=first.save, superseded=False, superseded_reason="", scheduled_class="", scheduled_at=None,
         fingerprint="", stored_bytes=0, locked_until=None, legal_hold=False, replicas=(), rpo_seconds=None,
-        model_bytes=None, optimizer_bytes=None,
+        model_bytes=None, optimizer_bytes=None, written_by={},
     )  # fmt: skip
     return _fold_into(s, events)
 
@@ -82,6 +83,9 @@ def _fold_into(s: dict[str, Any], events: Sequence[Event]) -> CheckpointState:
             split = _parts(e.detail)
             if split is not None:
                 s["model_bytes"], s["optimizer_bytes"] = split
+            wrote = _written_by(e.detail)
+            if wrote is not None:
+                s["written_by"] = wrote
         elif e.event == "expired":
             s["verified"] = False
             s["scheduled_class"], s["scheduled_at"] = "", None
@@ -134,6 +138,13 @@ def _replica_copy(detail: str, at: float) -> ReplicaCopy | None:
     until = d.get("retain_until")
     until = float(until) if isinstance(until, int | float) and not isinstance(until, bool) else None
     return ReplicaCopy(str(d["store"]), str(d.get("storage_class") or ""), at, until)
+
+
+def written_by_from_column(values: Sequence[str | None]) -> list[dict[str, str]]:
+    """A snapshot's `written_by` column (JSON objects as text, json.dumps of the state's dict, so that
+    `ls --json` can print it as it is) as the states' dicts, in one parse for the column."""
+    got: list[dict[str, str]] = json.loads("[" + ",".join(v or "{}" for v in values) + "]")
+    return got
 
 
 def replicas_column(values: Sequence[tuple[ReplicaCopy, ...]]) -> list[str]:
@@ -189,6 +200,19 @@ def _parts(detail: str) -> tuple[int, int] | None:
     if isinstance(m, bool) or isinstance(o, bool) or not isinstance(m, int) or not isinstance(o, int):
         return None
     return (m, o) if 0 <= m < 2**63 and 0 <= o < 2**63 else None
+
+
+def _written_by(detail: str) -> dict[str, str] | None:
+    """A `verified` event's `written_by` ({package or format: version}), or None: absent (nothing
+    recorded, or an event before it), not JSON, not an object. Values that are not strings are left out."""
+    try:
+        d = json.loads(detail) if detail else None
+    except json.JSONDecodeError:
+        return None
+    w = d.get("written_by") if isinstance(d, dict) else None
+    if not isinstance(w, dict):
+        return None
+    return {str(k): v for k, v in w.items() if isinstance(v, str)}
 
 
 def _number(detail: str, name: str) -> float | None:
@@ -312,6 +336,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
         "locked_until": _last_where(may_name("locked_until"), idx),
         "rpo_seconds": _last_where(may_name("rpo_seconds"), idx),
         "parts": _last_where(pc.and_(kind("verified"), may_name("parts")), idx),
+        "written_by": _last_where(pc.and_(kind("verified"), may_name("written_by")), idx),
     }  # fmt: skip
     aggs = [("first", "min"), ("first_uv", "min")] + [(k, "max") for k in masked if k not in ("first", "first_uv")]
     g = pa.table({"g": gid, **masked}).group_by("g", use_threads=False).aggregate(aggs)
@@ -364,7 +389,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     out["scheduled_at"] = [a for _, a in sched]
     out["legal_hold"] = [k == "held" for k in at("hold_max", "event")]
     cand = {}
-    for name in ("metrics", "fingerprint", "locked_until", "rpo_seconds", "parts"):
+    for name in ("metrics", "fingerprint", "locked_until", "rpo_seconds", "parts", "written_by"):
         said = pc.is_valid(masked[name])
         cand[name] = (pc.filter(idx, said).to_numpy(), pc.filter(gid, said).to_numpy())
 
@@ -392,6 +417,7 @@ def _fold_table(table: pa.Table) -> dict[str, list[Any]]:
     split = decide("parts", _parts, None, lambda v: v is not None)
     out["model_bytes"] = [None if p is None else p[0] for p in split]
     out["optimizer_bytes"] = [None if p is None else p[1] for p in split]
+    out["written_by"] = decide("written_by", _written_by, {}, lambda v: v is not None)
     out["replicas"] = _replicas_by_group(col, side, gid, len(out["run"]))
     out["_last_at"] = pc.take(col["at"], last).to_pylist()
     out["_last_origin"] = pc.take(col[_ORIGIN], last).to_pylist()

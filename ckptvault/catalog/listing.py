@@ -83,6 +83,8 @@ def as_record(s: CheckpointState) -> dict[str, Any]:
         # what `restore --only model` / `--only optimizer` would bring back; null: the layout cannot tell
         "model_bytes": s.model_bytes,
         "optimizer_bytes": s.optimizer_bytes,
+        # what the checkpoint records of what wrote it (docs/FORMAT.md, "What wrote a save"); {}: nothing
+        "written_by": s.written_by,
     }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ckptvault.errors import CkptvaultError, InvalidArgumentError
 
@@ -102,6 +102,9 @@ class CheckpointState:
     # "The model and the optimizer of a save"); they sum to `bytes`
     model_bytes: int | None = None  # None: not recorded (events before it), or the layout cannot tell
     optimizer_bytes: int | None = None
+    # what the checkpoint records of what wrote it (docs/FORMAT.md, "What wrote a save"), from the last
+    # verified event that says it; {}: none recorded (a layout that records nothing, events before it)
+    written_by: dict[str, str] = field(default_factory=dict)
 
     @property
     def copies(self) -> int:

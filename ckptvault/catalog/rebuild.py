@@ -72,6 +72,8 @@ def rebuild_from_manifests(
         split = parts(m)  # as the ingest's verified event records it (docs/FORMAT.md)
         if split is not None:
             extra["parts"] = split
+        if m.written_by:
+            extra["written_by"] = dict(sorted(m.written_by.items()))
         detail = json.dumps({"source": "rebuild_from_manifests", "manifest": key, "metrics": m.metrics, **extra})
         verified = Event(
             run=m.run, step=m.step, save=m.save, event="verified", at=m.uploaded_at, format=m.format,

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ckptvault.catalog.codec import _to_bytes
-from ckptvault.catalog.fold import _STATE_FIELDS, replicas_column, replicas_from_column
+from ckptvault.catalog.fold import _STATE_FIELDS, replicas_column, replicas_from_column, written_by_from_column
 from ckptvault.catalog.model import CatalogError, CheckpointState
 
 SNAPSHOT_TAG = b"ckptvault.catalog-snapshot/1"
@@ -29,7 +29,7 @@ _SNAPSHOT_SCHEMA = pa.schema(
         ("superseded_reason", pa.string()), ("scheduled_class", pa.string()), ("scheduled_at", pa.float64()),
         ("fingerprint", pa.string()), ("stored_bytes", pa.int64()), ("locked_until", pa.float64()),
         ("legal_hold", pa.bool_()), ("replicas", pa.string()), ("rpo_seconds", pa.float64()),
-        ("model_bytes", pa.int64()), ("optimizer_bytes", pa.int64()),
+        ("model_bytes", pa.int64()), ("optimizer_bytes", pa.int64()), ("written_by", pa.string()),
         ("_last_at", pa.float64()),
         ("_last_origin", pa.string()),
         ("_last_row", pa.int64()), ("_origins", pa.list_(pa.string())), ("_rows", pa.list_(pa.int64())),
@@ -40,7 +40,7 @@ _STATE_COLUMNS = [*_STATE_FIELDS, "_last_at", "_last_origin", "_last_row"]
 # Compat: reads snapshots written before these columns (what their absence means); may go: never
 _ADDED: dict[str, Any] = {
     "stored_bytes": 0, "locked_until": None, "legal_hold": False, "replicas": "", "rpo_seconds": None,
-    "model_bytes": None, "optimizer_bytes": None,
+    "model_bytes": None, "optimizer_bytes": None, "written_by": "{}",
 }  # fmt: skip
 
 
@@ -82,6 +82,7 @@ def read_snapshot(key: str, data: bytes) -> _Snapshot:
         raise CatalogError(f"{key}: not a readable snapshot ({e})") from None
     # one json.loads for the column: per-row calls were a tenth of `ls` over 200,000 saves
     cols["metrics"] = json.loads("[" + ",".join(cols["metrics"]) + "]")
+    cols["written_by"] = written_by_from_column(cols["written_by"])
     cols["replicas"] = replicas_from_column(cols["replicas"])
     states = {}
     make = object.__new__
@@ -98,6 +99,7 @@ def read_snapshot(key: str, data: bytes) -> _Snapshot:
 def _snapshot_bytes(cols: dict[str, list[Any]], covers: Sequence[str]) -> bytes:
     data = {n: cols[n] for n in _STATE_COLUMNS}
     data["metrics"] = [json.dumps(m) for m in cols["metrics"]]
+    data["written_by"] = [json.dumps(w) for w in cols["written_by"]]
     data["replicas"] = replicas_column(cols["replicas"])
     origins, rows = cols["_ids"]
     schema = _SNAPSHOT_SCHEMA.with_metadata({b"schema": SNAPSHOT_TAG, b"ckptvault.covers": json.dumps(list(covers))})

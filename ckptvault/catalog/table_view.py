@@ -34,7 +34,7 @@ _SCHEMA = pa.schema(
         ("last_drill_at", pa.float64()), ("superseded", pa.bool_()), ("superseded_reason", pa.string()),
         ("updated_at", pa.float64()), ("locked_until", pa.float64()), ("legal_hold", pa.bool_()),
         ("replicas", pa.string()), ("rpo_seconds", pa.float64()), ("model_bytes", pa.int64()),
-        ("optimizer_bytes", pa.int64()),
+        ("optimizer_bytes", pa.int64()), ("written_by", pa.string()),
     ]
 )  # fmt: skip
 _COLUMNS = _SCHEMA.names
@@ -42,8 +42,9 @@ _STATES_JSON = pa.array([json.dumps(s) for s in LIFECYCLE_STATES])
 
 
 def _from_states(states: Sequence[CheckpointState]) -> pa.Table:
-    cols = {c: [getattr(s, c) for s in states] for c in _COLUMNS if c != "replicas"}
+    cols = {c: [getattr(s, c) for s in states] for c in _COLUMNS if c not in ("replicas", "written_by")}
     cols["replicas"] = replicas_column([s.replicas for s in states])  # as a snapshot holds them
+    cols["written_by"] = [json.dumps(s.written_by) for s in states]
     return pa.table(cols, schema=_SCHEMA)
 
 
@@ -236,6 +237,8 @@ def _lines(t: pa.Table) -> pa.Array:
         ("legal_hold", _json_bools(t["legal_hold"])), ("copies", _json_ints(_copies(t))),
         ("replicas", _json_replicas(t["replicas"])), ("rpo_ms", _json_ms(t["rpo_seconds"])),
         ("model_bytes", _json_opt_ints(t["model_bytes"])), ("optimizer_bytes", _json_opt_ints(t["optimizer_bytes"])),
+        # JSON text already (json.dumps of the state's dict, as `as_record` prints it); "" read as nothing
+        ("written_by", pc.fill_null(pc.if_else(pc.equal(t["written_by"], ""), "{}", t["written_by"]), "{}")),
     ]  # fmt: skip
     parts: list[pa.Array | str] = []
     for i, (name, col) in enumerate(fields):

@@ -178,6 +178,9 @@ class Manifest:
     save: int = FIRST_SAVE  # which save of this step (a restart re-saves steps); absent in old manifests: 1
     placement: NodePlacement | None = None  # node-local sources only; absent in older manifests
     lock: SaveLock | None = None  # committed with [lock] on; absent when nothing was locked, and in older manifests
+    # the versions the checkpoint itself records of what wrote it (docs/FORMAT.md, "What wrote a save"),
+    # e.g. {"transformers": "4.57.1"}; absent when it records none, and in older manifests
+    written_by: dict[str, str] = field(default_factory=dict)
     schema: str = SCHEMA
 
     @property
@@ -202,6 +205,8 @@ class Manifest:
             del d["placement"]  # every other checkpoint's manifest stays as it was
         if self.lock is None:
             del d["lock"]  # a save written without [lock] has the manifest it had before the key existed
+        if not self.written_by:
+            del d["written_by"]  # a save that records no writer has the manifest it had before the key existed
         return json.dumps(d, indent=1, sort_keys=True).encode()
 
     @classmethod
@@ -212,7 +217,8 @@ class Manifest:
             raise ManifestError(f"{origin}: not valid JSON ({e})") from None
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise ManifestError(f"{origin}: not a ckptvault manifest (schema {SCHEMA!r} expected)")
-        # Compat: reads manifests from before `mode`, codecs, `save`, `placement`, `lock`; may go: never (FORMAT.md)
+        # Compat: reads manifests from before `mode`, codecs, `save`, `placement`, `lock`, `written_by`;
+        # may go: never (FORMAT.md)
         try:
             files = tuple(
                 FileEntry(
@@ -240,6 +246,7 @@ class Manifest:
                 save=int(d.get("save", FIRST_SAVE)),
                 placement=_placement(d.get("placement")),
                 lock=_lock(d.get("lock")),
+                written_by=_written_by(d.get("written_by")),
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, ManifestError):
@@ -270,3 +277,11 @@ def _lock(value: Any) -> SaveLock | None:
     if mode not in LOCK_MODES or not isinstance(until, int | float) or isinstance(until, bool):
         raise ValueError(f"lock needs a mode in {LOCK_MODES} and a numeric retain_until, not {value!r}")
     return SaveLock(str(mode), float(until))
+
+
+def _written_by(value: Any) -> dict[str, str]:
+    """A manifest's `written_by`, {} when absent. A malformed one is left out, not an error: it is a
+    record of what wrote the save, and the save's files restore without it."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}

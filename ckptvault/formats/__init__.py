@@ -23,6 +23,7 @@ __all__ = [
     "get_layout",
     "is_temp_name",
     "read_metrics",
+    "read_written_by",
 ]
 
 
@@ -106,6 +107,45 @@ def read_metrics(fmt: str, path: Path) -> dict[str, float]:
     if fmt == "lightning":
         return lightning.read_metrics(path)
     return {}
+
+
+_MAX_VERSION = 64  # characters: a version string longer than this is not a version
+
+
+def read_written_by(fmt: str, path: Path) -> dict[str, str]:
+    """The versions a checkpoint itself records of what wrote it, read without unpickling anything
+    (JSON text, or a pickle's opcodes); {} where it records none or they do not read (never an error:
+    this is a record, not a check). Keys (docs/FORMAT.md, "What wrote a save"): a package's name as
+    pip knows it for that package's version, `<package>.<format>` for the version of its on-disk
+    format where that is all the checkpoint says:
+
+    - hf: `transformers` (`transformers_version` of `config.json`, else `generation_config.json`).
+    - lightning: `pytorch-lightning` (the checkpoint's `pytorch-lightning_version`).
+    - deepspeed: `deepspeed` (`ds_version` of the tag's `mp_rank_00_model_states.pt`).
+    - megatron (torch_dist): `megatron-core.torch_dist` (`metadata.json`'s `sharded_backend_version`,
+      keyed by its `sharded_backend`) and `torch.dcp` (its `.metadata`'s format version); legacy: none.
+    - dcp: `torch.dcp` (`Metadata.version` of `.metadata`); torch's own version is recorded nowhere.
+    - nemo: what its `weights/` records, as megatron's torch_dist.
+    - orbax: none (orbax-checkpoint 0.12 writes no version into `_CHECKPOINT_METADATA` or an item's
+      `_METADATA`).
+    """
+    if fmt == "hf":
+        got = hf.read_written_by(path)
+    elif fmt == "lightning":
+        got = lightning.read_written_by(path)
+    elif fmt == "deepspeed":
+        got = deepspeed.read_written_by(path)
+    elif fmt == "megatron":
+        got = {**megatron.read_written_by(path), **dcp.read_written_by(path)}
+    elif fmt == "dcp":
+        got = dcp.read_written_by(path)
+    elif fmt == "nemo":
+        weights = path / nemo.WEIGHTS
+        got = {**megatron.read_written_by(weights), **dcp.read_written_by(weights)}
+    else:
+        got = {}
+    # what a checkpoint says is kept only where it looks like a version: printable, short
+    return {k: v for k, v in sorted(got.items()) if 0 < len(v) <= _MAX_VERSION and v.isprintable()}
 
 
 def counts_for_shape(fmt: str, rel: str) -> bool:

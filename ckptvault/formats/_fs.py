@@ -6,10 +6,12 @@ per candidate) is all they cost; discovery walks the files afterwards, once.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ckptvault.formats.base import Candidate
 
@@ -63,6 +65,20 @@ def read_small_text(path: Path, limit: int = 4096) -> str | None:
             return f.read(limit).decode("utf-8", "replace").strip()
     except OSError:
         return None
+
+
+def read_small_json(path: Path, limit: int = 1 << 20) -> dict[str, Any] | None:
+    """The JSON object in the file at `path`, or None: absent, unreadable, larger than `limit` bytes (a
+    config is a few KiB; a larger file is not read for a record), not an object."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+        if len(raw) > limit:
+            return None
+        doc = json.loads(raw)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def has_suffix_in(path: Path, suffix: str, limit: int = 64) -> bool:

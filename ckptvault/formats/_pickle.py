@@ -237,3 +237,78 @@ def storages(z: zipfile.ZipFile, pkl: str) -> list[tuple[str, str]]:
         if isinstance(pid, tuple) and len(pid) >= 3 and pid[0] == "storage" and isinstance(pid[1], Global):
             out.append((pid[1].name, str(pid[2])))
     return out
+
+
+class _Dict:
+    """A dict under construction in `top_level`'s walk: only its identity matters (is it the top level?)."""
+
+
+_TOP_SCALARS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
+                "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"}  # fmt: skip
+
+
+def top_level(stream: IO[bytes] | bytes, keys: frozenset[str]) -> dict[str, int | str]:
+    """The int or str values stored under `keys` in the top-level dict of a pickle (a `torch.save`
+    checkpoint's dict), by its opcodes alone; a key whose value is anything else, or that is absent,
+    is left out. Stops once every key is found. The stack is tracked only as far as needed to tell
+    the top-level dict's SETITEM(S) from a nested one's: nothing is built, much cheaper than `read`.
+    ValueError (or an error of pickletools) if the pickle is garbled."""
+    stack: list[Any] = []
+    memo: dict[int, Any] = {}
+    root: _Dict | None = None
+    out: dict[str, int | str] = {}
+    for op, arg, _ in pickletools.genops(stream):
+        name = op.name
+        if name == "STOP":
+            return out
+        if name == "MARK":
+            stack.append(_MARK)
+            continue
+        if name in ("SETITEM", "SETITEMS"):
+            if name == "SETITEM":
+                pairs = [(stack[-2], stack[-1])] if len(stack) >= 3 else []
+                del stack[-2:]
+            else:
+                items = _to_mark(stack)
+                pairs = list(zip(items[::2], items[1::2], strict=False))
+            if stack and stack[-1] is root:
+                for k, v in pairs:
+                    if isinstance(k, str) and k in keys and isinstance(v, int | str) and not isinstance(v, bool):
+                        out[k] = v
+                if len(out) == len(keys):
+                    return out
+            continue
+        before, after = op.stack_before, op.stack_after
+        if pickletools.markobject in before:
+            _to_mark(stack)
+            below = before.index(pickletools.markobject)
+        else:
+            below = len(before)
+        popped = stack[len(stack) - below :] if below else []
+        if below:
+            del stack[-below:]
+        value: Any = None
+        if name == "EMPTY_DICT":
+            value = _Dict()
+            if root is None and not stack:
+                root = value
+        elif name in _TOP_SCALARS:
+            value = arg
+        elif name in ("BINGET", "LONG_BINGET", "GET"):
+            value = memo.get(int(arg or 0))
+        elif name in ("BINPUT", "LONG_BINPUT", "PUT"):  # peeks, leaves the stack as it is
+            memo[int(arg or 0)] = stack[-1] if stack else None
+            continue
+        elif name == "MEMOIZE":
+            memo[len(memo)] = value = popped[-1] if popped else None
+        stack.extend([value] + [None] * (len(after) - 1) if after else [])
+    return out
+
+
+def zip_pickle(z: zipfile.ZipFile, limit: int) -> str | None:
+    """The name of the one `data.pkl` of a `torch.save` zip, or None: none, several, or over `limit`
+    bytes (millions of tensors: not walked for a record)."""
+    pkls = [n for n in z.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
+    if len(pkls) != 1 or z.getinfo(pkls[0]).file_size > limit:
+        return None
+    return pkls[0]

@@ -17,6 +17,7 @@ whose fields are BUILD state, read by opcodes (ckptvault.formats._pickle), never
 
 from __future__ import annotations
 
+import pickletools
 import posixpath
 import re
 from collections.abc import Iterable
@@ -114,6 +115,51 @@ def element_bytes(metadata: Path) -> dict[str, dict[int, int]]:
         weight = out.setdefault(path, {})
         weight[ts] = weight.get(ts, 0) + length
     return out
+
+
+# `Metadata.version` (torch >= 2.5: filesystem.py's CURRENT_DCP_VERSION, set by FileSystemWriter.finish)
+# is the dataclass's last field, so the pickle ends `'version' <str> SETITEMS BUILD STOP`: only the
+# file's last bytes are read for it, whatever the size of the rest (a 1.7 MB .metadata would take
+# seconds to walk).
+_TAIL = 4096
+_VERSION_KEY = (b"\x8c\x07version", b"X\x07\x00\x00\x00version")  # SHORT_BINUNICODE, BINUNICODE 'version'
+_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+_QUIET = {"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE", "FRAME"}  # no change to what the tail says
+
+
+def format_version(metadata: Path) -> str | None:
+    """The DCP format version a `.metadata` records (`Metadata.version`, e.g. "1.0.0"), from its first
+    and last few KiB: its first names torch's Metadata class, its last must be the `version` field's
+    key and value, then the end of the fields' dict, BUILD and STOP; None otherwise (older torch wrote
+    no version, or the file is not torch's Metadata)."""
+    try:
+        with metadata.open("rb") as f:
+            head = f.read(256)
+            size = f.seek(0, 2)
+            f.seek(max(0, size - _TAIL))
+            tail = f.read(_TAIL)
+    except OSError:
+        return None
+    if _MD.rstrip(".").encode() not in head.replace(b" ", b".") or b"Metadata" not in head:
+        return None
+    at = max(tail.rfind(k) for k in _VERSION_KEY)
+    if at < 0:
+        return None
+    try:
+        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(tail[at:]) if op.name not in _QUIET]
+    except (ValueError, EOFError):
+        return None
+    if [n for n, _ in ops[2:]] not in (["SETITEMS", "BUILD", "STOP"], ["SETITEM", "BUILD", "STOP"]):
+        return None
+    name, value = ops[1] if len(ops) > 1 else ("", None)
+    return value if name in _STRINGS and isinstance(value, str) and value else None
+
+
+def read_written_by(ckpt: Path) -> dict[str, str]:
+    """`{"torch.dcp": version}`: the DCP format version of the checkpoint's `.metadata` (not torch's
+    version, which DCP does not record); {} when it records none."""
+    v = format_version(ckpt / METADATA)
+    return {"torch.dcp": v} if v else {}
 
 
 class DCPLayout:

@@ -33,13 +33,12 @@ subdirectories (`tag="a/b"`) are not looked for.
 
 from __future__ import annotations
 
-import pickletools
 import re
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from ckptvault.formats import _fs
+from ckptvault.formats import _fs, _pickle
 from ckptvault.formats.base import Candidate
 
 NAME = re.compile(r"^global_step(\d+)$")
@@ -115,71 +114,16 @@ def rank_file_gaps(files: set[str]) -> tuple[str, list[str]]:
     return (f"data-parallel ranks 0..{max(dp)} of mp ranks 0..{max(mp)}", gaps) if gaps else ("", [])
 
 
-class _Dict:
-    """A dict under construction in the opcode walk: only its identity matters (is it the top level?)."""
-
-
-_MARK = object()
-_SCALARS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
-            "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8"}  # fmt: skip
 _RECORDED = "global_steps"
+_WRITER = "ds_version"  # `_common_checkpoint_state`: deepspeed.__version__ of the engine that saved
 _MODEL_STATES_0 = ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt")
+PICKLE_LIMIT = 256 << 20  # a data.pkl larger than this is not walked for what wrote it
 
 
 def _top_level_int(stream: Any, key: str) -> int | None:
-    """The int stored under `key` in the top-level dict of a pickle, by its opcodes alone, or None.
-    The stack is tracked only as far as needed to tell the top-level dict's SETITEM(S) from a nested
-    one's; no object is built and no global is looked up."""
-    stack: list[Any] = []
-    memo: dict[int, Any] = {}
-    root: _Dict | None = None
-    for op, arg, _ in pickletools.genops(stream):
-        name = op.name
-        if name == "STOP":
-            return None
-        if name == "MARK":
-            stack.append(_MARK)
-            continue
-        if name in ("SETITEM", "SETITEMS"):
-            if name == "SETITEM":
-                pairs = [(stack[-2], stack[-1])] if len(stack) >= 3 else []
-                del stack[-2:]
-            else:
-                k = len(stack) - 1 - stack[::-1].index(_MARK)
-                items = stack[k + 1 :]
-                del stack[k:]
-                pairs = list(zip(items[::2], items[1::2], strict=False))
-            if stack and stack[-1] is root:
-                for k_, v in pairs:
-                    if k_ == key and isinstance(v, int) and not isinstance(v, bool):
-                        return v
-            continue
-        before, after = op.stack_before, op.stack_after
-        if pickletools.markobject in before:
-            k = len(stack) - 1 - stack[::-1].index(_MARK)
-            del stack[k:]
-            below = before.index(pickletools.markobject)
-        else:
-            below = len(before)
-        popped = stack[len(stack) - below :] if below else []
-        if below:
-            del stack[-below:]
-        value: Any = None
-        if name == "EMPTY_DICT":
-            value = _Dict()
-            if root is None and not stack:
-                root = value
-        elif name in _SCALARS:
-            value = arg
-        elif name in ("BINGET", "LONG_BINGET", "GET"):
-            value = memo.get(int(arg or 0))
-        elif name in ("BINPUT", "LONG_BINPUT", "PUT"):  # peeks, leaves the stack as it is
-            memo[int(arg or 0)] = stack[-1] if stack else None
-            continue
-        elif name == "MEMOIZE":
-            memo[len(memo)] = value = popped[-1] if popped else None
-        stack.extend([value] + [None] * (len(after) - 1) if after else [])
-    return None
+    """The int stored under `key` in the top-level dict of a pickle, by its opcodes alone, or None."""
+    v = _pickle.top_level(stream, frozenset([key])).get(key)
+    return v if isinstance(v, int) else None
 
 
 def recorded_step(tag_dir: Path) -> int | None:
@@ -250,6 +194,25 @@ def _custom_tags(root: Path, latest: str | None, latest_step: int | None) -> lis
         complete, reason = _judge_tag(path, e.name, step, latest, latest_step)
         out.append(Candidate(LAYOUT_NAME, step, path, complete, reason))
     return out
+
+
+def read_written_by(tag_dir: Path) -> dict[str, str]:
+    """`{"deepspeed": ds_version}`: the DeepSpeed version the engine recorded in the tag's model states
+    (a top-level key of the `mp_rank_00_model_states.pt` dict, read by its pickle opcodes as
+    `global_steps` is; the tensors are never read); {} if it does not read."""
+    for name in _MODEL_STATES_0:
+        try:
+            with zipfile.ZipFile(tag_dir / name) as z:
+                pkl = _pickle.zip_pickle(z, PICKLE_LIMIT)
+                if pkl is None:
+                    return {}
+                v = _pickle.top_level(z.read(pkl), frozenset([_WRITER])).get(_WRITER)
+                return {"deepspeed": v} if isinstance(v, str) and v else {}
+        except FileNotFoundError:
+            continue
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError):
+            return {}
+    return {}
 
 
 LAYOUT_NAME = "deepspeed"

@@ -74,3 +74,18 @@ def read_metrics(ckpt_dir: Path) -> dict[str, float]:
         if num is not None and not (key == "best_metric" and math.isnan(num)):
             metrics[key] = num
     return metrics
+
+
+# save_pretrained's files that record the writing transformers' version (PretrainedConfig.to_dict,
+# GenerationConfig.to_dict: `transformers_version`); config.json first, the model's own
+CONFIGS = ("config.json", "generation_config.json")
+
+
+def read_written_by(ckpt_dir: Path) -> dict[str, str]:
+    """`{"transformers": version}` from the checkpoint's `config.json` (or `generation_config.json`),
+    the JSON text alone; {} when neither records it."""
+    for name in CONFIGS:
+        v = (_fs.read_small_json(ckpt_dir / name) or {}).get("transformers_version")
+        if isinstance(v, str) and v:
+            return {"transformers": v}
+    return {}

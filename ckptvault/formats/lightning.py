@@ -147,6 +147,24 @@ def read_metrics(path: Path) -> dict[str, float]:
         return {}
 
 
+WRITER_KEY = "pytorch-lightning_version"  # CheckpointConnector.dump_checkpoint: the writing Lightning's __version__
+
+
+def read_written_by(path: Path) -> dict[str, str]:
+    """`{"pytorch-lightning": version}`: what `dump_checkpoint` recorded as `pytorch-lightning_version`
+    (a top-level key of the checkpoint dict; `lightning` and `pytorch-lightning` carry the same version and
+    write the same key), read by the `.ckpt`'s pickle opcodes without building anything; {} if it does not read."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            pkl = _pickle.zip_pickle(z, PICKLE_LIMIT)
+            if pkl is None:
+                return {}
+            v = _pickle.top_level(z.read(pkl), frozenset([WRITER_KEY])).get(WRITER_KEY)
+            return {"pytorch-lightning": v} if isinstance(v, str) and v else {}
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, KeyError):
+        return {}
+
+
 class LightningLayout:
     name = "lightning"
 

@@ -92,6 +92,21 @@ def _is_iter_dir(e: os.DirEntry[str]) -> bool:
     return NAME.match(_fs.strip_temp(e.name)) is not None and _fs.is_dir(e)
 
 
+DIST_CONFIG = "metadata.json"  # megatron.core.dist_checkpointing's CONFIG_FNAME: its CheckpointingConfig
+
+
+def read_written_by(ckpt: Path) -> dict[str, str]:
+    """`{"megatron-core.<sharded_backend>": sharded_backend_version}` from a torch_dist iteration's
+    `metadata.json` (dist_checkpointing's `CheckpointingConfig`, e.g. `{"megatron-core.torch_dist": "1"}`):
+    the version of megatron-core's on-disk format, not of the package (Megatron records no package
+    version). {} for a legacy iteration (no metadata.json) or one that does not read."""
+    doc = _fs.read_small_json(ckpt / DIST_CONFIG) or {}
+    backend, version = doc.get("sharded_backend"), doc.get("sharded_backend_version")
+    if not isinstance(backend, str) or not backend or isinstance(version, bool) or not isinstance(version, int | str):
+        return {}
+    return {f"megatron-core.{backend}": str(version)}
+
+
 class MegatronLayout:
     name = "megatron"
 

@@ -32,7 +32,7 @@ from ckptvault.checkpoint.manifest import (
 from ckptvault.checksum import file_crc32c
 from ckptvault.config import Compression, SourceConfig, ValidationRules
 from ckptvault.errors import AlreadyAlerted
-from ckptvault.formats import read_metrics
+from ckptvault.formats import read_metrics, read_written_by
 from ckptvault.ingest.discovery import DiscoveryResult, Found, discover
 from ckptvault.ingest.gates import GateSubject, ValidationReport
 from ckptvault.ingest.nodes import node_path
@@ -415,6 +415,7 @@ def commit_manifest(
         save=save,
         placement=placement,
         lock=None if store.retention is None else SaveLock(store.retention.mode, store.retention.until_ts),
+        written_by=read_written_by(found.format, found.path),
     )
     key = checkpoint_prefix(prefix, found.run, found.step, save) + MANIFEST_NAME
     try:

@@ -193,7 +193,7 @@ _details = st.one_of(
     st.just("not json"),
     st.just("[1, 2]"),
     st.builds(
-        lambda m, fp, reason, to, eff, lock, rpo, parts: json.dumps(
+        lambda m, fp, reason, to, eff, lock, rpo, parts, wrote: json.dumps(
             {
                 k: v
                 for k, v in (
@@ -205,6 +205,7 @@ _details = st.one_of(
                     ("locked_until", lock),
                     ("rpo_seconds", rpo),
                     ("parts", parts),
+                    ("written_by", wrote),
                 )
                 if v is not None
             }
@@ -229,6 +230,11 @@ _details = st.one_of(
             {"model": st.integers(0, 9), "optimizer": st.integers(-1, 9) | st.booleans() | st.just(2.5)}
         )
         | st.just([1, 2]),
+        # what wrote a save, and what is not that (a list, a value that is not a string)
+        st.none()
+        | st.fixed_dictionaries({"deepspeed": st.sampled_from(["0.19.8", "0.18.0"])})
+        | st.fixed_dictionaries({"transformers": st.just(4)})
+        | st.just(["a"]),
     ),
     st.just('{"metrics": 3}'),
     st.just('{"\\u006cocked_until": 7}'),
@@ -302,6 +308,8 @@ def _read_old_snapshot(state: CheckpointState, without: tuple[str, ...]) -> Chec
         from ckptvault.catalog.fold import replicas_column
 
         row["replicas"] = replicas_column([state.replicas])[0]
+    if "written_by" in row:
+        row["written_by"] = json.dumps(state.written_by)  # as a snapshot holds it
     schema = pa.schema([_SNAPSHOT_SCHEMA.field(n) for n in names]).with_metadata(
         {b"schema": SNAPSHOT_TAG, b"ckptvault.covers": b"[]"}
     )
@@ -402,4 +410,24 @@ def test_the_model_and_optimizer_bytes_are_the_last_verified_split_and_old_snaps
     # A snapshot written before the columns: every row reads with both null; one written with them, as written.
     old = _read_old_snapshot(one, without=("model_bytes", "optimizer_bytes"))
     assert old == replace(one, model_bytes=None, optimizer_bytes=None)
+    assert _read_old_snapshot(one, without=()) == one
+
+
+def test_written_by_is_the_last_verified_record_and_old_snapshots_read_it_empty() -> None:
+    from dataclasses import replace
+
+    from tests.helpers import fold_python
+
+    evs = [
+        Event("r", 1, "verified", 1.0, bytes=100, detail='{"written_by": {"deepspeed": "0.19.8"}}'),
+        # a drill names no writer, and an event other than `verified` is not read for one
+        Event("r", 1, "drilled", 2.0, ok=True, detail='{"written_by": {"deepspeed": "9"}}'),
+        Event("r", 1, "verified", 3.0, bytes=100),  # a verified event without it (an older one): it stays
+        Event("r", 2, "verified", 1.0, bytes=10),  # the layout records none, or an event before it
+        Event("r", 3, "verified", 1.0, bytes=10, detail='{"written_by": {"a": 1, "b": "2"}}'),  # not strings: left out
+    ]
+    one, two, three = fold(evs)
+    assert (one.written_by, two.written_by, three.written_by) == ({"deepspeed": "0.19.8"}, {}, {"b": "2"})
+    assert fold_python(evs) == [one, two, three]
+    assert _read_old_snapshot(one, without=("written_by",)) == replace(one, written_by={})
     assert _read_old_snapshot(one, without=()) == one

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 from hypothesis import given, settings
@@ -58,6 +59,15 @@ def _every_state(run: str, t: float) -> list[Event]:
         Event(run, 8, "superseded", t + 13),  # superseded but never verified: pending
         Event(run, 9, "verified", t + 14, bytes=3, created_at=t + 14),  # ties in `when` across runs
         Event(run, 10, "verified", t + 15, bytes=2**40, detail='{"parts": {"model": 3, "optimizer": 1099511627773}}'),
+        # what wrote it, with a key and a version JSON must escape
+        Event(
+            run,
+            11,
+            "verified",
+            t + 16,
+            bytes=5,
+            detail=json.dumps({"written_by": {"transformers": "4.57.1", 'x"é': "1\\"}}),
+        ),
     ]
 
 
@@ -77,6 +87,31 @@ def test_every_state_snapshots_events_since_and_the_flat_layout_print_the_same()
     store.objects["p/_catalog/run=a/snapshot/99999999999999999999-bad.parquet"] = b"garbage"  # skipped
     _assert_same(cat)
     assert render_json_table(current_table(Catalog(MemStore(), "p"))) == "[]"  # type: ignore[arg-type]
+
+
+def test_snapshots_written_before_the_written_by_column_list_it_as_empty() -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    store = MemStore()
+    cat = Catalog(store, "p")  # type: ignore[arg-type]
+    for i, run in enumerate(_RUNS):
+        cat.append(_every_state(run, 1.7e9 + 100 * i))
+    cat.compact(time.time() + 10)
+    said = [w for w in current_table(cat)["written_by"].to_pylist() if w != "{}"]
+    assert len(said) == len(_RUNS) and all(json.loads(w)["transformers"] == "4.57.1" for w in said)  # as written
+    old = [k for k in store.objects if "/snapshot/" in k or "/_combined/" in k]
+    assert any("/_combined/" in k for k in old) and any("/snapshot/" in k for k in old)
+    for key in old:
+        t = pq.read_table(pa.BufferReader(store.objects[key]))
+        sink = pa.BufferOutputStream()
+        pq.write_table(t.drop_columns(["written_by"]), sink)
+        store.objects[key] = sink.getvalue().to_pybytes()
+    cat = Catalog(store, "p")  # type: ignore[arg-type]  # a reader that has not read them yet
+    assert set(current_table(cat)["written_by"].to_pylist()) == {"{}"}
+    for states in (cat.current(), cat.current("a")):  # the combined snapshot, then a run's own
+        assert states and all(s.written_by == {} for s in states)
+    _assert_same(cat)
 
 
 def test_snapshots_written_before_the_model_and_optimizer_columns_list_them_as_null() -> None:
