@@ -17,6 +17,7 @@ whose fields are BUILD state, read by opcodes (ckptvault.formats._pickle), never
 
 from __future__ import annotations
 
+import io
 import pickletools
 import posixpath
 import re
@@ -117,42 +118,62 @@ def element_bytes(metadata: Path) -> dict[str, dict[int, int]]:
     return out
 
 
-# `Metadata.version` (torch >= 2.5: filesystem.py's CURRENT_DCP_VERSION, set by FileSystemWriter.finish)
-# is the dataclass's last field, so the pickle ends `'version' <str> SETITEMS BUILD STOP`: only the
-# file's last bytes are read for it, whatever the size of the rest (a 1.7 MB .metadata would take
-# seconds to walk).
-_TAIL = 4096
+# `Metadata.version` (torch >= 2.5: filesystem.py's CURRENT_DCP_VERSION, set by FileSystemWriter.finish).
+# torch's own writer pickles it as the dataclass's last field; megatron-core's writer adds fields after it
+# (`all_local_plans`, as large as the plans). So the file's bytes are searched for the field's key, and
+# the opcodes from there must be that key, a string, then the next field's name or the end of the
+# fields: a fast byte search, not a walk of the pickle (a 1.7 MB .metadata would take seconds to walk).
+MAX_VERSION_SCAN = 64 << 20  # a larger .metadata is not searched for its version
 _VERSION_KEY = (b"\x8c\x07version", b"X\x07\x00\x00\x00version")  # SHORT_BINUNICODE, BINUNICODE 'version'
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
-_QUIET = {"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE", "FRAME"}  # no change to what the tail says
+_QUIET = {"BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE", "FRAME"}  # no change to what follows
+_AFTER = _STRINGS | {"BINGET", "LONG_BINGET", "GET", "SETITEMS", "SETITEM"}  # a field's name, or the end
+
+
+def _version_at(data: bytes, at: int) -> str | None:
+    """The string value of the `version` key whose opcode starts at byte `at`, if the opcodes from there
+    read as a field of the Metadata's dict (key, string value, then a name or the dict's end)."""
+    ops: list[tuple[str, object]] = []
+    stream = io.BytesIO(data)
+    stream.seek(at)
+    try:
+        for op, arg, _ in pickletools.genops(stream):
+            if op.name not in _QUIET:
+                ops.append((op.name, arg))
+            if len(ops) == 3:
+                break
+    except (ValueError, EOFError):
+        return None
+    if len(ops) < 3 or ops[0][1] != "version" or ops[1][0] not in _STRINGS or ops[2][0] not in _AFTER:
+        return None
+    value = ops[1][1]
+    return value if isinstance(value, str) and value else None
 
 
 def format_version(metadata: Path) -> str | None:
-    """The DCP format version a `.metadata` records (`Metadata.version`, e.g. "1.0.0"), from its first
-    and last few KiB: its first names torch's Metadata class, its last must be the `version` field's
-    key and value, then the end of the fields' dict, BUILD and STOP; None otherwise (older torch wrote
-    no version, or the file is not torch's Metadata)."""
+    """The DCP format version a `.metadata` records (`Metadata.version`, e.g. "1.0.0"): its first bytes
+    must name torch's Metadata class, and the last `version` key that reads as a field of it (see
+    above) gives it; None otherwise (older torch wrote no version, a writer that left it None, a file
+    over MAX_VERSION_SCAN bytes, or not torch's Metadata)."""
     try:
         with metadata.open("rb") as f:
-            head = f.read(256)
-            size = f.seek(0, 2)
-            f.seek(max(0, size - _TAIL))
-            tail = f.read(_TAIL)
+            data = f.read(MAX_VERSION_SCAN + 1)
     except OSError:
         return None
-    if _MD.rstrip(".").encode() not in head.replace(b" ", b".") or b"Metadata" not in head:
+    head = data[:256]
+    if (
+        len(data) > MAX_VERSION_SCAN
+        or _MD.rstrip(".").encode() not in head.replace(b" ", b".")
+        or b"Metadata" not in head
+    ):
         return None
-    at = max(tail.rfind(k) for k in _VERSION_KEY)
-    if at < 0:
-        return None
-    try:
-        ops = [(op.name, arg) for op, arg, _ in pickletools.genops(tail[at:]) if op.name not in _QUIET]
-    except (ValueError, EOFError):
-        return None
-    if [n for n, _ in ops[2:]] not in (["SETITEMS", "BUILD", "STOP"], ["SETITEM", "BUILD", "STOP"]):
-        return None
-    name, value = ops[1] if len(ops) > 1 else ("", None)
-    return value if name in _STRINGS and isinstance(value, str) and value else None
+    for key in _VERSION_KEY:
+        end = len(data)
+        while (at := data.rfind(key, 0, end)) >= 0:
+            if (v := _version_at(data, at)) is not None:
+                return v
+            end = at
+    return None
 
 
 def read_written_by(ckpt: Path) -> dict[str, str]:

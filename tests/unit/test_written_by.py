@@ -98,6 +98,13 @@ def test_dcp_records_its_format_version_from_the_end_of_metadata(tmp_path: Path)
 
     ckpt = _dcp_save(tmp_path / "step-1")
     assert read_written_by("dcp", ckpt) == {"torch.dcp": CURRENT_DCP_VERSION}
+    # megatron-core's writer sets a field after `version` (all_local_plans)
+    later = tmp_path / "step-3"
+    later.mkdir()
+    md = Metadata(state_dict_metadata={}, version="1.0.0")
+    md.all_local_plans = [{"version": ("version",)}, "version"]  # type: ignore[attr-defined]
+    (later / ".metadata").write_bytes(pickle.dumps(md))
+    assert read_written_by("dcp", later) == {"torch.dcp": "1.0.0"}
     # a Metadata that records no version (torch before it), pickled as torch does
     old = tmp_path / "step-2"
     old.mkdir()
@@ -116,7 +123,9 @@ def test_megatron_torch_dist_records_its_backend_and_dcp_versions_legacy_none(tm
         json.dumps({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch"})
     )
     got = read_written_by("megatron", it)
-    assert got == {"megatron-core.torch_dist": "1", "torch.dcp": got["torch.dcp"]} and got["torch.dcp"]
+    from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
+
+    assert got == {"megatron-core.torch_dist": "1", "torch.dcp": CURRENT_DCP_VERSION}
     legacy = tmp_path / "iter_0000020"
     _torch_save(legacy / "mp_rank_00" / "model_optim_rng.pt", {"checkpoint_version": 3.0})
     assert read_written_by("megatron", legacy) == {}
