@@ -1,11 +1,13 @@
 """Checkpoints written by the real frameworks (tests/frameworks/writers.py), in each one's default
 directory layout: found with format = "auto" and by name, uploaded to SeaweedFS by `ckptvault ingest`,
-validated without a warning, restored, drilled (every file load-checked, nothing failing), and resumed
-by the framework itself from the restored directory, tensor for tensor as from the original. And the
-framework's own in-progress states are never uploaded, and are once the save is finished."""
+validated without a warning, recorded with the versions that wrote it, restored, drilled (every file
+load-checked, nothing failing), and resumed by the framework itself from the restored directory, tensor
+for tensor as from the original. And the framework's own in-progress states are never uploaded, and are
+once the save is finished."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -13,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +136,27 @@ def _assert_same_tensors(a: dict[str, Any], b: dict[str, Any], what: str) -> Non
     assert not different, f"{what}: {len(different)} tensors differ, e.g. {different[:3]}"
 
 
+def _written_by(fw: str) -> dict[str, str]:
+    if fw in ("hf", "hf-sharded"):
+        return {"transformers": version("transformers")}
+    if fw == "lightning":
+        return {"pytorch-lightning": version("lightning")}  # writers.py trains with the `lightning` package
+    if fw == "deepspeed":
+        return {"deepspeed": version("deepspeed")}
+    from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
+
+    if fw == "dcp":
+        return {"torch.dcp": CURRENT_DCP_VERSION}
+    if fw == "megatron":
+        from megatron.core.dist_checkpointing.core import CheckpointingConfig
+
+        default = next(
+            f.default for f in dataclasses.fields(CheckpointingConfig) if f.name == "sharded_backend_version"
+        )
+        return {"megatron-core.torch_dist": str(default), "torch.dcp": CURRENT_DCP_VERSION}
+    return {}  # Orbax records none
+
+
 # --- found with format = "auto" and by name --------------------------------------------------------------
 
 
@@ -164,6 +188,9 @@ def test_uploaded_restored_drilled_and_resumed_by_the_framework(
     assert main(["--config", str(cfg), "ingest"]) == 0
     rows = _ls(cfg, capsys)
     assert {s: (r["state"], r["format"]) for s, r in rows.items()} == dict.fromkeys(spec.steps, ("verified", spec.fmt))
+    # what wrote each save: the versions the checkpoint records are the installed frameworks' own
+    # (docs/FORMAT.md, "What wrote a save"); Orbax records none
+    assert {s: r["written_by"] for s, r in rows.items()} == dict.fromkeys(spec.steps, _written_by(fw))
 
     # a healthy run passes every gate without a warning (Orbax's file count changes from step to step)
     for step in spec.steps:
