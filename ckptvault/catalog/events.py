@@ -288,9 +288,7 @@ def restored(
         bytes=manifest.total_bytes,
         stored_bytes=_stored(manifest),
         files=len(manifest.files),
-        detail=_detail(
-            dest=dest, seconds=round(seconds, 3), bytes=moved, mib_per_s=round(mib_s, 1), **extra
-        ),
+        detail=_detail(dest=dest, seconds=round(seconds, 3), bytes=moved, mib_per_s=round(mib_s, 1), **extra),
         flow_run=flow_run,
     )
 

@@ -39,7 +39,7 @@ from ckptvault.restore.node_local import restore_on_nodes
 from ckptvault.restore.plan import request_thaw, wait_for_thaw
 from ckptvault.restore.resolve import Resolution, RestoreError
 from ckptvault.restore.result import RestoreResult
-from ckptvault.restore.selection import Selected
+from ckptvault.restore.selection import NODE_LOCAL_REFUSED, Selected
 from ckptvault.store import ObjectStore, StoreError
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault.transfer.ranges import split_size
@@ -134,7 +134,7 @@ def complete(
     # the result.
     with _asked_beside(catalog.store.capabilities if catalog is not None else None):
         if node_local is not None and chosen.selected is not None:
-            raise RestoreError("--only/--exclude with --node-local is not supported yet: restore the whole save")
+            raise RestoreError(NODE_LOCAL_REFUSED)
         if node_local is not None:  # one copy: the node-local protocol does not fall back yet (docs/replicas.md)
             pointer, aside = restore_on_nodes(submit, cfg, store, manifest, plans, node_local, force, bar)
             where = node_local

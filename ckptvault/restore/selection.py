@@ -24,6 +24,8 @@ from ckptvault.restore.resolve import RestoreError
 PARTS = ("model", "optimizer")
 # Written at the root of a partial restore's destination, beside the checkpoint: what was left out
 MARKER = "ckptvault-partial.json"
+# The node-local protocol restores whole saves only (the command line refuses it first, the flow here)
+NODE_LOCAL_REFUSED = "--only/--exclude with --node-local is not supported yet: restore the whole save"
 
 
 class SelectionError(RestoreError):

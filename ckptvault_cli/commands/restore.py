@@ -40,6 +40,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     with phase(timing.IMPORTS):
         from ckptvault.restore.complete import complete_here
         from ckptvault.restore.prepare import Request, Ways, prepare
+        from ckptvault.restore.selection import NODE_LOCAL_REFUSED
         from ckptvault.restore.steps import RestoreError, check_destination
 
     with phase(timing.PREFLIGHT):
@@ -84,7 +85,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
         # Bad input (an unknown run, step or save, a suspect without --force, a --from copy that cannot
         # give the save) is found here, before a flow run exists: exit 2, nothing touched, no alert.
         if args.node_local and (args.only or args.exclude):
-            raise RestoreError("--only/--exclude with --node-local is not supported yet: restore the whole save")
+            raise RestoreError(NODE_LOCAL_REFUSED)
         prepared = prepare(cfg, copies, Request(args.run, args.dest, args.step, args.save, args.tier, args.force,
                                                 args.source, tuple(args.only or ()), tuple(args.exclude or ())),
                            ways)  # fmt: skip
