@@ -47,7 +47,7 @@ docs: $(STAMP)
 # a file's tests stay on one worker (--dist loadfile), so its module fixtures start once. WORKERS=0: serially.
 WORKERS ?= 2
 test: lint docs
-	$(BIN)/pytest -q -rs --durations=30 -n $(WORKERS) --dist loadfile
+	$(BIN)/pytest -q -rfEs --durations=30 -n $(WORKERS) --dist loadfile
 
 # The inner loop, no server: lint, types and the unit suite (the in-memory store, the architecture test).
 # mypy beside the unit suite rather than before it: with a cold mypy cache (58 s) one after the other

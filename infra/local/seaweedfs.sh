@@ -5,7 +5,7 @@
 #   infra/local/seaweedfs.sh up|down|status|clean
 #
 # env: STATE_DIR (default .state/seaweedfs), PORT (S3, default 8333), ACCESS_KEY, SECRET_KEY,
-#      READY_TIMEOUT (30 s), STOP_TIMEOUT (8 s), WEED_BIN.
+#      READY_TIMEOUT (30 s), STOP_TIMEOUT (8 s), VOLUME_MAX (1000: the most buckets holding data), WEED_BIN.
 # Ports: weed mini opens one HTTP and one gRPC port per component. They are derived from PORT as a
 # block so that two instances (demo + tests) only need different PORTs:
 #   S3 PORT, master PORT+1, volume PORT+2, filer PORT+3, admin PORT+4 (weed mini always runs an admin
@@ -35,6 +35,11 @@ ADMIN_GRPC_PORT=${ADMIN_GRPC_PORT:-$((ADMIN_PORT + 10000))}
 ACCESS_KEY=${ACCESS_KEY:-ckptvault}
 SECRET_KEY=${SECRET_KEY:-ckptvault-secret}
 READY_TIMEOUT=${READY_TIMEOUT:-30}
+# Each bucket is a SeaweedFS collection with at least one volume of its own, and weed's default cap on
+# volumes is the free disk divided by the volume size (1 GiB): with 5 GiB free, the sixth bucket's first
+# PUT fails with InternalError ("No writable volumes"), whatever its size. Volumes are not preallocated,
+# so a fixed cap reserves nothing; the disk itself still bounds the bytes.
+VOLUME_MAX=${VOLUME_MAX:-1000}
 # A clean weed shutdown (filer flush, volume close) took ~4 s here; give it a bit more before SIGKILL.
 STOP_TIMEOUT=${STOP_TIMEOUT:-8}
 
@@ -91,7 +96,7 @@ up() {
     -master.port="$MASTER_PORT" -master.port.grpc="$MASTER_GRPC_PORT" \
     -volume.port="$VOLUME_PORT" -volume.port.grpc="$VOLUME_GRPC_PORT" \
     -filer.port="$FILER_PORT" -filer.port.grpc="$FILER_GRPC_PORT" \
-    -admin.port="$ADMIN_PORT" -admin.port.grpc="$ADMIN_GRPC_PORT" \
+    -admin.port="$ADMIN_PORT" -admin.port.grpc="$ADMIN_GRPC_PORT" -volume.max="$VOLUME_MAX" \
     -s3.localSocket="$STATE_DIR/s3.sock" -filer.localSocket="$STATE_DIR/filer.sock"
   if ! wait_until $((SECONDS + READY_TIMEOUT)) "S3 on :$PORT (${READY_TIMEOUT}s limit)" "http_ready $URL" running; then
     log_tail "$LOG"

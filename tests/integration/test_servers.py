@@ -86,3 +86,19 @@ def test_moto_glacier_needs_restore(moto_server: S3Endpoint, bucket_factory: Buc
     # moto completes a restore at once and reports it the AWS way.
     assert 'ongoing-request="false"' in s3.head_object(Bucket=bucket, Key="old.ckpt")["Restore"]
     assert s3.get_object(Bucket=bucket, Key="old.ckpt")["Body"].read() == b"ancient"
+
+
+def test_seaweedfs_has_room_for_a_bucket_per_test_whatever_the_free_disk(seaweedfs: S3Endpoint) -> None:
+    """Each SeaweedFS bucket holds at least one volume, and weed's own cap on volumes is the free disk over
+    the volume size (1 GiB): on a CI box with a few GiB free, the buckets the Object Lock tests cannot
+    delete used them all, and every later bucket's first PUT failed with InternalError. seaweedfs.sh sets
+    the cap (VOLUME_MAX); the master reports it."""
+    import json
+    import urllib.parse
+    import urllib.request
+
+    s3_port = urllib.parse.urlsplit(seaweedfs.url).port
+    assert s3_port is not None
+    with urllib.request.urlopen(f"http://127.0.0.1:{s3_port + 1}/dir/status", timeout=10) as r:
+        status = json.load(r)
+    assert status["Topology"]["Max"] == 1000, status["Topology"]
