@@ -162,7 +162,7 @@ class StoreConfig(_Strict):
 
 
 # What `verify_command` may name (docs/drills.md, "Resume check"; ckptvault/restore/verify.py fills them in).
-VERIFY_PLACEHOLDERS = ("dest", "run", "step", "save", "format", "metrics_json")
+VERIFY_PLACEHOLDERS = ("dest", "run", "step", "save", "format", "metrics_json", "python")
 
 
 class VerifyCommandError(InvalidArgumentError):

@@ -188,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
         "that save",
     )
     s.add_argument("--step", type=int, metavar="N", help="with --verify-only: the step (its newest verified save)")
+    s.add_argument(
+        "--python",
+        metavar="PATH",
+        help="also run the load checks and the resume check ({python} in verify_command) with this interpreter (the "
+        "environment of an upgrade): a save that passes here and fails there is format rot, not marked suspect",
+    )
     s.set_defaults(fn=cmd_drill)
 
     s = sub.add_parser("plan", parents=[common], help="show the tiering plan and its cost (read-only, no Prefect)")

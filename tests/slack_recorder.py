@@ -45,6 +45,10 @@ def sample_alert(kind: str, url: str | None = URL) -> Alert:
             "run": "llama-7b", "step": 9000, "save": 1,
             "problems": ["verify_error: timed out after 600 s; its process group was killed"],
         },
+        "drill_format_rot": {
+            "run": "llama-7b", "step": 9000, "save": 1, "python": "/opt/venv-next/bin/python",
+            "problems": ["with /opt/venv-next/bin/python: verify failed: exit 1: the checkpoint failed the check"],
+        },
         "drill_digest": {"passed": [("llama-7b", 9000)], "failed": [("gpt-small", 300)]},
         "tier_applied": {
             "run": "llama-7b", "moved": {"cold": 3, "archive": 1}, "bytes_moved": 48_000_000_000,

@@ -149,6 +149,19 @@ TABLE: dict[str, Kind] = {
         ),
         reason="step={step},save={save}",
     ),
+    # `drill --python PATH`: passed with this environment, failed (or broke) with the other interpreter
+    "drill_format_rot": Kind(
+        takes=(*_PER_STEP, "save", "problems", "python"),
+        severity="error",
+        summary="Restore drill of {run} step {step}: it loads here but NOT with {python} (format rot)",
+        details=_each("problems"),
+        next_step=(
+            "The save is sound and is NOT marked suspect: the environment of {python} cannot load or resume "
+            "it. Fix that environment (or convert the checkpoint) before upgrading; `ckptvault drill "
+            "--verify-only {run} --step {step} --python {python}` tries it again."
+        ),
+        reason="step={step},save={save},python={python}",
+    ),
     # `passed` and `failed`: (run, step) of each drilled checkpoint
     "drill_digest": Kind(
         takes=("passed", "failed"),

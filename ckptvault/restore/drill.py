@@ -38,8 +38,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.errors import AlreadyAlerted, InvalidArgumentError
 from ckptvault.restore import loadcheck
 from ckptvault.restore.copies import PRIMARY
+from ckptvault.restore.environment import ROT, OtherResult, verdict
 from ckptvault.restore.verify import VERIFY_ERROR, VerifyResult
 
 DAY = 86400.0
@@ -76,6 +77,11 @@ class DrillResult:
     # none configured for the run, or the save did not get that far
     verify: VerifyResult | None = None
     was_suspect: bool = False  # the save's last drill before this one failed
+    # the versions the checks above loaded with (ckptvault/restore/environment.py); empty: not recorded
+    loaded_with: Mapping[str, str] = field(default_factory=dict)
+    # `drill --python PATH`: the same checks with the other interpreter. `ok`, `problems` and `save_ok` stay
+    # this environment's: what fails only there is format rot, never a verdict on the save
+    other: OtherResult | None = None
 
     @property
     def key(self) -> Key:
@@ -87,6 +93,29 @@ class DrillResult:
         return self.verify is not None and self.verify.outcome == VERIFY_ERROR
 
     @property
+    def passed(self) -> bool:
+        """The drill passed for this save: here, and with the other interpreter where one was given."""
+        return self.ok and (self.other is None or self.other.ok)
+
+    @property
+    def compared(self) -> str | None:
+        """environment.verdict of the two environments (None without `--python`)."""
+        return verdict(self.ok, self.other)
+
+    @property
+    def format_rot(self) -> bool:
+        """It passes here and fails with the other interpreter: the upgrade would break it."""
+        return self.compared == ROT
+
+    @property
+    def all_problems(self) -> tuple[str, ...]:
+        """This environment's problems, then the other's, each of those naming its interpreter."""
+        if self.other is None:
+            return self.problems
+        theirs = [*self.other.problems, *([self.other.error] if self.other.error else [])]
+        return (*self.problems, *(f"with {self.other.python}: {p}" for p in theirs))
+
+    @property
     def save_ok(self) -> bool:
         """What the `drilled` event records for the save (its `ok`: false makes it suspect): the drill's result,
         but after a verify_error what the restore and the load checks found (they passed, or the check would
@@ -95,11 +124,30 @@ class DrillResult:
             return not self.was_suspect
         return self.ok
 
+    def alert(self) -> tuple[str, dict[str, Any]]:
+        """The alert of a drill that did not pass, as (kind, fields) for alerts.build: the resume check that
+        broke; format rot (it passed here and not with `--python`'s interpreter, or the check broke there:
+        the save is not marked); else the save failed."""
+        if self.verify_error:
+            return "drill_verify_error", {"run": self.run, "step": self.step, "save": self.save,
+                                          "problems": list(self.problems)}  # fmt: skip
+        if self.ok and self.other is not None:
+            return "drill_format_rot", {"run": self.run, "step": self.step, "save": self.save,
+                                        "problems": list(self.all_problems), "python": self.other.python}  # fmt: skip
+        return "drill_failed", {"run": self.run, "step": self.step, "problems": list(self.all_problems)}
+
     def row(self) -> dict[str, Any]:
-        return {"run": self.run, "step": self.step, "save": self.save, "ok": self.ok,
-                "seconds": round(self.seconds, 2), "problems": list(self.problems), "checks": list(self.checks),
+        return {"run": self.run, "step": self.step, "save": self.save, "ok": self.passed,
+                "seconds": round(self.seconds, 2), "problems": list(self.all_problems), "checks": list(self.checks),
                 "not_run": list(self.not_run), "store": self.store,
-                "verify": None if self.verify is None else self.verify.as_dict()}  # fmt: skip
+                "verify": None if self.verify is None else self.verify.as_dict()} | self._environments()  # fmt: skip
+
+    def _environments(self) -> dict[str, Any]:
+        """`loaded_with` where recorded; with `--python`, the other environment and the comparison."""
+        mine = {"loaded_with": dict(self.loaded_with)} if self.loaded_with else {}
+        if self.other is None:
+            return mine
+        return mine | {"other": self.other.as_dict(), "compared": self.compared, "format_rot": self.format_rot}
 
     def event(self, flow_run: str = "") -> Event:
         """The catalog's `drilled` event of this result (its `ok` is `save_ok`)."""
@@ -118,14 +166,15 @@ class DrillResult:
                 "store": self.store,
             }
             | ({"verify": self.verify.as_dict()} if self.verify is not None else {})
+            | self._environments()
         )
 
 
 def render_markdown(results: Sequence[DrillResult], pending: Sequence[str], coverage: Coverage | None = None) -> str:
     lines = ["| run | step | save | ok | seconds | GiB | problems |", "|---|---|---|---|---|---|---|"]
     lines += [
-        f"| {r.run} | {r.step} | {r.save} | {'yes' if r.ok else '**NO**'} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
-        f"{'; '.join(r.problems)[:300]} |"
+        f"| {r.run} | {r.step} | {r.save} | {_ok_cell(r)} | {r.seconds:.1f} | {r.bytes / 2**30:.2f} | "
+        f"{'; '.join(r.all_problems)[:300]} |"
         for r in results
     ]
     not_run = [f"{label(r.run, r.step, r.save)}: {c}" for r in results for c in r.not_run]
@@ -133,11 +182,32 @@ def render_markdown(results: Sequence[DrillResult], pending: Sequence[str], cove
         lines.append(f"\nLoad checks this worker could not run (install the framework to run them): {len(not_run)}")
         lines += [f"- {c[:300]}" for c in not_run[:20]]
     lines += _verify_markdown(results)
+    lines += _environments_markdown(results)
     if pending:
         lines.append(f"\nStill thawing (completed by the next drill): {', '.join(pending)}")
     if coverage is not None:
         lines.append(f"\n{coverage.describe()}")
     return "\n".join(lines)
+
+
+def _ok_cell(r: DrillResult) -> str:
+    if r.passed:
+        return "yes"
+    return "**FORMAT ROT**" if r.format_rot else "**NO**"
+
+
+def _environments_markdown(results: Sequence[DrillResult]) -> list[str]:
+    """With `--python`: what each environment loaded with and what the two say together."""
+    lines: list[str] = []
+    for r in results:
+        if r.other is None:
+            continue
+        here = ", ".join(f"{k} {v}" for k, v in sorted(r.loaded_with.items()))
+        there = ", ".join(f"{k} {v}" for k, v in sorted(r.other.loaded_with.items()))
+        lines.append(f"\n**{label(r.run, r.step, r.save)}: {r.compared}**: here ({here}): "
+                     f"{'passed' if r.ok else 'failed'}; {r.other.python} ({there}): "
+                     f"{'passed' if r.other.ok else 'failed'}")  # fmt: skip
+    return lines
 
 
 def _verify_markdown(results: Sequence[DrillResult]) -> list[str]:
@@ -361,7 +431,7 @@ class DrillReport:
 
     @property
     def failed(self) -> tuple[DrillResult, ...]:
-        return tuple(r for r in self.drilled if not r.ok)
+        return tuple(r for r in self.drilled if not r.passed)
 
     def ledger_counts(self) -> dict[str, float]:
         """What the metrics' ledger counts of this drill (ckptvault/observe/ledger.py): the bytes of every save
@@ -395,7 +465,8 @@ class DrillFailed(AlreadyAlerted):
         self.report = report
         bad = report.failed
         lines = [f"{len(bad)} of {len(report.drilled)} drilled checkpoint(s) FAILED:"]
-        lines += [f"  {r.run} step {r.step}" + (f" save {r.save}" if r.save != 1 else "") + f": {list(r.problems)}"
+        lines += [f"  {r.run} step {r.step}" + (f" save {r.save}" if r.save != 1 else "") + f": {list(r.all_problems)}"
+                  + (" (format rot: it passes in this environment; the save is not marked)" if r.format_rot else "")
                   for r in bad]  # fmt: skip
         super().__init__("\n".join(lines))
 

@@ -47,6 +47,26 @@ class LoadReport:
         return [c.describe() for c in self.checks]
 
 
+# What a load check or a resume check loads with: pip's names (the drill's `loaded_with`)
+LOADERS = ("torch", "safetensors", "numpy", "transformers", "accelerate", "lightning", "pytorch-lightning",
+           "deepspeed", "megatron-core", "nemo-toolkit", "orbax-checkpoint", "jax")  # fmt: skip
+
+
+def loaded_with() -> dict[str, str]:
+    """{"python": X.Y.Z, pip name: version} of the LOADERS installed in this interpreter, from their package
+    metadata: nothing is imported."""
+    import platform
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in LOADERS:
+        try:
+            out[name] = metadata.version(name)
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return out
+
+
 def has(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None

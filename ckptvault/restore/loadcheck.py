@@ -117,3 +117,39 @@ def check(ckpt_path: Path) -> LoadReport:
         rel = (d.relative_to(ckpt_path).as_posix() + "/") if d != ckpt_path else "./"
         checks.append(FileCheck(rel, "DCP shards", f"{DCP_SUFFIX} shards without {DCP_METADATA}: they cannot load"))
     return LoadReport(tuple(sorted(checks, key=lambda c: c.path)))
+
+
+def report_json(report: LoadReport, loaded_with: dict[str, str]) -> str:
+    """What `python -m ckptvault.restore.loadcheck PATH` prints: the checks and the versions they ran with."""
+    checks = [{"path": c.path, "how": c.how, "problem": c.problem, "ran": c.ran} for c in report.checks]
+    return json.dumps({"loaded_with": loaded_with, "checks": checks}, sort_keys=True)
+
+
+def report_from_json(text: str) -> tuple[LoadReport, dict[str, str]]:
+    """`report_json`'s output read back; ValueError (or KeyError, TypeError) if it is not that."""
+    doc = json.loads(text)
+    checks = tuple(FileCheck(str(c["path"]), str(c["how"]), str(c["problem"]), bool(c["ran"])) for c in doc["checks"])
+    return LoadReport(checks), {str(k): str(v) for k, v in dict(doc["loaded_with"]).items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The load checks of one restored checkpoint in this interpreter, as JSON on stdout: how a drill runs
+    them in another environment (`drill --python PATH`, ckptvault/restore/environment.py). `--env`: only
+    the versions, to probe that the interpreter runs this module at all."""
+    import sys
+
+    from ckptvault.restore.load_result import loaded_with
+
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--env"]:
+        print(json.dumps({"loaded_with": loaded_with()}, sort_keys=True))
+        return 0
+    if len(args) != 1:
+        print("usage: python -m ckptvault.restore.loadcheck PATH | --env", file=sys.stderr)
+        return 2
+    print(report_json(check(Path(args[0])), loaded_with()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -116,7 +116,9 @@ def _finalize(submit: Submitter, names: dict[int, str], staged: dict[int, Path],
             f"every file was verified, but the rename into {dest} failed on {', '.join(names[i] for i in failed)}, "
             f"and putting back the copies already in place failed on {', '.join(names[i] for i in stuck)}: those "
             "nodes hold this checkpoint's files at --dest, the others do not; do not resume from it:\n"
-            + why + "\n" + "\n".join(f"{names[i]}: {e}" for i, e in stuck.items())
+            + why
+            + "\n"
+            + "\n".join(f"{names[i]}: {e}" for i, e in stuck.items())
         )
     _each(submit, {i: names[i] for i in staged}, lambda i: partial(discard_on_node, staged[i], names[i]))
     raise RestoreError(

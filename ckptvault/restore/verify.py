@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -318,10 +319,12 @@ def run(
     fmt: str,
     metrics: Mapping[str, float],
     environ: Mapping[str, str] | None = None,
+    python: str | None = None,
 ) -> VerifyResult:
     """Run the verify command against the restored `checkpoint` (a directory, or the file of a one-file
     layout) and judge it. Never raises for what the command does: a command that cannot start, hangs or
-    crashes is a VERIFY_ERROR result. `metrics`: the manifest's recorded metrics ({metrics_json})."""
+    crashes is a VERIFY_ERROR result. `metrics`: the manifest's recorded metrics ({metrics_json}). `python`:
+    the interpreter `{python}` names (default: this one; `drill --python PATH`'s for the other environment)."""
     t0 = time.monotonic()
     argv: list[str] = list(settings.command)
     try:
@@ -332,7 +335,7 @@ def run(
         metrics_json = scratch / "metrics.json"
         metrics_json.write_text(json.dumps(dict(metrics), sort_keys=True) + "\n")
         values = {"dest": checkpoint, "run": run_name, "step": step, "save": save, "format": fmt,
-                  "metrics_json": metrics_json}  # fmt: skip
+                  "metrics_json": metrics_json, "python": python or sys.executable}  # fmt: skip
         argv = expand(settings.command, values)
         env = build_env(os.environ if environ is None else environ, settings.env or {})
         cwd = settings.cwd if settings.cwd is not None else checkpoint.parent

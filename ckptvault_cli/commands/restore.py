@@ -326,7 +326,10 @@ def cmd_drill(args: argparse.Namespace) -> int:
     if args.as_of is not None:
         if args.verify_only is not None:
             raise UsageError("--verify-only with --as-of: try the resume check on the store as it is; drop --as-of")
+        if getattr(args, "python", None) is not None:
+            raise UsageError("--python with --as-of: compare environments on the store as it is; drop --as-of")
         return _drill_as_of(args)
+    python = _other_python(args.python) if getattr(args, "python", None) is not None else None
     cfg, store = preflight_store(args, need_sources=False)
     verify_only = _verify_only(args, cfg, store) if args.verify_only is not None else None
     if verify_only is None:
@@ -341,12 +344,13 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
     process.imports_done()
     result = running.run_flow(drill, 4, sample=args.sample, tier=args.tier, config_path=args.config,
-                              verify_only=verify_only)  # fmt: skip
+                              verify_only=verify_only, python=python)  # fmt: skip
     if isinstance(result, DrillFailed):
         if args.json:
             print(json.dumps(result.report.as_dict(), indent=1))
         else:
             _print_verify(args, result.report)
+            _print_environments(result.report)
         say(str(result))
         return EXIT_FAILED
     if isinstance(result, BaseException):
@@ -384,6 +388,37 @@ def _verify_only(args: argparse.Namespace, cfg: Config, store: Any) -> tuple[str
     return run, args.step
 
 
+def _other_python(given: str) -> str:
+    """`--python PATH` as an absolute interpreter that runs ckptvault's load checks (probed: a few hundred
+    ms), or exit 2 naming why, before anything is restored."""
+    import shutil
+
+    from ckptvault.restore.environment import OtherPythonError, probe
+
+    found = shutil.which(given) if os.sep not in given else (given if os.path.isfile(given) else None)
+    if found is None or not os.access(found, os.X_OK):
+        raise UsageError(f"--python {given}: not an executable file. Give the interpreter of the environment to "
+                         "compare, e.g. --python /opt/venv-next/bin/python")  # fmt: skip
+    try:
+        probe(found)
+    except OtherPythonError as e:
+        raise UsageError(f"--python {given}: {e}") from None
+    return os.path.abspath(found)
+
+
+def _print_environments(report: DrillReport) -> None:
+    """`--python`: each environment's versions and result, and what they say together."""
+    for r in report.drilled:
+        if r.other is None:
+            continue
+        for who, versions, ok in (("here", r.loaded_with, r.ok), (r.other.python, r.other.loaded_with, r.other.ok)):
+            loaded = ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) or "versions unknown"
+            print(f"  {r.run} step {r.step} with {who} ({loaded}): {'passed' if ok else 'FAILED'}")
+        if r.format_rot:
+            print(f"  format rot: {r.run} step {r.step} loads here but not with {r.other.python}; the save is not "
+                  "marked suspect")  # fmt: skip
+
+
 def _print_verify(args: argparse.Namespace, report: DrillReport) -> None:
     """`--verify-only` without --json: what the command printed (its tails), for the person trying it out."""
     if args.verify_only is None:
@@ -404,6 +439,7 @@ def _print_drilled(args: argparse.Namespace, result: DrillReport, doc: dict[str,
         print(json.dumps(doc, indent=1))
         return EXIT_OK
     _print_verify(args, result)
+    _print_environments(result)
     for r in result.drilled:
         seconds = round(r.seconds, 2)
         checked = "restored, loaded and resumed" if r.verify is not None else "restored and loaded"

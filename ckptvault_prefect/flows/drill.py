@@ -50,8 +50,10 @@ from ckptvault_prefect.tasks.common import (
 )
 from ckptvault_prefect.tasks.drill import (
     coverage_task,
+    loaded_with_task,
     lock_drift_task,
     one_save_task,
+    other_python_task,
     select_task,
     tamper_task,
     verify_task,
@@ -83,11 +85,14 @@ def drill(
     interval_days: float = INTERVAL_DAYS,
     as_of: float | None = None,
     verify_only: tuple[str, int] | None = None,
+    python: str | None = None,
 ) -> DrillReport:
     """Returns the drill report (docs/drills.md); raises DrillFailed, carrying it, if any failed. `as_of`:
     a unix time, the drill of the store's view at it, recorded nowhere (the caller checked that the
     bucket keeps versions: ckptvault_cli/preflight.past_view). `verify_only`: (run, step), that save alone
-    (`drill --verify-only`), recorded as a drill of it, without the digest or the flow's success."""
+    (`drill --verify-only`), recorded as a drill of it, without the digest or the flow's success. `python`:
+    another interpreter (`drill --python PATH`) that runs the load checks and the resume check of each
+    restored save as well; what fails only there is format rot, never a verdict on the save."""
     cfg = load_config_task(config_path)
     store = open_store_task(cfg)
     past = as_of is not None
@@ -95,6 +100,7 @@ def drill(
         store = store.as_of(as_of)
     catalog = Catalog(store, cfg.store.prefix)
     prefix = cfg.store.prefix
+    here = loaded_with_task()
     tier = tier or cfg.drill.restore_tier
     n = sample or cfg.drill.sample
     cover_days = cfg.drill.cover_days
@@ -137,12 +143,14 @@ def drill(
             checks: list[str] = []
             not_run: list[str] = []
             verified = None
+            other = None
             try:
                 bar = ProgressBar(manifest.total_bytes, f"drill {label(s.run, s.step, s.save)}")
                 problems = settle(
                     download_one_task.map(unmapped(src), plans, unmapped(staged), unmapped(manifest), unmapped(bar))
                 )
                 restored = staged / checkpoint_name(manifest)
+                restored_intact = not problems
                 if not problems:
                     loaded = load_report_task(restored)
                     problems, checks, not_run = loaded.problems, loaded.descriptions(), loaded.not_run
@@ -151,12 +159,17 @@ def drill(
                     verified = verify_task(settings, restored, run_name=s.run, step=s.step, save=s.save,
                                            fmt=manifest.format, metrics=manifest.metrics)  # fmt: skip
                     problems = [p] if (p := verified.problem) else []
+                # the other interpreter's turn on every save that restored intact, whatever the checks here said
+                if python is not None and restored_intact:
+                    other = other_python_task(python, restored, verify_settings_for(cfg, s.run), run_name=s.run,
+                                              step=s.step, save=s.save, fmt=manifest.format, metrics=manifest.metrics,
+                                              timeout=cfg.drill.verify_timeout_seconds)  # fmt: skip
             finally:
                 discard_task(staged)
             problems = [*tampered, *problems]
             results.append(
                 DrillResult(s.run, s.step, s.save, not problems, time.monotonic() - t0, manifest.total_bytes,
-                            tuple(problems), tuple(checks), tuple(not_run), source, verified, s.suspect)
+                            tuple(problems), tuple(checks), tuple(not_run), source, verified, s.suspect, here, other)
             )  # fmt: skip
         except Exception as e:  # a checkpoint that fails to restore is exactly what a drill must report
             results.append(
@@ -185,14 +198,9 @@ def drill(
     report = DrillReport(tuple(results), tuple(pending), cov, tuple(drift))
     failed = report.failed
     url = flow_run_url()
-    sent = [
-        alerts.build("drill_verify_error", run=r.run, step=r.step, save=r.save, problems=r.problems, flow_run_url=url)
-        if r.verify_error  # the check broke, not the save: an alert of its own, which says the save is not marked
-        else alerts.build("drill_failed", run=r.run, step=r.step, problems=r.problems, flow_run_url=url)
-        for r in failed
-    ]
+    sent = [alerts.build(kind, flow_run_url=url, **facts) for kind, facts in (r.alert() for r in failed)]
     if verify_only is None:  # one save tried out: its own alert says it all
-        sent.append(alerts.build("drill_digest", passed=[(r.run, r.step) for r in results if r.ok],
+        sent.append(alerts.build("drill_digest", passed=[(r.run, r.step) for r in results if r.passed],
                                  failed=[(r.run, r.step) for r in failed], flow_run_url=url))  # fmt: skip
     sent += [
         alerts.build("lock_drift", run=run, step=step, save=save, problems=why, flow_run_url=url)

@@ -9,7 +9,7 @@ from ckptvault.catalog import CheckpointState
 from ckptvault.history import tamper
 from ckptvault.objectlock import drift
 from ckptvault.restore import drill as lib
-from ckptvault.restore import verify
+from ckptvault.restore import environment, verify
 from ckptvault_prefect.tasks.retry import io_task, local_task
 
 
@@ -62,3 +62,25 @@ def verify_task(
     got = verify.run(settings, checkpoint, run_name=run_name, step=step, save=save, fmt=fmt, metrics=metrics)
     print(f"{lib.label(run_name, step, save)}: resume check {got.outcome}: {got.why} ({got.seconds:.1f} s)")
     return got
+
+
+# the versions this worker's checks load with (docs/drills.md, "Before an upgrade: --python")
+loaded_with_task = local_task("loaded-with")(environment.loaded_with)
+
+
+@local_task("drill-other-python", task_run_name="drill-other-python-{run_name}-{step}-{save}")
+def other_python_task(
+    python: str,
+    checkpoint: Path,
+    settings: verify.Settings | None,
+    *,
+    run_name: str,
+    step: int,
+    save: int,
+    fmt: str,
+    metrics: Mapping[str, float],
+    timeout: float,
+) -> environment.OtherResult:
+    """`drill --python PATH`: the load checks and the resume check of the restored save with that interpreter."""
+    return environment.drill_with(python, checkpoint, settings, run_name=run_name, step=step, save=save, fmt=fmt,
+                                  metrics=metrics, timeout=timeout)  # fmt: skip

@@ -23,8 +23,10 @@ def _drill_json(cfg: Path, capsys: pytest.CaptureFixture[str], want_rc: int) -> 
     report: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert set(report) == {"drilled", "pending", "coverage", "lock_drift"} and report["lock_drift"] == []
     for row in report["drilled"]:
-        assert set(row) == {"run", "step", "save", "ok", "seconds", "problems", "checks", "not_run", "store", "verify"}
+        assert set(row) == {"run", "step", "save", "ok", "seconds", "problems", "checks", "not_run", "store", "verify",
+                            "loaded_with"}  # fmt: skip
         assert row["verify"] is None  # no verify_command configured: no resume check
+        assert row["loaded_with"]["python"] and row["loaded_with"]["safetensors"]  # what the checks loaded with
         assert isinstance(row["seconds"], float | int) and isinstance(row["problems"], list)
     assert set(report["coverage"]) == {
         "drillable", "never_drilled", "suspect", "oldest_drill_age_days", "sample", "window", "cover_days",

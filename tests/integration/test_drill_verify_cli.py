@@ -212,6 +212,9 @@ def test_bad_input_is_exit_2_before_anything_is_restored(world: World, tmp_path:
          (), f"[drill] verify_cwd: {tmp_path / 'x'} is not a directory"),
         (_config(world, tmp_path / "u.toml", 'verify_command = ["python", "{checkpoint}"]\n'), (),
          "drill.verify_command: '{checkpoint}': {checkpoint} is not a placeholder"),
+        (plain, ("--python", str(tmp_path / "nope" / "python")), f"--python {tmp_path}/nope/python: not an executable"),
+        (plain, ("--python", "/bin/true"), "--python /bin/true: /bin/true does not run ckptvault's load checks"),
+        (plain, ("--python", sys.executable, "--as-of", "1h"), "--python with --as-of"),
     ]  # fmt: skip
     scratch = world.tmp / "scratch"
     before = sorted(scratch.rglob("*")) if scratch.exists() else []
@@ -233,3 +236,46 @@ def _alive(pid: int) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+def test_python_runs_the_checks_with_another_interpreter_and_names_format_rot(
+    world: World, tmp_path: Path, slack: SlackRecorder
+) -> None:
+    """`drill --python PATH`: the load checks and the resume check ({python} in verify_command) run with a
+    second interpreter too (here a bare venv: none of this venv's frameworks), each environment's versions in
+    the report; a save that passes here and fails there is format rot: the drill fails and alerts, the
+    save is not marked suspect."""
+    import venv
+
+    other = tmp_path / "next"
+    venv.create(other, with_pip=False)
+    python = str(other / "bin" / "python")
+    # the resume check as an upgrade breaks it: it fails (exit 1) when run by the other environment
+    check = tmp_path / "resume.py"
+    check.write_text("import json, sys\nif sys.prefix == sys.argv[1]:\n"
+                     "    print('KeyError: optimizer', file=sys.stderr)\n"
+                     "    sys.exit(1)\nprint(json.dumps({'loss': 2.0}))\n")  # fmt: skip
+    notify = f'[notify]\nslack_base_url = "{slack.base_url}"\nchannel = "#ckpt"\n'
+    drill = f'verify_command = ["{{python}}", "{check}", "{other}", "{{dest}}"]\n'
+    cfg = _config(world, tmp_path / "c.toml", drill, notify)
+    env = {**world.env, "CKPTVAULT_SLACK_TOKEN": SLACK_TOKEN}
+    out = run_cli(cfg, "drill", "--verify-only", "r", "--step", "200", "--python", python, "--json", env=env)
+    assert out.returncode == 1, out.stderr[-3000:]
+    (row,) = json.loads(out.stdout)["drilled"]
+    assert row["format_rot"] and row["compared"] == "format_rot" and not row["ok"], json.dumps(row, indent=1)[:4000]
+    assert row["verify"]["outcome"] == "passed" and row["loaded_with"]["torch"], row["loaded_with"]
+    there = row["other"]
+    assert there["python"] == python and there["verify"]["outcome"] == "failed", there
+    assert there["loaded_with"]["python"] and "torch" not in there["loaded_with"], there["loaded_with"]
+    assert any("safetensors" in c for c in there["not_run"]), there["not_run"]  # not installed there: said
+    assert row["problems"] == [f"with {python}: verify failed: exit 1: the checkpoint failed the check"]
+    assert "format rot" in out.stderr, out.stderr[-2000:]
+    sent = [json.dumps(p.payload) for p in slack.delivered()]
+    assert any("format rot" in s and "NOT marked suspect" in s for s in sent), sent
+    assert _state(world, cfg, 200) == "verified"
+    # both environments pass: the drill passes and says so for each
+    fine = tmp_path / "fine.toml"
+    fine.write_text(cfg.read_text().replace(f'"{other}"', f'"{tmp_path}/elsewhere"'))
+    out = run_cli(fine, "drill", "--verify-only", "r", "--step", "200", "--python", python, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert f"r step 200 with {python} (python " in out.stdout and ": passed" in out.stdout, out.stdout

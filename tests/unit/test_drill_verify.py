@@ -302,3 +302,78 @@ def test_a_scratch_it_cannot_write_is_a_verify_error_not_a_verdict(tmp_path: Pat
     got = verify.run(Settings((sys.executable, "-c", "pass")), gone, run_name="r", step=100, save=1, fmt="hf",
                      metrics={})  # fmt: skip
     assert got.outcome == VERIFY_ERROR and got.why.startswith("did not start: the metrics file's directory")
+
+
+# --- drill --python: another environment -------------------------------------------------------------------
+
+
+def test_two_environments_verdicts_and_what_each_alerts() -> None:
+    """What the two environments say together (environment.verdict), and what the drill does with it: format
+    rot fails the drill with an alert of its own and never marks the save; a failure here is the save's."""
+    from ckptvault.restore.environment import BOTH_FAIL, BOTH_PASS, BROKE, ONLY_OTHER, ROT, OtherResult, verdict
+
+    good, bad = OtherResult("/v/bin/python", {"python": "3.12.1"}), OtherResult("/v/bin/python", problems=("x",))
+    broke = OtherResult("/v/bin/python", error="the load checks with /v/bin/python broke: exit 1")
+    assert verdict(True, None) is None
+    assert [verdict(True, good), verdict(True, bad), verdict(False, bad), verdict(False, good)] == [
+        BOTH_PASS, ROT, BOTH_FAIL, ONLY_OTHER]  # fmt: skip
+    assert verdict(True, broke) == verdict(False, broke) == BROKE
+    base = DrillResult("r", 10, 1, True, 1.0, 100, loaded_with={"python": "3.11.7"})
+    rot = replace(base, other=bad)
+    assert rot.format_rot and not rot.passed and rot.save_ok and rot.ok
+    assert rot.all_problems == ("with /v/bin/python: x",)
+    kind, facts = rot.alert()
+    assert kind == "drill_format_rot" and facts["python"] == "/v/bin/python" and facts["problems"] == [
+        "with /v/bin/python: x"]  # fmt: skip
+    assert replace(base, other=broke).alert()[0] == "drill_format_rot" and not replace(base, other=broke).passed
+    both = replace(base, ok=False, problems=("y",), other=bad)
+    assert both.alert() == ("drill_failed", {"run": "r", "step": 10, "problems": ["y", "with /v/bin/python: x"]})
+    assert not both.save_ok and not both.format_rot
+    fine = replace(base, other=good)
+    assert fine.passed and DrillReport((fine, rot), (), coverage([], 0.0, 1)).failed == (rot,)
+    row = rot.row()
+    assert (row["ok"], row["format_rot"], row["compared"], row["other"]["python"]) == (
+        False,
+        True,
+        ROT,
+        "/v/bin/python",
+    )
+    assert json.loads(rot.detail())["other"]["problems"] == ["x"] and json.loads(rot.detail())["loaded_with"]
+    assert "**FORMAT ROT**" in render_markdown([rot], [])
+    assert "other" not in base.row() and base.row()["loaded_with"] == {"python": "3.11.7"}
+
+
+def test_the_load_checks_run_in_another_interpreter_and_read_back(tmp_path: Path) -> None:
+    """`python -m ckptvault.restore.loadcheck` as `drill --python` runs it: this interpreter here (a real
+    subprocess), its report and versions read back; one that does not run the checks is named."""
+    from ckptvault.restore.environment import OtherPythonError, check_with, loaded_with, probe
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "bad.json").write_text("{")
+    report, versions = check_with(sys.executable, ckpt, 60)
+    assert versions == loaded_with() == probe(sys.executable) and versions["python"]
+    assert [c.path for c in report.checks] == ["bad.json", "config.json"]
+    assert report.problems and report.problems[0].startswith("bad.json: not valid JSON")
+    with pytest.raises(OtherPythonError, match="does not run ckptvault's load checks"):
+        probe("/bin/false")
+    with pytest.raises(OtherPythonError, match="cannot be run"):
+        probe(str(tmp_path / "none"))
+
+
+def test_a_safetensors_file_is_read_without_safetensors_and_says_so(tmp_path: Path) -> None:
+    """Where safetensors is not installed the header is parsed and every tensor's bytes read, `ran` False:
+    a drill there never passes silently, and a truncated file still fails."""
+    import struct
+
+    from ckptvault.restore.safetensors_check import _check_without_safetensors
+
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "__metadata__": {}}).encode()
+    good = tmp_path / "m.safetensors"
+    good.write_bytes(struct.pack("<Q", len(header)) + header + bytes(8))
+    got = _check_without_safetensors(good, "m.safetensors")
+    assert got.ok and not got.ran and "(1 tensors)" in got.how and "not installed here" in got.how
+    short = tmp_path / "s.safetensors"
+    short.write_bytes(good.read_bytes()[:-4])
+    assert "ends past the end of the file" in _check_without_safetensors(short, "s.safetensors").problem
