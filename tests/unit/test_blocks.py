@@ -29,8 +29,8 @@ from ckptvault.checkpoint.manifest import BLOCKS_NAME, MANIFEST_NAME, FileEntry,
 from ckptvault.checksum import BLOCK_SIZE, BlockCrcs, StreamHasher, crc32c_update, join_pieces, to_b64
 from ckptvault.store import TransferConfig
 from ckptvault.store.memory import MemoryStore
-from tests.unit.test_ingest_pass import PREFIX, _cfg, _pass
 from tests.unit.submitters import Plain
+from tests.unit.test_ingest_pass import PREFIX, _cfg, _pass
 
 MiB = 2**20
 
@@ -193,3 +193,33 @@ def test_a_sidecar_that_does_not_verify_is_ignored_file_by_file_and_said_once(
     assert load_blocks(store, manifest, PREFIX) == {}
     store.delete(key)
     assert load_blocks(store, manifest, PREFIX) == {}  # a save from before blocks: none, no error
+
+
+def test_backfill_writes_the_sidecar_a_save_lacks_never_over_one_that_verifies_nor_from_damaged_bytes(
+    tmp_path: Path,
+) -> None:
+    from ckptvault.catalog import Catalog
+    from ckptvault.replication.blocks_backfill import backfill
+
+    store, _, manifest = _ingested(tmp_path, 0)
+    key = checkpoint_prefix(PREFIX, "r", 100) + BLOCKS_NAME
+    ingested = store.get_bytes(key)
+    states = Catalog(store, PREFIX).current("r")
+
+    [present] = backfill(store, PREFIX, states)
+    assert (present.outcome, present.bytes_read) == ("present", 0)  # verified: not read, not rewritten
+
+    store.delete(key)  # a save committed before blocks existed
+    [done] = backfill(store, PREFIX, states, run="r", step=100)
+    assert (done.outcome, done.files) == ("written", 2) and done.bytes_read > 32 * MiB * 0.9
+    assert store.get_bytes(key) == ingested  # the same blocks the ingest computed in its read pass
+    assert set(load_blocks(store, manifest, PREFIX)) == {"model.safetensors", "optimizer.pt"}
+
+    store.delete(key)
+    obj = checkpoint_prefix(PREFIX, "r", 100) + "optimizer.pt"
+    damaged = bytearray(store.get_bytes(obj))
+    damaged[5 * MiB] ^= 1
+    store.put_bytes(obj, bytes(damaged))
+    [failed] = backfill(store, PREFIX, states)
+    assert failed.outcome == "failed" and "optimizer.pt: its stored bytes' CRC32C is" in failed.detail
+    assert store.head(key) is None  # nothing written from a damaged object
