@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
             " marker, where it has one, stands in for settle_seconds"
         ),
     )
+    s.add_argument(
+        "--written-by",
+        metavar="'KEY=VERSION ...'",
+        help=(
+            "with --run and --step: what the process that saved them ran (e.g. 'torch=2.9.1 torch.cuda=12.8'),"
+            " recorded in their manifests' written_by beside what the files record; the hooks pass it"
+        ),
+    )
     s.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     _profile_flag(s)
     s.set_defaults(fn=cmd_ingest)

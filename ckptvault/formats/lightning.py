@@ -37,8 +37,10 @@ then there is no loss to gate.
 
 from __future__ import annotations
 
+import functools
 import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,13 +118,26 @@ def _read(z: zipfile.ZipFile) -> tuple[str, Any]:
         return prefix, _pickle.read(f)
 
 
-def read_metrics(path: Path) -> dict[str, float]:
-    """What the module docstring lists, from one `.ckpt`; {} if it does not read as a Lightning checkpoint."""
+@dataclass(frozen=True)
+class _Facts:
+    metrics: dict[str, float]
+    written_by: dict[str, str]
+
+
+WRITER_KEY = "pytorch-lightning_version"  # CheckpointConnector.dump_checkpoint: the writing Lightning's __version__
+_NONE = _Facts({}, {})
+
+
+@functools.lru_cache(maxsize=8)
+def _facts_of(path: str, size: int, mtime_ns: int) -> _Facts:
+    """One walk of the `.ckpt`'s pickle for both the metrics and the writer: ingest asks for the metrics
+    twice (the gate, the manifest) and the writer once, and each walk of a large data.pkl costs ~100 ms.
+    Keyed by size and mtime, so a file rewritten in place is read again."""
     try:
         with zipfile.ZipFile(path) as z:
             prefix, root = _read(z)
             if not isinstance(root, dict):
-                return {}
+                return _NONE
             out: dict[str, float] = {}
             for key in ("global_step", "epoch"):
                 if (v := _pickle.scalar(z, prefix, root.get(key))) is not None:
@@ -142,27 +157,30 @@ def read_metrics(path: Path) -> dict[str, float]:
                         out.setdefault(alias, current)
                 if best is not None:
                     out.setdefault(f"best_{monitor}", best)
-            return out
+            v = root.get(WRITER_KEY)
+            return _Facts(out, {"pytorch-lightning": v} if isinstance(v, str) and v else {})
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, KeyError):
-        return {}
+        return _NONE
 
 
-WRITER_KEY = "pytorch-lightning_version"  # CheckpointConnector.dump_checkpoint: the writing Lightning's __version__
+def _facts(path: Path) -> _Facts:
+    try:
+        st = path.stat()
+    except OSError:
+        return _NONE
+    return _facts_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+def read_metrics(path: Path) -> dict[str, float]:
+    """What the module docstring lists, from one `.ckpt`; {} if it does not read as a Lightning checkpoint."""
+    return dict(_facts(path).metrics)
 
 
 def read_written_by(path: Path) -> dict[str, str]:
     """`{"pytorch-lightning": version}`: what `dump_checkpoint` recorded as `pytorch-lightning_version`
     (a top-level key of the checkpoint dict; `lightning` and `pytorch-lightning` carry the same version and
-    write the same key), read by the `.ckpt`'s pickle opcodes without building anything; {} if it does not read."""
-    try:
-        with zipfile.ZipFile(path) as z:
-            pkl = _pickle.zip_pickle(z, PICKLE_LIMIT)
-            if pkl is None:
-                return {}
-            v = _pickle.top_level(z.read(pkl), frozenset([WRITER_KEY])).get(WRITER_KEY)
-            return {"pytorch-lightning": v} if isinstance(v, str) and v else {}
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, IndexError, KeyError):
-        return {}
+    write the same key), read from the same opcode walk as the metrics; {} if it does not read."""
+    return dict(_facts(path).written_by)
 
 
 class LightningLayout:

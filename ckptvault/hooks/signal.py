@@ -45,6 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from ckptvault.checkpoint.written_by import render
+from ckptvault.hooks.runtime import runtime_versions
+
 EVENT = "ckptvault.checkpoint.saved"
 RESOURCE_PREFIX = "ckptvault.run."
 SignalMode = Literal["auto", "event", "ingest", "both", "off"]
@@ -71,6 +74,8 @@ class Saved:
     path: str
     config: str | None = None  # the ckptvault config the subprocess ingest reads; None: $CKPTVAULT_CONFIG
     mode: str = "auto"
+    # what the training process runs (ckptvault/hooks/runtime.py), as `KEY=VERSION` words: ingest records it
+    written_by: str = ""
 
 
 def channels(mode: str, env: Mapping[str, str]) -> tuple[Channel, ...]:
@@ -111,6 +116,8 @@ def ingest_command(saved: Saved, *more: Saved) -> list[str]:
         cmd += ["--step", str(step)]
     if saved.config:
         cmd += ["--config", saved.config]
+    if saved.written_by:  # one process saved them all: the first one's report stands for the batch
+        cmd += ["--written-by", saved.written_by]
     return cmd
 
 
@@ -277,7 +284,7 @@ def event_body(saved: Saved, occurred: datetime | None = None, event_id: str | N
             "ckptvault.step": str(saved.step),
         },
         "related": [],
-        "payload": {"run": saved.run, "step": saved.step, "path": saved.path},
+        "payload": {"run": saved.run, "step": saved.step, "path": saved.path, "written_by": saved.written_by},
     }
 
 
@@ -400,6 +407,7 @@ def notify_saved(
         if not is_rank_zero(env):
             return
         cfg = config or env.get("CKPTVAULT_CONFIG")
-        DISPATCHER.put(Saved(str(run), int(step), os.fspath(path), cfg, resolve_mode(signal, env)))
+        versions = render(runtime_versions())
+        DISPATCHER.put(Saved(str(run), int(step), os.fspath(path), cfg, resolve_mode(signal, env), versions))
     except Exception as e:  # a bad argument must not end a training run either
         DISPATCHER._warn("call", f"ckptvault hook: notify_saved({run!r}, {step!r}, ...) failed ({e}); not signalled")

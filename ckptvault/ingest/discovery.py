@@ -33,6 +33,8 @@ class Found:
     ready: bool
     reason: str  # why it is not ready; empty when ready
     newest_mtime: float  # newest mtime among its files and directories (the entry itself if not walked)
+    # what the training process reported it ran (a hook's `KEY=VERSION` words, parsed): into written_by
+    reported_by: tuple[tuple[str, str], ...] = ()
 
     @property
     def step(self) -> int:

@@ -58,6 +58,16 @@ def commit_time(found: Found) -> float:
     return found.newest_mtime
 
 
+def with_reported(found: Sequence[Found], named: Sequence[int], reported: dict[str, str]) -> list[Found]:
+    """The named steps' checkpoints carrying what the process that saved them reported it ran (a hook's
+    `written_by` words): the report is about the saves the hook named, never about the other steps a
+    pass finds."""
+    if not reported:
+        return list(found)
+    pairs = tuple(sorted(reported.items()))
+    return [replace(f, reported_by=pairs) if f.step in named else f for f in found]
+
+
 class UnknownRunError(InvalidArgumentError):
     """`--run` names no `[[sources]]` entry."""
 

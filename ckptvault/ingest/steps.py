@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
+from ckptvault.checkpoint import written_by as reported
 from ckptvault.checkpoint.blocks import sidecar_of
 from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.checkpoint.manifest import (
@@ -440,7 +441,7 @@ def commit_manifest(
         save=save,
         placement=placement,
         lock=None if store.retention is None else SaveLock(store.retention.mode, store.retention.until_ts),
-        written_by=read_written_by(found.format, found.path),
+        written_by=reported.merge(read_written_by(found.format, found.path), dict(found.reported_by)),
     )
     key = checkpoint_prefix(prefix, found.run, found.step, save) + MANIFEST_NAME
     try:

@@ -33,6 +33,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     run, named = args.run, list(dict.fromkeys(args.step or ()))
     if named and run is None:
         raise UsageError("--step needs --run: a step number names a checkpoint only within its run")
+    words = getattr(args, "written_by", None)  # callers that build their own Namespace need not know it
+    if words is not None and not named:
+        raise UsageError("--written-by needs --run and --step: it records what the process that saved those steps ran")
+    from ckptvault.checkpoint.written_by import ReportedError, parse, render
+
+    try:
+        written_by = render(parse(words))
+    except ReportedError as e:
+        raise UsageError(f"--written-by: {e}") from None
     with phase(timing.PREFLIGHT):
         cfg, store = preflight_store(args, need_sources=True, config_read=lambda c: _start_gate_child(c, args))
         if run is not None:
@@ -48,6 +57,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     params: dict[str, object] = {"config_path": cfg_path, "run": run, "step": step}
     if len(named) > 1:
         params["steps"] = named
+    if written_by:
+        params["written_by"] = written_by
     if running.direct() and not choice.needs_prefect:
         # the flow's body without its Prefect flow: no module of this path imports Prefect (1-3 s)
         with phase(timing.IMPORTS):

@@ -19,9 +19,13 @@ def ingest(
     step: int | None = None,
     settle_wait: bool = True,
     steps: list[int] | None = None,
+    written_by: str = "",
 ) -> list[Outcome]:
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
     as the deployment's trigger asks; with `steps`, only those, ckptvault/ingest/narrow.py). Fails
     (after recording everything) if any finished checkpoint ended neither uploaded nor already present.
-    `settle_wait`: see ingest_body."""
-    return ingest_body(config_path, run, step, flow_run_id=str(flow_run.id or ""), settle_wait=settle_wait, steps=steps)
+    `settle_wait`, `written_by`: see ingest_body."""
+    return ingest_body(
+        config_path, run, step, flow_run_id=str(flow_run.id or ""), settle_wait=settle_wait, steps=steps,
+        written_by=written_by,
+    )  # fmt: skip

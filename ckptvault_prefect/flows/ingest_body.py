@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 
 from ckptvault.catalog import Catalog, CheckpointState
+from ckptvault.checkpoint import written_by as reported
 from ckptvault.clock import timing
 from ckptvault.clock.timing import phase
 from ckptvault.config import Config
@@ -49,6 +50,7 @@ def ingest_body(
     preflighted: tuple[Config, ObjectStore] | None = None,
     settle_wait: bool = True,
     steps: list[int] | None = None,
+    written_by: str = "",
 ) -> list[Outcome]:
     """One pass over every configured source (or only `run`'s; with `step` too, only that step of it,
     ckptvault/ingest/narrow.py). Fails (after recording everything) if any finished checkpoint ended
@@ -58,13 +60,19 @@ def ingest_body(
     mode): not parsed and probed a second time. `settle_wait`: a named step waiting only for its settle
     time is waited for when that is soon (narrow.find_step_settled); `follow`, which looks again at the
     settle time itself, says False so one run's wait never holds up the others. `steps`: several steps
-    of `run` in one pass (with `step` too, that one among them): a hook's queued saves, one discovery."""
+    of `run` in one pass (with `step` too, that one among them): a hook's queued saves, one discovery.
+    `written_by`: what the training process that saved the named steps reported it ran (`KEY=VERSION`
+    words, the hook's event payload), recorded in their manifests; words that do not read are reported
+    and left out, never a failed ingest."""
     with phase(timing.PREFLIGHT):
         cfg = load_config_task(config_path) if preflighted is None else preflighted[0]
         named = narrow.named_steps(step, steps)
         if named and run is None:
             raise narrow.UnknownRunError("a step names no checkpoint without its run: give run as well as step")
         sources = narrow.narrow_sources(cfg.sources, run)
+        reported_by, unread = reported.parse_leniently(written_by)
+        if unread:
+            print(unread)
         store = open_store_task(cfg) if preflighted is None else preflighted[1]
         ensure_bucket_rules_task(store, cfg.store)
     catalog = Catalog(store, cfg.store.prefix)
@@ -82,7 +90,7 @@ def ingest_body(
                 result = find_steps_task(source, named, settle_wait)
         for problem in result.problems:
             print(f"{source.run}: {problem}")
-        founds += result.found
+        founds += narrow.with_reported(result.found, named, reported_by)
     with IngestSubmitter() as submit:  # the transfer on plain threads unless on Dask (its docstring)
         ingest_pass = IngestPass(cfg, store, catalog, flow_run_id, known, submit)
         outcomes = ingest_pass.run(founds)

@@ -99,12 +99,19 @@ def test_the_ingest_deployment_is_triggered_by_a_hooks_event_for_its_run_and_ste
     (trigger,) = {d.name: d for d in build_deployments()}["ingest"].triggers
     assert isinstance(trigger, DeploymentEventTrigger) and trigger.expect == {EVENT}
     # the hook's JSON as Prefect's own Event: the trigger's templates are rendered against one
-    event = Event.model_validate(event_body(Saved("llama-a", 400, "/ckpt/checkpoint-400")))
+    words = "torch=2.9.1+cu128 torch.cuda=12.8"
+    event = Event.model_validate(event_body(Saved("llama-a", 400, "/ckpt/checkpoint-400", None, "auto", words)))
     assert trigger.match.matches(event.resource)
     params = dict(trigger.parameters or {})
     RunDeployment._upgrade_v1_templates(params)
     rendered = hydrate(params, HydrationContext(render_jinja=True, jinja_context={"event": event}, raise_on_error=True))
-    assert rendered == {"run": "llama-a", "step": 400}
+    assert rendered == {"run": "llama-a", "step": 400, "written_by": words}
+    # an event from a hook before it reported versions: no payload key, the parameter renders empty
+    older = event_body(Saved("llama-a", 400, "/ckpt/checkpoint-400"))
+    del older["payload"]["written_by"]
+    context = {"event": Event.model_validate(older)}
+    rendered = hydrate(params, HydrationContext(render_jinja=True, jinja_context=context, raise_on_error=True))
+    assert rendered == {"run": "llama-a", "step": 400, "written_by": ""}
 
 
 @pytest.fixture
@@ -209,7 +216,7 @@ def test_ckptvault_serve_registers_and_runs_the_seven_deployments_and_the_ingest
 
         run = wait_for("the event's ingest run completes", triggered, 240)
         print(f"serve: the event's ingest run completed {time.monotonic() - t2:.1f} s after the event")
-        assert run["parameters"] == {"config_path": str(cfg), "run": "r", "step": 20}
+        assert run["parameters"] == {"config_path": str(cfg), "run": "r", "step": 20, "written_by": ""}
         seaweedfs.client().head_object(Bucket=bucket, Key=checkpoint_prefix("t", "r", 20) + MANIFEST_NAME)
 
         _frameworks_with_the_hook(
@@ -289,8 +296,15 @@ def _frameworks_with_the_hook(
         ("lt", 2),
         ("lt", 4),
     ], later
+    from importlib.metadata import version
+
     for run, by_step in events.items():
         details = {s: json.loads(e.detail) for s, e in sorted(by_step.items())}
+        # what the training process reported with each save's event, recorded beside what the files say
+        framework = {"lt": "lightning", "hf": "transformers"}[run]
+        for d in details.values():
+            assert d["written_by"]["torch"] == version("torch"), d.get("written_by")
+            assert d["written_by"][framework] == version(framework), d.get("written_by")
         times = {s: (d["rpo_seconds"], d.get("upload_seconds")) for s, d in details.items()}
         print(f"serve: {fws[run]} with the hook, save -> verified manifest (rpo_seconds, upload_seconds): {times}")
 

@@ -29,6 +29,7 @@ from tests.slack_recorder import SLACK_TOKEN, SlackRecorder
 
 MiB = 2**20
 LOSS = {100: 2.5, 200: 2.0}  # what each save's trainer_state.json records: the manifest's `loss`
+REPORTED = "torch=2.9.1+cu128,torch.cuda=12.8 transformers=4.57.1"  # as a hook's `ingest --written-by` passes it
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,11 @@ def world(seaweedfs: S3Endpoint, tmp_path_factory: pytest.TempPathFactory) -> It
     for step, loss in LOSS.items():
         write_checkpoint(root, "hf", step, 1 * MiB, shards=1, seed=step, loss=loss)
     w = World(seaweedfs, bucket, root, tmp, cli_env(seaweedfs, PREFECT_API_URL=""))
-    out = run_cli(_config(w, w.tmp / "plain.toml", ""), "ingest", env=w.env)
+    plain = _config(w, w.tmp / "plain.toml", "")
+    # step 100 as a hook ingests it: named, with what the training process reported it ran; then the rest
+    out = run_cli(plain, "ingest", "--run", "r", "--step", "100", "--written-by", REPORTED, env=w.env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_cli(plain, "ingest", env=w.env)
     assert out.returncode == 0, out.stderr[-3000:]
     yield w
     servers.cleanup_buckets([(seaweedfs, bucket)])
@@ -59,6 +64,27 @@ def _config(w: World, path: Path, drill: str, extra: str = "") -> Path:
     scratch = w.tmp / "scratch"
     return write_config(path, w.endpoint, w.bucket, [("r", w.root, "hf")],
                         extra=f'[drill]\nscratch = "{scratch}"\nsample = 1\n{drill}\n{extra}')  # fmt: skip
+
+
+def test_ingest_records_what_the_saving_process_reported_for_the_steps_it_named(world: World) -> None:
+    """`ingest --run R --step S --written-by WORDS` (the hooks' ingest channel) records the words in that
+    save's manifest (`written_by`, beside what the files record) and the catalog; the pass without them
+    records nothing for the other step; words that do not read are exit 2 before anything is ingested."""
+    cfg = _config(world, world.tmp / "plain.toml", "")
+    out = run_cli(cfg, "ls", "--run", "r", "--json", env=world.env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {r["step"]: r for r in json.loads(out.stdout)}
+    assert rows[100]["written_by"] == {"torch": "2.9.1+cu128", "torch.cuda": "12.8", "transformers": "4.57.1"}
+    assert "torch" not in rows[200]["written_by"], rows[200]
+    key = f"t/r/step-{100:010d}/_MANIFEST.json"
+    manifest = json.loads(world.endpoint.client().get_object(Bucket=world.bucket, Key=key)["Body"].read())
+    assert manifest["written_by"]["torch.cuda"] == "12.8", manifest.get("written_by")
+    for args, says in [
+        (("--run", "r", "--step", "100", "--written-by", "torch"), "--written-by: 'torch' is not KEY=VERSION"),
+        (("--written-by", "torch=2.9.1"), "--written-by needs --run and --step"),
+    ]:
+        out = run_cli(cfg, "ingest", *args, env=world.env)
+        assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
 
 
 def _script(tmp: Path, name: str, body: str) -> str:

@@ -75,6 +75,26 @@ def test_the_ingest_command_of_several_saves_names_each_step_once() -> None:
     assert cmd[3:] == ["ingest", "--run", "r1", "--step", "40", "--step", "50", "--config", "/etc/c.toml"]
 
 
+def test_what_the_training_process_runs_goes_with_the_command_and_the_event() -> None:
+    """The hook reports the imported frameworks' versions and torch's CUDA (ckptvault/hooks/runtime.py):
+    as `--written-by` on the detached ingest, and in the saved event's payload for the deployment's
+    trigger; both in the one text form ingest parses back."""
+    import torch  # the dev venv has it (the frameworks extra); a hook reports only what is imported
+
+    from ckptvault.checkpoint.written_by import parse
+    from ckptvault.hooks.runtime import runtime_versions
+
+    now = runtime_versions()
+    assert now["torch"] == torch.__version__.split("+")[0] or now["torch"] == torch.__version__, now
+    assert ("torch.cuda" in now) == (torch.version.cuda is not None), now
+    assert "deepspeed" not in now or "deepspeed" in sys.modules
+    words = "torch=2.9.1 torch.cuda=12.8"
+    cmd = ingest_command(Saved("r1", 40, "/p", None, "auto", words))
+    assert cmd[-2:] == ["--written-by", words] and parse(cmd[-1]) == {"torch": "2.9.1", "torch.cuda": "12.8"}
+    assert sig.event_body(Saved("r1", 40, "/p", None, "auto", words))["payload"]["written_by"] == words
+    assert "--written-by" not in ingest_command(Saved("r1", 40, "/p"))
+
+
 def test_the_signal_is_sent_from_another_thread_while_the_caller_has_already_returned() -> None:
     release, sent = threading.Event(), []
 
@@ -138,7 +158,10 @@ def test_notify_saved_on_another_rank_sends_nothing(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("CKPTVAULT_CONFIG", "/etc/c.toml")
     hooks.notify_saved("r", 10, Path("/p"), signal="ingest")
-    assert queued == [Saved("r", 10, "/p", "/etc/c.toml", "ingest")]
+    from ckptvault.checkpoint.written_by import render
+    from ckptvault.hooks.runtime import runtime_versions
+
+    assert queued == [Saved("r", 10, "/p", "/etc/c.toml", "ingest", render(runtime_versions()))]
 
 
 def test_notify_saved_with_a_bad_argument_warns_instead_of_raising(
@@ -300,5 +323,5 @@ def test_the_event_post_carries_the_apis_credentials(env: dict[str, str], want: 
     [(path, auth, body)] = got
     assert path == "/api/events" and auth == want
     assert body[0]["event"] == "ckptvault.checkpoint.saved" and body[0]["payload"] == {
-        "run": "r1", "step": 40, "path": "/ckpt/checkpoint-40"
+        "run": "r1", "step": 40, "path": "/ckpt/checkpoint-40", "written_by": ""
     }  # fmt: skip

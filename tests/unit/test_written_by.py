@@ -171,3 +171,34 @@ def test_the_verified_event_carries_it_and_only_when_recorded() -> None:
         "transformers": "4.57.1"
     }
     assert "written_by" not in json.loads(verified(_manifest()).detail)
+
+
+def test_a_reported_version_reads_back_and_the_files_record_wins() -> None:
+    """What a hook reports (`KEY=VERSION` words) parses, renders back, and merges under what the
+    checkpoint's files record; a word that does not read is named, strictly (the command line) or as a
+    warning that records nothing (an event's payload)."""
+    from ckptvault.checkpoint import written_by as reported
+
+    got = reported.parse(" torch=2.9.1+cu128, torch.cuda=12.8  transformers=4.57.1 ")
+    assert got == {"torch": "2.9.1+cu128", "torch.cuda": "12.8", "transformers": "4.57.1"}
+    assert reported.parse(reported.render(got)) == got and reported.parse("") == {} == reported.parse(None)
+    assert reported.merge({"transformers": "4.56.0"}, got)["transformers"] == "4.56.0"
+    assert reported.merge({}, got) == got
+    for bad in ("torch", "=2.9", "torch=", "tor ch=1=2", "torch=" + "9" * 65, "to/rch=1"):
+        with pytest.raises(reported.ReportedError, match="is not KEY=VERSION"):
+            reported.parse(bad)
+    assert reported.parse_leniently("torch") == ({}, "written_by not recorded: 'torch' is not KEY=VERSION"
+                                                 " (e.g. torch=2.9.1): a key of letters, digits, '.', '_' or"
+                                                 " '-', a version of at most 64 characters")  # fmt: skip
+    assert reported.render({"ok": "1", "bad key": "2"}) == "ok=1"
+
+
+def test_the_report_goes_to_the_named_steps_only(tmp_path: Path) -> None:
+    from ckptvault.formats.base import Candidate
+    from ckptvault.ingest.discovery import Found
+    from ckptvault.ingest.narrow import with_reported
+
+    found = [Found("r", Candidate("hf", s, tmp_path / str(s), True), (), True, "", 0.0) for s in (100, 200)]
+    got = with_reported(found, [200], {"torch": "2.9.1"})
+    assert [f.reported_by for f in got] == [(), (("torch", "2.9.1"),)]
+    assert with_reported(found, [200], {}) == found
