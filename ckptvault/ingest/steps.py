@@ -201,6 +201,8 @@ def write_blocks(
         store.put_bytes(key, data, if_none_match=True, content_type="application/json")
     except PreconditionFailedError:
         store.put_bytes(key, data, content_type="application/json")
+    if store.retention is not None:  # a killed pass's identical sidecar, locked with that pass's earlier date
+        store.extend_retention(key, store.retention)
     return key
 
 

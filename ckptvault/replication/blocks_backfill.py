@@ -2,9 +2,10 @@
 without (docs/FORMAT.md, "Block checksums"). Each big uncompressed object is read in order, in ranged
 GETs of BACKFILL_CHUNK (memory: one chunk, never the object), its block CRCs computed as the bytes
 arrive, and the list kept only if it combines to the manifest's CRC32C: a damaged object gets no
-blocks (and is reported; scrub reports it too). The sidecar is written with the save's lock (the
-retention its manifest records, where that date is still ahead), never over one that already
-verifies. A maintenance job of the stored copies, so it lives beside scrub and repair.
+blocks (and is reported; scrub reports it too). The sidecar is written with the save's lock as its
+manifest holds it now (its retention, raised by any milestone extension since the commit, and its
+legal hold), never over one that already verifies. A maintenance job of the stored copies, so it
+lives beside scrub and repair.
 """
 
 from __future__ import annotations
@@ -12,14 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ckptvault.catalog import CheckpointState
 from ckptvault.checkpoint.blocks import parse_sidecar, sidecar_json, verified
-from ckptvault.checkpoint.manifest import BLOCKS_NAME, CODEC_NONE, Manifest, checkpoint_prefix
+from ckptvault.checkpoint.manifest import BLOCKS_NAME, CODEC_NONE, MANIFEST_NAME, Manifest, checkpoint_prefix
 from ckptvault.checksum import BLOCK_SIZE, BlockCrcs, combine_blocks, join_pieces, to_b64, wants_blocks
-from ckptvault.store import ObjectFrozenError, ObjectStore, Retention, StoreError
+from ckptvault.store import ObjectFrozenError, ObjectStore, StoreError
 from ckptvault.store.manifest_load import load_manifest
 
 # Eight blocks per GET: whole blocks each, and no more memory than an upload part.
@@ -89,11 +89,15 @@ def backfill_save(store: ObjectStore, prefix: str, manifest: Manifest) -> Backfi
         files[f.path] = crcs
     if problems:
         return Backfilled(m.run, m.step, m.save, "failed", 0, read, "; ".join(problems))
-    writer = store
-    if m.lock is not None and m.lock.retain_until > time.time():  # the save's lock, as its other objects'
-        until = datetime.fromtimestamp(m.lock.retain_until, UTC)
-        writer = store.with_retention(Retention.of(m.lock.mode, until))
+    # the save's lock as it stands: the manifest is raised last by every extension and held with the rest,
+    # so the sidecar neither outlives the save's protection nor shows as lock drift in a drill
+    head = store.head(base + MANIFEST_NAME)
+    retention = head.retention if head is not None else None
+    live = retention is not None and retention.until_ts > time.time()
+    writer = store.with_retention(retention) if live else store
     writer.put_bytes(key, sidecar_json(files), content_type="application/json")
+    if head is not None and head.legal_hold:
+        store.put_legal_hold(key, True)
     return Backfilled(m.run, m.step, m.save, "written", len(files), read)
 
 

@@ -29,6 +29,7 @@ from ckptvault.checkpoint.manifest import BLOCKS_NAME, MANIFEST_NAME, FileEntry,
 from ckptvault.checksum import BLOCK_SIZE, BlockCrcs, StreamHasher, crc32c_update, join_pieces, to_b64
 from ckptvault.store import TransferConfig
 from ckptvault.store.memory import MemoryStore
+from ckptvault_cli.synthetic import write_checkpoint
 from tests.unit.submitters import Plain
 from tests.unit.test_ingest_pass import PREFIX, _cfg, _pass
 
@@ -128,8 +129,6 @@ def test_the_memory_store_records_blocks_of_files_over_8_mib_single_or_multipart
 
 
 def _ingested(tmp_path: Path, split_mb: int) -> tuple[MemoryStore, Plain, Manifest]:
-    from ckptvault_cli.synthetic import write_checkpoint
-
     store, submit = _store(), Plain()
     # optimizer.pt ~22 MiB and model.safetensors ~11 MiB: both over 8 MiB, both multipart at 5 MiB parts
     write_checkpoint(tmp_path / "r", "hf", 100, 32 * MiB, shards=1, seed=1)
@@ -223,3 +222,26 @@ def test_backfill_writes_the_sidecar_a_save_lacks_never_over_one_that_verifies_n
     [failed] = backfill(store, PREFIX, states)
     assert failed.outcome == "failed" and "optimizer.pt: its stored bytes' CRC32C is" in failed.detail
     assert store.head(key) is None  # nothing written from a damaged object
+
+
+def test_backfill_writes_the_sidecar_with_the_lock_and_hold_the_saves_manifest_has_now(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from ckptvault.catalog import Catalog
+    from ckptvault.replication.blocks_backfill import backfill
+    from ckptvault.store import Retention
+
+    store = MemoryStore("ckpts", object_lock=True, transfer=_store().transfer)
+    write_checkpoint(tmp_path / "r", "hf", 100, 32 * MiB, shards=1, seed=1)
+    _, [outcome] = _pass(_cfg({"r": tmp_path / "r"}), store, Plain())
+    assert outcome.result == "uploaded", outcome.message
+    base = checkpoint_prefix(PREFIX, "r", 100)
+    store.delete(base + BLOCKS_NAME)  # unlocked (no [lock]): a save from before blocks, say
+    # since the commit: a milestone extension and a legal hold, on the manifest as on every object
+    until = Retention("GOVERNANCE", datetime.now(UTC) + timedelta(days=30))
+    store.extend_retention(base + MANIFEST_NAME, until)
+    store.put_legal_hold(base + MANIFEST_NAME, True)
+    [done] = backfill(store, PREFIX, Catalog(store, PREFIX).current("r"))
+    assert done.outcome == "written"
+    head = store.head(base + BLOCKS_NAME)
+    assert head is not None and head.retention == until and head.legal_hold
