@@ -9,6 +9,11 @@ check. Each runs as a child of bench/run.py and prints one JSON object on its la
     python bench/micro.py validate-wide REPS
     python bench/micro.py header-read REPS
     python bench/micro.py endpoint-down REPS
+    python bench/micro.py hash-blocks SIZE_MIB REPS
+
+`hash-blocks` is the CPU that block CRC32Cs add to an upload's read pass (docs/FORMAT.md, "Block
+checksums"): the same file read into 32 MiB part buffers and hashed as the multipart upload hashes it,
+and uploaded whole to a MemoryStore, each with and without blocks, interleaved (off, on, on, off).
 
 The last four are the scenarios that tests once bounded by the clock (tests/unit/test_policy.py,
 test_quality.py, test_structure.py, tests/integration/test_store_conformance.py): the tests keep the
@@ -322,6 +327,60 @@ def endpoint_down_bench(reps: int) -> dict[str, Any]:
     return {"seconds": statistics.median(times), "all_seconds": times, "message": message}
 
 
+def hash_blocks_bench(size_mib: int, reps: int) -> dict[str, Any]:
+    import mmap
+
+    from ckptvault import checksum
+    from ckptvault.checksum import StreamHasher, join_pieces
+    from ckptvault.store import TransferConfig
+    from ckptvault.store.memory import MemoryStore
+
+    part = 32 * 1024 * 1024
+    cpu: dict[str, dict[str, list[float]]] = {n: {"off": [], "on": []} for n in ("read-pass", "memory-upload")}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.bin"
+        with path.open("wb") as f:
+            for _ in range(size_mib):
+                f.write(os.urandom(1024 * 1024))
+        size = path.stat().st_size
+
+        def read_pass(blocks: bool) -> None:
+            buf = mmap.mmap(-1, part)
+            view = memoryview(buf)
+            hasher = StreamHasher(blocks_at=0 if blocks else None)
+            with path.open("rb", buffering=0) as f:
+                while n := f.readinto(view):
+                    piece = view[:n]
+                    hasher.update(piece)
+                    piece.release()
+                    if hasher.blocks is not None:
+                        join_pieces(hasher.blocks.cut())
+            view.release()
+            buf.close()
+
+        def upload(blocks: bool) -> None:
+            store = MemoryStore("b", transfer=TransferConfig(part_size=part, multipart_threshold=part))
+            res = store.upload_file(path, "k")
+            assert bool(res.blocks) == blocks
+
+        default = checksum.BLOCKS_MIN_SIZE
+        for _ in range(reps):
+            for mode in ("off", "on", "on", "off"):
+                checksum.BLOCKS_MIN_SIZE = default if mode == "on" else 1 << 62  # wants_blocks reads it per call
+                for name, fn in (("read-pass", read_pass), ("memory-upload", upload)):
+                    t0 = time.process_time()
+                    fn(mode == "on")
+                    cpu[name][mode].append(time.process_time() - t0)
+        checksum.BLOCKS_MIN_SIZE = default
+    gb = size / 1e9
+    out: dict[str, Any] = {"bytes": size}
+    for name, modes in cpu.items():
+        off, on = statistics.median(modes["off"]), statistics.median(modes["on"])
+        out[name] = {"off_cpu_s_per_gb": off / gb, "on_cpu_s_per_gb": on / gb, "added_cpu_s_per_gb": (on - off) / gb,
+                     "added_percent": 100 * (on - off) / off, "all": modes}  # fmt: skip
+    return out
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     out: dict[str, Any]
@@ -341,6 +400,8 @@ if __name__ == "__main__":
         out = header_read_bench(int(sys.argv[2]))
     elif cmd == "endpoint-down":
         out = endpoint_down_bench(int(sys.argv[2]))
+    elif cmd == "hash-blocks":
+        out = hash_blocks_bench(int(sys.argv[2]), int(sys.argv[3]))
     else:
         raise SystemExit(__doc__)
     print(json.dumps(out))

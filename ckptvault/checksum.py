@@ -16,6 +16,7 @@ import binascii
 import hashlib
 import mmap
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,17 +100,109 @@ def crc32c_combine(crc1: int, crc2: int, len2: int) -> int:
     return crc1 ^ crc2
 
 
-class StreamHasher:
-    """Running CRC32C (and optionally SHA-256) of bytes fed in file order, in the reading pass."""
+# The block of docs/FORMAT.md "Block checksums": the compressed frames' size, so a ranged reader cuts a
+# file the same way whatever its codec.
+BLOCK_SIZE = 4 * 1024 * 1024
+# Only files over this get block CRCs: a file of at most two blocks is read whole for the cost of a
+# ranged read of it, and a checkpoint's many small files add nothing to the sidecar.
+BLOCKS_MIN_SIZE = 2 * BLOCK_SIZE
 
-    def __init__(self, sha256: bool = False) -> None:
+# A CRC32C of a run of bytes that lies inside one block, and the run's length: what a reader of part of
+# a file hands on when the block goes on in bytes another reader has (a split upload's next range).
+Piece = tuple[int, int]
+
+
+def wants_blocks(size: int) -> bool:
+    """Whether a file of `size` bytes stored as it is gets block CRCs (docs/FORMAT.md)."""
+    return size > BLOCKS_MIN_SIZE
+
+
+class BlockCrcs:
+    """The CRC32C of every BLOCK_SIZE block of a stream fed in order, from byte `start` of the file (a
+    split upload's range starts where its first part does, not on a block). Each piece read is hashed
+    once, cut at the file's block boundaries: a piece's own CRC is combined from its cuts, so the blocks
+    cost no second pass over the bytes (a few `crc32c_combine` per part, each ~10 us)."""
+
+    def __init__(self, start: int = 0, block_size: int = BLOCK_SIZE) -> None:
+        self.block_size = block_size
+        self.pos = start
+        self._pieces: list[Piece] = []  # closed since the last `cut`
+        self._crc = 0  # of the open block's bytes read so far
+        self._len = 0
+
+    def update(self, data: Buffer) -> int:
+        """Feed the next bytes; returns their CRC32C (as crc32c_update(data) would)."""
+        view = memoryview(data).cast("B")
+        n = len(view)
+        whole = 0
+        i = 0
+        while i < n:
+            take = min(self.block_size - self.pos % self.block_size, n - i)
+            c = crc32c_update(view[i : i + take])
+            self._crc = crc32c_combine(self._crc, c, take) if self._len else c
+            self._len += take
+            whole = crc32c_combine(whole, c, take) if i else c
+            i += take
+            self.pos += take
+            if self.pos % self.block_size == 0:
+                self._pieces.append((self._crc, self._len))
+                self._crc, self._len = 0, 0
+        view.release()
+        return whole
+
+    def cut(self) -> tuple[Piece, ...]:
+        """The pieces fed since the last cut, in order, the open block's bytes as the last one: each a
+        whole block, or part of one whose other bytes come before or after (`join_pieces`)."""
+        if self._len:
+            self._pieces.append((self._crc, self._len))
+            self._crc, self._len = 0, 0
+        out = tuple(self._pieces)
+        self._pieces.clear()
+        return out
+
+
+def join_pieces(pieces: Iterable[Piece], block_size: int = BLOCK_SIZE) -> tuple[int, ...]:
+    """The block CRCs of a file from the pieces of its bytes in order from byte 0, each cut at block
+    boundaries (BlockCrcs.cut of consecutive readers): pieces of one block combined, the last block short."""
+    out: list[int] = []
+    crc = length = 0
+    for c, n in pieces:
+        crc = crc32c_combine(crc, c, n) if length else c
+        length += n
+        if length == block_size:
+            out.append(crc)
+            crc = length = 0
+        elif length > block_size:
+            raise InvalidArgumentError(f"a piece of {n} bytes crosses a block boundary ({block_size} bytes)")
+    if length:
+        out.append(crc)
+    return tuple(out)
+
+
+def combine_blocks(crcs: Iterable[int], size: int, block_size: int = BLOCK_SIZE) -> int:
+    """The whole file's CRC32C from its block CRCs (every block `block_size` bytes but the last)."""
+    whole = 0
+    left = size
+    for c in crcs:
+        n = min(block_size, left)
+        whole = crc32c_combine(whole, c, n)
+        left -= n
+    return whole
+
+
+class StreamHasher:
+    """Running CRC32C (and optionally SHA-256) of bytes fed in file order, in the reading pass. With
+    `blocks_at` (the stream's offset in the file) it also keeps the file's block CRCs (`blocks`)."""
+
+    def __init__(self, sha256: bool = False, blocks_at: int | None = None) -> None:
         self.crc = 0
         self.size = 0
         self._sha = hashlib.sha256() if sha256 else None
+        self.blocks = BlockCrcs(blocks_at) if blocks_at is not None else None
 
     def update(self, data: Buffer) -> int:
         """Feed the next piece; returns the piece's own CRC32C (handy as a per-part checksum)."""
-        piece = crc32c_update(data)
+        piece = crc32c_update(data) if self.blocks is None else self.blocks.update(data)
         n = memoryview(data).nbytes
         self.crc = crc32c_combine(self.crc, piece, n)
         self.size += n
@@ -129,14 +222,27 @@ class StreamHasher:
 def file_crc32c(path: str | os.PathLike[str], chunk: int = 8 * 1024 * 1024) -> str:
     """Base64 CRC32C of a whole file, read once into a page-aligned buffer (mmap: ~5x faster to
     read into than a bytearray here)."""
+    return file_crc32c_blocks(path, chunk, blocks=False)[0]
+
+
+def file_crc32c_blocks(
+    path: str | os.PathLike[str], chunk: int = 8 * 1024 * 1024, *, blocks: bool = True
+) -> tuple[str, tuple[int, ...]]:
+    """Base64 CRC32C of a whole file and, with `blocks` and a file over BLOCKS_MIN_SIZE, its block
+    CRCs, from one read pass (empty where it gets none)."""
     buf = mmap.mmap(-1, chunk)
     view = memoryview(buf)
     crc = 0
+    acc: BlockCrcs | None = None
     try:
         with Path(path).open("rb", buffering=0) as f:
+            if blocks and wants_blocks(os.fstat(f.fileno()).st_size):
+                acc = BlockCrcs()
             while n := f.readinto(view):
-                crc = crc32c_update(view[:n], crc)
+                piece = view[:n]
+                crc = crc32c_update(piece, crc) if acc is None else crc32c_combine(crc, acc.update(piece), n)
+                piece.release()
     finally:
         view.release()
         buf.close()
-    return to_b64(crc)
+    return to_b64(crc), join_pieces(acc.cut()) if acc is not None else ()

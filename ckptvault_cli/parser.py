@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ckptvault_cli.commands.blocks import cmd_blocks_backfill
 from ckptvault_cli.commands.catalog import cmd_accept, cmd_catalog_rebuild, cmd_catalog_stats, cmd_ls
 from ckptvault_cli.commands.catalog_compact import cmd_catalog_compact
 from ckptvault_cli.commands.follow import cmd_follow
@@ -338,6 +339,20 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--runs", nargs="+", metavar="R", help="only these runs' partitions (default: every run)")
     r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
     r.set_defaults(fn=cmd_catalog_compact)
+
+    s = sub.add_parser(
+        "blocks", parents=[common], help="the block CRC32Cs ranged reads are checked by (docs/FORMAT.md)"
+    )
+    bsub = s.add_subparsers(dest="blocks_command", required=True)
+    r = bsub.add_parser(
+        "backfill",
+        parents=[common],
+        help="write _BLOCKS.json for committed saves without one that verifies, read from their objects",
+    )
+    r.add_argument("--run", metavar="R", help="only this run's saves")
+    r.add_argument("--step", type=int, metavar="N", help="only this step's saves (with --run)")
+    r.add_argument("--json", action="store_true", help="print one JSON document (its schema: docs/commands.md)")
+    r.set_defaults(fn=cmd_blocks_backfill)
     return p
 
 

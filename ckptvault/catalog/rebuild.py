@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING
 
 from ckptvault.catalog.events import parts
 from ckptvault.catalog.model import Event
-from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, Manifest, ManifestError, parse_save_dir
+from ckptvault.checkpoint.manifest import (
+    BLOCKS_NAME,
+    MANIFEST_NAME,
+    VALIDATION_NAME,
+    Manifest,
+    ManifestError,
+    parse_save_dir,
+)
 
 if TYPE_CHECKING:
     from ckptvault.catalog.reading import CatalogReader
@@ -48,7 +55,7 @@ def rebuild_from_manifests(
         ckpt = "/".join(rel[:2])
         if len(rel) == 3 and rel[2] == MANIFEST_NAME:
             manifests.append((o.key, o.last_modified))
-        elif not (len(rel) == 3 and rel[2] == VALIDATION_NAME):
+        elif not (len(rel) == 3 and rel[2] in (VALIDATION_NAME, BLOCKS_NAME)):
             classes.setdefault(ckpt, Counter())[o.storage_class] += 1
     tick = progress(len(manifests)) if progress is not None else None
 

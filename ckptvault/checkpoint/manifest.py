@@ -20,6 +20,7 @@ from ckptvault.errors import CkptvaultError
 
 MANIFEST_NAME = "_MANIFEST.json"
 VALIDATION_NAME = "_VALIDATION.json"
+BLOCKS_NAME = "_BLOCKS.json"  # the block CRC32C sidecar (docs/FORMAT.md, "Block checksums"); no manifest names it
 SCHEMA = "ckptvault.manifest/1"
 STEP_WIDTH = 10
 CODEC_NONE = "none"
@@ -117,9 +118,14 @@ class FileEntry:
     # CRC32C of the object's stored bytes, what a server's whole-object checksum is compared with
     # (the eviction re-check); None in compressed entries written before it was recorded
     stored_crc32c: str | None = None
+    # The file's block CRC32Cs as its upload computed them (docs/FORMAT.md, "Block checksums"): carried
+    # from the upload to the sidecar written before the manifest, never part of the manifest itself
+    # (not in to_dict, not compared: a manifest read back equals the one written).
+    blocks: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("blocks")
         if self.codec == CODEC_NONE:
             for k in ("codec", "typesize", "stored_size", "frames", "stored_crc32c"):
                 d.pop(k)

@@ -51,6 +51,7 @@ from ckptvault.ingest.steps import (
     previous_verified,
     quality_gate,
     validate_structure,
+    write_blocks,
     write_validation,
 )
 from ckptvault.objectlock.save_lock import save_retention
@@ -284,6 +285,8 @@ class IngestPass:
         with phase(timing.WRITES):
             if p.retention is not None:  # the manifest is written with the lock; the data must hold it too
                 self.submit(lock_save, p.store, p.retention, self.cfg.lock.days, p.jobs)
+            # the block CRCs' sidecar before the manifest, with the save's lock: the commit marker stays last
+            self.submit(write_blocks, p.store, self.cfg.store.prefix, found, entries, d.save)
             manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []

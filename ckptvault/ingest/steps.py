@@ -18,8 +18,10 @@ from pathlib import Path
 from ckptvault import __version__
 from ckptvault.catalog import Catalog, CheckpointState, newest_saves
 from ckptvault.checkpoint import written_by as reported
+from ckptvault.checkpoint.blocks import sidecar_of
 from ckptvault.checkpoint.local_files import LocalFile
 from ckptvault.checkpoint.manifest import (
+    BLOCKS_NAME,
     FIRST_SAVE,
     MANIFEST_NAME,
     VALIDATION_NAME,
@@ -30,7 +32,7 @@ from ckptvault.checkpoint.manifest import (
     checkpoint_prefix,
     fingerprint,
 )
-from ckptvault.checksum import file_crc32c
+from ckptvault.checksum import file_crc32c_blocks
 from ckptvault.config import Compression, SourceConfig, ValidationRules
 from ckptvault.errors import AlreadyAlerted
 from ckptvault.formats import read_metrics, read_written_by
@@ -76,6 +78,8 @@ class FileJob:
     # a node-local file the flow cannot read: the stored object's CRC32C, compared with the file's by
     # the worker on its node, which then keeps the object instead of sending it again
     check_crc32c: str | None = None
+    # when skipped: the file's block CRC32Cs from the local read that matched `known_crc32c` (the sidecar's)
+    known_blocks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -182,6 +186,26 @@ def quality_gate(
     return validate_candidate(candidate, list(known.values()), previous, rules)
 
 
+def write_blocks(
+    store: ObjectStore, prefix: str, found: Found, entries: Sequence[FileEntry], save: int = FIRST_SAVE
+) -> str | None:
+    """`_BLOCKS.json` (docs/FORMAT.md, "Block checksums") from the block CRCs the uploads computed,
+    written after every data object is verified and before the manifest, with the store's retention (a
+    locked save's); None, nothing written, when no file has blocks. A rerun's identical sidecar is its
+    own (the conditional write takes it); a different one a killed pass left is replaced."""
+    data = sidecar_of(entries)
+    if data is None:
+        return None
+    key = checkpoint_prefix(prefix, found.run, found.step, save) + BLOCKS_NAME
+    try:
+        store.put_bytes(key, data, if_none_match=True, content_type="application/json")
+    except PreconditionFailedError:
+        store.put_bytes(key, data, content_type="application/json")
+    if store.retention is not None:  # a killed pass's identical sidecar, locked with that pass's earlier date
+        store.extend_retention(key, store.retention)
+    return key
+
+
 def write_validation(
     store: ObjectStore, prefix: str, found: Found, report: ValidationReport, save: int = FIRST_SAVE
 ) -> str:
@@ -222,8 +246,8 @@ def plan_upload(
         stored = stored_crc32c(store, key)
         if stored is not None and not read_local:
             jobs.append(FileJob(f, key, upload=True, check_crc32c=stored))
-        elif stored is not None and stored == file_crc32c(f.path):
-            jobs.append(FileJob(f, key, upload=False, known_crc32c=stored))
+        elif stored is not None and (local := file_crc32c_blocks(f.path))[0] == stored:
+            jobs.append(FileJob(f, key, upload=False, known_crc32c=stored, known_blocks=local[1]))
         else:
             jobs.append(FileJob(f, key, upload=True))
     if any(j.upload for j in jobs):
@@ -257,12 +281,14 @@ def upload_one(
     (ckptvault.codec.choose) and, when it compresses, the object is its frames."""
     f = job.file
     mode = _mode(f.path)
-    if job.check_crc32c is not None and file_crc32c(f.path) == job.check_crc32c:
-        job = replace(job, upload=False, known_crc32c=job.check_crc32c)
+    if job.check_crc32c is not None and (local := file_crc32c_blocks(f.path))[0] == job.check_crc32c:
+        job = replace(job, upload=False, known_crc32c=job.check_crc32c, known_blocks=local[1])
     if not job.upload and job.known_crc32c is not None:
         if progress:
             progress(f.size)
-        return FileEntry(path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c, mode=mode)
+        return FileEntry(
+            path=f.rel, size=f.size, mtime=f.mtime, crc32c=job.known_crc32c, mode=mode, blocks=job.known_blocks
+        )
     tags = upload_tags(found, save)
     typesize = _typesize(f, compression)
     if typesize is not None and job.stored is not None:
@@ -288,6 +314,7 @@ def upload_one(
         stored_size=result.stored_size,
         frames=result.frames,
         stored_crc32c=result.stored_crc32c if result.frames else None,
+        blocks=result.blocks,
     )
 
 
@@ -320,7 +347,7 @@ def finish_split(store: ObjectStore, job: FileJob, upload: SplitUpload, sent: Se
     result = store.complete_upload(upload, [p for r in sent for p in r.parts])
     mode = next((r.mode for r in sent if r.mode is not None), None)
     f = job.file
-    return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, mode=mode)
+    return FileEntry(path=f.rel, size=result.size, mtime=f.mtime, crc32c=result.crc32c, mode=mode, blocks=result.blocks)
 
 
 def abort_split(store: ObjectStore, upload: SplitUpload) -> None:

@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptvault.checksum import crc32c_update, to_b64
+from ckptvault.checksum import BlockCrcs, crc32c_update, to_b64, wants_blocks
 from ckptvault.store.buffers import shared
 from ckptvault.store.errors import ChecksumMismatchError, StoreError
 from ckptvault.store.port import ProgressFn, SentPart, SplitUpload, UploadResult
-from ckptvault.store.split_upload import changed, check_range, missing, source, whole_crc32c
+from ckptvault.store.split_upload import changed, check_range, missing, source, split_blocks, whole_crc32c
 from ckptvault.store.upload_request import part_size_for, read_exactly
 
 if TYPE_CHECKING:
@@ -48,11 +48,16 @@ def send(
             try:
                 with memoryview(buf)[:want] as view:
                     read_exactly(f, view, path)
-                    crc = crc32c_update(view)
+                    if wants_blocks(upload.size):  # the part's block pieces from the same hashing (S3Store's)
+                        blocks = BlockCrcs((number - 1) * upload.part_size)
+                        crc = blocks.update(view)
+                        pieces = blocks.cut()
+                    else:
+                        crc, pieces = crc32c_update(view), ()
                     etag = store.uploads.upload_part(upload.key, upload.upload_id, number, bytes(view), to_b64(crc))
             finally:
                 pool.give(buf)
-            out.append(SentPart(number, etag, crc, want, source(before)))
+            out.append(SentPart(number, etag, crc, want, source(before), pieces))
             if progress:
                 progress(want)
         problem = changed(upload, os.fstat(f.fileno()))
@@ -74,7 +79,8 @@ def finish(store: MemoryBucket, upload: SplitUpload, parts: Sequence[SentPart]) 
         raise
     if info.size != upload.size or info.parts != upload.parts:
         raise ChecksumMismatchError(f"{store.where(upload.key)}: the stored object does not match {upload.path}")
-    return UploadResult(upload.key, upload.size, whole, None, info.etag, upload.parts, True)
+    blocks = split_blocks(upload.size, parts)
+    return UploadResult(upload.key, upload.size, whole, None, info.etag, upload.parts, True, blocks=blocks)
 
 
 def abort(store: MemoryBucket, upload: SplitUpload) -> None:

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptvault.checksum import StreamHasher, crc32c_combine, crc32c_update, from_b64, to_b64
+from ckptvault.checksum import StreamHasher, crc32c_combine, crc32c_update, from_b64, join_pieces, to_b64, wants_blocks
 from ckptvault.errors import InvalidArgumentError
 from ckptvault.store.buffers import shared
 from ckptvault.store.errors import ChecksumMismatchError, StoreError, TransientStoreError
@@ -58,12 +58,12 @@ def upload_file(
     progress: ProgressFn | None,
 ) -> UploadResult:
     transfer = store.transfer
-    hasher = StreamHasher(sha256=sha256)
     pool = shared(transfer.budget)
     with path.open("rb", buffering=0) as f:
         fd = f.fileno()
         before = _identity(fd)
         size = before[0]
+        hasher = StreamHasher(sha256=sha256, blocks_at=0 if wants_blocks(size) else None)
         if size <= transfer.multipart_threshold:
             buf = pool.take(max(transfer.multipart_threshold, size, 1))
             try:
@@ -81,7 +81,9 @@ def upload_file(
                 progress(size)
             info = store.head(key)
             assert info is not None
-            return UploadResult(key, size, hasher.crc32c_b64, hasher.sha256_hex, info.etag, 0, True)
+            return UploadResult(
+                key, size, hasher.crc32c_b64, hasher.sha256_hex, info.etag, 0, True, blocks=_blocks(hasher)
+            )
         part_size = part_size_for(size, transfer.part_size)
         upload_id = store.uploads.create(key, tags=tags, retention=store.retention)
         try:
@@ -108,7 +110,13 @@ def upload_file(
             raise
     if info.size != size or info.parts != len(parts):
         raise ChecksumMismatchError(f"memory://{store.bucket}/{key}: the stored object does not match {path}")
-    return UploadResult(key, size, hasher.crc32c_b64, hasher.sha256_hex, info.etag, len(parts), True)
+    return UploadResult(
+        key, size, hasher.crc32c_b64, hasher.sha256_hex, info.etag, len(parts), True, blocks=_blocks(hasher)
+    )
+
+
+def _blocks(hasher: StreamHasher) -> tuple[int, ...]:
+    return join_pieces(hasher.blocks.cut()) if hasher.blocks is not None else ()
 
 
 def copy_from(

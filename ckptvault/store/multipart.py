@@ -14,7 +14,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any, cast
 
-from ckptvault.checksum import StreamHasher, crc32c_update, from_b64, to_b64
+from ckptvault.checksum import Piece, StreamHasher, crc32c_update, from_b64, join_pieces, to_b64, wants_blocks
 from ckptvault.store.botocore_errors import translate
 from ckptvault.store.buffers import PartBuffers, shared
 from ckptvault.store.errors import ChecksumMismatchError
@@ -43,6 +43,7 @@ class Parts:
         self.failed = threading.Event()
         self.done: dict[int, dict[str, Any]] = {}  # CompleteMultipartUpload's entry of each part sent
         self.crcs: dict[int, tuple[int, int]] = {}  # part number -> (CRC32C, size) of the bytes read
+        self.pieces: dict[int, tuple[Piece, ...]] = {}  # part number -> its block pieces, where the hasher keeps blocks
         self.lock = threading.Lock()
 
     def take(self) -> mmap.mmap:
@@ -78,7 +79,7 @@ def upload_multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -
     nparts = -(-size // part_size)
     caps = req.caps
     upload_id = create_upload(req)
-    hasher = StreamHasher(sha256=req.sha256)
+    hasher = StreamHasher(sha256=req.sha256, blocks_at=0 if wants_blocks(size) else None)
     try:
         st = send_parts(req, f, upload_id, part_size, size, range(1, nparts + 1), hasher)
         check_unchanged(f, before, req.path)
@@ -90,7 +91,10 @@ def upload_multipart(req: UploadRequest, f: io.FileIO, before: os.stat_result) -
     if req.tags:
         retag(req)
     etag = verify(req, size=size, parts=nparts, crc=whole, composite=composite)
-    return UploadResult(req.key, size, whole, hasher.sha256_hex, etag, nparts, caps.checksums_validated)
+    blocks = (
+        join_pieces(p for n in range(1, nparts + 1) for p in st.pieces.get(n, ())) if hasher.blocks is not None else ()
+    )
+    return UploadResult(req.key, size, whole, hasher.sha256_hex, etag, nparts, caps.checksums_validated, blocks=blocks)
 
 
 def send_parts(
@@ -120,6 +124,8 @@ def send_parts(
             part_crc = hasher.update(view)
             with st.lock:
                 st.crcs[number] = (part_crc, want)
+                if hasher.blocks is not None:
+                    st.pieces[number] = hasher.blocks.cut()
             futures.append(pool.submit(upload_part, req, st, upload_id, number, buf, view, part_crc))
         for fut in futures:
             fut.result()  # re-raises the first part failure

@@ -172,6 +172,9 @@ class UploadResult:
     stored_size: int | None = None  # the object's size; None: `size`
     stored_crc32c: str | None = None  # of the object's bytes (what the server checked); None: `crc32c`
     frames: tuple[tuple[int, int, int, str], ...] = ()  # the manifest's frame index
+    # The CRC32C of every 4 MiB block of the file, in order (docs/FORMAT.md, "Block checksums"), from the
+    # same read pass: a file stored as it is and over checksum.BLOCKS_MIN_SIZE; () otherwise.
+    blocks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -208,6 +211,10 @@ class SentPart:
     # one object must all come from one file, not from a same-size, same-mtime copy renamed over it
     # between two ranges
     source: tuple[int, int, int] = (0, 0, 0)
+    # the part's bytes cut at the file's 4 MiB block boundaries, (CRC32C, length) each, from the same
+    # read (checksum.BlockCrcs.cut): completion joins every part's into the file's block CRCs. () where
+    # the file gets none (checksum.wants_blocks), or from a version before blocks: then none are recorded.
+    blocks: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from ckptvault.checksum import StreamHasher, crc32c_combine, to_b64
+from ckptvault.checksum import StreamHasher, crc32c_combine, join_pieces, to_b64, wants_blocks
 from ckptvault.store.errors import StoreError, TransientStoreError
 from ckptvault.store.multipart import abort, complete, create_upload, retag, send_parts
 from ckptvault.store.port import SentPart, SplitUpload, UploadResult
@@ -65,9 +65,13 @@ def send(req: UploadRequest, upload: SplitUpload, first: int, count: int) -> tup
             os.posix_fadvise(fd, start, 0, os.POSIX_FADV_SEQUENTIAL)
         f.seek(start)
         numbers = range(first, first + count)
-        st = send_parts(req, f, upload.upload_id, upload.part_size, upload.size, numbers, StreamHasher())
+        # each range keeps the block pieces of what it reads: its first part may start inside a block
+        hasher = StreamHasher(blocks_at=start if wants_blocks(upload.size) else None)
+        st = send_parts(req, f, upload.upload_id, upload.part_size, upload.size, numbers, hasher)
         check_unchanged(f, before, req.path)
-    return tuple(SentPart(n, str(st.done[n]["ETag"]), *st.crcs[n], source(before)) for n in numbers)
+    return tuple(
+        SentPart(n, str(st.done[n]["ETag"]), *st.crcs[n], source(before), st.pieces.get(n, ())) for n in numbers
+    )
 
 
 def missing(upload: SplitUpload, parts: Sequence[SentPart]) -> str | None:
@@ -90,6 +94,15 @@ def missing(upload: SplitUpload, parts: Sequence[SentPart]) -> str | None:
             "file or a changed ctime); not completing a mixed copy. The next pass sends it again"
         )
     return None
+
+
+def split_blocks(size: int, parts: Sequence[SentPart]) -> tuple[int, ...]:
+    """The file's block CRCs joined from its parts' pieces, in part order; () where the file gets none
+    or a part brought none (sent by a version before blocks: the completion still stands, without blocks)."""
+    ordered = sorted(parts, key=lambda p: p.number)
+    if not wants_blocks(size) or any(sum(n for _, n in p.blocks) != p.size for p in ordered):
+        return ()
+    return join_pieces(piece for p in ordered for piece in p.blocks)
 
 
 def whole_crc32c(parts: Sequence[SentPart]) -> int:
@@ -123,4 +136,5 @@ def finish(req: UploadRequest, upload: SplitUpload, parts: Sequence[SentPart]) -
     if req.tags:
         retag(req)
     etag = verify(req, size=upload.size, parts=upload.parts, crc=whole, composite=composite)
-    return UploadResult(req.key, upload.size, whole, None, etag, upload.parts, checksums)
+    blocks = split_blocks(upload.size, ordered)
+    return UploadResult(req.key, upload.size, whole, None, etag, upload.parts, checksums, blocks=blocks)

@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
-from ckptvault.checksum import StreamHasher
+from ckptvault.checksum import StreamHasher, join_pieces, wants_blocks
 from ckptvault.store import object_lock
 from ckptvault.store.botocore_errors import error_code, translate
 from ckptvault.store.buffers import shared
@@ -68,7 +68,7 @@ def upload_file(req: UploadRequest) -> UploadResult:
 
 def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadResult:
     size = before.st_size
-    hasher = StreamHasher(sha256=req.sha256)
+    hasher = StreamHasher(sha256=req.sha256, blocks_at=0 if wants_blocks(size) else None)
     pool = shared(req.transfer.budget)
     # Files up to the threshold: one buffer of the part size, so small and big files share one
     # kind of buffer in the pool.
@@ -86,7 +86,8 @@ def _single(req: UploadRequest, f: io.FileIO, before: os.stat_result) -> UploadR
     if req.progress:
         req.progress(size)
     etag = verify(req, size=size, parts=0, crc=crc, composite=None)
-    return UploadResult(req.key, size, crc, hasher.sha256_hex, etag, 0, req.caps.checksums_validated)
+    blocks = join_pieces(hasher.blocks.cut()) if hasher.blocks is not None else ()
+    return UploadResult(req.key, size, crc, hasher.sha256_hex, etag, 0, req.caps.checksums_validated, blocks=blocks)
 
 
 def put_single(req: UploadRequest, view: memoryview, crc: str) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ckptvault.catalog import CheckpointState, Event, events
 from ckptvault.checkpoint.manifest import (
+    BLOCKS_NAME,
     MANIFEST_NAME,
     VALIDATION_NAME,
     Manifest,
@@ -224,7 +225,7 @@ def class_counts(objects: Iterable[ObjectInfo], base: str) -> Counter[str]:
     always stay in the hot class, so they say nothing about where the checkpoint is."""
     counts: Counter[str] = Counter()
     for o in objects:
-        if o.key[len(base) :] not in (MANIFEST_NAME, VALIDATION_NAME):
+        if o.key[len(base) :] not in (MANIFEST_NAME, VALIDATION_NAME, BLOCKS_NAME):
             counts[o.storage_class] += 1
     return counts
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckptvault.catalog import CheckpointState, Event, events
-from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import BLOCKS_NAME, MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import LockConfig, PolicyConfig
 from ckptvault.objectlock.save_lock import retain_until
 from ckptvault.store import ObjectStore, Retention
@@ -99,9 +99,13 @@ def extend(store: ObjectStore, prefix: str, ext: LockExtension) -> LockExtension
     done = ext.retention.over(head.retention) if head is not None else None
     if done is None:
         return None  # gone (a reader would not find it either), or locked long enough
-    raised = sum(
-        store.extend_retention(o.key, done) for o in store.list(base) if o.key not in (manifest, base + VALIDATION_NAME)
-    )
+    # the block sidecar is raised with the save but not counted: the plan counts from the catalog alone
+    # (its files and the manifest), and a save may have a sidecar or not (docs/FORMAT.md, "Block checksums")
+    skip, sidecar = (manifest, base + VALIDATION_NAME, base + BLOCKS_NAME), base + BLOCKS_NAME
+    listed = [o.key for o in store.list(base)]
+    raised = sum(store.extend_retention(k, done) for k in listed if k not in skip)
+    if sidecar in listed:
+        store.extend_retention(sidecar, done)
     raised += store.extend_retention(manifest, done)
     return LockExtension(ext.run, ext.step, ext.save, done, ext.days, raised) if raised else None
 

@@ -71,6 +71,9 @@ def release_gate_child_task() -> None:
 write_validation_task = io_task("write-validation")(lib.write_validation)
 
 
+write_blocks_task = io_task("write-blocks")(lib.write_blocks)
+
+
 plan_upload_task = io_task("plan-upload")(lib.plan_upload)
 
 
@@ -165,5 +168,6 @@ STEPS: dict[Callable[..., Any], Step[..., Any]] = {
     lib.finish_split: finish_split_task,
     lib.abort_split: abort_split_task,
     lib.lock_save: lock_save_task,
+    lib.write_blocks: write_blocks_task,
     lib.commit_manifest: commit_manifest_task,
 }

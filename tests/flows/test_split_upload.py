@@ -87,6 +87,9 @@ def test_files_over_split_size_go_up_in_ranges_and_store_what_an_unsplit_ingest_
         assert sorted(c for c in calls if c[0] == shard.name) == want
     assert {c[0] for c in calls} == {s.name for s in shards}
     assert stored_checkpoints(creds.client(), split, "t/r/") == single  # the same bytes, the same manifest
+    # ...the block CRCs' sidecar included: the ranges' block pieces (parts of 5 MiB across blocks of 4)
+    # joined at the completion give the blocks the unsplit read pass gave
+    assert b'"optimizer.pt"' in single[0]["t/r/step-0000000100/_BLOCKS.json"]
     assert creds.client().list_multipart_uploads(Bucket=split).get("Uploads", []) == []
 
     calls.clear()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
+from ckptvault.checkpoint.manifest import BLOCKS_NAME, MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.config import load_config
 from ckptvault.store import open_store
 from ckptvault_cli.synthetic import write_checkpoint
@@ -356,7 +356,7 @@ def test_a_client_mode_move_keeps_the_lock_and_the_hold_on_the_copy(
     moved = 0
     for key in keys:
         h = client.head_object(Bucket=bucket, Key=key)
-        if key.endswith(MANIFEST_NAME) or key.endswith(VALIDATION_NAME):
+        if key.endswith((MANIFEST_NAME, VALIDATION_NAME, BLOCKS_NAME)):
             continue  # small metadata stays in STANDARD
         moved += 1
         assert h.get("StorageClass") == cold and h["VersionId"] != before[key]["VersionId"], (

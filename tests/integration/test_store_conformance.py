@@ -71,6 +71,15 @@ def store(backend: Backend) -> Any:
     return backend.store()
 
 
+def _blocks(path: Path) -> tuple[int, ...]:
+    """The file's 4 MiB block CRC32Cs computed here, independently of the upload's hashing; () for a
+    file of at most 8 MiB, which gets none (docs/FORMAT.md, "Block checksums")."""
+    data = path.read_bytes()
+    if len(data) <= 8 * MIB:
+        return ()
+    return tuple(crc32c_update(data[i : i + 4 * MIB]) for i in range(0, len(data), 4 * MIB))
+
+
 def _file(tmp_path: Path, size: int, name: str = "data.bin", seed: int = 7) -> Path:
     p = tmp_path / name
     p.write_bytes(random.Random(seed).randbytes(size))
@@ -108,6 +117,7 @@ def test_upload_download_round_trip(store: ObjectStore, backend: Backend, tmp_pa
     res = store.upload_file(src, "ck/run/step-1/model.bin", tags=tags, sha256=True, progress=seen.append)
 
     assert res.crc32c == crc32c_b64(src)  # independent computation over the file
+    assert res.blocks == _blocks(src)  # from the same read pass, parts of 5 MiB across blocks of 4
     assert res.sha256 == hashlib.sha256(src.read_bytes()).hexdigest()
     assert res.size == size and sum(seen) == size
     multipart = size > 5 * MIB
@@ -174,6 +184,8 @@ def test_split_upload_ranges_in_any_order_complete_once(store: ObjectStore, back
     assert store.head("ck/split.bin") is None  # nothing readable before completion
     res = store.complete_upload(up, later + earlier)
     assert res.crc32c == crc32c_b64(src) and (res.size, res.parts) == (size, 4)
+    # each range hashed the block pieces it read (its parts start inside blocks); joined at completion
+    assert len(res.blocks) == 4 and res.blocks == _blocks(src)
     assert res.server_verified == store.capabilities().checksums_validated
     info = store.head("ck/split.bin")
     assert info is not None and info.size == size and info.parts == 4
