@@ -248,6 +248,13 @@ def test_only_model_of_a_dcp_save_writes_the_model_tensors_alone_into_sparse_dis
     assert optimizer["equal"] and len(optimizer["keys"]) == sel["tensors"]["of_tensors"] - 4, optimizer
     assert layer["equal"] and layer["keys"] == ["model.0.bias", "model.0.weight"], layer
 
+    # the command's own words, without --json: what the .distcp files hold
+    capsys.readouterr()
+    dest = tmp_path / "said"
+    assert main(["--config", str(cfg), "restore", "d", "--only-keys", "model.2", "--dest", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert f"of {len(distcp)} .distcp files only 2 of " in out and "the rest reads as zeros" in out, out
+
     # a prefix no item has: exit 2 naming it, nothing written
     dest = tmp_path / "none"
     assert main(["--config", str(cfg), "restore", "d", "--only-keys", "decoder", "--dest", str(dest)]) == 2
