@@ -161,8 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PART",
         help="restore only this part: `model` (the weights and what loads them: config, tokenizer, index), "
         "`optimizer` (optimizer, scheduler, RNG and trainer state), or a glob on the paths inside the "
-        "checkpoint; repeatable (their union); a layout that keeps both in one file is refused, naming it "
+        "checkpoint; repeatable (their union); torch DCP's .distcp files (dcp, megatron torch_dist, nemo) "
+        "are split by their tensors; another layout that keeps both in one file is refused, naming it "
         "(docs/frameworks/)",
+    )
+    s.add_argument(
+        "--only-keys",
+        action="append",
+        metavar="PREFIX",
+        help="restore only the items of a torch DCP checkpoint whose fully-qualified names are PREFIX or start "
+        "with PREFIX. (e.g. model.layers.0), with every file beside the .distcp ones; repeatable",
     )
     s.add_argument(
         "--exclude",

@@ -1,7 +1,8 @@
 """Which part of a training state each file of a checkpoint holds, from its relative path alone (no
 download): the model (its weights and what a loader reads beside them: config, tokenizer, index), the
 optimizer (optimizer, scheduler, RNG and trainer state: what only a resume reads), or both mixed in one
-file, which only a tensor-level read could separate.
+file, which only a tensor-level read can separate (done for torch DCP's .distcp files:
+ckptvault/formats/dcp_tensors.py classes their tensors by name, ckptvault/restore/tensors.py fetches them).
 
 The rules are the frameworks' own file names, one function per layout; docs/frameworks/ says for each
 layout what `restore --only model` brings back and why. A file no rule names goes with the model: a
@@ -85,8 +86,8 @@ def _deepspeed(path: str, save: _Save, base: str = "") -> Classified:
 
 # --- torch DCP (torchtitan), Megatron, NeMo 2 ---------------------------------------------------------------
 DCP_WHY = (
-    "torch DCP writes each rank's model and optimizer tensors into the same .distcp file; selecting tensors "
-    "inside it is not supported yet"
+    "torch DCP writes each rank's model and optimizer tensors into the same .distcp file; a restore selects "
+    "them by tensor inside it (ckptvault/restore/tensors.py, by the names in ckptvault/formats/dcp_tensors.py)"
 )
 
 

@@ -40,6 +40,7 @@ from ckptvault.restore.plan import request_thaw, wait_for_thaw
 from ckptvault.restore.resolve import Resolution, RestoreError
 from ckptvault.restore.result import RestoreResult
 from ckptvault.restore.selection import NODE_LOCAL_REFUSED, Selected
+from ckptvault.restore.tensors import ranges_of
 from ckptvault.store import ObjectStore, StoreError
 from ckptvault.transfer.progress import ProgressBar
 from ckptvault.transfer.ranges import split_size
@@ -141,7 +142,8 @@ def complete(
         else:
             threshold = split_size(cfg.scale.split_size_mb)
             marker = None if chosen.selected is None else chosen.selected.marker(manifest)
-            done = restore_from_copies(submit, chosen.ordered, chosen.target, manifest, bar, threshold, force, marker)
+            done = restore_from_copies(submit, chosen.ordered, chosen.target, manifest, bar, threshold, force, marker,
+                                       ranges_of(chosen.selected))  # fmt: skip
             pointer, aside = done.pointer, done.replaced
             fallbacks = tuple(f.as_dict() for f in done.fallbacks)
             where = str(chosen.target)

@@ -17,7 +17,7 @@ on a Dask cluster each worker trips its own).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -25,7 +25,7 @@ from pathlib import Path
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.clock import timing
 from ckptvault.clock.timing import phase
-from ckptvault.restore import ranged
+from ckptvault.restore import ranged, tensors
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
@@ -128,6 +128,21 @@ def fetch_range_guarded(
         raise
 
 
+def fetch_ranges_guarded(
+    breaker: Breaker | None, store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest,
+    spans: Sequence[tuple[int, int]], progress: ProgressFn | None = None,
+) -> str:  # fmt: skip
+    """`tensors.fetch_ranges`, guarded as `download_guarded` is."""
+    if breaker is not None:
+        breaker.check()
+    try:
+        return tensors.fetch_ranges(store, plan, into, manifest, spans, progress)
+    except TransientStoreError as e:
+        if breaker is not None:
+            breaker.trip(e)
+        raise
+
+
 def why(e: BaseException, copy: str) -> str:
     """A failure of one file on one copy, in the words the fallback report uses."""
     if isinstance(e, ChecksumMismatchError):
@@ -150,15 +165,18 @@ def forget(plan: ObjectPlan, into: Path, manifest: Manifest) -> str:
 def restore_from_copies(
     submit: Submitter, ordered: Sequence[CopyStatus], target: Path, manifest: Manifest, bar: ProgressBar,
     threshold: int, force: bool, marker: tuple[str, str] | None = None,
+    ranges: Mapping[str, Sequence[tuple[int, int]]] | None = None,
 ) -> CopiesRestore:  # fmt: skip
     """Restore `manifest`'s save into `target` from `ordered` (copies.choose's order; each with its
     store and plans from copies.survey), falling back file by file. RestoreError, with every failure
     named and nothing changed at `target`, when some file could be read from no copy. `marker`: a file
-    (name, content) written at the destination's root with the rest (a partial restore's)."""
+    (name, content) written at the destination's root with the rest (a partial restore's). `ranges`:
+    the files of which only these (offset, length) spans are written (a tensor-level selection's,
+    restore/tensors.py), from whichever copy gives them."""
     staged = submit(staging_dir, target)
     try:
         with phase(timing.TRANSFER):  # every file's CRC32C checked as it arrives, fsynced before it is done
-            fallbacks = _fetch_everything(submit, ordered, staged, manifest, bar, threshold)
+            fallbacks = _fetch_everything(submit, ordered, staged, manifest, bar, threshold, ranges or {})
         with phase(timing.FINALIZE):
             pointer = submit(write_pointer, staged, manifest)
             if marker is not None:
@@ -173,7 +191,7 @@ def restore_from_copies(
 
 def _fetch_everything(
     submit: Submitter, ordered: Sequence[CopyStatus], staged: Path, manifest: Manifest, bar: ProgressBar,
-    threshold: int,
+    threshold: int, ranges: Mapping[str, Sequence[tuple[int, int]]],
 ) -> list[Fallback]:  # fmt: skip
     first = ordered[0]
     if first.store is None:
@@ -189,7 +207,7 @@ def _fetch_everything(
         )
     # a breaker only where another copy can take over: the last copy is asked for every file, with retries
     breakers = [Breaker(s.name) if i < len(ordered) - 1 else None for i, s in enumerate(ordered)]
-    got = fetch_all(submit, first.store, list(first.plans), staged, manifest, bar, threshold, breakers[0])
+    got = fetch_all(submit, first.store, list(first.plans), staged, manifest, bar, threshold, breakers[0], ranges)
     said: dict[str, list[str]] = {}  # each copy's own error, for the error that ends a restore
     for path, e in got.items():
         failed[path] = why(e, first.name)
@@ -205,7 +223,7 @@ def _fetch_everything(
         errors = settle(submit.map([partial(forget, p, staged, manifest) for p in plans]))
         if errors:
             raise RestoreError("could not clear failed files for another copy:\n" + "\n".join(errors))
-        again = fetch_all(submit, alt.store, plans, staged, manifest, bar, threshold, breaker)
+        again = fetch_all(submit, alt.store, plans, staged, manifest, bar, threshold, breaker, ranges)
         for p in plans:
             if p.path in again:
                 failed[p.path] += f"; {why(again[p.path], alt.name)}"
@@ -227,11 +245,22 @@ def _fetch_everything(
 def fetch_all(
     submit: Submitter, store: ObjectStore, plans: list[ObjectPlan], staged: Path, manifest: Manifest,
     bar: ProgressBar, threshold: int, breaker: Breaker | None = None,
+    ranges: Mapping[str, Sequence[tuple[int, int]]] | None = None,
 ) -> dict[str, BaseException]:  # fmt: skip
     """Every file of `plans` from `store` into `staged` (a big one as ranges, as
     restore/downloads.download_all fetches it), each checked; returns the files that failed, by path,
-    with the first error each gave. Each phase waits for the last."""
+    with the first error each gave. Each phase waits for the last. A file in `ranges` gets only those
+    spans (restore/tensors.fetch_ranges), one call per file."""
     failed: dict[str, BaseException] = {}
+    ranges = ranges or {}
+    picked = [p for p in plans if p.path in ranges]
+    picked_f: list[Pending[str]] = (
+        submit.map([partial(fetch_ranges_guarded, breaker, store, p, staged, manifest, ranges[p.path], bar)
+                    for p in picked])
+        if picked
+        else []
+    )  # fmt: skip
+    plans = [p for p in plans if p.path not in ranges]
     cut = ranged.split_plans(plans, threshold, store.transfer.part_size)
     split = list(cut.split)
     if split:
@@ -257,6 +286,8 @@ def fetch_all(
         else:
             got.append(out)
     for plan, w in zip(cut.whole, whole_f, strict=True):
+        _note(failed, plan.path, w)
+    for plan, w in zip(picked, picked_f, strict=True):
         _note(failed, plan.path, w)
     to_seal = [p for p in ok_split if p.path not in failed]
     if to_seal:

@@ -46,6 +46,7 @@ class Request:
     source: str | None = None  # `--from`: the copy read first; None: the cheapest usable one
     only: tuple[str, ...] = ()  # `--only`: model, optimizer or glob patterns (restore/selection.py)
     exclude: tuple[str, ...] = ()  # `--exclude`: glob patterns
+    only_keys: tuple[str, ...] = ()  # `--only-keys`: FQN prefixes of a DCP checkpoint's items
 
 
 def _nothing(_: object) -> None:
@@ -89,7 +90,9 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
     """Resolve the save and choose the copy, or raise RestoreError (bad input: nothing touched).
     `copies`: the primary first, then the replicas (copies.open_copies); a copy without a store is
     one that could not be reached."""
-    selection = parse_selection(request.only, request.exclude)  # a bad pattern is refused before any read
+    selection = parse_selection(
+        request.only, request.exclude, request.only_keys
+    )  # a bad pattern is refused before any read
     primary = copies[0].store
     catalog = Catalog(primary, cfg.store.prefix) if primary is not None else None
     early = copies_lib.EarlySurvey(copies, request.run, request.step, request.save) if ways.survey_early else None
@@ -113,11 +116,17 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
         surveyed = {s.name: s for s in statuses}
         if not selection.whole:  # the part alone is planned, thawed, estimated and fetched
             selected, statuses = narrow_statuses(statuses, selection)
-            if not selected.left_out:  # it selects every file: a whole restore, said as one
+            if not selected.partial:  # it selects every file whole: a whole restore, said as one
                 selected = None
         ordered = copies_lib.choose(statuses, request.source)
         first = ordered[0]
         assert first.manifest is not None  # a usable copy has its manifest (copies.survey)
+        if selected is not None and selected.tensors is not None:
+            # which ranges of each .distcp: from the .metadata beside them, read from the copy chosen
+            from ckptvault.restore import tensors
+
+            assert first.store is not None
+            selected = tensors.resolve(selected, first.store, surveyed[first.name].plans)
         prices = load_prices(cfg.policy.prices)
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
         est = estimate(first.manifest, list(first.plans), prices, request.tier, egress, history.throughput())

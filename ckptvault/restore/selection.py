@@ -3,9 +3,12 @@
 planned, thawed or fetched, so the estimate, the thaw and the transfer all cover the part alone.
 
 `model` and `optimizer` are the layout's own split (ckptvault/formats/parts.py). Where the layout keeps
-both in one file (a Lightning .ckpt, a ZeRO-3 partition, a DCP .distcp), asking for either is refused
-naming the format, the file and why: never a silent full restore. A PATTERN is a glob on the
-manifest's relative paths (`*` also crosses `/`); one without a `/` also matches a file's name alone.
+both in one file (a Lightning .ckpt, a ZeRO-3 partition), asking for either is refused naming the
+format, the file and why: never a silent full restore. A torch DCP `.distcp` file (dcp, Megatron
+`torch_dist`, NeMo 2) is split by its tensors instead (`by_tensor`: ckptvault/restore/tensors.py,
+formats/dcp_tensors.py), as is every `.distcp` for `--only-keys PREFIX` (repeatable: FQN prefixes).
+A PATTERN is a glob on the manifest's relative paths (`*` also crosses `/`); one without a `/` also
+matches a file's name alone.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ PARTS = ("model", "optimizer")
 # Written at the root of a partial restore's destination, beside the checkpoint: what was left out
 MARKER = "ckptvault-partial.json"
 # The node-local protocol restores whole saves only (the command line refuses it first, the flow here)
-NODE_LOCAL_REFUSED = "--only/--exclude with --node-local is not supported yet: restore the whole save"
+NODE_LOCAL_REFUSED = "--only/--only-keys/--exclude with --node-local is not supported yet: restore the whole save"
 
 
 class SelectionError(RestoreError):
@@ -38,23 +41,79 @@ class Selection:
 
     only: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    only_keys: tuple[str, ...] = ()  # FQN prefixes of a DCP checkpoint's items (tensor level)
 
     @property
     def whole(self) -> bool:
-        return not self.only and not self.exclude
+        return not self.only and not self.exclude and not self.only_keys
 
     def describe(self) -> str:
-        said = [f"--only {o}" for o in self.only] + [f"--exclude {e}" for e in self.exclude]
-        return " ".join(said)
+        said = [f"--only {o}" for o in self.only] + [f"--only-keys {k}" for k in self.only_keys]
+        return " ".join(said + [f"--exclude {e}" for e in self.exclude])
 
 
-def parse_selection(only: Sequence[str] | None, exclude: Sequence[str] | None) -> Selection:
+def parse_selection(
+    only: Sequence[str] | None, exclude: Sequence[str] | None, only_keys: Sequence[str] | None = None
+) -> Selection:
     """The flags (or the flow's parameters) as a Selection; SelectionError on an empty pattern."""
     for flag, values in (("--only", only or ()), ("--exclude", exclude or ())):
         for v in values:
             if not v.strip():
                 raise SelectionError(f"{flag} needs a part (model, optimizer) or a glob pattern, not an empty string")
-    return Selection(tuple(only or ()), tuple(exclude or ()))
+    for k in only_keys or ():
+        if not k.strip(".").strip():
+            raise SelectionError(f"--only-keys needs a key prefix such as model.layers.0, not {k!r}")
+    return Selection(tuple(only or ()), tuple(exclude or ()), tuple(only_keys or ()))
+
+
+# The formats whose .distcp files are torch DCP's, split by their tensors (formats/dcp_tensors.py)
+TENSOR_FORMATS = frozenset({"dcp", "megatron", "nemo"})
+DISTCP = ".distcp"
+
+
+@dataclass(frozen=True)
+class TensorFile:
+    """One .distcp file of a tensor-level selection: the (offset, length) spans written, coalesced."""
+
+    path: str
+    ranges: tuple[tuple[int, int], ...]
+    size: int
+
+    @property
+    def bytes(self) -> int:
+        return sum(n for _, n in self.ranges)
+
+    @property
+    def read_bytes(self) -> int:
+        """What the restore reads of it: the whole object to verify its CRC32C, or nothing (restore/tensors.py)."""
+        return self.size if self.ranges else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        verified = "whole object read, its CRC32C checked" if self.ranges else "nothing selected in it: not read"
+        return {"path": self.path, "ranges": len(self.ranges), "bytes": self.bytes, "of_bytes": self.size,
+                "read_bytes": self.read_bytes, "verified": verified}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Tensors:
+    """The tensor-level part of a selection: which items, and once resolved (restore/tensors.resolve,
+    which reads the .metadata) each file's ranges and the counts."""
+
+    parts: tuple[str, ...]  # model, optimizer
+    prefixes: tuple[str, ...]  # --only-keys
+    files: tuple[TensorFile, ...] = ()
+    items: int = 0  # items (tensors and pickled objects) selected
+    of_items: int = 0
+    tensors: int = 0
+    of_tensors: int = 0
+
+    def of_what(self) -> str:
+        return " or ".join([*self.parts, *(f"keys {p}" for p in self.prefixes)])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"parts": list(self.parts), "keys": list(self.prefixes), "items": self.items,
+                "of_items": self.of_items, "tensors": self.tensors, "of_tensors": self.of_tensors,
+                "files": [f.as_dict() for f in self.files]}  # fmt: skip
 
 
 def _matches(pattern: str, path: str) -> bool:
@@ -68,14 +127,28 @@ class Selected:
     selection: Selection
     files: tuple[FileEntry, ...]
     left_out: tuple[FileEntry, ...]
+    by_tensor: tuple[str, ...] = ()  # files of `files` of which only some items' ranges are restored
+    tensors: Tensors | None = None  # what `by_tensor` takes (None: a file-level selection)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.left_out or self.by_tensor)
 
     @property
     def bytes(self) -> int:
-        return sum(f.size for f in self.files)
+        """What lands on the disk: the whole files, and the ranges of the tensor-level ones."""
+        ranged = {t.path: t.bytes for t in self.tensors.files} if self.tensors is not None else {}
+        return sum(ranged.get(f.path, f.size) for f in self.files)
+
+    @property
+    def read_bytes(self) -> int:
+        """What is read from the store: the whole files, and the tensor-level ones read to be verified."""
+        ranged = {t.path: t.read_bytes for t in self.tensors.files} if self.tensors is not None else {}
+        return sum(ranged.get(f.path, f.size) for f in self.files)
 
     @property
     def of_bytes(self) -> int:
-        return self.bytes + sum(f.size for f in self.left_out)
+        return sum(f.size for f in self.files) + sum(f.size for f in self.left_out)
 
     def narrow(self, manifest: Manifest) -> Manifest:
         """The manifest with only the selected files: what the plan, the thaw and the transfer act on."""
@@ -87,18 +160,27 @@ class Selected:
         from ckptvault import humanize
 
         n, total = len(self.files), len(self.files) + len(self.left_out)
-        return (
+        said = (
             f"partial restore ({self.selection.describe()}): {n} of {total} files, "
             f"{humanize.size(self.bytes)} of {humanize.size(self.of_bytes)}"
         )
+        if self.tensors is not None:
+            t = self.tensors
+            said += (f"; {t.tensors} of {t.of_tensors} tensors ({t.items} of {t.of_items} items) from "
+                     f"{len(self.by_tensor)} .distcp files, read whole to verify them: "
+                     f"{humanize.size(self.read_bytes)} read")  # fmt: skip
+        return said
 
     def as_dict(self) -> dict[str, Any]:
         """`restore --json`'s `selection`, and the marker file's body."""
         return {
             "only": list(self.selection.only), "exclude": list(self.selection.exclude),
+            "only_keys": list(self.selection.only_keys),
             "files": len(self.files), "of_files": len(self.files) + len(self.left_out),
-            "bytes": self.bytes, "of_bytes": self.of_bytes,
+            "bytes": self.bytes, "of_bytes": self.of_bytes, "read_bytes": self.read_bytes,
             "restored": [f.path for f in self.files], "left_out": [f.path for f in self.left_out],
+            "by_tensor": list(self.by_tensor),
+            "tensors": None if self.tensors is None else self.tensors.as_dict(),
         }  # fmt: skip
 
     def marker(self, manifest: Manifest) -> tuple[str, str]:
@@ -110,18 +192,32 @@ class Selected:
 
 
 def select(manifest: Manifest, selection: Selection) -> Selected:
-    """The save's files that `selection` asks for, or SelectionError naming why it cannot be served."""
+    """The save's files that `selection` asks for, or SelectionError naming why it cannot be served. A
+    tensor-level selection's ranges are not known here (they are in the .metadata, which is in the
+    store): restore/tensors.resolve adds them."""
     # here, not at the module's top: the layouts' modules are not on a whole restore's path
     from ckptvault.formats.parts import Part, classify
 
     files = list(manifest.files)
     chosen: list[FileEntry] = files
-    if selection.only:
+    by_tensor: list[str] = []
+    tensor_parts: list[str] = []
+    distcp = [f.path for f in files if f.path.endswith(DISTCP)] if manifest.format in TENSOR_FORMATS else []
+    if selection.only_keys and not distcp:
+        raise SelectionError(
+            f"--only-keys selects items inside torch DCP .distcp files; {manifest.run} step {manifest.step} is a "
+            f"{manifest.format!r} checkpoint without any: choose files with --only PATTERN"
+        )
+    if selection.only or selection.only_keys:
         classified = {c.path: c for c in classify(manifest.format, [f.path for f in files])}
         wanted: set[str] = set()
+        whole_by_pattern: set[str] = set()
         for only in selection.only:
             if only in PARTS:
                 mixed = [c for c in classified.values() if c.part is Part.MIXED]
+                if mixed and distcp and all(c.path.endswith(DISTCP) for c in mixed):
+                    tensor_parts.append(only)  # each .distcp split by its items' names
+                    continue
                 if mixed:
                     first = mixed[0]
                     raise SelectionError(
@@ -135,6 +231,13 @@ def select(manifest: Manifest, selection: Selection) -> Selected:
                 if not hits:
                     raise SelectionError(_none_match("--only", only, manifest))
                 wanted |= hits
+                whole_by_pattern |= hits
+        if tensor_parts or selection.only_keys:
+            # every file beside the .distcp ones is one a loader reads (.metadata, common.pt, metadata.json,
+            # NeMo's context/): small, and whole; each .distcp not asked for whole by a pattern, by its items
+            wanted |= {f.path for f in files if not f.path.endswith(DISTCP)}
+            by_tensor = [p for p in distcp if p not in whole_by_pattern]
+            wanted |= set(by_tensor)
         chosen = [f for f in files if f.path in wanted]
     for pattern in selection.exclude:
         if not any(_matches(pattern, f.path) for f in files):
@@ -146,7 +249,10 @@ def select(manifest: Manifest, selection: Selection) -> Selected:
             f"its files: {_some_paths(manifest)}"
         )
     kept = {f.path for f in chosen}
-    return Selected(selection, tuple(chosen), tuple(f for f in files if f.path not in kept))
+    by_tensor = [p for p in by_tensor if p in kept]
+    tensors = Tensors(tuple(dict.fromkeys(tensor_parts)), selection.only_keys) if by_tensor else None
+    return Selected(selection, tuple(chosen), tuple(f for f in files if f.path not in kept), tuple(by_tensor),
+                    tensors)  # fmt: skip
 
 
 def _some_paths(manifest: Manifest, n: int = 12) -> str:

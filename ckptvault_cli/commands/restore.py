@@ -84,10 +84,11 @@ def cmd_restore(args: argparse.Namespace) -> int:
     try:
         # Bad input (an unknown run, step or save, a suspect without --force, a --from copy that cannot
         # give the save) is found here, before a flow run exists: exit 2, nothing touched, no alert.
-        if args.node_local and (args.only or args.exclude):
+        if args.node_local and (args.only or args.exclude or args.only_keys):
             raise RestoreError(NODE_LOCAL_REFUSED)
         prepared = prepare(cfg, copies, Request(args.run, args.dest, args.step, args.save, args.tier, args.force,
-                                                args.source, tuple(args.only or ()), tuple(args.exclude or ())),
+                                                args.source, tuple(args.only or ()), tuple(args.exclude or ()),
+                                                tuple(args.only_keys or ())),
                            ways)  # fmt: skip
     except RestoreError as e:
         raise UsageError(str(e)) from None
@@ -136,6 +137,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             source=args.source,
             only=args.only,
             exclude=args.exclude,
+            only_keys=args.only_keys,
         )
     return _output(args, label, step, save, result)
 
@@ -269,6 +271,9 @@ def _print_restored(args: argparse.Namespace, label: str, step: int, save: int, 
             sel = result.selection
             print(f"partial: {sel['files']} of {sel['of_files']} files; {MARKER} there lists the "
                   f"{sel['of_files'] - sel['files']} left out, so nothing mistakes it for the whole save")  # fmt: skip
+            if (t := sel.get("tensors")) is not None:  # the .distcp files hold only the chosen items' bytes
+                print(f"of {len(sel['by_tensor'])} .distcp files only {t['items']} of {t['of_items']} items were "
+                      f"written ({t['tensors']} of {t['of_tensors']} tensors); the rest reads as zeros")  # fmt: skip
         if result.pointer:
             print(f"pointer file {result.pointer} written: the framework resumes from this checkpoint")
         if result.replaced:

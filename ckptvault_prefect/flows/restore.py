@@ -66,6 +66,7 @@ def restore(
     source: str | None = None,
     only: list[str] | None = None,
     exclude: list[str] | None = None,
+    only_keys: list[str] | None = None,
 ) -> RestoreResult | State:
     """Bring back run R at step S (or the newest good one) into a directory the framework resumes from:
     every file's CRC32C checked, the destination filled only once every byte is in place.
@@ -86,6 +87,8 @@ def restore(
         only: Restore only these: model (weights, config, tokenizer), optimizer, or globs on the paths inside
             the checkpoint (empty: every file).
         exclude: Leave out the files these globs match (after only).
+        only_keys: Of a torch DCP checkpoint (dcp, megatron torch_dist, nemo), restore only the items whose
+            names are or start with these prefixes (e.g. model.layers.0), with every file beside the .distcp ones.
 
     Run as a deployment (the Prefect UI's "Run", `prefect deployment run restore/restore`), a restore
     that ckptvault refuses (a run not in the catalog, a destination not empty, a step that is not a
@@ -94,7 +97,7 @@ def restore(
     """
     try:
         return _restore(run, dest, step, save, tier, wait, force, wait_hours, reschedule, config_path, node_local,
-                        source, tuple(only or ()), tuple(exclude or ()))  # fmt: skip
+                        source, tuple(only or ()), tuple(exclude or ()), tuple(only_keys or ()))  # fmt: skip
     except CkptvaultError as e:
         if not deployment.id:
             raise
@@ -117,6 +120,7 @@ def _restore(
     source: str | None,
     only: tuple[str, ...] = (),
     exclude: tuple[str, ...] = (),
+    only_keys: tuple[str, ...] = (),
 ) -> RestoreResult:
     """The flow's body. `source` (`--from`): the copy read first, `primary` or a replica's name; None: the
     reachable, complete copy cheapest to bring back (docs/replicas.md, "Restore from a copy").
@@ -161,7 +165,8 @@ def _restore(
     ways = Ways(read_history=restore_history_task, replica_history=replica_history_task, survey=survey_task,
                 unreadable=alert_unreadable, primary_down=primary_down, resolved=print_notes,
                 planned=print_estimate)  # fmt: skip
-    prepared = prepare(cfg, copies, Request(run, dest, step, save, tier, force, source, only, exclude), ways)
+    prepared = prepare(cfg, copies, Request(run, dest, step, save, tier, force, source, only, exclude, only_keys),
+                       ways)  # fmt: skip
     chosen, catalog = prepared.chosen, prepared.catalog
     n, est, manifest = chosen.resolution.step, chosen.estimate, chosen.ordered[0].manifest
     assert manifest is not None  # a usable copy has its manifest (copies.survey)
@@ -202,8 +207,11 @@ def _restore(
             "restore-result",
             f"### Restored {run} step {n}\n\n- destination: `{where}`\n- files: {len(manifest.files)}, "
             f"{humanize.size(manifest.total_bytes)}, every CRC32C verified\n"
-            + (f"- {chosen.selected.describe()}; {MARKER} at the destination lists what was left out\n"
-               if chosen.selected is not None else "")
+            + (
+                f"- {chosen.selected.describe()}; {MARKER} at the destination lists what was left out\n"
+                if chosen.selected is not None
+                else ""
+            )
             + f"- pointer file: {report.pointer or 'none'}\n",
             "what was restored and where",
         )

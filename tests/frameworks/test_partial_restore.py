@@ -5,7 +5,9 @@ and come back, byte-identical, and transformers' own `from_pretrained` loads the
 is never read: replaced in the bucket by junk of the same size, the partial restore still succeeds and a
 full one fails naming it. A DeepSpeed ZeRO-1 save's model comes back as its model states alone, and
 DeepSpeed's own module-only load reads it. A layout that keeps model and optimizer in one file
-(Lightning's .ckpt) is refused with exit 2, naming it."""
+(Lightning's .ckpt) is refused with exit 2, naming it. A torch DCP save (and Megatron's torch_dist, a DCP
+inside) comes back with its .distcp files sparse, holding only the model's (or the optimizer's, or the
+keys asked for) tensors, which `torch.distributed.checkpoint.load` reads back equal to the saved ones."""
 
 from __future__ import annotations
 
@@ -151,3 +153,111 @@ def test_only_model_of_deepspeed_zero1_loads_with_load_module_only(
     saved = torch.load(original / "mp_rank_00_model_states.pt", weights_only=False)["module"]
     assert sorted(loaded) == sorted(f"model.{k}" for k in saved) and loaded
     assert all(torch.equal(loaded[f"model.{k}"], t) for k, t in saved.items())
+
+
+# In a child process: dcp.load of every tensor item under PREFIX from the restored checkpoint and from the
+# original, as a loader of a model-only state dict does (flat keys, empty tensors shaped by .metadata).
+DCP_LOAD = """
+import json, sys
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+original, jobs, out = sys.argv[1], json.loads(sys.argv[2]), []
+md = dcp.FileSystemReader(original).read_metadata()
+for restored, prefix in jobs:
+    def state():
+        return {k: torch.full(m.size, float("nan"), dtype=m.properties.dtype)
+                for k, m in md.state_dict_metadata.items()
+                if isinstance(m, TensorStorageMetadata) and (k == prefix or k.startswith(prefix + "."))}
+    got, saved = state(), state()
+    dcp.load(got, checkpoint_id=restored, no_dist=True)
+    dcp.load(saved, checkpoint_id=original, no_dist=True)
+    out.append({"keys": sorted(got), "equal": all(torch.equal(got[k], saved[k]) for k in got),
+                "nonzero": all(bool(saved[k].abs().sum() > 0) for k in saved if k.endswith("weight"))})
+print(json.dumps(out))
+"""
+DCP_DIRS = {"dcp": f"checkpoint/step-{STEP}", "megatron": f"iter_{STEP:07d}"}
+
+
+def _dcp_load(original: Path, jobs: list[tuple[Path, str]]) -> list[dict[str, Any]]:
+    """One child process (one torch import) for every (restored checkpoint, key prefix) to load."""
+    loaded = subprocess.run([sys.executable, "-c", DCP_LOAD, str(original), json.dumps([(str(p), k) for p, k in jobs])],
+                            capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    got: list[dict[str, Any]] = json.loads(loaded.stdout.strip().splitlines()[-1])
+    return got
+
+
+@pytest.mark.parametrize("fw", ["dcp", "megatron"])
+def test_only_model_of_a_dcp_save_writes_the_model_tensors_alone_into_sparse_distcp_files(
+    seaweedfs: Any, bucket_factory: Any, framework_run: Callable[[str], Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], fw: str,
+) -> None:  # fmt: skip
+    need("torch.distributed.checkpoint")
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    root = framework_run(fw)
+    original = root / DCP_DIRS[fw]
+    bucket = bucket_factory(seaweedfs)
+    # the quality gates are not what this tests: off, the ingest is the upload alone
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("d", root, fw)],
+                       extra="[validation]\nenabled = false\n")  # fmt: skip
+    assert main(["--config", str(cfg), "ingest", "--run", "d", "--step", str(STEP)]) == 0
+    distcp = sorted(p.name for p in original.glob("*.distcp"))
+    beside = sorted(p.name for p in original.iterdir() if p.is_file() and p.suffix != ".distcp")
+    assert distcp and ".metadata" in beside
+
+    def restore(*flags: str) -> tuple[Path, dict[str, Any]]:
+        dest = tmp_path / "-".join(f.strip("-") for f in flags)
+        capsys.readouterr()
+        rc = main(["--config", str(cfg), "restore", "d", "--step", str(STEP), *flags, "--dest", str(dest), "--json"])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        doc: dict[str, Any] = json.loads(out)
+        assert doc["status"] == "restored" and doc["partial"] is True, doc
+        assert json.loads((dest / MARKER).read_text())["tensors"] == doc["selection"]["tensors"]
+        ckpt = dest / original.name
+        # every file a loader reads beside the .distcp ones, byte-identical; each .distcp at its full size
+        assert sorted(p.name for p in ckpt.iterdir() if p.suffix != ".distcp") == beside
+        assert all((ckpt / n).read_bytes() == (original / n).read_bytes() for n in beside)
+        assert {p.name: p.stat().st_size for p in ckpt.glob("*.distcp")} == {
+            n: (original / n).stat().st_size for n in distcp
+        }
+        return ckpt, doc["selection"]
+
+    ckpt, sel = restore("--only", "model")
+    t = sel["tensors"]
+    assert (t["parts"], t["tensors"], t["of_tensors"]) == (["model"], 4, 16 if fw == "dcp" else 12), t
+    written = sum(f["bytes"] for f in t["files"])
+    of = sum(f["of_bytes"] for f in t["files"])
+    assert 0 < written < of / 2, t  # the model's tensors: a third of the bytes (AdamW keeps two moments)
+    # sparse: the optimizer's two thirds were never written, nor reserved
+    allocated = sum((ckpt / n).stat().st_blocks * 512 for n in distcp)
+    assert allocated < of * 0.6, (allocated, of)
+    # no block checksums yet: each .distcp with a model tensor is read whole, to check its CRC32C
+    assert all(f["read_bytes"] == (f["of_bytes"] if f["ranges"] else 0) for f in t["files"]), t
+    assert sel["bytes"] < sel["of_bytes"] and sel["read_bytes"] >= sel["bytes"]
+
+    optim, sel = restore("--only", "optimizer")
+    assert sel["tensors"]["tensors"] == (12 if fw == "dcp" else 8), sel["tensors"]
+    keys, sel = restore("--only-keys", "model.0")
+    assert sel["tensors"]["tensors"] == 2
+
+    model, optimizer, layer = _dcp_load(original, [(ckpt, "model"), (optim, "optimizer"), (keys, "model.0")])
+    assert model["equal"] and model["nonzero"] and len(model["keys"]) == 4, model  # two Linear layers
+    assert optimizer["equal"] and len(optimizer["keys"]) == sel["tensors"]["of_tensors"] - 4, optimizer
+    assert layer["equal"] and layer["keys"] == ["model.0.bias", "model.0.weight"], layer
+
+    # the command's own words, without --json: what the .distcp files hold
+    capsys.readouterr()
+    dest = tmp_path / "said"
+    assert main(["--config", str(cfg), "restore", "d", "--only-keys", "model.2", "--dest", str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert f"of {len(distcp)} .distcp files only 2 of " in out and "the rest reads as zeros" in out, out
+
+    # a prefix no item has: exit 2 naming it, nothing written
+    dest = tmp_path / "none"
+    assert main(["--config", str(cfg), "restore", "d", "--only-keys", "decoder", "--dest", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "no item of keys decoder" in err and "Traceback" not in err, err
+    assert not dest.exists()

@@ -8,6 +8,7 @@ its manifest alone (what `ls --json` shows), where the layout tells them."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -86,6 +87,7 @@ def test_orbax_items_by_name_and_a_single_item_is_mixed() -> None:
 
 
 def test_lightning_dcp_nemo_and_an_unknown_format_cannot_split_by_file() -> None:
+    """By file: a .distcp is mixed (restore/tensors.py splits it by tensor; see the DCP tests below)."""
     assert _parts("lightning", ["epoch=0-step=6.ckpt"]) == {"epoch=0-step=6.ckpt": "mixed"}
     assert _parts("dcp", [".metadata", "__0_0.distcp"]) == {".metadata": "model", "__0_0.distcp": "mixed"}
     assert _parts("nemo", ["context/model.yaml", "weights/__0_0.distcp"])["weights/__0_0.distcp"] == "mixed"
@@ -217,3 +219,137 @@ def test_the_catalog_records_the_model_and_optimizer_bytes_where_the_layout_tell
     rebuilt = {(e.run, e.step): json.loads(e.detail) for e in cat.rebuild_from_manifests() if e.event == "verified"}
     assert rebuilt[("r", 100)]["parts"] == {"model": model, "optimizer": optimizer}
     assert "parts" not in rebuilt[("l", 200)]
+
+
+# --- tensor level: torch DCP's .distcp files (ckptvault/formats/dcp_tensors.py, ckptvault/restore/tensors.py) ----
+
+
+def test_dcp_names_are_classed_by_the_frameworks_training_keys() -> None:
+    from ckptvault.formats.dcp_tensors import coalesce, key_matches, part_of
+
+    model = [
+        "model.0.weight",
+        "tok_embeddings.weight",
+        "layers.0.attention.wq.weight",  # torchtitan: flattened
+        "decoder.layers.self_attention.linear_proj._extra_state/shard_0_1",
+        "module.decoder.final_norm.weight",
+    ]
+    training = ["optimizer.state.layers.0.exp_avg", "optimizer.param_groups.0.lr", "lr_scheduler.last_epoch",
+                "dataloader.dp_rank_0", "train_state.step", "rng_state/shard_0.0_1.1",
+                "optimizer.distributed.dp_group_idx_0.param_state"]  # fmt: skip
+    assert {part_of(k) for k in model} == {"model"} and {part_of(k) for k in training} == {"optimizer"}
+    assert key_matches("model.0", "model.0.weight") and key_matches("model.0", "model.0")
+    assert not key_matches("model.0", "model.01.weight") and not key_matches("model.0.", "model.0")
+    assert coalesce([(10, 5), (0, 10), (30, 1), (14, 6), (40, 0)]) == [(0, 20), (30, 1)]
+
+
+def _dcp_run(tmp_path: Path, store: MemoryStore) -> tuple[Path, dict[str, object]]:
+    """Run d: a torch DCP save (model and its AdamW moments in one .distcp) at step 6, ingested."""
+    import torch
+
+    from tests.helpers import dcp_save
+
+    torch.manual_seed(0)
+    model = {"0.weight": torch.randn(256, 256), "0.bias": torch.randn(256)}
+    optim = {"state": {k: {"exp_avg": torch.randn_like(v), "exp_avg_sq": torch.rand_like(v)} for k, v in model.items()},
+             "param_groups": [{"lr": 1e-3}]}  # fmt: skip
+    ckpt = tmp_path / "d" / "step-6"
+    dcp_save(ckpt, {"model": model, "optimizer": optim, "train_state": {"step": 6}})
+    [found] = steps.find_checkpoints(SourceConfig(run="d", path=tmp_path / "d", format="dcp",
+                                                  settle_seconds=0)).found  # fmt: skip
+    entries = [steps.upload_one(store, j, found) for j in steps.plan_upload(store, PREFIX, found)]
+    Catalog(store, PREFIX).append([events_lib.verified(steps.commit_manifest(store, PREFIX, found, entries))])
+    return ckpt, {"model": model, "optimizer": optim}
+
+
+def test_only_model_of_a_dcp_save_writes_the_model_ranges_alone(store: MemoryStore, tmp_path: Path) -> None:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    ckpt, saved = _dcp_run(tmp_path, store)
+    dest = tmp_path / "dest"
+    prepared = _prepare(store, dest, run="d", only=("model",))
+    sel = prepared.chosen.selected
+    assert sel is not None and sel.by_tensor == ("__0_0.distcp",) and sel.tensors is not None
+    assert (sel.tensors.tensors, sel.tensors.of_tensors, sel.tensors.parts) == (2, 6, ("model",))
+    [tf] = sel.tensors.files
+    assert len(tf.ranges) == 1 and 0 < tf.bytes < tf.size / 2  # the two model tensors, adjacent: one range
+    with Threads(workers=2) as submit:
+        result = complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
+                          secret=None, started=0.0)  # fmt: skip
+    assert result.status == "restored"
+    got = dest / "step-6" / "__0_0.distcp"
+    original = (ckpt / "__0_0.distcp").read_bytes()
+    data = got.read_bytes()
+    assert (
+        len(data) == len(original) and (dest / "step-6" / ".metadata").read_bytes() == (ckpt / ".metadata").read_bytes()
+    )
+    ((off, n),) = tf.ranges
+    assert data[off : off + n] == original[off : off + n] and data[:off].count(0) == off  # the rest: holes
+    loaded = {"model": {k: torch.zeros_like(v) for k, v in saved["model"].items()}}  # type: ignore[attr-defined]
+    dcp.load(loaded, checkpoint_id=str(dest / "step-6"), no_dist=True)
+    assert all(torch.equal(loaded["model"][k], v) for k, v in saved["model"].items())  # type: ignore[attr-defined]
+    marker = json.loads((dest / MARKER).read_text())
+    assert marker["tensors"]["files"][0]["read_bytes"] == len(original) and marker["by_tensor"] == ["__0_0.distcp"]
+    assert marker["bytes"] == tf.bytes + len((ckpt / ".metadata").read_bytes())
+
+
+def test_a_dcp_range_restore_checks_the_whole_objects_crc32c(store: MemoryStore, tmp_path: Path) -> None:
+    _dcp_run(tmp_path, store)
+    key = checkpoint_prefix(PREFIX, "d", 6) + "__0_0.distcp"
+    junk = bytearray(store.get_bytes(key))
+    junk[-10] ^= 0xFF  # in the optimizer's bytes, which are not written: the read still fails the CRC32C
+    store.put_bytes(key, bytes(junk))
+    dest = tmp_path / "dest"
+    prepared = _prepare(store, dest, run="d", only=("model",))
+    with Threads(workers=2) as submit, pytest.raises(Exception, match=r"__0_0.distcp.*CRC32C mismatch"):
+        complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
+                 secret=None, started=0.0)  # fmt: skip
+    assert not dest.exists()
+
+
+def test_only_keys_needs_a_dcp_save_and_an_item_it_names(store: MemoryStore, tmp_path: Path) -> None:
+    _dcp_run(tmp_path, store)
+    with pytest.raises(SelectionError, match=r"--only-keys selects items inside torch DCP .distcp files; r step "
+                       r"100 is a 'hf' checkpoint"):  # fmt: skip
+        prepare(CFG, [Copy(copies.PRIMARY, store, PREFIX)], Request("r", str(tmp_path / "x"), only_keys=("model",)))
+    with pytest.raises(SelectionError, match=r"no item of keys model.9 in"):
+        prepare(CFG, [Copy(copies.PRIMARY, store, PREFIX)], Request("d", str(tmp_path / "x"), only_keys=("model.9",)))
+    with pytest.raises(SelectionError, match="--only-keys needs a key prefix"):
+        parse_selection(None, None, ["."])
+    got = prepare(CFG, [Copy(copies.PRIMARY, store, PREFIX)],
+                  Request("d", str(tmp_path / "x"), only_keys=("optimizer.state.0.bias",))).chosen.selected  # fmt: skip
+    assert got is not None and got.tensors is not None and got.tensors.tensors == 2  # exp_avg, exp_avg_sq
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_fast_metadata_reader_reads_what_the_opcode_reader_does(tmp_path: Path) -> None:
+    """Above MAX_OPCODES a .metadata is read by the C unpickler with stand-ins (bench/README.md has its speed)."""
+    import torch
+
+    from ckptvault.formats import _pickle
+    from ckptvault.formats import dcp_tensors as dt
+    from tests.helpers import dcp_save
+
+    state = {f"layers.{i}.w": torch.zeros(2) for i in range(300)}
+    dcp_save(tmp_path / "c", {"model": state, "optimizer": {"state": {k: {"m": v} for k, v in state.items()}}})
+    meta = tmp_path / "c" / ".metadata"
+    slow = dt.chunks(meta)
+    assert len(slow) == 600 and {c.fqn for c in slow if dt.part_of(c.fqn) == "model"} == {
+        f"model.layers.{i}.w" for i in range(300)
+    }
+    old = dt.MAX_OPCODES
+    try:
+        dt.MAX_OPCODES = 0  # every file over it: the fast reader
+        assert dt.chunks(meta) == slow
+    finally:
+        dt.MAX_OPCODES = old
+    raw = meta.read_bytes()
+    fast = _pickle.read_fast(raw)
+    assert isinstance(fast, _pickle.Obj) and fast.name == "torch.distributed.checkpoint.metadata.Metadata"
+    with pytest.raises(ValueError, match="not a pickle"):
+        _pickle.read_fast(raw[: len(raw) // 2])
+    # nothing a pickle names is imported or called: a stand-in records the call
+    evil = pickle.dumps(Path("x"))  # REDUCE pathlib.PosixPath
+    got = _pickle.read_fast(evil)
+    assert isinstance(got, _pickle.Obj) and got.name == "pathlib.PosixPath" and got.args == ("x",)
