@@ -29,6 +29,7 @@ from ckptvault.restore import ranged, tensors
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import RestoreError
+from ckptvault.restore.selection import TensorFile
 from ckptvault.restore.steps import (
     discard,
     download_one,
@@ -130,13 +131,13 @@ def fetch_range_guarded(
 
 def fetch_ranges_guarded(
     breaker: Breaker | None, store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest,
-    spans: Sequence[tuple[int, int]], progress: ProgressFn | None = None,
+    spans: TensorFile, progress: ProgressFn | None = None,
 ) -> str:  # fmt: skip
     """`tensors.fetch_ranges`, guarded as `download_guarded` is."""
     if breaker is not None:
         breaker.check()
     try:
-        return tensors.fetch_ranges(store, plan, into, manifest, spans, progress)
+        return tensors.fetch_ranges(store, plan, into, manifest, spans.ranges, progress, spans.blocks)
     except TransientStoreError as e:
         if breaker is not None:
             breaker.trip(e)
@@ -165,7 +166,7 @@ def forget(plan: ObjectPlan, into: Path, manifest: Manifest) -> str:
 def restore_from_copies(
     submit: Submitter, ordered: Sequence[CopyStatus], target: Path, manifest: Manifest, bar: ProgressBar,
     threshold: int, force: bool, marker: tuple[str, str] | None = None,
-    ranges: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+    ranges: Mapping[str, TensorFile] | None = None,
 ) -> CopiesRestore:  # fmt: skip
     """Restore `manifest`'s save into `target` from `ordered` (copies.choose's order; each with its
     store and plans from copies.survey), falling back file by file. RestoreError, with every failure
@@ -191,7 +192,7 @@ def restore_from_copies(
 
 def _fetch_everything(
     submit: Submitter, ordered: Sequence[CopyStatus], staged: Path, manifest: Manifest, bar: ProgressBar,
-    threshold: int, ranges: Mapping[str, Sequence[tuple[int, int]]],
+    threshold: int, ranges: Mapping[str, TensorFile],
 ) -> list[Fallback]:  # fmt: skip
     first = ordered[0]
     if first.store is None:
@@ -245,7 +246,7 @@ def _fetch_everything(
 def fetch_all(
     submit: Submitter, store: ObjectStore, plans: list[ObjectPlan], staged: Path, manifest: Manifest,
     bar: ProgressBar, threshold: int, breaker: Breaker | None = None,
-    ranges: Mapping[str, Sequence[tuple[int, int]]] | None = None,
+    ranges: Mapping[str, TensorFile] | None = None,
 ) -> dict[str, BaseException]:  # fmt: skip
     """Every file of `plans` from `store` into `staged` (a big one as ranges, as
     restore/downloads.download_all fetches it), each checked; returns the files that failed, by path,

@@ -126,7 +126,8 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
             from ckptvault.restore import tensors
 
             assert first.store is not None
-            selected = tensors.resolve(selected, first.store, surveyed[first.name].plans)
+            blocks = tensors.copies_blocks(ordered)
+            selected = tensors.resolve(selected, first.store, surveyed[first.name].plans, blocks)
         prices = load_prices(cfg.policy.prices)
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
         est = estimate(first.manifest, list(first.plans), prices, request.tier, egress, history.throughput())

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import PurePosixPath
 from typing import Any
 
+from ckptvault.checkpoint.blocks import FileBlocks
 from ckptvault.checkpoint.manifest import FileEntry, Manifest
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.resolve import RestoreError
@@ -71,6 +72,21 @@ TENSOR_FORMATS = frozenset({"dcp", "megatron", "nemo"})
 DISTCP = ".distcp"
 
 
+def block_spans(blocks: FileBlocks, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The whole blocks around `ranges` ((offset, length), in order) as [start, end) spans, merged where
+    they touch: each block is read once however many ranges it serves."""
+    out: list[tuple[int, int]] = []
+    for off, n in ranges:
+        if n < 1:
+            continue
+        s, e = blocks.span(off, n)
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
 @dataclass(frozen=True)
 class TensorFile:
     """One .distcp file of a tensor-level selection: the (offset, length) spans written, coalesced."""
@@ -78,6 +94,9 @@ class TensorFile:
     path: str
     ranges: tuple[tuple[int, int], ...]
     size: int
+    # the file's verified block CRC32Cs (checkpoint/blocks.py), where its save has them: only the blocks
+    # around the ranges are read, each checked; None: the whole object is read to check its CRC32C
+    blocks: FileBlocks | None = field(default=None, compare=False)
 
     @property
     def bytes(self) -> int:
@@ -85,11 +104,20 @@ class TensorFile:
 
     @property
     def read_bytes(self) -> int:
-        """What the restore reads of it: the whole object to verify its CRC32C, or nothing (restore/tensors.py)."""
-        return self.size if self.ranges else 0
+        """What the restore reads of it (restore/tensors.py): the whole blocks around its ranges, or the whole
+        object to verify its CRC32C where it has no blocks, or nothing."""
+        if not self.ranges:
+            return 0
+        if self.blocks is None:
+            return self.size
+        return sum(e - s for s, e in block_spans(self.blocks, self.ranges))
 
     def as_dict(self) -> dict[str, Any]:
-        verified = "whole object read, its CRC32C checked" if self.ranges else "nothing selected in it: not read"
+        verified = (
+            "nothing selected in it: not read" if not self.ranges
+            else "whole object read, its CRC32C checked" if self.blocks is None
+            else "the blocks around its ranges read, each block's CRC32C checked"
+        )  # fmt: skip
         return {"path": self.path, "ranges": len(self.ranges), "bytes": self.bytes, "of_bytes": self.size,
                 "read_bytes": self.read_bytes, "verified": verified}  # fmt: skip
 

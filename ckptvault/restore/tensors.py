@@ -11,12 +11,13 @@ directory's `.metadata`, verified, reads which chunks the selection takes (forma
 and records the coalesced ranges per file on the selection; `fetch_ranges` (one call per `.distcp`,
 run by the submitter like every download) fills one file.
 
-Verification: a manifest has one CRC32C per file, which no range alone can be checked against. So
-`fetch_ranges` reads the whole object, streamed a part at a time (never whole in memory), checks its
-CRC32C as any restore does, and writes only the selected ranges: the disk is spared, the network is
-not (`restore --json`'s `read_bytes` says so per file). A file from which nothing is selected is not
-read at all. `fetch_ranges` is the one place to change when per-block CRC32Cs exist: fetch the blocks
-around each range, check each, write the range.
+Verification: where the save has block CRC32Cs (checkpoint/blocks.py; the sidecar's lists are checked
+against the manifest's whole-file CRC32C before they are trusted), `fetch_ranges` reads only the whole
+blocks around the ranges and checks each before writing; a manifest's one CRC32C per file cannot check
+a range alone, so without blocks it reads the whole object, streamed a part at a time (never whole in
+memory), checks its CRC32C as any restore does, and writes only the selected ranges: the disk is
+spared, the network is not (`restore --json`'s `read_bytes` says which per file). A file from which
+nothing is selected is not read at all.
 """
 
 from __future__ import annotations
@@ -28,19 +29,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ckptvault.checkpoint.blocks import BlockMismatchError, FileBlocks, fetch_verified_range, load_blocks
 from ckptvault.checkpoint.manifest import Manifest
 from ckptvault.checksum import crc32c_update, from_b64, to_b64
+from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.plan import ObjectPlan
-from ckptvault.restore.selection import Selected, SelectionError, TensorFile
+from ckptvault.restore.selection import Selected, SelectionError, TensorFile, block_spans
 from ckptvault.restore.steps import set_attributes, staged_path
 from ckptvault.store import ChecksumMismatchError, ObjectStore, ProgressFn
 
 READ_PIECE = 8 << 20  # bytes per ranged GET of a whole-object read: one of these in memory per file at a time
 
 
-def resolve(selected: Selected, store: ObjectStore, plans: Sequence[ObjectPlan]) -> Selected:
+def resolve(
+    selected: Selected, store: ObjectStore, plans: Sequence[ObjectPlan], blocks: Mapping[str, FileBlocks] | None = None
+) -> Selected:
     """`selected` with the ranges of each of its tensor-level files (`selected.by_tensor`), read from the
-    `.metadata` beside them (`plans`: every object of the save on `store`, selected or not).
+    `.metadata` beside them (`plans`: every object of the save on `store`, selected or not), and each
+    file's verified block CRC32Cs where `blocks` (checkpoint/blocks.load_blocks) has them.
     SelectionError (exit 2, nothing written) when a directory has no `.metadata` or it cannot be read."""
     # here, not at the module's top: the layouts' modules are not on a whole restore's path
     from ckptvault.formats import dcp_tensors
@@ -74,7 +80,8 @@ def resolve(selected: Selected, store: ObjectStore, plans: Sequence[ObjectPlan])
             for path in selected.by_tensor:
                 if posixpath.dirname(path) == d:
                     rel = posixpath.relpath(path, d) if d else path
-                    files.append(TensorFile(path, tuple(picked.ranges.get(rel, ())), by_path[path].size))
+                    got = (blocks or {}).get(path)
+                    files.append(TensorFile(path, tuple(picked.ranges.get(rel, ())), by_path[path].size, got))
     if items == 0:
         raise SelectionError(
             f"{flag}: no item of {selected.tensors.of_what()} in {', '.join(m or '.' for m in dirs)}'s .metadata "
@@ -85,15 +92,27 @@ def resolve(selected: Selected, store: ObjectStore, plans: Sequence[ObjectPlan])
     return replace(selected, tensors=done)
 
 
+def copies_blocks(ordered: Sequence[CopyStatus]) -> dict[str, FileBlocks]:
+    """The verified block CRC32Cs of the first copy in `ordered` that has a sidecar (the primary's: a
+    replica keeps none). Each list is checked against the manifest's whole-file CRC32C, so it describes the
+    file's bytes and checks the ranges of whichever copy they are read from; {} when no copy has them."""
+    for s in ordered:
+        if s.store is not None and s.manifest is not None and (got := load_blocks(s.store, s.manifest, s.prefix)):
+            return got
+    return {}
+
+
 def fetch_ranges(
     store: ObjectStore, plan: ObjectPlan, into: Path, manifest: Manifest, ranges: Sequence[tuple[int, int]],
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | None = None, blocks: FileBlocks | None = None,
 ) -> str:  # fmt: skip
     """One `.distcp` file into the staging directory: created sparse at its full size (ftruncate, no
     block reservation: a weights restore must not reserve the optimizer's bytes), then `ranges`
-    ((offset, length), coalesced, in order) written at their offsets. Today: the whole object read a
-    piece at a time and its CRC32C checked against the manifest (ChecksumMismatchError naming the file
-    and the object: the file is removed). Nothing selected in it: created, nothing read."""
+    ((offset, length), coalesced, in order) written at their offsets. With `blocks` (the file's verified
+    block CRC32Cs) and an object stored as it is: only the whole blocks around the ranges are read, each
+    checked. Without: the whole object read a piece at a time and its CRC32C checked against the
+    manifest. A mismatch is ChecksumMismatchError naming the file (and the block): the file is removed.
+    Nothing selected in it: created, nothing read."""
     target = staged_path(into, plan, manifest)
     target.parent.mkdir(parents=True, exist_ok=True)
     # O_EXCL: a second call (a task run again) fails rather than truncate what the first wrote
@@ -103,6 +122,8 @@ def fetch_ranges(
         if ranges:
             if plan.frames:
                 _from_decoded(store, plan, fd, target, ranges, progress)
+            elif blocks is not None:
+                _from_blocks(store, plan, fd, ranges, blocks, progress)
             else:
                 _from_object(store, plan, fd, ranges, progress)
         os.fsync(fd)
@@ -125,6 +146,29 @@ def _write_overlap(fd: int, data: memoryview, at: int, ranges: Sequence[tuple[in
             while view:
                 written = os.pwrite(fd, view, lo)
                 view, lo = view[written:], lo + written
+
+
+def _from_blocks(
+    store: ObjectStore, plan: ObjectPlan, fd: int, ranges: Sequence[tuple[int, int]], blocks: FileBlocks,
+    progress: ProgressFn | None,
+) -> None:  # fmt: skip
+    """The blocks around `ranges`, READ_PIECE at a time (whole blocks: one ranged GET each), each block's
+    CRC32C checked before a byte of it is written."""
+    step = max(blocks.block_size, READ_PIECE // blocks.block_size * blocks.block_size)
+    for start, end in block_spans(blocks, ranges):
+        at = start
+        while at < end:
+            n = min(step, end - at)
+            try:
+                data = fetch_verified_range(store, plan.key, blocks, at, n)
+            except BlockMismatchError as e:  # the fallback tries the next copy on a mismatch, as for a whole file
+                raise ChecksumMismatchError(f"downloading {plan.key}: {e}") from None
+            if len(data) != n:
+                raise ChecksumMismatchError(f"downloading {plan.key}: {len(data)} bytes at {at}, expected {n}")
+            _write_overlap(fd, memoryview(data), at, ranges)
+            if progress is not None:
+                progress(n)
+            at += n
 
 
 def _from_object(
@@ -166,8 +210,8 @@ def _from_decoded(
         scratch.unlink(missing_ok=True)
 
 
-def ranges_of(selected: Selected | None) -> Mapping[str, Sequence[tuple[int, int]]]:
-    """The tensor-level files of a resolved selection and their ranges ({} for a file-level one)."""
+def ranges_of(selected: Selected | None) -> Mapping[str, TensorFile]:
+    """The tensor-level files of a resolved selection, their ranges and blocks ({} for a file-level one)."""
     if selected is None or selected.tensors is None:
         return {}
-    return {f.path: f.ranges for f in selected.tensors.files}
+    return {f.path: f for f in selected.tensors.files}

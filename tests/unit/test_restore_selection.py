@@ -243,14 +243,14 @@ def test_dcp_names_are_classed_by_the_frameworks_training_keys() -> None:
     assert coalesce([(10, 5), (0, 10), (30, 1), (14, 6), (40, 0)]) == [(0, 20), (30, 1)]
 
 
-def _dcp_run(tmp_path: Path, store: MemoryStore) -> tuple[Path, dict[str, object]]:
+def _dcp_run(tmp_path: Path, store: MemoryStore, width: int = 256) -> tuple[Path, dict[str, object]]:
     """Run d: a torch DCP save (model and its AdamW moments in one .distcp) at step 6, ingested."""
     import torch
 
     from tests.helpers import dcp_save
 
     torch.manual_seed(0)
-    model = {"0.weight": torch.randn(256, 256), "0.bias": torch.randn(256)}
+    model = {"0.weight": torch.randn(width, width), "0.bias": torch.randn(width)}
     optim = {"state": {k: {"exp_avg": torch.randn_like(v), "exp_avg_sq": torch.rand_like(v)} for k, v in model.items()},
              "param_groups": [{"lr": 1e-3}]}  # fmt: skip
     ckpt = tmp_path / "d" / "step-6"
@@ -258,6 +258,7 @@ def _dcp_run(tmp_path: Path, store: MemoryStore) -> tuple[Path, dict[str, object
     [found] = steps.find_checkpoints(SourceConfig(run="d", path=tmp_path / "d", format="dcp",
                                                   settle_seconds=0)).found  # fmt: skip
     entries = [steps.upload_one(store, j, found) for j in steps.plan_upload(store, PREFIX, found)]
+    steps.write_blocks(store, PREFIX, found, entries)  # as the ingest pass does: none under 8 MiB
     Catalog(store, PREFIX).append([events_lib.verified(steps.commit_manifest(store, PREFIX, found, entries))])
     return ckpt, {"model": model, "optimizer": optim}
 
@@ -306,6 +307,47 @@ def test_a_dcp_range_restore_checks_the_whole_objects_crc32c(store: MemoryStore,
         complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
                  secret=None, started=0.0)  # fmt: skip
     assert not dest.exists()
+
+
+def test_with_block_crc32cs_only_the_blocks_around_the_model_are_read_and_each_is_checked(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """A .distcp over the blocks' threshold (~12 MiB: a 4 MiB weight and its two moments) has block CRC32Cs
+    from its ingest: `--only model` reads the blocks around the model's range alone, so a damaged byte in
+    the optimizer's last block is never read, and one in the model's blocks fails naming the block."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    _, saved = _dcp_run(tmp_path, store, width=1024)
+    key = checkpoint_prefix(PREFIX, "d", 6) + "__0_0.distcp"
+    original = store.get_bytes(key)
+    junk = bytearray(original)
+    junk[-10] ^= 0xFF  # the optimizer's, in the last block
+    store.put_bytes(key, bytes(junk))
+    dest = tmp_path / "dest"
+    prepared = _prepare(store, dest, run="d", only=("model",))
+    [tf] = prepared.chosen.selected.tensors.files  # type: ignore[union-attr]
+    assert tf.blocks is not None and len(tf.blocks.crcs) == 4, tf  # a little over 12 MiB
+    assert tf.read_bytes == 2 * 4 * MiB < tf.size  # the model's ~4 MiB straddles blocks 0 and 1
+    with Threads(workers=2) as submit:
+        result = complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
+                          secret=None, started=0.0)  # fmt: skip
+    assert result.status == "restored"
+    loaded = {"model": {k: torch.zeros_like(v) for k, v in saved["model"].items()}}  # type: ignore[attr-defined]
+    dcp.load(loaded, checkpoint_id=str(dest / "step-6"), no_dist=True)
+    assert all(torch.equal(loaded["model"][k], v) for k, v in saved["model"].items())  # type: ignore[attr-defined]
+    marker = json.loads((dest / MARKER).read_text())
+    assert marker["tensors"]["files"][0]["verified"] == "the blocks around its ranges read, each block's CRC32C checked"
+    ((off, n),) = tf.ranges
+    junk = bytearray(original)
+    junk[off + n // 2] ^= 0xFF  # inside the model's range now
+    store.put_bytes(key, bytes(junk))
+    again = tmp_path / "again"
+    prepared = _prepare(store, again, run="d", only=("model",))
+    with Threads(workers=2) as submit, pytest.raises(Exception, match=r"__0_0.distcp: block [01] \(bytes"):
+        complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
+                 secret=None, started=0.0)  # fmt: skip
+    assert not again.exists()
 
 
 def test_only_keys_needs_a_dcp_save_and_an_item_it_names(store: MemoryStore, tmp_path: Path) -> None:
