@@ -198,6 +198,14 @@ def test_uploaded_restored_drilled_and_resumed_by_the_framework(
     # what wrote each save: the versions the checkpoint records are the installed frameworks' own
     # (docs/FORMAT.md, "What wrote a save"); Orbax records none
     assert {s: r["written_by"] for s, r in rows.items()} == dict.fromkeys(spec.steps, _written_by(fw))
+    # and `catalog stats` groups the saves by it: every save under each version it records
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "catalog", "stats", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert [(w["writer"], w["version"], w["checkpoints"]) for w in stats["by_writer"]] == [
+        (k, v, len(spec.steps)) for k, v in sorted(_written_by(fw).items())
+    ]
+    assert stats["writer_unrecorded"] == (len(spec.steps) if not _written_by(fw) else 0)
 
     # a healthy run passes every gate without a warning (Orbax's file count changes from step to step)
     for step in spec.steps:
