@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 _ID_COLUMNS = ["run", "step", "event", "at"]  # the fewest a file is checked by; identities come with them
 
 
+def writer_pairs(written_by: dict[str, str]) -> list[tuple[str, str]]:
+    """A save's (writer, version) pairs, as `catalog stats` and `ckptvault_saves_by_writer` group them: one
+    per entry of its `written_by` (a Megatron save counts under megatron-core.torch_dist and torch.dcp)."""
+    return sorted((str(k), str(v)) for k, v in written_by.items())
+
+
+def writers_as_records(by_writer: dict[tuple[str, str], tuple[int, int]]) -> list[dict[str, Any]]:
+    return [{"writer": w, "version": v, "checkpoints": n, "bytes": b} for (w, v), (n, b) in sorted(by_writer.items())]
+
+
 @dataclass
 class CatalogStats:
     runs: int
@@ -40,6 +50,11 @@ class CatalogStats:
     # the folded states counted above, for a caller that prices them (`catalog stats` per store): not
     # part of as_dict
     states: list[CheckpointState] = field(default_factory=list, repr=False)
+    # (writer, version) -> (saves, original bytes) of the saves in the store whose checkpoint records
+    # what wrote it (the verified event's written_by, docs/FORMAT.md "What wrote a save"); a save counts
+    # under each pair it records. writer_unrecorded: the saves in the store that record none
+    by_writer: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    writer_unrecorded: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +65,7 @@ class CatalogStats:
             "by_class": {c: {"checkpoints": n, "bytes": b, "stored_bytes": self.stored_by_class.get(c, b)}
                          for c, (n, b) in sorted(self.by_class.items())},
             "unreadable": dict(sorted(self.unreadable.items())),
+            "by_writer": writers_as_records(self.by_writer), "writer_unrecorded": self.writer_unrecorded,
         }  # fmt: skip
 
 
@@ -91,6 +107,8 @@ def stats(cat: CatalogReader) -> CatalogStats:
         events += len(extra)
     by_class: dict[str, tuple[int, int]] = {}
     stored: Counter[str] = Counter()
+    by_writer: dict[tuple[str, str], tuple[int, int]] = {}
+    unrecorded = 0
     for s in states:
         if s.uploaded_at is None or s.expired:
             continue  # not, or no longer, in the store
@@ -98,10 +116,15 @@ def stats(cat: CatalogReader) -> CatalogStats:
         n, b = by_class.get(cls, (0, 0))
         by_class[cls] = (n + 1, b + s.bytes)
         stored[cls] += s.billed_bytes
+        pairs = writer_pairs(s.written_by)
+        unrecorded += not pairs
+        for pair in pairs:
+            n, b = by_writer.get(pair, (0, 0))
+            by_writer[pair] = (n + 1, b + s.bytes)
     return CatalogStats(
         runs=len({s.run for s in states}), checkpoints=len(states), events=events,
         event_files=kinds["events"], snapshots=kinds["snapshot"], flat_files=kinds["flat"],
         set_aside=kinds["set_aside"], catalog_bytes=size, by_state=dict(Counter(s.state for s in states)),
         by_class=by_class, unreadable=dict(cat.unreadable), stored_by_class=dict(stored),
-        combined=kinds["combined"], states=states,
+        combined=kinds["combined"], states=states, by_writer=by_writer, writer_unrecorded=unrecorded,
     )  # fmt: skip

@@ -7,6 +7,7 @@ two agree on the in-memory store."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import pyarrow.compute as pc
 
 from ckptvault.catalog.fold import replicas_from_column
 from ckptvault.catalog.model import LIFECYCLE_STATES
+from ckptvault.catalog.stats import writer_pairs
 from ckptvault.catalog.table_view import _state_codes, current_table
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ DAY = 86400.0
 # another column adds it here.
 COLUMNS = (
     "run", "last_event", "verified", "superseded", "last_drill_ok", "last_drill_at", "uploaded_at",
-    "created_at", "bytes", "stored_bytes", "files", "storage_class", "replicas", "rpo_seconds",
+    "created_at", "bytes", "stored_bytes", "files", "storage_class", "replicas", "rpo_seconds", "written_by",
 )  # fmt: skip
 _VERIFIED, _SUSPECT, _EXPIRED = (LIFECYCLE_STATES.index(s) for s in ("verified", "suspect", "expired"))
 
@@ -76,6 +78,9 @@ class FleetSummary:
     # included: a save's row is never dropped), the counter ckptvault_ingest_bytes_total. Columns: run,
     # bytes, uploaded_at (read above already)
     ingested_bytes: dict[str, int] = field(default_factory=dict)
+    # (writer, version) -> saves in the store whose checkpoint records it (as `catalog stats` by_writer
+    # counts them), the gauge ckptvault_saves_by_writer
+    by_writer: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _floats(t: pa.Table, c: str) -> np.ndarray:
@@ -170,11 +175,20 @@ def summarize_table(
     if col is not None and pc.any(pc.not_equal(col, "")).as_py():
         for copies in replicas_from_column(pc.filter(col, pc.not_equal(col, "")).to_pylist()):
             replicas.update({c.store for c in copies})
+    # what wrote the saves in the store: each distinct written_by text parsed once (most saves of a run share it)
+    writers: Counter[tuple[str, str]] = Counter()
+    if n and "written_by" in t.column_names:
+        wd = pc.dictionary_encode(pc.fill_null(t["written_by"].combine_chunks(), "{}"))
+        wi = wd.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        per_text = np.bincount(wi[stored], minlength=len(wd.dictionary))
+        for text, count in zip(wd.dictionary.to_pylist(), per_text, strict=True):
+            if count:
+                writers.update(dict.fromkeys(writer_pairs(json.loads(text or "{}")), int(count)))
     return FleetSummary(
         runs=runs, by_state=by_state, by_class=by_class, lag_seconds=lag, drillable=int(drillable.sum()),
         drill_covered=int(covered.sum()), never_drilled=int((drillable & np.isnan(drill_at)).sum()),
         replica_saves=dict(replicas), read_seconds=read_seconds, unreadable=unreadable,
-        ingested_bytes={name: int(ingested[i]) for i, name in enumerate(names)},
+        ingested_bytes={name: int(ingested[i]) for i, name in enumerate(names)}, by_writer=dict(writers),
     )  # fmt: skip
 
 

@@ -163,6 +163,14 @@ def families(s: FleetSummary, now: float, options: MetricsOptions) -> list[Metri
     for state, n in s.by_state.items():
         states.add_metric([state], float(n))
     out.append(states)
+    writers = _gauge(
+        "saves_by_writer",
+        "Saves in the store whose checkpoint records this writer at this version (ls --json's written_by).",
+        ("writer", "version"),
+    )
+    for (writer, version), n in sorted(s.by_writer.items()):
+        writers.add_metric([writer, version], float(n))
+    out.append(writers)
 
     saves = _gauge("class_saves", "Saves in the store per storage class.", ("class",))
     nbytes = _gauge("class_bytes", "Original bytes of the saves in the store per storage class.", ("class",))

@@ -102,6 +102,9 @@ def cmd_catalog_stats(args: argparse.Namespace) -> int:
         stored = st.stored_by_class.get(cls, b)
         kept = f" ({humanize.size(stored)} stored)" if stored != b else ""  # compressed saves occupy less
         print(f"{cls:20} {n:8} saves  {humanize.size(b)}{kept}")
+    # what wrote the saves in the store, as their checkpoints record it (docs/FORMAT.md, "What wrote a save")
+    writers = [f"{w} {v}: {n}" for (w, v), (n, _) in sorted(st.by_writer.items())]
+    print("by writer: " + (", ".join(writers) or "-") + f"; recording none: {st.writer_unrecorded}")
     if stores is not None:
         print("\n".join(stores.lines()))
     for key in sorted(st.unreadable):

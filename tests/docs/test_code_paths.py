@@ -25,7 +25,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ("ckptvault", "ckptvault_cli", "ckptvault_prefect")
-TOPS = (*SHIPPED, "infra", "docs", "tests", "bench", "deployments", "flows", "tasks", ".ci")
+TOPS = (*SHIPPED, "infra", "docs", "tests", "bench", "deployments", "flows", "tasks", "examples", ".ci")
 # A repository path in running text: not the tail of a longer path, URL or ${VAR}/..., nor an absolute path.
 REPO_PATH = re.compile(rf"(?<![\w$./<>:@-])((?:{'|'.join(re.escape(t) for t in TOPS)})/[\w.*/-]*)")
 RELATIVE_PY = re.compile(r"`([\w-]+(?:/[\w-]+)*/[\w-]+\.py)(?::\w+)?`")

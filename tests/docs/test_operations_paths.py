@@ -98,6 +98,7 @@ class Facts:
     make_targets: set[str]
     job_variables: set[str]
     config_keys: set[str]
+    pools: set[str] = field(default_factory=set)  # infra/k8s/prefect.yaml's definitions (gpu_drill_pool, ...)
     object_names: set[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -183,7 +184,8 @@ def broken_references(text: str, doc_dir: Path, facts: Facts) -> list[str]:
             found.append(f"path: {token}")
         if OBJECT_NAME.match(token) and token not in facts.object_names and token not in NOT_OBJECTS:
             found.append(f"object name: {token}")
-        known = facts.variables | facts.outputs | facts.job_variables | facts.config_keys | set(OTHER_NAMES)
+        known = facts.variables | facts.outputs | facts.job_variables | facts.config_keys | facts.pools
+        known |= set(OTHER_NAMES)
         if SNAKE_NAME.match(token) and token not in known:
             found.append(f"name: {token}")
     found += [f"terraform output: {n}" for n in TF_OUTPUT.findall(text) if n not in facts.outputs]
@@ -227,6 +229,7 @@ def facts(tmp_path_factory: pytest.TempPathFactory) -> Facts:
         make_targets=make_targets((ROOT / "Makefile").read_text()),
         job_variables=set(json.loads((K8S / "base-job-template.json").read_text())["variables"]["properties"]),
         config_keys=config_keys((ROOT / "docs" / "reference" / "config.md").read_text()),
+        pools=set(prefect_yaml["definitions"]),
     )
 
 

@@ -127,12 +127,15 @@ def test_catalog_stats_counts_runs_checkpoints_events_files_and_bytes_per_class(
         "STANDARD": {"checkpoints": 1, "bytes": 1000, "stored_bytes": 1000},
     }
     assert doc["unreadable"] == {}
+    # no verified event here records what wrote its save: both saves in the store are unrecorded
+    assert doc["by_writer"] == [] and doc["writer_unrecorded"] == 2
     capsys.readouterr()
     assert main(["--config", str(cfg), "catalog", "stats"]) == 0
     text = capsys.readouterr().out
     assert "2 runs, 4 checkpoint saves, 12 events" in text
     assert "1 snapshots, 1 combined," in text
     assert "GLACIER_IR" in text
+    assert "by writer: -; recording none: 2" in text
 
 
 def test_plan_and_catalog_stats_show_each_store_and_the_replicas_egress_only_with_replicas(

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkp
 from ckptvault.ingest.discovery import discover
 from ckptvault_cli.main import main
 from tests.frameworks import need
-from tests.frameworks.conftest import write_run, writer
+from tests.frameworks.conftest import REPO, write_run, writer
 from tests.helpers import write_config
 
 
@@ -87,6 +88,9 @@ SPECS = {
 }  # fmt: skip
 NEWEST = 6
 RESUME_TO = 8
+# examples/'s resume checks (docs/drills.md, "Resume check"), run as `[drill] verify_command` on the saves this
+# file's own ingest archived: a framework with one here has `drill --verify-only` run on its newest save.
+EXAMPLES = {"hf": "resume_check_hf.py", "lightning": "resume_check_lightning.py", "dcp": "resume_check_dcp.py"}
 
 
 def _env(monkeypatch: pytest.MonkeyPatch, endpoint: Any) -> None:
@@ -95,8 +99,11 @@ def _env(monkeypatch: pytest.MonkeyPatch, endpoint: Any) -> None:
 
 
 def _config(tmp_path: Path, endpoint: Any, bucket: str, root: Path, fmt: str) -> Path:
-    extra = f'[drill]\nscratch = "{tmp_path / "scratch"}"\nsample = 10\n[validation]\nisolate = false\n'
-    return write_config(tmp_path / f"c-{fmt}.toml", endpoint, bucket, [("r", root, fmt)], extra=extra)
+    return write_config(tmp_path / f"c-{fmt}.toml", endpoint, bucket, [("r", root, fmt)], extra=_extra(tmp_path))
+
+
+def _extra(tmp_path: Path, drill: str = "") -> str:
+    return f'[drill]\nscratch = "{tmp_path / "scratch"}"\nsample = 10\n{drill}[validation]\nisolate = false\n'
 
 
 def _ls(cfg: Path, capsys: pytest.CaptureFixture[str]) -> dict[int, dict[str, Any]]:
@@ -191,6 +198,14 @@ def test_uploaded_restored_drilled_and_resumed_by_the_framework(
     # what wrote each save: the versions the checkpoint records are the installed frameworks' own
     # (docs/FORMAT.md, "What wrote a save"); Orbax records none
     assert {s: r["written_by"] for s, r in rows.items()} == dict.fromkeys(spec.steps, _written_by(fw))
+    # and `catalog stats` groups the saves by it: every save under each version it records
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "catalog", "stats", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert [(w["writer"], w["version"], w["checkpoints"]) for w in stats["by_writer"]] == [
+        (k, v, len(spec.steps)) for k, v in sorted(_written_by(fw).items())
+    ]
+    assert stats["writer_unrecorded"] == (len(spec.steps) if not _written_by(fw) else 0)
 
     # a healthy run passes every gate without a warning (Orbax's file count changes from step to step)
     for step in spec.steps:
@@ -218,6 +233,8 @@ def test_uploaded_restored_drilled_and_resumed_by_the_framework(
     for expected in spec.checks:
         assert any(c.startswith(expected) for c in checks), f"{expected!r} not among\n" + "\n".join(checks)
     assert not list((tmp_path / "scratch").glob("*")), "the drill left scratch data"
+    if fw in EXAMPLES:
+        _example_resume_check(seaweedfs, bucket, root, tmp_path, capsys, fw)
 
     # the framework resumes from the restored directory exactly as from the original
     runs = {}
@@ -239,6 +256,58 @@ def test_uploaded_restored_drilled_and_resumed_by_the_framework(
             saved.update(load_file(shard))
         for name, tensor in saved.items():
             assert torch.equal(loaded[f"model.{name}"], tensor), name
+
+
+def _verify_only(cfg: Path, run: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = main(["--config", str(cfg), "drill", "--verify-only", run, "--step", str(NEWEST), "--json"])
+    out = capsys.readouterr()
+    assert code in (0, 1) and out.out.startswith("{"), (code, out.err[-3000:])
+    (row,) = json.loads(out.out)["drilled"]
+    return code, row
+
+
+def _example_resume_check(
+    endpoint: Any, bucket: str, root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fw: str
+) -> None:
+    """examples/'s resume check for `fw`, as `[drill] verify_command`, passes on the newest archived save: the
+    framework resumed it at its step with its optimizer state, and the fixed batch's loss after the resumed
+    steps is within the tolerance of its own reference. For HF, the same save with the optimizer state
+    of a freshly built AdamW (state empty, param_groups kept: what "resumes as if from scratch" archives)
+    passes every tensor-load check and fails the resume check: the checkpoint failed (exit 1), marked suspect."""
+    spec = SPECS[fw]
+    command = json.dumps([sys.executable, str(REPO / "examples" / EXAMPLES[fw]), "{dest}", "{step}"])
+    drill = f'verify_command = {command}\nverify_env = {{ HF_HUB_OFFLINE = "1" }}\nverify_timeout_seconds = 600\n'
+    sources = [("r", root, "auto")]
+    cfg = write_config(tmp_path / "c-verify.toml", endpoint, bucket, sources, extra=_extra(tmp_path, drill))
+    code, row = _verify_only(cfg, "r", capsys)
+    v = row["verify"]
+    assert code == 0 and row["ok"] and v["outcome"] == "passed" and v["exit"] == 0, row
+    assert f"at step {NEWEST} and trained" in v["stdout_tail"], v
+    metric = v["metric"]
+    assert metric["name"] == "loss" and metric["source"] == "command" and metric["within"], metric
+    if fw != "hf":
+        return
+    bad = tmp_path / "bad-root" / spec.local(root, NEWEST).name
+    shutil.copytree(spec.local(root, NEWEST), bad)
+    torch = need("torch")
+    optimizer = torch.load(bad / "optimizer.pt", weights_only=True)
+    assert optimizer["state"], "the save's optimizer state is already empty"
+    torch.save({**optimizer, "state": {}}, bad / "optimizer.pt")
+    sources = [("r", root, "auto"), ("bad", bad.parent, "auto")]
+    cfg = write_config(tmp_path / "c-bad.toml", endpoint, bucket, sources, extra=_extra(tmp_path, drill))
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    code, row = _verify_only(cfg, "bad", capsys)
+    v = row["verify"]
+    assert code == 1 and v["outcome"] == "failed" and v["exit"] == 1, row
+    assert row["problems"] == ["verify failed: exit 1: the checkpoint failed the check"], row
+    assert "the optimizer state did not load: AdamW's state is empty" in v["stderr_tail"], v
+    assert any(c.startswith("optimizer.pt: zip CRCs; torch.load(weights_only=True)") for c in row["checks"]), row
+    assert row["not_run"] == [], row
+    capsys.readouterr()
+    assert main(["--config", str(cfg), "ls", "--json"]) == 0
+    states = {r["run"]: r["state"] for r in json.loads(capsys.readouterr().out) if r["step"] == NEWEST}
+    assert states == {"bad": "suspect", "r": "verified"}, states
 
 
 @pytest.mark.parametrize("fw", ["hf", "lightning", "dcp", "orbax", "deepspeed", "megatron"])

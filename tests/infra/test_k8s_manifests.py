@@ -279,6 +279,42 @@ def k8s_deployments() -> dict[str, dict[str, Any]]:
     return {d["name"]: d for d in yaml.safe_load((K8S / "prefect.yaml").read_text())["deployments"]}
 
 
+def gpu_drill_variables() -> dict[str, Any]:
+    """The job variables of infra/k8s/prefect.yaml's gpu_drill_pool, the drill deployment's pool on GPU nodes."""
+    pool: dict[str, Any] = yaml.safe_load((K8S / "prefect.yaml").read_text())["definitions"]["gpu_drill_pool"]
+    assert pool["name"] == POOL and pool["work_queue_name"] == "default"  # polled by ckptvault-worker
+    return dict(pool["job_variables"])
+
+
+def test_the_gpu_drill_pool_puts_the_drill_on_a_gpu_node() -> None:
+    """gpu_drill_pool's flow-run pod asks for one GPU (nvidia.com/gpu), is placed on a GPU node (its
+    nodeSelector and the GPU taint's toleration) and runs as the ingest role; the template's defaults, and
+    every shipped deployment, ask for none. Its variables pass the pool's schema, which refuses 0 GPUs.
+    The process pool's gpu_pool (ckptvault_prefect/deployments/prefect.yaml) is a pool of its own."""
+    import jsonschema
+
+    schema = template()["variables"]
+    variables = gpu_drill_variables()
+    jsonschema.validate(variables, schema)
+    pod = rendered_job(variables)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["serviceAccountName"] == ROLES["ingest"]
+    for variables in [{}, *(dict(d["work_pool"]["job_variables"]) for d in k8s_deployments().values())]:
+        pod = rendered_job(variables)["spec"]["template"]["spec"]
+        assert "nvidia.com/gpu" not in pod["containers"][0]["resources"]["limits"]
+        assert "nodeSelector" not in pod and "tolerations" not in pod
+    for bad in ({"gpu_count": 0}, {"tolerations": [{"key": "x", "operator": "Sometimes"}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(gpu_drill_variables() | bad, schema)
+    process = yaml.safe_load((ROOT / "ckptvault_prefect" / "deployments" / "prefect.yaml").read_text())
+    pools = process["definitions"]
+    assert pools["gpu_pool"]["name"] == "ckptvault-gpu" != pools["work_pool"]["name"]
+    assert pools["gpu_pool"]["job_variables"] == pools["work_pool"]["job_variables"]
+
+
 def writable_claims(job: dict[str, Any]) -> dict[str, str]:
     """{claim: mount path} of every PVC the Job's container mounts without readOnly."""
     spec = job["spec"]["template"]["spec"]
@@ -399,8 +435,10 @@ def with_dask(tmp_path: Path) -> list[dict[str, Any]]:
 
 def every_object(tmp_path: Path) -> list[dict[str, Any]]:
     """Everything that reaches the cluster: the base with the Dask component, and the Job each
-    deployment's flow runs get from the pool's template (the default and the restore one)."""
+    deployment's flow runs get from the pool's template (the default and the restore one, and the
+    drill's on GPU nodes)."""
     jobs = [rendered_job(dict(d["work_pool"]["job_variables"])) for d in k8s_deployments().values()]
+    jobs.append(rendered_job(gpu_drill_variables()))  # the drill's on GPU nodes
     image = next(d for d in kustomize(K8S) if d["kind"] == "Job")["spec"]["template"]["spec"]["containers"][0]
     flow_image = next(e["value"] for e in image["env"] if e["name"] == "FLOW_IMAGE")
     for job in jobs:  # what the pool Job's sed writes in, and what the worker does before it creates the Job

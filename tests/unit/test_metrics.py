@@ -4,6 +4,7 @@ catalog's events, `catalog stats` and the per-state definitions on `CheckpointSt
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 
@@ -240,3 +241,43 @@ def test_each_runs_newest_good_save_exports_its_rpo(cat: Catalog) -> None:
     # a newer save whose ingest recorded none (a `catalog rebuild`): the run's gauge is absent, not stale
     cat.append([Event("a", 400, "verified", NOW - 10, bytes=10, created_at=NOW - 20)])
     assert ("ckptvault_run_newest_rpo_seconds", (("run", "a"),)) not in _scrape(cat)
+
+
+def _wrote(run: str, step: int, at: float, nbytes: int, written_by: dict[str, str] | None) -> Event:
+    detail = json.dumps({"written_by": written_by}) if written_by else ""
+    return Event(run, step, "verified", at, bytes=nbytes, files=1, storage_class="STANDARD", created_at=at - 1,
+                 detail=detail)  # fmt: skip
+
+
+def test_saves_by_writer_equal_catalog_stats_from_events_and_snapshots() -> None:
+    """ckptvault_saves_by_writer{writer,version} and `catalog stats --json`'s by_writer count the saves in the
+    store by the versions their verified event records (a save under each pair it records; an expired one
+    not at all; one that records none only in writer_unrecorded), whether the run is read from its events
+    or from a compacted snapshot (written_by as a JSON text column)."""
+    c = Catalog(MemoryStore("b"), "vault")
+    c.append([
+        _wrote("h", 1, NOW - 500, 100, {"transformers": "4.57.1"}),
+        _wrote("h", 2, NOW - 400, 200, {"transformers": "4.57.1"}),
+        _wrote("h", 3, NOW - 300, 300, {"transformers": "5.0.0"}),
+        _wrote("h", 0, NOW - 900, 50, {"transformers": "4.40.0"}),
+        Event("h", 0, "expired", NOW - 100),
+        _wrote("m", 7, NOW - 200, 1000, {"megatron-core.torch_dist": "1", "torch.dcp": "2.0.0"}),
+        _wrote("o", 1, NOW - 100, 10, None),
+    ])  # fmt: skip
+    want = {("transformers", "4.57.1"): 2.0, ("transformers", "5.0.0"): 1.0,
+            ("megatron-core.torch_dist", "1"): 1.0, ("torch.dcp", "2.0.0"): 1.0}  # fmt: skip
+    records = [
+        {"writer": "megatron-core.torch_dist", "version": "1", "checkpoints": 1, "bytes": 1000},
+        {"writer": "torch.dcp", "version": "2.0.0", "checkpoints": 1, "bytes": 1000},
+        {"writer": "transformers", "version": "4.57.1", "checkpoints": 2, "bytes": 300},
+        {"writer": "transformers", "version": "5.0.0", "checkpoints": 1, "bytes": 300},
+    ]
+    for compacted in (False, True):
+        if compacted:
+            c.compact(time.time() + 10, runs=["h", "m"])
+        m = _scrape(c)
+        labels = {k[1]: v for k, v in m.items() if k[0] == "ckptvault_saves_by_writer"}
+        got = {(dict(k)["writer"], dict(k)["version"]): v for k, v in labels.items()}
+        assert got == want, compacted
+        st = c.stats().as_dict()
+        assert st["by_writer"] == records and st["writer_unrecorded"] == 1, compacted
