@@ -4,6 +4,11 @@ the median ratio. The save is the bench's synthetic HF checkpoint (bench/source.
 its optimizer state two thirds, as Adam's two moments make a real one.
 
     python bench/partial_restore.py --size-gib 1 --reps 3 --json bench/results/partial-restore.json
+    python bench/partial_restore.py --format dcp --size-gib 1 --reps 3 --json bench/results/partial-restore-dcp.json
+
+`--format dcp`: a torch DCP save of 64 MiB layers and AdamW's moments (bench/source.py write_dcp_source):
+`--only model` is then tensor-level, reading only the blocks around the model's ranges. Bytes written are
+allocated blocks (a restored .distcp is sparse).
 
 Scratch under bench/.scratch-partial-restore, deleted at the end. Not part of `make test`.
 """
@@ -27,7 +32,7 @@ from bench.bucket import BUCKET, s3_client
 from bench.measure import measure
 from bench.paths import BENCH, VENV_BIN
 from bench.servers import ACCESS_KEY, SECRET_KEY, Server, stop_leftovers
-from bench.source import RUN, STEP, dir_bytes, write_config, write_source
+from bench.source import RUN, STEP, write_config, write_dcp_source, write_source
 
 KINDS: dict[str, list[str]] = {"whole": [], "--only model": ["--only", "model"]}
 
@@ -37,6 +42,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--size-gib", type=float, default=1.0)
     ap.add_argument("--json", type=Path, required=True)
+    ap.add_argument(
+        "--format", choices=["hf", "dcp"], default="hf",
+        help="hf: the synthetic HF save (file-level); dcp: a torch DCP save (tensor-level, blocks read)",
+    )  # fmt: skip
     a = ap.parse_args(argv)
     scratch = BENCH / ".scratch-partial-restore"
     stop_leftovers(scratch)
@@ -53,8 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         env.update(AWS_REGION=server.region)
         s3_client(server).create_bucket(Bucket=BUCKET)
         src = scratch / "hot"
-        write_source(src, size, STEP)
-        cfg = write_config(scratch / "c.toml", server, "partial", src)
+        if a.format == "dcp":
+            write_dcp_source(src, size, STEP)
+        else:
+            write_source(src, size, STEP)
+        cfg = write_config(scratch / "c.toml", server, "partial", src, fmt=a.format)
         p = subprocess.run([ckptvault, "--config", str(cfg), "ingest"], env=env, capture_output=True, text=True)
         if p.returncode != 0:
             raise RuntimeError(f"ingest exited {p.returncode}: {p.stderr[-2000:]}")
@@ -66,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 got = measure(cmd, env, scratch / "restore.log")
                 if got["rc"] != 0:
                     raise RuntimeError(f"{kind} exited {got['rc']}: see {scratch / 'restore.log'}")
-                row = dict(kind=kind, rep=rep, bytes=dir_bytes(dest), load=os.getloadavg()[0], **got)
+                row = dict(kind=kind, rep=rep, bytes=_allocated(dest), load=os.getloadavg()[0], **got)
                 rows.append(row)
                 shutil.rmtree(dest)
                 print(f"rep {rep} {kind:13} {row['seconds']:.2f} s, {row['bytes'] / 2**20:.0f} MiB, "
@@ -78,6 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.json.write_text(json.dumps(rows, indent=1))
     print(table(rows))
     return 0
+
+
+def _allocated(dest: Path) -> int:
+    """The bytes the restore wrote: allocated blocks, so a sparse .distcp counts what it holds, not its size."""
+    return sum(p.stat().st_blocks * 512 for p in dest.rglob("*") if p.is_file())
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -4,7 +4,7 @@ and wait, retrieval and egress dollars, and the download time from this run's la
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ckptvault import humanize
@@ -120,7 +120,12 @@ def estimate(
     tier: str,
     egress: str = "in-region",
     throughput_mib_s: float | None = None,
+    reads: Mapping[str, int] | None = None,
 ) -> Estimate:
+    """`reads`: the bytes a tensor-level restore reads of a file, by path, where that is not the whole
+    object (the blocks around its ranges, or nothing): its egress is priced on them. A thaw is of the
+    whole object whatever is read of it, so the retrieval stays the objects'."""
+    reads = reads or {}
     by_class: dict[str, tuple[int, int]] = {}
     for p in plans:
         n, b = by_class.get(p.storage_class, (0, 0))
@@ -145,7 +150,7 @@ def estimate(
         seconds_min=smin,
         seconds_max=smax,
         egress=egress,
-        egress_usd=prices.egress(sum(p.stored_bytes for p in plans), egress),
+        egress_usd=prices.egress(sum(reads.get(p.path, p.stored_bytes) for p in plans), egress),
         throughput_mib_s=throughput_mib_s,
     )
 

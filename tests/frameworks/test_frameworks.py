@@ -218,6 +218,14 @@ def test_uploaded_restored_drilled_and_resumed_by_the_framework(
     # the formats that record a loss (Lightning: ModelCheckpoint(monitor="train_loss") in writers.py)
     assert (loss["verdict"] == "pass") == (spec.fmt in ("hf", "orbax", "lightning")), loss
 
+    if spec.fmt == "orbax":  # one StandardSave item holds params and optimizer together: no part to take
+        capsys.readouterr()
+        refused = tmp_path / "part"
+        assert main(["--config", str(cfg), "restore", "r", "--only", "model", "--dest", str(refused)]) == 2
+        said = capsys.readouterr().err
+        assert "orbax" in said and "default" in said and "Traceback" not in said, said
+        assert not refused.exists()
+
     dest = tmp_path / "restored"
     assert main(["--config", str(cfg), "restore", "r", "--dest", str(dest)]) == 0
     newest = spec.local(root, NEWEST)

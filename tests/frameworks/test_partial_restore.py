@@ -261,3 +261,68 @@ def test_only_model_of_a_dcp_save_writes_the_model_tensors_alone_into_sparse_dis
     err = capsys.readouterr().err
     assert "no item of keys decoder" in err and "Traceback" not in err, err
     assert not dest.exists()
+
+
+def test_with_block_crc32cs_only_the_models_blocks_are_fetched_and_each_is_checked(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A real torch DCP save whose tensors are 16 MiB and more (the MLP 65,536 wide: a 16 MiB and a 4 MiB
+    weight, AdamW's two moments of each), so that 4 MiB blocks separate them: its ingest records block
+    CRC32Cs, `--only model` reads under 40% of the bytes and `dcp.load` of the model gives the saved
+    tensors; a byte flipped in the stored object inside an optimizer moment's blocks is never read, one
+    inside the model's weight fails the restore naming the file and the block, nothing written."""
+    need("torch.distributed.checkpoint")
+    from tests.frameworks.conftest import write_run
+
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    root = write_run("dcp", tmp_path / "wide", "--hidden", "65536", "--steps", "2", "--every", "2")
+    original = root / "checkpoint" / "step-2"
+    bucket = bucket_factory(seaweedfs)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("w", root, "dcp")],
+                       extra="[validation]\nenabled = false\n")  # fmt: skip
+    assert main(["--config", str(cfg), "ingest", "--run", "w", "--step", "2"]) == 0
+    s3 = seaweedfs.client()
+    base = checkpoint_prefix("t", "w", 2)
+    assert s3.head_object(Bucket=bucket, Key=base + "_BLOCKS.json")["ContentLength"] > 0
+
+    def restore(name: str) -> tuple[int, dict[str, Any] | None, str]:
+        dest = tmp_path / name
+        capsys.readouterr()
+        rc = main(["--config", str(cfg), "restore", "w", "--step", "2", "--only", "model", "--dest", str(dest),
+                   "--json"])  # fmt: skip
+        out, err = capsys.readouterr()
+        return rc, (json.loads(out) if rc == 0 else None), err
+
+    # where each item lies in the .distcp, from torch's own reader of the original .metadata
+    import torch.distributed.checkpoint as dcp
+
+    storage = dcp.FileSystemReader(str(original)).read_metadata().storage_data
+    where = {idx.fqn: (info.relative_path, info.offset, info.length) for idx, info in storage.items()}
+    w_file, w_off, w_len = where["model.0.weight"]
+    m_file, m_off, m_len = where["optimizer.state.model.0.weight.exp_avg"]
+    assert w_len >= 16 << 20 and m_len >= 16 << 20, where
+    key = base + m_file
+    stored = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def flip(at: int) -> None:
+        junk = bytearray(stored)
+        junk[at] ^= 0xFF
+        s3.put_object(Bucket=bucket, Key=key, Body=bytes(junk))
+
+    flip(m_off + m_len // 2)  # inside the optimizer's moment, blocks away from any model tensor
+    rc, doc, err = restore("model")
+    assert rc == 0 and doc is not None, err[-3000:]
+    files = doc["selection"]["tensors"]["files"]
+    read, of = sum(f["read_bytes"] for f in files), sum(f["of_bytes"] for f in files)
+    assert 0 < read < 0.4 * of, files
+    assert all(f["verified"].startswith("the blocks around its ranges") for f in files if f["ranges"]), files
+    [model] = _dcp_load(original, [(tmp_path / "model" / "step-2", "model")])
+    assert model["equal"] and model["nonzero"] and len(model["keys"]) == 4, model
+
+    assert w_file == m_file
+    flip(w_off + w_len // 2)  # inside the model's weight: its block no longer matches
+    rc, _, err = restore("damaged")
+    assert rc != 0 and f"{m_file}: block {(w_off + w_len // 2) // (4 << 20)} (bytes" in err, err[-3000:]
+    assert "Traceback" not in err and not (tmp_path / "damaged").exists()

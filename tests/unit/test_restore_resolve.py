@@ -118,4 +118,7 @@ def test_the_estimate_says_bytes_classes_thaw_download_and_cost() -> None:
     assert "STANDARD" in text and "GLACIER" in text and "1 archived objects with the Bulk tier" in text
     assert "about 40 s" in text and "egress (internet)" in text
     assert estimate(m, plans, load_prices(), "Bulk").egress_usd == 0.0  # in-region: free
+    # a tensor-level restore reads 2 GiB of `b` (its blocks around the chosen ranges): egress on what it reads
+    part = estimate(m, plans, load_prices(), "Bulk", "internet", reads={"b": 2 * gib})
+    assert abs(part.egress_usd - 12 * 0.09) < 1e-9 and part.frozen == est.frozen  # the thaw is still the object's
     assert "no restore of this run measured yet" in estimate(m, plans, load_prices(), "Bulk").report()
