@@ -26,6 +26,7 @@ import os
 import posixpath
 import tempfile
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -152,23 +153,30 @@ def _from_blocks(
     store: ObjectStore, plan: ObjectPlan, fd: int, ranges: Sequence[tuple[int, int]], blocks: FileBlocks,
     progress: ProgressFn | None,
 ) -> None:  # fmt: skip
-    """The blocks around `ranges`, READ_PIECE at a time (whole blocks: one ranged GET each), each block's
-    CRC32C checked before a byte of it is written."""
+    """The blocks around `ranges`, READ_PIECE at a time (whole blocks: one ranged GET each), up to the
+    store's `max_concurrency` GETs in flight (memory: that many pieces), each block's CRC32C checked
+    before a byte of it is written."""
     step = max(blocks.block_size, READ_PIECE // blocks.block_size * blocks.block_size)
-    for start, end in block_spans(blocks, ranges):
-        at = start
-        while at < end:
-            n = min(step, end - at)
-            try:
-                data = fetch_verified_range(store, plan.key, blocks, at, n)
-            except BlockMismatchError as e:  # the fallback tries the next copy on a mismatch, as for a whole file
-                raise ChecksumMismatchError(f"downloading {plan.key}: {e}") from None
-            if len(data) != n:
-                raise ChecksumMismatchError(f"downloading {plan.key}: {len(data)} bytes at {at}, expected {n}")
-            _write_overlap(fd, memoryview(data), at, ranges)
-            if progress is not None:
-                progress(n)
-            at += n
+    pieces = [(at, min(step, end - at)) for start, end in block_spans(blocks, ranges) for at in range(start, end, step)]
+
+    def one(at: int, n: int) -> None:
+        try:
+            data = fetch_verified_range(store, plan.key, blocks, at, n)
+        except BlockMismatchError as e:  # the fallback tries the next copy on a mismatch, as for a whole file
+            raise ChecksumMismatchError(f"downloading {plan.key}: {e}") from None
+        if len(data) != n:
+            raise ChecksumMismatchError(f"downloading {plan.key}: {len(data)} bytes at {at}, expected {n}")
+        _write_overlap(fd, memoryview(data), at, ranges)
+        if progress is not None:
+            progress(n)
+
+    if len(pieces) <= 1:
+        for at, n in pieces:
+            one(at, n)
+        return
+    with ThreadPoolExecutor(min(len(pieces), store.transfer.max_concurrency)) as pool:
+        for done in [pool.submit(one, at, n) for at, n in pieces]:
+            done.result()  # the first failure raises; the pool finishes the others before the file is removed
 
 
 def _from_object(
