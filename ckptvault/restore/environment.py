@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,10 @@ from ckptvault.restore.load_result import LoadReport
 from ckptvault.restore.load_result import loaded_with as loaded_with
 
 PROBE_SECONDS = 60.0
-_CKPTVAULT_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding the ckptvault package
-# Runs the module with ckptvault's directory appended: the other interpreter's packages come first
+_PACKAGE = Path(__file__).resolve().parents[1]  # this ckptvault package's directory
+# Runs the module with a directory holding only ckptvault appended: the other interpreter's packages come
+# first, and none of this environment's other packages (an installed ckptvault sits in site-packages,
+# beside this environment's torch: appending site-packages would load it there too)
 _RUNNER = (
     "import sys; sys.path.append({root!r}); from ckptvault.restore.loadcheck import main; "
     "raise SystemExit(main(sys.argv[1:]))"
@@ -39,11 +42,13 @@ class OtherPythonError(CkptvaultError):
 
 
 def _run(python: str, args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    code = _RUNNER.format(root=_CKPTVAULT_ROOT)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     try:
-        return subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env,
-                              stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="ckptvault-only-") as only:
+            os.symlink(_PACKAGE, os.path.join(only, "ckptvault"))
+            code = _RUNNER.format(root=only)
+            return subprocess.run([python, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                                  env=env, stdin=subprocess.DEVNULL, check=False)  # fmt: skip
     except subprocess.TimeoutExpired as e:
         raise OtherPythonError(f"{python} did not finish the load checks within {timeout:.0f} s") from e
     except OSError as e:

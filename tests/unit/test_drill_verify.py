@@ -377,3 +377,24 @@ def test_a_safetensors_file_is_read_without_safetensors_and_says_so(tmp_path: Pa
     short = tmp_path / "s.safetensors"
     short.write_bytes(good.read_bytes()[:-4])
     assert "ends past the end of the file" in _check_without_safetensors(short, "s.safetensors").problem
+
+
+def test_the_other_interpreter_sees_ckptvault_and_none_of_this_environments_packages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed ckptvault sits in site-packages beside this environment's torch and safetensors: the
+    other interpreter gets a directory holding only ckptvault, so what it loads with is its own (here a
+    bare venv: no safetensors, though the site-packages ckptvault came from has one)."""
+    import venv
+
+    from ckptvault.restore import environment
+
+    site = tmp_path / "site-packages"
+    (site / "safetensors-99.0.dist-info").mkdir(parents=True)
+    (site / "safetensors-99.0.dist-info" / "METADATA").write_text("Name: safetensors\nVersion: 99.0\n")
+    (site / "ckptvault").symlink_to(environment._PACKAGE)
+    monkeypatch.setattr(environment, "_PACKAGE", site / "ckptvault")
+    other = tmp_path / "bare"
+    venv.create(other, with_pip=False)
+    got = environment.probe(str(other / "bin" / "python"))
+    assert got["python"] and "safetensors" not in got, got
