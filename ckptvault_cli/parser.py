@@ -157,20 +157,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--as-of", metavar="TIME", help=AS_OF_HELP.format(what="the save and every object of it"))
     s.add_argument(
         "--only",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="PART",
         help="restore only this part: `model` (the weights and what loads them: config, tokenizer, index), "
         "`optimizer` (optimizer, scheduler, RNG and trainer state), or a glob on the paths inside the "
-        "checkpoint; repeatable (their union); torch DCP's .distcp files (dcp, megatron torch_dist, nemo) "
-        "are split by their tensors; another layout that keeps both in one file is refused, naming it "
-        "(docs/frameworks/)",
+        "checkpoint; several after one flag or the flag repeated (their union; RUN goes before them); torch "
+        "DCP's .distcp files (dcp, megatron torch_dist, nemo) are split by their tensors; another layout "
+        "that keeps both in one file is refused, naming it (docs/frameworks/)",
     )
     s.add_argument(
         "--only-keys",
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="PREFIX",
         help="restore only the items of a torch DCP checkpoint whose fully-qualified names are PREFIX or start "
-        "with PREFIX. (e.g. model.layers.0), with every file beside the .distcp ones; repeatable",
+        "with PREFIX. (e.g. model.layers.0), with every file beside the .distcp ones; several after one flag or "
+        "the flag repeated",
     )
     s.add_argument(
         "--exclude",

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from ckptvault.errors import CkptvaultError
-from ckptvault.restore.load_result import LOADERS as LOADERS
 from ckptvault.restore.load_result import LoadReport
 from ckptvault.restore.load_result import loaded_with as loaded_with
 

@@ -395,3 +395,18 @@ def test_the_fast_metadata_reader_reads_what_the_opcode_reader_does(tmp_path: Pa
     evil = pickle.dumps(Path("x"))  # REDUCE pathlib.PosixPath
     got = _pickle.read_fast(evil)
     assert isinstance(got, _pickle.Obj) and got.name == "pathlib.PosixPath" and got.args == ("x",)
+
+
+def test_the_issues_forms_of_only_and_only_keys_parse_as_typed() -> None:
+    """`--only model|optimizer|PATTERN...` and `--only-keys PREFIX...`: several words after one flag, or the
+    flag repeated, their union in order; RUN before them (they take every word after them)."""
+    from ckptvault_cli.parser import build_parser
+
+    p = build_parser()
+    a = p.parse_args(["restore", "r", "--only", "model", "*.json", "--only", "x", "--only-keys", "model.0",
+                      "model.1", "--only-keys", "model.2", "--exclude", "*.bin", "--dest", "d"])  # fmt: skip
+    assert (a.run, a.only, a.only_keys, a.exclude) == ("r", ["model", "*.json", "x"], ["model.0", "model.1", "model.2"],
+                                                       ["*.bin"])  # fmt: skip
+    with pytest.raises(SystemExit) as e:
+        p.parse_args(["restore", "--only", "model", "r", "--dest", "d"])  # RUN taken as a pattern: RUN missing
+    assert e.value.code == 2
