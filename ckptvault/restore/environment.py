@@ -67,7 +67,10 @@ def probe(python: str) -> dict[str, str]:
     try:
         if done.returncode != 0:
             raise ValueError(_last_line(done.stderr) or f"exit {done.returncode}")
-        return {str(k): str(v) for k, v in dict(json.loads(_last_line(done.stdout))["loaded_with"]).items()}
+        line = _last_line(done.stdout)
+        if not line:
+            raise ValueError("it printed nothing: not a Python interpreter")
+        return {str(k): str(v) for k, v in dict(json.loads(line)["loaded_with"]).items()}
     except (ValueError, KeyError, TypeError) as e:
         raise OtherPythonError(f"{python} does not run ckptvault's load checks ({e})") from None
 

@@ -407,7 +407,8 @@ def _other_python(given: str) -> str:
     try:
         probe(found)
     except OtherPythonError as e:
-        raise UsageError(f"--python {given}: {e}") from None
+        raise UsageError(f"--python {given}: {e}. Give the interpreter of the environment to compare, a Python "
+                         "3.11 or later (e.g. /opt/venv-next/bin/python)") from None  # fmt: skip
     return os.path.abspath(found)
 
 
