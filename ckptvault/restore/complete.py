@@ -31,12 +31,13 @@ from ckptvault.command import early_result
 from ckptvault.config import Config
 from ckptvault.errors import AlreadyAlerted
 from ckptvault.observe.ledger import counter_key, note_ledger
+from ckptvault.pricing import load_prices
 from ckptvault.restore.copies import CopyStatus
 from ckptvault.restore.copies import report as copies_report
-from ckptvault.restore.estimate import Estimate
+from ckptvault.restore.estimate import Estimate, estimate
 from ckptvault.restore.fallback import restore_from_copies
 from ckptvault.restore.node_local import restore_on_nodes
-from ckptvault.restore.plan import request_thaw, wait_for_thaw
+from ckptvault.restore.plan import ObjectPlan, request_thaw, wait_for_thaw
 from ckptvault.restore.resolve import Resolution, RestoreError
 from ckptvault.restore.result import RestoreResult
 from ckptvault.restore.selection import NODE_LOCAL_REFUSED, Selected
@@ -87,6 +88,9 @@ class Chosen:
     statuses: Sequence[CopyStatus]
     estimate: Estimate
     selected: Selected | None = None  # a partial restore's files (--only/--exclude); None: the whole save
+    # a tensor-level part from the archive: the frozen .metadata objects to thaw and read before its
+    # ranges (and so the .distcp files to thaw) are known; `selected`'s ranges are then not resolved yet
+    awaiting: tuple[ObjectPlan, ...] = ()
 
     def copies_report(self, forced: str | None) -> list[str]:
         """The estimate's lines about copies (`forced`: `--from`)."""
@@ -99,6 +103,22 @@ class Chosen:
                              self.estimate.as_record(), status="thawing", source=first.name,
                              copies=tuple(s.as_dict() for s in self.statuses),
                              selection=None if self.selected is None else self.selected.as_dict())  # fmt: skip
+
+
+def _resolved(cfg: Config, chosen: Chosen, tier: str) -> Chosen:
+    """`chosen` once its .metadata objects are thawed: the ranges of its tensor-level part read from them,
+    and the part's estimate (what is thawed and read) made again; the whole's stays."""
+    from ckptvault.restore import tensors
+
+    first = chosen.ordered[0]
+    assert chosen.selected is not None and first.store is not None and first.manifest is not None
+    selected = tensors.resolve(chosen.selected, first.store, first.plans, tensors.copies_blocks(chosen.ordered))
+    assert selected.tensors is not None
+    reads = {f.path: f.read_bytes for f in selected.tensors.files}
+    was = chosen.estimate
+    est = estimate(first.manifest, list(first.plans), load_prices(cfg.policy.prices), tier, was.egress,
+                   was.throughput_mib_s, reads)  # fmt: skip
+    return replace(chosen, selected=selected, estimate=replace(est, whole=was.whole), awaiting=())
 
 
 def complete(
@@ -119,11 +139,27 @@ def complete(
     first, est, begun = chosen.ordered[0], chosen.estimate, chosen.begun()
     store, manifest, plans = first.store, first.manifest, list(first.plans)
     assert store is not None and manifest is not None  # a usable copy has both (copies.survey)
-    if est.frozen:
-        requested = submit(request_thaw, store, plans, tier)
+    if chosen.awaiting:
+        requested = submit(request_thaw, store, list(chosen.awaiting), tier)
         if catalog is not None:
             submit(record, catalog, [events.restore_requested(run, n, tier, requested, run_id, save=save)])
-        frozen = submit(wait_for_thaw, store, plans, wait_s)
+        frozen = submit(wait_for_thaw, store, list(chosen.awaiting), wait_s)
+        if frozen:
+            assert chosen.selected is not None
+            msg = (f"{len(frozen)} of {len(chosen.awaiting)} .metadata objects still frozen ({tier} tier): "
+                   f"{chosen.selected.selection.describe()} reads them first to learn which .distcp files and "
+                   "ranges it needs, then thaws only those; rerun this restore to continue")  # fmt: skip
+            return replace(begun, frozen=len(frozen), message=msg)
+        chosen = _resolved(cfg, chosen, tier)
+        est, begun = chosen.estimate, chosen.begun()
+    if est.frozen:
+        # a .distcp holding none of the chosen items is created empty, never read: it is not thawed either
+        unread = {path for path, f in ranges_of(chosen.selected).items() if not f.ranges}
+        read = [p for p in plans if p.path not in unread]
+        requested = submit(request_thaw, store, read, tier)
+        if catalog is not None:
+            submit(record, catalog, [events.restore_requested(run, n, tier, requested, run_id, save=save)])
+        frozen = submit(wait_for_thaw, store, read, wait_s)
         if frozen:
             msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
             return replace(begun, frozen=len(frozen), message=msg)

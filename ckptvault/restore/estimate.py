@@ -124,14 +124,16 @@ def estimate(
 ) -> Estimate:
     """`reads`: the bytes a tensor-level restore reads of a file, by path, where that is not the whole
     object (the blocks around its ranges, or nothing): its egress is priced on them. A thaw is of the
-    whole object whatever is read of it, so the retrieval stays the objects'."""
+    whole object whatever is read of it, so the retrieval stays the objects'; an object of which nothing
+    is read (a .distcp holding none of the chosen items) is neither thawed nor retrieved."""
     reads = reads or {}
+    read = [p for p in plans if reads.get(p.path) != 0]
     by_class: dict[str, tuple[int, int]] = {}
-    for p in plans:
+    for p in read:
         n, b = by_class.get(p.storage_class, (0, 0))
         by_class[p.storage_class] = (n + 1, b + p.stored_bytes)
     frozen_by_class: dict[str, tuple[int, int]] = {}
-    for p in plans:
+    for p in read:
         if not p.thawed:
             n, b = frozen_by_class.get(p.storage_class, (0, 0))
             frozen_by_class[p.storage_class] = (n + 1, b + p.stored_bytes)
@@ -142,7 +144,7 @@ def estimate(
         run=manifest.run,
         step=manifest.step,
         bytes=manifest.total_bytes,
-        objects=len(plans),
+        objects=len(read),
         by_class=by_class,
         frozen=sum(n for n, _ in frozen_by_class.values()),
         tier=tier,

@@ -27,6 +27,7 @@ from ckptvault.restore.complete import Chosen
 from ckptvault.restore.copies import Copy, CopyStatus
 from ckptvault.restore.estimate import estimate
 from ckptvault.restore.from_manifests import RunHistory
+from ckptvault.restore.plan import ObjectPlan
 from ckptvault.restore.resolve import Resolution, parse_step, resolve
 from ckptvault.restore.selection import Selected, narrow_statuses, parse_selection
 
@@ -113,6 +114,7 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
         if statuses is None:
             statuses = ways.survey(copies, request.run, res.step, res.save)
         selected: Selected | None = None
+        awaiting: tuple[ObjectPlan, ...] = ()
         surveyed = {s.name: s for s in statuses}
         if not selection.whole:  # the part alone is planned, thawed, estimated and fetched
             selected, statuses = narrow_statuses(statuses, selection)
@@ -126,8 +128,12 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
             from ckptvault.restore import tensors
 
             assert first.store is not None
-            blocks = tensors.copies_blocks(ordered)
-            selected = tensors.resolve(selected, first.store, surveyed[first.name].plans, blocks)
+            # from the archive, the .metadata is thawed first (complete.py); until then which .distcp
+            # files are read is not known, and the estimate counts them whole
+            awaiting = tensors.frozen_metadata(selected, surveyed[first.name].plans)
+            if not awaiting:
+                blocks = tensors.copies_blocks(ordered)
+                selected = tensors.resolve(selected, first.store, surveyed[first.name].plans, blocks)
         prices = load_prices(cfg.policy.prices)
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
         reads = {f.path: f.read_bytes for f in selected.tensors.files} if selected and selected.tensors else None
@@ -138,6 +144,6 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
             whole = estimate(full.manifest, list(full.plans), prices, request.tier, egress, history.throughput())
             est = replace(est, whole=whole)
         target = Path(request.dest).expanduser().resolve()
-        chosen = Chosen(request.run, res, target, tuple(ordered), tuple(statuses), est, selected)
+        chosen = Chosen(request.run, res, target, tuple(ordered), tuple(statuses), est, selected, awaiting)
         ways.planned(chosen)
     return Prepared(chosen, catalog, history.unreadable)

@@ -192,7 +192,10 @@ class Selected:
             f"partial restore ({self.selection.describe()}): {n} of {total} files, "
             f"{humanize.size(self.bytes)} of {humanize.size(self.of_bytes)}"
         )
-        if self.tensors is not None:
+        if self.tensors is not None and not self.tensors.files:  # its .metadata still frozen (restore/tensors.py)
+            said += (f"; which items of the {len(self.by_tensor)} .distcp files it takes is read from their "
+                     ".metadata once thawed (thawed first; the .distcp files are counted whole until then)")  # fmt: skip
+        elif self.tensors is not None:
             t = self.tensors
             said += (f"; {t.tensors} of {t.of_tensors} tensors ({t.items} of {t.of_items} items) from "
                      f"{len(self.by_tensor)} .distcp files, read whole to verify them: "

@@ -93,6 +93,17 @@ def resolve(
     return replace(selected, tensors=done)
 
 
+def frozen_metadata(selected: Selected, plans: Sequence[ObjectPlan]) -> tuple[ObjectPlan, ...]:
+    """The `.metadata` objects `resolve` must read that are in an archival class and not yet thawed: a
+    tensor-level restore from the archive thaws them first (they are small), learns from them which
+    `.distcp` files and ranges it needs, then thaws only those files (restore/complete.py)."""
+    from ckptvault.formats.dcp import METADATA
+
+    dirs = {posixpath.dirname(p) for p in selected.by_tensor}
+    wanted = {posixpath.join(d, METADATA) if d else METADATA for d in dirs}
+    return tuple(p for p in plans if p.path in wanted and not p.thawed)
+
+
 def copies_blocks(ordered: Sequence[CopyStatus]) -> dict[str, FileBlocks]:
     """The verified block CRC32Cs of the first copy in `ordered` that has a sidecar (the primary's: a
     replica keeps none). Each list is checked against the manifest's whole-file CRC32C, so it describes the

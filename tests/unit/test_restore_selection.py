@@ -410,3 +410,74 @@ def test_the_issues_forms_of_only_and_only_keys_parse_as_typed() -> None:
     with pytest.raises(SystemExit) as e:
         p.parse_args(["restore", "--only", "model", "r", "--dest", "d"])  # RUN taken as a pattern: RUN missing
     assert e.value.code == 2
+
+
+def test_a_distcp_holding_none_of_the_chosen_items_is_neither_thawed_nor_read(tmp_path: Path) -> None:
+    """A DCP save written a file per item (FileSystemWriter(single_file_per_rank=False)), every object in
+    GLACIER: `--only model` thaws the .metadata first (which ranges it needs is read there), then the
+    loader's files and the .distcp files holding model tensors alone (the estimate counts only those);
+    the optimizer's files are created empty, never thawed nor read, and `dcp.load` of the model reads the
+    saved tensors."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+    now = [1000.0]
+    store = MemoryStore("ckpts", transfer=TransferConfig(part_size=5 * MiB, multipart_threshold=5 * MiB),
+                        restore_seconds=60, clock=lambda: now[0])  # fmt: skip
+    torch.manual_seed(0)
+    model = {"0.weight": torch.randn(64, 64), "0.bias": torch.randn(64)}
+    optim = {"state": {k: {"exp_avg": torch.randn_like(v)} for k, v in model.items()}, "param_groups": [{"lr": 1e-3}]}
+    ckpt = tmp_path / "d" / "step-6"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # one process, no process group
+        writer = FileSystemWriter(str(ckpt), single_file_per_rank=False)
+        dcp.save({"model": model, "optimizer": optim}, storage_writer=writer)
+    assert len(list(ckpt.glob("*.distcp"))) >= 4, "torch wrote its items into one file"
+    [found] = steps.find_checkpoints(SourceConfig(run="d", path=tmp_path / "d", format="dcp",
+                                                  settle_seconds=0)).found  # fmt: skip
+    entries = [steps.upload_one(store, j, found) for j in steps.plan_upload(store, PREFIX, found)]
+    manifest = steps.commit_manifest(store, PREFIX, found, entries)
+    Catalog(store, PREFIX).append([events_lib.verified(manifest)])
+    base = checkpoint_prefix(PREFIX, "d", 6)
+    for f in manifest.files:
+        store.copy_storage_class(base + f.path, "GLACIER", f.size)
+
+    def thawing() -> set[str]:
+        heads = {f.path: store.head(base + f.path) for f in manifest.files}
+        return {p for p, h in heads.items() if h is not None and h.restore is not None}
+
+    dest = tmp_path / "dest"
+    prepared = _prepare(store, dest, run="d", only=("model",))
+    assert [p.path for p in prepared.chosen.awaiting] == [".metadata"]
+    assert prepared.chosen.selected is not None
+    assert "is read from their .metadata once thawed" in prepared.chosen.selected.describe()
+    with Threads(workers=2) as submit:
+        first = complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
+                         secret=None, started=0.0)  # fmt: skip
+        assert first.status == "thawing" and ".metadata objects still frozen" in first.message, first
+        assert thawing() == {".metadata"}
+        now[0] += 61  # the .metadata is readable: the same call reads it and thaws what it names
+        second = complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
+                          secret=None, started=0.0)  # fmt: skip
+        assert second.status == "thawing", second
+        sel = _prepare(store, dest, run="d", only=("model",)).chosen.selected
+        assert sel is not None and sel.tensors is not None
+        unread = {f.path for f in sel.tensors.files if not f.ranges}
+        assert unread and len(unread) < len(sel.tensors.files), sel.tensors.files
+        assert thawing() == {f.path for f in manifest.files} - unread
+        assert second.frozen == len(manifest.files) - len(unread) - 1, second  # all but the thawed .metadata
+        now[0] += 61
+        again = _prepare(store, dest, run="d", only=("model",))
+        assert again.chosen.estimate.frozen == 0 and not again.chosen.awaiting, again.chosen.estimate
+        done = complete(submit, CFG, again.catalog, again.chosen, tier="Standard", wait_s=0, force=False,
+                        secret=None, started=0.0)  # fmt: skip
+    assert done.status == "restored", done
+    for path in unread:  # created at its size, all holes: nothing of it was read
+        data = (dest / "step-6" / path).read_bytes()
+        assert len(data) == (ckpt / path).stat().st_size and data.count(0) == len(data)
+    loaded = {"model": {k: torch.zeros_like(v) for k, v in model.items()}}
+    dcp.load(loaded, checkpoint_id=str(dest / "step-6"), no_dist=True)
+    assert all(torch.equal(loaded["model"][k], v) for k, v in model.items())
