@@ -47,20 +47,22 @@ def verified(
     locked_until: float | None = None,
     committed_at: float | None = None,
     upload_started_at: float | None = None,
+    split: dict[str, int] | None = None,
 ) -> Event:
     """`committed_at`: when the checkpoint was committed on the hot tier (its commit marker's mtime, or
     its newest file's); the detail's `rpo_seconds` is from then to the manifest's commit (docs/FORMAT.md,
     "The catalog"). Absent when unknown (a rebuild from manifests). `upload_started_at`: when this pass
     began sending the save's files; `upload_seconds` is from then to the manifest's commit, absent when
     this pass sent nothing (it only recorded a commit) or the manifest is another writer's, older than
-    this pass's start. `parts`: the save's model and optimizer bytes, where its layout tells them.
+    this pass's start. `parts`: the save's model and optimizer bytes, where its layout tells them from the
+    manifest's paths, else `split` (a torch DCP save's, read at ingest from its local `.metadata`).
     `written_by`: the manifest's (what the checkpoint records of what wrote it), where it has one."""
     extra: dict[str, object] = {} if locked_until is None else {"locked_until": locked_until}
     if committed_at is not None:
         extra["rpo_seconds"] = round(manifest.uploaded_at - committed_at, 3)
     if upload_started_at is not None and manifest.uploaded_at >= upload_started_at:
         extra["upload_seconds"] = round(manifest.uploaded_at - upload_started_at, 3)
-    split = parts(manifest)
+    split = parts(manifest) or split
     if split is not None:
         extra["parts"] = split
     if manifest.written_by:

@@ -29,6 +29,7 @@ a model restore may bring back a few bytes it did not need, never leave out what
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import subprocess
 import sys
@@ -201,3 +202,41 @@ if __name__ == "__main__":  # the child of `_in_child`
     except (OSError, ValueError) as e:
         print(e, file=sys.stderr)
         sys.exit(1)
+
+
+def part_bytes(root: Path, fmt: str, files: Sequence[tuple[str, int]]) -> dict[str, int] | None:
+    """`{"model": BYTES, "optimizer": BYTES}` of a DCP-layout save on disk at `root` (`files`: its relative
+    paths and sizes): each `.distcp` split by its items' lengths, read from the `.metadata` beside it
+    (`part_of`, as `restore --only` splits it), every other file classed by its name (formats/parts.py).
+    None when there is no `.distcp`, a `.distcp` has no readable `.metadata` beside it, or its items'
+    lengths do not add up to its size (bytes no item names: which part they are is not known)."""
+    # here, not at the module's top: parts imports this module
+    from ckptvault.formats.parts import Part, classify
+
+    out = {"model": 0, "optimizer": 0}
+    by_dir: dict[str, list[tuple[str, int]]] = {}
+    rest: list[tuple[str, int]] = []
+    for path, size in files:
+        (by_dir.setdefault(posixpath.dirname(path), []) if path.endswith(".distcp") else rest).append((path, size))
+    if not by_dir:  # not a DCP layout: events.parts classes its files from the manifest's paths
+        return None
+    for d, data in by_dir.items():
+        try:
+            found = chunks(root / d / ".metadata")
+        except (OSError, ValueError):
+            return None
+        lengths: dict[str, dict[str, int]] = {}
+        for c in found:
+            per = lengths.setdefault(c.path, {"model": 0, "optimizer": 0})
+            per[part_of(c.fqn)] += c.length
+        for path, size in data:
+            per = lengths.get(posixpath.basename(path), {"model": 0, "optimizer": 0})
+            if sum(per.values()) != size:
+                return None
+            for k, v in per.items():
+                out[k] += v
+    for cls, (_, size) in zip(classify(fmt, [p for p, _ in rest]), rest, strict=True):
+        if cls.part is Part.MIXED:
+            return None
+        out[cls.part.value] += size
+    return out

@@ -225,7 +225,7 @@ class IngestPass:
         if d.action == "record_committed":
             # committed by a run that died before recording it: the manifest is the truth, record it
             manifest = self.submit(load_manifest, store, prefix, found.run, found.step, d.save)
-            self._committed(manifest, [], d.changes, commit_time(found))
+            self._committed(manifest, [], d.changes, commit_time(found), split=local_parts(found))
             return base.with_result("present", d.message)
         if d.action == "invalid":
             if records_rejection(seen):
@@ -290,7 +290,7 @@ class IngestPass:
             manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
-        self._committed(manifest, flagged, d.changes, commit_time(found), p.upload_started_at)
+        self._committed(manifest, flagged, d.changes, commit_time(found), p.upload_started_at, local_parts(found))
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
         if d.supersedes is not None:
@@ -306,6 +306,7 @@ class IngestPass:
         changes: str,
         committed_at: float,
         upload_started_at: float | None = None,
+        split: dict[str, int] | None = None,
     ) -> None:
         """Record a committed save (with the lock its manifest says it was committed with), and every
         save it supersedes (the same step's older save, the abandoned branch's later steps after a
@@ -315,7 +316,8 @@ class IngestPass:
         # or one a killed pass made and this one only records, was locked as that manifest says.
         until = manifest.lock.retain_until if manifest.lock is not None else None
         mine = events.verified(
-            manifest, self.run_id, locked_until=until, committed_at=committed_at, upload_started_at=upload_started_at
+            manifest, self.run_id, locked_until=until, committed_at=committed_at, upload_started_at=upload_started_at,
+            split=split,
         )
         recorded = [*flagged, mine]
         replaced = superseded_by(list(known.values()), manifest.step, manifest.save, manifest.created_at, changes)
@@ -336,6 +338,18 @@ class IngestPass:
         with phase(timing.WRITES):
             self.submit(Catalog.append, self.catalog, recorded)
         self.recorded += recorded
+
+
+def local_parts(found: Found) -> dict[str, int] | None:
+    """A torch DCP layout's model and optimizer bytes (dcp, Megatron torch_dist, NeMo 2), from the
+    `.metadata` on disk: its manifest's paths cannot tell them (a `.distcp` holds both), and after the
+    upload only a download of the `.metadata` could. None for any other layout (events.parts classes
+    those by path) or where the `.metadata` cannot be read."""
+    if not any(f.rel.endswith(".distcp") for f in found.files):
+        return None
+    from ckptvault.formats import dcp_tensors  # here: the layouts' modules load only where a save needs them
+
+    return dcp_tensors.part_bytes(found.path, found.format, [(f.rel, f.size) for f in found.files])
 
 
 def _rejected(found: Found, problems: Sequence[str], flow_run: str, kind: str = "invalid", save: int = 1) -> Event:

@@ -481,3 +481,34 @@ def test_a_distcp_holding_none_of_the_chosen_items_is_neither_thawed_nor_read(tm
     loaded = {"model": {k: torch.zeros_like(v) for k, v in model.items()}}
     dcp.load(loaded, checkpoint_id=str(dest / "step-6"), no_dist=True)
     assert all(torch.equal(loaded["model"][k], v) for k, v in model.items())
+
+
+def test_a_dcp_saves_model_and_optimizer_bytes_are_read_from_its_local_metadata(
+    store: MemoryStore, tmp_path: Path
+) -> None:
+    """The manifest's paths cannot split a .distcp (it holds both): the ingest splits it by its items'
+    lengths from the .metadata on disk (`ls --json`'s model_bytes/optimizer_bytes), the same items
+    `restore --only model` takes; a .distcp whose .metadata cannot be read leaves the split unknown."""
+    from ckptvault.formats.dcp_tensors import chunks, part_bytes
+    from ckptvault.ingest.ingest_pass import local_parts
+
+    ckpt, _ = _dcp_run(tmp_path, store)
+    [found] = steps.find_checkpoints(SourceConfig(run="d", path=tmp_path / "d", format="dcp",
+                                                  settle_seconds=0)).found  # fmt: skip
+    split = local_parts(found)
+    assert split is not None and sum(split.values()) == found.total_bytes, split
+    model = sum(c.length for c in chunks(ckpt / ".metadata") if c.fqn.startswith("model."))
+    assert split["model"] == model + (ckpt / ".metadata").stat().st_size, split  # the loader's file is the model's
+    assert 0 < split["model"] < split["optimizer"], split  # AdamW's two moments of each tensor
+    event = events_lib.verified(store_manifest(store, "d", 6), split=split)
+    assert json.loads(event.detail)["parts"] == split
+    files = [(f.rel, f.size) for f in found.files]
+    (ckpt / ".metadata").write_bytes(b"not a pickle")
+    assert part_bytes(ckpt, "dcp", files) is None
+    assert part_bytes(ckpt, "hf", [("config.json", 10)]) is None  # no .distcp: the manifest's paths tell
+
+
+def store_manifest(store: MemoryStore, run: str, step: int):  # type: ignore[no-untyped-def]
+    from ckptvault.store.manifest_load import load_manifest
+
+    return load_manifest(store, PREFIX, run, step, 1)
