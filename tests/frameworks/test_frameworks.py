@@ -25,7 +25,7 @@ import pytest
 from ckptvault.checkpoint.manifest import MANIFEST_NAME, VALIDATION_NAME, checkpoint_prefix
 from ckptvault.ingest.discovery import discover
 from ckptvault_cli.main import main
-from tests.frameworks import need
+from tests.frameworks import missing, need
 from tests.frameworks.conftest import REPO, write_run, writer
 from tests.helpers import write_config
 
@@ -275,13 +275,45 @@ def _verify_only(cfg: Path, run: str, capsys: pytest.CaptureFixture[str]) -> tup
     return code, row
 
 
+def _fresh_hf_optimizer(ours: Path, bad: Path) -> str:
+    """A copy of HF save `ours` at `bad` whose optimizer.pt is a freshly built AdamW's: state empty, its
+    param_groups (learning rate, betas, the parameters' indices) kept. The file the load check names."""
+    shutil.copytree(ours, bad)
+    torch = need("torch")
+    optimizer = torch.load(bad / "optimizer.pt", weights_only=True)
+    assert optimizer["state"], "the save's optimizer state is already empty"
+    torch.save({**optimizer, "state": {}}, bad / "optimizer.pt")
+    return "optimizer.pt"
+
+
+def _fresh_lightning_optimizer(ours: Path, bad: Path) -> str:
+    """A copy of Lightning's .ckpt `ours` at `bad` with every `optimizer_states` entry a freshly built
+    AdamW's: state empty, param_groups kept; the weights, loops and callbacks' state as saved."""
+    torch = need("torch")
+    ckpt = torch.load(ours, map_location="cpu", weights_only=True)  # a Lightning .ckpt holds plain types
+    assert ckpt["optimizer_states"] and all(o["state"] for o in ckpt["optimizer_states"]), "already empty"
+    ckpt["optimizer_states"] = [{**o, "state": {}} for o in ckpt["optimizer_states"]]
+    bad.parent.mkdir(parents=True)
+    torch.save(ckpt, bad)
+    return bad.name
+
+
+# What "resumes as if from scratch" archives, per framework whose example's check is run on it: the save
+# `ours` copied to `bad` with its optimizer state replaced by a freshly built AdamW's; returns the file
+# holding it, as the drill's load check names it.
+FRESH_OPTIMIZER: dict[str, Callable[[Path, Path], str]] = {
+    "hf": _fresh_hf_optimizer,
+    "lightning": _fresh_lightning_optimizer,
+}
+
+
 def _example_resume_check(
     endpoint: Any, bucket: str, root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fw: str
 ) -> None:
     """examples/'s resume check for `fw`, as `[drill] verify_command`, passes on the newest archived save: the
     framework resumed it at its step with its optimizer state, and the fixed batch's loss after the resumed
-    steps is within the tolerance of its own reference. For HF, the same save with the optimizer state
-    of a freshly built AdamW (state empty, param_groups kept: what "resumes as if from scratch" archives)
+    steps is within the tolerance of its own reference. For HF and Lightning, the same save with the optimizer
+    state of a freshly built AdamW (state empty, param_groups kept: what "resumes as if from scratch" archives)
     passes every tensor-load check and fails the resume check: the checkpoint failed (exit 1), marked suspect."""
     spec = SPECS[fw]
     command = json.dumps([sys.executable, str(REPO / "examples" / EXAMPLES[fw]), "{dest}", "{step}"])
@@ -294,15 +326,13 @@ def _example_resume_check(
     assert f"at step {NEWEST} and trained" in v["stdout_tail"], v
     metric = v["metric"]
     assert metric["name"] == "loss" and metric["source"] == "command" and metric["within"], metric
-    if fw != "hf":
+    if fw not in FRESH_OPTIMIZER:
         return
-    bad = tmp_path / "bad-root" / spec.local(root, NEWEST).name
-    shutil.copytree(spec.local(root, NEWEST), bad)
-    torch = need("torch")
-    optimizer = torch.load(bad / "optimizer.pt", weights_only=True)
-    assert optimizer["state"], "the save's optimizer state is already empty"
-    torch.save({**optimizer, "state": {}}, bad / "optimizer.pt")
-    sources = [("r", root, "auto"), ("bad", bad.parent, "auto")]
+    ours = spec.local(root, NEWEST)
+    bad_root = tmp_path / "bad-root"
+    bad = bad_root / ours.relative_to(root)
+    optimizer_file = FRESH_OPTIMIZER[fw](ours, bad)
+    sources = [("r", root, "auto"), ("bad", bad_root, "auto")]
     cfg = write_config(tmp_path / "c-bad.toml", endpoint, bucket, sources, extra=_extra(tmp_path, drill))
     assert main(["--config", str(cfg), "ingest"]) == 0
     code, row = _verify_only(cfg, "bad", capsys)
@@ -310,12 +340,57 @@ def _example_resume_check(
     assert code == 1 and v["outcome"] == "failed" and v["exit"] == 1, row
     assert row["problems"] == ["verify failed: exit 1: the checkpoint failed the check"], row
     assert "the optimizer state did not load: AdamW's state is empty" in v["stderr_tail"], v
-    assert any(c.startswith("optimizer.pt: zip CRCs; torch.load(weights_only=True)") for c in row["checks"]), row
+    assert any(c.startswith(f"{optimizer_file}: zip CRCs; torch.load(weights_only=True)") for c in row["checks"]), row
     assert row["not_run"] == [], row
     capsys.readouterr()
     assert main(["--config", str(cfg), "ls", "--json"]) == 0
     states = {r["run"]: r["state"] for r in json.loads(capsys.readouterr().out) if r["step"] == NEWEST}
     assert states == {"bad": "suspect", "r": "verified"}, states
+
+
+# `make venv-other`'s second environment: .venv's packages with another transformers (the Makefile says how).
+OTHER_PYTHON = REPO / ".venv" / "other" / "bin" / "python"
+OTHER_TRANSFORMERS = "5.24.0"
+
+
+def test_drill_python_resumes_a_real_hf_save_in_both_environments(
+    prefect_api: None, seaweedfs: Any, bucket_factory: Any, framework_run: Callable[[str], Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """`drill --python` with a real second environment (the same torch, another transformers): the load
+    checks and examples/resume_check_hf.py (as `["{python}", ...]`) run on the newest HF Trainer save in
+    each, both pass, and each result names the transformers it loaded with."""
+    if not OTHER_PYTHON.exists():
+        missing(f"{OTHER_PYTHON} is missing: `make venv-other` builds it (`make test` does, before the suite)")
+    root = framework_run("hf")
+    _env(monkeypatch, seaweedfs)
+    bucket = bucket_factory(seaweedfs)
+    check = ["{python}", str(REPO / "examples" / EXAMPLES["hf"]), "{dest}", "{step}"]
+    drill = f'verify_command = {json.dumps(check)}\nverify_env = {{ HF_HUB_OFFLINE = "1" }}\n'
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("r", root, "auto")], extra=_extra(tmp_path, drill))
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    capsys.readouterr()
+    args = ["drill", "--verify-only", "r", "--step", str(NEWEST), "--python", str(OTHER_PYTHON), "--json"]
+    code = main(["--config", str(cfg), *args])
+    out = capsys.readouterr()
+    assert out.out.startswith("{"), (code, out.err[-3000:])
+    (row,) = json.loads(out.out)["drilled"]
+    there = row["other"]
+    assert code == 0 and row["ok"] and row["compared"] == "both_pass" and not row["format_rot"], row
+    assert there["python"] == str(OTHER_PYTHON) and there["ok"] and not there["error"], there
+    # each environment ran the resume check itself, with its own interpreter, to the end
+    for where, result in (("here", row), ("there", there)):
+        v = result["verify"]
+        assert v["outcome"] == "passed" and v["exit"] == 0, (where, v)
+        assert f"at step {NEWEST} and trained" in v["stdout_tail"] and v["metric"]["within"], (where, v)
+    assert row["verify"]["command"][0] == sys.executable, row["verify"]
+    assert there["verify"]["command"][0] == str(OTHER_PYTHON), there["verify"]
+    assert there["checks"] == row["checks"] and there["not_run"] == [] == row["not_run"], there
+    # the versions each loaded with: the same torch, the two transformers
+    here_with, there_with = row["loaded_with"], there["loaded_with"]
+    assert here_with["transformers"] == version("transformers") != OTHER_TRANSFORMERS, here_with
+    assert there_with["transformers"] == OTHER_TRANSFORMERS, there_with
+    assert there_with["torch"] == here_with["torch"] == version("torch"), (here_with, there_with)
 
 
 @pytest.mark.parametrize("fw", ["hf", "lightning", "dcp", "orbax", "deepspeed", "megatron"])
