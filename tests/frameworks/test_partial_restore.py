@@ -5,9 +5,11 @@ and come back, byte-identical, and transformers' own `from_pretrained` loads the
 is never read: replaced in the bucket by junk of the same size, the partial restore still succeeds and a
 full one fails naming it. A DeepSpeed ZeRO-1 save's model comes back as its model states alone, and
 DeepSpeed's own module-only load reads it. A layout that keeps model and optimizer in one file
-(Lightning's .ckpt) is refused with exit 2, naming it. A torch DCP save (and Megatron's torch_dist, a DCP
-inside) comes back with its .distcp files sparse, holding only the model's (or the optimizer's, or the
-keys asked for) tensors, which `torch.distributed.checkpoint.load` reads back equal to the saved ones."""
+(Lightning's .ckpt, a DeepSpeed ZeRO-3 save's partitions) is refused with exit 2, naming it. A torch DCP
+save (and Megatron's torch_dist, a DCP inside) comes back with its .distcp files sparse, holding only the
+model's (or the optimizer's, or the keys asked for) tensors, which `torch.distributed.checkpoint.load`
+reads back equal to the saved ones; with block CRC32Cs (one process, and 2 ranks sharded by FSDP2) only
+the blocks around the model's tensors are read."""
 
 from __future__ import annotations
 
@@ -156,15 +158,16 @@ def test_only_model_of_deepspeed_zero1_loads_with_load_module_only(
 
 
 # In a child process: dcp.load of every tensor item under PREFIX from the restored checkpoint and from the
-# original, as a loader of a model-only state dict does (flat keys, empty tensors shaped by .metadata).
+# original, as a loader of a model-only state dict does (flat keys, empty tensors shaped by .metadata: the
+# whole tensors, whichever ranks' shards the save holds them in).
 DCP_LOAD = """
 import json, sys
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-original, jobs, out = sys.argv[1], json.loads(sys.argv[2]), []
-md = dcp.FileSystemReader(original).read_metadata()
-for restored, prefix in jobs:
+out = []
+for original, restored, prefix in json.loads(sys.argv[1]):
+    md = dcp.FileSystemReader(original).read_metadata()
     def state():
         return {k: torch.full(m.size, float("nan"), dtype=m.properties.dtype)
                 for k, m in md.state_dict_metadata.items()
@@ -179,9 +182,9 @@ print(json.dumps(out))
 DCP_DIRS = {"dcp": f"checkpoint/step-{STEP}", "megatron": f"iter_{STEP:07d}"}
 
 
-def _dcp_load(original: Path, jobs: list[tuple[Path, str]]) -> list[dict[str, Any]]:
-    """One child process (one torch import) for every (restored checkpoint, key prefix) to load."""
-    loaded = subprocess.run([sys.executable, "-c", DCP_LOAD, str(original), json.dumps([(str(p), k) for p, k in jobs])],
+def _dcp_load(jobs: list[tuple[Path, Path, str]]) -> list[dict[str, Any]]:
+    """One child process (one torch import) for every (original, restored checkpoint, key prefix) to load."""
+    loaded = subprocess.run([sys.executable, "-c", DCP_LOAD, json.dumps([(str(o), str(r), k) for o, r, k in jobs])],
                             capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     got: list[dict[str, Any]] = json.loads(loaded.stdout.strip().splitlines()[-1])
@@ -243,7 +246,8 @@ def test_only_model_of_a_dcp_save_writes_the_model_tensors_alone_into_sparse_dis
     keys, sel = restore("--only-keys", "model.0")
     assert sel["tensors"]["tensors"] == 2
 
-    model, optimizer, layer = _dcp_load(original, [(ckpt, "model"), (optim, "optimizer"), (keys, "model.0")])
+    model, optimizer, layer = _dcp_load([(original, ckpt, "model"), (original, optim, "optimizer"),
+                                         (original, keys, "model.0")])  # fmt: skip
     assert model["equal"] and model["nonzero"] and len(model["keys"]) == 4, model  # two Linear layers
     assert optimizer["equal"] and len(optimizer["keys"]) == sel["tensors"]["of_tensors"] - 4, optimizer
     assert layer["equal"] and layer["keys"] == ["model.0.bias", "model.0.weight"], layer
@@ -267,63 +271,126 @@ def test_with_block_crc32cs_only_the_models_blocks_are_fetched_and_each_is_check
     seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    """A real torch DCP save whose tensors are 16 MiB and more (the MLP 65,536 wide: a 16 MiB and a 4 MiB
-    weight, AdamW's two moments of each), so that 4 MiB blocks separate them: its ingest records block
-    CRC32Cs, `--only model` reads under 40% of the bytes and `dcp.load` of the model gives the saved
-    tensors; a byte flipped in the stored object inside an optimizer moment's blocks is never read, one
-    inside the model's weight fails the restore naming the file and the block, nothing written."""
+    """Real torch DCP saves whose tensors are 16 MiB and more (the MLP 65,536 wide: a 16 MiB and a 4 MiB
+    weight, AdamW's two moments of each), so that 4 MiB blocks separate them: one written by a single
+    process (__0_0.distcp), one by 2 ranks with FSDP2 sharding every tensor in halves (__0_0.distcp and
+    __1_0.distcp, each holding its half of the model's and of the optimizer's tensors). Their ingest (one,
+    of both) records block CRC32Cs; `--only model` reads under 40% of the bytes (of every .distcp a part)
+    and `dcp.load` of the model gives the saved tensors; a byte flipped in the stored object inside an
+    optimizer moment's blocks is never read, one inside the model's weight fails the restore naming the
+    file and the block, nothing written."""
     need("torch.distributed.checkpoint")
+    import torch.distributed.checkpoint as dcp
+
     from tests.frameworks.conftest import write_run
 
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)
-    root = write_run("dcp", tmp_path / "wide", "--hidden", "65536", "--steps", "2", "--every", "2")
-    original = root / "checkpoint" / "step-2"
+    wide = ("--hidden", "65536", "--steps", "2", "--every", "2")
+    roots = {"w": write_run("dcp", tmp_path / "wide", *wide),
+             "r": write_run("dcp", tmp_path / "ranks", *wide, "--ranks", "2")}  # fmt: skip
     bucket = bucket_factory(seaweedfs)
-    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("w", root, "dcp")],
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [(run, root, "dcp") for run, root in roots.items()],
                        extra="[validation]\nenabled = false\n")  # fmt: skip
-    assert main(["--config", str(cfg), "ingest", "--run", "w", "--step", "2"]) == 0
+    assert main(["--config", str(cfg), "ingest"]) == 0
     s3 = seaweedfs.client()
-    base = checkpoint_prefix("t", "w", 2)
-    assert s3.head_object(Bucket=bucket, Key=base + "_BLOCKS.json")["ContentLength"] > 0
+    block = 4 << 20
 
-    def restore(name: str) -> tuple[int, dict[str, Any] | None, str]:
+    def restore(run: str, name: str) -> tuple[int, dict[str, Any] | None, str]:
         dest = tmp_path / name
         capsys.readouterr()
-        rc = main(["--config", str(cfg), "restore", "w", "--step", "2", "--only", "model", "--dest", str(dest),
+        rc = main(["--config", str(cfg), "restore", run, "--step", "2", "--only", "model", "--dest", str(dest),
                    "--json"])  # fmt: skip
         out, err = capsys.readouterr()
         return rc, (json.loads(out) if rc == 0 else None), err
 
-    # where each item lies in the .distcp, from torch's own reader of the original .metadata
-    import torch.distributed.checkpoint as dcp
-
-    storage = dcp.FileSystemReader(str(original)).read_metadata().storage_data
-    where = {idx.fqn: (info.relative_path, info.offset, info.length) for idx, info in storage.items()}
-    w_file, w_off, w_len = where["model.0.weight"]
-    [moment] = [k for k in where if k.startswith("optimizer.state.") and k.endswith("0.weight.exp_avg")]
-    m_file, m_off, m_len = where[moment]
-    assert w_len >= 16 << 20 and m_len >= 16 << 20, where
-    key = base + m_file
-    stored = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-
-    def flip(at: int) -> None:
+    def flip(key: str, stored: bytes, at: int) -> None:
+        """The stored object with one byte at `at` flipped: what the store gives back from now on."""
         junk = bytearray(stored)
         junk[at] ^= 0xFF
         s3.put_object(Bucket=bucket, Key=key, Body=bytes(junk))
 
-    flip(m_off + m_len // 2)  # inside the optimizer's moment, blocks away from any model tensor
-    rc, doc, err = restore("model")
-    assert rc == 0 and doc is not None, err[-3000:]
-    files = doc["selection"]["tensors"]["files"]
-    read, of = sum(f["read_bytes"] for f in files), sum(f["of_bytes"] for f in files)
-    assert 0 < read < 0.4 * of, files
-    assert all(f["verified"].startswith("the blocks around its ranges") for f in files if f["ranges"]), files
-    [model] = _dcp_load(original, [(tmp_path / "model" / "step-2", "model")])
-    assert model["equal"] and model["nonzero"] and len(model["keys"]) == 4, model
+    loads: list[tuple[Path, Path, str]] = []
+    for run, root in roots.items():
+        original = root / "checkpoint" / "step-2"
+        base = checkpoint_prefix("t", run, 2)
+        assert s3.head_object(Bucket=bucket, Key=base + "_BLOCKS.json")["ContentLength"] > 0
+        distcp = sorted(p.name for p in original.glob("*.distcp"))
+        ranks = 2 if run == "r" else 1
+        assert distcp == [f"__{r}_0.distcp" for r in range(ranks)], distcp
+        # where each item's chunk lies in each .distcp, from torch's own reader of the original .metadata
+        storage = dcp.FileSystemReader(str(original)).read_metadata().storage_data
+        where = {(info.relative_path, idx.fqn): (info.offset, info.length) for idx, info in storage.items()}
+        for f in distcp:  # each rank's file holds its share of the model's tensors and of the optimizer's
+            assert {(f, "model.0.weight"), (f, "optimizer.state.0.weight.exp_avg")} <= set(where), (f, sorted(where))
+        # the last rank's file: the 16 MiB weight's chunk in it (all of it, or its half), a moment's beside it
+        file = distcp[-1]
+        w_off, w_len = where[file, "model.0.weight"]
+        m_off, m_len = where[file, "optimizer.state.0.weight.exp_avg"]
+        assert w_len >= (16 << 20) // ranks and m_len >= (16 << 20) // ranks, where  # two blocks and more
+        key = base + file
+        stored = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        flip(key, stored, m_off + m_len // 2)  # inside the optimizer's moment, blocks away from any model tensor
+        rc, doc, err = restore(run, f"model-{run}")
+        assert rc == 0 and doc is not None, err[-3000:]
+        files = doc["selection"]["tensors"]["files"]
+        assert sorted(f["path"] for f in files if f["ranges"]) == distcp, files
+        # every .distcp read in part, the whole of them under 40%
+        assert all(0 < f["read_bytes"] < f["of_bytes"] for f in files if f["ranges"]), files
+        read, of = sum(f["read_bytes"] for f in files), sum(f["of_bytes"] for f in files)
+        assert 0 < read < 0.4 * of, files
+        assert all(f["verified"].startswith("the blocks around its ranges") for f in files if f["ranges"]), files
+        loads.append((original, tmp_path / f"model-{run}" / "step-2", "model"))
 
-    assert w_file == m_file
-    flip(w_off + w_len // 2)  # inside the model's weight: its block no longer matches
-    rc, _, err = restore("damaged")
-    assert rc != 0 and f"{m_file}: block {(w_off + w_len // 2) // (4 << 20)} (bytes" in err, err[-3000:]
-    assert "Traceback" not in err and not (tmp_path / "damaged").exists()
+        flip(key, stored, w_off + w_len // 2)  # inside the model's weight: its block no longer matches
+        rc, _, err = restore(run, f"damaged-{run}")
+        assert rc != 0 and f"{file}: block {(w_off + w_len // 2) // block} (bytes" in err, err[-3000:]
+        assert "Traceback" not in err and not (tmp_path / f"damaged-{run}").exists()
+
+    for got in _dcp_load(loads):  # the model's tensors, whole, from the restored (sparse) files of each save
+        assert got["equal"] and got["nonzero"] and len(got["keys"]) == 4, got
+
+
+def test_only_model_of_a_deepspeed_zero3_save_is_refused_naming_the_partitions(
+    seaweedfs: Any, bucket_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A real ZeRO-3 save (DeepSpeed on CPU, one process): its model states hold the module's parameters as
+    empty placeholders, the weights live only in the flat fp32 groups of *_optim_states.pt. `--only model`
+    exits 2 naming the format, the file and why, with nothing written (`--only optimizer` too); a whole
+    restore still works."""
+    torch = need("torch")
+    from tests.frameworks.conftest import write_run
+
+    for k, v in seaweedfs.env().items():
+        monkeypatch.setenv(k, v)
+    root = write_run("deepspeed", tmp_path / "zero3", "--zero-stage", "3", "--steps", "2", "--every", "2")
+    tag = root / "global_step2"
+    assert sorted(p.name for p in tag.iterdir()) == ["zero_pp_rank_0_mp_rank_00_model_states.pt",
+                                                     "zero_pp_rank_0_mp_rank_00_optim_states.pt"]  # fmt: skip
+    # the premise of the refusal, in the framework's own file: no weight in the model states
+    module = torch.load(tag / "zero_pp_rank_0_mp_rank_00_model_states.pt", weights_only=True)["module"]
+    assert module and all(t.numel() == 0 for t in module.values()), {k: t.shape for k, t in module.items()}
+    bucket = bucket_factory(seaweedfs)
+    cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("z", root, "deepspeed")],
+                       extra="[validation]\nenabled = false\n")  # fmt: skip
+    assert main(["--config", str(cfg), "ingest"]) == 0
+    capsys.readouterr()
+    dest = tmp_path / "model"
+    assert main(["--config", str(cfg), "restore", "z", "--only", "model", "--dest", str(dest)]) == 2
+    err = capsys.readouterr().err
+    said = (
+        "'deepspeed' checkpoint whose zero_pp_rank_0_mp_rank_00_optim_states.pt holds both: "
+        "DeepSpeed ZeRO-3 partitions the weights across ranks: they are kept only inside the *_optim_states.pt"
+    )
+    assert said in err and "Restore it whole (no --only)" in err and "Traceback" not in err, err
+    assert not dest.exists()
+    # the optimizer's part is refused alike: its partitions hold the weights too
+    assert main(["--config", str(cfg), "restore", "z", "--only", "optimizer", "--dest", str(dest)]) == 2
+    err = capsys.readouterr().err
+    assert "--only optimizer: z step 2 is a 'deepspeed' checkpoint" in err and "Traceback" not in err, err
+    assert not dest.exists()
+    # as the refusal says: the whole save restores
+    whole = tmp_path / "whole"
+    assert main(["--config", str(cfg), "restore", "z", "--dest", str(whole)]) == 0
+    assert _tree(whole / tag.name) == _tree(tag)

@@ -7,7 +7,8 @@ the test process or into another framework. Models are a few MB, randomly initia
 seed, configured here (no network: HF_HUB_OFFLINE=1), and trained on CPU with deterministic data.
 
 Commands (each prints one JSON line on stdout):
-  train FW ROOT [--steps N] [--every K] [--kill-at-last] [--resume-step S]
+  train FW ROOT [--steps N] [--every K] [--kill-at-last] [--resume-step S] [--hidden H] [--ranks R]
+        [--zero-stage Z]
       FW is hf | hf-sharded | lightning | dcp | orbax | deepspeed | megatron. ROOT is what a user points
       [[sources]].path at: HF output_dir, Lightning default_root_dir, torchtitan's dump folder
       (checkpoints in ROOT/checkpoint/step-N), Orbax's CheckpointManager directory, DeepSpeed's save_dir,
@@ -15,6 +16,10 @@ Commands (each prints one JSON line on stdout):
       --kill-at-last kills the process inside the framework's own save of the last checkpoint, at the
       point KILL_POINTS names, leaving the framework's in-progress state on disk. --resume-step S
       resumes from step S's checkpoint in ROOT first (the framework's own resume), as a restarted job.
+      --hidden H widens the MLP (a 16 MiB weight at 65536). --ranks R (dcp): R processes forked on one
+      gloo process group (127.0.0.1, a free port), the model and AdamW sharded by FSDP2's fully_shard, each
+      rank `dcp.save`-ing its shards into its own __R_0.distcp. --zero-stage Z (deepspeed): ZeRO stage Z
+      (1 by default; 3 keeps the weights only in the *_optim_states.pt partitions).
   resume FW CKPT OUT [--steps N]
       the framework loads CKPT (HF checkpoint-N dir, Lightning .ckpt, DCP step-N dir, Orbax root,
       DeepSpeed root through `latest`, Megatron root through its tracker), trains on to N steps, and
@@ -48,6 +53,8 @@ SEED = 1234
 BATCH = 8
 IN, HIDDEN, OUT = 64, 512, 16  # the MLP of Lightning, DCP, DeepSpeed and Orbax: ~0.6 MB of weights
 HOOK_RUN: str | None = None  # --ckptvault-run: hf and lightning train with ckptvault's hook for this run
+RANKS = 1  # --ranks: dcp's processes, each saving its own shards
+ZERO_STAGE = 1  # --zero-stage: deepspeed's ZeRO stage
 
 # Where --kill-at stops a save (the framework function the kill replaces, run at that moment):
 KILL_POINTS = {
@@ -315,12 +322,53 @@ def _train_step(model: Any, opt: Any, step: int) -> float:
 
 
 def dcp_train(root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None = None) -> dict[str, Any]:
+    if RANKS > 1:
+        import socket
+
+        import torch.multiprocessing as mp
+
+        with socket.socket() as s:  # a free port for rank 0's TCPStore
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        # fork, not spawn: the ranks start without importing torch again (a few seconds each); nothing has
+        # run in this process yet, so no thread pool is forked half-way
+        mp.start_processes(_dcp_rank, args=(RANKS, port, root, steps, every, resume_step), nprocs=RANKS,
+                           start_method="fork")  # fmt: skip
+        return {"steps": steps, "ranks": RANKS}
+    return _dcp_train(root, steps, every, kill_at_last, resume_step)
+
+
+def _dcp_rank(rank: int, world: int, port: int, root: Path, steps: int, every: int, resume_step: int | None) -> None:
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)  # the ranks share the machine's cores
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        _dcp_train(root, steps, every, False, resume_step, world=world)
+    finally:
+        dist.destroy_process_group()
+
+
+def _dcp_train(
+    root: Path, steps: int, every: int, kill_at_last: bool, resume_step: int | None, world: int = 1
+) -> dict[str, Any]:
     import torch
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     model = _mlp()
+    if world > 1:  # as torchtitan's data parallelism: FSDP2 shards each Linear's parameters on dim 0
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     folder = root / "checkpoint"  # torchtitan: {job.dump_folder}/{checkpoint.folder}/step-{N}
     start = 1
@@ -361,7 +409,7 @@ def dcp_resume(ckpt: Path, out: Path, steps: int) -> dict[str, Any]:
     return {"resumed_at": resumed, "first_step": resumed + 1, "ended_at": steps}
 
 
-# --- DeepSpeed (ZeRO-1 on CPU, one process, gloo) ------------------------------------------------------
+# --- DeepSpeed (ZeRO-1, or --zero-stage 3, on CPU, one process, gloo) ------------------------------------
 
 
 def _deepspeed_engine() -> tuple[Any, Any]:
@@ -373,7 +421,7 @@ def _deepspeed_engine() -> tuple[Any, Any]:
     config = {
         "train_batch_size": BATCH,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "torch_adam": True}},
-        "zero_optimization": {"stage": 1},
+        "zero_optimization": {"stage": ZERO_STAGE},
         "steps_per_print": 10**6,
     }
     model = _mlp()
@@ -690,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--resume-step", type=int, default=None, help="resume from this step's checkpoint in ROOT")
     t.add_argument("--hidden", type=int, default=None, help="the MLP's hidden width (a wider one saves longer)")
     t.add_argument("--ckptvault-run", default=None, help="train with ckptvault's hook (hf, lightning) for this run")
+    t.add_argument("--ranks", type=int, default=1, help="dcp: this many processes, each saving its own shards")
+    t.add_argument("--zero-stage", type=int, choices=(1, 2, 3), default=1, help="deepspeed: the ZeRO stage")
     r = sub.add_parser("resume")
     r.add_argument("framework", choices=sorted(RESUME))
     r.add_argument("ckpt", type=Path)
@@ -702,9 +752,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.cmd == "load-module":
         result = deepspeed_load_module(a.root, a.out)
     elif a.cmd == "train":
-        global HIDDEN, HOOK_RUN
+        global HIDDEN, HOOK_RUN, RANKS, ZERO_STAGE
+        if a.ranks != 1 and a.framework != "dcp":
+            ap.error("--ranks is for dcp only")
+        if a.ranks != 1 and a.kill_at_last:
+            ap.error("--kill-at-last kills the one training process: not with --ranks")
+        if a.zero_stage != 1 and not a.framework.startswith("deepspeed"):
+            ap.error("--zero-stage is for deepspeed only")
         HIDDEN = a.hidden or HIDDEN
         HOOK_RUN = a.ckptvault_run
+        RANKS, ZERO_STAGE = a.ranks, a.zero_stage
         result = TRAIN[a.framework](a.root, a.steps, a.every, a.kill_at_last, a.resume_step)
     else:
         result = RESUME[a.framework](a.ckpt, a.out, a.steps)
