@@ -3,7 +3,7 @@ the command line. A Hugging Face Trainer checkpoint on SeaweedFS (in the command
 moto (through the restore flow, every object in GLACIER): only the weights, config and index are thawed
 and come back, byte-identical, and transformers' own `from_pretrained` loads them; the optimizer's object
 is never read: replaced in the bucket by junk of the same size, the partial restore still succeeds and a
-full one fails naming it. A DeepSpeed ZeRO-1 save's model comes back as its model states alone, and
+full one fails naming it. A DeepSpeed ZeRO-1 or ZeRO-2 save's model comes back as its model states alone, and
 DeepSpeed's own module-only load reads it. A layout that keeps model and optimizer in one file
 (Lightning's .ckpt, a DeepSpeed ZeRO-3 save's partitions) is refused with exit 2, naming it. A torch DCP
 save (and Megatron's torch_dist, a DCP inside) comes back with its .distcp files sparse, holding only the
@@ -130,14 +130,21 @@ def test_only_model_of_a_lightning_checkpoint_is_refused_naming_the_file(
     assert not dest.exists()
 
 
-def test_only_model_of_deepspeed_zero1_loads_with_load_module_only(
+@pytest.mark.parametrize("stage", [1, 2])
+def test_only_model_of_deepspeed_zero1_and_2_loads_with_load_module_only(
     seaweedfs: Any, bucket_factory: Any, framework_run: Callable[[str], Path], tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], stage: int,
 ) -> None:  # fmt: skip
+    """ZeRO-1 and ZeRO-2 keep the module's whole weights in mp_rank_00_model_states.pt (the optimizer's
+    partitions beside it): `--only model` brings back that file and `latest`, which DeepSpeed's own
+    module-only load reads."""
     torch = need("torch")
+    from tests.frameworks.conftest import write_run
+
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)
-    root = framework_run("deepspeed")
+    root = (framework_run("deepspeed") if stage == 1 else
+            write_run("deepspeed", tmp_path / "zero2", "--zero-stage", "2", "--steps", str(STEP), "--every", str(STEP)))
     bucket = bucket_factory(seaweedfs)
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("d", root, "deepspeed")],
                        extra="[validation]\nisolate = false\n")  # fmt: skip
