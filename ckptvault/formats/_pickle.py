@@ -71,6 +71,13 @@ def read(stream: IO[bytes] | bytes, persids: list[PersId] | None = None) -> Any:
     """The symbolic value of the pickle in `stream`; ValueError if it is truncated or garbled.
     `persids`, when given, gains every persistent id as it is read, also those inside values the
     symbolic copy cannot keep (the items of an OrderedDict, which is a Call here)."""
+    try:
+        return _read(stream, persids)
+    except (IndexError, KeyError, TypeError, AttributeError) as e:  # an opcode its stack or memo cannot serve
+        raise ValueError(f"a garbled pickle ({type(e).__name__}: {e})") from None
+
+
+def _read(stream: IO[bytes] | bytes, persids: list[PersId] | None) -> Any:
     stack: list[Any] = []
     memo: dict[int, Any] = {}
     for op, arg, pos in pickletools.genops(stream):

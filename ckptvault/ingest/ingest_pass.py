@@ -225,7 +225,7 @@ class IngestPass:
         if d.action == "record_committed":
             # committed by a run that died before recording it: the manifest is the truth, record it
             manifest = self.submit(load_manifest, store, prefix, found.run, found.step, d.save)
-            self._committed(manifest, [], d.changes, commit_time(found), split=local_parts(found))
+            self._committed(manifest, [], d.changes, commit_time(found), split=local_parts(found, manifest))
             return base.with_result("present", d.message)
         if d.action == "invalid":
             if records_rejection(seen):
@@ -290,7 +290,8 @@ class IngestPass:
             manifest = self.submit(commit_manifest, p.store, self.cfg.store.prefix, found, entries, d.save, placement)
         warnings = list(p.warnings)
         flagged = [_rejected(found, warnings, self.run_id, kind="warned", save=d.save)] if warnings else []
-        self._committed(manifest, flagged, d.changes, commit_time(found), p.upload_started_at, local_parts(found))
+        split = local_parts(found, manifest)
+        self._committed(manifest, flagged, d.changes, commit_time(found), p.upload_started_at, split)
         sent = sum(1 for j in p.jobs if j.upload)
         message = "; ".join(warnings)
         if d.supersedes is not None:
@@ -316,7 +317,11 @@ class IngestPass:
         # or one a killed pass made and this one only records, was locked as that manifest says.
         until = manifest.lock.retain_until if manifest.lock is not None else None
         mine = events.verified(
-            manifest, self.run_id, locked_until=until, committed_at=committed_at, upload_started_at=upload_started_at,
+            manifest,
+            self.run_id,
+            locked_until=until,
+            committed_at=committed_at,
+            upload_started_at=upload_started_at,
             split=split,
         )
         recorded = [*flagged, mine]
@@ -340,16 +345,20 @@ class IngestPass:
         self.recorded += recorded
 
 
-def local_parts(found: Found) -> dict[str, int] | None:
-    """A torch DCP layout's model and optimizer bytes (dcp, Megatron torch_dist, NeMo 2), from the
-    `.metadata` on disk: its manifest's paths cannot tell them (a `.distcp` holds both), and after the
-    upload only a download of the `.metadata` could. None for any other layout (events.parts classes
-    those by path) or where the `.metadata` cannot be read."""
-    if not any(f.rel.endswith(".distcp") for f in found.files):
+def local_parts(found: Found, manifest: Manifest) -> dict[str, int] | None:
+    """A torch DCP layout's model and optimizer bytes (dcp, Megatron torch_dist, NeMo 2) where the
+    manifest's paths cannot tell them (a `.distcp` holds both): each `.distcp` of the manifest split by
+    its items' lengths from the `.metadata` on disk (after the upload only a download could read it).
+    None where the paths tell (events.parts), for any other layout, and where the `.metadata` cannot be
+    read: the split is information, and never fails an ingest."""
+    if events.parts(manifest) is not None or not any(f.path.endswith(".distcp") for f in manifest.files):
         return None
     from ckptvault.formats import dcp_tensors  # here: the layouts' modules load only where a save needs them
 
-    return dcp_tensors.part_bytes(found.path, found.format, [(f.rel, f.size) for f in found.files])
+    try:
+        return dcp_tensors.part_bytes(found.path, manifest.format, [(f.path, f.size) for f in manifest.files])
+    except Exception:  # a torn or hostile .metadata: the split is unknown, the save is not
+        return None
 
 
 def _rejected(found: Found, problems: Sequence[str], flow_run: str, kind: str = "invalid", save: int = 1) -> Event:

@@ -112,13 +112,18 @@ def _resolved(cfg: Config, chosen: Chosen, tier: str) -> Chosen:
 
     first = chosen.ordered[0]
     assert chosen.selected is not None and first.store is not None and first.manifest is not None
-    selected = tensors.resolve(chosen.selected, first.store, first.plans, tensors.copies_blocks(chosen.ordered))
+    # the .metadata objects are thawed now; one a pattern left out of the part is still read for the ranges
+    thawed = {p.path: replace(p, thawed=True) for p in chosen.awaiting}
+    plans = tuple(thawed.pop(p.path, p) for p in first.plans)
+    selected = tensors.resolve(chosen.selected, first.store, (*plans, *thawed.values()),
+                               tensors.copies_blocks(chosen.ordered))  # fmt: skip
     assert selected.tensors is not None
     reads = {f.path: f.read_bytes for f in selected.tensors.files}
     was = chosen.estimate
-    est = estimate(first.manifest, list(first.plans), load_prices(cfg.policy.prices), tier, was.egress,
+    est = estimate(first.manifest, list(plans), load_prices(cfg.policy.prices), tier, was.egress,
                    was.throughput_mib_s, reads)  # fmt: skip
-    return replace(chosen, selected=selected, estimate=replace(est, whole=was.whole), awaiting=())
+    ordered = (replace(first, plans=plans), *chosen.ordered[1:])
+    return replace(chosen, ordered=ordered, selected=selected, estimate=replace(est, whole=was.whole), awaiting=())
 
 
 def complete(
@@ -135,10 +140,14 @@ def complete(
     did not (the restore chose from the run's manifests), its partition is not compacted after: the
     compaction would set the unreadable objects aside and leave a partition that looks whole without the
     saves they held, where a person (`catalog rebuild`) should find them as the alert said."""
+    if node_local is not None and chosen.selected is not None:  # before any thaw is paid for
+        raise RestoreError(NODE_LOCAL_REFUSED)
     run, n, save = chosen.run, chosen.resolution.step, chosen.resolution.save
     first, est, begun = chosen.ordered[0], chosen.estimate, chosen.begun()
     store, manifest, plans = first.store, first.manifest, list(first.plans)
     assert store is not None and manifest is not None  # a usable copy has both (copies.survey)
+    # one deadline for every thaw: a part from the archive thaws its .metadata, then its .distcp files
+    deadline = time.monotonic() + wait_s
     if chosen.awaiting:
         requested = submit(request_thaw, store, list(chosen.awaiting), tier)
         if catalog is not None:
@@ -151,7 +160,7 @@ def complete(
                    "ranges it needs, then thaws only those; rerun this restore to continue")  # fmt: skip
             return replace(begun, frozen=len(frozen), message=msg)
         chosen = _resolved(cfg, chosen, tier)
-        est, begun = chosen.estimate, chosen.begun()
+        est, begun, plans = chosen.estimate, chosen.begun(), list(chosen.ordered[0].plans)
     if est.frozen:
         # a .distcp holding none of the chosen items is created empty, never read: it is not thawed either
         unread = {path for path, f in ranges_of(chosen.selected).items() if not f.ranges}
@@ -159,7 +168,7 @@ def complete(
         requested = submit(request_thaw, store, read, tier)
         if catalog is not None:
             submit(record, catalog, [events.restore_requested(run, n, tier, requested, run_id, save=save)])
-        frozen = submit(wait_for_thaw, store, read, wait_s)
+        frozen = submit(wait_for_thaw, store, read, max(0.0, deadline - time.monotonic()))
         if frozen:
             msg = f"{len(frozen)} of {est.objects} objects still frozen ({tier} tier); rerun this restore to continue"
             return replace(begun, frozen=len(frozen), message=msg)
@@ -170,8 +179,6 @@ def complete(
     # requests, 0.03 s on Ceph RGW, once per process): asked beside the transfer, it is off the path to
     # the result.
     with _asked_beside(catalog.store.capabilities if catalog is not None else None):
-        if node_local is not None and chosen.selected is not None:
-            raise RestoreError(NODE_LOCAL_REFUSED)
         if node_local is not None:  # one copy: the node-local protocol does not fall back yet (docs/replicas.md)
             pointer, aside = restore_on_nodes(submit, cfg, store, manifest, plans, node_local, force, bar)
             where = node_local

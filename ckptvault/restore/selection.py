@@ -193,8 +193,10 @@ class Selected:
             f"{humanize.size(self.bytes)} of {humanize.size(self.of_bytes)}"
         )
         if self.tensors is not None and not self.tensors.files:  # its .metadata still frozen (restore/tensors.py)
-            said += (f"; which items of the {len(self.by_tensor)} .distcp files it takes is read from their "
-                     ".metadata once thawed (it is thawed first; until then the .distcp files count whole)")
+            said += (
+                f"; which items of the {len(self.by_tensor)} .distcp files it takes is read from their "
+                ".metadata once thawed (it is thawed first; until then the .distcp files count whole)"
+            )
         elif self.tensors is not None:
             t = self.tensors
             said += (f"; {t.tensors} of {t.of_tensors} tensors ({t.items} of {t.of_items} items) from "

@@ -143,8 +143,11 @@ def test_only_model_of_deepspeed_zero1_and_2_loads_with_load_module_only(
 
     for k, v in seaweedfs.env().items():
         monkeypatch.setenv(k, v)
-    root = (framework_run("deepspeed") if stage == 1 else
-            write_run("deepspeed", tmp_path / "zero2", "--zero-stage", "2", "--steps", str(STEP), "--every", str(STEP)))
+    root = (
+        framework_run("deepspeed")
+        if stage == 1
+        else write_run("deepspeed", tmp_path / "zero2", "--zero-stage", "2", "--steps", str(STEP), "--every", str(STEP))
+    )
     bucket = bucket_factory(seaweedfs)
     cfg = write_config(tmp_path / "c.toml", seaweedfs, bucket, [("d", root, "deepspeed")],
                        extra="[validation]\nisolate = false\n")  # fmt: skip

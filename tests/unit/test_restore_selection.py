@@ -15,7 +15,7 @@ import pytest
 
 from ckptvault.catalog import Catalog
 from ckptvault.catalog import events as events_lib
-from ckptvault.checkpoint.manifest import checkpoint_prefix
+from ckptvault.checkpoint.manifest import Manifest, checkpoint_prefix
 from ckptvault.config import Config, SourceConfig, StoreConfig
 from ckptvault.formats.parts import Part, classify
 from ckptvault.ingest import steps
@@ -23,8 +23,10 @@ from ckptvault.restore import copies
 from ckptvault.restore.complete import complete
 from ckptvault.restore.copies import Copy
 from ckptvault.restore.prepare import Request, prepare
+from ckptvault.restore.resolve import RestoreError
 from ckptvault.restore.selection import MARKER, Selection, SelectionError, parse_selection, select
 from ckptvault.store import TransferConfig
+from ckptvault.store.manifest_load import load_manifest
 from ckptvault.store.memory import MemoryStore
 from ckptvault.transfer.submitter import Threads
 from ckptvault_cli.synthetic import write_checkpoint
@@ -452,6 +454,10 @@ def test_a_distcp_holding_none_of_the_chosen_items_is_neither_thawed_nor_read(tm
     dest = tmp_path / "dest"
     prepared = _prepare(store, dest, run="d", only=("model",))
     assert [p.path for p in prepared.chosen.awaiting] == [".metadata"]
+    with Threads(workers=1) as submit, pytest.raises(RestoreError, match="node"):  # refused before any thaw
+        complete(submit, CFG, prepared.catalog, prepared.chosen, tier="Standard", wait_s=0, force=False,
+                 secret=None, started=0.0, node_local=str(dest))  # fmt: skip
+    assert thawing() == set()
     assert prepared.chosen.selected is not None
     assert "is read from their .metadata once thawed" in prepared.chosen.selected.describe()
     with Threads(workers=2) as submit:
@@ -469,6 +475,7 @@ def test_a_distcp_holding_none_of_the_chosen_items_is_neither_thawed_nor_read(tm
         assert unread and len(unread) < len(sel.tensors.files), sel.tensors.files
         assert thawing() == {f.path for f in manifest.files} - unread
         assert second.frozen == len(manifest.files) - len(unread) - 1, second  # all but the thawed .metadata
+        assert second.estimate_detail["frozen_objects"] == second.frozen, second.estimate_detail
         now[0] += 61
         again = _prepare(store, dest, run="d", only=("model",))
         assert again.chosen.estimate.frozen == 0 and not again.chosen.awaiting, again.chosen.estimate
@@ -495,7 +502,7 @@ def test_a_dcp_saves_model_and_optimizer_bytes_are_read_from_its_local_metadata(
     ckpt, _ = _dcp_run(tmp_path, store)
     [found] = steps.find_checkpoints(SourceConfig(run="d", path=tmp_path / "d", format="dcp",
                                                   settle_seconds=0)).found  # fmt: skip
-    split = local_parts(found)
+    split = local_parts(found, store_manifest(store, "d", 6))
     assert split is not None and sum(split.values()) == found.total_bytes, split
     model = sum(c.length for c in chunks(ckpt / ".metadata") if c.fqn.startswith("model."))
     assert split["model"] == model + (ckpt / ".metadata").stat().st_size, split  # the loader's file is the model's
@@ -503,12 +510,12 @@ def test_a_dcp_saves_model_and_optimizer_bytes_are_read_from_its_local_metadata(
     event = events_lib.verified(store_manifest(store, "d", 6), split=split)
     assert json.loads(event.detail)["parts"] == split
     files = [(f.rel, f.size) for f in found.files]
-    (ckpt / ".metadata").write_bytes(b"not a pickle")
-    assert part_bytes(ckpt, "dcp", files) is None
+    for junk in (b"not a pickle", b"\x80\x04s."):  # the second pops an empty stack
+        (ckpt / ".metadata").write_bytes(junk)
+        assert part_bytes(ckpt, "dcp", files) is None
+        assert local_parts(found, store_manifest(store, "d", 6)) is None
     assert part_bytes(ckpt, "hf", [("config.json", 10)]) is None  # no .distcp: the manifest's paths tell
 
 
-def store_manifest(store: MemoryStore, run: str, step: int):  # type: ignore[no-untyped-def]
-    from ckptvault.store.manifest_load import load_manifest
-
+def store_manifest(store: MemoryStore, run: str, step: int) -> Manifest:
     return load_manifest(store, PREFIX, run, step, 1)
