@@ -385,7 +385,14 @@ def test_drill_python_resumes_a_real_hf_save_in_both_environments(
         assert f"at step {NEWEST} and trained" in v["stdout_tail"] and v["metric"]["within"], (where, v)
     assert row["verify"]["command"][0] == sys.executable, row["verify"]
     assert there["verify"]["command"][0] == str(OTHER_PYTHON), there["verify"]
-    assert there["checks"] == row["checks"] and there["not_run"] == [] == row["not_run"], there
+    # the same files checked in each, every check passed (ok above); how a pickle was read may differ: a
+    # torch.load(weights_only=True) allows numpy's globals only in a process where something registered them
+    # (this test process imported transformers, the other interpreter's fresh child did not), and otherwise
+    # its opcodes are read instead, which passes the same
+    def files(checks: list[str]) -> list[str]:
+        return [c.split(":", 1)[0] for c in checks]
+
+    assert files(there["checks"]) == files(row["checks"]) and there["not_run"] == [] == row["not_run"], there
     # the versions each loaded with: the same torch, the two transformers
     here_with, there_with = row["loaded_with"], there["loaded_with"]
     assert here_with["transformers"] == version("transformers") != OTHER_TRANSFORMERS, here_with
