@@ -117,11 +117,9 @@ def _resolved(cfg: Config, chosen: Chosen, tier: str) -> Chosen:
     plans = tuple(thawed.pop(p.path, p) for p in first.plans)
     selected = tensors.resolve(chosen.selected, first.store, (*plans, *thawed.values()),
                                tensors.copies_blocks(chosen.ordered))  # fmt: skip
-    assert selected.tensors is not None
-    reads = {f.path: f.read_bytes for f in selected.tensors.files}
     was = chosen.estimate
     est = estimate(first.manifest, list(plans), load_prices(cfg.policy.prices), tier, was.egress,
-                   was.throughput_mib_s, reads)  # fmt: skip
+                   was.throughput_mib_s, selected.reads)  # fmt: skip
     ordered = (replace(first, plans=plans), *chosen.ordered[1:])
     return replace(chosen, ordered=ordered, selected=selected, estimate=replace(est, whole=was.whole), awaiting=())
 
@@ -163,8 +161,9 @@ def complete(
         est, begun, plans = chosen.estimate, chosen.begun(), list(chosen.ordered[0].plans)
     if est.frozen:
         # a .distcp holding none of the chosen items is created empty, never read: it is not thawed either
-        unread = {path for path, f in ranges_of(chosen.selected).items() if not f.ranges}
-        read = [p for p in plans if p.path not in unread]
+        # (the estimate's rule: nothing read of it)
+        reads = chosen.selected.reads if chosen.selected is not None else {}
+        read = [p for p in plans if reads.get(p.path) != 0]
         requested = submit(request_thaw, store, read, tier)
         if catalog is not None:
             submit(record, catalog, [events.restore_requested(run, n, tier, requested, run_id, save=save)])

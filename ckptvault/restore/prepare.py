@@ -136,7 +136,7 @@ def prepare(cfg: Config, copies: Sequence[Copy], request: Request, ways: Ways = 
                 selected = tensors.resolve(selected, first.store, surveyed[first.name].plans, blocks)
         prices = load_prices(cfg.policy.prices)
         egress = cfg.store.egress if first.order == 0 else cfg.replicas[first.order - 1].egress
-        reads = {f.path: f.read_bytes for f in selected.tensors.files} if selected and selected.tensors else None
+        reads = selected.reads if selected is not None else None
         est = estimate(first.manifest, list(first.plans), prices, request.tier, egress, history.throughput(), reads)
         if selected is not None:  # what the part saves against the whole, from the same copy
             full = surveyed[first.name]

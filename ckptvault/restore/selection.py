@@ -178,6 +178,13 @@ class Selected:
     def of_bytes(self) -> int:
         return sum(f.size for f in self.files) + sum(f.size for f in self.left_out)
 
+    @property
+    def reads(self) -> dict[str, int]:
+        """What the restore reads of each tensor-level file, by path ({} for a file-level selection, and
+        before the ranges are resolved): the estimate prices its egress on these, and a file of which 0
+        is read is neither thawed nor read (restore/complete.py)."""
+        return {f.path: f.read_bytes for f in self.tensors.files} if self.tensors is not None else {}
+
     def narrow(self, manifest: Manifest) -> Manifest:
         """The manifest with only the selected files: what the plan, the thaw and the transfer act on."""
         keep = {f.path for f in self.files}
